@@ -1,0 +1,1 @@
+"""The actors: one module per actor."""

@@ -1,0 +1,282 @@
+"""The ProviderActor: one per backend; sends each admitted attempt and streams its reply.
+
+It owns the backend's HTTP client (and so its connection pool) and its protocol codec. For each
+``StartAttempt`` it starts one task that sends the request, decodes the reply as it arrives, and
+pushes every batch of decoded events straight into the consumer's stream (one hop). It releases
+the attempt's pending slot at the first chunk, reports usage to the TokenLedger, and answers the
+Supervisor with exactly one ``AttemptOutcome``. Expected failures become typed errors in that
+outcome; only bugs propagate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import attrs
+import httpx
+import trio
+
+from sluice.errors import (
+    BadRequest,
+    CallError,
+    CallTimeout,
+    ConnectionFailed,
+    ProtocolError,
+    RateLimited,
+    StreamBroken,
+)
+from sluice.events import (
+    DeltaEvent,
+    FirstToken,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
+from sluice.mail import (
+    AttemptFailed,
+    AttemptOutcome,
+    AttemptSucceeded,
+    ConsumerGone,
+    ProviderMsg,
+    RecordUsage,
+    StartAttempt,
+)
+from sluice.protocols.base import AttemptOutput, Codec
+from sluice.providers.registry import ResolvedProvider
+
+from .rate_limiter import RateLimiterHandle
+from .token_ledger import TokenLedgerHandle
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["ProviderContext", "run_provider"]
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+@attrs.frozen(eq=False)
+class ProviderContext:
+    """What one ProviderActor works with. Built by the runtime."""
+
+    spec: ResolvedProvider
+    base_url: str
+    client: httpx.AsyncClient
+    codec: Codec
+    limiter: RateLimiterHandle
+    ledger: TokenLedgerHandle
+
+
+async def run_provider(
+    ctx: ProviderContext,
+    inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve attempts concurrently; return when the inbox closes and every attempt has ended."""
+    async with trio.open_nursery() as attempts:
+        task_status.started()
+        async with inbox:
+            async for msg in inbox:
+                attempts.start_soon(
+                    _serve_attempt, ctx, msg, name=f"{ctx.spec.name} {msg.call.call_id}"
+                )
+
+
+async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
+    attempt = _Attempt(ctx, msg)
+    try:
+        outcome = await attempt.run()
+    finally:
+        await attempt.release_slot()
+    if isinstance(outcome, AttemptFailed):
+        call = msg.call
+        error = outcome.error.in_context(
+            call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
+        )
+        outcome = AttemptFailed(error, outcome.delivered)
+    try:
+        msg.reply_to.send_nowait(outcome)
+    except (trio.BrokenResourceError, trio.WouldBlock):
+        pass  # the Supervisor's call task is gone (runtime shutting down)
+
+
+class _Attempt:
+    """The state of one attempt while it runs: what was delivered, whether the slot is free."""
+
+    def __init__(self, ctx: ProviderContext, msg: StartAttempt) -> None:
+        self.ctx = ctx
+        self.msg = msg
+        self.call = msg.call
+        self.delivered = 0
+        self.chunks = 0
+        self.first_token_at: float | None = None
+        self._released = False
+
+    async def release_slot(self) -> None:
+        if not self._released:
+            self._released = True
+            await self.ctx.limiter.release(self.msg.ticket)
+
+    async def run(self) -> AttemptOutcome:
+        call = self.call
+        with trio.move_on_at(call.deadline) as total:
+            try:
+                with _map_transport_errors(self):
+                    return await self._exchange()
+            except CallError as exc:
+                return AttemptFailed(exc, self.delivered)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return ConsumerGone()
+        assert total.cancelled_caught
+        return AttemptFailed(
+            CallTimeout("the call's total deadline passed", timeout_kind="total"), self.delivered
+        )
+
+    async def _exchange(self) -> AttemptOutcome:
+        ctx, call = self.ctx, self.call
+        request = ctx.codec.build_request(
+            call.request,
+            base_url=ctx.base_url,
+            api_key=ctx.spec.api_key.reveal() if ctx.spec.api_key else None,
+            headers=ctx.spec.headers,
+        )
+        started = trio.current_time()
+        first_deadline = (
+            started + call.first_token_timeout if call.first_token_timeout is not None else math.inf
+        )
+        http_request = ctx.client.build_request(
+            request.method, request.url, headers=list(request.headers), content=request.body
+        )
+        with trio.move_on_at(first_deadline) as waiting:
+            response = await ctx.client.send(http_request, stream=True)
+        if waiting.cancelled_caught:
+            raise CallTimeout(
+                "no reply before the first-token deadline", timeout_kind="first_token"
+            )
+        try:
+            request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
+            if response.status_code >= 400:
+                return await self._error_reply(response, first_deadline)
+            if call.request.stream:
+                output = await self._read_stream(response, first_deadline)
+            else:
+                output = await self._read_body(response, first_deadline)
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+        if output.usage is not None:
+            await ctx.ledger.record(RecordUsage(ctx.spec.name, call.model, output.usage))
+        return AttemptSucceeded(output, self.first_token_at, request_id)
+
+    async def _error_reply(self, response: httpx.Response, deadline: float) -> AttemptOutcome:
+        body = b""
+        with trio.move_on_at(deadline):
+            async for piece in response.aiter_bytes():
+                body += piece
+                if len(body) > _MAX_ERROR_BODY:
+                    break
+        headers = dict(response.headers.items())
+        error = self.ctx.codec.decode_error(
+            response.status_code, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
+        )
+        if isinstance(error, RateLimited):
+            wait = error.retry_after
+            if wait is None:
+                wait = self.ctx.spec.rate_limit.default_cooldown
+            await self.ctx.limiter.cooldown(self.ctx.spec.quota_key, wait)
+        return AttemptFailed(error, 0)
+
+    async def _first_chunk(self) -> list[DeltaEvent | FirstToken]:
+        """Note the first chunk: free the pending slot and build the FirstToken event."""
+        now = trio.current_time()
+        self.first_token_at = now
+        await self.release_slot()
+        call = self.call
+        return [FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)]
+
+    async def _read_stream(self, response: httpx.Response, first_deadline: float) -> AttemptOutput:
+        call = self.call
+        decoder = self.ctx.codec.stream_decoder(call.call_id)
+        send = call.events.send
+        idle = call.idle_timeout
+        chunks = response.aiter_bytes()
+        with trio.CancelScope(deadline=first_deadline) as scope:
+            async for data in chunks:
+                events = decoder.feed(data)
+                if not events:
+                    continue
+                if self.first_token_at is None:
+                    batch: list[DeltaEvent | FirstToken] = await self._first_chunk()
+                    batch.extend(events)
+                    await send(batch)
+                else:
+                    await send(events)
+                self.delivered += len(events)
+                if idle is not None:
+                    scope.deadline = trio.current_time() + idle
+                elif self.first_token_at is not None:
+                    scope.deadline = math.inf
+        if scope.cancelled_caught:
+            if self.first_token_at is None:
+                raise CallTimeout("no first token before the deadline", timeout_kind="first_token")
+            raise CallTimeout(
+                f"no data for {idle} s in the middle of the stream", timeout_kind="idle"
+            )
+        try:
+            return decoder.finish()
+        except StreamBroken as exc:
+            raise attrs.evolve(exc, events_delivered=self.delivered) from None
+
+    async def _read_body(self, response: httpx.Response, first_deadline: float) -> AttemptOutput:
+        with trio.move_on_at(first_deadline) as waiting:
+            body = await response.aread()
+        if waiting.cancelled_caught:
+            raise CallTimeout(
+                "no reply body before the first-token deadline", timeout_kind="first_token"
+            )
+        output = self.ctx.codec.decode_body(body)
+        batch: list[DeltaEvent | FirstToken] = await self._first_chunk()
+        batch.extend(_events_from_output(self.call.call_id, output))
+        await self.call.events.send(batch)
+        self.delivered += len(batch) - 1
+        return output
+
+
+def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:
+    """The deltas a streamed reply would have carried, for a reply that came whole."""
+    message = output.message
+    if message.reasoning:
+        yield ReasoningDelta(call_id, message.reasoning)
+    if message.text:
+        yield TextDelta(call_id, message.text)
+    for index, tool_call in enumerate(message.tool_calls):
+        yield ToolCallDelta(call_id, index, tool_call.id, tool_call.name, tool_call.arguments)
+    if output.usage is not None:
+        yield UsageReported(call_id, output.usage)
+
+
+@contextmanager
+def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
+    """Turn httpx's exceptions into our error tree: the one place where that happens."""
+    try:
+        yield
+    except httpx.ConnectTimeout as exc:
+        raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
+    except httpx.ConnectError as exc:
+        raise ConnectionFailed(f"could not connect: {exc or type(exc).__name__}") from exc
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise BadRequest(f"the provider's URL is not usable: {exc}") from exc
+    except httpx.DecodingError as exc:
+        raise ProtocolError(f"the reply could not be decoded: {exc}") from exc
+    except httpx.TransportError as exc:
+        detail = str(exc) or type(exc).__name__
+        if attempt.delivered or attempt.first_token_at is not None:
+            raise StreamBroken(
+                f"the connection broke mid-stream: {detail}", events_delivered=attempt.delivered
+            ) from exc
+        raise ConnectionFailed(f"the connection broke before a reply: {detail}") from exc

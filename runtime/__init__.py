@@ -1,0 +1,121 @@
+"""sluice: a trio runtime that moves LLM API traffic.
+
+Every call passes through one admission point (the RateLimiter), one actor per provider backend
+(ProviderActor), a ledger of every token (TokenLedger) and a Supervisor that retries so that no
+call is lost. Start it with :func:`open_runtime`; see the README for a tour.
+"""
+
+# The runtime module imports the actors, which import sluice's submodules (never this package
+# root), so this import order has no cycle.
+from ._runtime import CallStream as CallStream
+from ._runtime import MapOutcome as MapOutcome
+from ._runtime import Runtime as Runtime
+from ._runtime import open_runtime as open_runtime
+from .config import ProviderConfig as ProviderConfig
+from .config import RateLimitConfig as RateLimitConfig
+from .config import RetryConfig as RetryConfig
+from .config import RuntimeConfig as RuntimeConfig
+from .config import Secret as Secret
+from .config import load_config as load_config
+from .errors import AuthenticationFailed as AuthenticationFailed
+from .errors import BadRequest as BadRequest
+from .errors import CallError as CallError
+from .errors import CallTimeout as CallTimeout
+from .errors import ConfigError as ConfigError
+from .errors import ConnectionFailed as ConnectionFailed
+from .errors import ContentFiltered as ContentFiltered
+from .errors import ContextTooLong as ContextTooLong
+from .errors import FatalError as FatalError
+from .errors import NotFound as NotFound
+from .errors import Overloaded as Overloaded
+from .errors import ProtocolError as ProtocolError
+from .errors import RateLimited as RateLimited
+from .errors import RetryableError as RetryableError
+from .errors import RuntimeClosed as RuntimeClosed
+from .errors import ServerError as ServerError
+from .errors import SluiceError as SluiceError
+from .errors import StreamBroken as StreamBroken
+from .events import Admitted as Admitted
+from .events import CallEvent as CallEvent
+from .events import Completed as Completed
+from .events import Failed as Failed
+from .events import FirstToken as FirstToken
+from .events import Queued as Queued
+from .events import ReasoningDelta as ReasoningDelta
+from .events import Retrying as Retrying
+from .events import StreamReset as StreamReset
+from .events import TextDelta as TextDelta
+from .events import ToolCallDelta as ToolCallDelta
+from .events import UsageReported as UsageReported
+from .messages import ChatRequest as ChatRequest
+from .messages import ChatResult as ChatResult
+from .messages import Deadlines as Deadlines
+from .messages import FilePart as FilePart
+from .messages import ImagePart as ImagePart
+from .messages import Message as Message
+from .messages import ReasoningPart as ReasoningPart
+from .messages import ResponseFormat as ResponseFormat
+from .messages import SpecificTool as SpecificTool
+from .messages import TextPart as TextPart
+from .messages import Timings as Timings
+from .messages import Tool as Tool
+from .messages import ToolCall as ToolCall
+from .messages import ToolResultPart as ToolResultPart
+from .messages import Usage as Usage
+
+__all__ = [
+    "Admitted",
+    "AuthenticationFailed",
+    "BadRequest",
+    "CallError",
+    "CallEvent",
+    "CallStream",
+    "CallTimeout",
+    "ChatRequest",
+    "ChatResult",
+    "Completed",
+    "ConfigError",
+    "ConnectionFailed",
+    "ContentFiltered",
+    "ContextTooLong",
+    "Deadlines",
+    "Failed",
+    "FatalError",
+    "FilePart",
+    "FirstToken",
+    "ImagePart",
+    "MapOutcome",
+    "Message",
+    "NotFound",
+    "Overloaded",
+    "ProtocolError",
+    "ProviderConfig",
+    "Queued",
+    "RateLimitConfig",
+    "RateLimited",
+    "ReasoningDelta",
+    "ReasoningPart",
+    "ResponseFormat",
+    "RetryConfig",
+    "RetryableError",
+    "Retrying",
+    "Runtime",
+    "RuntimeClosed",
+    "RuntimeConfig",
+    "Secret",
+    "ServerError",
+    "SluiceError",
+    "SpecificTool",
+    "StreamBroken",
+    "StreamReset",
+    "TextDelta",
+    "Timings",
+    "Tool",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolResultPart",
+    "Usage",
+    "UsageReported",
+    "load_config",
+    "open_runtime",
+]

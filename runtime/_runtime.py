@@ -1,0 +1,422 @@
+"""The runtime: starts the actors, wires them together, and is the handle users call.
+
+This is the one module of ``runtime/`` that starts tasks. Three nested nurseries encode the
+shutdown order: the Supervisor (front) stops first and lets every call in flight end; then the
+providers, the RateLimiter and the TokenLedger see their mailboxes close and return; last, local
+services (the in-process simulator) are cancelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from sluice.actors.provider import ProviderContext, run_provider
+from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors.supervisor import SupervisorPeers, run_supervisor
+from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
+
+from .config import RuntimeConfig, config_from_env
+from .errors import RuntimeClosed, SluiceError
+from .events import CallEvent, Completed, Failed
+from .mail import (
+    Call,
+    EventBatch,
+    LedgerMsg,
+    LedgerTotals,
+    ProviderMsg,
+    RateLimiterMsg,
+    Submit,
+    SupervisorMsg,
+)
+from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
+from .protocols import codec_for
+from .providers.registry import ResolvedProvider, resolve_provider
+
+__all__ = ["CallStream", "MapOutcome", "Runtime", "open_runtime"]
+
+_SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
+
+
+class CallStream:
+    """The consumer's end of one call: iterate it for events; then read ``result`` or ``error``.
+
+    Created by :meth:`Runtime.stream`, never directly. Leaving the ``async with`` block early
+    abandons the call: its HTTP request is cancelled and nothing else is disturbed.
+    """
+
+    def __init__(self, call_id: str, receive: trio.MemoryReceiveChannel[EventBatch]) -> None:
+        self.call_id = call_id
+        self._receive = receive
+        self._batch: EventBatch = ()
+        self._pos = 0
+        self.result: ChatResult | None = None
+        """The winning attempt's result, once ``Completed`` has been received."""
+        self.error: SluiceError | None = None
+        """The call's error, once ``Failed`` has been received."""
+
+    def __aiter__(self) -> CallStream:
+        return self
+
+    async def __anext__(self) -> CallEvent:
+        while self._pos >= len(self._batch):
+            batch = await self._next_batch()
+            if batch is None:
+                raise StopAsyncIteration
+            self._batch, self._pos = batch, 0
+        event = self._batch[self._pos]
+        self._pos += 1
+        return event
+
+    async def _next_batch(self) -> EventBatch | None:
+        try:
+            batch = await self._receive.receive()
+        except trio.EndOfChannel:
+            if self.result is None and self.error is None:
+                self.error = RuntimeClosed(f"call {self.call_id} ended without a result")
+            return None
+        last = batch[-1]
+        if isinstance(last, Completed):
+            self.result = last.result
+        elif isinstance(last, Failed):
+            self.error = last.error
+        return batch
+
+    async def wait(self) -> ChatResult:
+        """Skip the remaining events and return the result.
+
+        Raises:
+            CallError: the call failed.
+        """
+        while await self._next_batch() is not None:
+            pass
+        if self.result is not None:
+            return self.result
+        assert self.error is not None
+        raise self.error
+
+
+@attrs.frozen
+class MapOutcome:
+    """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
+
+    index: int
+    """Position of the request in the input."""
+    request: ChatRequest
+    result: ChatResult | None
+    error: SluiceError | None
+
+
+class _Providers:
+    """Starts one ProviderActor per backend on first use, in the infrastructure nursery."""
+
+    def __init__(self, rt: Runtime, infra: trio.Nursery, services: trio.Nursery) -> None:
+        self._rt = rt
+        self._infra = infra
+        self._services = services
+        self._lock = trio.Lock()
+        self._started: dict[str, tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]] = {}
+        self._sim_url: str | None = None
+
+    async def get(self, name: str) -> tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]:
+        found = self._started.get(name)
+        if found is not None:
+            return found
+        async with self._lock:
+            found = self._started.get(name)
+            if found is None:
+                found = self._started[name] = await self._start(name)
+            return found
+
+    async def _start(
+        self, name: str
+    ) -> tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]:
+        rt = self._rt
+        spec = resolve_provider(name, rt.config, rt._environ)
+        codec = codec_for(spec.protocol)
+        base_url = spec.base_url or await self._simulator_url()
+        if rt._transport is not None:
+            transport: httpx.AsyncBaseTransport = rt._transport
+        else:
+            limits = httpx.Limits(
+                max_connections=spec.max_connections,
+                max_keepalive_connections=spec.max_connections,
+            )
+            transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
+        client = httpx.AsyncClient(
+            transport=transport, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
+        )
+        ctx = ProviderContext(spec, base_url, client, codec, rt._limiter, rt._ledger)
+        send, inbox = trio.open_memory_channel[ProviderMsg](0)
+        await self._infra.start(_provider_task, ctx, inbox, name=f"provider {name}")
+        rt._closers.append(send.close)
+        return spec, send
+
+    async def _simulator_url(self) -> str:
+        if self._rt._transport is not None:
+            return _SIM_URL_WITH_TRANSPORT
+        if self._sim_url is None:
+            from sluice.simulator import serve_simulator
+
+            port = await self._services.start(serve_simulator, self._rt._simulator_config)
+            self._sim_url = f"http://127.0.0.1:{port}/v1"
+        return self._sim_url
+
+
+async def _provider_task(
+    ctx: ProviderContext,
+    inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    try:
+        await run_provider(ctx, inbox, task_status=task_status)
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await ctx.client.aclose()
+
+
+def _merge(base: Deadlines, override: Deadlines) -> Deadlines:
+    return Deadlines(
+        total=override.total if override.total is not None else base.total,
+        first_token=override.first_token if override.first_token is not None else base.first_token,
+        idle=override.idle if override.idle is not None else base.idle,
+    )
+
+
+class Runtime:
+    """The handle to a running sluice: submit calls here. Created by :func:`open_runtime`."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        supervisor: trio.MemorySendChannel[SupervisorMsg],
+        limiter: RateLimiterHandle,
+        ledger: TokenLedgerHandle,
+        transport: httpx.AsyncBaseTransport | None,
+        environ: Mapping[str, str] | None,
+        simulator_config: Any,
+    ) -> None:
+        self.config = config
+        self._supervisor = supervisor
+        self._limiter = limiter
+        self._ledger = ledger
+        self._transport = transport
+        self._environ = environ
+        self._simulator_config = simulator_config
+        self._ids = itertools.count(1)
+        self._closers: list[Any] = []
+        self._providers: _Providers | None = None
+
+    async def _submit(
+        self, request: ChatRequest
+    ) -> tuple[str, trio.MemoryReceiveChannel[EventBatch]]:
+        assert self._providers is not None
+        provider_name, model = split_model(request.model)
+        spec, mailbox = await self._providers.get(provider_name)
+        deadlines = _merge(spec.deadlines, request.deadlines)
+        now = trio.current_time()
+        send, receive = trio.open_memory_channel[EventBatch](self.config.stream_buffer)
+        call = Call(
+            call_id=f"c{next(self._ids)}",
+            request=request,
+            provider=spec,
+            provider_mailbox=mailbox,
+            model=model,
+            events=send,
+            submitted_at=now,
+            deadline=now + deadlines.total if deadlines.total is not None else math.inf,
+            first_token_timeout=deadlines.first_token,
+            idle_timeout=deadlines.idle,
+        )
+        try:
+            await self._supervisor.send(Submit(call))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            send.close()
+            receive.close()
+            raise RuntimeClosed("the runtime has stopped; open a new one") from exc
+        return call.call_id, receive
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        request: ChatRequest | str,
+        messages: str | Iterable[Message] | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[CallStream]:
+        """Submit one call and stream its events.
+
+        ``request`` is a :class:`ChatRequest`, or a ``provider:model`` string with ``messages``
+        and any other ChatRequest field as keywords.
+
+        Raises:
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        call_id, receive = await self._submit(_as_request(request, messages, fields))
+        with receive:
+            yield CallStream(call_id, receive)
+
+    async def chat(
+        self,
+        request: ChatRequest | str,
+        messages: str | Iterable[Message] | None = None,
+        **fields: Any,
+    ) -> ChatResult:
+        """Run one call to its end and return the result.
+
+        Raises:
+            CallError: the call failed (after whatever retries the policy allowed).
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        async with self.stream(request, messages, **fields) as call:
+            return await call.wait()
+
+    @asynccontextmanager
+    async def map(
+        self,
+        requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
+        *,
+        max_in_flight: int = 256,
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[MapOutcome]]:
+        """Run many calls, at most ``max_in_flight`` at once; yield outcomes as they finish.
+
+        Requests are pulled from ``requests`` only as slots free up, so a huge or endless
+        input is never held in memory. Every request pulled gets exactly one outcome, unless
+        the consumer leaves the block early, which cancels the calls still running.
+        """
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        send, receive = trio.open_memory_channel[MapOutcome](0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._feed, requests, send, max_in_flight)
+            with receive:
+                yield receive
+            nursery.cancel_scope.cancel(reason="the consumer of Runtime.map left")
+
+    async def _feed(
+        self,
+        requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
+        send: trio.MemorySendChannel[MapOutcome],
+        max_in_flight: int,
+    ) -> None:
+        slots = trio.Semaphore(max_in_flight)
+        async with send, trio.open_nursery() as calls:
+            index = 0
+            async for request in _aiter(requests):
+                await slots.acquire()
+                calls.start_soon(self._one, index, request, send.clone(), slots)
+                index += 1
+
+    async def _one(
+        self,
+        index: int,
+        request: ChatRequest,
+        send: trio.MemorySendChannel[MapOutcome],
+        slots: trio.Semaphore,
+    ) -> None:
+        async with send:
+            try:
+                outcome = MapOutcome(index, request, await self.chat(request), None)
+            except SluiceError as exc:
+                outcome = MapOutcome(index, request, None, exc)
+            finally:
+                slots.release()
+            try:
+                await send.send(outcome)
+            except trio.BrokenResourceError:
+                pass  # the consumer left
+
+    async def ledger_totals(self) -> dict[str, LedgerTotals]:
+        """Calls and tokens so far, per ``provider:model``."""
+        totals: dict[str, LedgerTotals] = await self._ledger.totals()
+        return totals
+
+
+async def _aiter(
+    items: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
+) -> AsyncIterator[ChatRequest]:
+    if isinstance(items, AsyncIterable):
+        async for item in items:
+            yield item
+    else:
+        for item in items:
+            yield item
+
+
+def _as_request(
+    request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
+) -> ChatRequest:
+    if isinstance(request, ChatRequest):
+        changes: dict[str, Any] = dict(fields)
+        if messages is not None:
+            changes["messages"] = messages
+        return attrs.evolve(request, **changes) if changes else request
+    if messages is None:
+        raise TypeError("give the messages (or a prompt string) after the model")
+    return ChatRequest(model=request, messages=messages, **fields)
+
+
+@asynccontextmanager
+async def open_runtime(
+    config: RuntimeConfig | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    rng: random.Random | None = None,
+    environ: Mapping[str, str] | None = None,
+    simulator: Any = None,
+) -> AsyncIterator[Runtime]:
+    """Start the actors and yield the :class:`Runtime`; stop them all when the block ends.
+
+    Args:
+        config: defaults to the file named by ``SLUICE_CONFIG``, else built-in defaults.
+        transport: an httpx transport every provider uses instead of the network (tests use
+            ``httpx.MockTransport`` or the simulator's ``mock_transport``).
+        rng: the source of every random choice (jitter); seed it for repeatable runs.
+        environ: where API keys are looked up; defaults to ``os.environ``.
+        simulator: a ``SimulatorConfig`` for the in-process simulator behind ``sim:`` models.
+
+    On a normal exit, calls still running are finished before the block returns.
+    """
+    config = config if config is not None else config_from_env()
+    rng = rng if rng is not None else random.Random()
+    if simulator is None:
+        from sluice.simulator import SimulatorConfig
+
+        simulator = SimulatorConfig()
+    limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](0)
+    ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](0)
+    supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](0)
+    limiter, ledger = RateLimiterHandle(limiter_send), TokenLedgerHandle(ledger_send)
+    rt = Runtime(
+        config,
+        supervisor=supervisor_send,
+        limiter=limiter,
+        ledger=ledger,
+        transport=transport,
+        environ=environ,
+        simulator_config=simulator,
+    )
+    async with trio.open_nursery() as services:
+        async with trio.open_nursery() as infra:
+            await infra.start(run_rate_limiter, limiter_inbox, rng, name="rate limiter")
+            await infra.start(run_token_ledger, ledger_inbox, name="token ledger")
+            rt._providers = _Providers(rt, infra, services)
+            peers = SupervisorPeers(limiter, ledger, config.retry, rng)
+            async with trio.open_nursery() as front:
+                await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
+                with supervisor_send:
+                    yield rt
+            for close in rt._closers:
+                close()
+            limiter_send.close()
+            ledger_send.close()
+        services.cancel_scope.cancel(reason="the runtime is shutting down")

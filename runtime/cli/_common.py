@@ -1,0 +1,123 @@
+"""What every command shares: exit codes, config assembly and error reporting.
+
+User errors never print a traceback. Errors go to stderr as one line starting ``sluice:``;
+with ``--json`` they go to stdout as ``{"error": {"type", "message", "status"}}``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import orjson
+
+from ..config import ProviderConfig, RuntimeConfig, Secret, config_from_env, load_config
+from ..errors import CallError, ConfigError, SluiceError
+from ..messages import split_model
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_config",
+    "check_model",
+    "error_json",
+    "exit_code_for",
+    "fail",
+    "report_error",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""A call (or the job) failed."""
+EXIT_USAGE = 2
+"""Bad arguments, config, model string or input file: fix the command line and run again."""
+
+
+def fail(message: str) -> int:
+    """Print a usage or config problem to stderr and return :data:`EXIT_USAGE`."""
+    print(f"sluice: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def check_model(model: str) -> str:
+    """Return ``model`` when it is written ``provider:model``.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    try:
+        split_model(model)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return model
+
+
+def build_config(
+    *,
+    config_file: Path | None = None,
+    provider: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+) -> RuntimeConfig:
+    """The config from ``config_file`` (else ``SLUICE_CONFIG``, else defaults), with the
+    command line's ``--base-url`` and ``--api-key`` laid over ``provider``'s entry.
+
+    Raises:
+        ConfigError: the file cannot be read or is invalid, or an override has no provider.
+    """
+    if config_file is not None:
+        try:
+            raw = config_file.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        try:
+            config = load_config(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{config_file}: {exc}") from None
+    else:
+        config = config_from_env()
+    if base_url is None and api_key is None:
+        return config
+    if provider is None:
+        raise ConfigError("--base-url and --api-key need a provider:model to apply to")
+    overrides: dict[str, Any] = {}
+    if base_url is not None:
+        overrides["base_url"] = base_url
+    if api_key is not None:
+        overrides["api_key"] = Secret(api_key)
+    entry = attrs.evolve(config.providers.get(provider, ProviderConfig()), **overrides)
+    return attrs.evolve(config, providers={**config.providers, provider: entry})
+
+
+def exit_code_for(error: SluiceError) -> int:
+    """:data:`EXIT_FAILED` for a failed call, :data:`EXIT_USAGE` for config problems."""
+    return EXIT_USAGE if isinstance(error, ConfigError) else EXIT_FAILED
+
+
+def error_json(error: SluiceError) -> dict[str, Any]:
+    """``{"error": {"type", "message", "status"}}``: ``type`` is the provider's error type
+    when it gave one, else the sluice error class name; ``status`` the HTTP status or null."""
+    if isinstance(error, CallError):
+        return {
+            "error": {
+                "type": error.error_type or error.kind,
+                "message": error.message,
+                "status": error.status,
+            }
+        }
+    return {"error": {"type": type(error).__name__, "message": str(error), "status": None}}
+
+
+def report_error(error: SluiceError, *, as_json: bool) -> int:
+    """Print ``error`` the way the command's output mode asks and return its exit code."""
+    if as_json:
+        sys.stdout.write(orjson.dumps(error_json(error)).decode() + "\n")
+        sys.stdout.flush()
+    else:
+        print(f"sluice: error: {error}", file=sys.stderr)
+    return exit_code_for(error)

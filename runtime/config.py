@@ -1,0 +1,144 @@
+"""Runtime configuration: frozen, keyword-only attrs classes loaded through :mod:`sluice.serde`.
+
+A config is a value: derive variants with ``attrs.evolve``. Unknown keys and out-of-range values
+fail at load time with a :class:`~sluice.errors.ConfigError` naming the path
+(``extra fields found (brust) @ $.providers.openai.rate_limit``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+import cattrs
+import orjson
+from attrs.validators import ge, gt, le, optional
+
+from .errors import ConfigError
+from .messages import Deadlines
+from .serde import converter, format_validation_error
+
+__all__ = [
+    "ProviderConfig",
+    "RateLimitConfig",
+    "RetryConfig",
+    "RuntimeConfig",
+    "Secret",
+    "load_config",
+]
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """An API key. Its repr and str never show the value; only :meth:`reveal` does."""
+
+    _value: str
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+
+@attrs.frozen(kw_only=True)
+class RateLimitConfig:
+    """Admission limits for one quota key (a provider account)."""
+
+    max_pending: int | None = attrs.field(default=None, validator=optional(ge(1)))
+    """Calls that may wait for their first chunk at once; a call frees its slot at that chunk."""
+    requests_per_minute: float | None = attrs.field(default=None, validator=optional(gt(0)))
+    """Admissions in any 60-second window."""
+    default_cooldown: float = attrs.field(default=5.0, validator=ge(0))
+    """Pause after a 429 that did not say how long to wait."""
+    cooldown_jitter: float = attrs.field(default=0.5, validator=ge(0))
+    """A cooldown ends up to this many seconds late, drawn at random, so waiters spread out."""
+
+
+@attrs.frozen(kw_only=True)
+class RetryConfig:
+    """How the Supervisor retries a failed attempt."""
+
+    max_attempts: int = attrs.field(default=4, validator=ge(1))
+    base_delay: float = attrs.field(default=0.5, validator=ge(0))
+    """First backoff; each retry doubles it."""
+    max_delay: float = attrs.field(default=8.0, validator=ge(0))
+    jitter: float = attrs.field(default=0.25, validator=[ge(0), le(1)])
+    """A backoff is shortened by up to this fraction, at random."""
+    max_retry_after: float = attrs.field(default=120.0, validator=ge(0))
+    """A provider's wait longer than this fails the call instead of waiting."""
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    """One backend. Builtin providers fill what is left unset here."""
+
+    protocol: Literal["openai"] | None = None
+    base_url: str | None = None
+    api_key: Secret | None = None
+    api_key_env: str | None = None
+    """Environment variable that holds the key (read when the provider starts)."""
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    deadlines: Deadlines | None = None
+    connect_timeout: float = attrs.field(default=10.0, validator=gt(0))
+    max_connections: int = attrs.field(default=2048, validator=ge(1))
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeConfig:
+    """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
+
+    providers: Mapping[str, ProviderConfig] = attrs.field(factory=dict)
+    retry: RetryConfig = RetryConfig()
+    deadlines: Deadlines = Deadlines(total=600.0, first_token=120.0, idle=60.0)
+    """Default deadlines for every call; a provider's or a call's own override them per field."""
+    stream_buffer: int = attrs.field(default=8, validator=ge(0))
+    """Event batches buffered per call before the producer waits for the consumer."""
+
+
+converter.register_structure_hook(
+    Secret, lambda v, _: Secret(v) if isinstance(v, str) else _bad_key()
+)
+converter.register_unstructure_hook(Secret, lambda s: "********")
+
+
+def _bad_key() -> Secret:
+    raise ValueError("an API key must be a string")
+
+
+def load_config(raw: bytes | str | Mapping[str, Any]) -> RuntimeConfig:
+    """Load a config from JSON text or an already parsed mapping.
+
+    Raises:
+        ConfigError: the text is not JSON, or a key or value is wrong (the message names each).
+    """
+    try:
+        data = orjson.loads(raw) if isinstance(raw, bytes | str) else raw
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"config is not valid JSON: {exc}") from None
+    try:
+        return converter.structure(data, RuntimeConfig)
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid config: {format_validation_error(exc)}") from None
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
+    """The config named by ``SLUICE_CONFIG`` (a JSON file), else the defaults."""
+    env = os.environ if environ is None else environ
+    path = env.get("SLUICE_CONFIG")
+    if not path:
+        return RuntimeConfig()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path} (from SLUICE_CONFIG): {exc}") from None
+    try:
+        return load_config(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None

@@ -1,0 +1,132 @@
+"""Events a call's stream yields, in order.
+
+``Queued``, ``Admitted``, then for each attempt ``FirstToken`` and the deltas (``TextDelta``,
+``ReasoningDelta``, ``ToolCallDelta``, ``UsageReported``); a retry emits ``Retrying`` (and
+``StreamReset`` first when deltas of the failed attempt were already delivered, so the
+consumer can discard them); then exactly one of ``Completed`` or ``Failed``.
+
+Deltas decoded from one network read travel together as one batch; the stream hands them to
+the consumer one by one.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import attrs
+
+from .errors import CallError
+from .messages import ChatResult, Usage
+
+__all__ = [
+    "Admitted",
+    "CallEvent",
+    "Completed",
+    "DeltaEvent",
+    "Failed",
+    "FirstToken",
+    "Queued",
+    "ReasoningDelta",
+    "Retrying",
+    "StreamReset",
+    "TextDelta",
+    "ToolCallDelta",
+    "UsageReported",
+]
+
+
+@attrs.frozen
+class Queued:
+    """The call waits for admission."""
+
+    call_id: str
+    attempt: int
+    at: float
+
+
+@attrs.frozen
+class Admitted:
+    """The RateLimiter let this attempt through; ``waited`` is its time in the queue."""
+
+    call_id: str
+    attempt: int
+    at: float
+    waited: float
+
+
+@attrs.frozen
+class FirstToken:
+    """The attempt's first chunk arrived; ``ttft`` is measured from submit."""
+
+    call_id: str
+    attempt: int
+    at: float
+    ttft: float
+
+
+@attrs.frozen(slots=True)
+class TextDelta:
+    call_id: str
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ReasoningDelta:
+    call_id: str
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ToolCallDelta:
+    """A fragment of tool call ``index``: ``id`` and ``name`` arrive once, arguments in pieces."""
+
+    call_id: str
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@attrs.frozen
+class UsageReported:
+    """The provider reported the attempt's token usage."""
+
+    call_id: str
+    usage: Usage
+
+
+@attrs.frozen
+class StreamReset:
+    """Discard every delta received so far: attempt ``attempt`` failed after output began."""
+
+    call_id: str
+    attempt: int
+    reason: str
+
+
+@attrs.frozen
+class Retrying:
+    """Attempt ``attempt`` failed with ``error``; the next begins after ``delay`` seconds."""
+
+    call_id: str
+    attempt: int
+    delay: float
+    error: CallError
+
+
+@attrs.frozen
+class Completed:
+    call_id: str
+    result: ChatResult
+
+
+@attrs.frozen
+class Failed:
+    call_id: str
+    error: CallError
+
+
+DeltaEvent: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta | UsageReported
+CallEvent: TypeAlias = (
+    Queued | Admitted | FirstToken | DeltaEvent | StreamReset | Retrying | Completed | Failed
+)

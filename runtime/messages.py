@@ -1,0 +1,335 @@
+"""The data model a user sees: chat messages, requests, results, usage.
+
+Every class is a frozen attrs class, so a value handed to the runtime cannot change under it,
+and equality is free for tests. Serialization to and from JSON goes through
+:mod:`sluice.serde` (one cattrs converter on orjson); the runtime itself passes these objects
+between actors without serializing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeAlias
+
+import attrs
+import orjson
+
+__all__ = [
+    "ChatRequest",
+    "ChatResult",
+    "ContentPart",
+    "Deadlines",
+    "FilePart",
+    "FinishReason",
+    "ImagePart",
+    "Message",
+    "ReasoningPart",
+    "ResponseFormat",
+    "SpecificTool",
+    "Role",
+    "TextPart",
+    "Timings",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+    "ToolResultPart",
+    "Usage",
+    "split_model",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
+
+
+@attrs.frozen
+class TextPart:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@attrs.frozen(kw_only=True)
+class ImagePart:
+    """An image, by URL (``https:`` or a ``data:`` URL)."""
+
+    url: str
+    media_type: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+    type: Literal["image"] = "image"
+
+
+@attrs.frozen(kw_only=True)
+class FilePart:
+    """A document: base64 ``data`` with its media type, or a provider file id in ``file_id``."""
+
+    data: str | None = None
+    media_type: str | None = None
+    name: str | None = None
+    file_id: str | None = None
+    type: Literal["file"] = "file"
+
+
+@attrs.frozen(kw_only=True)
+class ToolCall:
+    """A tool call the model made. ``arguments`` is the JSON text as the model produced it."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    type: Literal["tool_call"] = "tool_call"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as a JSON value; empty text means ``{}``.
+
+        Raises:
+            ValueError: the text is not JSON (the tool layer repairs that before it gets here).
+        """
+        if not self.arguments.strip():
+            return {}
+        return orjson.loads(self.arguments)
+
+
+@attrs.frozen(kw_only=True)
+class ToolResultPart:
+    """The result of a tool call, sent back to the model in a ``tool`` message."""
+
+    tool_call_id: str
+    content: str
+    is_error: bool = False
+    name: str | None = None
+    type: Literal["tool_result"] = "tool_result"
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningPart:
+    """Reasoning text the model showed; ``signature`` is echoed back where a provider needs it."""
+
+    text: str
+    signature: str | None = None
+    type: Literal["reasoning"] = "reasoning"
+
+
+ContentPart: TypeAlias = TextPart | ImagePart | FilePart | ToolCall | ToolResultPart | ReasoningPart
+
+
+def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
+    if isinstance(content, str):
+        return (TextPart(content),)
+    return tuple(content)
+
+
+@attrs.frozen
+class Message:
+    """One chat message: a role and its content parts.
+
+    Build them with :meth:`system`, :meth:`user`, :meth:`assistant` and :meth:`tool`.
+    """
+
+    role: Role
+    content: tuple[ContentPart, ...] = attrs.field(converter=_parts)
+
+    @classmethod
+    def system(cls, content: str | Iterable[ContentPart]) -> Message:
+        return cls("system", _parts(content))
+
+    @classmethod
+    def user(cls, content: str | Iterable[ContentPart]) -> Message:
+        return cls("user", _parts(content))
+
+    @classmethod
+    def assistant(cls, content: str | Iterable[ContentPart] = ()) -> Message:
+        return cls("assistant", _parts(content))
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
+        return cls(
+            "tool", (ToolResultPart(tool_call_id=tool_call_id, content=content, is_error=is_error),)
+        )
+
+    @property
+    def text(self) -> str:
+        """The text parts joined together."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(p.text for p in self.content if isinstance(p, ReasoningPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(p for p in self.content if isinstance(p, ToolCall))
+
+
+@attrs.frozen(kw_only=True)
+class Tool:
+    """A function the model may call. ``parameters`` is a JSON schema for its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object", "properties": {}}
+    )
+    strict: bool | None = None
+
+
+@attrs.frozen
+class SpecificTool:
+    """``tool_choice`` that forces one named tool."""
+
+    name: str
+
+
+ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
+
+
+@attrs.frozen(kw_only=True)
+class ResponseFormat:
+    """Structured output: ``json_object``, or ``json_schema`` with a schema."""
+
+    type: Literal["text", "json_object", "json_schema"] = "json_schema"
+    schema: Mapping[str, Any] | None = None
+    name: str = "response"
+    strict: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Deadlines:
+    """Per-call time limits in seconds; None means no limit of that kind.
+
+    ``first_token`` and ``idle`` apply to each attempt; ``total`` covers the whole call,
+    retries and queueing included.
+    """
+
+    total: float | None = None
+    first_token: float | None = None
+    idle: float | None = None
+
+
+def split_model(model: str) -> tuple[str, str]:
+    """Split ``"provider:model"`` into its two parts.
+
+    Raises:
+        ValueError: no provider prefix, or an empty part.
+    """
+    provider, sep, name = model.partition(":")
+    if not sep or not provider or not name:
+        raise ValueError(
+            f"model {model!r} must be written as 'provider:model', for example 'sim:echo' "
+            "or 'openai:gpt-4o-mini'"
+        )
+    return provider, name
+
+
+def _messages(value: str | Iterable[Message]) -> tuple[Message, ...]:
+    if isinstance(value, str):
+        return (Message.user(value),)
+    return tuple(value)
+
+
+def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
+    if value is None or isinstance(value, SpecificTool):
+        return value
+    if value in ("auto", "required", "none"):
+        return value  # type: ignore[return-value]
+    return SpecificTool(value)
+
+
+@attrs.frozen(kw_only=True)
+class ChatRequest:
+    """Everything one chat call needs. ``model`` is ``provider:model``.
+
+    ``messages`` accepts a plain string as one user message; ``tool_choice`` accepts a tool
+    name for :class:`SpecificTool`. ``extra_body`` is merged into the provider's request body
+    as-is, for parameters sluice does not model.
+    """
+
+    model: str
+    messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple)
+    tool_choice: ToolChoice | None = attrs.field(default=None, converter=_tool_choice)
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    seed: int | None = None
+    stream: bool = True
+    tag: str | None = None
+    deadlines: Deadlines = Deadlines()
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def provider(self) -> str:
+        return split_model(self.model)[0]
+
+    @property
+    def model_name(self) -> str:
+        return split_model(self.model)[1]
+
+
+@attrs.frozen
+class Usage:
+    """Token counts, normalized across providers.
+
+    ``input_tokens`` counts every prompt token the provider processed, cached ones included;
+    ``output_tokens`` every generated token, reasoning included.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@attrs.frozen(kw_only=True)
+class Timings:
+    """Seconds on trio's clock, measured from the moment the call was submitted."""
+
+    queued: float = 0.0
+    """Submit until the RateLimiter admitted the winning attempt."""
+    time_to_first_token: float | None = None
+    """Submit until the winning attempt's first chunk."""
+    total: float = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class ChatResult:
+    """The finished call: the winning attempt's assistant message, usage and timings."""
+
+    call_id: str
+    provider: str
+    model: str
+    message: Message
+    finish_reason: FinishReason
+    usage: Usage = Usage()
+    attempts: int = 1
+    timings: Timings = Timings()
+    request_id: str | None = None
+    raw_finish_reason: str | None = None
+    """The provider's own finish reason, before normalization."""
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def reasoning(self) -> str:
+        return self.message.reasoning
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.message.tool_calls

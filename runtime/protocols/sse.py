@@ -1,0 +1,140 @@
+"""An incremental, sans-io decoder for ``text/event-stream`` bodies.
+
+It follows the parts of the WHATWG event-stream rules that LLM providers exercise:
+
+* a line ends in ``\\n``, ``\\r\\n`` or ``\\r``; a ``\\r`` at the end of one piece followed by
+  ``\\n`` at the start of the next is one line ending, not two;
+* ``data:`` lines (one optional space after the colon is dropped) accumulate, joined by ``\\n``;
+* ``event:`` names the event; ``id:`` and ``retry:`` are read and ignored;
+* a line starting with ``:`` is a comment;
+* an empty line dispatches the event, if it has at least one ``data`` line;
+* a leading UTF-8 byte order mark is skipped.
+
+The decoder works on bytes and never decodes a payload, so input cut anywhere, inside a line
+or inside a multi-byte UTF-8 character, gives the same events as the whole body.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["SSEDecoder", "SSEEvent"]
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event. ``data`` holds the raw bytes of its data lines."""
+
+    event: str
+    """The ``event:`` name, or ``"message"`` when the event named none."""
+    data: bytes
+    """The ``data`` lines joined by ``\\n``, undecoded."""
+
+
+class SSEDecoder:
+    """Turns body bytes into :class:`SSEEvent` values, one :meth:`feed` at a time.
+
+    Guarantees: the concatenation of what ``feed`` returns for any split of a body equals what
+    one ``feed`` of the whole body returns. Bytes after the last line ending stay buffered
+    until more input or :meth:`end`.
+    """
+
+    __slots__ = ("_at_start", "_buf", "_data", "_event", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        """The unfinished line: bytes after the last line ending, ``\\r`` already rewritten."""
+        self._data: list[bytes] = []
+        """Data lines of the event being built."""
+        self._event: str | None = None
+        self._skip_lf = False
+        """The previous piece ended in ``\\r``: a ``\\n`` starting this one ends no line."""
+        self._at_start = True
+        """No byte seen yet: a byte order mark may still come."""
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        """Decode the next piece of the body and return the events it completes, in order."""
+        if self._at_start:
+            data = self._buf + data
+            if len(data) < len(_BOM) and _BOM.startswith(data):
+                self._buf = data
+                return []
+            self._at_start = False
+            self._buf = b""
+            if data.startswith(_BOM):
+                data = data[len(_BOM) :]
+        if not data:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[0] == 0x0A:
+                data = data[1:]
+        if b"\r" in data:
+            # A trailing \r ends its line now; a \n that may open the next piece is its pair.
+            self._skip_lf = data[-1] == 0x0D
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self._buf:
+            data = self._buf + data
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._buf = data
+            return []
+        self._buf = data[end + 1 :]
+        return self._lines(data, end)
+
+    def end(self) -> list[SSEEvent]:
+        """The body ended: return the event still being built, if any, and reset.
+
+        The standard drops an event that no empty line closed; providers do end bodies with
+        ``data: [DONE]`` and no blank line, so this treats the end of the body as the end of
+        the last line and of the event. A caller that distrusts a truncated tail can tell it
+        apart by the payload failing to parse.
+        """
+        events: list[SSEEvent] = []
+        if self._buf:
+            events = self._lines(self._buf + b"\n", len(self._buf))
+        if self._data:
+            events.append(self._dispatch())
+        self._buf = b""
+        self._event = None
+        self._skip_lf = False
+        self._at_start = True
+        return events
+
+    def _lines(self, buf: bytes, end: int) -> list[SSEEvent]:
+        """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending)."""
+        events: list[SSEEvent] = []
+        data = self._data
+        pos = 0
+        while pos <= end:
+            nl = buf.find(b"\n", pos)
+            if nl == pos:
+                if data:
+                    events.append(self._dispatch())
+                else:
+                    self._event = None
+            elif buf.startswith(b"data: ", pos):
+                data.append(buf[pos + 6 : nl])
+            elif buf[pos] != 0x3A:  # a line opening with ":" is a comment
+                self._field(buf[pos:nl])
+            pos = nl + 1
+        return events
+
+    def _field(self, line: bytes) -> None:
+        name, colon, value = line.partition(b":")
+        if colon and value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        # "id", "retry" and unknown fields change nothing a caller of this decoder reads.
+
+    def _dispatch(self) -> SSEEvent:
+        data = self._data
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        data.clear()
+        event = self._event or "message"
+        self._event = None
+        return SSEEvent(event, payload)

@@ -1,0 +1,79 @@
+"""One cattrs converter on orjson for everything that enters or leaves the process as JSON.
+
+Configs, results written by the CLI and batch jobs, and round-trip tests all go through
+:data:`converter`; the runtime never serializes messages it passes between actors.
+Unknown keys are errors (``forbid_extra_keys``), so a typo in a config file is reported
+instead of ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cattrs
+from cattrs.preconf.orjson import make_converter
+from cattrs.strategies import configure_union_passthrough
+
+from .messages import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    ReasoningPart,
+    SpecificTool,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+    ToolResultPart,
+)
+
+__all__ = ["converter", "format_validation_error"]
+
+converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
+
+_PART_TYPES: dict[str, type[Any]] = {
+    "text": TextPart,
+    "image": ImagePart,
+    "file": FilePart,
+    "tool_call": ToolCall,
+    "tool_result": ToolResultPart,
+    "reasoning": ReasoningPart,
+}
+
+
+def _structure_part(value: Any, _: Any) -> ContentPart:
+    if not isinstance(value, dict) or value.get("type") not in _PART_TYPES:
+        raise ValueError(f"a content part needs a 'type' of {sorted(_PART_TYPES)}")
+    part: ContentPart = converter.structure(value, _PART_TYPES[value["type"]])
+    return part
+
+
+def _structure_tool_choice(value: Any, _: Any) -> Any:
+    if value is None or value in ("auto", "required", "none"):
+        return value
+    if isinstance(value, str):
+        return SpecificTool(value)
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return SpecificTool(value["name"])
+    raise ValueError("tool_choice must be 'auto', 'required', 'none' or a tool name")
+
+
+converter.register_structure_hook(ContentPart, _structure_part)
+converter.register_unstructure_hook(SpecificTool, lambda t: {"name": t.name})
+configure_union_passthrough(str | int | float | bool | None, converter)
+
+converter.register_structure_hook(ToolChoice | None, _structure_tool_choice)
+converter.register_structure_hook(ToolChoice, _structure_tool_choice)
+
+
+def format_validation_error(exc: Exception) -> str:
+    """Turn a cattrs validation error into one line per problem, each with its path."""
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, format_exception=_format))
+    return str(exc)
+
+
+def _format(exc: BaseException, type_: Any) -> str:
+    base = cattrs.v.format_exception(exc, type_)
+    if isinstance(exc, ValueError | TypeError) and str(exc) and str(exc) not in base:
+        return f"{base} ({exc})"
+    return base

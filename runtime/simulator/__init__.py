@@ -1,0 +1,62 @@
+"""An OpenAI-compatible fake LLM server: the ``sim:`` provider, our test target, a load target.
+
+One request-handling core (:class:`SimulatorApp`, built from a :class:`SimulatorConfig`) with
+two front ends: a real HTTP/1.1 server (:func:`serve_simulator`, :func:`run_simulator`) and an
+``httpx.MockTransport`` (:func:`mock_transport`) for socket-free tests under trio's MockClock.
+
+Importing this package is cheap: each name is imported from its module on first use, so h11
+and httpx load only when the server or the transport is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import SimResponse as SimResponse
+    from .app import SimulatedDisconnect as SimulatedDisconnect
+    from .app import SimulatorApp as SimulatorApp
+    from .config import SimulatorConfig as SimulatorConfig
+    from .directives import parse_directive as parse_directive
+    from .server import run_simulator as run_simulator
+    from .server import serve_connection as serve_connection
+    from .server import serve_simulator as serve_simulator
+    from .transport import mock_transport as mock_transport
+
+__all__ = [
+    "SimResponse",
+    "SimulatedDisconnect",
+    "SimulatorApp",
+    "SimulatorConfig",
+    "mock_transport",
+    "parse_directive",
+    "run_simulator",
+    "serve_connection",
+    "serve_simulator",
+]
+
+_HOMES = {
+    "SimResponse": "app",
+    "SimulatedDisconnect": "app",
+    "SimulatorApp": "app",
+    "SimulatorConfig": "config",
+    "parse_directive": "directives",
+    "run_simulator": "server",
+    "serve_connection": "server",
+    "serve_simulator": "server",
+    "mock_transport": "transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

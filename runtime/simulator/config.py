@@ -1,0 +1,96 @@
+"""The simulator's configuration: one frozen, keyword-only attrs value.
+
+Every field has a default that gives an instant, fault-free, deterministic server. Derive
+variants with ``attrs.evolve``. Bad values fail at construction with a ``ValueError`` (attrs
+validators), and every ``script`` directive is parsed there too, so a typo never reaches a
+running server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs.validators import deep_iterable, ge, instance_of
+
+from .directives import parse_directive
+
+__all__ = ["DEFAULT_MODELS", "SimulatorConfig"]
+
+DEFAULT_MODELS: tuple[str, ...] = ("sim-small", "sim-large", "sim-echo")
+"""Model ids listed by ``GET /v1/models``. Chat accepts any model name."""
+
+
+def _probability(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"'{attribute.name}' must be a probability in [0, 1]: {value!r}")
+
+
+def _check_script(_instance: object, _attribute: object, value: tuple[str, ...]) -> None:
+    for index, directive in enumerate(value):
+        try:
+            parse_directive(directive)
+        except ValueError as exc:
+            raise ValueError(f"script[{index}]: {exc}") from None
+
+
+def _non_negative_or_none(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not value >= 0:
+        raise ValueError(f"'{attribute.name}' must be >= 0 or None: {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SimulatorConfig:
+    """How the simulator answers: latency, content size and faults."""
+
+    seed: int = 0
+    """Mixed into every generated reply; the same seed and messages give the same reply."""
+    ttft: float = attrs.field(default=0.0, validator=ge(0))
+    """Seconds from the request to the first chunk. Response headers go out with that chunk."""
+    tokens_per_second: float | None = attrs.field(default=0.0, validator=_non_negative_or_none)
+    """Pace of the stream after the first chunk; 0 or None sends every chunk at once."""
+    tokens_per_chunk: int = attrs.field(default=1, validator=ge(1))
+    """Tokens carried by one streamed content (or tool-argument) chunk."""
+    output_tokens: int = attrs.field(default=24, validator=ge(0))
+    """Length of a text reply when ``max_tokens`` does not cut it shorter."""
+    models: tuple[str, ...] = attrs.field(
+        default=DEFAULT_MODELS, validator=deep_iterable(instance_of(str), instance_of(tuple))
+    )
+    """Model ids listed by ``GET /v1/models``."""
+
+    rate_429: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a chat request is refused with 429."""
+    retry_after: float = attrs.field(default=1.0, validator=ge(0))
+    """Seconds announced in ``Retry-After`` on a 429 whose directive does not say."""
+    rate_500: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a chat request fails with 500."""
+    rate_disconnect: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a chat reply is cut mid-body."""
+    disconnect_after: int = attrs.field(default=3, validator=ge(0))
+    """SSE data events sent before a random (or argument-less) disconnect cuts the stream."""
+    fault_seed: int = 0
+    """Seeds the fault dice, so a run's sequence of random faults repeats exactly."""
+    script: tuple[str, ...] = attrs.field(
+        default=(),
+        validator=[deep_iterable(instance_of(str), instance_of(tuple)), _check_script],
+    )
+    """Directives for the first chat requests, in arrival order (``"ok"``, ``"429"``,
+    ``"429:retry_after=2"``, ``"500"``, ``"503"``, ``"529"``, ``"disconnect:3"``); later
+    requests fall back to the random rates."""
+
+    def __attrs_post_init__(self) -> None:
+        total = self.rate_429 + self.rate_500 + self.rate_disconnect
+        if total > 1:
+            raise ValueError(
+                f"rate_429 + rate_500 + rate_disconnect must be at most 1, got {total:g}"
+            )
+
+    @property
+    def paced(self) -> bool:
+        """True when chunks are spread out in time (``tokens_per_second`` > 0)."""
+        return bool(self.tokens_per_second)
+
+    @property
+    def has_random_faults(self) -> bool:
+        """True when any fault rate is above zero."""
+        return bool(self.rate_429 or self.rate_500 or self.rate_disconnect)

@@ -1,0 +1,71 @@
+"""The simulator as an ``httpx.MockTransport``: the same app, no sockets.
+
+Under trio's ``MockClock`` (pytest-trio's ``autojump_clock``) the simulated latency is
+virtual, so runtime tests can drive a realistic provider in microseconds and assert exact
+times. The response head arrives when :meth:`SimulatorApp.handle` returns; body pieces arrive
+as the app releases them. A simulated disconnect surfaces as the error httpx raises for a
+real cut body.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+
+from .app import SimulatedDisconnect, SimulatorApp
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from .config import SimulatorConfig
+
+__all__ = ["DISCONNECT_MESSAGE", "mock_transport"]
+
+DISCONNECT_MESSAGE = "peer closed connection without sending complete message body (simulated)"
+"""Message of the ``httpx.RemoteProtocolError`` a simulated disconnect raises."""
+
+
+class _SimStream(httpx.AsyncByteStream):
+    """Relays an app body to httpx; a plain iterator (not an async generator), so leaving
+    early leaves nothing for the garbage collector to finalize."""
+
+    def __init__(self, body: AsyncIterator[bytes], request: httpx.Request) -> None:
+        self._body = body
+        self._request = request
+
+    def __aiter__(self) -> _SimStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._body.__anext__()
+        except SimulatedDisconnect as exc:
+            raise httpx.RemoteProtocolError(DISCONNECT_MESSAGE, request=self._request) from exc
+
+
+def mock_transport(
+    app_or_config: SimulatorApp | SimulatorConfig | None = None,
+) -> httpx.MockTransport:
+    """An httpx transport whose every request is answered by a :class:`SimulatorApp`.
+
+    Pass an app to share its counters and fault dice with the caller, or a config (or
+    nothing, for the defaults) to get a fresh app. Use it with ``httpx.AsyncClient`` under
+    trio: ``httpx.AsyncClient(transport=mock_transport(cfg), base_url="http://sim/v1")``.
+    """
+    app = app_or_config if isinstance(app_or_config, SimulatorApp) else SimulatorApp(app_or_config)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        response = await app.handle(
+            request.method, request.url.raw_path.decode("ascii"), request.headers.raw, body
+        )
+        if response.content is not None:
+            return httpx.Response(
+                response.status, headers=response.headers, content=response.content
+            )
+        return httpx.Response(
+            response.status, headers=response.headers, stream=_SimStream(response.body, request)
+        )
+
+    return httpx.MockTransport(handler)

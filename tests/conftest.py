@@ -1,0 +1,13 @@
+"""Rules for every test here.
+
+- Timing logic runs under ``autojump_clock`` over in-memory transports (``httpx.MockTransport``
+  or the simulator's ``mock_transport``, trio memory streams), never real sockets: autojump can
+  fire while bytes are in flight. Times are asserted exactly.
+- Every actor test has a trio-time deadline (``virtual_deadline`` or ``trio.fail_after``), so a
+  deadlock fails fast instead of spinning the autojump clock forever.
+- Randomness comes from a seeded ``random.Random``; jitter is set to 0 where a test needs an
+  exact schedule.
+- End-to-end tests over loopback use the real clock with short timeouts and assert behaviour,
+  not timing.
+- No autouse async fixtures (pytest-trio never runs them).
+"""

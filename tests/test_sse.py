@@ -1,0 +1,170 @@
+"""The SSE decoder: WHATWG line and field rules, and identical events for any split of a body."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.protocols.sse import SSEDecoder, SSEEvent
+
+
+def decode(*pieces: bytes) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    events = []
+    for piece in pieces:
+        events.extend(decoder.feed(piece))
+    return events
+
+
+def test_data_line_and_blank_line_dispatch_one_message() -> None:
+    assert decode(b'data: {"a":1}\n\n') == [SSEEvent("message", b'{"a":1}')]
+
+
+def test_event_waits_for_the_blank_line() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: x\n") == []
+    assert decoder.feed(b"\n") == [SSEEvent("message", b"x")]
+
+
+def test_only_one_leading_space_is_dropped() -> None:
+    assert decode(b"data:x\n\ndata:  y\n\n") == [
+        SSEEvent("message", b"x"),
+        SSEEvent("message", b" y"),
+    ]
+
+
+def test_data_lines_join_with_newline() -> None:
+    assert decode(b"data: a\ndata:\ndata: b\n\n") == [SSEEvent("message", b"a\n\nb")]
+
+
+def test_event_name_applies_to_one_event_only() -> None:
+    assert decode(b"event: ping\ndata: 1\n\ndata: 2\n\n") == [
+        SSEEvent("ping", b"1"),
+        SSEEvent("message", b"2"),
+    ]
+
+
+def test_comments_ids_retry_and_unknown_fields_are_skipped() -> None:
+    body = b": OPENROUTER PROCESSING\nid: 7\nretry: 100\nfoo: bar\ndata: x\n\n:\n\n"
+    assert decode(body) == [SSEEvent("message", b"x")]
+
+
+def test_field_without_colon_is_a_name_with_empty_value() -> None:
+    assert decode(b"data\n\n") == [SSEEvent("message", b"")]
+
+
+def test_blank_line_without_data_dispatches_nothing_and_forgets_the_name() -> None:
+    assert decode(b"event: a\n\ndata: x\n\n") == [SSEEvent("message", b"x")]
+
+
+def test_crlf_and_cr_line_endings() -> None:
+    assert decode(b"data: a\r\n\r\ndata: b\r\rdata: c\n\n") == [
+        SSEEvent("message", b"a"),
+        SSEEvent("message", b"b"),
+        SSEEvent("message", b"c"),
+    ]
+
+
+def test_cr_at_end_of_piece_and_lf_at_start_of_next_are_one_line_ending() -> None:
+    assert decode(b"data: a\r", b"\n\r", b"\n") == [SSEEvent("message", b"a")]
+
+
+def test_cr_at_end_of_piece_completes_its_line_at_once() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r\r") == [SSEEvent("message", b"a")]
+    # The next piece's leading LF pairs with the last CR: no extra blank line, no state change.
+    assert decoder.feed(b"\ndata: b\n\n") == [SSEEvent("message", b"b")]
+
+
+def test_payload_cut_inside_a_utf8_character_stays_bytes() -> None:
+    body = 'data: {"t":"😊"}\n\n'.encode()
+    cut = body.index(b"\xf0") + 2
+    assert decode(body[:cut], body[cut:]) == [SSEEvent("message", '{"t":"😊"}'.encode())]
+
+
+def test_leading_byte_order_mark_is_skipped_even_when_split() -> None:
+    assert decode(b"\xef", b"\xbb", b"\xbfdata: x\n\n") == [SSEEvent("message", b"x")]
+    assert decode(b"\xef\xbb\xbfdata: x\n\n") == [SSEEvent("message", b"x")]
+
+
+def test_byte_order_mark_later_in_the_stream_is_data() -> None:
+    assert decode(b"data: x\n\n\xef\xbb\xbfdata: y\n\n") == [SSEEvent("message", b"x")]
+
+
+def test_end_flushes_an_event_without_blank_line() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\ndata: [DONE]") == [SSEEvent("message", b"a")]
+    assert decoder.end() == [SSEEvent("message", b"[DONE]")]
+    assert decoder.end() == []
+
+
+def test_empty_feed_changes_nothing() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"") == []
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"") == []
+    assert decoder.feed(b"\n\n") == [SSEEvent("message", b"a")]
+
+
+# A body as servers write it: any mix of line endings, comments, names and multi-line data,
+# with non-ASCII text so that splits land inside UTF-8 sequences. Each body comes with the
+# events it holds, worked out from how it was written.
+_text = st.text(
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
+    max_size=12,
+)
+_newline = st.sampled_from([b"\n", b"\r\n", b"\r"])
+
+
+@st.composite
+def _streams(draw: st.DrawFn) -> tuple[bytes, list[SSEEvent]]:
+    out = bytearray()
+    events = []
+    for _ in range(draw(st.integers(0, 6))):
+        if draw(st.booleans()):
+            out += b":" + draw(_text).encode() + draw(_newline)
+        name = "message"
+        if draw(st.booleans()):
+            name = draw(_text)
+            out += b"event: " + name.encode() + draw(_newline)
+        lines = []
+        for _ in range(draw(st.integers(1, 3))):
+            value = draw(_text)
+            if draw(st.booleans()):
+                out += b"data: " + value.encode()
+            else:
+                out += b"data:" + value.encode()
+                value = value.removeprefix(" ")
+            newline = draw(_newline)
+            out += newline
+            lines.append(value)
+        # After a CR, an LF would only complete that line ending, not add a blank line.
+        out += draw(st.sampled_from([b"\r", b"\r\n"])) if newline == b"\r" else draw(_newline)
+        events.append(SSEEvent(name or "message", "\n".join(lines).encode()))
+    return bytes(out), events
+
+
+@given(stream=_streams())
+def test_whole_body_gives_the_events_it_was_written_with(
+    stream: tuple[bytes, list[SSEEvent]],
+) -> None:
+    body, events = stream
+    assert decode(body) == events
+
+
+@given(stream=_streams(), cuts=st.lists(st.integers(0, 10_000), max_size=12))
+def test_any_split_gives_the_same_events_as_the_whole_body(
+    stream: tuple[bytes, list[SSEEvent]], cuts: list[int]
+) -> None:
+    body, events = stream
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+    assert decode(*pieces) == events
+
+
+@given(stream=_streams())
+def test_byte_at_a_time_gives_the_same_events_as_the_whole_body(
+    stream: tuple[bytes, list[SSEEvent]],
+) -> None:
+    body, events = stream
+    assert decode(*(body[i : i + 1] for i in range(len(body)))) == events
