@@ -24,6 +24,7 @@ from sluice.errors import (
     CallError,
     CallTimeout,
     ConnectionFailed,
+    Overloaded,
     ProtocolError,
     RateLimited,
     StreamBroken,
@@ -43,8 +44,10 @@ from sluice.mail import (
     ConsumerGone,
     ProviderMsg,
     RecordUsage,
+    Settle,
     StartAttempt,
 )
+from sluice.messages import Usage
 from sluice.protocols.base import AttemptOutput, Codec
 from sluice.providers.registry import ResolvedProvider
 
@@ -89,10 +92,11 @@ async def run_provider(
 
 async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     attempt = _Attempt(ctx, msg)
+    outcome: AttemptOutcome | None = None
     try:
         outcome = await attempt.run()
     finally:
-        await attempt.release_slot()
+        await ctx.limiter.settle(attempt.settlement(outcome))
     if isinstance(outcome, AttemptFailed):
         call = msg.call
         error = outcome.error.in_context(
@@ -115,12 +119,33 @@ class _Attempt:
         self.delivered = 0
         self.chunks = 0
         self.first_token_at: float | None = None
-        self._released = False
+        self.headers: dict[str, str] | None = None
 
-    async def release_slot(self) -> None:
-        if not self._released:
-            self._released = True
-            await self.ctx.limiter.release(self.msg.ticket)
+    def settlement(self, outcome: AttemptOutcome | None) -> Settle:
+        """What to tell the RateLimiter when the attempt ends (``None``: it was cancelled).
+
+        Usage settles the token reservation: the reported usage on success; nothing when the
+        attempt failed before its first chunk (the provider generated nothing); otherwise the
+        estimate stands, since the provider may have processed the whole prompt.
+        """
+        ticket = self.msg.ticket
+        usage = None if self.first_token_at is not None else Usage()
+        match outcome:
+            case AttemptSucceeded(output=output):
+                return Settle(ticket, "ok", output.usage, headers=self.headers)
+            case AttemptFailed(error=RateLimited() as error):
+                return Settle(
+                    ticket,
+                    "rate_limited",
+                    usage,
+                    wait=error.retry_after,
+                    quota=error.quota == "quota",
+                    headers=self.headers,
+                )
+            case AttemptFailed(error=Overloaded()):
+                return Settle(ticket, "overloaded", usage, headers=self.headers)
+            case _:
+                return Settle(ticket, "failed", usage, headers=self.headers)
 
     async def run(self) -> AttemptOutcome:
         call = self.call
@@ -158,6 +183,7 @@ class _Attempt:
             raise CallTimeout(
                 "no reply before the first-token deadline", timeout_kind="first_token"
             )
+        self.headers = dict(response.headers.items())
         try:
             request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
             if response.status_code >= 400:
@@ -180,22 +206,16 @@ class _Attempt:
                 body += piece
                 if len(body) > _MAX_ERROR_BODY:
                     break
-        headers = dict(response.headers.items())
         error = self.ctx.codec.decode_error(
-            response.status_code, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
+            response.status_code, self.headers or {}, body[:_MAX_ERROR_BODY], wall_now=time.time()
         )
-        if isinstance(error, RateLimited):
-            wait = error.retry_after
-            if wait is None:
-                wait = self.ctx.spec.rate_limit.default_cooldown
-            await self.ctx.limiter.cooldown(self.ctx.spec.quota_key, wait)
         return AttemptFailed(error, 0)
 
     async def _first_chunk(self) -> list[DeltaEvent | FirstToken]:
         """Note the first chunk: free the pending slot and build the FirstToken event."""
         now = trio.current_time()
         self.first_token_at = now
-        await self.release_slot()
+        await self.ctx.limiter.release(self.msg.ticket)
         call = self.call
         return [FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)]
 

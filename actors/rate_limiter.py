@@ -1,14 +1,22 @@
 """The RateLimiter: the one admission point for every call.
 
-One task owns every quota key's state in its locals. A call's attempt is admitted when, for its
-key, no cooldown is active, a pending slot is free (a slot is held from admission until the
-attempt's first chunk, or its end), and the requests-per-minute window has room. Waiters are
-admitted in arrival order per key; keys do not block each other.
+One task owns every quota key's local state: its wait queues (by priority, with ageing), pending
+slots (held from admission to the attempt's first chunk), open streams (held to the attempt's
+end), its adaptive pending limit, and the spread of admissions after a cooldown. The windows and
+the cooldown itself live in a :class:`~sluice.limits.store.QuotaStore`, so processes sharing an
+account can share them. Keys never block each other.
+
+An attempt is admitted when, for its key: the quota is not exhausted, no cooldown is active,
+its turn in the post-cooldown spread has come, a pending slot and an open-stream slot are free,
+and every window has room for its cost. Its tokens are reserved at admission and settled with
+the real usage when the attempt ends.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import time
 from collections import deque
 from typing import TYPE_CHECKING, assert_never
 
@@ -16,75 +24,244 @@ import attrs
 import trio
 
 from sluice.config import RateLimitConfig
-from sluice.errors import RuntimeClosed
-from sluice.mail import Acquire, Admission, Cooldown, RateLimiterMsg, Release
-from sluice.window import SlidingWindow
+from sluice.errors import CallError, RateLimited, RuntimeClosed, TooLargeForQuota
+from sluice.limits.adaptive import AdaptiveLimit
+from sluice.limits.cost import Cost
+from sluice.limits.headers import learned_limits
+from sluice.limits.queue import WaitQueues
+from sluice.limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
+from sluice.mail import (
+    Acquire,
+    Admission,
+    GetLimiterStats,
+    KeyStatistics,
+    RateLimiterMsg,
+    Refusal,
+    Release,
+    Settle,
+    Signal,
+    Withdraw,
+)
+from sluice.messages import Usage
 
 if TYPE_CHECKING:
     import random
 
+    from sluice.limits.queue import Priority
+
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
+_NOTHING = Cost(0, 0, 0)
 
-@attrs.define
+
+@attrs.define(eq=False)
 class _Key:
+    name: str
     limits: RateLimitConfig
-    window: SlidingWindow | None
-    waiters: deque[Acquire] = attrs.field(factory=deque)
+    specs: tuple[WindowSpec, ...]
+    waiters: WaitQueues[Acquire]
+    adaptive: AdaptiveLimit | None
     pending: int = 0
-    cooldown_until: float = -math.inf
+    open_streams: int = 0
+    cooldown_end: float = -math.inf
+    spread_armed: bool = False
+    spread: deque[float] = attrs.field(factory=deque)
+    exhausted_until: float = -math.inf
+    exhausted_error: CallError | None = None
+    wake: float = math.inf
+
+    def pending_limit(self) -> int | None:
+        if self.adaptive is not None:
+            return self.adaptive.current
+        return self.limits.max_pending
 
 
-def _new_key(limits: RateLimitConfig) -> _Key:
-    window = None
-    if limits.requests_per_minute is not None:
-        window = SlidingWindow(max(1, math.floor(limits.requests_per_minute)), 60.0)
-    return _Key(limits=limits, window=window)
+@attrs.define(eq=False)
+class _Ticket:
+    key: _Key
+    reservation: Reservation
+    admitted_at: float
+    pending: bool = True
+
+
+def _new_key(name: str, limits: RateLimitConfig) -> _Key:
+    specs = tuple(WindowSpec(w.dimension, w.limit, w.per) for w in limits.window_limits())
+    adaptive = None
+    if limits.adaptive and limits.max_pending is not None:
+        adaptive = AdaptiveLimit(limits.max_pending)
+    return _Key(name, limits, specs, WaitQueues(limits.aging), adaptive)
+
+
+def _refuse(waiter: Acquire, error: CallError) -> None:
+    try:
+        waiter.reply_to.send_nowait(Refusal(error))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+        pass  # the asker has gone
 
 
 async def run_rate_limiter(
     inbox: trio.MemoryReceiveChannel[RateLimiterMsg],
     rng: random.Random,
+    store: QuotaStore | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admissions until every sender of ``inbox`` is closed.
 
-    Guarantees: an ``Acquire`` is answered with exactly one ``Admission`` (unless its asker left
-    first, in which case it uses no slot); a ticket's slot is freed by the first ``Release`` of
-    it; a ``Cooldown`` ends ``seconds`` plus up to ``cooldown_jitter`` later, drawn from ``rng``.
-    The actor never awaits anything but its own inbox, so a slow asker cannot stall it.
+    Guarantees: every ``Acquire`` gets exactly one ``Admission`` or ``Refusal``, unless its
+    asker left first, in which case it consumes nothing (its reservation is refunded in full);
+    a ticket's pending slot is freed by its first ``Release`` or its ``Settle``; the actor never
+    awaits anything but its inbox and the store, so a slow asker cannot stall it.
     """
+    store = store if store is not None else MemoryQuotaStore()
     keys: dict[str, _Key] = {}
-    tickets: dict[int, _Key] = {}
-    next_ticket = 0
-    wake_at = math.inf
+    tickets: dict[int, _Ticket] = {}
+    timers: list[tuple[float, int, _Key]] = []  # (wake time, tie-breaker, key)
+    counter = 0
 
-    def pump(key: _Key, now: float) -> float:
-        """Admit the key's waiters that fit now; return the time to try again (inf: on message)."""
-        nonlocal next_ticket
-        while key.waiters:
-            if now < key.cooldown_until:
-                return key.cooldown_until
-            if key.limits.max_pending is not None and key.pending >= key.limits.max_pending:
+    async def pump(key: _Key, now: float) -> None:
+        """Admit the key's waiters that fit now; schedule the key's next look."""
+        nonlocal counter
+        wake = await _admit(key, now)
+        key.wake = wake
+        if wake < math.inf:
+            counter += 1
+            heapq.heappush(timers, (wake, counter, key))
+
+    async def _admit(key: _Key, now: float) -> float:
+        nonlocal counter
+        waiters = key.waiters
+        if key.exhausted_error is not None:
+            if now < key.exhausted_until:
+                while (waiter := waiters.peek(now)) is not None:
+                    waiters.pop(waiter)
+                    _refuse(waiter, key.exhausted_error)
                 return math.inf
-            if key.window is not None:
-                free_at = key.window.next_free(now)
-                if free_at > now:
-                    return free_at
-            waiter = key.waiters.popleft()
-            next_ticket += 1
+            key.exhausted_error = None
+        if not waiters:
+            return math.inf
+        left = await store.cooldown_left(key.name, now)
+        if left > 0:
+            return now + left
+        if key.spread_armed:
+            key.spread_armed = False
+            jitter = key.limits.cooldown_jitter
+            if jitter > 0:
+                start = min(now, key.cooldown_end)
+                offsets = sorted(rng.uniform(0.0, jitter) for _ in range(len(waiters)))
+                key.spread = deque(start + offset for offset in offsets)
+        while (waiter := waiters.peek(now)) is not None:
+            if key.spread and key.spread[0] > now:
+                return key.spread[0]
+            limit = key.pending_limit()
+            if limit is not None and key.pending >= limit:
+                return math.inf
+            cap = key.limits.max_open_streams
+            if cap is not None and key.open_streams >= cap:
+                return math.inf
+            reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            if isinstance(reserved, TooLarge):
+                waiters.pop(waiter)
+                _refuse(
+                    waiter,
+                    TooLargeForQuota(
+                        f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')}"
+                        f" but the quota allows only {reserved.limit} per {reserved.period:g} s;"
+                        " lower max_tokens or shorten the prompt"
+                    ),
+                )
+                continue
+            if not isinstance(reserved, Reservation):
+                return now + reserved
+            waiters.pop(waiter)
+            if key.spread:
+                key.spread.popleft()
+            counter += 1
             try:
-                waiter.reply_to.send_nowait(Admission(next_ticket, now))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                continue  # the asker was cancelled while queued: it takes no slot
+                waiter.reply_to.send_nowait(Admission(counter, now))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                await store.settle(reserved, _NOTHING)  # the asker left: refund everything
+                continue
+            tickets[counter] = _Ticket(key, reserved, now)
             key.pending += 1
-            tickets[next_ticket] = key
-            if key.window is not None:
-                key.window.record(now)
+            key.open_streams += 1
+        key.spread.clear()
         return math.inf
 
+    async def settle(msg: Settle, now: float) -> _Key | None:
+        ticket = tickets.pop(msg.ticket, None)
+        if ticket is None:
+            return None
+        key = ticket.key
+        if ticket.pending:
+            key.pending -= 1
+        key.open_streams -= 1
+        if msg.usage is not None:
+            await store.settle(ticket.reservation, Cost.from_usage(msg.usage))
+        if msg.headers and key.limits.learn_from_headers:
+            learned = learned_limits(msg.headers, time.time())
+            if learned:
+                await store.learn(key.name, key.specs, learned, now)
+        signal: Signal = msg.signal
+        match signal:
+            case "ok":
+                if key.adaptive is not None:
+                    key.adaptive.on_success()
+            case "rate_limited":
+                await _rate_limited(key, msg, ticket.admitted_at, now)
+            case "overloaded":
+                if key.adaptive is not None:
+                    key.adaptive.on_congestion(ticket.admitted_at, now)
+            case "failed":
+                pass
+            case _:
+                assert_never(signal)
+        return key
+
+    async def _rate_limited(key: _Key, msg: Settle, admitted_at: float, now: float) -> None:
+        limits = key.limits
+        wait = msg.wait if msg.wait is not None else limits.default_cooldown
+        if msg.quota or wait > limits.max_cooldown:
+            key.exhausted_until = now + min(wait, limits.max_cooldown)
+            reason = (
+                "the provider says the account's quota is exhausted"
+                if msg.quota
+                else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
+                f" ({limits.max_cooldown:g} s)"
+            )
+            key.exhausted_error = RateLimited(
+                f"{reason}; calls under {key.name!r} fail until it resets",
+                status=429,
+                retry_after=wait,
+                quota="quota",
+            )
+            return
+        left = await store.cooldown(key.name, wait, now)
+        key.cooldown_end = max(key.cooldown_end, now + left)
+        key.spread_armed = True
+        if key.adaptive is not None:
+            key.adaptive.on_congestion(admitted_at, now)
+            key.adaptive.on_cooldown()
+
+    def statistics(now: float) -> dict[str, KeyStatistics]:
+        return {
+            key.name: KeyStatistics(
+                key=key.name,
+                queued=key.waiters.depth(),
+                pending=key.pending,
+                open_streams=key.open_streams,
+                pending_limit=key.pending_limit(),
+                windows=store.usage(key.name, now),
+                cooldown_left=max(0.0, key.cooldown_end - now),
+                exhausted_left=max(0.0, key.exhausted_until - now)
+                if key.exhausted_error is not None
+                else 0.0,
+            )
+            for key in keys.values()
+        }
+
     task_status.started()
+    wake_at = math.inf
     async with inbox:
         while True:
             msg: RateLimiterMsg | None = None
@@ -94,29 +271,41 @@ async def run_rate_limiter(
                 except trio.EndOfChannel:
                     return
             now = trio.current_time()
+            touched: _Key | None = None
             match msg:
                 case None:
                     pass
-                case Acquire(key=name, limits=limits):
-                    key = keys.get(name)
-                    if key is None:
-                        key = keys[name] = _new_key(limits)
-                    key.waiters.append(msg)
-                case Release(ticket=ticket):
-                    held = tickets.pop(ticket, None)
-                    if held is not None:
-                        held.pending -= 1
-                case Cooldown(key=name, seconds=seconds):
-                    key = keys.get(name)
-                    if key is not None:
-                        until = now + seconds + rng.uniform(0.0, key.limits.cooldown_jitter)
-                        key.cooldown_until = max(key.cooldown_until, until)
+                case Acquire(key=name):
+                    touched = keys.get(name)
+                    if touched is None:
+                        touched = keys[name] = _new_key(name, msg.limits)
+                    touched.waiters.push(msg)
+                case Withdraw(acquire=acquire):
+                    withdrawn = keys.get(acquire.key)
+                    if withdrawn is not None and withdrawn.waiters.remove(acquire):
+                        touched = withdrawn  # the waiters behind it may fit now
+                case Release(ticket=number):
+                    ticket = tickets.get(number)
+                    if ticket is not None and ticket.pending:
+                        ticket.pending = False
+                        ticket.key.pending -= 1
+                        touched = ticket.key
+                case Settle():
+                    touched = await settle(msg, now)
+                case GetLimiterStats(reply_to=reply_to):
+                    try:
+                        reply_to.send_nowait(statistics(now))
+                    except (trio.BrokenResourceError, trio.WouldBlock):
+                        pass
                 case _:
                     assert_never(msg)
-            wake_at = math.inf
-            for key in keys.values():
-                if key.waiters:
-                    wake_at = min(wake_at, pump(key, now))
+            if touched is not None:
+                await pump(touched, now)
+            while timers and timers[0][0] <= now:
+                when, _, key = heapq.heappop(timers)
+                if key.wake == when:
+                    await pump(key, now)
+            wake_at = timers[0][0] if timers else math.inf
 
 
 @attrs.frozen
@@ -125,43 +314,69 @@ class RateLimiterHandle:
 
     _mailbox: trio.MemorySendChannel[RateLimiterMsg]
 
-    async def acquire(self, key: str, limits: RateLimitConfig) -> Admission:
+    async def acquire(
+        self, key: str, limits: RateLimitConfig, cost: Cost, priority: Priority = "interactive"
+    ) -> Admission:
         """Wait until an attempt under ``key`` is admitted.
 
-        If the caller is cancelled while waiting, no slot stays held: an admission that had
-        already been granted is released before the cancellation propagates.
+        If the caller is cancelled while waiting, it leaves the queue and consumes nothing: an
+        admission granted in the meantime is refunded before the cancellation propagates.
+
+        Raises:
+            CallError: the RateLimiter refused the attempt (too large, quota exhausted).
+            RuntimeClosed: the RateLimiter has stopped.
         """
-        reply_to, reply = trio.open_memory_channel[Admission](1)
-        granted: Admission | None = None
-        try:
-            with reply_to, reply:
+        reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
+        msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to)
+        answer: Admission | Refusal | None = None
+        cancelled = False
+        with reply_to, reply:
+            try:
+                await self._mailbox.send(msg)
+                answer = await reply.receive()
+            except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
+                raise RuntimeClosed("the rate limiter has stopped") from exc
+            except trio.Cancelled:
+                cancelled = True
                 try:
-                    await self._mailbox.send(Acquire(key, limits, reply_to))
-                    return await reply.receive()
-                except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
-                    raise RuntimeClosed("the rate limiter has stopped") from exc
-                except trio.Cancelled:
-                    try:
-                        granted = reply.receive_nowait()
-                    except trio.WouldBlock:
-                        pass
-                    raise
-        finally:
-            if granted is not None:
-                await self.release(granted.ticket)
+                    answer = reply.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    answer = None
+                raise
+            finally:
+                if cancelled:
+                    await self._cancelled(msg, answer)
+        if isinstance(answer, Refusal):
+            raise answer.error
+        return answer
+
+    async def _cancelled(self, msg: Acquire, answer: Admission | Refusal | None) -> None:
+        if isinstance(answer, Admission):
+            await self.settle(Settle(answer.ticket, "failed", usage=Usage()))
+        elif answer is None:
+            await self._send_shielded(Withdraw(msg))
 
     async def release(self, ticket: int) -> None:
-        """Free ``ticket``'s pending slot. Safe to call more than once, and under cancellation."""
+        """Free ``ticket``'s pending slot (its first chunk arrived)."""
+        await self._send_shielded(Release(ticket))
+
+    async def settle(self, msg: Settle) -> None:
+        """Report an attempt's end. Shielded: a cancelled attempt still frees its slots."""
+        await self._send_shielded(msg)
+
+    async def statistics(self) -> dict[str, KeyStatistics]:
+        """A snapshot of every quota key."""
+        reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)
+        with reply_to, reply:
+            try:
+                await self._mailbox.send(GetLimiterStats(reply_to))
+                return await reply.receive()
+            except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
+                raise RuntimeClosed("the rate limiter has stopped") from exc
+
+    async def _send_shielded(self, msg: RateLimiterMsg) -> None:
         with trio.CancelScope(shield=True):
             try:
-                await self._mailbox.send(Release(ticket))
+                await self._mailbox.send(msg)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the limiter has stopped: nothing left to free
-
-    async def cooldown(self, key: str, seconds: float) -> None:
-        """Pause admissions under ``key`` for ``seconds`` plus jitter."""
-        with trio.CancelScope(shield=True):
-            try:
-                await self._mailbox.send(Cooldown(key, seconds))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass

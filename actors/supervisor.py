@@ -26,6 +26,7 @@ from sluice.mail import (
     Call,
     ConsumerGone,
     RecordCall,
+    Settle,
     StartAttempt,
     Submit,
     SupervisorMsg,
@@ -80,9 +81,22 @@ async def _attempts(peers: SupervisorPeers, call: Call) -> None:
         await send((Queued(call.call_id, attempt, queued_at),))
         admission = None
         with trio.move_on_at(call.deadline):
-            admission = await peers.limiter.acquire(
-                call.provider.quota_key, call.provider.rate_limit
-            )
+            try:
+                admission = await peers.limiter.acquire(
+                    call.provider.quota_key(call.model),
+                    call.provider.rate_limit,
+                    call.cost,
+                    call.request.priority,
+                )
+            except CallError as refused:
+                error = refused.in_context(
+                    call_id=call.call_id,
+                    provider=call.provider.name,
+                    model=call.model,
+                    attempt=attempt,
+                )
+                await _fail(peers, call, error, attempt)
+                return
         if admission is None:
             error = CallTimeout(
                 "the call's total deadline passed while it waited for admission",
@@ -95,7 +109,7 @@ async def _attempts(peers: SupervisorPeers, call: Call) -> None:
         try:
             await send((Admitted(call.call_id, attempt, admission.at, admission.at - queued_at),))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            await peers.limiter.release(admission.ticket)
+            await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
             raise
         outcome = await _run_attempt(call, attempt, admission.ticket)
         match outcome:

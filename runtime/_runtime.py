@@ -38,6 +38,7 @@ from .mail import (
     SupervisorMsg,
 )
 from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
+from .limits.cost import estimate_cost
 from .protocols import codec_for
 from .providers.registry import ResolvedProvider, resolve_provider
 
@@ -237,6 +238,7 @@ class Runtime:
             deadline=now + deadlines.total if deadlines.total is not None else math.inf,
             first_token_timeout=deadlines.first_token,
             idle_timeout=deadlines.idle,
+            cost=estimate_cost(request, spec.rate_limit.expected_output_tokens),
         )
         try:
             await self._supervisor.send(Submit(call))

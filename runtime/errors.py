@@ -8,7 +8,7 @@
     └── CallError                   one call failed (call_id, provider, model, attempt,
         │                           status, error_type, request_id)
         ├── RetryableError          the Supervisor may try again
-        │   ├── RateLimited         429 (retry_after)
+        │   ├── RateLimited         429 (retry_after; quota="quota" is fatal)
         │   ├── Overloaded          529 and provider "overloaded" bodies
         │   ├── ServerError         5xx, 408, 409
         │   ├── ConnectionFailed    could not connect, or the connection dropped before a reply
@@ -20,7 +20,8 @@
             │   └── ContextTooLong
             ├── AuthenticationFailed 401, 403
             ├── NotFound            404 (unknown model or endpoint)
-            └── ContentFiltered
+            ├── ContentFiltered
+            └── TooLargeForQuota    needs more than a whole rate-limit window
 
 Retryable versus fatal is the first split under ``CallError`` because it is the only question
 the Supervisor asks. A bug in sluice is none of these: it propagates as itself.
@@ -51,6 +52,7 @@ __all__ = [
     "ServerError",
     "SluiceError",
     "StreamBroken",
+    "TooLargeForQuota",
 ]
 
 
@@ -86,7 +88,10 @@ class CallError(SluiceError):
     """The provider's own error type or code (``rate_limit_exceeded``, ``overloaded_error``)."""
     request_id: str | None = None
 
-    retryable = False
+    @property
+    def retryable(self) -> bool:
+        """True when the Supervisor may try the call again."""
+        return isinstance(self, RetryableError)
 
     def in_context(self, *, call_id: str, provider: str, model: str, attempt: int) -> CallError:
         """Return a copy that names the call and attempt it belongs to."""
@@ -114,8 +119,6 @@ class CallError(SluiceError):
 class RetryableError(CallError):
     """A failure that may pass: the Supervisor may try the call again."""
 
-    retryable = True
-
 
 @attrs.define(eq=False, repr=False)
 class RateLimited(RetryableError):
@@ -123,6 +126,14 @@ class RateLimited(RetryableError):
 
     retry_after: float | None = None
     """Seconds the provider asked us to wait, when it said."""
+    quota: Literal["rate", "quota"] = "rate"
+    """``rate``: a limit per window, worth waiting for. ``quota``: the account's quota is
+    exhausted (``insufficient_quota``, a daily cap, or a wait beyond the maximum), so the
+    call fails fast instead of waiting."""
+
+    @property
+    def retryable(self) -> bool:
+        return self.quota == "rate"
 
 
 class Overloaded(RetryableError):
@@ -177,3 +188,7 @@ class NotFound(FatalError):
 
 class ContentFiltered(FatalError):
     """The provider refused to answer because of its content policy."""
+
+
+class TooLargeForQuota(FatalError):
+    """The call needs more than a whole rate-limit window allows: it could never be admitted."""

@@ -8,8 +8,8 @@ a closed ``reply_to`` (the asker was cancelled) as normal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import Literal, TypeAlias
 
 import attrs
 import trio
@@ -17,6 +17,8 @@ import trio
 from .config import RateLimitConfig
 from .errors import CallError
 from .events import CallEvent
+from .limits.cost import Cost
+from .limits.queue import Priority
 from .messages import ChatRequest, Usage
 from .protocols.base import AttemptOutput
 from .providers.registry import ResolvedProvider
@@ -24,12 +26,17 @@ from .providers.registry import ResolvedProvider
 __all__ = [
     "Acquire",
     "Admission",
+    "GetLimiterStats",
+    "KeyStatistics",
+    "Refusal",
+    "Settle",
+    "Signal",
+    "Withdraw",
     "AttemptFailed",
     "AttemptOutcome",
     "AttemptSucceeded",
     "Call",
     "ConsumerGone",
-    "Cooldown",
     "EventBatch",
     "GetTotals",
     "LedgerMsg",
@@ -65,6 +72,8 @@ class Call:
     """Absolute trio time at which the whole call fails (``inf`` for none)."""
     first_token_timeout: float | None
     idle_timeout: float | None
+    cost: Cost
+    """The reservation each attempt asks the RateLimiter for."""
 
 
 # RateLimiter ------------------------------------------------------------------------------
@@ -72,10 +81,17 @@ class Call:
 
 @attrs.frozen
 class Admission:
-    """An attempt may go. ``ticket`` names its pending slot until released."""
+    """An attempt may go. ``ticket`` names its slots and reservation until settled."""
 
     ticket: int
     at: float
+
+
+@attrs.frozen
+class Refusal:
+    """The attempt can never be admitted (or not before the quota resets): fail the call."""
+
+    error: CallError
 
 
 @attrs.frozen(eq=False)
@@ -84,28 +100,70 @@ class Acquire:
 
     key: str
     limits: RateLimitConfig
-    reply_to: trio.MemorySendChannel[Admission]
+    cost: Cost
+    priority: Priority
+    enqueued_at: float
+    reply_to: trio.MemorySendChannel[Admission | Refusal]
+
+
+@attrs.frozen(eq=False)
+class Withdraw:
+    """The asker of ``acquire`` gave up while queued: take it out of the queue."""
+
+    acquire: Acquire
 
 
 @attrs.frozen
 class Release:
-    """Free the pending slot of ``ticket`` (its first chunk arrived, or the attempt ended).
-
-    Releasing a ticket twice is harmless.
-    """
+    """Free the pending slot of ``ticket``: its first chunk arrived. Twice is harmless."""
 
     ticket: int
 
 
+Signal: TypeAlias = Literal["ok", "rate_limited", "overloaded", "failed"]
+
+
 @attrs.frozen
-class Cooldown:
-    """Pause admissions under ``key`` for ``seconds`` (plus jitter): the provider said 429."""
+class Settle:
+    """Attempt ``ticket`` ended: free its slots and settle its reservation.
+
+    ``usage`` replaces the token estimate (None: keep it, the attempt may have used it all).
+    ``signal`` feeds the cooldown and the adaptive limit; ``wait`` is the provider's wait for a
+    429; ``quota`` marks a 429 that means the quota is exhausted; ``headers`` are the reply's
+    headers, read for learned limits.
+    """
+
+    ticket: int
+    signal: Signal
+    usage: Usage | None = None
+    wait: float | None = None
+    quota: bool = False
+    headers: Mapping[str, str] | None = None
+
+
+@attrs.frozen
+class KeyStatistics:
+    """A snapshot of one quota key."""
 
     key: str
-    seconds: float
+    queued: Mapping[Priority, int]
+    """Waiting calls per priority."""
+    pending: int
+    open_streams: int
+    pending_limit: int | None
+    """The pending-slot limit in force (adaptive or configured); None for unlimited."""
+    windows: Mapping[str, tuple[int, int]]
+    """``{"dimension/period": (used, limit)}``."""
+    cooldown_left: float
+    exhausted_left: float
 
 
-RateLimiterMsg: TypeAlias = Acquire | Release | Cooldown
+@attrs.frozen(eq=False)
+class GetLimiterStats:
+    reply_to: trio.MemorySendChannel[dict[str, KeyStatistics]]
+
+
+RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterStats
 
 
 # ProviderActor ----------------------------------------------------------------------------

@@ -255,6 +255,9 @@ class ChatRequest:
     seed: int | None = None
     stream: bool = True
     tag: str | None = None
+    priority: Literal["interactive", "batch", "background"] = "interactive"
+    """Admission order within a quota: interactive before batch before background (with
+    ageing, so lower classes still progress)."""
     deadlines: Deadlines = Deadlines()
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
 

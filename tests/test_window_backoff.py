@@ -6,39 +6,71 @@ import pytest
 
 from sluice.backoff import retry_delay
 from sluice.config import RetryConfig
-from sluice.window import SlidingWindow
+from sluice.limits.window import Window
 
 
 def test_window_admits_up_to_the_limit_then_waits_for_the_oldest_to_expire():
-    w = SlidingWindow(3, 60.0)
+    w = Window(3, 60.0)
     for t in (0.0, 1.0, 2.0):
-        assert w.next_free(t) == t
-        w.record(t)
-    assert w.next_free(2.0) == 60.0
-    assert w.next_free(59.999) == 60.0
-    assert w.next_free(60.0) == 60.0
-    w.record(60.0)
-    assert w.next_free(60.0) == 61.0
+        assert w.next_free(1, t) == t
+        w.add(1, t)
+    assert w.next_free(1, 2.0) == 60.0
+    assert w.next_free(1, 59.999) == 60.0
+    assert w.next_free(1, 60.0) == 60.0
+    w.add(1, 60.0)
+    assert w.next_free(1, 60.0) == 61.0
+
+
+def test_weighted_window_waits_until_enough_has_expired():
+    w = Window(100, 10.0)
+    w.add(30, 0.0)
+    w.add(50, 1.0)
+    w.add(20, 2.0)
+    assert w.next_free(25, 3.0) == 10.0  # the 30 admitted at 0 must leave
+    assert w.next_free(40, 3.0) == 11.0  # ... and the 50 admitted at 1
+    assert w.next_free(81, 3.0) == 12.0  # all three
+    assert not w.fits_ever(101)
+
+
+def test_settling_refunds_only_while_inside_the_window():
+    w = Window(100, 10.0)
+    big = w.add(90, 0.0)
+    w.settle(big, 10)
+    assert w.remaining(1.0) == 90
+    old = w.add(50, 5.0)
+    assert w.remaining(11.5) == 50  # the first entry has left
+    w.settle(old, 5)
+    assert w.remaining(11.5) == 95
+    assert w.remaining(15.0) == 100
+    w.settle(old, 0)  # left the window already: changes nothing
+    assert w.remaining(15.0) == 100
 
 
 def test_window_never_exceeds_the_limit_in_any_interval():
     rng = random.Random(7)
-    w = SlidingWindow(5, 10.0)
-    admitted: list[float] = []
+    w = Window(50, 10.0)
+    admitted: list[tuple[float, int]] = []
     t = 0.0
-    for _ in range(200):
+    for _ in range(300):
         t += rng.random() * 3
-        t = w.next_free(t)
-        w.record(t)
-        admitted.append(t)
-    for i, start in enumerate(admitted):
-        inside = [x for x in admitted[i:] if x < start + 10.0]
-        assert len(inside) <= 5
+        amount = rng.randint(1, 50)
+        t = w.next_free(amount, t)
+        w.add(amount, t)
+        admitted.append((t, amount))
+    for start, _ in admitted:
+        assert sum(a for x, a in admitted if start <= x < start + 10.0) <= 50
+
+
+def test_provider_reported_usage_expires_at_its_reset():
+    w = Window(10, 60.0)
+    w.add_expiring(8, now=5.0, after=20.0)
+    assert w.remaining(5.0) == 2
+    assert w.next_free(3, 5.0) == 25.0
 
 
 def test_window_rejects_nonsense():
     with pytest.raises(ValueError, match="limit"):
-        SlidingWindow(0, 1.0)
+        Window(0, 1.0)
 
 
 def test_backoff_doubles_and_caps_without_jitter():

@@ -53,10 +53,9 @@ class ResolvedProvider:
     connect_timeout: float
     max_connections: int
 
-    @property
-    def quota_key(self) -> str:
-        """The RateLimiter key: one per provider account."""
-        return self.name
+    def quota_key(self, model: str) -> str:
+        """The RateLimiter key: the provider account, or account and model (``rate_limit.key``)."""
+        return f"{self.name}:{model}" if self.rate_limit.key == "model" else self.name
 
 
 def _merge_deadlines(base: Deadlines, override: Deadlines | None) -> Deadlines:
