@@ -27,6 +27,7 @@ from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
 from .config import RuntimeConfig, config_from_env
 from .errors import RuntimeClosed, SluiceError
 from .events import CallEvent, Completed, Failed
+from .limits.cost import estimate_cost
 from .mail import (
     Call,
     EventBatch,
@@ -38,7 +39,6 @@ from .mail import (
     SupervisorMsg,
 )
 from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
-from .limits.cost import estimate_cost
 from .protocols import codec_for
 from .providers.registry import ResolvedProvider, resolve_provider
 

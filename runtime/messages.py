@@ -225,6 +225,14 @@ def _messages(value: str | Iterable[Message]) -> tuple[Message, ...]:
     return tuple(value)
 
 
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return tuple(value)
+
+
+def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
     if value is None or isinstance(value, SpecificTool):
         return value
@@ -244,14 +252,14 @@ class ChatRequest:
 
     model: str
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
-    tools: tuple[Tool, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
     tool_choice: ToolChoice | None = attrs.field(default=None, converter=_tool_choice)
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    stop: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     seed: int | None = None
     stream: bool = True
     tag: str | None = None

@@ -138,7 +138,10 @@ def test_messages_of_every_kind() -> None:
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
                 {
                     "type": "file",
-                    "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+                    "file": {
+                        "file_data": "data:application/pdf;base64,JVBERi0=",
+                        "filename": "a.pdf",
+                    },
                 },
                 {"type": "file", "file": {"file_id": "file-123"}},
             ],
@@ -148,7 +151,11 @@ def test_messages_of_every_kind() -> None:
             "content": "Calling.",
             "reasoning_content": "Think more.",
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": '{"a":1}'},
+                }
             ],
         },
         {
@@ -190,17 +197,17 @@ def test_tools_choices_format_and_sampling_fields() -> None:
     request = ChatRequest(
         model="p:m",
         messages="hi",
-        tools=[
+        tools=(
             Tool(name="search", description="Search.", parameters=schema, strict=True),
             Tool(name="now"),
-        ],
+        ),
         tool_choice="search",
         parallel_tool_calls=False,
         response_format=ResponseFormat(schema={"type": "object"}, name="answer", strict=True),
         temperature=0.2,
         top_p=0.9,
         max_tokens=100,
-        stop=["END"],
+        stop=("END",),
         seed=7,
         stream=False,
     )
@@ -239,12 +246,14 @@ def test_tools_choices_format_and_sampling_fields() -> None:
 
 @pytest.mark.parametrize("choice", ["auto", "required", "none"])
 def test_tool_choice_words_are_sent_as_strings(choice: str) -> None:
-    request = ChatRequest(model="p:m", messages="hi", tools=[Tool(name="f")], tool_choice=choice)
+    request = ChatRequest(model="p:m", messages="hi", tools=(Tool(name="f"),), tool_choice=choice)
     assert body_of(request)["tool_choice"] == choice
 
 
 def test_json_object_response_format() -> None:
-    request = ChatRequest(model="p:m", messages="hi", response_format=ResponseFormat(type="json_object"))
+    request = ChatRequest(
+        model="p:m", messages="hi", response_format=ResponseFormat(type="json_object")
+    )
     assert body_of(request)["response_format"] == {"type": "json_object"}
 
 
@@ -374,14 +383,18 @@ def test_refusal_is_text() -> None:
     assert decoder.finish().message.text == "I can't."
 
 
+def fragment(index: int, **fields: Any) -> bytes:
+    """A chunk carrying one tool-call fragment; ``name`` and ``arguments`` go in ``function``."""
+    function = {k: fields.pop(k) for k in ("name", "arguments") if k in fields}
+    return chunk({"tool_calls": [{"index": index, **fields, "function": function}]})
+
+
 def test_tool_call_fragments_merge_by_index_and_report_id_and_name_once() -> None:
     events, decoder = run(
-        chunk({"tool_calls": [{"index": 0, "id": "a", "type": "function",
-                               "function": {"name": "f", "arguments": ""}}]}),
-        chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"arguments": '{"x"'}}]}),
-        chunk({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}),
-        chunk({"tool_calls": [{"index": 0, "id": "a", "type": "function",
-                               "function": {"name": "f", "arguments": ": 1}"}}]}),
+        fragment(0, id="a", type="function", name="f", arguments=""),
+        fragment(0, id="a", arguments='{"x"'),
+        fragment(1, id="b", name="g", arguments="{}"),
+        fragment(0, id="a", type="function", name="f", arguments=": 1}"),
         chunk({}, "tool_calls"),
         DONE,
     )  # fmt: skip
@@ -488,7 +501,9 @@ def test_error_event_without_known_type_is_a_server_error() -> None:
 
 
 def test_everything_after_done_is_ignored() -> None:
-    events, decoder = run(chunk({"content": "a"}), DONE + b"data: not json\n\n", chunk({"content": "b"}))
+    events, decoder = run(
+        chunk({"content": "a"}), DONE + b"data: not json\n\n", chunk({"content": "b"})
+    )
     assert events == [TextDelta("c1", "a")]
     assert decoder.finish().message.text == "a"
 
@@ -521,6 +536,12 @@ def test_premature_end_is_stream_broken() -> None:
     with pytest.raises(StreamBroken) as caught:
         decoder.finish()
     assert caught.value.events_delivered == 2
+
+
+def test_error_in_an_unclosed_last_event_is_raised_by_finish() -> None:
+    _, decoder = run(chunk({"content": "a"}), b'data: {"error": {"message": "gone", "code": 503}}')
+    with pytest.raises(ServerError, match="gone"):
+        decoder.finish()
 
 
 def test_finish_reason_without_done_is_complete() -> None:
@@ -594,7 +615,11 @@ def test_body_with_reasoning_text_and_usage() -> None:
         )
     )
     assert out.message == Message.assistant([ReasoningPart(text="Count."), TextPart("42")])
-    assert (out.finish_reason, out.usage, out.response_id) == ("stop", Usage(10, 5, 0, 0, 2), "chatcmpl-9")
+    assert (out.finish_reason, out.usage, out.response_id) == (
+        "stop",
+        Usage(10, 5, 0, 0, 2),
+        "chatcmpl-9",
+    )
 
 
 def test_body_with_refusal_keeps_it_as_text() -> None:
@@ -677,6 +702,16 @@ def test_429_with_http_date() -> None:
     assert error.retry_after == 30.0  # NOW is 22:13:20 GMT that day
 
 
+def test_429_insufficient_quota_is_a_quota_error() -> None:
+    error = error_reply(
+        429,
+        openai_error("You exceeded your current quota", "insufficient_quota", "insufficient_quota"),
+    )
+    assert isinstance(error, RateLimited)
+    assert (error.quota, error.retryable) == ("quota", False)
+    assert error_reply(429, openai_error("slow", "requests", "rate_limit_exceeded")).retryable
+
+
 def test_429_without_headers_has_no_retry_after() -> None:
     error = error_reply(429, openai_error("slow"))
     assert isinstance(error, RateLimited)
@@ -704,6 +739,9 @@ def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> N
     assert parse_retry_after(headers, NOW) == expected
 
 
+IRE = "invalid_request_error"
+
+
 @pytest.mark.parametrize(
     ("status", "body", "cls"),
     [
@@ -711,20 +749,25 @@ def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> N
         (502, b"<html><body>Bad gateway</body></html>", ServerError),
         (408, b"", ServerError),
         (409, b"", ServerError),
-        (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, Overloaded),
+        (529, {"type": "error", "error": {"type": "overloaded_error", "message": "x"}}, Overloaded),
         (503, openai_error("busy", "overloaded"), Overloaded),
-        (401, openai_error("Incorrect API key provided", "invalid_request_error", "invalid_api_key"), AuthenticationFailed),
+        (401, openai_error("Incorrect API key", IRE, "invalid_api_key"), AuthenticationFailed),
         (403, openai_error("not allowed"), AuthenticationFailed),
-        (404, openai_error("The model `x` does not exist", "invalid_request_error", "model_not_found"), NotFound),
-        (400, openai_error("bad", "invalid_request_error"), BadRequest),
+        (404, openai_error("The model `x` does not exist", IRE, "model_not_found"), NotFound),
+        (400, openai_error("bad", IRE), BadRequest),
         (422, b'{"detail": "unprocessable"}', BadRequest),
         (418, b"teapot", BadRequest),
-        (400, openai_error("This model's maximum context length is 8192 tokens.", "invalid_request_error", "context_length_exceeded"), ContextTooLong),
-        (400, openai_error("prompt is too long: 208566 tokens > 200000 maximum", "invalid_request_error"), ContextTooLong),
+        (
+            400,
+            openai_error("This model's maximum context length is 8192 tokens.", IRE, None),
+            ContextTooLong,
+        ),
+        (400, openai_error("Too many tokens", IRE, "context_length_exceeded"), ContextTooLong),
+        (400, openai_error("prompt is too long: 208566 tokens > 200000 maximum"), ContextTooLong),
         (413, openai_error("Your input exceeds the context window of this model"), ContextTooLong),
-        (400, openai_error("flagged", "invalid_request_error", "content_policy_violation"), ContentFiltered),
+        (400, openai_error("flagged", IRE, "content_policy_violation"), ContentFiltered),
     ],
-)  # fmt: skip
+)
 def test_status_mapping(status: int, body: bytes | dict[str, Any], cls: type[CallError]) -> None:
     error = error_reply(status, body)
     assert type(error) is cls
@@ -732,8 +775,14 @@ def test_status_mapping(status: int, body: bytes | dict[str, Any], cls: type[Cal
 
 
 def test_error_type_prefers_code_then_type() -> None:
-    assert error_reply(400, openai_error("m", "invalid_request_error", "bad_param")).error_type == "bad_param"
-    assert error_reply(400, openai_error("m", "invalid_request_error")).error_type == "invalid_request_error"
+    assert (
+        error_reply(400, openai_error("m", "invalid_request_error", "bad_param")).error_type
+        == "bad_param"
+    )
+    assert (
+        error_reply(400, openai_error("m", "invalid_request_error")).error_type
+        == "invalid_request_error"
+    )
     assert error_reply(400, {"error": {"message": "m", "code": 400}}).error_type is None
 
 
@@ -748,14 +797,18 @@ def test_empty_error_body() -> None:
     assert error_reply(500, b"").message == "HTTP 500 with an empty body"
 
 
+VLLM_ERROR = b'{"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}'
+GEMINI_ERROR = b'[{"error": {"code": 400, "message": "key invalid", "status": "INVALID_ARGUMENT"}}]'
+
+
 @pytest.mark.parametrize(
     ("body", "message", "error_type"),
     [
         (b'{"error": "model does not support tools"}', "model does not support tools", None),
-        (b'{"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}', "bad", "BadRequestError"),
-        (b'[{"error": {"code": 400, "message": "key invalid", "status": "INVALID_ARGUMENT"}}]', "key invalid", None),
+        (VLLM_ERROR, "bad", "BadRequestError"),
+        (GEMINI_ERROR, "key invalid", None),
     ],
-)  # fmt: skip
+)
 def test_other_error_envelopes(body: bytes, message: str, error_type: str | None) -> None:
     error = error_reply(400, body)
     assert (type(error), error.message, error.error_type) == (BadRequest, message, error_type)
@@ -785,7 +838,9 @@ def test_only_rate_limited_keeps_retry_after() -> None:
         ("content_filter", "no", ContentFiltered),
     ],
 )
-def test_stream_errors_without_status(error_type: str | None, message: str, cls: type[CallError]) -> None:
+def test_stream_errors_without_status(
+    error_type: str | None, message: str, cls: type[CallError]
+) -> None:
     error = error_for_status(None, message, error_type=error_type)
     assert type(error) is cls
     assert error.status is None
@@ -793,3 +848,64 @@ def test_stream_errors_without_status(error_type: str | None, message: str, cls:
 
 def test_status_below_400_is_a_protocol_error() -> None:
     assert type(error_for_status(302, "moved")) is ProtocolError
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "wall_now", "expected"),
+    [
+        ({"retry-after-ms": "1500", "retry-after": "3"}, b"", 0.0, 1.5),
+        ({"retry-after": "3"}, b"", 0.0, 3.0),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, b"", 1445412470.0, 10.0),
+        (
+            {
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "1m30s",
+                "x-ratelimit-remaining-tokens": "5",
+                "x-ratelimit-reset-tokens": "6ms",
+            },
+            b"",
+            0.0,
+            90.0,
+        ),
+        ({"x-ratelimit-reset-tokens": "6ms"}, b"", 0.0, 0.006),
+        (
+            {
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:10Z",
+            },
+            b"",
+            1767225600.0,
+            10.0,
+        ),
+        (
+            {},
+            b'{"error":{"code":429,"details":[{"@type":'
+            b'"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"30s"}]}}',
+            0.0,
+            30.0,
+        ),
+        (
+            {},
+            b'[{"error":{"code":429,"details":[{"@type":'
+            b'"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"12.5s"}]}}]',
+            0.0,
+            12.5,
+        ),
+        ({}, b'{"error":{"message":"slow down"}}', 0.0, None),
+    ],
+    ids=[
+        "ms-first",
+        "seconds",
+        "http-date",
+        "reset-of-exhausted",
+        "reset-only",
+        "anthropic",
+        "gemini-retryinfo",
+        "gemini-list",
+        "nothing",
+    ],
+)
+def test_provider_wait_reads_every_form(headers, body, wall_now, expected):
+    from sluice.protocols.http_errors import provider_wait
+
+    assert provider_wait(headers, body, wall_now) == expected

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.protocols.sse import SSEDecoder, SSEEvent
@@ -108,9 +108,10 @@ def test_empty_feed_changes_nothing() -> None:
 
 # A body as servers write it: any mix of line endings, comments, names and multi-line data,
 # with non-ASCII text so that splits land inside UTF-8 sequences. Each body comes with the
-# events it holds, worked out from how it was written.
+# events it holds, worked out from how it was written. No deadline: timing on a busy CI
+# machine is not what these tests check.
 _text = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
+    alphabet=st.characters(codec="utf-8", exclude_characters="\r\n"),
     max_size=12,
 )
 _newline = st.sampled_from([b"\n", b"\r\n", b"\r"])
@@ -144,6 +145,7 @@ def _streams(draw: st.DrawFn) -> tuple[bytes, list[SSEEvent]]:
     return bytes(out), events
 
 
+@settings(deadline=None)
 @given(stream=_streams())
 def test_whole_body_gives_the_events_it_was_written_with(
     stream: tuple[bytes, list[SSEEvent]],
@@ -152,6 +154,7 @@ def test_whole_body_gives_the_events_it_was_written_with(
     assert decode(body) == events
 
 
+@settings(deadline=None)
 @given(stream=_streams(), cuts=st.lists(st.integers(0, 10_000), max_size=12))
 def test_any_split_gives_the_same_events_as_the_whole_body(
     stream: tuple[bytes, list[SSEEvent]], cuts: list[int]
@@ -162,6 +165,7 @@ def test_any_split_gives_the_same_events_as_the_whole_body(
     assert decode(*pieces) == events
 
 
+@settings(deadline=None)
 @given(stream=_streams())
 def test_byte_at_a_time_gives_the_same_events_as_the_whole_body(
     stream: tuple[bytes, list[SSEEvent]],

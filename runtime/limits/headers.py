@@ -108,17 +108,17 @@ def learned_limits(headers: Mapping[str, str], wall_now: float) -> list[Learned]
     for name, dimension in _OPENAI:
         limit = _int(headers.get(f"x-ratelimit-limit-{name}"))
         remaining = _int(headers.get(f"x-ratelimit-remaining-{name}"))
-        if limit is None and remaining is None:
-            continue
         reset = parse_duration(headers.get(f"x-ratelimit-reset-{name}"))
+        if limit is None and remaining is None and reset is None:
+            continue
         found.append(Learned(dimension, limit, remaining, reset))
     for name, dimension in _ANTHROPIC:
         prefix = f"anthropic-ratelimit-{name}"
         limit = _int(headers.get(f"{prefix}-limit"))
         remaining = _int(headers.get(f"{prefix}-remaining"))
-        if limit is None and remaining is None:
-            continue
         reset = _rfc3339_wait(headers.get(f"{prefix}-reset"), wall_now)
+        if limit is None and remaining is None and reset is None:
+            continue
         found.append(Learned(dimension, limit, remaining, reset))
     return found
 

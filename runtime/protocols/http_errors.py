@@ -12,6 +12,8 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
+import orjson
+
 from ..errors import (
     AuthenticationFailed,
     BadRequest,
@@ -24,11 +26,12 @@ from ..errors import (
     RateLimited,
     ServerError,
 )
+from ..limits.headers import reset_wait, retry_info_wait
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["error_for_status", "excerpt", "parse_retry_after"]
+__all__ = ["error_for_status", "excerpt", "parse_retry_after", "provider_wait"]
 
 _SECONDS = re.compile(r"\s*\d+(?:\.\d*)?\s*")
 
@@ -73,6 +76,27 @@ def parse_retry_after(headers: Mapping[str, str], wall_now: float) -> float | No
     return max(0.0, when.timestamp() - wall_now)
 
 
+def provider_wait(headers: Mapping[str, str], body: bytes, wall_now: float) -> float | None:
+    """How long an error reply asks us to wait, from every place providers say it.
+
+    In order: ``retry-after-ms``, ``Retry-After`` (seconds or an HTTP date), the
+    ``x-ratelimit-reset-*`` / ``anthropic-ratelimit-*-reset`` headers of the exhausted limit, a
+    Google ``RetryInfo`` detail in the body; None when none of them says.
+    """
+    wait = parse_retry_after(headers, wall_now)
+    if wait is None:
+        wait = reset_wait(headers, wall_now)
+    if wait is None and b"RetryInfo" in body:
+        try:
+            reply = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            reply = None
+        if isinstance(reply, list) and reply:
+            reply = reply[0]  # Gemini sometimes wraps the error in a one-element list
+        wait = retry_info_wait(reply)
+    return wait
+
+
 def _seconds(value: str | None) -> float | None:
     if value is None or not _SECONDS.fullmatch(value):
         return None
@@ -93,14 +117,17 @@ def error_for_status(
     The rules, first match wins:
 
     * an ``error_type`` that mentions ``overloaded``: :class:`Overloaded`;
-    * 429: :class:`RateLimited` with ``retry_after``; 529: :class:`Overloaded`;
+    * 429: :class:`RateLimited` with ``retry_after``, and ``quota="quota"`` when the type is
+      ``insufficient_quota`` (the account is out of credit; waiting will not help); 529:
+      :class:`Overloaded`;
     * 408, 409 and 5xx: :class:`ServerError`;
     * other 4xx: a content-policy ``error_type`` gives :class:`ContentFiltered`; 401 and 403
       :class:`AuthenticationFailed`; 404 :class:`NotFound`; a type or message saying the
       prompt exceeds the context window :class:`ContextTooLong`; the rest :class:`BadRequest`;
     * no status (an error inside a stream): decided by the same type and message tests, then
-      by words in the type (``rate_limit``, ``auth``, ``permission``, ``not_found``,
-      ``invalid_request``); anything else is a :class:`ServerError`;
+      by words in the type (``rate_limit`` or ``insufficient_quota``, ``auth``,
+      ``permission``, ``not_found``, ``invalid_request``); anything else is a
+      :class:`ServerError`;
     * a status below 400: :class:`ProtocolError`, as the reply was not a valid answer.
 
     Args:
@@ -112,15 +139,18 @@ def error_for_status(
             :class:`RateLimited` keeps it.
     """
     kind = error_type or ""
-    if "overloaded" in kind.lower():
+    lowered = kind.lower()
+    exhausted = "insufficient_quota" in lowered
+    if "overloaded" in lowered:
         cls: type[CallError] = Overloaded
-    elif status == 429 or (status is None and "rate_limit" in kind.lower()):
+    elif status == 429 or (status is None and ("rate_limit" in lowered or exhausted)):
         return RateLimited(
             message,
             status=status,
             error_type=error_type,
             request_id=request_id,
             retry_after=retry_after,
+            quota="quota" if exhausted else "rate",
         )
     elif status == 529:
         cls = Overloaded

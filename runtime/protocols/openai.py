@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from .http_errors import error_for_status, excerpt, parse_retry_after
+from .http_errors import error_for_status, excerpt, provider_wait
 from .openai_decode import OpenAIStreamDecoder, decode_body, error_fields
 from .openai_request import build_request
 
@@ -59,7 +59,7 @@ class OpenAICodec:
         vLLM's top-level ``{"message", "type", "code"}`` and Gemini's one-element list of those;
         any other body gives a short excerpt as the message. The request id comes from
         ``x-request-id`` or ``request-id``; ``retry_after`` from
-        :func:`.http_errors.parse_retry_after`.
+        :func:`.http_errors.provider_wait`.
         """
         message, error_type = _error_message(status, body)
         return error_for_status(
@@ -67,7 +67,7 @@ class OpenAICodec:
             message,
             error_type=error_type,
             request_id=headers.get("x-request-id") or headers.get("request-id"),
-            retry_after=parse_retry_after(headers, wall_now),
+            retry_after=provider_wait(headers, body, wall_now),
         )
 
 

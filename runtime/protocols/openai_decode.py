@@ -1,14 +1,14 @@
 """Replies of the OpenAI chat-completions protocol: streamed chunks, whole bodies, error payloads.
 
-What the decoders accept, beyond OpenAI's own replies (each seen in recorded traffic from a
-compatible server):
+What the decoders accept beyond OpenAI's own replies, for the servers that copy the protocol:
 
 * reasoning text in ``reasoning_content`` (DeepSeek, xAI, Moonshot, vLLM) or ``reasoning``
   (OpenRouter); a chunk carrying both holds the same text twice, so ``reasoning_content`` wins
   and ``reasoning`` is read only when it is absent or empty;
 * a tool call cut into fragments merged by ``index``, or sent whole in one chunk; an ``id`` or
   ``name`` repeated on later fragments is reported once; a fragment without ``index`` joins the
-  call with its ``id``, or else the latest call;
+  call with its ``id``, or else the latest call; a call that never got an ``id`` is given
+  ``call_<index>``, and arguments that never came are ``"{}"``;
 * usage on a last chunk with empty ``choices`` (OpenAI, xAI), on the finish chunk (DeepSeek) or
   on a chunk after it (OpenRouter); ``usage: null`` is ignored and the last usage wins;
 * a ``refusal`` is the model's answer in words, so it is kept as text.
@@ -225,13 +225,13 @@ class OpenAIStreamDecoder:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        for event in self._sse.feed(data):
-            payload = event.data
-            if payload.startswith(b"[DONE]"):
+        for _, payload in self._sse.feed(data):
+            if not payload:
+                continue
+            if payload[0] != 0x7B and payload.startswith(b"[DONE]"):  # 0x7B: "{"
                 self._done = True
                 break
-            if payload:
-                self._chunk(payload, out)
+            self._chunk(payload, out)
         return out
 
     def finish(self) -> AttemptOutput:
@@ -242,6 +242,7 @@ class OpenAIStreamDecoder:
 
         Raises:
             StreamBroken: the body ended with neither ``[DONE]`` nor a finish reason.
+            CallError: that unclosed last event was an ``error`` object.
         """
         if not self._done:
             self._read_tail()
@@ -293,8 +294,24 @@ class OpenAIStreamDecoder:
             for choice in choices:
                 if type(choice) is not dict:
                     raise _malformed("a choice is not an object", payload)
-                if choice.get("index", 0) == 0:
-                    self._choice(choice, payload, out)
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta")
+                if delta:
+                    if type(delta) is not dict:
+                        raise _malformed("a delta is not an object", payload)
+                    text = delta.get("content")
+                    # Most chunks carry nothing but a piece of text: skip the other lookups.
+                    if text and len(delta) == 1 and type(text) is str:
+                        self._text.append(text)
+                        out.append(TextDelta(self._call_id, text))
+                    else:
+                        self._delta(delta, payload, out)
+                reason = choice.get("finish_reason")
+                if reason:
+                    if type(reason) is not str:
+                        raise _malformed("finish_reason is not a string", payload)
+                    self._finish_reason = reason
         usage = chunk.get("usage")
         if usage:
             normalized = normalize_usage(usage)
@@ -302,35 +319,27 @@ class OpenAIStreamDecoder:
                 self._usage = normalized
                 out.append(UsageReported(self._call_id, normalized))
 
-    def _choice(self, choice: dict[str, Any], payload: bytes, out: list[DeltaEvent]) -> None:
-        delta = choice.get("delta")
-        if delta:
-            if type(delta) is not dict:
-                raise _malformed("a delta is not an object", payload)
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning:
-                if type(reasoning) is not str:
-                    raise _malformed("reasoning is not a string", payload)
-                self._reasoning.append(reasoning)
-                out.append(ReasoningDelta(self._call_id, reasoning))
-            for key in ("content", "refusal"):
-                text = delta.get(key)
-                if text:
-                    if type(text) is not str:
-                        raise _malformed(f"{key} is not a string", payload)
-                    self._text.append(text)
-                    out.append(TextDelta(self._call_id, text))
-            calls = delta.get("tool_calls")
-            if calls:
-                if type(calls) is not list:
-                    raise _malformed("tool_calls is not a list", payload)
-                for call in calls:
-                    self._tool_fragment(call, payload, out)
-        reason = choice.get("finish_reason")
-        if reason:
-            if type(reason) is not str:
-                raise _malformed("finish_reason is not a string", payload)
-            self._finish_reason = reason
+    def _delta(self, delta: dict[str, Any], payload: bytes, out: list[DeltaEvent]) -> None:
+        """Read a delta with more than text in it: reasoning, text, refusal and tool calls."""
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            if type(reasoning) is not str:
+                raise _malformed("reasoning is not a string", payload)
+            self._reasoning.append(reasoning)
+            out.append(ReasoningDelta(self._call_id, reasoning))
+        for key in ("content", "refusal"):
+            text = delta.get(key)
+            if text:
+                if type(text) is not str:
+                    raise _malformed(f"{key} is not a string", payload)
+                self._text.append(text)
+                out.append(TextDelta(self._call_id, text))
+        calls = delta.get("tool_calls")
+        if calls:
+            if type(calls) is not list:
+                raise _malformed("tool_calls is not a list", payload)
+            for call in calls:
+                self._tool_fragment(call, payload, out)
 
     def _tool_fragment(self, call: object, payload: bytes, out: list[DeltaEvent]) -> None:
         if type(call) is not dict:

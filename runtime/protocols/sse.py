@@ -21,6 +21,9 @@ from typing import NamedTuple
 __all__ = ["SSEDecoder", "SSEEvent"]
 
 _BOM = b"\xef\xbb\xbf"
+# Building events with tuple.__new__ skips the NamedTuple's Python-level __new__, a cost that
+# shows on the hot path.
+_new_event = tuple.__new__
 
 
 class SSEEvent(NamedTuple):
@@ -56,21 +59,12 @@ class SSEDecoder:
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Decode the next piece of the body and return the events it completes, in order."""
         if self._at_start:
-            data = self._buf + data
-            if len(data) < len(_BOM) and _BOM.startswith(data):
-                self._buf = data
-                return []
-            self._at_start = False
-            self._buf = b""
-            if data.startswith(_BOM):
-                data = data[len(_BOM) :]
-        if not data:
-            return []
-        if self._skip_lf:
+            data = self._strip_bom(data)
+        if self._skip_lf and data:
             self._skip_lf = False
             if data[0] == 0x0A:
                 data = data[1:]
-        if b"\r" in data:
+        if 0x0D in data:
             # A trailing \r ends its line now; a \n that may open the next piece is its pair.
             self._skip_lf = data[-1] == 0x0D
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
@@ -91,30 +85,40 @@ class SSEDecoder:
         the last line and of the event. A caller that distrusts a truncated tail can tell it
         apart by the payload failing to parse.
         """
-        events: list[SSEEvent] = []
-        if self._buf:
-            events = self._lines(self._buf + b"\n", len(self._buf))
-        if self._data:
-            events.append(self._dispatch())
+        tail = self._buf
         self._buf = b""
+        events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
         self._event = None
         self._skip_lf = False
         self._at_start = True
         return events
 
+    def _strip_bom(self, data: bytes) -> bytes:
+        """Hold back the first bytes until they can be told apart from a byte order mark."""
+        data = self._buf + data
+        self._buf = b""
+        if len(data) < len(_BOM) and _BOM.startswith(data):
+            self._buf = data
+            return b""
+        self._at_start = False
+        return data[len(_BOM) :] if data.startswith(_BOM) else data
+
     def _lines(self, buf: bytes, end: int) -> list[SSEEvent]:
         """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending)."""
         events: list[SSEEvent] = []
         data = self._data
+        find = buf.find
+        startswith = buf.startswith
         pos = 0
         while pos <= end:
-            nl = buf.find(b"\n", pos)
+            nl = find(b"\n", pos)
             if nl == pos:
                 if data:
-                    events.append(self._dispatch())
-                else:
-                    self._event = None
-            elif buf.startswith(b"data: ", pos):
+                    payload = data[0] if len(data) == 1 else b"\n".join(data)
+                    data.clear()
+                    events.append(_new_event(SSEEvent, (self._event or "message", payload)))
+                self._event = None
+            elif startswith(b"data: ", pos):
                 data.append(buf[pos + 6 : nl])
             elif buf[pos] != 0x3A:  # a line opening with ":" is a comment
                 self._field(buf[pos:nl])
@@ -130,11 +134,3 @@ class SSEDecoder:
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         # "id", "retry" and unknown fields change nothing a caller of this decoder reads.
-
-    def _dispatch(self) -> SSEEvent:
-        data = self._data
-        payload = data[0] if len(data) == 1 else b"\n".join(data)
-        data.clear()
-        event = self._event or "message"
-        self._event = None
-        return SSEEvent(event, payload)
