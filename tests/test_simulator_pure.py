@@ -24,6 +24,7 @@ from sluice.simulator.directives import (
 from sluice.simulator.reply import plan_reply
 from sluice.simulator.request import RequestError, parse_chat_request
 from sluice.simulator.schema import SchemaError, example_for_schema
+from sluice.simulator.shaping import cut_after, schedule
 from sluice.simulator.text import (
     WORDS,
     estimate_tokens,
@@ -31,7 +32,14 @@ from sluice.simulator.text import (
     split_fragments,
     split_words,
 )
-from sluice.simulator.wire import DONE, ChunkEncoder, completion_body, sse_slots, status_error_body
+from sluice.simulator.wire import (
+    DONE,
+    ChunkEncoder,
+    completion_body,
+    sse_events,
+    sse_slots,
+    status_error_body,
+)
 
 # --- a tiny JSON-schema validator for the subset the generator supports ----------------------
 
@@ -189,7 +197,7 @@ def test_words_keep_their_leading_space() -> None:
 # --- schema examples --------------------------------------------------------------------------
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**64))
 def test_schema_examples_validate_for_any_seed(seed: int) -> None:
     value = example_for_schema(BIG_SCHEMA, seed=seed)
@@ -269,7 +277,8 @@ def test_directives_parse(text: str, directive: Any) -> None:
         ("429:retry_after=soon", "retry_after must be a number >= 0"),
         ("429:retry_after=-1", "retry_after must be a number >= 0"),
         ("disconnect:x", "whole number of events"),
-        ("disconnect:1,2", "one number"),
+        ("disconnect:1,2", "whole number of events, got '1,2'"),
+        ("disconnect:1:2", "takes at most 1 argument"),
         ("ok:1", "takes no arguments"),
     ],
 )
@@ -281,19 +290,21 @@ def test_bad_directives_say_what_is_wrong(text: str, message: str) -> None:
 def test_header_beats_script_which_beats_rates() -> None:
     script = [Fail(500)]
     rng = random.Random(0)
-    rates = (1.0, 0.0, 0.0)
+    rates = [(Fail(429), 1.0)]
     pick = choose_directive
     assert pick(index=0, override=Normal(), script=script, rates=rates, rng=rng) == Normal()
     assert pick(index=0, override=None, script=script, rates=rates, rng=rng) == Fail(500)
     assert pick(index=1, override=None, script=script, rates=rates, rng=rng) == Fail(429)
-    assert pick(index=1, override=None, script=script, rates=(0, 0, 0), rng=rng) == Normal()
+    assert pick(index=1, override=None, script=script, rates=(), rng=rng) == Normal()
 
 
 def test_random_faults_repeat_for_a_seed_and_follow_the_rates() -> None:
+    rates = [(Fail(429), 0.2), (Fail(500), 0.1), (Disconnect(), 0.1)]
+
     def run(seed: int) -> list[Any]:
         rng = random.Random(seed)
         return [
-            choose_directive(index=i, override=None, script=(), rates=(0.2, 0.1, 0.1), rng=rng)
+            choose_directive(index=i, override=None, script=(), rates=rates, rng=rng)
             for i in range(2000)
         ]
 
@@ -487,11 +498,16 @@ def test_max_tokens_cuts_tool_arguments() -> None:
     assert reply.completion_tokens == 2
 
 
-def test_unsatisfiable_tool_schema_is_a_request_error() -> None:
-    tool = {
-        "type": "function",
-        "function": {"name": "bad", "parameters": {"type": "integer", "minimum": 3, "maximum": 1}},
-    }
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "integer", "minimum": 3, "maximum": 1},
+        {"type": "integer", "minimum": 1e300},  # no JSON integer that large on the wire
+        {"type": "object", "properties": ["x"]},
+    ],
+)
+def test_unusable_tool_schemas_are_request_errors(parameters: Any) -> None:
+    tool = {"type": "function", "function": {"name": "bad", "parameters": parameters}}
     request = parse_chat_request(body(tools=[tool], tool_choice="required"))
     with pytest.raises(RequestError, match="Invalid schema for function 'bad'"):
         plan_reply(request, seed=0, output_tokens=24)
@@ -573,11 +589,13 @@ def test_paced_slots_group_tokens_per_chunk() -> None:
 @pytest.mark.parametrize(("cut", "kept"), [(0, 0), (1, 1), (3, 3), (99, 27)])
 def test_cut_streams_keep_that_many_events_and_never_done(cut: int, kept: int) -> None:
     reply = plan_reply(parse_chat_request(body()), seed=0, output_tokens=24)
-    slots = sse_slots(encoder(), reply, tokens_per_chunk=1, paced=True, cut_after=cut)
-    got = [e for s in slots for e in events(s)]
+    slots = sse_events(encoder(), reply, tokens_per_chunk=1, paced=True)
+    plan = cut_after(schedule(slots, 0.5), cut)
+    got = [e for _, evs in plan for e in events(b"".join(evs))]
     assert len(got) == kept
     assert "[DONE]" not in got
-    assert all(slots)
+    assert all(evs for _, evs in plan)
+    assert [at for at, _ in plan] == [0.5 * i for i in range(len(plan))]
 
 
 def test_tool_call_stream_opens_with_id_and_name_then_argument_fragments() -> None:
@@ -642,3 +660,87 @@ def test_status_error_bodies(status: int, type_: str, code: str | None) -> None:
     error = orjson.loads(status_error_body(status))["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert (error["type"], error["code"]) == (type_, code)
+
+
+# --- robustness: whatever a client sends, the answer is a value or a RequestError -------------
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**40), 2**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+SCHEMA_KEYS = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "required",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "allOf",
+        "$ref",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "format",
+    ]
+)
+SCHEMAS = st.recursive(
+    st.dictionaries(SCHEMA_KEYS, JSON, max_size=4),
+    lambda inner: st.dictionaries(
+        SCHEMA_KEYS,
+        inner
+        | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        | st.lists(inner, max_size=3),
+        max_size=4,
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parameters=SCHEMAS | JSON,
+    extra=st.dictionaries(
+        st.sampled_from(
+            ["stream", "stream_options", "max_tokens", "tool_choice", "messages", "model"]
+        ),
+        JSON,
+        max_size=3,
+    ),
+)
+def test_arbitrary_requests_never_raise_anything_but_request_errors(
+    parameters: Any, extra: dict[str, Any]
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    fields = {"tools": [tool], "tool_choice": "required", **extra}
+    try:
+        reply = plan_reply(parse_chat_request(body(**fields)), seed=0, output_tokens=4)
+    except RequestError:
+        return
+    if reply.tool_name is not None and reply.finish_reason == "tool_calls":
+        orjson.loads("".join(reply.tokens))
+
+
+def test_malformed_or_huge_schemas_are_schema_errors() -> None:
+    for schema in (
+        {"type": "object", "properties": ["x"]},
+        {"type": "array", "minItems": "many"},
+        {"type": "array", "minItems": 10**9},
+        {"type": "string", "minLength": 10**9},
+        {"type": "integer", "minimum": "1"},
+    ):
+        with pytest.raises(SchemaError):
+            example_for_schema(schema, seed=0)

@@ -1,8 +1,20 @@
-"""An OpenAI-compatible fake LLM server: the ``sim:`` provider, our test target, a load target.
+"""A fake LLM server speaking OpenAI chat completions and Anthropic messages: the ``sim:``
+provider, our test target, a load target.
 
 One request-handling core (:class:`SimulatorApp`, built from a :class:`SimulatorConfig`) with
 two front ends: a real HTTP/1.1 server (:func:`serve_simulator`, :func:`run_simulator`) and an
 ``httpx.MockTransport`` (:func:`mock_transport`) for socket-free tests under trio's MockClock.
+Faults are scripted, sent per request in an ``x-sim-fault`` header, or drawn at random
+(:mod:`.directives` lists them); quotas (``rpm``, ``tpm``) answer 429 and report themselves in
+``x-ratelimit-*`` headers.
+
+A refused connection is not something a server can simulate: to test it, point the client at
+a port nothing listens on, for example one the OS just handed out and that was closed again::
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # http://127.0.0.1:{port}/v1 now refuses connections
 
 Importing this package is cheap: each name is imported from its module on first use, so h11
 and httpx load only when the server or the transport is asked for.
@@ -16,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .app import SimResponse as SimResponse
     from .app import SimulatedDisconnect as SimulatedDisconnect
+    from .app import SimulatedReset as SimulatedReset
     from .app import SimulatorApp as SimulatorApp
     from .config import SimulatorConfig as SimulatorConfig
     from .directives import parse_directive as parse_directive
@@ -27,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SimResponse",
     "SimulatedDisconnect",
+    "SimulatedReset",
     "SimulatorApp",
     "SimulatorConfig",
     "mock_transport",
@@ -39,6 +53,7 @@ __all__ = [
 _HOMES = {
     "SimResponse": "app",
     "SimulatedDisconnect": "app",
+    "SimulatedReset": "app",
     "SimulatorApp": "app",
     "SimulatorConfig": "config",
     "parse_directive": "directives",

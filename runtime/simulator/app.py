@@ -1,54 +1,71 @@
 """The simulator's request-handling core, shared by the HTTP server and the httpx transport.
 
-:class:`SimulatorApp` turns one HTTP request into a :class:`SimResponse`. Latency is
-``trio.sleep``, so under trio's ``MockClock`` it is virtual. The pure parts (request parsing,
-reply planning, encoding, fault choice) live in their own modules; this one only sequences
-them and waits.
+:class:`SimulatorApp` turns one HTTP request into a :class:`SimResponse` (or raises
+:class:`SimulatedReset`). Latency is ``trio.sleep``, so under trio's ``MockClock`` it is
+virtual. The pure parts (request parsing, reply planning, encoding, fault choice and shaping,
+quotas) live in their own modules; this one only sequences them and waits.
 
-Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``. Anything
-else is a 404 with an OpenAI-style error body.
+Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
+``GET /v1/models``, ``GET /v1/models/{id}``. Anything else is a 404 with an OpenAI-style error
+body. Both generation routes share the latency model, the fault directives, the fault dice
+and the quotas; only the wire format differs (:mod:`.routes`).
 """
 
 from __future__ import annotations
 
+import email.utils
 import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TypeAlias, assert_never
+from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 import attrs
 import trio
 
+from .body import Body, ScheduledBody, SimulatedDisconnect, TrickleBody
 from .config import SimulatorConfig
-from .directives import Disconnect, Fail, Normal, choose_directive, parse_directive
-from .reply import plan_reply
-from .request import RequestError, parse_chat_request
-from .wire import (
-    ChunkEncoder,
-    completion_body,
-    error_body,
-    model_body,
-    models_body,
-    sse_slots,
-    status_error_body,
+from .directives import (
+    BrokenJson,
+    Directive,
+    Disconnect,
+    Empty,
+    Fail,
+    Malformed,
+    Normal,
+    Reset,
+    Stall,
+    Trickle,
+    Truncated,
+    choose_directive,
+    parse_directive,
 )
+from .quota import QuotaWindow, format_duration
+from .reply import Reply, plan_reply
+from .request import RequestError
+from .routes import ANTHROPIC, OPENAI, Route
+from .shaping import Schedule, cut_after, half, insert_after, schedule, stall_after, truncate
+from .wire import error_body, model_body, models_body
 
-__all__ = ["Headers", "SimResponse", "SimulatedDisconnect", "SimulatorApp"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .request import ChatRequest
+
+__all__ = ["Headers", "SimResponse", "SimulatedDisconnect", "SimulatedReset", "SimulatorApp"]
 
 Headers: TypeAlias = Iterable[tuple[bytes, bytes]] | Mapping[str, str] | Mapping[bytes, bytes]
 """Request headers: h11-style ``(name, value)`` byte pairs, or a mapping such as httpx's."""
 
 _JSON = (b"content-type", b"application/json")
-_SSE = (b"content-type", b"text/event-stream")
-_NO_CACHE = (b"cache-control", b"no-cache")
 
 
-class SimulatedDisconnect(Exception):
-    """Raised by a :attr:`SimResponse.body` at the point where the server drops the connection.
+class SimulatedReset(Exception):
+    """Raised by :meth:`SimulatorApp.handle` instead of answering: the server closes the
+    connection without sending any response (the ``reset`` fault).
 
-    Front ends translate it: the HTTP server closes the socket without finishing the body,
-    the httpx transport raises ``httpx.RemoteProtocolError``.
+    Front ends translate it: the HTTP server closes the socket, the httpx transport raises
+    ``httpx.RemoteProtocolError`` as httpx does for a server that hangs up on a request.
     """
 
 
@@ -62,50 +79,24 @@ class SimResponse:
     """Body pieces; each is due when it is yielded. May raise :class:`SimulatedDisconnect`."""
     content: bytes | None = None
     """The whole body when it is ready at once (``body`` then yields exactly this, once), so a
-    front end can send head and body in one write. None for paced or cut bodies."""
-
-
-class _Body:
-    """Yields ``slots[i]`` at ``start + i * interval`` (slot 0 at once), then ends or cuts."""
-
-    __slots__ = ("_cut", "_interval", "_next", "_slots", "_start")
-
-    def __init__(
-        self, slots: list[bytes], *, start: float = 0.0, interval: float = 0.0, cut: bool = False
-    ) -> None:
-        self._slots = slots
-        self._start = start
-        self._interval = interval
-        self._cut = cut
-        self._next = 0
-
-    def __aiter__(self) -> _Body:
-        return self
-
-    async def __anext__(self) -> bytes:
-        i = self._next
-        if i >= len(self._slots):
-            if self._cut:
-                raise SimulatedDisconnect("the simulator dropped the connection mid-body")
-            raise StopAsyncIteration
-        if i and self._interval:
-            await trio.sleep_until(self._start + i * self._interval)
-        self._next = i + 1
-        return self._slots[i]
+    front end can send head and body in one write. None for paced, trickled or cut bodies."""
 
 
 class SimulatorApp:
-    """Answers requests as an OpenAI-compatible server would, per a :class:`SimulatorConfig`.
+    """Answers requests as an OpenAI- and Anthropic-compatible server would, per a
+    :class:`SimulatorConfig`.
 
     The app owns the only mutable simulator state: the request counter (request ids
-    ``sim-req-1``, ``sim-req-2``, ... in arrival order, over all routes), the chat-request
-    counter that indexes ``config.script``, and the fault dice (``random.Random(fault_seed)``).
-    Use one app per simulated server; it is not thread-safe (trio tasks are fine).
+    ``sim-req-1``, ``sim-req-2``, ... in arrival order, over all routes), the generation-request
+    counter that indexes ``config.script`` (chat and messages requests together), the fault
+    dice (``random.Random(fault_seed)``) and the quota window. Use one app per simulated
+    server; it is not thread-safe (trio tasks are fine).
 
     Args:
-        config: behaviour; the defaults answer instantly with no faults.
-        wall_clock: source of the ``created`` timestamps in replies (``time.time`` by default;
-            inject a constant for byte-identical replies).
+        config: behaviour; the defaults answer instantly with no faults and no limits.
+        wall_clock: source of the ``created`` timestamps in replies and of the dates in
+            ``Retry-After`` and ``anthropic-ratelimit-*-reset`` headers (``time.time`` by
+            default; inject a constant for byte-identical replies).
     """
 
     def __init__(
@@ -117,10 +108,14 @@ class SimulatorApp:
         self.config = config = SimulatorConfig() if config is None else config
         self._wall_clock = wall_clock
         self._script = tuple(parse_directive(d) for d in config.script)
-        self._rates = (config.rate_429, config.rate_500, config.rate_disconnect)
+        self._rates = _random_faults(config)
         self._rng = random.Random(config.fault_seed)
         tps = config.tokens_per_second
         self._interval = config.tokens_per_chunk / tps if tps else 0.0
+        self._ping_every = (
+            max(1, round(config.ping_interval / self._interval)) if self._interval else 0
+        )
+        self._quota = QuotaWindow(rpm=config.rpm, tpm=config.tpm) if config.has_quota else None
         self._models = models_body(config.models)
         self._requests = 0
         self._chat_requests = 0
@@ -132,25 +127,42 @@ class SimulatorApp:
 
     @property
     def chat_requests_seen(self) -> int:
-        """Chat-completion requests handled so far (the next one gets ``script[this]``)."""
+        """Generation (chat and messages) requests handled so far; the next one gets
+        ``script[this]``."""
         return self._chat_requests
 
     async def handle(self, method: str, path: str, headers: Headers, body: bytes) -> SimResponse:
         """Answer one request.
 
-        Returns when the response head is due: at once for errors and faults, after ``ttft``
-        for a stream, after the whole simulated generation for a non-streaming completion.
+        Returns when the response head is due: at once for errors and most faults, after
+        ``ttft`` for a stream, after the whole simulated generation for a non-streaming reply.
         Always a checkpoint.
+
+        Raises:
+            SimulatedReset: the ``reset`` fault: close the connection, send nothing.
         """
         await trio.lowlevel.checkpoint()
         self._requests += 1
         request_id = b"sim-req-%d" % self._requests
         route = path.partition("?")[0]
         if route == "/v1/chat/completions" and method == "POST":
-            return await self._chat(headers, body, request_id)
-        if route == "/v1/models" and method == "GET":
+            response = await self._generate(OPENAI, headers, body, request_id)
+        elif route == "/v1/messages" and method == "POST":
+            response = await self._generate(ANTHROPIC, headers, body, request_id)
+        else:
+            response = self._other(method, route, request_id)
+        if self._quota is not None:
+            now = trio.current_time()
+            response.headers.extend(self._quota.headers(now))
+            if route == "/v1/messages":
+                response.headers.extend(self._quota.anthropic_headers(now, self._wall_clock()))
+        return response
+
+    def _other(self, method: str, route: str, request_id: bytes) -> SimResponse:
+        readable = method in ("GET", "HEAD")  # front ends drop the body of a HEAD response
+        if route == "/v1/models" and readable:
             return _json(200, self._models, request_id)
-        if route.startswith("/v1/models/") and method == "GET":
+        if route.startswith("/v1/models/") and readable:
             return _json(200, model_body(route.removeprefix("/v1/models/")), request_id)
         return _json(
             404,
@@ -158,7 +170,9 @@ class SimulatorApp:
             request_id,
         )
 
-    async def _chat(self, headers: Headers, body: bytes, request_id: bytes) -> SimResponse:
+    async def _generate(
+        self, route: Route, headers: Headers, body: bytes, request_id: bytes
+    ) -> SimResponse:
         index = self._chat_requests
         self._chat_requests += 1
         override = None
@@ -167,82 +181,232 @@ class SimulatorApp:
             try:
                 override = parse_directive(raw)
             except ValueError as exc:
-                body_ = error_body(str(exc), "invalid_request_error", "x-sim-fault")
-                return _json(400, body_, request_id)
+                return self._error(route, 400, str(exc), request_id, "x-sim-fault")
         directive = choose_directive(
             index=index, override=override, script=self._script, rates=self._rates, rng=self._rng
         )
-        cut: int | None = None
-        match directive:
-            case Fail(status=status, retry_after=retry_after):
-                return self._fail(status, retry_after, request_id)
-            case Disconnect(after=after):
-                cut = self.config.disconnect_after if after is None else after
-            case Normal():
-                pass
-            case _:
-                assert_never(directive)
+        # Exact type tests (directives are final classes) keep the fault-free path short.
+        if type(directive) is Fail:
+            return self._fail(route, directive, request_id)
+        if type(directive) is Reset:
+            raise SimulatedReset("the simulator closed the connection without a response")
         config = self.config
         try:
-            request = parse_chat_request(body)
-            reply = plan_reply(request, seed=config.seed, output_tokens=config.output_tokens)
+            request = route.parse(body, ignore_tool_choice=config.ignore_tool_choice)
+            broken = None
+            if type(directive) is BrokenJson and (request.tool is None or route.breaks_tool_json):
+                broken = self._rng.choice if directive.kind is None else _Always(directive.kind)
+            reply = plan_reply(
+                request, seed=config.seed, output_tokens=config.output_tokens, broken=broken
+            )
         except RequestError as exc:
-            body_ = error_body(exc.message, "invalid_request_error", exc.param)
-            return _json(400, body_, request_id)
-        completion_id = f"chatcmpl-sim-{self._requests}"
-        created = int(self._wall_clock())
+            return self._error(route, 400, exc.message, request_id, exc.param)
+        if type(directive) is Empty:
+            reply = Reply(tokens=(), finish_reason="stop", prompt_tokens=reply.prompt_tokens)
+        if self._quota is not None:
+            refusal = self._quota.admit(
+                trio.current_time(), reply.prompt_tokens + reply.completion_tokens
+            )
+            if refusal is not None:
+                return self._over_quota(route, *refusal, request_id)
+        if type(directive) is Stall and directive.after is None:
+            await trio.sleep(directive.seconds)
         if request.stream:
-            encoder = ChunkEncoder(
-                completion_id=completion_id,
-                created=created,
-                model=request.model,
-                include_usage=request.include_usage,
-            )
-            slots = sse_slots(
-                encoder,
-                reply,
-                tokens_per_chunk=config.tokens_per_chunk,
-                paced=config.paced,
-                cut_after=cut,
-            )
-            if config.ttft:
-                await trio.sleep(config.ttft)
-            head = [_SSE, _NO_CACHE, (b"x-request-id", request_id)]
-            if cut is None and len(slots) == 1:
-                return SimResponse(200, head, _Body(slots), slots[0])
-            start = trio.current_time()
-            return SimResponse(
-                200, head, _Body(slots, start=start, interval=self._interval, cut=cut is not None)
-            )
-        content = completion_body(
-            completion_id=completion_id, created=created, model=request.model, reply=reply
+            return await self._stream(route, request, reply, request_id, directive)
+        return await self._complete(route, request, reply, request_id, directive)
+
+    async def _stream(
+        self,
+        route: Route,
+        request: ChatRequest,
+        reply: Reply,
+        request_id: bytes,
+        directive: Directive,
+    ) -> SimResponse:
+        """SSE reply: head and slot 0 at ``ttft``, slot i ``i * interval`` later, reshaped by
+        the directive."""
+        config = self.config
+        slots = route.stream_events(
+            request,
+            reply,
+            request_id=request_id.decode(),
+            created=int(self._wall_clock()),
+            tokens_per_chunk=config.tokens_per_chunk,
+            paced=config.paced,
+            ping_every=self._ping_every,
+        )
+        if config.ttft:
+            await trio.sleep(config.ttft)
+        head = route.stream_head(request_id)
+        plan: Schedule
+        cut = False
+        match directive:
+            case Normal() | BrokenJson() | Empty() | Stall(after=None) | Trickle():
+                pieces = [b"".join(slot) for slot in slots]
+                if len(pieces) == 1 and not isinstance(directive, Trickle):
+                    return SimResponse(200, head, Body(pieces), pieces[0])
+                body = Body(pieces, start=trio.current_time(), interval=self._interval)
+                if isinstance(directive, Trickle):
+                    trickle = TrickleBody(body, size=directive.size, interval=directive.interval)
+                    return SimResponse(200, head, trickle)
+                return SimResponse(200, head, body)
+            case Disconnect(after=after):
+                after = config.disconnect_after if after is None else after
+                plan, cut = cut_after(schedule(slots, self._interval), after), True
+            case Malformed(after=after):
+                plan = insert_after(schedule(slots, self._interval), after, route.malformed)
+            case Stall(seconds=seconds, after=after):
+                assert after is not None  # a stall before the head was waited out already
+                plan = stall_after(schedule(slots, self._interval), after, seconds)
+            case Truncated():
+                plan = truncate(schedule(slots, self._interval))
+            case Fail() | Reset():
+                raise AssertionError(f"{directive} is answered before the reply")
+            case _:
+                assert_never(directive)
+        start = trio.current_time()
+        pieces = [b"".join(events) for _, events in plan]
+        times = [start + at for at, _ in plan]
+        return SimResponse(200, head, ScheduledBody(pieces, times, cut=cut))
+
+    async def _complete(
+        self,
+        route: Route,
+        request: ChatRequest,
+        reply: Reply,
+        request_id: bytes,
+        directive: Directive,
+    ) -> SimResponse:
+        """JSON reply, due when the equivalent stream would have sent its last chunk.
+
+        Faults that count events treat the body as one piece: ``disconnect`` sends half of it
+        and cuts, ``stall_after`` sends half, then the rest ``S`` seconds later, ``malformed``
+        and ``truncated_json`` send half of it as the whole body.
+        """
+        config = self.config
+        content = route.body(
+            request, reply, request_id=request_id.decode(), created=int(self._wall_clock())
         )
         chunks = -(-reply.completion_tokens // config.tokens_per_chunk)
         delay = config.ttft + max(chunks - 1, 0) * self._interval
         if delay:
             await trio.sleep(delay)
-        if cut is None:
-            return _json(200, content, request_id)
-        part = content[: len(content) // 2]
-        head = [_JSON, (b"content-length", b"%d" % len(content)), (b"x-request-id", request_id)]
-        return SimResponse(200, head, _Body([part], cut=True))
+        if type(directive) is Normal:
+            return SimResponse(
+                200, route.json_head(len(content), request_id), Body([content]), content
+            )
+        match directive:
+            case Normal() | BrokenJson() | Stall(after=None):
+                return self._json(route, 200, content, request_id)
+            case Empty():
+                return self._json(route, 200, b"", request_id)
+            case Truncated() | Malformed():
+                return self._json(route, 200, half(content), request_id)
+            case Disconnect():
+                head = route.json_head(len(content), request_id)
+                return SimResponse(200, head, Body([half(content)], cut=True))
+            case Stall(seconds=seconds):
+                first = half(content)
+                now = trio.current_time()
+                body = ScheduledBody([first, content[len(first) :]], [now, now + seconds])
+                return SimResponse(200, route.json_head(len(content), request_id), body)
+            case Trickle(size=size, interval=interval):
+                trickle = TrickleBody(Body([content]), size=size, interval=interval)
+                return SimResponse(200, route.json_head(len(content), request_id), trickle)
+            case Fail() | Reset():
+                raise AssertionError(f"{directive} is answered before the reply")
+            case _:
+                assert_never(directive)
 
-    def _fail(self, status: int, retry_after: float | None, request_id: bytes) -> SimResponse:
+    def _json(
+        self,
+        route: Route,
+        status: int,
+        content: bytes,
+        request_id: bytes,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> SimResponse:
+        head = route.json_head(len(content), request_id)
+        if extra:
+            head.extend(extra)
+        return SimResponse(status, head, Body([content]), content)
+
+    def _error(
+        self, route: Route, status: int, message: str, request_id: bytes, param: str | None = None
+    ) -> SimResponse:
+        content = route.error("invalid_request_error", message, request_id.decode(), param)
+        return self._json(route, status, content, request_id)
+
+    def _fail(self, route: Route, fail: Fail, request_id: bytes) -> SimResponse:
         extra: list[tuple[bytes, bytes]] = []
-        if status == 429 or retry_after is not None:
-            seconds = self.config.retry_after if retry_after is None else retry_after
-            extra.append((b"retry-after", b"%d" % math.ceil(seconds)))
-            extra.append((b"retry-after-ms", b"%d" % round(seconds * 1000)))
-        return _json(status, status_error_body(status), request_id, extra)
+        if fail.status == 429 or fail.retry_after is not None:
+            seconds = self.config.retry_after if fail.retry_after is None else fail.retry_after
+            if fail.http_date:
+                when = math.ceil(self._wall_clock() + seconds)
+                extra.append((b"retry-after", email.utils.formatdate(when, usegmt=True).encode()))
+            else:
+                extra.append((b"retry-after", b"%d" % math.ceil(seconds)))
+                if route is OPENAI:
+                    extra.append((b"retry-after-ms", b"%d" % round(seconds * 1000)))
+        if route is ANTHROPIC and fail.status == 529:
+            extra.append((b"x-should-retry", b"true"))  # as Anthropic's recorded 529s carry
+        content = route.status_error(fail.status, request_id.decode())
+        return self._json(route, fail.status, content, request_id, extra)
+
+    def _over_quota(
+        self, route: Route, wait: float, dimension: str, request_id: bytes
+    ) -> SimResponse:
+        quota = self._quota
+        assert quota is not None
+        limit = quota.rpm if dimension == "requests" else quota.tpm
+        extra = [(b"retry-after", b"%d" % math.ceil(wait))]
+        if route is OPENAI:
+            extra.append((b"retry-after-ms", b"%d" % math.ceil(wait * 1000)))
+            content = error_body(
+                f"Rate limit reached on {dimension} per min (simulated): Limit {limit}. "
+                f"Please try again in {format_duration(wait)}.",
+                dimension,
+                None,
+                "rate_limit_exceeded",
+            )
+        else:
+            content = route.error(
+                "rate_limit_error",
+                f"This request would exceed the rate limit of {limit} {dimension} per minute "
+                "(simulated).",
+                request_id.decode(),
+            )
+        return self._json(route, 429, content, request_id, extra)
 
 
-def _json(
-    status: int, content: bytes, request_id: bytes, extra: list[tuple[bytes, bytes]] | None = None
-) -> SimResponse:
+class _Always:
+    """A broken-JSON chooser that always names one kind."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, kinds: Sequence[str]) -> str:
+        return self.kind
+
+
+def _random_faults(config: SimulatorConfig) -> tuple[tuple[Directive, float], ...]:
+    """The config's fault rates as ``(directive, probability)``, zero rates left out."""
+    rates: list[tuple[Directive, float]] = [
+        (Fail(429), config.rate_429),
+        (Fail(500), config.rate_500),
+        (Disconnect(), config.rate_disconnect),
+        (Fail(529), config.rate_529),
+        (BrokenJson(), config.rate_broken_json),
+    ]
+    rates += [(parse_directive(text), rate) for text, rate in config.fault_rates]
+    return tuple((directive, rate) for directive, rate in rates if rate > 0)
+
+
+def _json(status: int, content: bytes, request_id: bytes) -> SimResponse:
     head = [_JSON, (b"content-length", b"%d" % len(content)), (b"x-request-id", request_id)]
-    if extra:
-        head.extend(extra)
-    return SimResponse(status, head, _Body([content]), content)
+    return SimResponse(status, head, Body([content]), content)
 
 
 def _header(headers: Headers, name: bytes) -> str | None:

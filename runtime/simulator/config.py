@@ -1,17 +1,18 @@
 """The simulator's configuration: one frozen, keyword-only attrs value.
 
-Every field has a default that gives an instant, fault-free, deterministic server. Derive
-variants with ``attrs.evolve``. Bad values fail at construction with a ``ValueError`` (attrs
-validators), and every ``script`` directive is parsed there too, so a typo never reaches a
-running server.
+Every field has a default that gives an instant, fault-free, unlimited, deterministic server.
+Derive variants with ``attrs.evolve``. Bad values fail at construction with a ``ValueError``
+(attrs validators), and every ``script`` and ``fault_rates`` directive is parsed there too, so
+a typo never reaches a running server.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
-from attrs.validators import deep_iterable, ge, instance_of
+from attrs.validators import deep_iterable, ge, gt, instance_of, optional
 
 from .directives import parse_directive
 
@@ -32,6 +33,26 @@ def _check_script(_instance: object, _attribute: object, value: tuple[str, ...])
             parse_directive(directive)
         except ValueError as exc:
             raise ValueError(f"script[{index}]: {exc}") from None
+
+
+def _rate_pairs(value: Mapping[str, float] | Iterable[tuple[str, float]]) -> tuple[Any, ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(tuple(item) for item in items)
+
+
+def _check_fault_rates(_instance: object, _attribute: object, value: tuple[Any, ...]) -> None:
+    for item in value:
+        if len(item) != 2 or not isinstance(item[0], str):
+            raise ValueError(f"fault_rates: expected (directive, probability) pairs, got {item!r}")
+        directive, rate = item
+        try:
+            parse_directive(directive)
+        except ValueError as exc:
+            raise ValueError(f"fault_rates[{directive!r}]: {exc}") from None
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate <= 1:
+            raise ValueError(
+                f"fault_rates[{directive!r}] must be a probability in [0, 1]: {rate!r}"
+            )
 
 
 def _non_negative_or_none(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -70,19 +91,45 @@ class SimulatorConfig:
     """SSE data events sent before a random (or argument-less) disconnect cuts the stream."""
     fault_seed: int = 0
     """Seeds the fault dice, so a run's sequence of random faults repeats exactly."""
+    rate_529: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a generation request fails with 529 (overloaded)."""
+    rate_broken_json: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a reply's JSON text (structured output, tool arguments) is broken."""
+    fault_rates: tuple[tuple[str, float], ...] = attrs.field(
+        default=(), converter=_rate_pairs, validator=_check_fault_rates
+    )
+    """More random faults: directive text to probability (a mapping or pairs), for example
+    ``{"stall:30": 0.01, "malformed:2": 0.02, "reset": 0.01}``. Drawn with the rates above in
+    one roll per request, so all the probabilities together must be at most 1."""
     script: tuple[str, ...] = attrs.field(
         default=(),
         validator=[deep_iterable(instance_of(str), instance_of(tuple)), _check_script],
     )
-    """Directives for the first chat requests, in arrival order (``"ok"``, ``"429"``,
-    ``"429:retry_after=2"``, ``"500"``, ``"503"``, ``"529"``, ``"disconnect:3"``); later
-    requests fall back to the random rates."""
+    """Directives for the first generation requests (chat and messages), in arrival order
+    (``"ok"``, ``"429:retry_after=2"``, ``"529"``, ``"disconnect:3"``, ``"stall_after:2:30"``,
+    ...; see :mod:`.directives`); later requests fall back to the random rates."""
+
+    ignore_tool_choice: bool = False
+    """Act as a server without tool support: ignore ``tools`` and ``tool_choice`` and answer
+    text, or JSON text when ``response_format``/``format`` asks for it. Models whose name ends
+    in ``notools`` (``sim-notools``) behave so whatever this says."""
+    rpm: int | None = attrs.field(default=None, validator=optional([instance_of(int), ge(1)]))
+    """Requests per minute the server admits (a sliding window on trio's clock); None for no
+    limit. Generation requests only; ones answered by an error fault, and refused ones, do not
+    count. Every response then reports the limits in ``x-ratelimit-*`` headers."""
+    tpm: int | None = attrs.field(default=None, validator=optional([instance_of(int), ge(1)]))
+    """Tokens per minute (prompt plus reply) the server admits; None for no limit."""
+    ping_interval: float = attrs.field(default=10.0, validator=gt(0))
+    """Seconds between the ``ping`` events of a paced Anthropic stream (there is always one
+    after the first block starts)."""
 
     def __attrs_post_init__(self) -> None:
-        total = self.rate_429 + self.rate_500 + self.rate_disconnect
+        total = self.rate_429 + self.rate_500 + self.rate_disconnect + self.rate_529
+        total += self.rate_broken_json + sum(rate for _, rate in self.fault_rates)
         if total > 1:
             raise ValueError(
-                f"rate_429 + rate_500 + rate_disconnect must be at most 1, got {total:g}"
+                "rate_429 + rate_500 + rate_disconnect + rate_529 + rate_broken_json + "
+                f"fault_rates must be at most 1, got {total:g}"
             )
 
     @property
@@ -93,4 +140,16 @@ class SimulatorConfig:
     @property
     def has_random_faults(self) -> bool:
         """True when any fault rate is above zero."""
-        return bool(self.rate_429 or self.rate_500 or self.rate_disconnect)
+        return bool(
+            self.rate_429
+            or self.rate_500
+            or self.rate_disconnect
+            or self.rate_529
+            or self.rate_broken_json
+            or any(rate for _, rate in self.fault_rates)
+        )
+
+    @property
+    def has_quota(self) -> bool:
+        """True when ``rpm`` or ``tpm`` is set."""
+        return self.rpm is not None or self.tpm is not None

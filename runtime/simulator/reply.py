@@ -1,21 +1,28 @@
-"""Decide the content of a reply: text tokens or one tool call. Pure and deterministic.
+"""Decide the content of a reply: text tokens, JSON text or one tool call. Pure.
 
 The same seed and the same request always give the same :class:`Reply`, tool-call id included.
+How JSON text is broken (the ``broken_json`` fault) is the caller's choice, passed in.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
 
+from .broken import FALLBACK, applicable_kinds, break_json
 from .request import RequestError
 from .schema import SchemaError, example_for_schema
 from .text import derive_seed, estimate_tokens, generate_tokens, split_fragments, split_words
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from .request import ChatRequest
+
+    ChooseKind = Callable[[Sequence[str]], str]
+    """Picks a broken-JSON kind from the kinds that apply to a value."""
 
 __all__ = ["Reply", "plan_reply"]
 
@@ -32,37 +39,49 @@ class Reply:
     tool_name: str | None = None
     """Set when the reply is a tool call."""
     tool_call_id: str | None = None
+    broken: str | None = None
+    """The broken-JSON kind applied to the reply's JSON text, if any."""
 
     @property
     def completion_tokens(self) -> int:
         return len(self.tokens)
 
 
-def plan_reply(request: ChatRequest, *, seed: int, output_tokens: int) -> Reply:
+def plan_reply(
+    request: ChatRequest,
+    *,
+    seed: int,
+    output_tokens: int,
+    broken: ChooseKind | None = None,
+) -> Reply:
     """The reply to ``request``.
 
     Text replies have ``output_tokens`` tokens (a model whose name ends in ``echo`` repeats the
     last user message instead), or ``max_tokens`` if that is smaller, with finish reason
-    ``length``. A tool call's arguments are JSON valid against the tool's schema; a
-    ``max_tokens`` smaller than the argument fragments cuts them (broken JSON, finish reason
+    ``length``. A tool call's arguments, and the JSON text asked for by ``request.json_schema``,
+    are JSON valid against the schema, split into fragments as a model streams them; a
+    ``max_tokens`` smaller than the fragments cuts them (broken JSON, finish reason
     ``length``), as a real model does.
 
+    Args:
+        broken: when given, the JSON text (tool arguments or structured output) is broken the
+            way it picks from the kinds that apply (see :func:`~.broken.applicable_kinds`).
+
     Raises:
-        RequestError: the tool's parameter schema cannot be satisfied.
+        RequestError: the tool's or the response format's schema cannot be satisfied.
     """
     prompt_tokens = estimate_tokens(request.prompt_chars)
     limit = request.max_tokens
     tool = request.tool
     if tool is not None:
-        try:
-            arguments = example_for_schema(
-                tool.parameters, seed=derive_seed(seed, request.digest, tool.name)
-            )
-        except SchemaError as exc:
-            raise RequestError(
-                f"Invalid schema for function '{tool.name}': {exc}", "tools"
-            ) from None
-        fragments = split_fragments(orjson.dumps(arguments).decode())
+        arguments = _example(
+            tool.parameters,
+            derive_seed(seed, request.digest, tool.name),
+            f"Invalid schema for function '{tool.name}'",
+            "tools",
+        )
+        text, kind = _render(arguments, broken)
+        fragments = split_fragments(text)
         finish = "tool_calls"
         if limit is not None and len(fragments) > limit:
             fragments, finish = fragments[:limit], "length"
@@ -73,6 +92,26 @@ def plan_reply(request: ChatRequest, *, seed: int, output_tokens: int) -> Reply:
             prompt_tokens=prompt_tokens,
             tool_name=tool.name,
             tool_call_id=call_id,
+            broken=kind,
+        )
+    if request.json_schema is not None:
+        value = _example(
+            request.json_schema,
+            derive_seed(seed, request.digest, "response_format"),
+            "Invalid schema for 'response_format'",
+            "response_format",
+        )
+        text, kind = _render(value, broken)
+        fragments = split_fragments(text)
+        if limit is not None and len(fragments) > limit:
+            return Reply(
+                tokens=fragments[:limit],
+                finish_reason="length",
+                prompt_tokens=prompt_tokens,
+                broken=kind,
+            )
+        return Reply(
+            tokens=fragments, finish_reason="stop", prompt_tokens=prompt_tokens, broken=kind
         )
     if request.model.endswith("echo"):
         tokens = split_words(request.last_user_text)
@@ -84,3 +123,23 @@ def plan_reply(request: ChatRequest, *, seed: int, output_tokens: int) -> Reply:
         return Reply(tokens=tokens, finish_reason="length", prompt_tokens=prompt_tokens)
     tokens = generate_tokens(seed, request.digest, output_tokens)
     return Reply(tokens=tokens, finish_reason="stop", prompt_tokens=prompt_tokens)
+
+
+def _example(schema: Any, seed: int, what: str, param: str) -> Any:
+    try:
+        value = example_for_schema(schema, seed=seed)
+        orjson.dumps(value)  # an integer too large for JSON, say
+    except (SchemaError, orjson.JSONEncodeError) as exc:
+        raise RequestError(f"{what}: {exc}", param) from None
+    return value
+
+
+def _render(value: Any, broken: ChooseKind | None) -> tuple[str, str | None]:
+    """``value`` as JSON text, broken when ``broken`` is given; and the kind applied."""
+    if broken is None:
+        return orjson.dumps(value).decode(), None
+    kinds = applicable_kinds(value)
+    kind = broken(kinds)
+    if kind not in kinds:
+        kind = FALLBACK
+    return break_json(value, kind), kind

@@ -1,8 +1,9 @@
-"""Validate a chat-completions request body and decide whether it gets a tool call. Pure.
+"""Validate a chat-completions request body and decide what kind of reply it gets. Pure.
 
 Only what the simulator needs is read; unknown fields are ignored, as OpenAI-compatible
 servers commonly do. Every rejection is a :class:`RequestError` whose message and ``param``
-go into a 400 ``invalid_request_error`` body.
+go into a 400 ``invalid_request_error`` body. The Anthropic messages route has its own parser
+(:mod:`.anthropic_request`) that builds the same :class:`ChatRequest`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,24 @@ from typing import Any
 import attrs
 import orjson
 
-__all__ = ["ChatRequest", "RequestError", "ToolTarget", "parse_chat_request"]
+__all__ = [
+    "ANY_OBJECT",
+    "ChatRequest",
+    "RequestError",
+    "ToolTarget",
+    "ignores_tools",
+    "parse_chat_request",
+    "pick_tool",
+]
 
 _TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
+
+ANY_OBJECT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
+"""The schema of a JSON-mode reply that names no schema (``json_object``, ``format: "json"``)."""
 
 
 @attrs.define
@@ -56,9 +72,17 @@ class ChatRequest:
     last_user_text: str
     tool: ToolTarget | None
     """The tool to call; None means the reply is text."""
+    json_schema: Any = None
+    """Schema of a JSON-text reply (structured output) when there is no tool call; None means
+    plain text."""
 
 
-def parse_chat_request(body: bytes) -> ChatRequest:
+def ignores_tools(model: str, ignore_tool_choice: bool) -> bool:
+    """Whether tools are ignored: the config says so, or the model name ends in ``notools``."""
+    return ignore_tool_choice or model.endswith("notools")
+
+
+def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> ChatRequest:
     """Validate ``body`` and pick the reply kind.
 
     A tool is called when ``tools`` are given and ``tool_choice`` is ``"required"`` (the tool
@@ -66,6 +90,13 @@ def parse_chat_request(body: bytes) -> ChatRequest:
     ``"auto"``/absent while the conversation ends with a user message that names a tool or
     contains the word "tool". Requiring the last message to be the user's keeps an agent loop
     from calling tools forever after each tool result. ``"none"`` never calls a tool.
+
+    Otherwise a ``response_format`` of type ``json_schema`` (or ``json_object``), or an
+    Ollama-style top-level ``format`` (a schema, or ``"json"``), makes the reply JSON text.
+
+    With ``ignore_tool_choice`` (or a model whose name ends in ``notools``) the server acts
+    like one that does not support tools: ``tools`` and ``tool_choice`` are neither checked
+    nor used, so the reply is text, or JSON text when a format asks for it.
 
     Raises:
         RequestError: bad JSON, a missing or malformed field, or a ``tool_choice`` that names
@@ -109,7 +140,8 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         raise RequestError(
             "Invalid type for 'stream_options': expected an object.", "stream_options"
         )
-    tools = _tools(data.get("tools"))
+    ignore = ignore_tool_choice or model.endswith("notools")  # as ignores_tools() says
+    tools = [] if ignore else _tools(data.get("tools"))
     if tools:
         chars += len(orjson.dumps(data["tools"]))
     return ChatRequest(
@@ -122,8 +154,44 @@ def parse_chat_request(body: bytes) -> ChatRequest:
         ).digest(),
         prompt_chars=chars,
         last_user_text=last_user_text,
-        tool=_pick_tool(tools, data.get("tool_choice"), role, last_user_text),
+        tool=None if ignore else _pick_tool(tools, data.get("tool_choice"), role, last_user_text),
+        json_schema=_json_schema(data) if "response_format" in data or "format" in data else None,
     )
+
+
+def _json_schema(data: dict[str, Any]) -> Any:
+    response_format = data.get("response_format")
+    if response_format is not None:
+        if not isinstance(response_format, dict):
+            raise RequestError(
+                "Invalid type for 'response_format': expected an object.", "response_format"
+            )
+        match response_format.get("type"):
+            case "text":
+                return None
+            case "json_object":
+                return ANY_OBJECT
+            case "json_schema":
+                spec = response_format.get("json_schema")
+                if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+                    raise RequestError(
+                        "Missing required parameter: 'response_format.json_schema.name'.",
+                        "response_format.json_schema",
+                    )
+                return spec.get("schema", ANY_OBJECT)
+        raise RequestError(
+            "Invalid value for 'response_format.type': expected 'text', 'json_object' or "
+            "'json_schema'.",
+            "response_format.type",
+        )
+    ollama_format = data.get("format")
+    if ollama_format is None or ollama_format == "":
+        return None
+    if ollama_format == "json":
+        return ANY_OBJECT
+    if isinstance(ollama_format, dict):
+        return ollama_format
+    raise RequestError("Invalid 'format': expected \"json\" or a JSON schema object.", "format")
 
 
 def _text(content: Any) -> str:
@@ -203,8 +271,19 @@ def _pick_tool(
         if choice == "required":
             raise RequestError("'tool_choice' is 'required' but no tools were given.", "tools")
         return None
+    return pick_tool(
+        tools, required=choice == "required", last_role=last_role, last_user_text=last_user_text
+    )
+
+
+def pick_tool(
+    tools: list[ToolTarget], *, required: bool, last_role: str, last_user_text: str
+) -> ToolTarget | None:
+    """The tool an ``auto`` (or, with ``required``, a forced) choice calls, from non-empty
+    ``tools``: the one the last user text names, else the first when forced, or when ``auto``
+    and the conversation ends with a user message containing the word "tool"."""
     named = next((t for t in tools if t.name in last_user_text), None)
-    if choice == "required":
+    if required:
         return named or tools[0]
     if last_role != "user":
         return None

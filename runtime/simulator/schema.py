@@ -24,6 +24,8 @@ _FULL_DEPTH = 6
 """Below this depth objects carry optional properties and arrays 1-3 items."""
 _MAX_DEPTH = 40
 """Deeper than this the schema is taken to recurse without end."""
+_MAX_SIZE = 10_000
+"""Largest ``minItems`` or ``minLength`` honoured; a client cannot make the server build more."""
 
 
 class SchemaError(ValueError):
@@ -37,7 +39,13 @@ def example_for_schema(schema: Any, *, seed: int) -> Any:
         SchemaError: contradictory bounds, an empty enum, a non-local ``$ref``, an unknown
             ``type``, or recursion that never bottoms out.
     """
-    return _Generator(schema, random.Random(seed)).value(schema, 0)
+    try:
+        return _Generator(schema, random.Random(seed)).value(schema, 0)
+    except SchemaError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # The schema comes from a client; a malformed one must not take the server down.
+        raise SchemaError(f"malformed schema ({type(exc).__name__}: {exc})") from None
 
 
 class _Generator:
@@ -131,7 +139,7 @@ class _Generator:
         return out
 
     def _array(self, schema: Mapping[str, Any], depth: int) -> list[Any]:
-        low = int(schema.get("minItems", 0))
+        low = _size(schema, "minItems")
         high = schema.get("maxItems")
         if high is not None and low > high:
             raise SchemaError(f"minItems {low} > maxItems {high}")
@@ -173,7 +181,7 @@ class _Generator:
             case "uuid":
                 return str(uuid.UUID(int=rng.getrandbits(128), version=4))
         text = self._words(1, 3)
-        low = int(schema.get("minLength", 0))
+        low = _size(schema, "minLength")
         while len(text) < low:
             text += " " + rng.choice(WORDS)
         high = schema.get("maxLength")
@@ -230,6 +238,13 @@ class _Generator:
 
     def _words(self, least: int, most: int) -> str:
         return " ".join(self._rng.choice(WORDS) for _ in range(self._rng.randint(least, most)))
+
+
+def _size(schema: Mapping[str, Any], key: str) -> int:
+    size = int(schema.get(key, 0))
+    if size > _MAX_SIZE:
+        raise SchemaError(f"{key} {size} is more than the simulator generates ({_MAX_SIZE})")
+    return size
 
 
 def _is_null(schema: Any) -> bool:

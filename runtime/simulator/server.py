@@ -1,10 +1,12 @@
 """The simulator as a real HTTP/1.1 server (trio + h11).
 
-Each connection serves requests one after another (keep-alive) until the client closes it or
-asks to. Streams use chunked transfer encoding, JSON bodies ``Content-Length``. The response
-head goes out in the same write as the first body piece; a body that is ready at once (JSON, or
-an unpaced stream) goes out with its head and terminator in a single write. A
-:class:`SimulatedDisconnect` closes the socket without finishing the body.
+Each connection serves requests one after another (keep-alive, pipelining allowed) until the
+client closes it or asks to. h11 parses the requests; responses are framed here, from headers
+the app already built, which avoids h11's per-header validation on the hot path. Streams use
+chunked transfer encoding, JSON bodies ``Content-Length``. The response head goes out in the
+same write as the first body piece; a body that is ready at once (JSON, or an unpaced stream)
+goes out with its head and terminator in one write. A :class:`SimulatedDisconnect` closes the
+socket without finishing the body; a :class:`SimulatedReset` closes it without any response.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 import h11
 import trio
 
-from .app import SimulatedDisconnect, SimulatorApp
+from .app import SimulatedDisconnect, SimulatedReset, SimulatorApp
 from .wire import error_body
 
 if TYPE_CHECKING:
@@ -26,14 +28,21 @@ if TYPE_CHECKING:
 __all__ = ["run_simulator", "serve_connection", "serve_simulator"]
 
 _RECEIVE_SIZE = 65536
-_REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
+_STATUS_LINES = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus
+}
+_CHUNKED = b"transfer-encoding: chunked\r\n"
+_CLOSE = b"connection: close\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 async def serve_connection(app: SimulatorApp, stream: trio.abc.Stream) -> None:
     """Serve HTTP/1.1 requests arriving on ``stream`` until either side ends the connection.
 
-    Closes ``stream`` on return. A malformed request gets a 400 and the connection closes;
-    a client that goes away mid-response is not an error.
+    Closes ``stream`` on return. A malformed request gets a 400 and the connection closes; a
+    client that goes away mid-response is not an error. HTTP/1.0 clients get one response per
+    connection.
     """
     conn = h11.Connection(h11.SERVER)
     try:
@@ -43,23 +52,38 @@ async def serve_connection(app: SimulatorApp, stream: trio.abc.Stream) -> None:
                 return
             assert isinstance(event, h11.Request), event
             if conn.they_are_waiting_for_100_continue:
-                continue_ = h11.InformationalResponse(status_code=100, headers=[])
-                await stream.send_all(conn.send(continue_) or b"")
+                await stream.send_all(_CONTINUE)
             chunks = []
             while not isinstance(part := await _next_event(conn, stream), h11.EndOfMessage):
                 assert isinstance(part, h11.Data), part
                 chunks.append(part.data)
-            response = await app.handle(
-                event.method.decode("ascii"),
-                event.target.decode("ascii"),
-                list(event.headers),
-                b"".join(chunks),
+            headers = list(event.headers)
+            http11 = event.http_version == b"1.1"
+            try:
+                response = await app.handle(
+                    event.method.decode("ascii"),
+                    event.target.decode("latin-1"),
+                    headers,
+                    b"".join(chunks),
+                )
+            except SimulatedReset:
+                return  # closes the connection with nothing sent
+            keep_alive = await _send_response(
+                stream,
+                response,
+                http11=http11,
+                keep_alive=http11 and not _asks_to_close(headers),
+                head_only=event.method == b"HEAD",
             )
-            if not await _send_response(conn, stream, response):
+            if not keep_alive:
                 return
-            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                return
-            conn.start_next_cycle()
+            # h11 only parsed the request; a fresh parser takes over any pipelined bytes.
+            leftover, closed = conn.trailing_data
+            conn = h11.Connection(h11.SERVER)
+            if leftover:
+                conn.receive_data(leftover)
+            if closed:
+                conn.receive_data(b"")  # b"" tells h11 the peer has closed
     except h11.RemoteProtocolError as exc:
         await _reject(conn, stream, exc)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -77,65 +101,79 @@ async def _next_event(conn: h11.Connection, stream: trio.abc.Stream) -> object:
         conn.receive_data(data if isinstance(data, bytes) else bytes(data))
 
 
+def _asks_to_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name == b"connection" and b"close" in value.lower() for name, value in headers)
+
+
 async def _send_response(
-    conn: h11.Connection, stream: trio.abc.Stream, response: SimResponse
+    stream: trio.abc.Stream,
+    response: SimResponse,
+    *,
+    http11: bool,
+    keep_alive: bool,
+    head_only: bool,
 ) -> bool:
-    """Send ``response``; False when the body was cut (the caller then closes)."""
-    head = conn.send(
-        h11.Response(
-            status_code=response.status,
-            headers=response.headers,
-            reason=_REASONS.get(response.status, b""),
-        )
-    )
-    assert head is not None
+    """Send ``response``; return whether the connection can carry another request.
+
+    Without a ``content-length`` header the body is chunked (HTTP/1.1) or delimited by closing
+    the connection (HTTP/1.0). A cut body (:class:`SimulatedDisconnect`) always ends the
+    connection.
+    """
+    sized = any(name == b"content-length" for name, _ in response.headers)
+    chunked = not sized and http11
+    keep_alive = keep_alive and (sized or chunked)
+    parts = [_STATUS_LINES.get(response.status) or b"HTTP/1.1 %d \r\n" % response.status]
+    parts.extend(b"%s: %s\r\n" % pair for pair in response.headers)
+    if chunked:
+        parts.append(_CHUNKED)
+    if not keep_alive:
+        parts.append(_CLOSE)
+    parts.append(b"\r\n")
+    head = b"".join(parts)
+    if head_only:
+        await stream.send_all(head)
+        return keep_alive
     if response.content is not None:
-        body = conn.send(h11.Data(data=response.content))
-        end = conn.send(h11.EndOfMessage())
-        assert body is not None
-        assert end is not None
-        await stream.send_all(b"".join((head, body, end)))
-        return True
+        body = _chunk(response.content) + _LAST_CHUNK if chunked else response.content
+        await stream.send_all(head + body)
+        return keep_alive
     pending: bytes | None = head
     try:
         async for piece in response.body:
-            data = conn.send(h11.Data(data=piece))
-            assert data is not None
+            data = _chunk(piece) if chunked else piece
             if pending is not None:
                 data, pending = pending + data, None
             await stream.send_all(data)
     except SimulatedDisconnect:
+        if pending is not None:  # cut before any body: the head still goes out
+            await stream.send_all(pending)
         return False
-    end = conn.send(h11.EndOfMessage())
-    assert end is not None
-    await stream.send_all(end if pending is None else pending + end)
-    return True
+    if chunked or pending is not None:
+        await stream.send_all((pending or b"") + (_LAST_CHUNK if chunked else b""))
+    return keep_alive
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
 
 
 async def _reject(
     conn: h11.Connection, stream: trio.abc.Stream, exc: h11.RemoteProtocolError
 ) -> None:
-    """Answer a malformed request with 400 (or h11's hint) if a response can still be sent."""
+    """Answer a malformed request with 400 (or h11's hint) if no response was started."""
     if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return
     status = exc.error_status_hint
     content = error_body(f"Malformed HTTP request: {exc}", "invalid_request_error")
-    headers = [
+    head = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(content)),
-        (b"connection", b"close"),
     ]
+    line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status
+    data = line + b"".join(b"%s: %s\r\n" % pair for pair in head) + _CLOSE + b"\r\n" + content
     try:
-        head = conn.send(
-            h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
-        )
-        body = conn.send(h11.Data(data=content))
-        end = conn.send(h11.EndOfMessage())
-        assert head is not None
-        assert body is not None
-        assert end is not None
-        await stream.send_all(head + body + end)
-    except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
 
@@ -178,14 +216,17 @@ async def run_simulator(
     config: SimulatorConfig | SimulatorApp | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, after printing ``sluice simulator listening on http://HOST:PORT/v1``.
 
-    This is what ``sluice sim --port P`` runs.
+    This is what ``sluice sim --port P`` runs. Reports the bound port (after printing) through
+    ``task_status``, like :func:`serve_simulator`.
     """
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(
-            functools.partial(serve_simulator, host=host, port=port), config
-        )
+        serve = functools.partial(serve_simulator, host=host, port=port)
+        bound = await nursery.start(serve, config)
         shown = f"[{host}]" if ":" in host else host
         print(f"sluice simulator listening on http://{shown}:{bound}/v1", flush=True)
+        task_status.started(bound)

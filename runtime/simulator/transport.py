@@ -4,7 +4,8 @@ Under trio's ``MockClock`` (pytest-trio's ``autojump_clock``) the simulated late
 virtual, so runtime tests can drive a realistic provider in microseconds and assert exact
 times. The response head arrives when :meth:`SimulatorApp.handle` returns; body pieces arrive
 as the app releases them. A simulated disconnect surfaces as the error httpx raises for a
-real cut body.
+real cut body, and a simulated reset as the one it raises for a server that hangs up without
+answering.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from .app import SimulatedDisconnect, SimulatorApp
+from .app import SimulatedDisconnect, SimulatedReset, SimulatorApp
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from .config import SimulatorConfig
 
-__all__ = ["DISCONNECT_MESSAGE", "mock_transport"]
+__all__ = ["DISCONNECT_MESSAGE", "RESET_MESSAGE", "mock_transport"]
 
 DISCONNECT_MESSAGE = "peer closed connection without sending complete message body (simulated)"
 """Message of the ``httpx.RemoteProtocolError`` a simulated disconnect raises."""
+RESET_MESSAGE = "Server disconnected without sending a response."
+"""Message of the ``httpx.RemoteProtocolError`` a simulated reset raises (httpcore's own)."""
 
 
 class _SimStream(httpx.AsyncByteStream):
@@ -57,15 +60,19 @@ def mock_transport(
 
     async def handler(request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        response = await app.handle(
-            request.method, request.url.raw_path.decode("ascii"), request.headers.raw, body
-        )
-        if response.content is not None:
-            return httpx.Response(
-                response.status, headers=response.headers, content=response.content
+        try:
+            response = await app.handle(
+                request.method, request.url.raw_path.decode("ascii"), request.headers.raw, body
             )
-        return httpx.Response(
-            response.status, headers=response.headers, stream=_SimStream(response.body, request)
-        )
+        except SimulatedReset as exc:
+            raise httpx.RemoteProtocolError(RESET_MESSAGE, request=request) from exc
+        stream: httpx.AsyncByteStream
+        if request.method == "HEAD":
+            stream = httpx.ByteStream(b"")
+        elif response.content is not None:
+            stream = httpx.ByteStream(response.content)  # not content=: that pre-reads the body
+        else:
+            stream = _SimStream(response.body, request)
+        return httpx.Response(response.status, headers=response.headers, stream=stream)
 
     return httpx.MockTransport(handler)

@@ -1,4 +1,4 @@
-"""OpenAI chat-completions wire format: SSE chunks and JSON bodies. Pure.
+"""OpenAI chat-completions wire format: SSE chunks, JSON bodies, error bodies. Pure.
 
 A stream is: one opening chunk (``delta.role = "assistant"``, plus the tool call's id and name
 when it is a tool call), one chunk per group of tokens, a finish chunk (``delta: {}`` and the
@@ -23,17 +23,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DONE",
+    "MALFORMED",
     "ChunkEncoder",
     "completion_body",
     "error_body",
+    "group_tokens",
     "model_body",
     "models_body",
+    "sse_events",
     "sse_slots",
     "status_error_body",
 ]
 
 DONE = b"data: [DONE]\n\n"
 """The last event of every complete stream."""
+MALFORMED = b'data: {"object":"chat.completion.chunk","choices":<simulated malformed event>\n\n'
+"""The event the ``malformed`` fault inserts: its data is not JSON."""
 
 _dumps = orjson.dumps
 
@@ -41,7 +46,15 @@ _dumps = orjson.dumps
 class ChunkEncoder:
     """Encodes the ``chat.completion.chunk`` SSE events of one response."""
 
-    __slots__ = ("_content_tail", "_head", "_tail", "_usage_head", "_usage_null", "include_usage")
+    __slots__ = (
+        "_content_head",
+        "_content_tail",
+        "_head",
+        "_tail",
+        "_usage_head",
+        "_usage_null",
+        "include_usage",
+    )
 
     def __init__(self, *, completion_id: str, created: int, model: str, include_usage: bool):
         common = b"".join(
@@ -59,6 +72,7 @@ class ChunkEncoder:
         self._usage_null = b',"usage":null' if include_usage else b""
         self._head = common + b'[{"index":0,"delta":'
         self._tail = b',"logprobs":null,"finish_reason":null}]' + self._usage_null + b"}\n\n"
+        self._content_head = self._head + b'{"content":'
         self._content_tail = b"}" + self._tail
         self._usage_head = common + b'[],"usage":'
 
@@ -80,7 +94,7 @@ class ChunkEncoder:
 
     def content(self, text: str) -> bytes:
         """A chunk carrying ``text`` in ``delta.content``."""
-        return b"".join((self._head, b'{"content":', _dumps(text), self._content_tail))
+        return b"".join((self._content_head, _dumps(text), self._content_tail))
 
     def arguments(self, fragment: str) -> bytes:
         """A chunk carrying a fragment of tool call 0's arguments (only index and arguments)."""
@@ -116,20 +130,14 @@ class ChunkEncoder:
         )
 
 
-def sse_slots(
-    encoder: ChunkEncoder,
-    reply: Reply,
-    *,
-    tokens_per_chunk: int,
-    paced: bool,
-    cut_after: int | None = None,
-) -> list[bytes]:
-    """The stream's bytes, grouped into the slots that are sent at the same moment.
+def sse_events(
+    encoder: ChunkEncoder, reply: Reply, *, tokens_per_chunk: int, paced: bool
+) -> list[list[bytes]]:
+    """The stream's events, grouped into the slots that are sent at the same moment.
 
     Unpaced, everything is one slot. Paced, slot 0 holds the opening chunk and the first token
     chunk, each later slot one token chunk, and the last slot also the finish chunk, the usage
-    chunk and ``[DONE]``. With ``cut_after``, only the first ``cut_after`` events are kept, and
-    never ``[DONE]`` (so a cut stream is always incomplete); empty slots are dropped.
+    chunk and ``[DONE]``. A reply without tokens is one slot however it is paced.
     """
     encode: Callable[[str], bytes]
     if reply.tool_name is None:
@@ -138,9 +146,7 @@ def sse_slots(
     else:
         first = encoder.opening(tool_call_id=reply.tool_call_id, tool_name=reply.tool_name)
         encode = encoder.arguments
-    tokens = reply.tokens
-    step = tokens_per_chunk
-    chunks = [encode("".join(tokens[i : i + step])) for i in range(0, len(tokens), step)]
+    chunks = [encode(text) for text in group_tokens(reply.tokens, tokens_per_chunk)]
     tail = [encoder.finish(reply.finish_reason)]
     if encoder.include_usage:
         tail.append(encoder.usage(reply.prompt_tokens, reply.completion_tokens))
@@ -148,22 +154,23 @@ def sse_slots(
     if paced and chunks:
         slots = [[first, chunks[0]], *([c] for c in chunks[1:])]
         slots[-1].extend(tail)
-    else:
-        slots = [[first, *chunks, *tail]]
-    if cut_after is not None:
-        slots = _cut(slots, cut_after)
+        return slots
+    return [[first, *chunks, *tail]]
+
+
+def group_tokens(tokens: Sequence[str], size: int) -> Sequence[str]:
+    """The text of each chunk of ``size`` tokens (the tokens themselves when ``size`` is 1)."""
+    if size == 1:
+        return tokens
+    return ["".join(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+
+
+def sse_slots(
+    encoder: ChunkEncoder, reply: Reply, *, tokens_per_chunk: int, paced: bool
+) -> list[bytes]:
+    """:func:`sse_events` with each slot's events joined into the bytes sent at once."""
+    slots = sse_events(encoder, reply, tokens_per_chunk=tokens_per_chunk, paced=paced)
     return [b"".join(slot) for slot in slots]
-
-
-def _cut(slots: list[list[bytes]], keep: int) -> list[list[bytes]]:
-    keep = min(keep, sum(map(len, slots)) - 1)
-    kept: list[list[bytes]] = []
-    for slot in slots:
-        if keep <= 0:
-            break
-        kept.append(slot[:keep])
-        keep -= len(kept[-1])
-    return kept
 
 
 def completion_body(*, completion_id: str, created: int, model: str, reply: Reply) -> bytes:
