@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
+EXIT_INTERRUPTED = 130
+"""What a shell reports for a process stopped by Ctrl-C (128 + SIGINT)."""
+
 app = App(
     name="sluice",
     help="A trio runtime for LLM API traffic: chat calls, batch jobs and a simulator.",
@@ -29,11 +32,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit status.
 
     0 is success, 1 a failed call or job, 2 a usage, config or input problem (cyclopts uses 2
-    for arguments it cannot parse, too).
+    for arguments it cannot parse, too), 130 an interrupt (Ctrl-C).
     """
     try:
-        result = app(argv, result_action="return_value")
-    except SystemExit as exc:  # cyclopts exits on parse errors, --help and --version
+        return _run(argv)
+    except SystemExit as exc:  # cyclopts exits on parse errors, --help, --version and Ctrl-C
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    interrupted = False
+    try:
+        result = app(argv, result_action="return_value")
+    except* KeyboardInterrupt:  # Ctrl-C inside a nursery arrives grouped
+        interrupted = True
+    if interrupted:
+        return EXIT_INTERRUPTED
     return result if isinstance(result, int) else 0

@@ -78,15 +78,11 @@ async def _stream_text(rt: Runtime, request: ChatRequest) -> SluiceError | None:
                     file=sys.stderr,
                 )
                 ended_with_newline = True
-    if call.result is not None:
-        if not ended_with_newline:
-            _write("\n")
-        _print_tool_calls(call.result)
-        return None
     if not ended_with_newline:
         _write("\n")
-    error: SluiceError | None = call.error
-    return error
+    if call.result is not None:
+        _print_tool_calls(call.result)
+    return call.error
 
 
 async def chat(

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 import attrs
 import trio
 
+from ..errors import ConfigError
+from ..messages import split_model
 from .batch_lines import (
     BadLine,
     InputLine,
@@ -33,7 +36,6 @@ from .batch_lines import (
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
 
     from .._runtime import MapOutcome, Runtime
     from ..messages import ChatRequest
@@ -208,8 +210,14 @@ async def run_batch(
         The final counts.
 
     Raises:
+        ConfigError: ``model`` is not written ``provider:model``.
         OSError: the input cannot be opened or read, or the output cannot be written.
     """
+    if model is not None:
+        try:
+            split_model(model)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     started = trio.current_time()
     infile = await trio.to_thread.run_sync(_open_input, input_path)
     try:

@@ -24,11 +24,12 @@ import attrs
 import orjson
 
 from ..errors import CallError, ConfigError
+from ..messages import ChatRequest
 from .openai_format import parse_chat_body, render_chat_completion
 
 if TYPE_CHECKING:
     from ..errors import SluiceError
-    from ..messages import ChatRequest, ChatResult
+    from ..messages import ChatResult
 
 __all__ = [
     "BadLine",

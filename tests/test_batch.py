@@ -1,0 +1,145 @@
+"""run_batch through a real runtime and the in-process simulator (loopback, real clock).
+
+These assert behaviour, never timing; each has a ``trio.fail_after`` guard.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import trio
+
+from sluice import ConfigError, RetryConfig, RuntimeConfig, open_runtime
+from sluice.jobs.batch import BatchSummary, run_batch
+from sluice.simulator import SimulatorConfig
+
+GUARD = 30
+
+
+def request_line(custom_id, content="Hi", model="sim:sim-small", **body):
+    return orjson.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": content}], **body},
+        }
+    ).decode()
+
+
+def read_output(path):
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_every_line_gets_exactly_one_output_line(tmp_path):
+    lines = [
+        request_line("a", "first"),
+        "{this is not json",
+        orjson.dumps({"method": "POST", "body": {"model": "sim:x", "messages": []}}).decode(),
+        request_line("b", model="nowhere:model"),
+        "",
+        request_line("c", model="gpt-4o-mini"),
+        request_line(
+            "d",
+            "with a tool",
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice="required",
+        ),
+        request_line("e", "short", max_tokens=3),
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            summary = await run_batch(rt, source, out)
+
+    got = read_output(out)
+    assert len(got) == 7  # the blank line is not a request
+    assert sorted(str(o["custom_id"]) for o in got) == ["None", "None", "a", "b", "c", "d", "e"]
+    assert all(o["id"].startswith("batch_req_") for o in got)
+    by_id = {o["custom_id"]: o for o in got if o["custom_id"]}
+    for ok in "ade":
+        assert by_id[ok]["error"] is None
+        assert by_id[ok]["response"]["status_code"] == 200
+        assert by_id[ok]["response"]["body"]["object"] == "chat.completion"
+    tool_message = by_id["d"]["response"]["body"]["choices"][0]["message"]
+    assert tool_message["tool_calls"][0]["function"]["name"] == "f"
+    assert by_id["d"]["response"]["body"]["choices"][0]["finish_reason"] == "tool_calls"
+    assert by_id["e"]["response"]["body"]["usage"]["completion_tokens"] <= 3
+
+    errors = {o["error"]["message"].split(":")[0]: o for o in got if o["error"]}
+    assert set(errors) == {"line 2", "line 3", "line 4", "line 6"}
+    assert errors["line 2"]["error"]["code"] == "invalid_json_line"
+    assert "custom_id missing" in errors["line 3"]["error"]["message"]
+    assert "unknown provider 'nowhere'" in errors["line 4"]["error"]["message"]
+    assert "provider:model" in errors["line 6"]["error"]["message"]
+
+    assert (summary.lines, summary.ok, summary.failed, summary.calls) == (7, 3, 4, 4)
+    assert summary.input_tokens > 0
+    assert summary.output_tokens > 0
+
+
+async def test_failed_calls_carry_the_providers_status(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(request_line(f"r{i}") for i in range(3)) + "\n")
+    out = tmp_path / "out.jsonl"
+    config = RuntimeConfig(retry=RetryConfig(max_attempts=1))
+    with trio.fail_after(GUARD):
+        async with open_runtime(config, simulator=SimulatorConfig(rate_500=1.0)) as rt:
+            summary = await run_batch(rt, source, out)
+    got = read_output(out)
+    assert sorted(o["custom_id"] for o in got) == ["r0", "r1", "r2"]
+    for o in got:
+        assert o["response"]["status_code"] == 500
+        assert o["response"]["body"]["error"]["message"]
+        assert o["error"]["code"]
+        assert o["error"]["message"].startswith("line ")
+    assert (summary.ok, summary.failed, summary.calls) == (0, 3, 3)
+
+
+async def test_model_override_and_output_replaced(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(request_line(f"r{i}", model="gpt-4o-mini") for i in range(5)))
+    out = tmp_path / "out.jsonl"
+    out.write_text("old line that must disappear\n" * 10)
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            summary = await run_batch(rt, source, out, model="sim:sim-large", max_in_flight=2)
+    got = read_output(out)
+    assert sorted(o["custom_id"] for o in got) == [f"r{i}" for i in range(5)]
+    assert {o["response"]["body"]["model"] for o in got} == {"sim-large"}
+    assert summary.ok == 5
+
+
+async def test_each_line_is_on_disk_when_progress_reports_it(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join([request_line(f"r{i}") for i in range(20)] + ["oops"]))
+    out = tmp_path / "out.jsonl"
+    seen: list[tuple[int, int]] = []
+
+    def progress(s: BatchSummary) -> None:
+        seen.append((s.written, len(out.read_bytes().splitlines())))
+
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            summary = await run_batch(rt, source, out, max_in_flight=4, progress=progress)
+    assert [written for written, _ in seen] == list(range(1, 22))
+    assert all(written == on_disk for written, on_disk in seen)
+    assert summary.written == 21
+
+
+async def test_missing_input_raises_a_plain_os_error(tmp_path):
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            with pytest.raises(FileNotFoundError):
+                await run_batch(rt, tmp_path / "missing.jsonl", tmp_path / "out.jsonl")
+
+
+async def test_a_model_override_without_provider_is_refused(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text(request_line("a") + "\n")
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            with pytest.raises(ConfigError, match="provider:model"):
+                await run_batch(rt, source, tmp_path / "out.jsonl", model="gpt-4o")
