@@ -45,6 +45,8 @@ FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filte
 class TextPart:
     text: str
     type: Literal["text"] = "text"
+    signature: str | None = attrs.field(default=None, kw_only=True)
+    """An opaque provider signature to echo back with this part (Gemini's ``thoughtSignature``)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +78,8 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     type: Literal["tool_call"] = "tool_call"
+    signature: str | None = None
+    """An opaque provider signature to echo back with this call (Gemini's ``thoughtSignature``)."""
 
     def parsed_arguments(self) -> Any:
         """The arguments as a JSON value; empty text means ``{}``.
@@ -267,6 +271,12 @@ class ChatRequest:
     """Admission order within a quota: interactive before batch before background (with
     ageing, so lower classes still progress)."""
     deadlines: Deadlines = Deadlines()
+    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    """Models (``provider:model``) to try in order when this one fails in a way a fallback can
+    help (overloaded, context too long, circuit open, content filtered; see ``RetryConfig``)."""
+    on_partial: Literal["restart", "fail"] = "restart"
+    """After output was delivered, a failure restarts the request (the consumer gets a
+    ``StreamReset``) or fails the call at once."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
@@ -332,6 +342,9 @@ class ChatResult:
     request_id: str | None = None
     raw_finish_reason: str | None = None
     """The provider's own finish reason, before normalization."""
+    models_tried: tuple[str, ...] = ()
+    """Every model the call went to, in order (more than one when it fell back); the last one
+    gave this result."""
 
     @property
     def text(self) -> str:

@@ -7,7 +7,7 @@ from .base import AttemptOutput, Codec, HttpRequest, StreamDecoder
 
 __all__ = ["AttemptOutput", "Codec", "HttpRequest", "StreamDecoder", "codec_for"]
 
-PROTOCOLS = ("openai",)
+PROTOCOLS = ("openai", "anthropic", "gemini", "ollama")
 
 
 def codec_for(protocol: str) -> Codec:
@@ -20,4 +20,16 @@ def codec_for(protocol: str) -> Codec:
         from .openai import OpenAICodec
 
         return OpenAICodec()
+    if protocol == "anthropic":
+        from .anthropic import AnthropicCodec
+
+        return AnthropicCodec()
+    if protocol == "gemini":
+        from .gemini import GeminiCodec
+
+        return GeminiCodec()
+    if protocol == "ollama":
+        from .ollama import OllamaCodec
+
+        return OllamaCodec()
     raise ConfigError(f"unknown protocol {protocol!r}; known protocols: {', '.join(PROTOCOLS)}")
