@@ -72,25 +72,42 @@ class ProviderContext:
     codec: Codec
     limiter: RateLimiterHandle
     ledger: TokenLedgerHandle
+    in_flight: list[int] = attrs.field(factory=lambda: [0])
+    """Attempts running now (one mutable cell, read by the runtime's statistics)."""
 
 
 async def run_provider(
-    ctx: ProviderContext,
     inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    ctx: ProviderContext,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve attempts concurrently; return when the inbox closes and every attempt has ended."""
+    """Serve attempts concurrently; return when the inbox closes and every attempt has ended.
+
+    The inbox is not closed here: after a crash the restarter runs this again on it.
+    """
     async with trio.open_nursery() as attempts:
         task_status.started()
-        async with inbox:
-            async for msg in inbox:
-                attempts.start_soon(
-                    _serve_attempt, ctx, msg, name=f"{ctx.spec.name} {msg.call.call_id}"
-                )
+        async for msg in inbox:
+            name = f"{ctx.spec.name} {msg.call.call_id}"
+            attempts.start_soon(_serve_attempt, ctx, msg, name=name)
 
 
 async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
+    """Run one attempt and answer with its outcome.
+
+    If this task dies without an outcome (a bug here, or the actor's crash cancelling it), the
+    reply channel is closed unanswered and the Supervisor resubmits the attempt.
+    """
+    ctx.in_flight[0] += 1
+    try:
+        with msg.reply_to:
+            await _answer(ctx, msg)
+    finally:
+        ctx.in_flight[0] -= 1
+
+
+async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
     attempt = _Attempt(ctx, msg)
     outcome: AttemptOutcome | None = None
     try:
@@ -206,9 +223,13 @@ class _Attempt:
                 body += piece
                 if len(body) > _MAX_ERROR_BODY:
                     break
+        headers = self.headers or {}
         error = self.ctx.codec.decode_error(
-            response.status_code, self.headers or {}, body[:_MAX_ERROR_BODY], wall_now=time.time()
+            response.status_code, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
         )
+        verdict = headers.get("x-should-retry")
+        if verdict in ("true", "false"):
+            error = attrs.evolve(error, should_retry=verdict == "true")
         return AttemptFailed(error, 0)
 
     async def _first_chunk(self) -> list[DeltaEvent | FirstToken]:
@@ -237,6 +258,7 @@ class _Attempt:
                 else:
                     await send(events)
                 self.delivered += len(events)
+                self.msg.progress.delivered = self.delivered
                 if idle is not None:
                     scope.deadline = trio.current_time() + idle
                 elif self.first_token_at is not None:
@@ -295,7 +317,7 @@ def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
         raise ProtocolError(f"the reply could not be decoded: {exc}") from exc
     except httpx.TransportError as exc:
         detail = str(exc) or type(exc).__name__
-        if attempt.delivered or attempt.first_token_at is not None:
+        if attempt.headers is not None:  # the reply had begun
             raise StreamBroken(
                 f"the connection broke mid-stream: {detail}", events_delivered=attempt.delivered
             ) from exc

@@ -15,6 +15,7 @@ the real usage when the attempt ends.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import deque
@@ -46,12 +47,14 @@ from sluice.messages import Usage
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Iterator
 
     from sluice.limits.queue import Priority
 
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
 _NOTHING = Cost(0, 0, 0)
+_ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 
 
 @attrs.define(eq=False)
@@ -103,6 +106,7 @@ async def run_rate_limiter(
     inbox: trio.MemoryReceiveChannel[RateLimiterMsg],
     rng: random.Random,
     store: QuotaStore | None = None,
+    ticket_numbers: Iterator[int] | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -112,157 +116,39 @@ async def run_rate_limiter(
     asker left first, in which case it consumes nothing (its reservation is refunded in full);
     a ticket's pending slot is freed by its first ``Release`` or its ``Settle``; the actor never
     awaits anything but its inbox and the store, so a slow asker cannot stall it.
+
+    If the actor ends for any reason (a crash included), every queued asker's reply channel is
+    closed, so nobody waits on an answer that cannot come; the handle then asks again (a
+    restarted limiter) or reports the runtime closed. ``ticket_numbers`` outlives a restart, so
+    a ticket of the crashed instance can never free a slot of the new one.
     """
-    store = store if store is not None else MemoryQuotaStore()
-    keys: dict[str, _Key] = {}
-    tickets: dict[int, _Ticket] = {}
-    timers: list[tuple[float, int, _Key]] = []  # (wake time, tie-breaker, key)
-    counter = 0
-
-    async def pump(key: _Key, now: float) -> None:
-        """Admit the key's waiters that fit now; schedule the key's next look."""
-        nonlocal counter
-        wake = await _admit(key, now)
-        key.wake = wake
-        if wake < math.inf:
-            counter += 1
-            heapq.heappush(timers, (wake, counter, key))
-
-    async def _admit(key: _Key, now: float) -> float:
-        nonlocal counter
-        waiters = key.waiters
-        if key.exhausted_error is not None:
-            if now < key.exhausted_until:
-                while (waiter := waiters.peek(now)) is not None:
-                    waiters.pop(waiter)
-                    _refuse(waiter, key.exhausted_error)
-                return math.inf
-            key.exhausted_error = None
-        if not waiters:
-            return math.inf
-        left = await store.cooldown_left(key.name, now)
-        if left > 0:
-            return now + left
-        if key.spread_armed:
-            key.spread_armed = False
-            jitter = key.limits.cooldown_jitter
-            if jitter > 0:
-                start = min(now, key.cooldown_end)
-                offsets = sorted(rng.uniform(0.0, jitter) for _ in range(len(waiters)))
-                key.spread = deque(start + offset for offset in offsets)
-        while (waiter := waiters.peek(now)) is not None:
-            if key.spread and key.spread[0] > now:
-                return key.spread[0]
-            limit = key.pending_limit()
-            if limit is not None and key.pending >= limit:
-                return math.inf
-            cap = key.limits.max_open_streams
-            if cap is not None and key.open_streams >= cap:
-                return math.inf
-            reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
-            if isinstance(reserved, TooLarge):
-                waiters.pop(waiter)
-                _refuse(
-                    waiter,
-                    TooLargeForQuota(
-                        f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')}"
-                        f" but the quota allows only {reserved.limit} per {reserved.period:g} s;"
-                        " lower max_tokens or shorten the prompt"
-                    ),
-                )
-                continue
-            if not isinstance(reserved, Reservation):
-                return now + reserved
-            waiters.pop(waiter)
-            if key.spread:
-                key.spread.popleft()
-            counter += 1
-            try:
-                waiter.reply_to.send_nowait(Admission(counter, now))
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                await store.settle(reserved, _NOTHING)  # the asker left: refund everything
-                continue
-            tickets[counter] = _Ticket(key, reserved, now)
-            key.pending += 1
-            key.open_streams += 1
-        key.spread.clear()
-        return math.inf
-
-    async def settle(msg: Settle, now: float) -> _Key | None:
-        ticket = tickets.pop(msg.ticket, None)
-        if ticket is None:
-            return None
-        key = ticket.key
-        if ticket.pending:
-            key.pending -= 1
-        key.open_streams -= 1
-        if msg.usage is not None:
-            await store.settle(ticket.reservation, Cost.from_usage(msg.usage))
-        if msg.headers and key.limits.learn_from_headers:
-            learned = learned_limits(msg.headers, time.time())
-            if learned:
-                await store.learn(key.name, key.specs, learned, now)
-        signal: Signal = msg.signal
-        match signal:
-            case "ok":
-                if key.adaptive is not None:
-                    key.adaptive.on_success()
-            case "rate_limited":
-                await _rate_limited(key, msg, ticket.admitted_at, now)
-            case "overloaded":
-                if key.adaptive is not None:
-                    key.adaptive.on_congestion(ticket.admitted_at, now)
-            case "failed":
-                pass
-            case _:
-                assert_never(signal)
-        return key
-
-    async def _rate_limited(key: _Key, msg: Settle, admitted_at: float, now: float) -> None:
-        limits = key.limits
-        wait = msg.wait if msg.wait is not None else limits.default_cooldown
-        if msg.quota or wait > limits.max_cooldown:
-            key.exhausted_until = now + min(wait, limits.max_cooldown)
-            reason = (
-                "the provider says the account's quota is exhausted"
-                if msg.quota
-                else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
-                f" ({limits.max_cooldown:g} s)"
-            )
-            key.exhausted_error = RateLimited(
-                f"{reason}; calls under {key.name!r} fail until it resets",
-                status=429,
-                retry_after=wait,
-                quota="quota",
-            )
-            return
-        left = await store.cooldown(key.name, wait, now)
-        key.cooldown_end = max(key.cooldown_end, now + left)
-        key.spread_armed = True
-        if key.adaptive is not None:
-            key.adaptive.on_congestion(admitted_at, now)
-            key.adaptive.on_cooldown()
-
-    def statistics(now: float) -> dict[str, KeyStatistics]:
-        return {
-            key.name: KeyStatistics(
-                key=key.name,
-                queued=key.waiters.depth(),
-                pending=key.pending,
-                open_streams=key.open_streams,
-                pending_limit=key.pending_limit(),
-                windows=store.usage(key.name, now),
-                cooldown_left=max(0.0, key.cooldown_end - now),
-                exhausted_left=max(0.0, key.exhausted_until - now)
-                if key.exhausted_error is not None
-                else 0.0,
-            )
-            for key in keys.values()
-        }
-
+    limiter = _Limiter(
+        store if store is not None else MemoryQuotaStore(),
+        rng,
+        ticket_numbers if ticket_numbers is not None else itertools.count(1),
+    )
     task_status.started()
-    wake_at = math.inf
-    async with inbox:
+    try:
+        await limiter.serve(inbox)
+    finally:
+        limiter.abandon_waiters()
+
+
+class _Limiter:
+    """The RateLimiter's state; only its actor task touches it."""
+
+    def __init__(self, store: QuotaStore, rng: random.Random, numbers: Iterator[int]) -> None:
+        self.store = store
+        self.rng = rng
+        self.numbers = numbers
+        self.keys: dict[str, _Key] = {}
+        self.tickets: dict[int, _Ticket] = {}
+        self.timers: list[tuple[float, int, _Key]] = []  # (wake time, tie-breaker, key)
+        self.timer_ids = itertools.count()
+
+    async def serve(self, inbox: trio.MemoryReceiveChannel[RateLimiterMsg]) -> None:
+        wake_at = math.inf
+        keys, timers = self.keys, self.timers
         while True:
             msg: RateLimiterMsg | None = None
             with trio.move_on_at(wake_at):
@@ -285,27 +171,173 @@ async def run_rate_limiter(
                     if withdrawn is not None and withdrawn.waiters.remove(acquire):
                         touched = withdrawn  # the waiters behind it may fit now
                 case Release(ticket=number):
-                    ticket = tickets.get(number)
+                    ticket = self.tickets.get(number)
                     if ticket is not None and ticket.pending:
                         ticket.pending = False
                         ticket.key.pending -= 1
                         touched = ticket.key
                 case Settle():
-                    touched = await settle(msg, now)
+                    touched = await self.settle(msg, now)
                 case GetLimiterStats(reply_to=reply_to):
                     try:
-                        reply_to.send_nowait(statistics(now))
+                        reply_to.send_nowait(self.statistics(now))
                     except (trio.BrokenResourceError, trio.WouldBlock):
                         pass
                 case _:
                     assert_never(msg)
             if touched is not None:
-                await pump(touched, now)
+                await self.pump(touched, now)
             while timers and timers[0][0] <= now:
                 when, _, key = heapq.heappop(timers)
                 if key.wake == when:
-                    await pump(key, now)
+                    await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    def abandon_waiters(self) -> None:
+        for key in self.keys.values():
+            while (waiter := key.waiters.peek(math.inf)) is not None:
+                key.waiters.pop(waiter)
+                waiter.reply_to.close()
+
+    async def pump(self, key: _Key, now: float) -> None:
+        """Admit the key's waiters that fit now; schedule the key's next look."""
+        wake = await self._admit(key, now)
+        key.wake = wake
+        if wake < math.inf:
+            heapq.heappush(self.timers, (wake, next(self.timer_ids), key))
+
+    async def _admit(self, key: _Key, now: float) -> float:
+        """Admit what fits; return when to look again (inf: only a message can help)."""
+        store, waiters = self.store, key.waiters
+        if key.exhausted_error is not None:
+            if now < key.exhausted_until:
+                while (waiter := waiters.peek(now)) is not None:
+                    waiters.pop(waiter)
+                    _refuse(waiter, key.exhausted_error)
+                return math.inf
+            key.exhausted_error = None
+        if not waiters:
+            return math.inf
+        left = await store.cooldown_left(key.name, now)
+        if left > 0:
+            return now + left
+        if key.spread_armed:
+            key.spread_armed = False
+            jitter = key.limits.cooldown_jitter
+            if jitter > 0:
+                start = min(now, key.cooldown_end)
+                offsets = sorted(self.rng.uniform(0.0, jitter) for _ in range(len(waiters)))
+                key.spread = deque(start + offset for offset in offsets)
+        while (waiter := waiters.peek(now)) is not None:
+            if key.spread and key.spread[0] > now:
+                return key.spread[0]
+            limit = key.pending_limit()
+            if limit is not None and key.pending >= limit:
+                return math.inf
+            cap = key.limits.max_open_streams
+            if cap is not None and key.open_streams >= cap:
+                return math.inf
+            reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            if isinstance(reserved, TooLarge):
+                waiters.pop(waiter)
+                _refuse(waiter, _too_large(reserved))
+                continue
+            if not isinstance(reserved, Reservation):
+                return now + reserved
+            waiters.pop(waiter)
+            if key.spread:
+                key.spread.popleft()
+            number = next(self.numbers)
+            try:
+                waiter.reply_to.send_nowait(Admission(number, now))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                await store.settle(reserved, _NOTHING)  # the asker left: refund everything
+                continue
+            self.tickets[number] = _Ticket(key, reserved, now)
+            key.pending += 1
+            key.open_streams += 1
+        key.spread.clear()
+        return math.inf
+
+    async def settle(self, msg: Settle, now: float) -> _Key | None:
+        ticket = self.tickets.pop(msg.ticket, None)
+        if ticket is None:
+            return None
+        key = ticket.key
+        if ticket.pending:
+            key.pending -= 1
+        key.open_streams -= 1
+        if msg.usage is not None:
+            await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
+        if msg.headers and key.limits.learn_from_headers:
+            learned = learned_limits(msg.headers, time.time())
+            if learned:
+                await self.store.learn(key.name, key.specs, learned, now)
+        signal: Signal = msg.signal
+        match signal:
+            case "ok":
+                if key.adaptive is not None:
+                    key.adaptive.on_success()
+            case "rate_limited":
+                await self._rate_limited(key, msg, ticket.admitted_at, now)
+            case "overloaded":
+                if key.adaptive is not None:
+                    key.adaptive.on_congestion(ticket.admitted_at, now)
+            case "failed":
+                pass
+            case _:
+                assert_never(signal)
+        return key
+
+    async def _rate_limited(self, key: _Key, msg: Settle, admitted_at: float, now: float) -> None:
+        limits = key.limits
+        wait = msg.wait if msg.wait is not None else limits.default_cooldown
+        if msg.quota or wait > limits.max_cooldown:
+            key.exhausted_until = now + min(wait, limits.max_cooldown)
+            reason = (
+                "the provider says the account's quota is exhausted"
+                if msg.quota
+                else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
+                f" ({limits.max_cooldown:g} s)"
+            )
+            key.exhausted_error = RateLimited(
+                f"{reason}; calls under {key.name!r} fail until it resets",
+                status=429,
+                retry_after=wait,
+                quota="quota",
+            )
+            return
+        left = await self.store.cooldown(key.name, wait, now)
+        key.cooldown_end = max(key.cooldown_end, now + left)
+        key.spread_armed = True
+        if key.adaptive is not None:
+            key.adaptive.on_congestion(admitted_at, now)
+            key.adaptive.on_cooldown()
+
+    def statistics(self, now: float) -> dict[str, KeyStatistics]:
+        return {
+            key.name: KeyStatistics(
+                key=key.name,
+                queued=key.waiters.depth(),
+                pending=key.pending,
+                open_streams=key.open_streams,
+                pending_limit=key.pending_limit(),
+                windows=self.store.usage(key.name, now),
+                cooldown_left=max(0.0, key.cooldown_end - now),
+                exhausted_left=max(0.0, key.exhausted_until - now)
+                if key.exhausted_error is not None
+                else 0.0,
+            )
+            for key in self.keys.values()
+        }
+
+
+def _too_large(reserved: TooLarge) -> TooLargeForQuota:
+    return TooLargeForQuota(
+        f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')} but the quota"
+        f" allows only {reserved.limit} per {reserved.period:g} s; lower max_tokens or shorten"
+        " the prompt"
+    )
 
 
 @attrs.frozen
@@ -320,12 +352,25 @@ class RateLimiterHandle:
         """Wait until an attempt under ``key`` is admitted.
 
         If the caller is cancelled while waiting, it leaves the queue and consumes nothing: an
-        admission granted in the meantime is refunded before the cancellation propagates.
+        admission granted in the meantime is refunded before the cancellation propagates. If
+        the limiter crashes while the caller waits, the caller asks its restarted successor.
 
         Raises:
             CallError: the RateLimiter refused the attempt (too large, quota exhausted).
             RuntimeClosed: the RateLimiter has stopped.
         """
+        for _ in range(_ASK_AGAIN):
+            answer = await self._ask(key, limits, cost, priority)
+            if isinstance(answer, Admission):
+                return answer
+            if isinstance(answer, Refusal):
+                raise answer.error
+        raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
+
+    async def _ask(
+        self, key: str, limits: RateLimitConfig, cost: Cost, priority: Priority
+    ) -> Admission | Refusal | None:
+        """One request for admission; None when the limiter ended without answering."""
         reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
         msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to)
         answer: Admission | Refusal | None = None
@@ -333,9 +378,12 @@ class RateLimiterHandle:
         with reply_to, reply:
             try:
                 await self._mailbox.send(msg)
-                answer = await reply.receive()
-            except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeClosed("the rate limiter has stopped") from exc
+            try:
+                answer = await reply.receive()
+            except trio.EndOfChannel:
+                return None
             except trio.Cancelled:
                 cancelled = True
                 try:
@@ -346,8 +394,6 @@ class RateLimiterHandle:
             finally:
                 if cancelled:
                     await self._cancelled(msg, answer)
-        if isinstance(answer, Refusal):
-            raise answer.error
         return answer
 
     async def _cancelled(self, msg: Acquire, answer: Admission | Refusal | None) -> None:

@@ -1,30 +1,59 @@
 """The Supervisor: owns every call from submission to its one final event.
 
-For each submitted call it runs one task that asks the RateLimiter for admission, hands the
-attempt to the call's ProviderActor, and decides what a failure means: retry after a backoff
-(the provider's Retry-After as a floor), or give up. A retry after deltas already reached the
-consumer emits ``StreamReset`` first, so the consumer can discard the partial output; the final
-result holds only the winning attempt. Every call ends with exactly one ``Completed`` or
-``Failed``, unless its consumer left first.
+For each submitted call it runs one task that, model by model (the call's model, then its
+fallbacks), asks the circuit breaker and the RateLimiter for admission, hands the attempt to the
+model's ProviderActor, and decides what a failure means: retry after a backoff (the provider's
+wait as a floor, the process-wide retry budget permitting), move to the next fallback model, or
+give up. A retry or fallback after deltas reached the consumer emits ``StreamReset`` first, so
+the consumer can discard the partial output; the final result holds only the winning attempt.
+
+Every call ends with exactly one ``Completed`` or ``Failed`` (unless its consumer left first).
+A bug while supervising one call fails that call with ``InternalError`` and nothing else.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
 from sluice.backoff import retry_delay
+from sluice.breaker import CircuitBreaker
 from sluice.config import RetryConfig
-from sluice.errors import CallError, CallTimeout, RateLimited
-from sluice.events import Admitted, CallEvent, Completed, Failed, Queued, Retrying, StreamReset
+from sluice.errors import (
+    CallError,
+    CallTimeout,
+    CircuitOpen,
+    ConnectionFailed,
+    InternalError,
+    Overloaded,
+    ProtocolError,
+    RateLimited,
+    ServerError,
+    SluiceError,
+    StreamBroken,
+)
+from sluice.events import (
+    Admitted,
+    CallEvent,
+    Completed,
+    Failed,
+    FallingBack,
+    Queued,
+    Retrying,
+    StreamReset,
+)
 from sluice.mail import (
     AttemptFailed,
     AttemptOutcome,
+    AttemptProgress,
     AttemptSucceeded,
     Call,
     ConsumerGone,
+    ProviderMsg,
     RecordCall,
     Settle,
     StartAttempt,
@@ -32,11 +61,29 @@ from sluice.mail import (
     SupervisorMsg,
 )
 from sluice.messages import ChatResult, Timings, Usage
+from sluice.providers.registry import ResolvedProvider
+from sluice.retry_budget import RetryBudget
 
 from .rate_limiter import RateLimiterHandle
 from .token_ledger import TokenLedgerHandle
 
-__all__ = ["SupervisorPeers", "run_supervisor"]
+__all__ = ["Route", "SupervisorPeers", "run_supervisor"]
+
+log = logging.getLogger("sluice.supervisor")
+
+Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
+"""A provider's resolved settings and its actor's mailbox."""
+
+# Failures that say the backend is unhealthy, and so count against its circuit breaker.
+_BACKEND_FAILURES = (
+    ServerError,
+    Overloaded,
+    CallTimeout,
+    ConnectionFailed,
+    StreamBroken,
+    ProtocolError,
+)
+_LOST_ATTEMPTS_MAX = 3
 
 
 @attrs.frozen(eq=False)
@@ -45,6 +92,28 @@ class SupervisorPeers:
     ledger: TokenLedgerHandle
     retry: RetryConfig
     rng: random.Random
+    resolve: Callable[[str], Awaitable[Route]]
+    """Finds (starting it if needed) the provider actor for a ``provider:model`` fallback."""
+    budget: RetryBudget
+    breakers: dict[str, CircuitBreaker] = attrs.field(factory=dict)
+    catch_bugs: bool = True
+    """Fail only the affected call on a bug (production); tests may let bugs propagate."""
+    in_flight: list[int] = attrs.field(factory=lambda: [0])
+    """Calls being supervised now (one mutable cell, read by the runtime's statistics)."""
+
+    def breaker(self, provider: ResolvedProvider) -> CircuitBreaker | None:
+        config = provider.breaker
+        if config is None:
+            return None
+        found = self.breakers.get(provider.name)
+        if found is None:
+            found = self.breakers[provider.name] = CircuitBreaker(
+                min_failures=config.min_failures,
+                failure_rate=config.failure_rate,
+                window=config.window,
+                open_for=config.open_for,
+            )
+        return found
 
 
 async def run_supervisor(
@@ -65,121 +134,239 @@ async def run_supervisor(
 
 async def _supervise(peers: SupervisorPeers, call: Call) -> None:
     """Run ``call`` to its end; always closes the consumer's stream."""
+    peers.in_flight[0] += 1
+    try:
+        await _supervise_call(peers, call)
+    finally:
+        peers.in_flight[0] -= 1
+
+
+async def _supervise_call(peers: SupervisorPeers, call: Call) -> None:
     async with call.events:
         try:
-            await _attempts(peers, call)
+            await _CallRun(peers, call).run()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the consumer left; its attempt (if any) was already abandoned
-
-
-async def _attempts(peers: SupervisorPeers, call: Call) -> None:
-    send = call.events.send
-    attempt = 0
-    while True:
-        attempt += 1
-        queued_at = trio.current_time()
-        await send((Queued(call.call_id, attempt, queued_at),))
-        admission = None
-        with trio.move_on_at(call.deadline):
-            try:
-                admission = await peers.limiter.acquire(
-                    call.provider.quota_key(call.model),
-                    call.provider.rate_limit,
-                    call.cost,
-                    call.request.priority,
-                )
-            except CallError as refused:
-                error = refused.in_context(
-                    call_id=call.call_id,
-                    provider=call.provider.name,
-                    model=call.model,
-                    attempt=attempt,
-                )
-                await _fail(peers, call, error, attempt)
-                return
-        if admission is None:
-            error = CallTimeout(
-                "the call's total deadline passed while it waited for admission",
-                timeout_kind="total",
+        except Exception as exc:
+            if not peers.catch_bugs:
+                raise
+            # The one place a bug is caught: it fails this call, never its siblings.
+            log.exception("bug while supervising call %s", call.call_id)
+            error = InternalError(
+                f"sluice failed internally ({type(exc).__name__}); see the log"
             ).in_context(
-                call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=attempt
+                call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=0
             )
-            await _fail(peers, call, error, attempt)
-            return
-        try:
-            await send((Admitted(call.call_id, attempt, admission.at, admission.at - queued_at),))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
-            raise
-        outcome = await _run_attempt(call, attempt, admission.ticket)
-        match outcome:
-            case AttemptSucceeded():
-                result = _result(call, outcome, attempt, admission.at)
-                await peers.ledger.record(RecordCall(call.provider.name, call.model, True, attempt))
-                await send((Completed(call.call_id, result),))
-                return
-            case ConsumerGone():
-                return
-            case AttemptFailed(error=error, delivered=delivered):
-                delay = _retry_delay(peers, call, error, attempt)
-                if delay is None:
-                    await _fail(peers, call, error, attempt)
+            try:
+                await call.events.send((Failed(call.call_id, error),))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+
+class _CallRun:
+    """One call's way through its models and attempts."""
+
+    def __init__(self, peers: SupervisorPeers, call: Call) -> None:
+        self.peers = peers
+        self.call = call
+        self.attempt = 0
+        self.models_tried: list[str] = []
+
+    def _fix(self, error: CallError, route: Call) -> CallError:
+        return error.in_context(
+            call_id=route.call_id,
+            provider=route.provider.name,
+            model=route.model,
+            attempt=self.attempt,
+        )
+
+    async def run(self) -> None:
+        call, peers = self.call, self.peers
+        peers.budget.first_attempt(trio.current_time())
+        route = call
+        chain = (call.request.model, *call.request.fallbacks)
+        for index, model in enumerate(chain):
+            if index > 0:
+                try:
+                    route = await self._reroute(model)
+                except SluiceError as exc:
+                    error = exc if isinstance(exc, CallError) else CallError(str(exc))
+                    await self._fail(self._fix(error, route))
                     return
+            self.models_tried.append(f"{route.provider.name}:{route.model}")
+            outcome = await self._through_model(route)
+            if isinstance(outcome, ChatResult):
+                await peers.ledger.record(
+                    RecordCall(route.provider.name, route.model, True, self.attempt)
+                )
+                await call.events.send((Completed(call.call_id, outcome),))
+                return
+            if outcome is None:
+                return  # the consumer left
+            error, delivered = outcome
+            if index + 1 < len(chain) and error.kind in peers.retry.fallback_on:
                 events: list[CallEvent] = []
                 if delivered:
-                    events.append(StreamReset(call.call_id, attempt, error.message))
-                events.append(Retrying(call.call_id, attempt, delay, error))
-                await send(events)
-                await trio.sleep(delay)
+                    events.append(StreamReset(call.call_id, self.attempt, error.message))
+                events.append(FallingBack(call.call_id, model, chain[index + 1], error))
+                await call.events.send(events)
+                continue
+            await self._fail(error, route)
+            return
+
+    async def _reroute(self, model: str) -> Call:
+        spec, mailbox = await self.peers.resolve(model)
+        name = model.partition(":")[2]
+        request = attrs.evolve(self.call.request, model=model)
+        return attrs.evolve(
+            self.call, request=request, provider=spec, provider_mailbox=mailbox, model=name
+        )
+
+    async def _fail(self, error: CallError, route: Call | None = None) -> None:
+        route = route or self.call
+        await self.peers.ledger.record(
+            RecordCall(route.provider.name, route.model, False, self.attempt)
+        )
+        await self.call.events.send((Failed(self.call.call_id, error),))
+
+    async def _through_model(self, route: Call) -> ChatResult | tuple[CallError, int] | None:
+        """Attempts against one model until a result, a final error, or the consumer leaving."""
+        peers, call = self.peers, self.call
+        send = call.events.send
+        breaker = peers.breaker(route.provider)
+        lost = 0
+        while True:
+            now = trio.current_time()
+            if breaker is not None and not breaker.allow(now):
+                wait = breaker.retry_in(now)
+                self.attempt += 1
+                error: CallError = CircuitOpen(
+                    f"{route.provider.name} failed repeatedly; its circuit breaker is open for"
+                    f" another {wait:.1f} s",
+                    retry_after=wait,
+                )
+                return self._fix(error, route), 0
+            self.attempt += 1
+            await send((Queued(call.call_id, self.attempt, now),))
+            admission = None
+            with trio.move_on_at(call.deadline):
+                try:
+                    admission = await peers.limiter.acquire(
+                        route.provider.quota_key(route.model),
+                        route.provider.rate_limit,
+                        call.cost,
+                        call.request.priority,
+                    )
+                except CallError as refused:
+                    if breaker is not None:
+                        breaker.record(True, trio.current_time())  # not the backend's fault
+                    return self._fix(refused, route), 0
+            if admission is None:
+                error = CallTimeout(
+                    "the call's total deadline passed while it waited for admission",
+                    timeout_kind="total",
+                )
+                return self._fix(error, route), 0
+            try:
+                await send(
+                    (Admitted(call.call_id, self.attempt, admission.at, admission.at - now),)
+                )
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
+                raise
+            progress = AttemptProgress()
+            outcome = await _run_attempt(route, self.attempt, admission.ticket, progress)
+            match outcome:
+                case AttemptSucceeded():
+                    if breaker is not None:
+                        breaker.record(True, trio.current_time())
+                    return self._result(route, outcome, admission.at)
+                case ConsumerGone():
+                    return None
+                case None:
+                    # The attempt's actor crashed and took the attempt with it: resubmit it
+                    # (a bounded number of times), telling the consumer to discard its deltas.
+                    lost += 1
+                    error = ConnectionFailed("the attempt was lost when its actor crashed")
+                    if lost > _LOST_ATTEMPTS_MAX:
+                        return self._fix(error, route), progress.delivered
+                    if progress.delivered:
+                        await send((StreamReset(call.call_id, self.attempt, error.message),))
+                    continue
+                case AttemptFailed(error=error, delivered=delivered):
+                    if breaker is not None and isinstance(error, _BACKEND_FAILURES):
+                        breaker.record(False, trio.current_time())
+                    delay = self._retry_delay(error, delivered)
+                    if delay is None:
+                        return error, delivered
+                    events: list[CallEvent] = []
+                    if delivered:
+                        events.append(StreamReset(call.call_id, self.attempt, error.message))
+                    events.append(Retrying(call.call_id, self.attempt, delay, error))
+                    await send(events)
+                    await trio.sleep(delay)
+
+    def _retry_delay(self, error: CallError, delivered: int) -> float | None:
+        """The backoff before the next attempt, or None when the call should stop here."""
+        policy, call = self.peers.retry, self.call
+        if not error.retryable or self.attempt >= policy.max_attempts:
+            return None
+        if delivered and call.request.on_partial == "fail":
+            return None
+        if isinstance(error, CallTimeout) and error.timeout_kind == "total":
+            return None
+        retry_after = error.retry_after if isinstance(error, RateLimited) else None
+        if retry_after is not None and retry_after > policy.max_retry_after:
+            return None
+        now = trio.current_time()
+        delay = retry_delay(self.attempt, policy, self.peers.rng, retry_after)
+        if now + delay >= call.deadline:
+            return None
+        if not self.peers.budget.try_retry(now):
+            return None
+        return delay
+
+    def _result(self, route: Call, outcome: AttemptSucceeded, admitted_at: float) -> ChatResult:
+        call = self.call
+        output = outcome.output
+        now = trio.current_time()
+        first = outcome.first_token_at
+        return ChatResult(
+            call_id=call.call_id,
+            provider=route.provider.name,
+            model=route.model,
+            message=output.message,
+            finish_reason=output.finish_reason,
+            raw_finish_reason=output.raw_finish_reason,
+            usage=output.usage if output.usage is not None else Usage(),
+            attempts=self.attempt,
+            timings=Timings(
+                queued=admitted_at - call.submitted_at,
+                time_to_first_token=None if first is None else first - call.submitted_at,
+                total=now - call.submitted_at,
+            ),
+            request_id=outcome.request_id or output.response_id,
+            models_tried=tuple(self.models_tried),
+        )
 
 
-def _retry_delay(
-    peers: SupervisorPeers, call: Call, error: CallError, attempt: int
-) -> float | None:
-    """The backoff before the next attempt, or None when the call should fail now."""
-    policy = peers.retry
-    if not error.retryable or attempt >= policy.max_attempts:
-        return None
-    if isinstance(error, CallTimeout) and error.timeout_kind == "total":
-        return None
-    retry_after = error.retry_after if isinstance(error, RateLimited) else None
-    if retry_after is not None and retry_after > policy.max_retry_after:
-        return None
-    delay = retry_delay(attempt, policy, peers.rng, retry_after)
-    if trio.current_time() + delay >= call.deadline:
-        return None
-    return delay
+async def _run_attempt(
+    route: Call, attempt: int, ticket: int, progress: AttemptProgress
+) -> AttemptOutcome | None:
+    """Hand the attempt to its provider; None when the provider died without an answer.
 
-
-async def _run_attempt(call: Call, attempt: int, ticket: int) -> AttemptOutcome:
+    The provider closes ``reply_to`` when its attempt task ends, answered or not, so a crash
+    shows here as the end of the channel rather than a wait forever.
+    """
     reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
     with reply_to, reply:
-        await call.provider_mailbox.send(StartAttempt(call, attempt, ticket, reply_to))
-        return await reply.receive()
-
-
-async def _fail(peers: SupervisorPeers, call: Call, error: CallError, attempt: int) -> None:
-    await peers.ledger.record(RecordCall(call.provider.name, call.model, False, attempt))
-    await call.events.send((Failed(call.call_id, error),))
-
-
-def _result(call: Call, outcome: AttemptSucceeded, attempts: int, admitted_at: float) -> ChatResult:
-    output = outcome.output
-    now = trio.current_time()
-    ttft = None if outcome.first_token_at is None else outcome.first_token_at - call.submitted_at
-    return ChatResult(
-        call_id=call.call_id,
-        provider=call.provider.name,
-        model=call.model,
-        message=output.message,
-        finish_reason=output.finish_reason,
-        raw_finish_reason=output.raw_finish_reason,
-        usage=output.usage if output.usage is not None else Usage(),
-        attempts=attempts,
-        timings=Timings(
-            queued=admitted_at - call.submitted_at,
-            time_to_first_token=ttft,
-            total=now - call.submitted_at,
-        ),
-        request_id=outcome.request_id or output.response_id,
-    )
+        try:
+            await route.provider_mailbox.send(
+                StartAttempt(route, attempt, ticket, progress, reply_to)
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+        try:
+            return await reply.receive()
+        except trio.EndOfChannel:
+            return None

@@ -15,14 +15,16 @@ __all__ = ["TokenLedgerHandle", "run_token_ledger"]
 
 async def run_token_ledger(
     inbox: trio.MemoryReceiveChannel[LedgerMsg],
+    totals: dict[str, LedgerTotals] | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Keep the totals until every sender of ``inbox`` is closed.
 
-    ``GetTotals`` answers with a copy, so the asker cannot change the ledger's state.
+    ``totals`` is owned by the caller, so a restarted ledger continues where the crashed one
+    stopped. ``GetTotals`` answers with a copy, so the asker cannot change the ledger's state.
     """
-    totals: dict[str, LedgerTotals] = {}
+    totals = {} if totals is None else totals
 
     def entry(provider: str, model: str) -> LedgerTotals:
         key = f"{provider}:{model}"
@@ -32,29 +34,28 @@ async def run_token_ledger(
         return found
 
     task_status.started()
-    async with inbox:
-        async for msg in inbox:
-            match msg:
-                case RecordUsage(provider=provider, model=model, usage=usage):
-                    t = entry(provider, model)
-                    t.input_tokens += usage.input_tokens
-                    t.output_tokens += usage.output_tokens
-                    t.cache_read_tokens += usage.cache_read_tokens
-                    t.cache_write_tokens += usage.cache_write_tokens
-                    t.reasoning_tokens += usage.reasoning_tokens
-                case RecordCall(provider=provider, model=model, ok=ok, attempts=attempts):
-                    t = entry(provider, model)
-                    t.calls += 1
-                    t.failures += 0 if ok else 1
-                    t.attempts += attempts
-                case GetTotals(reply_to=reply_to):
-                    snapshot = {k: attrs.evolve(v) for k, v in totals.items()}
-                    try:
-                        reply_to.send_nowait(snapshot)
-                    except (trio.BrokenResourceError, trio.WouldBlock):
-                        pass
-                case _:
-                    assert_never(msg)
+    async for msg in inbox:
+        match msg:
+            case RecordUsage(provider=provider, model=model, usage=usage):
+                t = entry(provider, model)
+                t.input_tokens += usage.input_tokens
+                t.output_tokens += usage.output_tokens
+                t.cache_read_tokens += usage.cache_read_tokens
+                t.cache_write_tokens += usage.cache_write_tokens
+                t.reasoning_tokens += usage.reasoning_tokens
+            case RecordCall(provider=provider, model=model, ok=ok, attempts=attempts):
+                t = entry(provider, model)
+                t.calls += 1
+                t.failures += 0 if ok else 1
+                t.attempts += attempts
+            case GetTotals(reply_to=reply_to):
+                snapshot = {k: attrs.evolve(v) for k, v in totals.items()}
+                try:
+                    reply_to.send_nowait(snapshot)
+                except (trio.BrokenResourceError, trio.WouldBlock):
+                    pass
+            case _:
+                assert_never(msg)
 
 
 @attrs.frozen

@@ -10,22 +10,30 @@ call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 from ._runtime import CallStream as CallStream
 from ._runtime import MapOutcome as MapOutcome
 from ._runtime import Runtime as Runtime
+from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
+from .config import BreakerConfig as BreakerConfig
 from .config import ProviderConfig as ProviderConfig
 from .config import RateLimitConfig as RateLimitConfig
 from .config import RetryConfig as RetryConfig
 from .config import RuntimeConfig as RuntimeConfig
 from .config import Secret as Secret
+from .config import WindowLimit as WindowLimit
 from .config import load_config as load_config
+from .errors import ActorCrashed as ActorCrashed
 from .errors import AuthenticationFailed as AuthenticationFailed
 from .errors import BadRequest as BadRequest
+from .errors import BudgetExceeded as BudgetExceeded
 from .errors import CallError as CallError
 from .errors import CallTimeout as CallTimeout
+from .errors import CircuitOpen as CircuitOpen
 from .errors import ConfigError as ConfigError
 from .errors import ConnectionFailed as ConnectionFailed
 from .errors import ContentFiltered as ContentFiltered
 from .errors import ContextTooLong as ContextTooLong
+from .errors import EmptyResponse as EmptyResponse
 from .errors import FatalError as FatalError
+from .errors import InternalError as InternalError
 from .errors import NotFound as NotFound
 from .errors import Overloaded as Overloaded
 from .errors import ProtocolError as ProtocolError
@@ -35,10 +43,12 @@ from .errors import RuntimeClosed as RuntimeClosed
 from .errors import ServerError as ServerError
 from .errors import SluiceError as SluiceError
 from .errors import StreamBroken as StreamBroken
+from .errors import TooLargeForQuota as TooLargeForQuota
 from .events import Admitted as Admitted
 from .events import CallEvent as CallEvent
 from .events import Completed as Completed
 from .events import Failed as Failed
+from .events import FallingBack as FallingBack
 from .events import FirstToken as FirstToken
 from .events import Queued as Queued
 from .events import ReasoningDelta as ReasoningDelta
@@ -64,26 +74,33 @@ from .messages import ToolResultPart as ToolResultPart
 from .messages import Usage as Usage
 
 __all__ = [
+    "ActorCrashed",
     "Admitted",
     "AuthenticationFailed",
     "BadRequest",
+    "BreakerConfig",
+    "BudgetExceeded",
     "CallError",
     "CallEvent",
     "CallStream",
     "CallTimeout",
     "ChatRequest",
     "ChatResult",
+    "CircuitOpen",
     "Completed",
     "ConfigError",
     "ConnectionFailed",
     "ContentFiltered",
     "ContextTooLong",
     "Deadlines",
+    "EmptyResponse",
     "Failed",
+    "FallingBack",
     "FatalError",
     "FilePart",
     "FirstToken",
     "ImagePart",
+    "InternalError",
     "MapOutcome",
     "Message",
     "NotFound",
@@ -102,6 +119,7 @@ __all__ = [
     "Runtime",
     "RuntimeClosed",
     "RuntimeConfig",
+    "RuntimeStatistics",
     "Secret",
     "ServerError",
     "SluiceError",
@@ -109,13 +127,16 @@ __all__ = [
     "StreamBroken",
     "StreamReset",
     "TextDelta",
+    "TextPart",
     "Timings",
+    "TooLargeForQuota",
     "Tool",
     "ToolCall",
     "ToolCallDelta",
     "ToolResultPart",
     "Usage",
     "UsageReported",
+    "WindowLimit",
     "load_config",
     "open_runtime",
 ]

@@ -13,7 +13,7 @@ import math
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
@@ -21,6 +21,7 @@ import trio
 
 from sluice.actors.provider import ProviderContext, run_provider
 from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors.restart import run_restarting
 from sluice.actors.supervisor import SupervisorPeers, run_supervisor
 from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
 
@@ -31,6 +32,7 @@ from .limits.cost import estimate_cost
 from .mail import (
     Call,
     EventBatch,
+    KeyStatistics,
     LedgerMsg,
     LedgerTotals,
     ProviderMsg,
@@ -41,8 +43,12 @@ from .mail import (
 from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
 from .protocols import codec_for
 from .providers.registry import ResolvedProvider, resolve_provider
+from .retry_budget import RetryBudget
 
-__all__ = ["CallStream", "MapOutcome", "Runtime", "open_runtime"]
+if TYPE_CHECKING:
+    from .limits.store import QuotaStore
+
+__all__ = ["CallStream", "MapOutcome", "Runtime", "RuntimeStatistics", "open_runtime"]
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
 
@@ -106,6 +112,22 @@ class CallStream:
 
 
 @attrs.frozen
+class RuntimeStatistics:
+    """A snapshot of the runtime: what is in flight and what each quota key holds.
+
+    After every call has ended, every count here is zero: anything else is a leak.
+    """
+
+    calls_in_flight: int
+    attempts_in_flight: Mapping[str, int]
+    """Per provider."""
+    quotas: Mapping[str, KeyStatistics]
+    retry_budget_available: float
+    breakers: Mapping[str, str]
+    """Per provider: ``closed``, ``open`` or ``half_open``."""
+
+
+@attrs.frozen
 class MapOutcome:
     """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
 
@@ -125,6 +147,7 @@ class _Providers:
         self._services = services
         self._lock = trio.Lock()
         self._started: dict[str, tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]] = {}
+        self._contexts: dict[str, ProviderContext] = {}
         self._sim_url: str | None = None
 
     async def get(self, name: str) -> tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]:
@@ -156,10 +179,14 @@ class _Providers:
             transport=transport, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
         )
         ctx = ProviderContext(spec, base_url, client, codec, rt._limiter, rt._ledger)
+        self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](0)
         await self._infra.start(_provider_task, ctx, inbox, name=f"provider {name}")
         rt._closers.append(send.close)
         return spec, send
+
+    def in_flight(self) -> dict[str, int]:
+        return {name: ctx.in_flight[0] for name, ctx in self._contexts.items()}
 
     async def _simulator_url(self) -> str:
         if self._rt._transport is not None:
@@ -179,7 +206,9 @@ async def _provider_task(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     try:
-        await run_provider(ctx, inbox, task_status=task_status)
+        await run_restarting(
+            f"provider {ctx.spec.name}", run_provider, inbox, ctx, task_status=task_status
+        )
     finally:
         with trio.move_on_after(5, shield=True):
             await ctx.client.aclose()
@@ -216,7 +245,15 @@ class Runtime:
         self._simulator_config = simulator_config
         self._ids = itertools.count(1)
         self._closers: list[Any] = []
+        self._totals: dict[str, LedgerTotals] = {}
+        self._peers: SupervisorPeers | None = None
         self._providers: _Providers | None = None
+
+    async def _route(
+        self, model: str
+    ) -> tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]:
+        assert self._providers is not None
+        return await self._providers.get(split_model(model)[0])
 
     async def _submit(
         self, request: ChatRequest
@@ -337,6 +374,18 @@ class Runtime:
             except trio.BrokenResourceError:
                 pass  # the consumer left
 
+    async def statistics(self) -> RuntimeStatistics:
+        """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
+        assert self._providers is not None and self._peers is not None
+        now = trio.current_time()
+        return RuntimeStatistics(
+            calls_in_flight=self._peers.in_flight[0],
+            attempts_in_flight=self._providers.in_flight(),
+            quotas=await self._limiter.statistics(),
+            retry_budget_available=self._peers.budget.available(now),
+            breakers={name: b.state(now) for name, b in self._peers.breakers.items()},
+        )
+
     async def ledger_totals(self) -> dict[str, LedgerTotals]:
         """Calls and tokens so far, per ``provider:model``."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
@@ -375,6 +424,8 @@ async def open_runtime(
     rng: random.Random | None = None,
     environ: Mapping[str, str] | None = None,
     simulator: Any = None,
+    catch_bugs: bool = True,
+    quota_store: QuotaStore | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the actors and yield the :class:`Runtime`; stop them all when the block ends.
 
@@ -385,6 +436,13 @@ async def open_runtime(
         rng: the source of every random choice (jitter); seed it for repeatable runs.
         environ: where API keys are looked up; defaults to ``os.environ``.
         simulator: a ``SimulatorConfig`` for the in-process simulator behind ``sim:`` models.
+        catch_bugs: a bug while supervising a call fails only that call (``InternalError``);
+            tests turn this off so bugs surface as themselves.
+        quota_store: where the RateLimiter keeps windows and cooldowns (in memory by default;
+            a shared store lets several processes share one account's limits).
+
+    Raises:
+        ActorCrashed: an actor crashed more often than its restart limit allows.
 
     On a normal exit, calls still running are finished before the block returns.
     """
@@ -407,18 +465,62 @@ async def open_runtime(
         environ=environ,
         simulator_config=simulator,
     )
-    async with trio.open_nursery() as services:
-        async with trio.open_nursery() as infra:
-            await infra.start(run_rate_limiter, limiter_inbox, rng, name="rate limiter")
-            await infra.start(run_token_ledger, ledger_inbox, name="token ledger")
-            rt._providers = _Providers(rt, infra, services)
-            peers = SupervisorPeers(limiter, ledger, config.retry, rng)
-            async with trio.open_nursery() as front:
-                await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
-                with supervisor_send:
-                    yield rt
-            for close in rt._closers:
-                close()
-            limiter_send.close()
-            ledger_send.close()
-        services.cancel_scope.cancel(reason="the runtime is shutting down")
+    try:
+        async with trio.open_nursery() as services:
+            async with trio.open_nursery() as infra:
+                await infra.start(
+                    run_restarting,
+                    "rate limiter",
+                    run_rate_limiter,
+                    limiter_inbox,
+                    rng,
+                    quota_store,
+                    itertools.count(1),
+                    name="rate limiter",
+                )
+                await infra.start(
+                    run_restarting,
+                    "token ledger",
+                    run_token_ledger,
+                    ledger_inbox,
+                    rt._totals,
+                    name="token ledger",
+                )
+                rt._providers = _Providers(rt, infra, services)
+                budget = RetryBudget(
+                    config.retry.budget_ratio,
+                    config.retry.budget_min_per_second,
+                    config.retry.budget_interval,
+                )
+                peers = rt._peers = SupervisorPeers(
+                    limiter, ledger, config.retry, rng, rt._route, budget, catch_bugs=catch_bugs
+                )
+                async with trio.open_nursery() as front:
+                    await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
+                    with supervisor_send:
+                        yield rt
+                for close in rt._closers:
+                    close()
+                limiter_send.close()
+                ledger_send.close()
+            services.cancel_scope.cancel(reason="the runtime is shutting down")
+    except BaseExceptionGroup as group:
+        # Nurseries wrap every exception in a group; at the public edge one failure should be
+        # itself (a user's own exception, a CallError, ActorCrashed), never a group of one.
+        leaf = _sole_failure(group)
+        if leaf is None:
+            raise
+        raise leaf from None
+
+
+def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception in ``group`` that is not a cancellation, if there is exactly one."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else None

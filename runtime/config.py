@@ -21,6 +21,7 @@ from .messages import Deadlines
 from .serde import converter, format_validation_error
 
 __all__ = [
+    "BreakerConfig",
     "ProviderConfig",
     "RateLimitConfig",
     "RetryConfig",
@@ -116,6 +117,32 @@ class RetryConfig:
     """A backoff is shortened by up to this fraction, at random."""
     max_retry_after: float = attrs.field(default=120.0, validator=ge(0))
     """A provider's wait longer than this fails the call instead of waiting."""
+    budget_ratio: float = attrs.field(default=0.2, validator=ge(0))
+    """Process-wide: retries at most this fraction of recent first attempts (plus the floor)."""
+    budget_min_per_second: float = attrs.field(default=1.0, validator=ge(0))
+    """The floor of the retry budget, so isolated failures are always retried."""
+    budget_interval: float = attrs.field(default=10.0, validator=gt(0))
+    """The interval the retry budget looks back over."""
+    fallback_on: tuple[str, ...] = (
+        "Overloaded",
+        "ContextTooLong",
+        "CircuitOpen",
+        "ContentFiltered",
+    )
+    """Error classes after which a call moves on to its next fallback model."""
+
+
+@attrs.frozen(kw_only=True)
+class BreakerConfig:
+    """When a provider's circuit breaker opens, and for how long."""
+
+    min_failures: int = attrs.field(default=5, validator=ge(1))
+    """Failures in the window needed before it can open."""
+    failure_rate: float = attrs.field(default=0.5, validator=[gt(0), le(1)])
+    """Share of the attempts started in the window that must have failed for it to open."""
+    window: float = attrs.field(default=30.0, validator=gt(0))
+    open_for: float = attrs.field(default=10.0, validator=gt(0))
+    """Seconds it stays open before one probe call may go."""
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +156,8 @@ class ProviderConfig:
     """Environment variable that holds the key (read when the provider starts)."""
     headers: Mapping[str, str] = attrs.field(factory=dict)
     rate_limit: RateLimitConfig = RateLimitConfig()
+    breaker: BreakerConfig | None = BreakerConfig()
+    """None turns the circuit breaker off for this provider."""
     deadlines: Deadlines | None = None
     connect_timeout: float = attrs.field(default=10.0, validator=gt(0))
     max_connections: int = attrs.field(default=2048, validator=ge(1))

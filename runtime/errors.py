@@ -5,6 +5,7 @@
     SluiceError
     ├── ConfigError                 bad config file, key, model string or input
     ├── RuntimeClosed               the runtime (or one of its actors) has stopped
+    ├── ActorCrashed                an actor crashed more often than its restart limit
     └── CallError                   one call failed (call_id, provider, model, attempt,
         │                           status, error_type, request_id)
         ├── RetryableError          the Supervisor may try again
@@ -14,6 +15,7 @@
         │   ├── ConnectionFailed    could not connect, or the connection dropped before a reply
         │   ├── StreamBroken        the stream ended early (events_delivered)
         │   ├── ProtocolError       a malformed stream or body
+        │   ├── EmptyResponse       finished normally with nothing in it
         │   └── CallTimeout         first token, idle gap or total deadline (kind)
         └── FatalError              trying again cannot help
             ├── BadRequest          400, 422, and other 4xx
@@ -21,10 +23,14 @@
             ├── AuthenticationFailed 401, 403
             ├── NotFound            404 (unknown model or endpoint)
             ├── ContentFiltered
-            └── TooLargeForQuota    needs more than a whole rate-limit window
+            ├── TooLargeForQuota    needs more than a whole rate-limit window
+            ├── CircuitOpen         the provider's breaker is open (retry_after)
+            ├── BudgetExceeded      the spending budget cannot cover the call
+            └── InternalError       a bug in sluice; only the affected call fails
 
 Retryable versus fatal is the first split under ``CallError`` because it is the only question
-the Supervisor asks. A bug in sluice is none of these: it propagates as itself.
+the Supervisor asks (a provider's ``x-should-retry`` header, kept in ``should_retry``, overrides
+the class). A bug in sluice is none of these: it propagates as itself.
 """
 
 from __future__ import annotations
@@ -34,15 +40,20 @@ from typing import Literal
 import attrs
 
 __all__ = [
+    "ActorCrashed",
     "AuthenticationFailed",
     "BadRequest",
+    "BudgetExceeded",
     "CallError",
     "CallTimeout",
+    "CircuitOpen",
     "ConfigError",
     "ConnectionFailed",
     "ContentFiltered",
     "ContextTooLong",
+    "EmptyResponse",
     "FatalError",
+    "InternalError",
     "NotFound",
     "Overloaded",
     "ProtocolError",
@@ -53,6 +64,7 @@ __all__ = [
     "SluiceError",
     "StreamBroken",
     "TooLargeForQuota",
+    "ToolCallError",
 ]
 
 
@@ -66,6 +78,10 @@ class ConfigError(SluiceError):
 
 class RuntimeClosed(SluiceError):
     """The runtime, or the actor a request needed, has already stopped."""
+
+
+class ActorCrashed(SluiceError):
+    """An actor crashed more often than its restart limit allows; the runtime has stopped."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -87,10 +103,14 @@ class CallError(SluiceError):
     error_type: str | None = None
     """The provider's own error type or code (``rate_limit_exceeded``, ``overloaded_error``)."""
     request_id: str | None = None
+    should_retry: bool | None = None
+    """The provider's own verdict (``x-should-retry``), which wins over the class's."""
 
     @property
     def retryable(self) -> bool:
         """True when the Supervisor may try the call again."""
+        if self.should_retry is not None:
+            return self.should_retry
         return isinstance(self, RetryableError)
 
     def in_context(self, *, call_id: str, provider: str, model: str, attempt: int) -> CallError:
@@ -133,6 +153,8 @@ class RateLimited(RetryableError):
 
     @property
     def retryable(self) -> bool:
+        if self.should_retry is not None:
+            return self.should_retry
         return self.quota == "rate"
 
 
@@ -192,3 +214,49 @@ class ContentFiltered(FatalError):
 
 class TooLargeForQuota(FatalError):
     """The call needs more than a whole rate-limit window allows: it could never be admitted."""
+
+
+@attrs.define(eq=False, repr=False)
+class CircuitOpen(FatalError):
+    """The provider's circuit breaker is open after repeated failures; calls fail fast."""
+
+    retry_after: float | None = None
+    """Seconds until the breaker lets a probe call through."""
+
+
+class BudgetExceeded(FatalError):
+    """The call's worst-case cost does not fit the remaining budget; it was not sent."""
+
+
+class EmptyResponse(RetryableError):
+    """The provider finished normally but sent no text and no tool call."""
+
+
+class InternalError(FatalError):
+    """A bug in sluice ended this call (and only this call); the traceback is in the log."""
+
+
+@attrs.define(eq=False, repr=False)
+class ToolCallError(FatalError):
+    """The reply broke the tool-call contract of the request, or held nothing at all.
+
+    Sending the same request again cannot help, so transport retries never repeat it; the
+    Supervisor may instead retry with a correction (:mod:`sluice.tools.correct`) while
+    ``correctable`` is true. ``message`` is for the developer and names a fix where one exists;
+    ``feedback`` is the text a correction shows the model.
+    """
+
+    reason: str = "invalid_call"
+    """What went wrong: ``empty_reply``, ``unparseable``, ``invalid_call``, ``malformed_arguments``,
+    ``missing_arguments``, ``unknown_tool``, ``tool_choice_none``, ``wrong_tool``,
+    ``no_tool_call``, ``too_many_calls`` or ``truncated``."""
+    tool_name: str | None = None
+    """The tool the offending call named, when there was one."""
+    generated: str = ""
+    """What the model produced (its text, or the offending calls as JSON); may be empty."""
+    feedback: str = ""
+    """The problem in words for the model, without the developer's fix."""
+    available_tools: tuple[str, ...] = ()
+    """The request's tool names, in declaration order."""
+    correctable: bool = True
+    """False when a correction cannot help (the reply was cut off by ``max_tokens``)."""

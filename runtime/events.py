@@ -1,9 +1,10 @@
 """Events a call's stream yields, in order.
 
 ``Queued``, ``Admitted``, then for each attempt ``FirstToken`` and the deltas (``TextDelta``,
-``ReasoningDelta``, ``ToolCallDelta``, ``UsageReported``); a retry emits ``Retrying`` (and
-``StreamReset`` first when deltas of the failed attempt were already delivered, so the
-consumer can discard them); then exactly one of ``Completed`` or ``Failed``.
+``ReasoningDelta``, ``ToolCallDelta``, ``UsageReported``); a retry emits ``Retrying`` and a
+move to a fallback model ``FallingBack`` (each preceded by ``StreamReset`` when deltas of the
+failed attempt were already delivered, so the consumer can discard them); then exactly one of
+``Completed`` or ``Failed``.
 
 Deltas decoded from one network read travel together as one batch; the stream hands them to
 the consumer one by one.
@@ -24,6 +25,7 @@ __all__ = [
     "Completed",
     "DeltaEvent",
     "Failed",
+    "FallingBack",
     "FirstToken",
     "Queued",
     "ReasoningDelta",
@@ -115,6 +117,16 @@ class Retrying:
 
 
 @attrs.frozen
+class FallingBack:
+    """The call moves from ``from_model`` to its next fallback ``to_model`` after ``error``."""
+
+    call_id: str
+    from_model: str
+    to_model: str
+    error: CallError
+
+
+@attrs.frozen
 class Completed:
     call_id: str
     result: ChatResult
@@ -128,5 +140,13 @@ class Failed:
 
 DeltaEvent: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta | UsageReported
 CallEvent: TypeAlias = (
-    Queued | Admitted | FirstToken | DeltaEvent | StreamReset | Retrying | Completed | Failed
+    Queued
+    | Admitted
+    | FirstToken
+    | DeltaEvent
+    | StreamReset
+    | Retrying
+    | FallingBack
+    | Completed
+    | Failed
 )

@@ -34,6 +34,7 @@ __all__ = [
     "Withdraw",
     "AttemptFailed",
     "AttemptOutcome",
+    "AttemptProgress",
     "AttemptSucceeded",
     "Call",
     "ConsumerGone",
@@ -191,11 +192,21 @@ class ConsumerGone:
 AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone
 
 
+@attrs.define(eq=False)
+class AttemptProgress:
+    """Written by the ProviderActor while the attempt runs, read by the Supervisor if the
+    attempt is lost (its actor crashed) and no outcome arrives."""
+
+    delivered: int = 0
+
+
 @attrs.frozen(eq=False)
 class StartAttempt:
     call: Call
+    """The call as routed for this attempt (a fallback routes it to another model)."""
     attempt: int
     ticket: int
+    progress: AttemptProgress
     reply_to: trio.MemorySendChannel[AttemptOutcome]
 
 

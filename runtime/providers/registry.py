@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from ..config import ProviderConfig, RateLimitConfig, RuntimeConfig, Secret
+from ..config import BreakerConfig, ProviderConfig, RateLimitConfig, RuntimeConfig, Secret
 from ..errors import ConfigError
 from ..messages import Deadlines
 
@@ -49,6 +49,7 @@ class ResolvedProvider:
     api_key: Secret | None
     headers: Mapping[str, str]
     rate_limit: RateLimitConfig
+    breaker: BreakerConfig | None
     deadlines: Deadlines
     connect_timeout: float
     max_connections: int
@@ -112,6 +113,7 @@ def resolve_provider(
         api_key=key,
         headers=dict(user.headers),
         rate_limit=user.rate_limit,
+        breaker=user.breaker,
         deadlines=_merge_deadlines(config.deadlines, user.deadlines),
         connect_timeout=user.connect_timeout,
         max_connections=user.max_connections,

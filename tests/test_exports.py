@@ -1,0 +1,42 @@
+"""The public surface is deliberate: pinned here, like httpx's exported-members test."""
+
+import tomllib
+from pathlib import Path
+
+import sluice
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_all_is_exactly_the_public_names():
+    public = {name for name in vars(sluice) if not name.startswith("_")}
+    modules = {name for name in public if type(getattr(sluice, name)).__name__ == "module"}
+    assert sorted(sluice.__all__) == sorted(public - modules)
+    assert len(sluice.__all__) == len(set(sluice.__all__))
+
+
+def test_every_package_folder_is_listed_for_installation():
+    """A subpackage missing from pyproject's list works in a checkout but not when installed."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = {"sluice", "sluice.actors"} | {
+        f"sluice.{p.parent.name}" for p in (ROOT / "runtime").glob("*/__init__.py")
+    }
+    assert found == listed
+
+
+def test_pinned_public_api():
+    assert {
+        "open_runtime",
+        "Runtime",
+        "ChatRequest",
+        "ChatResult",
+        "Message",
+        "Tool",
+        "RuntimeConfig",
+        "CallError",
+        "RateLimited",
+        "StreamReset",
+        "Completed",
+        "Failed",
+    } <= set(sluice.__all__)
