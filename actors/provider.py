@@ -16,16 +16,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import attrs
-import httpx
 import trio
 
 from sluice.errors import (
-    BadRequest,
     CallError,
     CallTimeout,
     ConnectionFailed,
     Overloaded,
-    ProtocolError,
     RateLimited,
     StreamBroken,
 )
@@ -50,12 +47,21 @@ from sluice.mail import (
 from sluice.messages import Usage
 from sluice.protocols.base import AttemptOutput, Codec
 from sluice.providers.registry import ResolvedProvider
+from sluice.transport.base import HotTransport
+from sluice.transport.errors import (
+    ConnectError,
+    ConnectTimeout,
+    ProxyError,
+    TransportError,
+)
 
 from .rate_limiter import RateLimiterHandle
 from .token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from sluice.transport.base import HotResponse
 
 __all__ = ["ProviderContext", "run_provider"]
 
@@ -68,7 +74,7 @@ class ProviderContext:
 
     spec: ResolvedProvider
     base_url: str
-    client: httpx.AsyncClient
+    transport: HotTransport
     codec: Codec
     limiter: RateLimiterHandle
     ledger: TokenLedgerHandle
@@ -191,19 +197,19 @@ class _Attempt:
         first_deadline = (
             started + call.first_token_timeout if call.first_token_timeout is not None else math.inf
         )
-        http_request = ctx.client.build_request(
-            request.method, request.url, headers=list(request.headers), content=request.body
-        )
         with trio.move_on_at(first_deadline) as waiting:
-            response = await ctx.client.send(http_request, stream=True)
+            response = await ctx.transport.send(
+                request.method, request.url, request.headers, request.body
+            )
         if waiting.cancelled_caught:
             raise CallTimeout(
                 "no reply before the first-token deadline", timeout_kind="first_token"
             )
-        self.headers = dict(response.headers.items())
+        self.headers = response.headers
         try:
-            request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
-            if response.status_code >= 400:
+            headers = response.headers
+            request_id = headers.get("x-request-id") or headers.get("request-id")
+            if response.status >= 400:
                 return await self._error_reply(response, first_deadline)
             if call.request.stream:
                 output = await self._read_stream(response, first_deadline)
@@ -216,16 +222,13 @@ class _Attempt:
             await ctx.ledger.record(RecordUsage(ctx.spec.name, call.model, output.usage))
         return AttemptSucceeded(output, self.first_token_at, request_id)
 
-    async def _error_reply(self, response: httpx.Response, deadline: float) -> AttemptOutcome:
+    async def _error_reply(self, response: HotResponse, deadline: float) -> AttemptOutcome:
         body = b""
         with trio.move_on_at(deadline):
-            async for piece in response.aiter_bytes():
-                body += piece
-                if len(body) > _MAX_ERROR_BODY:
-                    break
+            body = await _read_all(response, _MAX_ERROR_BODY)
         headers = self.headers or {}
         error = self.ctx.codec.decode_error(
-            response.status_code, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
+            response.status, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
         )
         verdict = headers.get("x-should-retry")
         if verdict in ("true", "false"):
@@ -240,25 +243,30 @@ class _Attempt:
         call = self.call
         return [FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)]
 
-    async def _read_stream(self, response: httpx.Response, first_deadline: float) -> AttemptOutput:
+    async def _read_stream(self, response: HotResponse, first_deadline: float) -> AttemptOutput:
         call = self.call
         decoder = self.ctx.codec.stream_decoder(call.call_id)
-        send = call.events.send
+        events_out = call.events
+        progress = self.msg.progress
         idle = call.idle_timeout
-        chunks = response.aiter_bytes()
+        read = response.read_some
         with trio.CancelScope(deadline=first_deadline) as scope:
-            async for data in chunks:
+            while data := await read():
                 events = decoder.feed(data)
                 if not events:
                     continue
+                batch: list[DeltaEvent | FirstToken] | list[DeltaEvent] = events
                 if self.first_token_at is None:
-                    batch: list[DeltaEvent | FirstToken] = await self._first_chunk()
+                    batch = await self._first_chunk()
                     batch.extend(events)
-                    await send(batch)
-                else:
-                    await send(events)
+                # One hop per network read; no checkpoint of our own while the consumer keeps up
+                # (the next read is one), and backpressure when its buffer is full.
+                try:
+                    events_out.send_nowait(batch)
+                except trio.WouldBlock:
+                    await events_out.send(batch)
                 self.delivered += len(events)
-                self.msg.progress.delivered = self.delivered
+                progress.delivered = self.delivered
                 if idle is not None:
                     scope.deadline = trio.current_time() + idle
                 elif self.first_token_at is not None:
@@ -274,9 +282,9 @@ class _Attempt:
         except StreamBroken as exc:
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
-    async def _read_body(self, response: httpx.Response, first_deadline: float) -> AttemptOutput:
+    async def _read_body(self, response: HotResponse, first_deadline: float) -> AttemptOutput:
         with trio.move_on_at(first_deadline) as waiting:
-            body = await response.aread()
+            body = await _read_all(response, None)
         if waiting.cancelled_caught:
             raise CallTimeout(
                 "no reply body before the first-token deadline", timeout_kind="first_token"
@@ -286,7 +294,20 @@ class _Attempt:
         batch.extend(_events_from_output(self.call.call_id, output))
         await self.call.events.send(batch)
         self.delivered += len(batch) - 1
+        self.msg.progress.delivered = self.delivered
         return output
+
+
+async def _read_all(response: HotResponse, limit: int | None) -> bytes:
+    """The whole body, or its first ``limit`` bytes (then the rest is left unread)."""
+    pieces: list[bytes] = []
+    size = 0
+    while piece := await response.read_some():
+        pieces.append(piece)
+        size += len(piece)
+        if limit is not None and size > limit:
+            break
+    return b"".join(pieces)
 
 
 def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:
@@ -304,18 +325,16 @@ def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEv
 
 @contextmanager
 def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
-    """Turn httpx's exceptions into our error tree: the one place where that happens."""
+    """Turn the transport's exceptions into our error tree: the one place where that happens."""
     try:
         yield
-    except httpx.ConnectTimeout as exc:
+    except ConnectTimeout as exc:
         raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
-    except httpx.ConnectError as exc:
-        raise ConnectionFailed(f"could not connect: {exc or type(exc).__name__}") from exc
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        raise BadRequest(f"the provider's URL is not usable: {exc}") from exc
-    except httpx.DecodingError as exc:
-        raise ProtocolError(f"the reply could not be decoded: {exc}") from exc
-    except httpx.TransportError as exc:
+    except ProxyError as exc:
+        raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
+    except ConnectError as exc:
+        raise ConnectionFailed(f"could not connect: {exc}") from exc
+    except TransportError as exc:
         detail = str(exc) or type(exc).__name__
         if attempt.headers is not None:  # the reply had begun
             raise StreamBroken(

@@ -47,6 +47,7 @@ from .retry_budget import RetryBudget
 
 if TYPE_CHECKING:
     from .limits.store import QuotaStore
+    from .transport.base import HotTransport
 
 __all__ = ["CallStream", "MapOutcome", "Runtime", "RuntimeStatistics", "open_runtime"]
 
@@ -167,21 +168,11 @@ class _Providers:
         spec = resolve_provider(name, rt.config, rt._environ)
         codec = codec_for(spec.protocol)
         base_url = spec.base_url or await self._simulator_url()
-        if rt._transport is not None:
-            transport: httpx.AsyncBaseTransport = rt._transport
-        else:
-            limits = httpx.Limits(
-                max_connections=spec.max_connections,
-                max_keepalive_connections=spec.max_connections,
-            )
-            transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
-        client = httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
-        )
-        ctx = ProviderContext(spec, base_url, client, codec, rt._limiter, rt._ledger)
+        transport, owned = _hot_transport(spec, rt._transport)
+        ctx = ProviderContext(spec, base_url, transport, codec, rt._limiter, rt._ledger)
         self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](0)
-        await self._infra.start(_provider_task, ctx, inbox, name=f"provider {name}")
+        await self._infra.start(_provider_task, ctx, inbox, owned, name=f"provider {name}")
         rt._closers.append(send.close)
         return spec, send
 
@@ -199,9 +190,36 @@ class _Providers:
         return self._sim_url
 
 
+def _hot_transport(
+    spec: ResolvedProvider, given: httpx.AsyncBaseTransport | HotTransport | None
+) -> tuple[HotTransport, bool]:
+    """The transport a provider sends through, and whether the provider owns (closes) it.
+
+    A given httpx transport (tests use ``httpx.MockTransport``) goes behind the httpx adapter;
+    a given hot transport is used as it is and stays the caller's to close.
+    """
+    from sluice.transport import FastTransport, HttpxTransport
+
+    if isinstance(given, httpx.AsyncBaseTransport):
+        client = httpx.AsyncClient(
+            transport=given, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
+        )
+        return HttpxTransport(client), True
+    if given is not None:
+        return given, False
+    if spec.transport == "httpx":
+        return HttpxTransport(
+            max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
+        ), True
+    return FastTransport(
+        max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
+    ), True
+
+
 async def _provider_task(
     ctx: ProviderContext,
     inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    owned: bool,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -210,8 +228,9 @@ async def _provider_task(
             f"provider {ctx.spec.name}", run_provider, inbox, ctx, task_status=task_status
         )
     finally:
-        with trio.move_on_after(5, shield=True):
-            await ctx.client.aclose()
+        if owned:
+            with trio.move_on_after(5, shield=True):
+                await ctx.transport.aclose()
 
 
 def _merge(base: Deadlines, override: Deadlines) -> Deadlines:
@@ -232,7 +251,7 @@ class Runtime:
         supervisor: trio.MemorySendChannel[SupervisorMsg],
         limiter: RateLimiterHandle,
         ledger: TokenLedgerHandle,
-        transport: httpx.AsyncBaseTransport | None,
+        transport: httpx.AsyncBaseTransport | HotTransport | None,
         environ: Mapping[str, str] | None,
         simulator_config: Any,
     ) -> None:
@@ -348,12 +367,23 @@ class Runtime:
         max_in_flight: int,
     ) -> None:
         slots = trio.Semaphore(max_in_flight)
+        index = 0
         async with send, trio.open_nursery() as calls:
-            index = 0
-            async for request in _aiter(requests):
+
+            async def start(request: ChatRequest) -> None:
+                nonlocal index
                 await slots.acquire()
                 calls.start_soon(self._one, index, request, send.clone(), slots)
                 index += 1
+
+            # Two plain loops rather than one async generator over both kinds: a generator
+            # left unfinished by a cancelled map would be finalized by the garbage collector.
+            if isinstance(requests, AsyncIterable):
+                async for request in requests:
+                    await start(request)
+            else:
+                for request in requests:
+                    await start(request)
 
     async def _one(
         self,
@@ -392,17 +422,6 @@ class Runtime:
         return totals
 
 
-async def _aiter(
-    items: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
-) -> AsyncIterator[ChatRequest]:
-    if isinstance(items, AsyncIterable):
-        async for item in items:
-            yield item
-    else:
-        for item in items:
-            yield item
-
-
 def _as_request(
     request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
 ) -> ChatRequest:
@@ -420,7 +439,7 @@ def _as_request(
 async def open_runtime(
     config: RuntimeConfig | None = None,
     *,
-    transport: httpx.AsyncBaseTransport | None = None,
+    transport: httpx.AsyncBaseTransport | HotTransport | None = None,
     rng: random.Random | None = None,
     environ: Mapping[str, str] | None = None,
     simulator: Any = None,
@@ -431,8 +450,9 @@ async def open_runtime(
 
     Args:
         config: defaults to the file named by ``SLUICE_CONFIG``, else built-in defaults.
-        transport: an httpx transport every provider uses instead of the network (tests use
-            ``httpx.MockTransport`` or the simulator's ``mock_transport``).
+        transport: what every provider sends through instead of its own: an httpx transport
+            (tests use ``httpx.MockTransport`` or the simulator's ``mock_transport``), or a
+            hot-path transport (``sluice.transport.FastTransport`` over in-memory streams).
         rng: the source of every random choice (jitter); seed it for repeatable runs.
         environ: where API keys are looked up; defaults to ``os.environ``.
         simulator: a ``SimulatorConfig`` for the in-process simulator behind ``sim:`` models.

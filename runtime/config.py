@@ -161,6 +161,10 @@ class ProviderConfig:
     deadlines: Deadlines | None = None
     connect_timeout: float = attrs.field(default=10.0, validator=gt(0))
     max_connections: int = attrs.field(default=2048, validator=ge(1))
+    """Connections to this provider at most (its keep-alive pool's size)."""
+    transport: Literal["fast", "httpx"] = "fast"
+    """The hot path's HTTP client: sluice's own trio HTTP/1.1 client, or httpx (HTTP/2,
+    SOCKS/HTTPS proxies and anything else the fast one does not cover)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -28,3 +28,23 @@ def virtual_deadline(
         return wrapper
 
     return decorate
+
+
+def memory_transport(app, nursery: trio.Nursery):  # type: ignore[no-untyped-def]
+    """sluice's own HTTP/1.1 transport, connected to a simulator app over in-memory streams.
+
+    Every connection the pool opens is a ``memory_stream_pair`` whose server end is served by
+    the simulator's real HTTP/1.1 server loop in ``nursery``: real bytes, no sockets, so
+    ``autojump_clock`` is safe.
+    """
+    import trio.testing
+
+    from sluice.simulator.server import serve_connection
+    from sluice.transport import FastTransport
+
+    async def open_stream(host: str, port: int) -> trio.abc.Stream:
+        client, server = trio.testing.memory_stream_pair()
+        nursery.start_soon(serve_connection, app, server)
+        return client
+
+    return FastTransport(open_stream=open_stream, max_connections=1000)

@@ -299,7 +299,7 @@ async def test_a_crash_loop_stops_the_runtime_with_a_clear_error(autojump_clock)
     async def run() -> None:
         async with (
             sluice.open_runtime(config(), transport=transport) as rt,
-            rt.map(requests) as outcomes,
+            rt.map(requests, max_in_flight=1) as outcomes,  # one crash per attempt
         ):
             async for _ in outcomes:
                 pass

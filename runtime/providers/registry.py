@@ -53,6 +53,7 @@ class ResolvedProvider:
     deadlines: Deadlines
     connect_timeout: float
     max_connections: int
+    transport: str = "fast"
 
     def quota_key(self, model: str) -> str:
         """The RateLimiter key: the provider account, or account and model (``rate_limit.key``)."""
@@ -117,4 +118,5 @@ def resolve_provider(
         deadlines=_merge_deadlines(config.deadlines, user.deadlines),
         connect_timeout=user.connect_timeout,
         max_connections=user.max_connections,
+        transport=user.transport,
     )
