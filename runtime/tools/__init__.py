@@ -1,0 +1,74 @@
+"""The tool-calling layer: pure functions the actors call around each attempt.
+
+* :func:`prepare` (at submit) decides how a request's tools reach a backend with given
+  :class:`ToolCapabilities`: as they are, downgraded, or forced through structured output.
+* :func:`finalize` (at the end of each attempt) turns the reply back into tool calls, repairs
+  them and checks them against the request, raising :class:`~sluice.errors.ToolCallError`.
+* :class:`Corrections` (in the Supervisor) builds the temporary messages of a correction retry.
+
+Nothing here does I/O or touches trio.
+"""
+
+from .capabilities import ALL_MODES as ALL_MODES
+from .capabilities import ANTHROPIC as ANTHROPIC
+from .capabilities import FULL as FULL
+from .capabilities import GEMINI as GEMINI
+from .capabilities import OLLAMA as OLLAMA
+from .capabilities import OPENAI as OPENAI
+from .capabilities import OPENAI_COMPATIBLE_CUSTOM as OPENAI_COMPATIBLE_CUSTOM
+from .capabilities import CapabilityOverride as CapabilityOverride
+from .capabilities import ToolCapabilities as ToolCapabilities
+from .capabilities import ToolOptions as ToolOptions
+from .capabilities import capabilities_for as capabilities_for
+from .correct import Corrections as Corrections
+from .correct import TemporaryMessage as TemporaryMessage
+from .correct import correction_messages as correction_messages
+from .correct import is_temporary as is_temporary
+from .correct import strip_temporary as strip_temporary
+from .finalize import finalize as finalize
+from .prepare import ForcePlan as ForcePlan
+from .prepare import Prepared as Prepared
+from .prepare import prepare as prepare
+from .repair import PartialJson as PartialJson
+from .repair import Repaired as Repaired
+from .repair import RepairError as RepairError
+from .repair import parse_partial as parse_partial
+from .repair import repair_arguments as repair_arguments
+from .repair import repair_json as repair_json
+from .schema import SchemaError as SchemaError
+from .schema import inline_refs as inline_refs
+from .schema import strict_schema as strict_schema
+from .schema import tool_union_schema as tool_union_schema
+
+__all__ = [
+    "ALL_MODES",
+    "ANTHROPIC",
+    "FULL",
+    "GEMINI",
+    "OLLAMA",
+    "OPENAI",
+    "OPENAI_COMPATIBLE_CUSTOM",
+    "CapabilityOverride",
+    "Corrections",
+    "ForcePlan",
+    "PartialJson",
+    "Prepared",
+    "RepairError",
+    "Repaired",
+    "SchemaError",
+    "TemporaryMessage",
+    "ToolCapabilities",
+    "ToolOptions",
+    "capabilities_for",
+    "correction_messages",
+    "finalize",
+    "inline_refs",
+    "is_temporary",
+    "parse_partial",
+    "prepare",
+    "repair_arguments",
+    "repair_json",
+    "strict_schema",
+    "strip_temporary",
+    "tool_union_schema",
+]
