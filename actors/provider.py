@@ -27,6 +27,7 @@ from sluice.errors import (
     StreamBroken,
 )
 from sluice.events import (
+    CallEvent,
     DeltaEvent,
     FirstToken,
     ReasoningDelta,
@@ -56,6 +57,7 @@ from sluice.transport.errors import (
 )
 
 from .rate_limiter import RateLimiterHandle
+from .tell import put, take
 from .token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
@@ -94,9 +96,12 @@ async def run_provider(
     """
     async with trio.open_nursery() as attempts:
         task_status.started()
-        async for msg in inbox:
-            name = f"{ctx.spec.name} {msg.call.call_id}"
-            attempts.start_soon(_serve_attempt, ctx, msg, name=name)
+        while True:
+            try:
+                msg = await take(inbox)
+            except trio.EndOfChannel:
+                return
+            attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
 
 
 async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
@@ -172,7 +177,10 @@ class _Attempt:
 
     async def run(self) -> AttemptOutcome:
         call = self.call
-        with trio.move_on_at(call.deadline) as total:
+        # The consumer cancels this scope when it leaves (Call.abandon), even a quiet consumer
+        # that would otherwise only be noticed at the end.
+        with trio.CancelScope(deadline=call.deadline) as scope:
+            call.scopes.append(scope)
             try:
                 with _map_transport_errors(self):
                     return await self._exchange()
@@ -180,7 +188,10 @@ class _Attempt:
                 return AttemptFailed(exc, self.delivered)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return ConsumerGone()
-        assert total.cancelled_caught
+            finally:
+                call.scopes.remove(scope)
+        if call.abandoned:
+            return ConsumerGone()
         return AttemptFailed(
             CallTimeout("the call's total deadline passed", timeout_kind="total"), self.delivered
         )
@@ -235,18 +246,22 @@ class _Attempt:
             error = attrs.evolve(error, should_retry=verdict == "true")
         return AttemptFailed(error, 0)
 
-    async def _first_chunk(self) -> list[DeltaEvent | FirstToken]:
+    async def _first_chunk(self) -> list[CallEvent]:
         """Note the first chunk: free the pending slot and build the FirstToken event."""
         now = trio.current_time()
         self.first_token_at = now
         await self.ctx.limiter.release(self.msg.ticket)
         call = self.call
-        return [FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)]
+        progress = self.msg.progress
+        batch: list[CallEvent] = progress.lead
+        progress.lead = []
+        batch.append(FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at))
+        return batch
 
     async def _read_stream(self, response: HotResponse, first_deadline: float) -> AttemptOutput:
         call = self.call
         decoder = self.ctx.codec.stream_decoder(call.call_id)
-        events_out = call.events
+        events_out = None if call.quiet else call.events
         progress = self.msg.progress
         idle = call.idle_timeout
         read = response.read_some
@@ -255,18 +270,16 @@ class _Attempt:
                 events = decoder.feed(data)
                 if not events:
                     continue
-                batch: list[DeltaEvent | FirstToken] | list[DeltaEvent] = events
+                batch: list[CallEvent] | list[DeltaEvent] = events
                 if self.first_token_at is None:
                     batch = await self._first_chunk()
                     batch.extend(events)
-                # One hop per network read; no checkpoint of our own while the consumer keeps up
-                # (the next read is one), and backpressure when its buffer is full.
-                try:
-                    events_out.send_nowait(batch)
-                except trio.WouldBlock:
-                    await events_out.send(batch)
-                self.delivered += len(events)
-                progress.delivered = self.delivered
+                if events_out is not None:
+                    # One hop per network read; no checkpoint of our own while the consumer
+                    # keeps up (the next read is one), and backpressure when its buffer fills.
+                    await put(events_out, batch)
+                    self.delivered += len(events)
+                    progress.delivered = self.delivered
                 if idle is not None:
                     scope.deadline = trio.current_time() + idle
                 elif self.first_token_at is not None:
@@ -290,10 +303,12 @@ class _Attempt:
                 "no reply body before the first-token deadline", timeout_kind="first_token"
             )
         output = self.ctx.codec.decode_body(body)
-        batch: list[DeltaEvent | FirstToken] = await self._first_chunk()
-        batch.extend(_events_from_output(self.call.call_id, output))
-        await self.call.events.send(batch)
-        self.delivered += len(batch) - 1
+        deltas = list(_events_from_output(self.call.call_id, output))
+        batch: list[CallEvent] = await self._first_chunk()
+        if not self.call.quiet:
+            batch.extend(deltas)
+            await put(self.call.events, batch)
+            self.delivered += len(deltas)
         self.msg.progress.delivered = self.delivered
         return output
 

@@ -45,6 +45,8 @@ from sluice.mail import (
 )
 from sluice.messages import Usage
 
+from .tell import take, tell
+
 if TYPE_CHECKING:
     import random
     from collections.abc import Iterator
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
 _NOTHING = Cost(0, 0, 0)
+_LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 
 
@@ -72,6 +75,7 @@ class _Key:
     exhausted_until: float = -math.inf
     exhausted_error: CallError | None = None
     wake: float = math.inf
+    learn_after: float = -math.inf
 
     def pending_limit(self) -> int | None:
         if self.adaptive is not None:
@@ -151,11 +155,17 @@ class _Limiter:
         keys, timers = self.keys, self.timers
         while True:
             msg: RateLimiterMsg | None = None
-            with trio.move_on_at(wake_at):
-                try:
-                    msg = await inbox.receive()
-                except trio.EndOfChannel:
-                    return
+            try:
+                if wake_at == math.inf:
+                    msg = await take(inbox)
+                else:
+                    try:
+                        msg = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        with trio.move_on_at(wake_at):
+                            msg = await inbox.receive()
+            except trio.EndOfChannel:
+                return
             now = trio.current_time()
             touched: _Key | None = None
             match msg:
@@ -269,7 +279,14 @@ class _Limiter:
         key.open_streams -= 1
         if msg.usage is not None:
             await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
-        if msg.headers and key.limits.learn_from_headers:
+        if (
+            msg.headers
+            and key.limits.learn_from_headers
+            and (now >= key.learn_after or msg.signal == "rate_limited")
+        ):
+            # Limits change slowly: reading them from every reply would cost more than it
+            # tells, so read at most every _LEARN_EVERY seconds per key, and on every 429.
+            key.learn_after = now + _LEARN_EVERY
             learned = learned_limits(msg.headers, time.time())
             if learned:
                 await self.store.learn(key.name, key.specs, learned, now)
@@ -421,8 +438,4 @@ class RateLimiterHandle:
                 raise RuntimeClosed("the rate limiter has stopped") from exc
 
     async def _send_shielded(self, msg: RateLimiterMsg) -> None:
-        with trio.CancelScope(shield=True):
-            try:
-                await self._mailbox.send(msg)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the limiter has stopped: nothing left to free
+        await tell(self._mailbox, msg)

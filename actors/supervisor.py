@@ -65,6 +65,7 @@ from sluice.providers.registry import ResolvedProvider
 from sluice.retry_budget import RetryBudget
 
 from .rate_limiter import RateLimiterHandle
+from .tell import put, take
 from .token_ledger import TokenLedgerHandle
 
 __all__ = ["Route", "SupervisorPeers", "run_supervisor"]
@@ -126,10 +127,14 @@ async def run_supervisor(
     async with trio.open_nursery() as calls:
         task_status.started()
         async with inbox:
-            async for msg in inbox:
+            while True:
+                try:
+                    msg = await take(inbox)
+                except trio.EndOfChannel:
+                    return
                 match msg:
                     case Submit(call=call):
-                        calls.start_soon(_supervise, peers, call, name=f"call {call.call_id}")
+                        calls.start_soon(_supervise, peers, call, name=call.call_id)
 
 
 async def _supervise(peers: SupervisorPeers, call: Call) -> None:
@@ -158,7 +163,7 @@ async def _supervise_call(peers: SupervisorPeers, call: Call) -> None:
                 call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=0
             )
             try:
-                await call.events.send((Failed(call.call_id, error),))
+                await put(call.events, (Failed(call.call_id, error),))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
@@ -171,6 +176,17 @@ class _CallRun:
         self.call = call
         self.attempt = 0
         self.models_tried: list[str] = []
+        self.pending: list[CallEvent] = []
+        """Events not yet sent: they go out with the next batch, whoever sends it."""
+
+    async def _emit(self, *events: CallEvent) -> None:
+        """Send the pending events and ``events`` to the consumer as one batch."""
+        batch = [*self.pending, *events]
+        self.pending = []
+        if self.call.quiet:
+            batch = [e for e in batch if isinstance(e, Completed | Failed)]
+        if batch:
+            await put(self.call.events, batch)
 
     def _fix(self, error: CallError, route: Call) -> CallError:
         return error.in_context(
@@ -199,7 +215,7 @@ class _CallRun:
                 await peers.ledger.record(
                     RecordCall(route.provider.name, route.model, True, self.attempt)
                 )
-                await call.events.send((Completed(call.call_id, outcome),))
+                await self._emit(Completed(call.call_id, outcome))
                 return
             if outcome is None:
                 return  # the consumer left
@@ -209,7 +225,7 @@ class _CallRun:
                 if delivered:
                     events.append(StreamReset(call.call_id, self.attempt, error.message))
                 events.append(FallingBack(call.call_id, model, chain[index + 1], error))
-                await call.events.send(events)
+                await self._emit(*events)
                 continue
             await self._fail(error, route)
             return
@@ -227,12 +243,11 @@ class _CallRun:
         await self.peers.ledger.record(
             RecordCall(route.provider.name, route.model, False, self.attempt)
         )
-        await self.call.events.send((Failed(self.call.call_id, error),))
+        await self._emit(Failed(self.call.call_id, error))
 
     async def _through_model(self, route: Call) -> ChatResult | tuple[CallError, int] | None:
         """Attempts against one model until a result, a final error, or the consumer leaving."""
         peers, call = self.peers, self.call
-        send = call.events.send
         breaker = peers.breaker(route.provider)
         lost = 0
         while True:
@@ -247,7 +262,7 @@ class _CallRun:
                 )
                 return self._fix(error, route), 0
             self.attempt += 1
-            await send((Queued(call.call_id, self.attempt, now),))
+            self.pending.append(Queued(call.call_id, self.attempt, now))
             admission = None
             with trio.move_on_at(call.deadline):
                 try:
@@ -267,15 +282,21 @@ class _CallRun:
                     timeout_kind="total",
                 )
                 return self._fix(error, route), 0
-            try:
-                await send(
-                    (Admitted(call.call_id, self.attempt, admission.at, admission.at - now),)
-                )
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
-                raise
-            progress = AttemptProgress()
+            self.pending.append(
+                Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
+            )
+            if admission.at > now:
+                # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
+                # with the first chunk, saving the consumer two wake-ups per call.
+                try:
+                    await self._emit()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
+                    raise
+            progress = AttemptProgress(lead=self.pending)
+            self.pending = []
             outcome = await _run_attempt(route, self.attempt, admission.ticket, progress)
+            self.pending = progress.lead  # what the provider did not deliver (no first chunk)
             match outcome:
                 case AttemptSucceeded():
                     if breaker is not None:
@@ -291,7 +312,9 @@ class _CallRun:
                     if lost > _LOST_ATTEMPTS_MAX:
                         return self._fix(error, route), progress.delivered
                     if progress.delivered:
-                        await send((StreamReset(call.call_id, self.attempt, error.message),))
+                        await put(
+                            call.events, (StreamReset(call.call_id, self.attempt, error.message),)
+                        )
                     continue
                 case AttemptFailed(error=error, delivered=delivered):
                     if breaker is not None and isinstance(error, _BACKEND_FAILURES):
@@ -303,7 +326,7 @@ class _CallRun:
                     if delivered:
                         events.append(StreamReset(call.call_id, self.attempt, error.message))
                     events.append(Retrying(call.call_id, self.attempt, delay, error))
-                    await send(events)
+                    await self._emit(*events)
                     await trio.sleep(delay)
 
     def _retry_delay(self, error: CallError, delivered: int) -> float | None:
@@ -361,8 +384,8 @@ async def _run_attempt(
     reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
     with reply_to, reply:
         try:
-            await route.provider_mailbox.send(
-                StartAttempt(route, attempt, ticket, progress, reply_to)
+            await put(
+                route.provider_mailbox, StartAttempt(route, attempt, ticket, progress, reply_to)
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None

@@ -10,6 +10,8 @@ import trio
 from sluice.errors import RuntimeClosed
 from sluice.mail import GetTotals, LedgerMsg, LedgerTotals, RecordCall, RecordUsage
 
+from .tell import take, tell
+
 __all__ = ["TokenLedgerHandle", "run_token_ledger"]
 
 
@@ -34,7 +36,11 @@ async def run_token_ledger(
         return found
 
     task_status.started()
-    async for msg in inbox:
+    while True:
+        try:
+            msg = await take(inbox)
+        except trio.EndOfChannel:
+            return
         match msg:
             case RecordUsage(provider=provider, model=model, usage=usage):
                 t = entry(provider, model)
@@ -66,11 +72,7 @@ class TokenLedgerHandle:
 
     async def record(self, msg: RecordUsage | RecordCall) -> None:
         """Record usage or a call's end; shielded, so a cancelled call still gets counted."""
-        with trio.CancelScope(shield=True):
-            try:
-                await self._mailbox.send(msg)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the ledger has stopped (runtime shutting down)
+        await tell(self._mailbox, msg)
 
     async def totals(self) -> dict[str, LedgerTotals]:
         reply_to, reply = trio.open_memory_channel[dict[str, LedgerTotals]](1)

@@ -9,6 +9,7 @@ call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 # root), so this import order has no cycle.
 from ._runtime import CallStream as CallStream
 from ._runtime import MapOutcome as MapOutcome
+from ._runtime import MapOutcomes as MapOutcomes
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
@@ -102,6 +103,7 @@ __all__ = [
     "ImagePart",
     "InternalError",
     "MapOutcome",
+    "MapOutcomes",
     "Message",
     "NotFound",
     "Overloaded",

@@ -23,6 +23,7 @@ from sluice.actors.provider import ProviderContext, run_provider
 from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors.restart import run_restarting
 from sluice.actors.supervisor import SupervisorPeers, run_supervisor
+from sluice.actors.tell import MAILBOX_BUFFER, put, take
 from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
 
 from .config import RuntimeConfig, config_from_env
@@ -49,7 +50,14 @@ if TYPE_CHECKING:
     from .limits.store import QuotaStore
     from .transport.base import HotTransport
 
-__all__ = ["CallStream", "MapOutcome", "Runtime", "RuntimeStatistics", "open_runtime"]
+__all__ = [
+    "CallStream",
+    "MapOutcome",
+    "MapOutcomes",
+    "Runtime",
+    "RuntimeStatistics",
+    "open_runtime",
+]
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
 
@@ -85,12 +93,20 @@ class CallStream:
         return event
 
     async def _next_batch(self) -> EventBatch | None:
+        receive = self._receive
         try:
-            batch = await self._receive.receive()
+            batch = await take(receive)
         except trio.EndOfChannel:
             if self.result is None and self.error is None:
                 self.error = RuntimeClosed(f"call {self.call_id} ended without a result")
             return None
+        # Take whatever else has arrived too: one wake-up for a burst of batches.
+        while True:
+            try:
+                more = receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            batch = [*batch, *more]
         last = batch[-1]
         if isinstance(last, Completed):
             self.result = last.result
@@ -139,6 +155,22 @@ class MapOutcome:
     error: SluiceError | None
 
 
+class MapOutcomes:
+    """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[MapOutcome]) -> None:
+        self._receive = receive
+
+    def __aiter__(self) -> MapOutcomes:
+        return self
+
+    async def __anext__(self) -> MapOutcome:
+        try:
+            return await take(self._receive)
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+
 class _Providers:
     """Starts one ProviderActor per backend on first use, in the infrastructure nursery."""
 
@@ -171,7 +203,7 @@ class _Providers:
         transport, owned = _hot_transport(spec, rt._transport)
         ctx = ProviderContext(spec, base_url, transport, codec, rt._limiter, rt._ledger)
         self._contexts[name] = ctx
-        send, inbox = trio.open_memory_channel[ProviderMsg](0)
+        send, inbox = trio.open_memory_channel[ProviderMsg](MAILBOX_BUFFER)
         await self._infra.start(_provider_task, ctx, inbox, owned, name=f"provider {name}")
         rt._closers.append(send.close)
         return spec, send
@@ -275,8 +307,8 @@ class Runtime:
         return await self._providers.get(split_model(model)[0])
 
     async def _submit(
-        self, request: ChatRequest
-    ) -> tuple[str, trio.MemoryReceiveChannel[EventBatch]]:
+        self, request: ChatRequest, *, quiet: bool = False
+    ) -> tuple[Call, trio.MemoryReceiveChannel[EventBatch]]:
         assert self._providers is not None
         provider_name, model = split_model(request.model)
         spec, mailbox = await self._providers.get(provider_name)
@@ -295,14 +327,15 @@ class Runtime:
             first_token_timeout=deadlines.first_token,
             idle_timeout=deadlines.idle,
             cost=estimate_cost(request, spec.rate_limit.expected_output_tokens),
+            quiet=quiet,
         )
         try:
-            await self._supervisor.send(Submit(call))
+            await put(self._supervisor, Submit(call))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             send.close()
             receive.close()
             raise RuntimeClosed("the runtime has stopped; open a new one") from exc
-        return call.call_id, receive
+        return call, receive
 
     @asynccontextmanager
     async def stream(
@@ -319,9 +352,12 @@ class Runtime:
         Raises:
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        call_id, receive = await self._submit(_as_request(request, messages, fields))
-        with receive:
-            yield CallStream(call_id, receive)
+        call, receive = await self._submit(_as_request(request, messages, fields))
+        try:
+            with receive:
+                yield CallStream(call.call_id, receive)
+        finally:
+            call.abandon()
 
     async def chat(
         self,
@@ -335,8 +371,12 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        async with self.stream(request, messages, **fields) as call:
-            return await call.wait()
+        call, receive = await self._submit(_as_request(request, messages, fields), quiet=True)
+        try:
+            with receive:
+                return await CallStream(call.call_id, receive).wait()
+        finally:
+            call.abandon()
 
     @asynccontextmanager
     async def map(
@@ -344,7 +384,7 @@ class Runtime:
         requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
         *,
         max_in_flight: int = 256,
-    ) -> AsyncIterator[trio.MemoryReceiveChannel[MapOutcome]]:
+    ) -> AsyncIterator[MapOutcomes]:
         """Run many calls, at most ``max_in_flight`` at once; yield outcomes as they finish.
 
         Requests are pulled from ``requests`` only as slots free up, so a huge or endless
@@ -353,11 +393,13 @@ class Runtime:
         """
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
-        send, receive = trio.open_memory_channel[MapOutcome](0)
+        # Room for every call in flight: a finished call hands over its outcome and frees its
+        # slot without waiting for the consumer; the slots bound the memory.
+        send, receive = trio.open_memory_channel[MapOutcome](max_in_flight)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._feed, requests, send, max_in_flight)
             with receive:
-                yield receive
+                yield MapOutcomes(receive)
             nursery.cancel_scope.cancel(reason="the consumer of Runtime.map left")
 
     async def _feed(
@@ -392,17 +434,20 @@ class Runtime:
         send: trio.MemorySendChannel[MapOutcome],
         slots: trio.Semaphore,
     ) -> None:
-        async with send:
-            try:
-                outcome = MapOutcome(index, request, await self.chat(request), None)
-            except SluiceError as exc:
-                outcome = MapOutcome(index, request, None, exc)
-            finally:
-                slots.release()
-            try:
-                await send.send(outcome)
-            except trio.BrokenResourceError:
-                pass  # the consumer left
+        # The slot is held until the outcome is handed over, so a slow consumer holds back
+        # new calls: at most max_in_flight running plus max_in_flight waiting to be taken.
+        try:
+            async with send:
+                try:
+                    outcome = MapOutcome(index, request, await self.chat(request), None)
+                except SluiceError as exc:
+                    outcome = MapOutcome(index, request, None, exc)
+                try:
+                    await put(send, outcome)
+                except trio.BrokenResourceError:
+                    pass  # the consumer left
+        finally:
+            slots.release()
 
     async def statistics(self) -> RuntimeStatistics:
         """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
@@ -472,9 +517,9 @@ async def open_runtime(
         from sluice.simulator import SimulatorConfig
 
         simulator = SimulatorConfig()
-    limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](0)
-    ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](0)
-    supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](0)
+    limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
+    ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
+    supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
     limiter, ledger = RateLimiterHandle(limiter_send), TokenLedgerHandle(ledger_send)
     rt = Runtime(
         config,

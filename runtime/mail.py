@@ -75,6 +75,19 @@ class Call:
     idle_timeout: float | None
     cost: Cost
     """The reservation each attempt asks the RateLimiter for."""
+    quiet: bool = False
+    """The consumer wants only the final ``Completed`` or ``Failed`` (``Runtime.chat`` and
+    ``Runtime.map``): nothing else is sent, so a call costs its consumer one wake-up, and a
+    restarted attempt has nothing to retract."""
+    scopes: list[trio.CancelScope] = attrs.field(factory=list)
+    """Cancel scopes of the attempt running now (set by its provider)."""
+    abandoned: bool = False
+
+    def abandon(self) -> None:
+        """The consumer left: stop the running attempt now. A no-op once the call has ended."""
+        object.__setattr__(self, "abandoned", True)
+        for scope in self.scopes:
+            scope.cancel()
 
 
 # RateLimiter ------------------------------------------------------------------------------
@@ -198,6 +211,9 @@ class AttemptProgress:
     attempt is lost (its actor crashed) and no outcome arrives."""
 
     delivered: int = 0
+    lead: list[CallEvent] = attrs.field(factory=list)
+    """Events the Supervisor has not sent yet (Queued, Admitted): the provider puts them in
+    front of its first batch and empties this list; whatever is left, the Supervisor sends."""
 
 
 @attrs.frozen(eq=False)

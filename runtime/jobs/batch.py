@@ -37,7 +37,7 @@ from .batch_lines import (
 if TYPE_CHECKING:
     import os
 
-    from .._runtime import MapOutcome, Runtime
+    from .._runtime import MapOutcomes, Runtime
     from ..messages import ChatRequest
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "BatchSummary", "run_batch"]
@@ -150,7 +150,7 @@ async def _read_requests(
         cancel_scope.cancel()
 
 
-async def _write_outcomes(run: _Run, outcomes: trio.MemoryReceiveChannel[MapOutcome]) -> None:
+async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
     async for outcome in outcomes:
         line = run.pending.pop(outcome.index)
         result, error = outcome.result, outcome.error
