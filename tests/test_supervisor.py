@@ -369,3 +369,32 @@ def test_error_repr_and_str_name_the_call():
     assert str(error) == "[openai:gpt-x] RateLimited: slow down"
     assert "call_id='c9'" in repr(error) and "attempt=3" in repr(error)
     assert attrs.evolve(error, should_retry=False).retryable is False
+
+
+@pytest.mark.parametrize(
+    ("directive", "stream", "deadlines", "error_type", "detail"),
+    [
+        ("stall:30", True, Deadlines(first_token=5.0), sluice.CallTimeout, "first_token"),
+        ("stall_after:3:30", True, Deadlines(idle=5.0), sluice.CallTimeout, "idle"),
+        ("malformed:2", True, Deadlines(), sluice.ProtocolError, None),
+        ("truncated_json", False, Deadlines(), sluice.ProtocolError, None),
+        ("truncated_json", True, Deadlines(), sluice.StreamBroken, None),
+        ("reset", True, Deadlines(), sluice.ConnectionFailed, None),
+        ("429_date:retry_after=3", True, Deadlines(), sluice.RateLimited, None),
+    ],
+)
+@virtual_deadline(120)
+async def test_more_simulated_faults_map_to_their_types(
+    autojump_clock, directive, stream, deadlines, error_type, detail
+):
+    sim = SimulatorConfig(script=(directive,), tokens_per_second=10)
+    async with sluice.open_runtime(config(retry=ONE_ATTEMPT), transport=mock_transport(sim)) as rt:
+        request = ChatRequest(
+            model="sim:sim-small", messages="hi", stream=stream, deadlines=deadlines
+        )
+        with pytest.raises(error_type) as caught:
+            await rt.chat(request)
+    if detail is not None:
+        assert caught.value.timeout_kind == detail
+    if isinstance(caught.value, sluice.RateLimited):
+        assert caught.value.retry_after is not None and 2.0 <= caught.value.retry_after <= 4.0
