@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
 import trio
 
 from sluice.actors.provider import ProviderContext, run_provider
@@ -47,6 +46,8 @@ from .providers.registry import ResolvedProvider, resolve_provider
 from .retry_budget import RetryBudget
 
 if TYPE_CHECKING:
+    import httpx
+
     from .limits.store import QuotaStore
     from .transport.base import HotTransport
 
@@ -232,7 +233,11 @@ def _hot_transport(
     """
     from sluice.transport import FastTransport, HttpxTransport
 
-    if isinstance(given, httpx.AsyncBaseTransport):
+    if given is not None and hasattr(given, "handle_async_request"):
+        import httpx  # only here: the fast path does not load httpx at all
+
+        assert isinstance(given, httpx.AsyncBaseTransport)
+
         client = httpx.AsyncClient(
             transport=given, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
         )
