@@ -148,6 +148,7 @@ class _Attempt:
         self.chunks = 0
         self.first_token_at: float | None = None
         self.headers: dict[str, str] | None = None
+        self.scope = trio.CancelScope()  # replaced by run()
 
     def settlement(self, outcome: AttemptOutcome | None) -> Settle:
         """What to tell the RateLimiter when the attempt ends (``None``: it was cancelled).
@@ -176,10 +177,20 @@ class _Attempt:
                 return Settle(ticket, "failed", usage, headers=self.headers)
 
     async def run(self) -> AttemptOutcome:
+        """The attempt, under ONE cancel scope whose deadline moves as the stream goes.
+
+        Until the first chunk it is the first-token deadline, then each read pushes it to the
+        idle deadline, and it never passes the call's total deadline; the consumer cancels it
+        when it leaves (``Call.abandon``), even a quiet consumer that would otherwise only be
+        noticed at the end. When it fires, the time says which deadline it was.
+        """
         call = self.call
-        # The consumer cancels this scope when it leaves (Call.abandon), even a quiet consumer
-        # that would otherwise only be noticed at the end.
-        with trio.CancelScope(deadline=call.deadline) as scope:
+        now = trio.current_time()
+        first = call.first_token_timeout
+        with trio.CancelScope(
+            deadline=min(call.deadline, now + first if first is not None else math.inf)
+        ) as scope:
+            self.scope = scope
             call.scopes.append(scope)
             try:
                 with _map_transport_errors(self):
@@ -192,8 +203,21 @@ class _Attempt:
                 call.scopes.remove(scope)
         if call.abandoned:
             return ConsumerGone()
-        return AttemptFailed(
-            CallTimeout("the call's total deadline passed", timeout_kind="total"), self.delivered
+        return AttemptFailed(self._timeout(), self.delivered)
+
+    def _timeout(self) -> CallTimeout:
+        """Which deadline fired, told apart by the clock."""
+        call = self.call
+        if trio.current_time() >= call.deadline:
+            return CallTimeout("the call's total deadline passed", timeout_kind="total")
+        if self.first_token_at is None:
+            if self.headers is None:
+                return CallTimeout(
+                    "no reply before the first-token deadline", timeout_kind="first_token"
+                )
+            return CallTimeout("no first token before the deadline", timeout_kind="first_token")
+        return CallTimeout(
+            f"no data for {call.idle_timeout} s in the middle of the stream", timeout_kind="idle"
         )
 
     async def _exchange(self) -> AttemptOutcome:
@@ -204,28 +228,18 @@ class _Attempt:
             api_key=ctx.spec.api_key.reveal() if ctx.spec.api_key else None,
             headers=ctx.spec.headers,
         )
-        started = trio.current_time()
-        first_deadline = (
-            started + call.first_token_timeout if call.first_token_timeout is not None else math.inf
+        response = await ctx.transport.send(
+            request.method, request.url, request.headers, request.body
         )
-        with trio.move_on_at(first_deadline) as waiting:
-            response = await ctx.transport.send(
-                request.method, request.url, request.headers, request.body
-            )
-        if waiting.cancelled_caught:
-            raise CallTimeout(
-                "no reply before the first-token deadline", timeout_kind="first_token"
-            )
-        self.headers = response.headers
+        self.headers = headers = response.headers
         try:
-            headers = response.headers
             request_id = headers.get("x-request-id") or headers.get("request-id")
             if response.status >= 400:
-                return await self._error_reply(response, first_deadline)
+                return await self._error_reply(response)
             if call.request.stream:
-                output = await self._read_stream(response, first_deadline)
+                output = await self._read_stream(response)
             else:
-                output = await self._read_body(response, first_deadline)
+                output = await self._read_body(response)
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
@@ -233,9 +247,12 @@ class _Attempt:
             await ctx.ledger.record(RecordUsage(ctx.spec.name, call.model, output.usage))
         return AttemptSucceeded(output, self.first_token_at, request_id)
 
-    async def _error_reply(self, response: HotResponse, deadline: float) -> AttemptOutcome:
+    async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         body = b""
-        with trio.move_on_at(deadline):
+        with trio.CancelScope() as reading:
+            # Reading the error body must not turn the error into a timeout: if the deadline
+            # fires meanwhile, decode what arrived.
+            reading.deadline = self.scope.deadline
             body = await _read_all(response, _MAX_ERROR_BODY)
         headers = self.headers or {}
         error = self.ctx.codec.decode_error(
@@ -258,50 +275,40 @@ class _Attempt:
         batch.append(FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at))
         return batch
 
-    async def _read_stream(self, response: HotResponse, first_deadline: float) -> AttemptOutput:
+    async def _read_stream(self, response: HotResponse) -> AttemptOutput:
         call = self.call
         decoder = self.ctx.codec.stream_decoder(call.call_id)
         events_out = None if call.quiet else call.events
         progress = self.msg.progress
         idle = call.idle_timeout
+        scope = self.scope
+        total = call.deadline
         read = response.read_some
-        with trio.CancelScope(deadline=first_deadline) as scope:
-            while data := await read():
-                events = decoder.feed(data)
-                if not events:
-                    continue
-                batch: list[CallEvent] | list[DeltaEvent] = events
-                if self.first_token_at is None:
-                    batch = await self._first_chunk()
-                    batch.extend(events)
-                if events_out is not None:
-                    # One hop per network read; no checkpoint of our own while the consumer
-                    # keeps up (the next read is one), and backpressure when its buffer fills.
-                    await put(events_out, batch)
-                    self.delivered += len(events)
-                    progress.delivered = self.delivered
-                if idle is not None:
-                    scope.deadline = trio.current_time() + idle
-                elif self.first_token_at is not None:
-                    scope.deadline = math.inf
-        if scope.cancelled_caught:
+        while data := await read():
+            events = decoder.feed(data)
+            if not events:
+                continue
+            batch: list[CallEvent] | list[DeltaEvent] = events
             if self.first_token_at is None:
-                raise CallTimeout("no first token before the deadline", timeout_kind="first_token")
-            raise CallTimeout(
-                f"no data for {idle} s in the middle of the stream", timeout_kind="idle"
-            )
+                batch = await self._first_chunk()
+                batch.extend(events)
+                if idle is None:
+                    scope.deadline = total
+            if events_out is not None:
+                # One hop per network read; no checkpoint of our own while the consumer keeps
+                # up (the next read is one), and backpressure when its buffer fills.
+                await put(events_out, batch)
+                self.delivered += len(events)
+                progress.delivered = self.delivered
+            if idle is not None:
+                scope.deadline = min(total, trio.current_time() + idle)
         try:
             return decoder.finish()
         except StreamBroken as exc:
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
-    async def _read_body(self, response: HotResponse, first_deadline: float) -> AttemptOutput:
-        with trio.move_on_at(first_deadline) as waiting:
-            body = await _read_all(response, None)
-        if waiting.cancelled_caught:
-            raise CallTimeout(
-                "no reply body before the first-token deadline", timeout_kind="first_token"
-            )
+    async def _read_body(self, response: HotResponse) -> AttemptOutput:
+        body = await _read_all(response, None)
         output = self.ctx.codec.decode_body(body)
         deltas = list(_events_from_output(self.call.call_id, output))
         batch: list[CallEvent] = await self._first_chunk()

@@ -422,7 +422,14 @@ class FastTransport:
                 await trio.aclose_forcefully(idle.popleft().stream)
             while idle:
                 conn = idle.pop()
-                if conn.fd >= 0 and _readable(conn.fd):
+                # Servers close idle connections after seconds, not milliseconds: skip the
+                # poll() system call for a connection that was busy a moment ago (a stale one
+                # still gets its single reconnect when the first read finds end-of-file).
+                if (
+                    now - conn.idle_since > _CHECK_IDLE_AFTER
+                    and conn.fd >= 0
+                    and _readable(conn.fd)
+                ):
                     # End-of-file (or bytes nobody asked for) arrived while it sat idle.
                     await trio.aclose_forcefully(conn.stream)
                     continue
@@ -467,6 +474,10 @@ class FastTransport:
         await trio.aclose_forcefully(conn.stream)
 
 
+_CHECK_IDLE_AFTER = 1.0
+"""Seconds idle after which a pooled connection is checked for end-of-file before reuse."""
+
+
 def _fileno(stream: trio.abc.Stream) -> int:
     """The socket under ``stream``, to check idle connections for end-of-file; -1 if none."""
     if isinstance(stream, trio.SSLStream):
@@ -477,10 +488,11 @@ def _fileno(stream: trio.abc.Stream) -> int:
 
 
 def _readable(fd: int) -> bool:
+    """Whether the idle socket ``fd`` has something to read (end-of-file, most likely)."""
     import select
 
-    if not hasattr(select, "poll"):
-        return False
+    # poll, not select: select cannot take descriptors above FD_SETSIZE (1024), and a pool
+    # serving thousands of streams has plenty of those.
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
