@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["ProviderContext", "run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
+_CHARS_PER_TOKEN = 4
 
 
 @attrs.frozen(eq=False)
@@ -125,6 +126,9 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
         outcome = await attempt.run()
     finally:
         await ctx.limiter.settle(attempt.settlement(outcome))
+        usage = attempt.usage(outcome)
+        if usage is not None:
+            await ctx.ledger.record(usage)
     if isinstance(outcome, AttemptFailed):
         call = msg.call
         error = outcome.error.in_context(
@@ -148,7 +152,50 @@ class _Attempt:
         self.chunks = 0
         self.first_token_at: float | None = None
         self.headers: dict[str, str] | None = None
+        self.output_chars = 0
+        """Characters of output decoded so far (for an estimate when no usage comes)."""
+        self.usage_seen: Usage | None = None
+        """The last usage the provider reported while streaming."""
         self.scope = trio.CancelScope()  # replaced by run()
+
+    def _tally(self, events: list[DeltaEvent]) -> None:
+        for event in events:
+            if isinstance(event, TextDelta | ReasoningDelta):
+                self.output_chars += len(event.text)
+            elif isinstance(event, ToolCallDelta):
+                self.output_chars += len(event.arguments) + len(event.name or "")
+            elif isinstance(event, UsageReported):
+                self.usage_seen = event.usage
+
+    def usage(self, outcome: AttemptOutcome | None) -> RecordUsage | None:
+        """What to tell the TokenLedger this attempt used (None: nothing was generated).
+
+        The provider's usage when it reported it whole; otherwise, once output had begun (the
+        attempt broke, was abandoned, or the provider sends no usage), an estimate marked as
+        such: the prompt as the provider counted it or as estimated at admission, and the
+        output decoded so far at about four characters a token, or what the provider reported
+        so far if that is more.
+        """
+        call = self.call
+        if isinstance(outcome, AttemptSucceeded) and outcome.output.usage is not None:
+            usage, estimated = outcome.output.usage, False
+        elif self.first_token_at is None:
+            return None
+        else:
+            seen = self.usage_seen
+            output = -(-self.output_chars // _CHARS_PER_TOKEN)
+            if seen is None:
+                usage, estimated = Usage(call.cost.input_tokens, output), True
+            else:
+                estimated = output > seen.output_tokens or not seen.input_tokens
+                usage = attrs.evolve(
+                    seen,
+                    input_tokens=seen.input_tokens or call.cost.input_tokens,
+                    output_tokens=max(output, seen.output_tokens),
+                )
+        return RecordUsage(
+            self.ctx.spec.name, call.model, usage, call.request.tag, estimated=estimated
+        )
 
     def settlement(self, outcome: AttemptOutcome | None) -> Settle:
         """What to tell the RateLimiter when the attempt ends (``None``: it was cancelled).
@@ -243,8 +290,6 @@ class _Attempt:
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
-        if output.usage is not None:
-            await ctx.ledger.record(RecordUsage(ctx.spec.name, call.model, output.usage))
         return AttemptSucceeded(output, self.first_token_at, request_id)
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
@@ -288,6 +333,7 @@ class _Attempt:
             events = decoder.feed(data)
             if not events:
                 continue
+            self._tally(events)
             batch: list[CallEvent] | list[DeltaEvent] = events
             if self.first_token_at is None:
                 batch = await self._first_chunk()
@@ -311,6 +357,7 @@ class _Attempt:
         body = await _read_all(response, None)
         output = self.ctx.codec.decode_body(body)
         deltas = list(_events_from_output(self.call.call_id, output))
+        self._tally(deltas)
         batch: list[CallEvent] = await self._first_chunk()
         if not self.call.quiet:
             batch.extend(deltas)

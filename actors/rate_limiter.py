@@ -26,6 +26,7 @@ import trio
 
 from sluice.config import RateLimitConfig
 from sluice.errors import CallError, RateLimited, RuntimeClosed, TooLargeForQuota
+from sluice.ledger.budget import BudgetBook, BudgetClaim, BudgetHold
 from sluice.limits.adaptive import AdaptiveLimit
 from sluice.limits.cost import Cost
 from sluice.limits.headers import learned_limits
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
 _NOTHING = Cost(0, 0, 0)
+_NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
+"""The hold of an attempt no budget applies to (settling it changes nothing)."""
 _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 
@@ -89,6 +92,7 @@ class _Ticket:
     reservation: Reservation
     admitted_at: float
     pending: bool = True
+    hold: BudgetHold | None = None
 
 
 def _new_key(name: str, limits: RateLimitConfig) -> _Key:
@@ -111,6 +115,7 @@ async def run_rate_limiter(
     rng: random.Random,
     store: QuotaStore | None = None,
     ticket_numbers: Iterator[int] | None = None,
+    budget: BudgetBook | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -125,11 +130,20 @@ async def run_rate_limiter(
     closed, so nobody waits on an answer that cannot come; the handle then asks again (a
     restarted limiter) or reports the runtime closed. ``ticket_numbers`` outlives a restart, so
     a ticket of the crashed instance can never free a slot of the new one.
+
+    ``budget`` (outliving restarts too) adds spending budgets to the same decision: an
+    ``Acquire`` that names a ``budget`` claim is admitted only when its worst-case cost fits
+    every budget it falls under, waits while it fits only after attempts in flight settle, and
+    is refused with ``BudgetExceeded`` when it can never fit (see :mod:`sluice.ledger.budget`).
+    ``Settle`` charges the real usage and refunds the rest of the reservation.
     """
+    if budget is not None:
+        budget.charge_outstanding()  # a crashed instance's tickets will never be settled
     limiter = _Limiter(
         store if store is not None else MemoryQuotaStore(),
         rng,
         ticket_numbers if ticket_numbers is not None else itertools.count(1),
+        budget,
     )
     task_status.started()
     try:
@@ -141,7 +155,13 @@ async def run_rate_limiter(
 class _Limiter:
     """The RateLimiter's state; only its actor task touches it."""
 
-    def __init__(self, store: QuotaStore, rng: random.Random, numbers: Iterator[int]) -> None:
+    def __init__(
+        self,
+        store: QuotaStore,
+        rng: random.Random,
+        numbers: Iterator[int],
+        budget: BudgetBook | None = None,
+    ) -> None:
         self.store = store
         self.rng = rng
         self.numbers = numbers
@@ -149,6 +169,9 @@ class _Limiter:
         self.tickets: dict[int, _Ticket] = {}
         self.timers: list[tuple[float, int, _Key]] = []  # (wake time, tie-breaker, key)
         self.timer_ids = itertools.count()
+        self.budget = budget
+        self.budget_waiting: set[_Key] = set()
+        """Keys whose first waiter fits its budgets only once attempts in flight settle."""
 
     async def serve(self, inbox: trio.MemoryReceiveChannel[RateLimiterMsg]) -> None:
         wake_at = math.inf
@@ -188,6 +211,8 @@ class _Limiter:
                         touched = ticket.key
                 case Settle():
                     touched = await self.settle(msg, now)
+                    if self.budget_waiting and touched is not None:
+                        await self._pump_budget_waiting(touched, now)
                 case GetLimiterStats(reply_to=reply_to):
                     try:
                         reply_to.send_nowait(self.statistics(now))
@@ -202,6 +227,23 @@ class _Limiter:
                 if key.wake == when:
                     await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    async def _pump_budget_waiting(self, settled: _Key, now: float) -> None:
+        """A settlement may have refunded budget: look again at keys waiting on budget."""
+        waiting, self.budget_waiting = self.budget_waiting, set()
+        for key in waiting:
+            if key is not settled:
+                await self.pump(key, now)
+
+    def _hold_budget(self, waiter: Acquire) -> BudgetHold | CallError | None:
+        """The waiter's budget reservation: a hold, an error (never fits), None (wait)."""
+        if self.budget is None or waiter.budget is None:
+            return _NO_HOLD
+        return self.budget.hold(waiter.budget, waiter.cost)
+
+    def _release_budget(self, hold: BudgetHold) -> None:
+        if self.budget is not None:
+            self.budget.release(hold)
 
     def abandon_waiters(self) -> None:
         for key in self.keys.values():
@@ -247,7 +289,17 @@ class _Limiter:
             cap = key.limits.max_open_streams
             if cap is not None and key.open_streams >= cap:
                 return math.inf
+            hold = self._hold_budget(waiter)
+            if hold is None:
+                self.budget_waiting.add(key)
+                return math.inf
+            if isinstance(hold, CallError):
+                waiters.pop(waiter)
+                _refuse(waiter, hold)
+                continue
             reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            if not isinstance(reserved, Reservation):
+                self._release_budget(hold)
             if isinstance(reserved, TooLarge):
                 waiters.pop(waiter)
                 _refuse(waiter, _too_large(reserved))
@@ -262,8 +314,9 @@ class _Limiter:
                 waiter.reply_to.send_nowait(Admission(number, now))
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
                 await store.settle(reserved, _NOTHING)  # the asker left: refund everything
+                self._release_budget(hold)
                 continue
-            self.tickets[number] = _Ticket(key, reserved, now)
+            self.tickets[number] = _Ticket(key, reserved, now, hold=hold)
             key.pending += 1
             key.open_streams += 1
         key.spread.clear()
@@ -279,6 +332,8 @@ class _Limiter:
         key.open_streams -= 1
         if msg.usage is not None:
             await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
+        if self.budget is not None and ticket.hold is not None:
+            self.budget.settle(ticket.hold, msg.usage)
         if (
             msg.headers
             and key.limits.learn_from_headers
@@ -364,7 +419,13 @@ class RateLimiterHandle:
     _mailbox: trio.MemorySendChannel[RateLimiterMsg]
 
     async def acquire(
-        self, key: str, limits: RateLimitConfig, cost: Cost, priority: Priority = "interactive"
+        self,
+        key: str,
+        limits: RateLimitConfig,
+        cost: Cost,
+        priority: Priority = "interactive",
+        *,
+        budget: BudgetClaim | None = None,
     ) -> Admission:
         """Wait until an attempt under ``key`` is admitted.
 
@@ -372,12 +433,15 @@ class RateLimiterHandle:
         admission granted in the meantime is refunded before the cancellation propagates. If
         the limiter crashes while the caller waits, the caller asks its restarted successor.
 
+        ``budget`` names who the attempt is charged to in the spending budgets, if any apply.
+
         Raises:
-            CallError: the RateLimiter refused the attempt (too large, quota exhausted).
+            CallError: the RateLimiter refused the attempt (too large, quota exhausted,
+                ``BudgetExceeded``).
             RuntimeClosed: the RateLimiter has stopped.
         """
         for _ in range(_ASK_AGAIN):
-            answer = await self._ask(key, limits, cost, priority)
+            answer = await self._ask(key, limits, cost, priority, budget)
             if isinstance(answer, Admission):
                 return answer
             if isinstance(answer, Refusal):
@@ -385,11 +449,16 @@ class RateLimiterHandle:
         raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
 
     async def _ask(
-        self, key: str, limits: RateLimitConfig, cost: Cost, priority: Priority
+        self,
+        key: str,
+        limits: RateLimitConfig,
+        cost: Cost,
+        priority: Priority,
+        budget: BudgetClaim | None = None,
     ) -> Admission | Refusal | None:
         """One request for admission; None when the limiter ended without answering."""
         reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
-        msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to)
+        msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to, budget)
         answer: Admission | Refusal | None = None
         cancelled = False
         with reply_to, reply:

@@ -9,6 +9,16 @@ the consumer can discard the partial output; the final result holds only the win
 
 Every call ends with exactly one ``Completed`` or ``Failed`` (unless its consumer left first).
 A bug while supervising one call fails that call with ``InternalError`` and nothing else.
+
+Tool calls: a call whose request has tools arrives prepared (:func:`sluice.tools.prepare`, at
+submit; again for each fallback model, whose backend may differ). Each successful attempt's
+output is finalized here (:func:`sluice.tools.finalize`): forced JSON turned back into tool
+calls, arguments repaired, the reply checked against ``tool_choice``. A
+:class:`~sluice.errors.ToolCallError` that a correction can fix is retried at once, with the
+bad reply and a note about it appended as temporary messages to the prepared request
+(:class:`sluice.tools.Corrections`): no backoff, no retry budget, and not counted against
+``RetryConfig.max_attempts``; ``ToolOptions.max_corrections`` is the limit instead. The
+caller's request is never changed, and the result holds only the finalized reply.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import trio
@@ -35,6 +46,7 @@ from sluice.errors import (
     ServerError,
     SluiceError,
     StreamBroken,
+    ToolCallError,
 )
 from sluice.events import (
     Admitted,
@@ -46,6 +58,7 @@ from sluice.events import (
     Retrying,
     StreamReset,
 )
+from sluice.ledger.budget import BudgetClaim
 from sluice.mail import (
     AttemptFailed,
     AttemptOutcome,
@@ -60,15 +73,19 @@ from sluice.mail import (
     Submit,
     SupervisorMsg,
 )
-from sluice.messages import ChatResult, Timings, Usage
+from sluice.messages import ChatRequest, ChatResult, Timings, Usage
 from sluice.providers.registry import ResolvedProvider
 from sluice.retry_budget import RetryBudget
+from sluice.tools import Corrections, Prepared, finalize, prepare
 
 from .rate_limiter import RateLimiterHandle
 from .tell import put, take
 from .token_ledger import TokenLedgerHandle
 
-__all__ = ["Route", "SupervisorPeers", "run_supervisor"]
+if TYPE_CHECKING:
+    from sluice.protocols.base import AttemptOutput
+
+__all__ = ["Preparer", "Route", "SupervisorPeers", "default_preparer", "run_supervisor"]
 
 log = logging.getLogger("sluice.supervisor")
 
@@ -86,6 +103,17 @@ _BACKEND_FAILURES = (
 )
 _LOST_ATTEMPTS_MAX = 3
 
+Preparer: TypeAlias = Callable[[ChatRequest, ResolvedProvider], Prepared | None]
+"""Prepares a request's tools for a provider's backend; None for a request without tools.
+Raises ``ConfigError`` when the tools or ``tool_choice`` cannot be used."""
+
+
+def default_preparer(request: ChatRequest, provider: ResolvedProvider) -> Prepared | None:
+    """Preparation with the provider's capabilities only (no per-model entries)."""
+    if not request.tools and request.tool_choice is None and request.parallel_tool_calls is None:
+        return None
+    return prepare(request, provider.capabilities, request.tool_options)
+
 
 @attrs.frozen(eq=False)
 class SupervisorPeers:
@@ -101,6 +129,8 @@ class SupervisorPeers:
     """Fail only the affected call on a bug (production); tests may let bugs propagate."""
     in_flight: list[int] = attrs.field(factory=lambda: [0])
     """Calls being supervised now (one mutable cell, read by the runtime's statistics)."""
+    prepare: Preparer = default_preparer
+    """Prepares the caller's request again when a call falls back to another model."""
 
     def breaker(self, provider: ResolvedProvider) -> CircuitBreaker | None:
         config = provider.breaker
@@ -178,6 +208,9 @@ class _CallRun:
         self.models_tried: list[str] = []
         self.pending: list[CallEvent] = []
         """Events not yet sent: they go out with the next batch, whoever sends it."""
+        self.corrected = 0
+        """Correction retries so far, over every model (they do not count as transport
+        attempts)."""
 
     async def _emit(self, *events: CallEvent) -> None:
         """Send the pending events and ``events`` to the consumer as one batch."""
@@ -213,7 +246,9 @@ class _CallRun:
             outcome = await self._through_model(route)
             if isinstance(outcome, ChatResult):
                 await peers.ledger.record(
-                    RecordCall(route.provider.name, route.model, True, self.attempt)
+                    RecordCall(
+                        route.provider.name, route.model, True, self.attempt, call.request.tag
+                    )
                 )
                 await self._emit(Completed(call.call_id, outcome))
                 return
@@ -233,15 +268,23 @@ class _CallRun:
     async def _reroute(self, model: str) -> Call:
         spec, mailbox = await self.peers.resolve(model)
         name = model.partition(":")[2]
-        request = attrs.evolve(self.call.request, model=model)
+        call = self.call
+        original = call.prepared.original if call.prepared is not None else call.request
+        request = attrs.evolve(original, model=model)
+        prepared = self.peers.prepare(request, spec)  # another backend, other capabilities
         return attrs.evolve(
-            self.call, request=request, provider=spec, provider_mailbox=mailbox, model=name
+            call,
+            request=prepared.request if prepared is not None else request,
+            prepared=prepared,
+            provider=spec,
+            provider_mailbox=mailbox,
+            model=name,
         )
 
     async def _fail(self, error: CallError, route: Call | None = None) -> None:
         route = route or self.call
         await self.peers.ledger.record(
-            RecordCall(route.provider.name, route.model, False, self.attempt)
+            RecordCall(route.provider.name, route.model, False, self.attempt, self.call.request.tag)
         )
         await self._emit(Failed(self.call.call_id, error))
 
@@ -250,6 +293,7 @@ class _CallRun:
         peers, call = self.peers, self.call
         breaker = peers.breaker(route.provider)
         lost = 0
+        corrections = Corrections()
         while True:
             now = trio.current_time()
             if breaker is not None and not breaker.allow(now):
@@ -271,6 +315,7 @@ class _CallRun:
                         route.provider.rate_limit,
                         call.cost,
                         call.request.priority,
+                        budget=BudgetClaim(route.provider.name, route.model, call.request.tag),
                     )
                 except CallError as refused:
                     if breaker is not None:
@@ -295,13 +340,34 @@ class _CallRun:
                     raise
             progress = AttemptProgress(lead=self.pending)
             self.pending = []
-            outcome = await _run_attempt(route, self.attempt, admission.ticket, progress)
+            sent = route
+            if corrections.messages:
+                assert route.prepared is not None
+                sent = attrs.evolve(route, request=corrections.apply(route.prepared))
+            outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
             self.pending = progress.lead  # what the provider did not deliver (no first chunk)
             match outcome:
                 case AttemptSucceeded():
                     if breaker is not None:
                         breaker.record(True, trio.current_time())
-                    return self._result(route, outcome, admission.at)
+                    try:
+                        output = self._finalize(route, outcome.output)
+                    except ToolCallError as exc:
+                        error = self._fix(exc, route)
+                        delivered = progress.delivered
+                        assert route.prepared is not None
+                        if not self._may_correct(corrections, exc, route.prepared, delivered):
+                            return error, delivered
+                        corrections = corrections.add(exc, route.prepared)
+                        self.corrected += 1
+                        reset = (
+                            [StreamReset(call.call_id, self.attempt, error.message)]
+                            if delivered
+                            else []
+                        )
+                        await self._emit(*reset, Retrying(call.call_id, self.attempt, 0.0, error))
+                        continue
+                    return self._result(route, outcome, output, admission.at)
                 case ConsumerGone():
                     return None
                 case None:
@@ -317,6 +383,10 @@ class _CallRun:
                         )
                     continue
                 case AttemptFailed(error=error, delivered=delivered):
+                    if call.abandoned:
+                        # A correction attempt runs on a copy of the call, which never sees
+                        # abandon(): its provider reports the cancellation as a failure.
+                        return None
                     if breaker is not None and isinstance(error, _BACKEND_FAILURES):
                         breaker.record(False, trio.current_time())
                     delay = self._retry_delay(error, delivered)
@@ -329,10 +399,36 @@ class _CallRun:
                     await self._emit(*events)
                     await trio.sleep(delay)
 
+    def _finalize(self, route: Call, output: AttemptOutput) -> AttemptOutput:
+        """The attempt's output with its tool calls recovered, repaired and checked.
+
+        Only a request with tools is finalized: a plain chat reply is passed on as it came
+        (an empty one included), exactly as before the tool layer existed.
+
+        Raises:
+            ToolCallError: the reply breaks the request's tool contract, or is empty.
+        """
+        prepared = route.prepared
+        if prepared is None or not prepared.original.tools:
+            return output
+        return finalize(output, prepared, rng=self.peers.rng)
+
+    def _may_correct(
+        self, corrections: Corrections, error: ToolCallError, prepared: Prepared, delivered: int
+    ) -> bool:
+        """Whether a correction retry may follow ``error``."""
+        call = self.call
+        if not corrections.allows(error, prepared):
+            return False
+        if delivered and call.request.on_partial == "fail":
+            return False
+        return trio.current_time() < call.deadline
+
     def _retry_delay(self, error: CallError, delivered: int) -> float | None:
         """The backoff before the next attempt, or None when the call should stop here."""
         policy, call = self.peers.retry, self.call
-        if not error.retryable or self.attempt >= policy.max_attempts:
+        attempts = self.attempt - self.corrected  # correction retries have their own limit
+        if not error.retryable or attempts >= policy.max_attempts:
             return None
         if delivered and call.request.on_partial == "fail":
             return None
@@ -342,16 +438,18 @@ class _CallRun:
         if retry_after is not None and retry_after > policy.max_retry_after:
             return None
         now = trio.current_time()
-        delay = retry_delay(self.attempt, policy, self.peers.rng, retry_after)
+        delay = retry_delay(attempts, policy, self.peers.rng, retry_after)
         if now + delay >= call.deadline:
             return None
         if not self.peers.budget.try_retry(now):
             return None
         return delay
 
-    def _result(self, route: Call, outcome: AttemptSucceeded, admitted_at: float) -> ChatResult:
+    def _result(
+        self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float
+    ) -> ChatResult:
+        """The call's result from the winning attempt and its finalized ``output``."""
         call = self.call
-        output = outcome.output
         now = trio.current_time()
         first = outcome.first_token_at
         return ChatResult(
@@ -370,6 +468,7 @@ class _CallRun:
             ),
             request_id=outcome.request_id or output.response_id,
             models_tried=tuple(self.models_tried),
+            corrections=self.corrected,
         )
 
 

@@ -26,8 +26,9 @@ from sluice.actors.tell import MAILBOX_BUFFER, put, take
 from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
 
 from .config import RuntimeConfig, config_from_env
-from .errors import RuntimeClosed, SluiceError
+from .errors import ConfigError, RuntimeClosed, SluiceError
 from .events import CallEvent, Completed, Failed
+from .ledger.setup import open_ledger
 from .limits.cost import estimate_cost
 from .mail import (
     Call,
@@ -41,13 +42,15 @@ from .mail import (
     SupervisorMsg,
 )
 from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
-from .protocols import codec_for
+from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
 from .retry_budget import RetryBudget
+from .tools import Prepared, ToolCapabilities, prepare
 
 if TYPE_CHECKING:
     import httpx
 
+    from .ledger.store import LedgerStore
     from .limits.store import QuotaStore
     from .transport.base import HotTransport
 
@@ -61,6 +64,12 @@ __all__ = [
 ]
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
+
+SIM_WITHOUT_TOOLS = ToolCapabilities(
+    native_tools=False, tool_choice=frozenset(), parallel_calls=False
+)
+"""The simulator in its no-tools mode (a model named ``...notools``, or ``ignore_tool_choice``):
+tools and ``tool_choice`` are ignored, a ``response_format`` schema is honoured."""
 
 
 class CallStream:
@@ -199,7 +208,7 @@ class _Providers:
     ) -> tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]:
         rt = self._rt
         spec = resolve_provider(name, rt.config, rt._environ)
-        codec = codec_for(spec.protocol)
+        codec = provider_codec(spec)
         base_url = spec.base_url or await self._simulator_url()
         transport, owned = _hot_transport(spec, rt._transport)
         ctx = ProviderContext(spec, base_url, transport, codec, rt._limiter, rt._ledger)
@@ -301,7 +310,6 @@ class Runtime:
         self._simulator_config = simulator_config
         self._ids = itertools.count(1)
         self._closers: list[Any] = []
-        self._totals: dict[str, LedgerTotals] = {}
         self._peers: SupervisorPeers | None = None
         self._providers: _Providers | None = None
 
@@ -311,12 +319,54 @@ class Runtime:
         assert self._providers is not None
         return await self._providers.get(split_model(model)[0])
 
+    def _tool_capabilities(self, spec: ResolvedProvider, model: str) -> ToolCapabilities:
+        """What ``spec``'s backend can do with tools for ``model`` (no provider prefix).
+
+        The registry's capabilities for the provider (a builtin's known defaults; at a custom
+        ``base_url``, or for a custom provider, what its protocol's servers are assumed to do),
+        then the model's entry in the config (``providers.NAME.models.MODEL.tools``). The
+        ``sim`` provider can do everything, except a model whose name ends in ``notools`` (or
+        every model, when this runtime's own simulator has ``ignore_tool_choice``), which gets
+        :data:`SIM_WITHOUT_TOOLS`, as the simulator itself decides.
+        """
+        caps = spec.capabilities
+        if spec.name == "sim":
+            own_sim = spec.base_url is None and self._transport is None
+            ignores = own_sim and getattr(self._simulator_config, "ignore_tool_choice", False)
+            if ignores or model.endswith("notools"):
+                caps = SIM_WITHOUT_TOOLS
+        user = self.config.providers.get(spec.name)
+        entry = user.models.get(model) if user is not None else None
+        return caps.merged(entry.tools if entry is not None else None)
+
+    def _prepare(self, request: ChatRequest, spec: ResolvedProvider) -> Prepared | None:
+        """``request`` prepared for ``spec``'s backend; None when it has nothing to do with
+        tools (it is then sent as it is, and its replies are not finalized).
+
+        Raises:
+            ConfigError: the request's tools or ``tool_choice`` cannot be used.
+        """
+        if (
+            not request.tools
+            and request.tool_choice is None
+            and request.parallel_tool_calls is None
+        ):
+            return None
+        caps = self._tool_capabilities(spec, split_model(request.model)[1])
+        try:
+            return prepare(request, caps, request.tool_options)
+        except ConfigError as exc:
+            raise ConfigError(f"{request.model}: {exc}") from None
+
     async def _submit(
         self, request: ChatRequest, *, quiet: bool = False
     ) -> tuple[Call, trio.MemoryReceiveChannel[EventBatch]]:
         assert self._providers is not None
         provider_name, model = split_model(request.model)
         spec, mailbox = await self._providers.get(provider_name)
+        prepared = self._prepare(request, spec)
+        if prepared is not None:
+            request = prepared.request
         deadlines = _merge(spec.deadlines, request.deadlines)
         now = trio.current_time()
         send, receive = trio.open_memory_channel[EventBatch](self.config.stream_buffer)
@@ -333,6 +383,7 @@ class Runtime:
             idle_timeout=deadlines.idle,
             cost=estimate_cost(request, spec.rate_limit.expected_output_tokens),
             quiet=quiet,
+            prepared=prepared,
         )
         try:
             await put(self._supervisor, Submit(call))
@@ -466,8 +517,15 @@ class Runtime:
             breakers={name: b.state(now) for name, b in self._peers.breakers.items()},
         )
 
+    @property
+    def ledger(self) -> TokenLedgerHandle:
+        """The TokenLedger: ``snapshot(by=..., since=..., until=...)``, ``totals()``,
+        ``flush()``, ``budgets()`` and the runtime's ``job``."""
+        return self._ledger
+
     async def ledger_totals(self) -> dict[str, LedgerTotals]:
-        """Calls and tokens so far, per ``provider:model``."""
+        """Calls, tokens and cost so far per ``provider:model`` (with what the ledger
+        file held when the runtime started); ``ledger.snapshot`` groups any other way."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
         return totals
 
@@ -495,6 +553,7 @@ async def open_runtime(
     simulator: Any = None,
     catch_bugs: bool = True,
     quota_store: QuotaStore | None = None,
+    ledger_store: LedgerStore | None = None,
 ) -> AsyncIterator[Runtime]:
     """Start the actors and yield the :class:`Runtime`; stop them all when the block ends.
 
@@ -510,6 +569,8 @@ async def open_runtime(
             tests turn this off so bugs surface as themselves.
         quota_store: where the RateLimiter keeps windows and cooldowns (in memory by default;
             a shared store lets several processes share one account's limits).
+        ledger_store: where the TokenLedger keeps its rows across runs, instead of the SQLite
+            file ``config.ledger`` names (see :mod:`sluice.ledger.setup`).
 
     Raises:
         ActorCrashed: an actor crashed more often than its restart limit allows.
@@ -517,6 +578,7 @@ async def open_runtime(
     On a normal exit, calls still running are finished before the block returns.
     """
     config = config if config is not None else config_from_env()
+    ledger_parts = await open_ledger(config.ledger, ledger_store)
     rng = rng if rng is not None else random.Random()
     if simulator is None:
         from sluice.simulator import SimulatorConfig
@@ -525,7 +587,8 @@ async def open_runtime(
     limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
     ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
     supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
-    limiter, ledger = RateLimiterHandle(limiter_send), TokenLedgerHandle(ledger_send)
+    limiter = RateLimiterHandle(limiter_send)
+    ledger = TokenLedgerHandle(ledger_send, ledger_parts.book.job, ledger_parts.budgets)
     rt = Runtime(
         config,
         supervisor=supervisor_send,
@@ -546,6 +609,7 @@ async def open_runtime(
                     rng,
                     quota_store,
                     itertools.count(1),
+                    ledger_parts.budgets,
                     name="rate limiter",
                 )
                 await infra.start(
@@ -553,7 +617,9 @@ async def open_runtime(
                     "token ledger",
                     run_token_ledger,
                     ledger_inbox,
-                    rt._totals,
+                    ledger_parts.book,
+                    ledger_parts.store,
+                    ledger_parts.flush_interval,
                     name="token ledger",
                 )
                 rt._providers = _Providers(rt, infra, services)
@@ -563,7 +629,14 @@ async def open_runtime(
                     config.retry.budget_interval,
                 )
                 peers = rt._peers = SupervisorPeers(
-                    limiter, ledger, config.retry, rng, rt._route, budget, catch_bugs=catch_bugs
+                    limiter,
+                    ledger,
+                    config.retry,
+                    rng,
+                    rt._route,
+                    budget,
+                    catch_bugs=catch_bugs,
+                    prepare=rt._prepare,
                 )
                 async with trio.open_nursery() as front:
                     await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
@@ -581,6 +654,9 @@ async def open_runtime(
         if leaf is None:
             raise
         raise leaf from None
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await ledger_parts.aclose()
 
 
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

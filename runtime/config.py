@@ -2,13 +2,21 @@
 
 A config is a value: derive variants with ``attrs.evolve``. Unknown keys and out-of-range values
 fail at load time with a :class:`~sluice.errors.ConfigError` naming the path
-(``extra fields found (brust) @ $.providers.openai.rate_limit``).
+(``unknown key 'brust' (did you mean 'burst'?); valid keys: ... @ $.providers.openai.rate_limit``).
+
+Files: :func:`load_config_file` reads TOML (or JSON, for a ``.json`` file);
+:func:`config_from_env` finds the file (``SLUICE_CONFIG``, else ``config.toml`` in the platform
+config directory, :func:`default_config_path`) and lays environment overrides over it
+(:func:`env_overrides`: ``SLUICE_PROVIDERS__OPENAI__BASE_URL=...`` sets
+``providers.openai.base_url``).
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -19,16 +27,26 @@ from attrs.validators import ge, gt, le, optional
 from .errors import ConfigError
 from .messages import Deadlines
 from .serde import converter, format_validation_error
+from .tools.capabilities import CapabilityOverride
 
 __all__ = [
     "BreakerConfig",
+    "BudgetConfig",
+    "LedgerConfig",
+    "PriceConfig",
+    "ModelConfig",
+    "QuirksConfig",
     "ProviderConfig",
     "RateLimitConfig",
     "RetryConfig",
     "RuntimeConfig",
     "Secret",
     "WindowLimit",
+    "config_from_env",
+    "default_config_path",
+    "env_overrides",
     "load_config",
+    "load_config_file",
 ]
 
 
@@ -146,15 +164,69 @@ class BreakerConfig:
 
 
 @attrs.frozen(kw_only=True)
-class ProviderConfig:
-    """One backend. Builtin providers fill what is left unset here."""
+class ModelConfig:
+    """Settings for one model of a provider: ``providers.NAME.models.MODEL`` (the model name
+    without the provider prefix)."""
 
-    protocol: Literal["openai"] | None = None
+    tools: CapabilityOverride | None = None
+    """What this model can do with tools, over the provider's known defaults; a call's own
+    ``ToolOptions.capabilities`` goes over this. For a model that ignores ``tool_choice``::
+
+        {"providers": {"ollama": {"models": {"llama3.1": {"tools": {"tool_choice": []}}}}}}
+    """
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    """Generation parameters for this model, over the provider's ``params`` and under the
+    call's own (see :func:`sluice.providers.params.merge_params`)."""
+
+
+@attrs.frozen(kw_only=True)
+class QuirksConfig:
+    """Overrides of a provider's known quirks (see :class:`sluice.protocols.RequestQuirks`);
+    every field left None keeps the provider's value."""
+
+    omit_tool_choice: frozenset[str] | None = None
+    """``tool_choice`` values the server rejects, e.g. ``["auto"]`` for vLLM."""
+    echo_reasoning_content: bool | None = None
+    max_tokens_field: str | None = None
+
+
+AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "api-key", "none"]
+"""Where the API key goes: ``Authorization: Bearer``, one of three key headers, or nowhere."""
+
+_SENSITIVE_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "signature")
+
+
+def masked_headers(headers: Mapping[str, str]) -> str:
+    """A repr of ``headers`` with the value of any header that may hold a secret masked."""
+    shown = {
+        name: "********" if any(p in name.lower() for p in _SENSITIVE_HEADER_PARTS) else value
+        for name, value in headers.items()
+    }
+    return repr(shown)
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    """One backend. Builtin providers fill what is left unset here; any other name is a custom
+    provider, which needs a ``base_url`` (and a ``protocol``, unless it is OpenAI-compatible)."""
+
+    protocol: Literal["openai", "anthropic", "gemini", "ollama"] | None = None
     base_url: str | None = None
+    region: str | None = None
+    """One of a builtin's regional base URLs (``sluice providers list`` shows them)."""
+    display_name: str | None = None
     api_key: Secret | None = None
     api_key_env: str | None = None
     """Environment variable that holds the key (read when the provider starts)."""
-    headers: Mapping[str, str] = attrs.field(factory=dict)
+    auth: AuthStyle | None = None
+    """Where the key is sent; by default the protocol's own way (the builtin's, if any)."""
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=masked_headers)
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    """Generation parameters for every call to this provider (``temperature``, ``max_tokens``,
+    ``top_k``, or any field of the protocol's request body); a model's and a call's own win."""
+    drop_params: frozenset[str] = frozenset()
+    """Parameters this provider rejects: left out of every request (logged at debug level)."""
+    quirks: QuirksConfig | None = None
     rate_limit: RateLimitConfig = RateLimitConfig()
     breaker: BreakerConfig | None = BreakerConfig()
     """None turns the circuit breaker off for this provider."""
@@ -165,6 +237,61 @@ class ProviderConfig:
     transport: Literal["fast", "httpx"] = "fast"
     """The hot path's HTTP client: sluice's own trio HTTP/1.1 client, or httpx (HTTP/2,
     SOCKS/HTTPS proxies and anything else the fast one does not cover)."""
+    models: Mapping[str, ModelConfig] = attrs.field(factory=dict)
+    """Per-model settings, by model name without the provider prefix."""
+
+
+@attrs.frozen(kw_only=True)
+class PriceConfig:
+    """One model's price in US dollars per million tokens."""
+
+    input: float = attrs.field(validator=ge(0))
+    output: float = attrs.field(validator=ge(0))
+    cache_read: float | None = attrs.field(default=None, validator=optional(ge(0)))
+    """Prompt tokens read from the provider's cache; unset: the input price."""
+    cache_write: float | None = attrs.field(default=None, validator=optional(ge(0)))
+    """Prompt tokens written to the provider's cache; unset: the input price."""
+
+
+def _check_budget(instance: BudgetConfig, _attribute: Any, _value: Any) -> None:
+    if instance.max_usd is None and instance.max_tokens is None:
+        raise ValueError("a budget needs max_usd, max_tokens or both")
+    if (instance.scope == "tag") != (instance.tag is not None):
+        raise ValueError("a budget names a tag exactly when its scope is 'tag'")
+
+
+@attrs.frozen(kw_only=True)
+class BudgetConfig:
+    """A spending limit: calls that could pass it fail with ``BudgetExceeded`` unsent.
+
+    ``global`` and ``tag`` budgets count what this runtime spends; a ``job`` budget also counts
+    what the ledger already holds for the runtime's job (a resumed job keeps its budget).
+    """
+
+    scope: Literal["global", "tag", "job"] = attrs.field(default="global", validator=_check_budget)
+    tag: str | None = None
+    """The tag a ``tag`` budget covers (``ChatRequest.tag``)."""
+    max_usd: float | None = attrs.field(default=None, validator=optional(ge(0)))
+    max_tokens: int | None = attrs.field(default=None, validator=optional(ge(0)))
+    """Input plus output tokens."""
+
+
+@attrs.frozen(kw_only=True)
+class LedgerConfig:
+    """The TokenLedger: where it keeps its rows, what tokens cost, and spending budgets."""
+
+    persist: bool = True
+    """Keep the ledger in a SQLite file across runs."""
+    path: str | None = None
+    """The SQLite file. Unset: ``$SLUICE_LEDGER_DB`` (``off`` turns persistence off), else
+    ``ledger.sqlite3`` in the platform's user data folder (``~/.local/share/sluice``)."""
+    flush_interval: float = attrs.field(default=1.0, validator=gt(0))
+    """Seconds between batched writes; a crash loses at most this much."""
+    job: str | None = None
+    """The job (run id) recorded with every call; unset: a new id per runtime."""
+    prices: Mapping[str, PriceConfig] = attrs.field(factory=dict)
+    """``provider:model`` (or ``provider:*``) to price, over the shipped table."""
+    budgets: tuple[BudgetConfig, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -177,6 +304,8 @@ class RuntimeConfig:
     """Default deadlines for every call; a provider's or a call's own override them per field."""
     stream_buffer: int = attrs.field(default=8, validator=ge(0))
     """Event batches buffered per call before the producer waits for the consumer."""
+    ledger: LedgerConfig = LedgerConfig()
+    """Usage accounting, prices, persistence and budgets."""
 
 
 converter.register_structure_hook(
@@ -189,34 +318,133 @@ def _bad_key() -> Secret:
     raise ValueError("an API key must be a string")
 
 
-def load_config(raw: bytes | str | Mapping[str, Any]) -> RuntimeConfig:
-    """Load a config from JSON text or an already parsed mapping.
+def load_config(
+    raw: bytes | str | Mapping[str, Any], *, format: Literal["json", "toml"] = "json"
+) -> RuntimeConfig:
+    """Load a config from JSON (or TOML) text or an already parsed mapping.
 
     Raises:
-        ConfigError: the text is not JSON, or a key or value is wrong (the message names each).
+        ConfigError: the text does not parse, or a key or value is wrong (the message names the
+            path of each problem, and for an unknown key the valid keys).
     """
+    return _structure(_parse(raw, format) if isinstance(raw, bytes | str) else raw)
+
+
+def _parse(raw: bytes | str, format: Literal["json", "toml"]) -> Any:
+    if format == "toml":
+        try:
+            return tomllib.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config is not valid TOML: {exc}") from None
     try:
-        data = orjson.loads(raw) if isinstance(raw, bytes | str) else raw
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"config is not valid JSON: {exc}") from None
+
+
+def _structure(data: Any, note: str = "") -> RuntimeConfig:
     try:
         return converter.structure(data, RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid config: {format_validation_error(exc)}") from None
+        raise ConfigError(f"invalid config: {format_validation_error(exc)}{note}") from None
+
+
+def default_config_path() -> Path:
+    """``config.toml`` in the platform's config directory (``~/.config/sluice`` on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("sluice")) / "config.toml"
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The config entries set by environment variables, as a nested mapping.
+
+    ``SLUICE_`` followed by a path whose parts are joined by ``__`` sets that entry:
+    ``SLUICE_PROVIDERS__OPENAI__BASE_URL=http://...`` sets ``providers.openai.base_url`` and
+    ``SLUICE_RETRY__MAX_ATTEMPTS=2`` sets ``retry.max_attempts``. Parts are lower-cased, and in
+    a provider's name ``_`` stands for ``-`` (``SLUICE_PROVIDERS__KIMI_CN__REGION``). A value
+    that parses as JSON (a number, ``true``, a list, an object) is that value, anything else
+    the string itself. Variables without ``__`` (``SLUICE_CONFIG``, ``SLUICE_MASTER_KEY``) are
+    not overrides.
+    """
+    env = os.environ if environ is None else environ
+    found: dict[str, Any] = {}
+    for name in sorted(env):
+        if not name.startswith("SLUICE_") or "__" not in name:
+            continue
+        path = [part.lower() for part in name.removeprefix("SLUICE_").split("__")]
+        if not all(path):
+            raise ConfigError(f"environment variable {name}: empty part in the config path")
+        if path[0] == "providers" and len(path) > 1:
+            path[1] = path[1].replace("_", "-")
+        try:
+            value: Any = orjson.loads(env[name])
+        except orjson.JSONDecodeError:
+            value = env[name]
+        node = found
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"environment variable {name} conflicts with another override")
+            node = child
+        node[path[-1]] = value
+    return found
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = _deep_merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config_file(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> RuntimeConfig:
+    """Load the TOML file ``path`` (JSON when its name ends in ``.json``), with the environment
+    overrides of ``environ`` (default ``os.environ``; see :func:`env_overrides`) laid over it.
+
+    Raises:
+        ConfigError: the file cannot be read, does not parse, or holds a wrong key or value;
+            the message starts with the file's path.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    fmt: Literal["json", "toml"] = "json" if path.suffix.lower() == ".json" else "toml"
+    try:
+        data = _parse(raw, fmt)
+        overrides = env_overrides(environ)
+        note = " (environment overrides: SLUICE_*__*)" if overrides else ""
+        return _structure(_deep_merge(data, overrides) if overrides else data, note)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
-    """The config named by ``SLUICE_CONFIG`` (a JSON file), else the defaults."""
+    """The config file named by ``SLUICE_CONFIG``, else :func:`default_config_path` if it
+    exists, else the defaults; with the environment overrides laid over it.
+
+    Raises:
+        ConfigError: see :func:`load_config_file`.
+    """
     env = os.environ if environ is None else environ
-    path = env.get("SLUICE_CONFIG")
-    if not path:
+    named = env.get("SLUICE_CONFIG")
+    if named:
+        try:
+            return load_config_file(named, env)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (from SLUICE_CONFIG)") from None
+    path = default_config_path()
+    if path.is_file():
+        return load_config_file(path, env)
+    overrides = env_overrides(env)
+    if not overrides:
         return RuntimeConfig()
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path} (from SLUICE_CONFIG): {exc}") from None
-    try:
-        return load_config(raw)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return _structure(overrides, " (environment overrides: SLUICE_*__*)")

@@ -17,11 +17,14 @@ import trio
 from .config import RateLimitConfig
 from .errors import CallError
 from .events import CallEvent
+from .ledger.book import LedgerKey, LedgerTotals
+from .ledger.budget import BudgetClaim
 from .limits.cost import Cost
 from .limits.queue import Priority
 from .messages import ChatRequest, Usage
 from .protocols.base import AttemptOutput
 from .providers.registry import ResolvedProvider
+from .tools.prepare import Prepared
 
 __all__ = [
     "Acquire",
@@ -39,6 +42,8 @@ __all__ = [
     "Call",
     "ConsumerGone",
     "EventBatch",
+    "FlushLedger",
+    "GetLedgerRows",
     "GetTotals",
     "LedgerMsg",
     "LedgerTotals",
@@ -62,6 +67,8 @@ class Call:
 
     call_id: str
     request: ChatRequest
+    """The request this route sends: the caller's, or its prepared form (see ``prepared``);
+    a correction retry sends a copy with the correction appended."""
     provider: ResolvedProvider
     provider_mailbox: trio.MemorySendChannel[ProviderMsg]
     model: str
@@ -79,6 +86,9 @@ class Call:
     """The consumer wants only the final ``Completed`` or ``Failed`` (``Runtime.chat`` and
     ``Runtime.map``): nothing else is sent, so a call costs its consumer one wake-up, and a
     restarted attempt has nothing to retract."""
+    prepared: Prepared | None = None
+    """How the request's tools were prepared for this route's backend (``prepared.original``
+    is the caller's request); None for a request without tools, which is sent as it is."""
     scopes: list[trio.CancelScope] = attrs.field(factory=list)
     """Cancel scopes of the attempt running now (set by its provider)."""
     abandoned: bool = False
@@ -118,6 +128,8 @@ class Acquire:
     priority: Priority
     enqueued_at: float
     reply_to: trio.MemorySendChannel[Admission | Refusal]
+    budget: BudgetClaim | None = None
+    """Who to charge in the spending budgets (None: no budget applies)."""
 
 
 @attrs.frozen(eq=False)
@@ -239,6 +251,12 @@ class RecordUsage:
     provider: str
     model: str
     usage: Usage
+    tag: str | None = None
+    job: str | None = None
+    """None: the runtime's job."""
+    estimated: bool = False
+    """sluice estimated ``usage``: the provider never reported it (the attempt broke or was
+    abandoned after output began, or the provider sends no usage)."""
 
 
 @attrs.frozen
@@ -249,28 +267,32 @@ class RecordCall:
     model: str
     ok: bool
     attempts: int
-
-
-@attrs.define
-class LedgerTotals:
-    """Running totals for one ``provider:model``."""
-
-    calls: int = 0
-    failures: int = 0
-    attempts: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
+    tag: str | None = None
+    job: str | None = None
 
 
 @attrs.frozen(eq=False)
 class GetTotals:
+    """Ask for the totals per ``provider:model``."""
+
     reply_to: trio.MemorySendChannel[dict[str, LedgerTotals]]
 
 
-LedgerMsg: TypeAlias = RecordUsage | RecordCall | GetTotals
+@attrs.frozen(eq=False)
+class GetLedgerRows:
+    """Ask for a copy of every row (all days, tags and jobs)."""
+
+    reply_to: trio.MemorySendChannel[list[tuple[LedgerKey, LedgerTotals]]]
+
+
+@attrs.frozen(eq=False)
+class FlushLedger:
+    """Write what is not yet stored now; ``reply_to`` is closed once it is written."""
+
+    reply_to: trio.MemorySendChannel[None]
+
+
+LedgerMsg: TypeAlias = RecordUsage | RecordCall | GetTotals | GetLedgerRows | FlushLedger
 
 
 # Supervisor -------------------------------------------------------------------------------

@@ -278,6 +278,10 @@ class ChatRequest:
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    tool_options: ToolOptions | None = None
+    """How this call's tool calls are prepared, checked and corrected (forcing through
+    structured output, repair, the correction limit, a capability override for this call);
+    None for the defaults. See :class:`sluice.tools.ToolOptions`."""
 
     @property
     def provider(self) -> str:
@@ -345,6 +349,9 @@ class ChatResult:
     models_tried: tuple[str, ...] = ()
     """Every model the call went to, in order (more than one when it fell back); the last one
     gave this result."""
+    corrections: int = 0
+    """Correction retries the call needed: attempts re-sent with a note to the model about a
+    tool-call error in its previous reply (counted in ``attempts`` too)."""
 
     @property
     def text(self) -> str:
@@ -357,3 +364,8 @@ class ChatResult:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return self.message.tool_calls
+
+
+# The tool layer imports this module (for SpecificTool and ToolChoice), so ToolOptions is bound
+# last, once every name above exists; ChatRequest's annotation resolves through it (cattrs).
+from .tools.capabilities import ToolOptions  # noqa: E402

@@ -8,8 +8,10 @@ instead of ignored.
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import cattrs
 from cattrs.preconf.orjson import make_converter
 from cattrs.strategies import configure_union_passthrough
@@ -26,7 +28,10 @@ from .messages import (
     ToolResultPart,
 )
 
-__all__ = ["converter", "format_validation_error"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["converter", "format_validation_error", "unknown_keys_message"]
 
 converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
 
@@ -72,7 +77,21 @@ def format_validation_error(exc: Exception) -> str:
     return str(exc)
 
 
+def unknown_keys_message(cls: type[Any], extra: Iterable[str]) -> str:
+    """``unknown key 'brust' (did you mean 'burst'?); valid keys: burst, ...`` for the keys
+    ``extra`` of a mapping structured into the attrs class ``cls``."""
+    valid = sorted(a.alias or a.name for a in attrs.fields(cls)) if attrs.has(cls) else []
+    parts = []
+    for key in sorted(extra):
+        close = difflib.get_close_matches(key, valid, n=1)
+        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    noun = "key" if len(parts) == 1 else "keys"
+    return f"unknown {noun} {', '.join(parts)}; valid keys: {', '.join(valid) or 'none'}"
+
+
 def _format(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return unknown_keys_message(exc.cl, exc.extra_fields)
     base = cattrs.v.format_exception(exc, type_)
     if isinstance(exc, ValueError | TypeError) and str(exc) and str(exc) not in base:
         return f"{base} ({exc})"

@@ -9,5 +9,16 @@
   exact schedule.
 - End-to-end tests over loopback use the real clock with short timeouts and assert behaviour,
   not timing.
-- No autouse async fixtures (pytest-trio never runs them).
+- No autouse async fixtures (pytest-trio never runs them). The one sync autouse fixture turns
+  the ledger file off (``SLUICE_LEDGER_DB=off``).
 """
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_ledger_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep every test off the user's ledger file (``~/.local/share/sluice``): a runtime
+    persists its ledger only where a test says so (``ledger.path`` or ``ledger_store``).
+    Sync, so pytest-trio runs it; subprocesses inherit the variable."""
+    monkeypatch.setenv("SLUICE_LEDGER_DB", "off")

@@ -263,3 +263,86 @@ def test_help_and_parse_errors(capsys):
     assert main(["--help"]) == 0
     assert "batch" in capsys.readouterr().out
     assert main(["chat", "sim:sim-small"]) == 2  # PROMPT missing: cyclopts reports it
+
+
+# --tools and --tool-choice -----------------------------------------------------------------
+
+TOOLS_FILE = [
+    {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+    {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+]
+
+
+@pytest.fixture
+def tools_file(tmp_path):
+    path = tmp_path / "tools.json"
+    path.write_bytes(orjson.dumps(TOOLS_FILE))
+    return str(path)
+
+
+@pytest.mark.parametrize("choice", ["required", "get_weather"])
+def test_chat_json_shows_the_final_tool_call_of_a_forced_choice(capsys, tools_file, choice):
+    """sim-notools ignores tool_choice: the call is forced through structured output and the
+    JSON text comes back as an ordinary tool call."""
+    argv = ["chat", "sim:sim-notools", "Weather in Paris?", "--tools", tools_file]
+    assert main([*argv, "--tool-choice", choice, "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    (call,) = data["tool_calls"]
+    assert (data["text"], data["finish_reason"]) == ("", "tool_calls")
+    assert call["id"].startswith("call_")
+    if choice == "get_weather":
+        assert call["name"] == "get_weather"
+    key = {"get_weather": "city", "search": "q"}[call["name"]]
+    assert list(call["arguments"]) == [key] and isinstance(call["arguments"][key], str)
+
+
+def test_chat_streaming_prints_the_tool_call_after_the_text(capsys, tools_file):
+    argv = ["chat", "sim:sim-small", "Weather in Paris?", "--tools", tools_file]
+    assert main([*argv, "--tool-choice", "search"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].startswith('[tool call search({"q":"')
+    assert ") id=call_" in lines[-1] and lines[-1].endswith("]")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[{", "is not valid JSON"),
+        (b'{"name": "f"}', 'must hold a JSON list of {"name", "description", "parameters"}'),
+        (b"[1]", "tool 0: expected an object with name, description, parameters"),
+        (b'[{"description": "x"}]', "tool 0: 'name' must be a non-empty string"),
+        (b'[{"name": "f", "params": {}}]', "tool 0: unknown key(s) 'params'"),
+        (b'[{"name": "f", "parameters": []}]', "'parameters' must be a JSON schema object"),
+        (b'[{"name": "f"}, {"name": "f"}]', "tool names must be unique; repeated: ['f']"),
+    ],
+)
+def test_a_bad_tools_file_exits_2_with_one_clear_line(capsys, tmp_path, content, message):
+    path = tmp_path / "tools.json"
+    path.write_bytes(content)
+    assert main(["chat", "sim:sim-small", "hi", "--tools", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"sluice: error: tools file {path}")
+    assert message in captured.err and captured.err.count("\n") == 1
+
+
+def test_tool_choice_problems_exit_2(capsys, tmp_path, tools_file):
+    missing = tmp_path / "missing.json"
+    assert main(["chat", "sim:sim-small", "hi", "--tools", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"sluice: error: cannot read tools file {missing}")
+    assert main(["chat", "sim:sim-small", "hi", "--tool-choice", "auto"]) == 2
+    assert capsys.readouterr().err == "sluice: error: --tool-choice needs --tools FILE.json\n"
+    argv = ["chat", "sim:sim-small", "hi", "--tools", tools_file, "--tool-choice", "nope"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "sluice: error: sim:sim-small: tool_choice names the tool 'nope', which is not among "
+        "the request's tools (get_weather, search)\n"
+    )

@@ -8,6 +8,9 @@ from cyclopts import App
 
 from .batch import batch
 from .chat import chat
+from .keys import keys_app
+from .ledger import ledger
+from .providers import providers_app
 from .sim import sim
 
 if TYPE_CHECKING:
@@ -26,6 +29,9 @@ app = App(
 app.command(chat)
 app.command(batch)
 app.command(sim)
+app.command(providers_app)
+app.command(keys_app)
+app.command(ledger)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

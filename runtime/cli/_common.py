@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
-from ..config import ProviderConfig, RuntimeConfig, Secret, config_from_env, load_config
+from ..config import ProviderConfig, RuntimeConfig, Secret, config_from_env, load_config_file
 from ..errors import CallError, ConfigError, SluiceError
 from ..messages import split_model
 
@@ -64,23 +64,14 @@ def build_config(
     base_url: str | None = None,
     api_key: str | None = None,
 ) -> RuntimeConfig:
-    """The config from ``config_file`` (else ``SLUICE_CONFIG``, else defaults), with the
+    """The config from ``config_file`` (TOML, or JSON for ``.json``; else ``SLUICE_CONFIG``,
+    else the platform's ``config.toml``, else defaults) with environment overrides and the
     command line's ``--base-url`` and ``--api-key`` laid over ``provider``'s entry.
 
     Raises:
         ConfigError: the file cannot be read or is invalid, or an override has no provider.
     """
-    if config_file is not None:
-        try:
-            raw = config_file.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
-        try:
-            config = load_config(raw)
-        except ConfigError as exc:
-            raise ConfigError(f"{config_file}: {exc}") from None
-    else:
-        config = config_from_env()
+    config = load_config_file(config_file) if config_file is not None else config_from_env()
     if base_url is None and api_key is None:
         return config
     if provider is None:

@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
 from typing import TYPE_CHECKING, Annotated
 
+import attrs
 from cyclopts import Parameter
 
 from .._runtime import open_runtime
@@ -66,6 +67,7 @@ async def batch(
     api_key: str | None = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     config: Path | None = None,
+    job: str | None = None,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -84,6 +86,8 @@ async def batch(
         api_key: API key for --model's provider.
         max_in_flight: calls running at once.
         config: a JSON config file (default: the file named by SLUICE_CONFIG, if any).
+        job: the job the ledger records these calls under (default: a new id per run); a
+            run resumed under the same job keeps its job budget.
     """
     if not input_file.is_file():
         problem = "is not a file" if input_file.exists() else "does not exist"
@@ -103,6 +107,8 @@ async def batch(
         )
     except ConfigError as exc:
         return fail(str(exc))
+    if job is not None:
+        run_config = attrs.evolve(run_config, ledger=attrs.evolve(run_config.ledger, job=job))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

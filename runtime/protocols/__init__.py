@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import AttemptOutput, Codec, HttpRequest, StreamDecoder
+from .quirks import RequestQuirks
 
-__all__ = ["AttemptOutput", "Codec", "HttpRequest", "StreamDecoder", "codec_for"]
+__all__ = [
+    "AttemptOutput",
+    "Codec",
+    "HttpRequest",
+    "RequestQuirks",
+    "StreamDecoder",
+    "codec_for",
+]
 
 PROTOCOLS = ("openai", "anthropic", "gemini", "ollama")
 
 
-def codec_for(protocol: str) -> Codec:
-    """The codec for ``protocol``.
+def codec_for(protocol: str, *, quirks: RequestQuirks | None = None) -> Codec:
+    """The codec for ``protocol``; ``quirks`` (OpenAI protocol only) adapt its request bodies.
 
     Raises:
         ConfigError: no such protocol.
@@ -19,7 +27,7 @@ def codec_for(protocol: str) -> Codec:
     if protocol == "openai":
         from .openai import OpenAICodec
 
-        return OpenAICodec()
+        return OpenAICodec(quirks)
     if protocol == "anthropic":
         from .anthropic import AnthropicCodec
 

@@ -22,14 +22,21 @@ if TYPE_CHECKING:
     from ..errors import CallError
     from ..messages import ChatRequest
     from .base import AttemptOutput, HttpRequest
+    from .quirks import RequestQuirks
 
 __all__ = ["OpenAICodec", "OpenAIStreamDecoder"]
 
 
 class OpenAICodec:
-    """The :class:`~sluice.protocols.base.Codec` for ``POST /chat/completions``."""
+    """The :class:`~sluice.protocols.base.Codec` for ``POST /chat/completions``.
 
-    __slots__ = ()
+    ``quirks`` adapt every request body to one provider's server (see :mod:`.quirks`).
+    """
+
+    __slots__ = ("quirks",)
+
+    def __init__(self, quirks: RequestQuirks | None = None) -> None:
+        self.quirks = quirks
 
     def build_request(
         self,
@@ -40,7 +47,9 @@ class OpenAICodec:
         headers: Mapping[str, str] | None = None,
     ) -> HttpRequest:
         """See :func:`sluice.protocols.openai_request.build_request`."""
-        return build_request(request, base_url=base_url, api_key=api_key, headers=headers)
+        return build_request(
+            request, base_url=base_url, api_key=api_key, headers=headers, quirks=self.quirks
+        )
 
     def stream_decoder(self, call_id: str) -> OpenAIStreamDecoder:
         """A fresh decoder for one streamed reply; its events carry ``call_id``."""

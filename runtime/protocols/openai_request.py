@@ -38,6 +38,7 @@ from ..messages import (
     ToolResultPart,
 )
 from .base import HttpRequest
+from .quirks import RequestQuirks, apply_quirks
 
 __all__ = ["build_body", "build_request", "merge_extra"]
 
@@ -48,12 +49,14 @@ def build_request(
     base_url: str,
     api_key: str | None,
     headers: Mapping[str, str] | None = None,
+    quirks: RequestQuirks | None = None,
 ) -> HttpRequest:
     """``POST {base_url}/chat/completions`` for ``request``.
 
     ``base_url`` already holds the version prefix (``https://api.openai.com/v1``). Headers:
     ``content-type``, ``accept`` (``text/event-stream`` when streaming), ``authorization`` when
     ``api_key`` is given, then ``headers``, which replace defaults of the same name.
+    ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
     """
     merged = {
         "content-type": "application/json",
@@ -68,11 +71,11 @@ def build_request(
         method="POST",
         url=base_url.rstrip("/") + "/chat/completions",
         headers=tuple(merged.items()),
-        body=orjson.dumps(build_body(request), default=_to_json),
+        body=orjson.dumps(build_body(request, quirks), default=_to_json),
     )
 
 
-def build_body(request: ChatRequest) -> dict[str, Any]:
+def build_body(request: ChatRequest, quirks: RequestQuirks | None = None) -> dict[str, Any]:
     """The JSON body for ``request``, before serialization."""
     body: dict[str, Any] = {"model": request.model_name, "messages": _messages(request.messages)}
     if request.tools:
@@ -95,6 +98,8 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     if request.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if quirks is not None:
+        apply_quirks(body, quirks)
     if request.extra_body:
         merge_extra(body, request.extra_body)
     return body

@@ -1,0 +1,402 @@
+"""The provider registry: the builtin table, resolving a name against config, environment and
+key store, custom providers, auth styles and quirks."""
+
+import re
+
+import attrs
+import httpx
+import orjson
+import pytest
+
+import sluice
+from sluice.config import ModelConfig, ProviderConfig, QuirksConfig, RuntimeConfig, Secret
+from sluice.errors import ConfigError
+from sluice.messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
+from sluice.protocols import codec_for
+from sluice.protocols.openai import OpenAICodec
+from sluice.protocols.quirks import NO_QUIRKS, RequestQuirks
+from sluice.providers.builtins import BUILTIN_BY_ID, BUILTINS
+from sluice.providers.codec import provider_codec
+from sluice.providers.definition import ProviderDefinition, models
+from sluice.providers.keys import KeyStore
+from sluice.providers.plugins import PluginProviders
+from sluice.providers.registry import BUILTIN_PROVIDERS, resolve_provider
+from sluice.tools import capabilities as caps
+
+SPEC_27 = [
+    "qwenpaw-local",
+    "ollama",
+    "lmstudio",
+    "openrouter",
+    "modelscope",
+    "dashscope",
+    "aliyun-codingplan",
+    "aliyun-codingplan-intl",
+    "aliyun-tokenplan",
+    "opencode",
+    "openai",
+    "azure-openai",
+    "anthropic",
+    "gemini",
+    "deepseek",
+    "kimi-cn",
+    "kimi-intl",
+    "minimax-cn",
+    "minimax",
+    "zhipu-cn",
+    "zhipu-cn-codingplan",
+    "zhipu-intl",
+    "zhipu-intl-codingplan",
+    "siliconflow-cn",
+    "siliconflow-intl",
+    "volcengine-cn",
+    "volcengine-cn-codingplan",
+]
+EXTRA = ["groq", "together", "fireworks", "mistral", "xai", "vllm", "llamacpp", "sim"]
+NO_PLUGINS = PluginProviders()
+KEY = "sk-test-registry-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path, monkeypatch):
+    """The platform directories (key store, config file) point into the test's own folder."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def no_store(tmp_path):
+    """A key store that does not exist (the user's real one is never consulted)."""
+    return KeyStore(tmp_path / "keys.enc", tmp_path / "master.key", {})
+
+
+def resolve(name, config=None, env=None, store=None, **kw):
+    return resolve_provider(
+        name,
+        config or RuntimeConfig(),
+        env if env is not None else {},
+        plugins=NO_PLUGINS,
+        key_store=store,
+        **kw,
+    )
+
+
+def config_with(name, **fields):
+    return RuntimeConfig(providers={name: ProviderConfig(**fields)})
+
+
+# The table.
+
+
+def test_builtins_hold_the_27_of_the_spec_in_order_and_the_extras():
+    ids = [d.id for d in BUILTINS]
+    assert ids[:27] == SPEC_27
+    assert ids[27:] == EXTRA
+    assert len(set(ids)) == len(ids) == 35
+
+
+def test_every_builtin_is_well_formed():
+    for d in BUILTINS:
+        assert re.fullmatch(r"[a-z0-9][a-z0-9.-]*", d.id), d.id
+        assert d.display_name
+        assert d.protocol in ("openai", "anthropic", "gemini", "ollama")
+        if d.base_url is not None:
+            assert d.base_url.startswith(("https://", "http://")), d.id
+            assert not d.base_url.endswith("/"), d.id
+            assert d.local == d.base_url.startswith("http://"), d.id
+        for url in d.regions.values():
+            assert url.startswith("https://")
+        if d.needs_key:
+            assert d.key_env, d.id
+        assert len({m.id for m in d.models}) == len(d.models), d.id
+
+
+def test_protocols_base_urls_and_auth_styles_of_the_main_builtins():
+    by_id = BUILTIN_BY_ID
+    assert by_id["ollama"].protocol == "ollama"
+    assert by_id["ollama"].base_url == "http://127.0.0.1:11434"  # native API, no /v1
+    assert by_id["anthropic"].auth_style == "x-api-key"
+    assert by_id["gemini"].auth_style == "x-goog-api-key"
+    assert by_id["gemini"].base_url.endswith("/v1beta")
+    assert by_id["azure-openai"].auth_style == "api-key"
+    assert by_id["minimax"].protocol == "anthropic"
+    assert by_id["vllm"].quirks.omit_tool_choice == {"auto"}
+    assert by_id["openai"].quirks.echo_reasoning_content is False
+    assert by_id["deepseek"].quirks.echo_reasoning_content is True
+    assert by_id["sim"].base_url is None
+    assert set(by_id["dashscope"].regions) == {"intl", "us"}
+    assert BUILTIN_PROVIDERS["copaw-local"] is by_id["qwenpaw-local"]
+
+
+def test_capabilities_agree_with_the_tool_layer_presets():
+    for d in BUILTINS:
+        if d.protocol == "openai":
+            assert d.tool_capabilities == caps.capabilities_for(d.id), d.id
+    assert BUILTIN_BY_ID["minimax"].tool_capabilities == caps.ANTHROPIC
+    assert BUILTIN_BY_ID["ollama"].tool_capabilities == caps.OLLAMA
+    assert BUILTIN_BY_ID["gemini"].tool_capabilities == caps.GEMINI
+
+
+def test_models_helper_marks_features_and_refuses_unknown_ids():
+    found = models("a", "b", vision={"b"}, reasoning=True)
+    assert [(m.id, m.vision, m.reasoning) for m in found] == [
+        ("a", False, True),
+        ("b", True, True),
+    ]
+    with pytest.raises(ValueError, match="not listed"):
+        models("a", vision={"z"})
+
+
+def test_a_definition_checks_its_id_protocol_and_auth():
+    with pytest.raises(ValueError, match="provider id"):
+        ProviderDefinition(id="Bad Name", display_name="x", base_url=None)
+    with pytest.raises(ValueError, match="protocol"):
+        ProviderDefinition(id="x", display_name="x", base_url=None, protocol="grpc")
+    with pytest.raises(ValueError, match="auth"):
+        ProviderDefinition(id="x", display_name="x", base_url=None, auth="basic")
+
+
+# Resolving.
+
+
+def test_the_key_comes_from_the_config_then_the_environment(no_store):
+    spec = resolve("openai", env={"OPENAI_API_KEY": KEY}, store=no_store)
+    assert spec.api_key.reveal() == KEY and spec.key_source == "env"
+    spec = resolve(
+        "openai", config_with("openai", api_key=Secret("sk-config")), {"OPENAI_API_KEY": KEY}
+    )
+    assert spec.api_key.reveal() == "sk-config" and spec.key_source == "config"
+    spec = resolve(
+        "openai", config_with("openai", api_key_env="MY_KEY"), {"MY_KEY": "sk-mine"}, no_store
+    )
+    assert spec.api_key.reveal() == "sk-mine"
+
+
+def test_gemini_takes_either_of_its_key_variables(no_store):
+    spec = resolve("gemini", env={"GOOGLE_API_KEY": KEY}, store=no_store)
+    assert spec.api_key.reveal() == KEY
+
+
+def test_a_missing_key_names_every_way_to_give_one(no_store):
+    with pytest.raises(ConfigError) as info:
+        resolve("deepseek", store=no_store)
+    text = str(info.value)
+    assert "DEEPSEEK_API_KEY" in text
+    assert "sluice keys set deepseek" in text
+    assert "providers.deepseek.api_key" in text
+
+
+def test_local_providers_need_no_key(no_store):
+    for name in ("ollama", "lmstudio", "vllm", "llamacpp", "sim"):
+        spec = resolve(name, store=no_store)
+        assert spec.api_key is None and spec.key_source == "none"
+
+
+def test_an_unknown_provider_without_base_url_is_an_error_listing_the_builtins(no_store):
+    with pytest.raises(ConfigError, match=r"unknown provider 'nope'.*openai.*base_url"):
+        resolve("nope", store=no_store)
+
+
+def test_providers_that_need_a_base_url_say_so(no_store):
+    with pytest.raises(ConfigError, match=r"providers\.azure-openai\.base_url"):
+        resolve("azure-openai", env={"AZURE_OPENAI_API_KEY": KEY}, store=no_store)
+    with pytest.raises(ConfigError, match="has no base URL"):
+        resolve("qwenpaw-local", store=no_store)
+    spec = resolve("copaw-local", config_with("qwenpaw-local", base_url="http://127.0.0.1:9/v1"))
+    assert spec.base_url == "http://127.0.0.1:9/v1"
+
+
+def test_a_region_picks_another_base_url(no_store):
+    spec = resolve("dashscope", config_with("dashscope", region="intl"), {"DASHSCOPE_API_KEY": KEY})
+    assert spec.base_url == "https://dashscope-intl.aliyuncs.com/compatible-mode/v1"
+    assert not spec.custom_base_url
+    with pytest.raises(ConfigError, match=r"unknown region 'mars'.*default, intl, us"):
+        resolve("dashscope", config_with("dashscope", region="mars"), {"DASHSCOPE_API_KEY": KEY})
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:11434"),
+        ("example.org:5000", "http://example.org:5000"),
+        ("https://ollama.example.org", "https://ollama.example.org"),
+        ("http://10.0.0.2:11434/", "http://10.0.0.2:11434"),
+    ],
+)
+def test_ollama_follows_ollama_host(host, url, no_store):
+    assert resolve("ollama", env={"OLLAMA_HOST": host}, store=no_store).base_url == url
+
+
+def test_ollama_drops_a_v1_suffix_from_a_configured_base_url(no_store):
+    spec = resolve("ollama", config_with("ollama", base_url="http://box:11434/v1/"))
+    assert spec.base_url == "http://box:11434"
+
+
+def test_a_custom_provider_speaks_any_protocol_with_its_headers_and_auth(no_store):
+    config = config_with(
+        "corp",
+        protocol="anthropic",
+        base_url="https://llm.corp.example/anthropic/v1/",
+        api_key=Secret(KEY),
+        auth="bearer",
+        headers={"X-Team": "infra"},
+        models={"claude-corp": ModelConfig()},
+    )
+    spec = resolve("corp", config, store=no_store)
+    assert spec.protocol == "anthropic"
+    assert spec.base_url == "https://llm.corp.example/anthropic/v1"
+    assert spec.api_key is None  # not in x-api-key, the protocol's own header
+    assert spec.headers == {"x-team": "infra", "authorization": f"Bearer {KEY}"}
+    assert spec.capabilities == caps.ANTHROPIC
+    assert [m.id for m in spec.models] == ["claude-corp"]
+    built = codec_for(spec.protocol).build_request(
+        ChatRequest(model="corp:claude-corp", messages="hi"),
+        base_url=spec.base_url,
+        api_key=None,
+        headers=spec.headers,
+    )
+    headers = dict(built.headers)
+    assert headers["authorization"] == f"Bearer {KEY}"
+    assert "x-api-key" not in headers
+    assert built.url == "https://llm.corp.example/anthropic/v1/messages"
+
+
+def test_azure_sends_its_key_in_api_key(no_store):
+    config = config_with("azure-openai", base_url="https://r.openai.azure.com/openai/v1")
+    spec = resolve("azure-openai", config, {"AZURE_OPENAI_API_KEY": KEY}, no_store)
+    assert spec.api_key is None and spec.headers["api-key"] == KEY
+    assert spec.request_headers() == {"api-key": KEY}
+
+
+def test_auth_none_sends_no_key_even_when_one_is_set(no_store):
+    config = config_with("openai", base_url="http://127.0.0.1:9/v1", auth="none")
+    spec = resolve("openai", config, {"OPENAI_API_KEY": KEY}, no_store)
+    assert spec.api_key is None and spec.headers == {}
+
+
+def test_no_key_shows_in_the_repr_of_a_resolved_provider_or_config(no_store):
+    config = config_with(
+        "azure-openai",
+        base_url="https://r.openai.azure.com/openai/v1",
+        headers={"Authorization": "Bearer sk-other-secret-value", "X-Team": "visible"},
+    )
+    spec = resolve("azure-openai", config, {"AZURE_OPENAI_API_KEY": KEY}, no_store)
+    for text in (repr(spec), str(spec), repr(config), repr(config.providers["azure-openai"])):
+        assert KEY not in text
+        assert "sk-other-secret-value" not in text
+        assert "visible" in text
+
+
+def test_a_custom_base_url_turns_a_builtin_into_a_generic_compatible_server(no_store):
+    spec = resolve("openai", config_with("openai", base_url="http://127.0.0.1:9/v1"))
+    assert spec.custom_base_url and spec.api_key is None  # no key needed there
+    assert spec.capabilities == caps.OPENAI_COMPATIBLE_CUSTOM
+    assert spec.quirks.max_tokens_field == "max_tokens"
+    sim = resolve("sim", config_with("sim", base_url="http://127.0.0.1:9/v1"))
+    assert sim.capabilities == caps.FULL
+
+
+def test_quirks_from_the_config_override_the_builtins(no_store):
+    quirks = QuirksConfig(omit_tool_choice=frozenset({"auto", "required"}))
+    spec = resolve("vllm", config_with("vllm", quirks=quirks), store=no_store)
+    assert spec.quirks.omit_tool_choice == {"auto", "required"}
+    assert resolve("vllm", store=no_store).quirks.omit_tool_choice == {"auto"}
+
+
+# Quirks reach the wire.
+
+
+def _body(codec, request):
+    return orjson.loads(codec.build_request(request, base_url="http://x/v1", api_key=None).body)
+
+
+TOOL = Tool(name="look", description="", parameters={"type": "object", "properties": {}})
+HISTORY = (
+    Message.user("hi"),
+    Message(role="assistant", content=(ReasoningPart(text="hmm"), TextPart(text="hello"))),
+    Message.user("again"),
+)
+
+
+def test_no_quirks_change_nothing():
+    request = ChatRequest(
+        model="x:m", messages=HISTORY, tools=(TOOL,), tool_choice="auto", max_tokens=5
+    )
+    assert _body(OpenAICodec(), request) == _body(OpenAICodec(NO_QUIRKS), request)
+    assert NO_QUIRKS.changes_nothing
+
+
+def test_vllm_gets_no_tool_choice_auto_but_keeps_the_others():
+    codec = provider_codec(resolve("vllm"))
+    auto = ChatRequest(model="vllm:m", messages="hi", tools=(TOOL,), tool_choice="auto")
+    assert "tool_choice" not in _body(codec, auto)
+    required = attrs.evolve(auto, tool_choice="required")
+    assert _body(codec, required)["tool_choice"] == "required"
+
+
+def test_openai_gets_no_reasoning_content_and_max_completion_tokens(no_store):
+    codec = provider_codec(resolve("openai", env={"OPENAI_API_KEY": KEY}, store=no_store))
+    body = _body(codec, ChatRequest(model="openai:o3", messages=HISTORY, max_tokens=7))
+    assert body["max_completion_tokens"] == 7 and "max_tokens" not in body
+    assert "reasoning_content" not in body["messages"][1]
+
+
+def test_deepseek_gets_reasoning_content_echoed(no_store):
+    codec = provider_codec(resolve("deepseek", env={"DEEPSEEK_API_KEY": KEY}, store=no_store))
+    body = _body(codec, ChatRequest(model="deepseek:deepseek-reasoner", messages=HISTORY))
+    assert body["messages"][1]["reasoning_content"] == "hmm"
+
+
+def test_extra_body_still_wins_over_a_quirk():
+    codec = OpenAICodec(RequestQuirks(omit_tool_choice={"auto"}))
+    request = ChatRequest(
+        model="x:m",
+        messages="hi",
+        tools=(TOOL,),
+        tool_choice="auto",
+        extra_body={"tool_choice": "auto"},
+    )
+    assert _body(codec, request)["tool_choice"] == "auto"
+
+
+async def test_the_runtime_sends_through_the_provider_codec_with_auth_and_quirks(no_store):
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(
+            200,
+            json={
+                "id": "x",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
+
+    config = RuntimeConfig(
+        providers={
+            "vllm": ProviderConfig(
+                base_url="http://gpu-box:8000/v1",
+                api_key=Secret(KEY),
+                params={"temperature": 0.3, "top_k": 20},
+                models={"qwen": ModelConfig(params={"temperature": 0.1})},
+            )
+        }
+    )
+    async with sluice.open_runtime(
+        config, transport=httpx.MockTransport(handler), environ={}
+    ) as rt:
+        result = await rt.chat("vllm:qwen", "hi", tools=(TOOL,), tool_choice="auto", stream=False)
+    assert result.text == "ok"
+    (request,) = seen
+    assert str(request.url) == "http://gpu-box:8000/v1/chat/completions"
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    body = orjson.loads(request.content)
+    assert "tool_choice" not in body
+    assert body["temperature"] == 0.1 and body["top_k"] == 20
