@@ -238,7 +238,7 @@ class _Attempt:
             deadline=min(call.deadline, now + first if first is not None else math.inf)
         ) as scope:
             self.scope = scope
-            call.scopes.append(scope)
+            call.control.watch(scope)
             try:
                 with _map_transport_errors(self):
                     return await self._exchange()
@@ -247,7 +247,7 @@ class _Attempt:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return ConsumerGone()
             finally:
-                call.scopes.remove(scope)
+                call.control.unwatch(scope)
         if call.abandoned:
             return ConsumerGone()
         return AttemptFailed(self._timeout(), self.delivered)

@@ -73,6 +73,7 @@ class _Key:
     pending: int = 0
     open_streams: int = 0
     cooldown_end: float = -math.inf
+    cooldown_wait: float = 0.0
     spread_armed: bool = False
     spread: deque[float] = attrs.field(factory=deque)
     exhausted_until: float = -math.inf
@@ -209,6 +210,7 @@ class _Limiter:
                         ticket.pending = False
                         ticket.key.pending -= 1
                         touched = ticket.key
+                        await self.store.redate(ticket.reservation, now)
                 case Settle():
                     touched = await self.settle(msg, now)
                     if self.budget_waiting and touched is not None:
@@ -275,7 +277,7 @@ class _Limiter:
             return now + left
         if key.spread_armed:
             key.spread_armed = False
-            jitter = key.limits.cooldown_jitter
+            jitter = min(key.limits.cooldown_jitter, key.cooldown_wait)
             if jitter > 0:
                 start = min(now, key.cooldown_end)
                 offsets = sorted(self.rng.uniform(0.0, jitter) for _ in range(len(waiters)))
@@ -329,11 +331,15 @@ class _Limiter:
         key = ticket.key
         if ticket.pending:
             key.pending -= 1
+            if not msg.unused:  # a reply (an error, say) proves the request arrived
+                await self.store.redate(ticket.reservation, now)
         key.open_streams -= 1
-        if msg.usage is not None:
+        if msg.unused:  # it never went out: refund everything, the request included
+            await self.store.settle(ticket.reservation, _NOTHING)
+        elif msg.usage is not None:
             await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
         if self.budget is not None and ticket.hold is not None:
-            self.budget.settle(ticket.hold, msg.usage)
+            self.budget.settle(ticket.hold, Usage() if msg.unused else msg.usage)
         if (
             msg.headers
             and key.limits.learn_from_headers
@@ -381,7 +387,11 @@ class _Limiter:
             return
         left = await self.store.cooldown(key.name, wait, now)
         key.cooldown_end = max(key.cooldown_end, now + left)
-        key.spread_armed = True
+        # Spread the waiters over at most as long as the pause itself (a 0.2 s Retry-After
+        # must not hold the queue for half a second), and do not restart a spread under way.
+        if not key.spread:
+            key.spread_armed = True
+            key.cooldown_wait = left
         if key.adaptive is not None:
             key.adaptive.on_congestion(admitted_at, now)
             key.adaptive.on_cooldown()
@@ -484,7 +494,7 @@ class RateLimiterHandle:
 
     async def _cancelled(self, msg: Acquire, answer: Admission | Refusal | None) -> None:
         if isinstance(answer, Admission):
-            await self.settle(Settle(answer.ticket, "failed", usage=Usage()))
+            await self.settle(Settle(answer.ticket, "failed", unused=True))
         elif answer is None:
             await self._send_shielded(Withdraw(msg))
 

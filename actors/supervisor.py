@@ -308,7 +308,8 @@ class _CallRun:
             self.attempt += 1
             self.pending.append(Queued(call.call_id, self.attempt, now))
             admission = None
-            with trio.move_on_at(call.deadline):
+            with trio.CancelScope(deadline=call.deadline) as waiting:
+                call.control.watch(waiting)  # a consumer that leaves stops the wait
                 try:
                     admission = await peers.limiter.acquire(
                         route.provider.quota_key(route.model),
@@ -321,6 +322,12 @@ class _CallRun:
                     if breaker is not None:
                         breaker.record(True, trio.current_time())  # not the backend's fault
                     return self._fix(refused, route), 0
+                finally:
+                    call.control.unwatch(waiting)
+            if call.abandoned:
+                if admission is not None:
+                    await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
+                return None
             if admission is None:
                 error = CallTimeout(
                     "the call's total deadline passed while it waited for admission",
@@ -336,7 +343,7 @@ class _CallRun:
                 try:
                     await self._emit()
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    await peers.limiter.settle(Settle(admission.ticket, "failed", Usage()))
+                    await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
                     raise
             progress = AttemptProgress(lead=self.pending)
             self.pending = []

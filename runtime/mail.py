@@ -89,15 +89,42 @@ class Call:
     prepared: Prepared | None = None
     """How the request's tools were prepared for this route's backend (``prepared.original``
     is the caller's request); None for a request without tools, which is sent as it is."""
-    scopes: list[trio.CancelScope] = attrs.field(factory=list)
-    """Cancel scopes of the attempt running now (set by its provider)."""
-    abandoned: bool = False
+    control: CallControl = attrs.field(factory=lambda: CallControl())
+    """Shared by every copy of the call (fallback and correction routes are copies)."""
+
+    @property
+    def abandoned(self) -> bool:
+        return self.control.abandoned
 
     def abandon(self) -> None:
-        """The consumer left: stop the running attempt now. A no-op once the call has ended."""
-        object.__setattr__(self, "abandoned", True)
+        """The consumer left: stop whatever the call is waiting on. Harmless once it ended."""
+        self.control.abandon()
+
+
+@attrs.define(eq=False)
+class CallControl:
+    """Lets a consumer that leaves stop its call wherever it is: queued, or mid-attempt.
+
+    Whoever waits on the call's behalf (the Supervisor at admission, the provider during an
+    attempt) runs under a scope from :meth:`scope`, which :meth:`abandon` cancels.
+    """
+
+    abandoned: bool = False
+    scopes: list[trio.CancelScope] = attrs.field(factory=list)
+
+    def abandon(self) -> None:
+        self.abandoned = True
         for scope in self.scopes:
             scope.cancel()
+
+    def watch(self, scope: trio.CancelScope) -> None:
+        """Register ``scope`` (cancelled at once if the call is already abandoned)."""
+        if self.abandoned:
+            scope.cancel()
+        self.scopes.append(scope)
+
+    def unwatch(self, scope: trio.CancelScope) -> None:
+        self.scopes.remove(scope)
 
 
 # RateLimiter ------------------------------------------------------------------------------
@@ -165,6 +192,8 @@ class Settle:
     wait: float | None = None
     quota: bool = False
     headers: Mapping[str, str] | None = None
+    unused: bool = False
+    """The attempt never went out (its caller left first): refund everything."""
 
 
 @attrs.frozen

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.config import RateLimitConfig
+from sluice.config import RateLimitConfig, WindowLimit
 from sluice.errors import RateLimited, TooLargeForQuota
 from sluice.limits.cost import Cost
 from sluice.mail import RateLimiterMsg, Settle
@@ -305,3 +305,20 @@ async def test_adaptive_limit_halves_on_429_and_recovers_on_success(autojump_clo
     for _ in range(20):
         await admit_and_finish(limiter, "k", limits)
     assert 4 < (await limiter.statistics())["k"].pending_limit <= 8
+
+
+@virtual_deadline(600)
+async def test_window_counts_from_the_reply_so_it_stays_behind_the_providers(
+    autojump_clock, nursery
+):
+    """The provider counts a request when it arrives, after our admission: counting ours from
+    the first chunk means the next burst can never reach it before its window has moved on."""
+    limiter = await start_limiter(nursery)
+    limits = RateLimitConfig(windows=(WindowLimit(dimension="requests", limit=2, per=10.0),))
+    first = await limiter.acquire("k", limits, ONE)
+    second = await limiter.acquire("k", limits, ONE)
+    await trio.sleep(1.5)
+    await limiter.release(first.ticket)  # replies 1.5 s after admission
+    await limiter.settle(Settle(second.ticket, "failed"))  # an error reply, same
+    await limiter.acquire("k", limits, ONE)
+    assert trio.current_time() == 11.5

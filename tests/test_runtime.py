@@ -395,3 +395,22 @@ async def test_runtime_config_round_trips_through_json():
 
     raw = converter.dumps(cfg)
     assert sluice.load_config(raw) == attrs.evolve(cfg)
+
+
+@virtual_deadline(60)
+async def test_a_call_abandoned_while_queued_leaves_the_queue_and_is_never_sent(autojump_clock):
+    """A caller that gives up while its call waits for admission takes it out of the queue."""
+    app = SimulatorApp(SimulatorConfig(ttft=5.0))
+    cfg = config(rate_limit=RateLimitConfig(max_pending=1))
+    async with sluice.open_runtime(cfg, transport=mock_transport(app)) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.chat, "sim:sim-small", "first")  # holds the slot until 5.0
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.move_on_after(0.5):
+                await rt.chat("sim:sim-small", "second")
+            await trio.testing.wait_all_tasks_blocked()
+            stats = await rt.statistics()
+            assert stats.calls_in_flight == 1
+            assert sum(stats.quotas["sim"].queued.values()) == 0
+        assert app.chat_requests_seen == 1
+        assert (await rt.statistics()).quotas["sim"].windows == {}

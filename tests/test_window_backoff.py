@@ -92,3 +92,16 @@ def test_retry_after_is_a_floor():
     rng = random.Random(0)
     assert retry_delay(1, policy, rng, retry_after=2.0) == 2.0
     assert retry_delay(5, policy, rng, retry_after=0.1) == 8.0
+
+
+def test_redated_entries_count_from_the_reply_and_never_undercount():
+    w = Window(2, 10.0)
+    first = w.add(1, 0.0)
+    second = w.add(1, 0.5)
+    w.redate(first, 3.0)  # its reply came at 3.0: the provider counted it from then at least
+    assert w.next_free(1, 4.0) == 10.5  # the second (not re-dated) leaves first
+    w.redate(second, 2.0)
+    assert w.next_free(1, 4.0) == 12.0
+    assert w.next_free(2, 4.0) == 13.0
+    w.redate(first, 1.0)  # never earlier than it already counts
+    assert w.next_free(2, 4.0) == 13.0

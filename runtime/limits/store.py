@@ -77,6 +77,10 @@ class QuotaStore(Protocol):
         """Replace the reserved amounts by what the attempt really used."""
         ...
 
+    async def redate(self, reservation: Reservation, now: float) -> None:
+        """Count the reservation from ``now``: its request has reached the provider."""
+        ...
+
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
         """Pause ``key`` for at least ``seconds``; return the seconds left of the pause."""
         ...
@@ -139,6 +143,13 @@ class MemoryQuotaStore:
             window = windows.get(slot)
             if window is not None:
                 window.settle(entry, _amount(actual, slot[0]))
+
+    async def redate(self, reservation: Reservation, now: float) -> None:
+        windows = self._windows.get(reservation.key, {})
+        for slot, entry in reservation.entries:
+            window = windows.get(slot)
+            if window is not None:
+                window.redate(entry, now)
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
         until = max(self._cooldowns.get(key, -math.inf), now + seconds)

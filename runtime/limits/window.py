@@ -61,11 +61,13 @@ class Window:
         excess = self.used + amount - self.limit
         if excess <= 0:
             return now
+        # Entries are in admission order, but a re-dated one (see redate) may now be later
+        # than those after it: walk them in time order (nearly sorted, so the sort is cheap).
         freed = 0
-        for entry in self._entries:
-            freed += entry.amount
+        for at, size in sorted((e.at, e.amount) for e in self._entries):
+            freed += size
             if freed >= excess:
-                return entry.at + self.period
+                return max(now, at + self.period)
         return now + self.period  # only reachable if amount > limit
 
     def add(self, amount: int, now: float) -> WindowEntry:
@@ -88,6 +90,18 @@ class Window:
             index -= 1
         entries.insert(index, entry)
         self.used += amount
+
+    def redate(self, entry: WindowEntry, at: float) -> None:
+        """Count an admission from ``at`` (later than its admission) on.
+
+        The provider counts a request from when it arrived, which is after we admitted it; a
+        reply proves it has arrived. Counting from the reply keeps our window behind the
+        provider's at every boundary, so the burst we release when old entries expire never
+        reaches it early. An entry moved later can hold up the expiry of those behind it:
+        that only ever overcounts, and :meth:`next_free` walks the entries in time order.
+        """
+        if entry.live and at > entry.at:
+            entry.at = at
 
     def settle(self, entry: WindowEntry, actual: int) -> None:
         """Replace an admission's amount by what it really used.
