@@ -76,7 +76,7 @@ from sluice.mail import (
 from sluice.messages import ChatRequest, ChatResult, Timings, Usage
 from sluice.providers.registry import ResolvedProvider
 from sluice.retry_budget import RetryBudget
-from sluice.tools import Corrections, Prepared, finalize, prepare
+from sluice.tools.correct import NO_CORRECTIONS, Corrections
 
 from .rate_limiter import RateLimiterHandle
 from .tell import put, take
@@ -84,6 +84,7 @@ from .token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
     from sluice.protocols.base import AttemptOutput
+    from sluice.tools.preparation import Prepared
 
 __all__ = ["Preparer", "Route", "SupervisorPeers", "default_preparer", "run_supervisor"]
 
@@ -103,7 +104,7 @@ _BACKEND_FAILURES = (
 )
 _LOST_ATTEMPTS_MAX = 3
 
-Preparer: TypeAlias = Callable[[ChatRequest, ResolvedProvider], Prepared | None]
+Preparer: TypeAlias = "Callable[[ChatRequest, ResolvedProvider], Prepared | None]"
 """Prepares a request's tools for a provider's backend; None for a request without tools.
 Raises ``ConfigError`` when the tools or ``tool_choice`` cannot be used."""
 
@@ -112,6 +113,8 @@ def default_preparer(request: ChatRequest, provider: ResolvedProvider) -> Prepar
     """Preparation with the provider's capabilities only (no per-model entries)."""
     if not request.tools and request.tool_choice is None and request.parallel_tool_calls is None:
         return None
+    from sluice.tools.preparation import prepare  # only calls with tools load it
+
     return prepare(request, provider.capabilities, request.tool_options)
 
 
@@ -293,7 +296,7 @@ class _CallRun:
         peers, call = self.peers, self.call
         breaker = peers.breaker(route.provider)
         lost = 0
-        corrections = Corrections()
+        corrections = NO_CORRECTIONS
         while True:
             now = trio.current_time()
             if breaker is not None and not breaker.allow(now):
@@ -418,6 +421,8 @@ class _CallRun:
         prepared = route.prepared
         if prepared is None or not prepared.original.tools:
             return output
+        from sluice.tools.finalization import finalize  # only calls with tools load it
+
         return finalize(output, prepared, rng=self.peers.rng)
 
     def _may_correct(

@@ -45,13 +45,14 @@ from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
 from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
 from .retry_budget import RetryBudget
-from .tools import Prepared, ToolCapabilities, prepare
+from .tools.capabilities import ToolCapabilities
 
 if TYPE_CHECKING:
     import httpx
 
     from .ledger.store import LedgerStore
     from .limits.store import QuotaStore
+    from .tools.preparation import Prepared
     from .transport.base import HotTransport
 
 __all__ = [
@@ -352,6 +353,8 @@ class Runtime:
             and request.parallel_tool_calls is None
         ):
             return None
+        from .tools.preparation import prepare  # only calls with tools load it
+
         caps = self._tool_capabilities(spec, split_model(request.model)[1])
         try:
             return prepare(request, caps, request.tool_options)

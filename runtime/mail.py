@@ -9,7 +9,7 @@ a closed ``reply_to`` (the asker was cancelled) as normal.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 import trio
@@ -24,7 +24,11 @@ from .limits.queue import Priority
 from .messages import ChatRequest, Usage
 from .protocols.base import AttemptOutput
 from .providers.registry import ResolvedProvider
-from .tools.prepare import Prepared
+
+if TYPE_CHECKING:
+    # Only a type here: Call is never structured by cattrs, and importing the tool layer's
+    # schema code for every `import sluice` would cost more than the whole actor system.
+    from .tools.preparation import Prepared  # noqa: TC004
 
 __all__ = [
     "Acquire",

@@ -9,15 +9,21 @@
 The actor that owns a book is ``sluice.actors.token_ledger``; nothing here starts a task.
 """
 
-from .book import LedgerKey as LedgerKey
-from .book import LedgerSummary as LedgerSummary
-from .book import LedgerTotals as LedgerTotals
-from .book import summarize as summarize
-from .budget import BudgetStatus as BudgetStatus
-from .prices import ModelPrice as ModelPrice
-from .prices import PriceTable as PriceTable
-from .store import LedgerStore as LedgerStore
-from .store import MemoryLedgerStore as MemoryLedgerStore
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .book import LedgerKey as LedgerKey
+    from .book import LedgerSummary as LedgerSummary
+    from .book import LedgerTotals as LedgerTotals
+    from .book import summarize as summarize
+    from .budget import BudgetStatus as BudgetStatus
+    from .prices import ModelPrice as ModelPrice
+    from .prices import PriceTable as PriceTable
+    from .store import LedgerStore as LedgerStore
+    from .store import MemoryLedgerStore as MemoryLedgerStore
 
 __all__ = [
     "BudgetStatus",
@@ -30,3 +36,30 @@ __all__ = [
     "PriceTable",
     "summarize",
 ]
+
+# Each name is imported from its module on first use, so `import sluice` does not load this
+# package's heavier modules (schemas, repair, storage) until a call needs them.
+_HOMES = {
+    "LedgerKey": "book",
+    "LedgerSummary": "book",
+    "LedgerTotals": "book",
+    "summarize": "book",
+    "BudgetStatus": "budget",
+    "ModelPrice": "prices",
+    "PriceTable": "prices",
+    "LedgerStore": "store",
+    "MemoryLedgerStore": "store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -14,7 +14,6 @@ import datetime as dt
 import logging
 import os
 import secrets
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,13 +24,13 @@ from ..errors import ConfigError
 from .book import LedgerBook
 from .budget import Budget, BudgetBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
-from .sqlite import SQLiteLedgerStore, default_ledger_path
 from .store import LedgerStore
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..config import LedgerConfig
+    from .sqlite import SQLiteLedgerStore
 
 __all__ = ["LEDGER_DB_ENV", "LedgerSetup", "ledger_path", "new_job_id", "open_ledger"]
 
@@ -57,6 +56,8 @@ def ledger_path(config: LedgerConfig, environ: Mapping[str, str] | None = None) 
     value = env.get(LEDGER_DB_ENV)
     if value is not None:
         return None if value.strip().lower() in _OFF else Path(value).expanduser()
+    from .sqlite import default_ledger_path
+
     return default_ledger_path()
 
 
@@ -105,6 +106,10 @@ async def open_ledger(
         ConfigError: the config's or the environment's ledger file cannot be opened or read,
             or a price key is malformed.
     """
+    import sqlite3  # here, not at import: `import sluice` should not load the database
+
+    from .sqlite import default_ledger_path
+
     prices = price_table(config)
     book = LedgerBook(prices, config.job or new_job_id())
     owned = False
@@ -141,6 +146,10 @@ async def open_ledger(
 
 
 async def _open_file(path: Path, *, explicit: bool) -> SQLiteLedgerStore | None:
+    import sqlite3
+
+    from .sqlite import SQLiteLedgerStore
+
     try:
         return await SQLiteLedgerStore.open(path)
     except (OSError, sqlite3.Error) as exc:

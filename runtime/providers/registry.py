@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -27,7 +27,6 @@ from ..errors import ConfigError
 from ..messages import Deadlines
 from ..protocols.quirks import NO_QUIRKS, RequestQuirks
 from ..tools.capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
-from . import plugins as _plugins
 from .builtins import BUILTIN_BY_ID, BUILTINS
 from .definition import (
     DEFAULT_AUTH,
@@ -39,6 +38,9 @@ from .definition import (
 )
 from .keys import KeyStore
 from .params import merge_params
+
+if TYPE_CHECKING:
+    from . import plugins as _plugins
 
 __all__ = [
     "BUILTIN_PROVIDERS",
@@ -129,7 +131,7 @@ def definition_for(
     if found is not None:
         return found
     if plugins is None:
-        plugins = _plugins.installed_plugins(frozenset(BUILTIN_BY_ID))
+        plugins = _installed_plugins(frozenset(BUILTIN_BY_ID))
     return plugins.definitions.get(name)
 
 
@@ -139,7 +141,7 @@ def known_providers(
     """Every provider name known here, in listing order: builtins, plugins, then the config's
     custom ones; each with its source (``builtin``, ``plugin``, ``custom``) and definition."""
     if plugins is None:
-        plugins = _plugins.installed_plugins(frozenset(BUILTIN_BY_ID))
+        plugins = _installed_plugins(frozenset(BUILTIN_BY_ID))
     found: dict[str, tuple[str, ProviderDefinition | None]] = {
         d.id: ("builtin", d) for d in BUILTINS
     }
@@ -254,7 +256,7 @@ def _unknown(name: str, plugins: _plugins.PluginProviders | None) -> str:
         f"give providers.{name}.base_url (and protocol, unless it is OpenAI-compatible) in the "
         "config (or --base-url on the command line)"
     )
-    loaded = plugins or _plugins.installed_plugins(frozenset(BUILTIN_BY_ID))
+    loaded = plugins or _installed_plugins(frozenset(BUILTIN_BY_ID))
     if loaded.problems:
         message += "; " + "; ".join(str(p) for p in loaded.problems)
     return message
@@ -374,3 +376,10 @@ def _quirks(
         }
         quirks = attrs.evolve(quirks, **changes)
     return quirks
+
+
+def _installed_plugins(builtin_ids: frozenset[str]) -> _plugins.PluginProviders:
+    """The plugin providers; the entry-point machinery is imported only when asked."""
+    from . import plugins
+
+    return plugins.installed_plugins(builtin_ids)

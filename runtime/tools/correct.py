@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..messages import ChatRequest, Message
-from .prepare import Prepared, reply_shape
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ..errors import ToolCallError
+    from .preparation import Prepared
 
 __all__ = [
     "Corrections",
@@ -68,6 +68,8 @@ def correction_messages(error: ToolCallError, prepared: Prepared) -> tuple[Tempo
     lines = [f"Your previous reply could not be used. {error.feedback or error.message}"]
     plan = prepared.plan
     if plan is not None and error.reason != "tool_choice_none":
+        from .preparation import reply_shape  # a forced plan means preparation ran already
+
         shape = reply_shape(plan)
         if shape not in lines[0]:
             lines.append(f"Reply with JSON only, in this form: {shape}")
@@ -105,3 +107,7 @@ class Corrections:
         if not self.messages:
             return prepared.request
         return attrs.evolve(prepared.request, messages=(*prepared.request.messages, *self.messages))
+
+
+NO_CORRECTIONS = Corrections()
+"""Where every call starts: nothing corrected yet."""

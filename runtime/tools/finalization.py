@@ -4,7 +4,7 @@
 :class:`~sluice.protocols.base.AttemptOutput`. It is pure apart from the random source used for
 missing call ids (pass a seeded ``random.Random`` for reproducible ids).
 
-* A forced call (a :class:`~sluice.tools.prepare.ForcePlan`) comes back as JSON text: it is
+* A forced call (a :class:`~sluice.tools.preparation.ForcePlan`) comes back as JSON text: it is
   repaired, unwrapped (``item``, lists), completed with the fallback tool where the envelope is
   missing, and replaced by ordinary :class:`~sluice.messages.ToolCall` parts; text and reasoning
   are dropped and the finish reason becomes ``tool_calls``. If the model called a tool natively
@@ -33,7 +33,7 @@ from ..errors import ToolCallError
 from ..messages import ContentPart, Message, SpecificTool, ToolCall
 from ..protocols.base import AttemptOutput
 from .capabilities import ToolChoiceMode, override_hint
-from .prepare import ForcePlan, Prepared, reply_shape
+from .preparation import ForcePlan, Prepared, reply_shape
 from .repair import RepairError, repair_arguments, repair_json
 
 __all__ = ["ToolCallReason", "compact_json", "finalize", "new_call_id", "render_reply"]

@@ -12,7 +12,7 @@ with tools (a request without tools only loses a dangling ``tool_choice``/``para
   ``parallel_tool_calls`` are removed; the reply is constrained by the tool-union schema
   (``json_schema``), or asked for as any JSON object (``json_object``), or, on a backend with
   neither structured output nor native tools, asked for in the prompt; a system instruction names
-  the tools and the reply's form. :func:`~sluice.tools.finalize.finalize` turns the reply back
+  the tools and the reply's form. :func:`~sluice.tools.finalization.finalize` turns the reply back
   into tool calls. A request that brings its own ``response_format``, or options with
   ``emulate=False``, is downgraded instead: ``tool_choice`` left out and the requirement stated
   in the system instruction, checked when the reply arrives.
