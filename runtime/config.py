@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import cattrs
 import orjson
 from attrs.validators import ge, gt, le, optional
 
 from .errors import ConfigError
 from .messages import Deadlines
-from .serde import converter, format_validation_error
+from .serde import format_validation_error, get_converter
 from .tools.capabilities import CapabilityOverride
 
 __all__ = [
@@ -308,16 +307,6 @@ class RuntimeConfig:
     """Usage accounting, prices, persistence and budgets."""
 
 
-converter.register_structure_hook(
-    Secret, lambda v, _: Secret(v) if isinstance(v, str) else _bad_key()
-)
-converter.register_unstructure_hook(Secret, lambda s: "********")
-
-
-def _bad_key() -> Secret:
-    raise ValueError("an API key must be a string")
-
-
 def load_config(
     raw: bytes | str | Mapping[str, Any], *, format: Literal["json", "toml"] = "json"
 ) -> RuntimeConfig:
@@ -343,8 +332,10 @@ def _parse(raw: bytes | str, format: Literal["json", "toml"]) -> Any:
 
 
 def _structure(data: Any, note: str = "") -> RuntimeConfig:
+    import cattrs  # on first use: `import sluice` does not load it
+
     try:
-        return converter.structure(data, RuntimeConfig)
+        return get_converter().structure(data, RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         raise ConfigError(f"invalid config: {format_validation_error(exc)}{note}") from None
 

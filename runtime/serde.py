@@ -12,9 +12,6 @@ import difflib
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import cattrs
-from cattrs.preconf.orjson import make_converter
-from cattrs.strategies import configure_union_passthrough
 
 from .messages import (
     ContentPart,
@@ -31,9 +28,28 @@ from .messages import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["converter", "format_validation_error", "unknown_keys_message"]
+    from cattrs.preconf.orjson import OrjsonConverter
 
-converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
+__all__ = ["format_validation_error", "get_converter", "unknown_keys_message"]
+# ``converter`` is served lazily by __getattr__ below (kept for ``from sluice.serde import
+# converter``).
+
+_converter: OrjsonConverter | None = None
+
+
+def get_converter() -> OrjsonConverter:
+    """The converter, built on first use: ``import sluice`` does not pay for cattrs."""
+    global _converter
+    if _converter is None:
+        _converter = _build()
+    return _converter
+
+
+def __getattr__(name: str) -> Any:
+    if name == "converter":
+        return get_converter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _PART_TYPES: dict[str, type[Any]] = {
     "text": TextPart,
@@ -48,7 +64,7 @@ _PART_TYPES: dict[str, type[Any]] = {
 def _structure_part(value: Any, _: Any) -> ContentPart:
     if not isinstance(value, dict) or value.get("type") not in _PART_TYPES:
         raise ValueError(f"a content part needs a 'type' of {sorted(_PART_TYPES)}")
-    part: ContentPart = converter.structure(value, _PART_TYPES[value["type"]])
+    part: ContentPart = get_converter().structure(value, _PART_TYPES[value["type"]])
     return part
 
 
@@ -62,16 +78,35 @@ def _structure_tool_choice(value: Any, _: Any) -> Any:
     raise ValueError("tool_choice must be 'auto', 'required', 'none' or a tool name")
 
 
-converter.register_structure_hook(ContentPart, _structure_part)
-converter.register_unstructure_hook(SpecificTool, lambda t: {"name": t.name})
-configure_union_passthrough(str | int | float | bool | None, converter)
+def _build() -> OrjsonConverter:
+    from cattrs.preconf.orjson import make_converter
+    from cattrs.strategies import configure_union_passthrough
 
-converter.register_structure_hook(ToolChoice | None, _structure_tool_choice)
-converter.register_structure_hook(ToolChoice, _structure_tool_choice)
+    from .config import Secret
+
+    converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
+    converter.register_structure_hook(ContentPart, _structure_part)
+    converter.register_unstructure_hook(SpecificTool, lambda t: {"name": t.name})
+    configure_union_passthrough(str | int | float | bool | None, converter)
+    converter.register_structure_hook(ToolChoice | None, _structure_tool_choice)
+    converter.register_structure_hook(ToolChoice, _structure_tool_choice)
+    converter.register_structure_hook(Secret, _structure_secret)
+    converter.register_unstructure_hook(Secret, lambda s: "********")
+    return converter
+
+
+def _structure_secret(value: Any, _: Any) -> Any:
+    from .config import Secret
+
+    if not isinstance(value, str):
+        raise ValueError("an API key must be a string")
+    return Secret(value)
 
 
 def format_validation_error(exc: Exception) -> str:
     """Turn a cattrs validation error into one line per problem, each with its path."""
+    import cattrs
+
     if isinstance(exc, cattrs.BaseValidationError):
         return "; ".join(cattrs.transform_error(exc, format_exception=_format))
     return str(exc)
@@ -90,6 +125,8 @@ def unknown_keys_message(cls: type[Any], extra: Iterable[str]) -> str:
 
 
 def _format(exc: BaseException, type_: Any) -> str:
+    import cattrs
+
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return unknown_keys_message(exc.cl, exc.extra_fields)
     base = cattrs.v.format_exception(exc, type_)

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from ..serde import converter, format_validation_error
+from ..serde import format_validation_error, get_converter
 from .definition import ProviderDefinition
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "PluginProviders", "installed_plugins", "load"]
@@ -117,7 +117,7 @@ def _iterable(value: Any) -> Iterable[Any]:
 
 def _structure(item: Mapping[str, Any]) -> ProviderDefinition:
     try:
-        definition: ProviderDefinition = converter.structure(dict(item), ProviderDefinition)
+        definition: ProviderDefinition = get_converter().structure(dict(item), ProviderDefinition)
     except Exception as exc:
         raise ValueError(f"invalid provider definition: {format_validation_error(exc)}") from None
     return definition
