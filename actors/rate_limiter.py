@@ -46,7 +46,7 @@ from sluice.mail import (
 )
 from sluice.messages import Usage
 
-from .tell import take, tell
+from .tell import put, take, tell
 
 if TYPE_CHECKING:
     import random
@@ -473,7 +473,7 @@ class RateLimiterHandle:
         cancelled = False
         with reply_to, reply:
             try:
-                await self._mailbox.send(msg)
+                await put(self._mailbox, msg)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeClosed("the rate limiter has stopped") from exc
             try:

@@ -473,7 +473,10 @@ class Runtime:
 
             async def start(request: ChatRequest) -> None:
                 nonlocal index
-                await slots.acquire()
+                try:
+                    slots.acquire_nowait()
+                except trio.WouldBlock:
+                    await slots.acquire()
                 calls.start_soon(self._one, index, request, send.clone(), slots)
                 index += 1
 
@@ -496,7 +499,7 @@ class Runtime:
         # The slot is held until the outcome is handed over, so a slow consumer holds back
         # new calls: at most max_in_flight running plus max_in_flight waiting to be taken.
         try:
-            async with send:
+            with send:  # a plain close: `async with` would add a checkpoint per call
                 try:
                     outcome = MapOutcome(index, request, await self.chat(request), None)
                 except SluiceError as exc:
