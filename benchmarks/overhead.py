@@ -1,22 +1,35 @@
-"""What does sluice cost per call, on top of a bare trio + httpx client?
+"""What does sluice cost per call, next to bare clients doing the same work?
 
     python -m benchmarks.overhead --base-url http://127.0.0.1:18080 --chunks 20
     python -m benchmarks.overhead --base-url http://127.0.0.1:18080/c200/t0/i0/v1
+    python -m benchmarks.overhead --base-url http://127.0.0.1:18080 --chunks 50 --itl-ms 20 \
+        --concurrency 256
     python -m benchmarks.overhead --sim --calls 200
 
-Runs N streamed chat calls through the whole runtime (Supervisor -> RateLimiter ->
-ProviderActor -> TokenLedger, events into each call's stream) and the same N calls by a bare
-trio + httpx loop (``shared/perf/client_trio_httpx.py``: one shared ``AsyncClient`` with a pool
-sized to the concurrency, ``aiter_lines``, orjson per data line) against the same server, in
-one process: a warm-up of each, then R rounds alternating which side goes first. Each phase
-is timed with ``time.process_time()`` (client CPU, all threads) and ``time.perf_counter()``.
-The medians over the rounds go into one JSON line on stdout; per-round progress goes to stderr.
+Runs N streamed chat calls, against the same server and in one process run, through up to four
+*sides*:
+
+* ``sluice``: the whole runtime (Supervisor -> RateLimiter -> ProviderActor -> TokenLedger,
+  events into each call's stream) on its default hot-path transport (sluice's own HTTP/1.1
+  client, ``ProviderConfig(transport="fast")``);
+* ``sluice_httpx``: the same runtime with ``ProviderConfig(transport="httpx")``;
+* ``bare``: a bare trio + httpx loop (``shared/perf/client_trio_httpx.py``: one shared
+  ``AsyncClient`` with a pool sized to the concurrency, ``aiter_lines``, orjson per data line);
+* ``aiohttp``: a bare asyncio + aiohttp loop (``shared/perf/client_asyncio_aiohttp.py``), when
+  aiohttp is importable. It runs in a child process (``benchmarks._aiohttp_side``) that keeps
+  its event loop and session for the whole run and runs a phase whenever this process asks.
+
+A warm-up of each side, then R rounds alternating the order of the sides. Each phase is timed
+with ``time.process_time()`` (client CPU, all threads; the aiohttp side measures its own
+process) and ``time.perf_counter()``. The medians over the rounds go into one JSON line on
+stdout; per-round progress goes to stderr.
 
 ``--base-url`` is the server's ``/v1`` root. A URL that does not end in ``/v1`` is taken to be
 the root of the nginx mock of ``shared/perf`` and ``/c<chunks>/t<ttft>/i<itl>/v1`` is appended.
 ``--sim`` starts sluice's own simulator in this process instead: the server then shares the
-CPU and its cost is included in both sides' numbers (``"server": "in-process sim"``), so the
-ratio is diluted; prefer the nginx mock for real numbers.
+CPU and its cost is included in every side's numbers (``"server": "in-process sim"``; for the
+aiohttp side this process's CPU during the child's phase is added), so the ratios are diluted;
+prefer the nginx mock for real numbers.
 """
 
 from __future__ import annotations
@@ -24,9 +37,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
+import importlib.util
 import math
 import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -39,6 +56,7 @@ from ._harness import (
     BareClient,
     Expect,
     Phase,
+    machine_busy_s,
     mock_url,
     run_phase,
     run_sluice,
@@ -48,12 +66,21 @@ from ._harness import median as _median
 
 MODEL = "mock"
 PROVIDER = "bench"
+PROVIDER_HTTPX = "bench_httpx"
+SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp")
+"""Every side, in the order of the first round."""
+AIOHTTP_SIDE = Path(__file__).resolve().with_name("_aiohttp_side.py")
+
+
+def aiohttp_available() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.overhead",
-        description="Client CPU per streamed call: sluice runtime vs a bare trio + httpx loop.",
+        description="Client CPU per streamed call: sluice runtime (fast and httpx transports) "
+        "vs bare trio + httpx and bare asyncio + aiohttp loops.",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument(
@@ -74,7 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "is checked against each reply's completion_tokens (default 20)",
     )
     p.add_argument("--ttft-ms", type=int, default=0, help="nginx mock: time to first token")
-    p.add_argument("--itl-ms", type=int, default=0, help="nginx mock: gap between chunks (0)")
+    p.add_argument(
+        "--itl-ms",
+        type=int,
+        default=0,
+        help="nginx mock: gap between chunks, 0 = the whole body at once (burst); with --sim "
+        "it paces the simulator at 1000/ITL tokens per second",
+    )
     p.add_argument(
         "--warmup", type=int, default=None, help="warm-up calls per side (2 x concurrency)"
     )
@@ -83,7 +116,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--api",
         choices=["map", "chat", "stream"],
         default="map",
-        help="how the sluice side submits: rt.map (default), rt.chat per call, or rt.stream "
+        help="how the sluice sides submit: rt.map (default), rt.chat per call, or rt.stream "
         "per call iterating every event",
     )
     p.add_argument(
@@ -97,18 +130,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sluice-max-connections",
         type=int,
         default=None,
-        help="the sluice provider's pool size (default: the concurrency, like the bare client)",
+        help="the sluice providers' pool size (default: the concurrency, like the bare clients)",
     )
     p.add_argument(
         "--only",
-        choices=["both", "bare", "sluice"],
-        default="both",
-        help="measure only one side (for profiling); no ratio then",
+        default="all",
+        help="sides to measure: all (default; aiohttp only when importable), both (bare and "
+        "sluice), or a comma-separated list of " + ", ".join(SIDES),
     )
     p.add_argument(
         "--cprofile",
         metavar="PATH",
-        help="write cProfile stats of the measured sluice phases to PATH",
+        help="write cProfile stats of the measured sluice (fast transport) phases to PATH",
     )
     p.add_argument(
         "--max-seconds", type=float, default=600.0, help="cap on one phase; the rest fail"
@@ -118,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--calls, --concurrency and --repeat must be at least 1")
     if a.chunks is not None and a.chunks < 1:
         p.error("--chunks must be at least 1")
+    if a.itl_ms < 0 or a.ttft_ms < 0:
+        p.error("--itl-ms and --ttft-ms must not be negative")
     if a.base_url is not None:
         try:
             a.url, a.expect_chunks = mock_url(a.base_url, a.chunks, a.ttft_ms, a.itl_ms)
@@ -127,7 +162,110 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.warmup = 2 * a.concurrency
     if a.sluice_max_connections is None:
         a.sluice_max_connections = a.concurrency
+    a.aiohttp_skipped = None
+    if a.only == "all":
+        a.sides = list(SIDES)
+        if not aiohttp_available():
+            a.sides.remove("aiohttp")
+            a.aiohttp_skipped = "aiohttp is not importable"
+    elif a.only == "both":
+        a.sides = ["bare", "sluice"]
+    else:
+        a.sides = [side.strip() for side in a.only.split(",") if side.strip()]
+        unknown = [side for side in a.sides if side not in SIDES]
+        if unknown or not a.sides or len(set(a.sides)) != len(a.sides):
+            p.error(f"--only: expected all, both or a list of {', '.join(SIDES)}")
+        if "aiohttp" in a.sides and not aiohttp_available():
+            p.error("--only aiohttp: aiohttp is not importable")
+        a.sides = [side for side in SIDES if side in a.sides]
     return a
+
+
+class AiohttpChild:
+    """The asyncio + aiohttp side: a child process that runs a phase whenever asked.
+
+    See :mod:`benchmarks._aiohttp_side` for the protocol. This process waits on the child's
+    pipe meanwhile, so (against an external server) it uses next to no CPU during the child's
+    phases.
+    """
+
+    def __init__(
+        self, url: str, model: str, concurrency: int, chunks: int | None, max_seconds: float
+    ) -> None:
+        self.command = [sys.executable, str(AIOHTTP_SIDE), "--url", url, "--model", model]
+        self.command += ["--concurrency", str(concurrency), "--max-seconds", str(max_seconds)]
+        if chunks is not None:
+            self.command += ["--chunks", str(chunks)]
+        self.max_seconds = max_seconds
+        self.process: trio.Process | None = None
+        self.version: str | None = None
+        self._buffer = bytearray()
+
+    async def start(self) -> None:
+        self.process = await trio.lowlevel.open_process(
+            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        with trio.fail_after(60):
+            hello = await self._line()
+        if not hello.get("ready"):
+            raise RuntimeError(f"the aiohttp side did not start: {hello!r}")
+        self.version = hello.get("aiohttp")
+
+    async def _line(self) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            data = await self.process.stdout.receive_some(65536)
+            if not data:
+                raise RuntimeError(f"the aiohttp side exited (status {await self.process.wait()})")
+            self._buffer += data
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        result: dict[str, Any] = orjson.loads(line)
+        return result
+
+    async def phase(self, name: str, calls: int, expect: Expect, *, add_own_cpu: bool) -> Phase:
+        """One phase in the child; ``add_own_cpu`` adds this process's CPU meanwhile (--sim)."""
+        assert self.process is not None and self.process.stdin is not None
+        busy0 = machine_busy_s()
+        own0 = time.process_time()
+        await self.process.stdin.send_all(f"{calls}\n".encode())
+        with trio.fail_after(self.max_seconds + 60):
+            r = await self._line()
+        own = time.process_time() - own0
+        busy1 = machine_busy_s()
+        other = None
+        if busy0 is not None and busy1 is not None:
+            other = max(0.0, busy1 - busy0 - r["cpu_s"] - own)
+        return Phase(
+            name=name,
+            calls=calls,
+            ok=r["ok"],
+            errors=r["errors"],
+            mismatched=r["mismatched"],
+            cpu_s=r["cpu_s"] + (own if add_own_cpu else 0.0),
+            wall_s=r["wall_s"],
+            timed_out=r["timed_out"],
+            first_errors=r["first_errors"],
+            sample_text=r["sample_text"],
+            other_cpu_s=other,
+        )
+
+    async def aclose(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        with trio.CancelScope(shield=True):
+            try:
+                if process.stdin is not None:
+                    await process.stdin.send_all(b"quit\n")
+                    await process.stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            with trio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 def _phase_summary(phase: Phase) -> dict[str, Any]:
@@ -149,11 +287,16 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     from sluice.simulator import SimulatorConfig, serve_simulator
 
     profiler = cProfile.Profile() if a.cprofile else None
+    aiohttp_version = None
     async with trio.open_nursery() as services:
         if a.sim:
             chunks = 20 if a.chunks is None else a.chunks
-            # Burst replies (no pacing, no time to first token): the client is the bottleneck.
-            sim = SimulatorConfig(output_tokens=chunks, ttft=0.0, tokens_per_second=0.0)
+            # Burst replies by default (no time to first token): the client is the bottleneck.
+            sim = SimulatorConfig(
+                output_tokens=chunks,
+                ttft=a.ttft_ms / 1000,
+                tokens_per_second=1000 / a.itl_ms if a.itl_ms else 0.0,
+            )
             port = await services.start(serve_simulator, sim)
             base_url = f"http://127.0.0.1:{port}/v1"
             server = "in-process sim"
@@ -161,21 +304,30 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             base_url, chunks = a.url, a.expect_chunks
             server = "external"
         expect = Expect(chunks)
+
+        def provider(transport: str) -> sluice.ProviderConfig:
+            return sluice.ProviderConfig(
+                base_url=base_url,
+                api_key=sluice.Secret(API_KEY),
+                max_connections=a.sluice_max_connections,
+                transport=transport,  # type: ignore[arg-type]
+            )
+
         config = sluice.RuntimeConfig(
-            providers={
-                PROVIDER: sluice.ProviderConfig(
-                    base_url=base_url,
-                    api_key=sluice.Secret(API_KEY),
-                    max_connections=a.sluice_max_connections,
-                )
-            }
+            providers={PROVIDER: provider("fast"), PROVIDER_HTTPX: provider("httpx")}
         )
-        model = f"{PROVIDER}:{MODEL}"
+        models = {"sluice": f"{PROVIDER}:{MODEL}", "sluice_httpx": f"{PROVIDER_HTTPX}:{MODEL}"}
         bare = BareClient(base_url, MODEL, a.concurrency, per_worker=a.bare_pool == "perworker")
-        sides = ["bare", "sluice"] if a.only == "both" else [a.only]
+        child = None
+        if "aiohttp" in a.sides:
+            child = AiohttpChild(base_url, MODEL, a.concurrency, chunks, a.max_seconds)
+        sides = a.sides
         results: dict[str, list[Phase]] = {side: [] for side in sides}
         warmups: list[Phase] = []
         try:
+            if child is not None:
+                await child.start()
+                aiohttp_version = child.version
             async with sluice.open_runtime(config) as rt:
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
@@ -187,15 +339,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             lambda t: bare.run(calls, a.concurrency, t),
                             max_seconds=a.max_seconds,
                         )
+                    if side == "aiohttp":
+                        assert child is not None
+                        return await child.phase(label, calls, expect, add_own_cpu=a.sim)
+                    model = models[side]
+                    profile = profiler if side == "sluice" and label != "warm-up" else None
 
                     async def body(tally: Any) -> None:
-                        if profiler is not None and label != "warm-up":
-                            profiler.enable()
+                        if profile is not None:
+                            profile.enable()
                         try:
                             await run_sluice(rt, model, calls, a.concurrency, a.api, tally)
                         finally:
-                            if profiler is not None:
-                                profiler.disable()
+                            if profile is not None:
+                                profile.disable()
 
                     return await run_phase(label, calls, expect, body, max_seconds=a.max_seconds)
 
@@ -215,11 +372,13 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     print(f"# round {i + 1}: " + ", ".join(line), file=sys.stderr, flush=True)
         finally:
             await bare.aclose()
+            if child is not None:
+                await child.aclose()
             services.cancel_scope.cancel()
 
     if profiler is not None:
         profiler.dump_stats(a.cprofile)
-    return _report(a, base_url, server, chunks, results, warmups)
+    return _report(a, base_url, server, chunks, results, warmups, aiohttp_version)
 
 
 def _report(
@@ -229,6 +388,7 @@ def _report(
     chunks: int | None,
     results: dict[str, list[Phase]],
     warmups: list[Phase],
+    aiohttp_version: str | None,
 ) -> dict[str, Any]:
     def med(side: str, attr: str) -> float | None:
         if side not in results:
@@ -238,30 +398,48 @@ def _report(
     def low(side: str) -> float | None:
         return min(p.cpu_s_per_1k for p in results[side]) if side in results else None
 
-    s_cpu, b_cpu = med("sluice", "cpu_s_per_1k"), med("bare", "cpu_s_per_1k")
-    s_rate, b_rate = med("sluice", "calls_per_s"), med("bare", "calls_per_s")
-    ratio = s_cpu / b_cpu if s_cpu is not None and b_cpu else None
+    def ratio(top: float | None, bottom: float | None) -> float | None:
+        return top / bottom if top is not None and bottom else None
+
+    def per_round(top: str, bottom: str) -> list[float | None]:
+        return [
+            _round(s.cpu_s_per_1k / b.cpu_s_per_1k, 3) if b.cpu_s_per_1k else None
+            for s, b in zip(results.get(top, []), results.get(bottom, []), strict=False)
+        ]
+
+    cpu = {side: med(side, "cpu_s_per_1k") for side in SIDES}
+    rate = {side: med(side, "calls_per_s") for side in SIDES}
+    s_cpu, b_cpu = cpu["sluice"], cpu["bare"]
     every = [p for phases in results.values() for p in phases] + warmups
     samples = {p.sample_text for p in every if p.sample_text is not None}
     out: dict[str, Any] = {
         "calls": a.calls,
         "concurrency": a.concurrency,
         "chunks": chunks,
+        "ttft_ms": a.ttft_ms,
+        "itl_ms": a.itl_ms,
         "api": a.api,
         "warmup": a.warmup,
         "repeat": a.repeat,
-        "sluice_cpu_s_per_1k": _round(s_cpu),
-        "bare_cpu_s_per_1k": _round(b_cpu),
-        "ratio": _round(ratio, 3),
+        "sides": list(results),
+        "sluice_cpu_s_per_1k": _round(cpu["sluice"]),
+        "sluice_httpx_cpu_s_per_1k": _round(cpu["sluice_httpx"]),
+        "bare_cpu_s_per_1k": _round(cpu["bare"]),
+        "aiohttp_cpu_s_per_1k": _round(cpu["aiohttp"]),
+        "ratio": _round(ratio(s_cpu, b_cpu), 3),
+        "ratio_aiohttp": _round(ratio(s_cpu, cpu["aiohttp"]), 3),
+        "ratio_httpx": _round(ratio(cpu["sluice_httpx"], b_cpu), 3),
         "sluice_overhead_ms_per_call": _round(s_cpu - b_cpu if s_cpu and b_cpu else None),
         "sluice_cpu_s_per_1k_min": _round(low("sluice")),
+        "sluice_httpx_cpu_s_per_1k_min": _round(low("sluice_httpx")),
         "bare_cpu_s_per_1k_min": _round(low("bare")),
-        "sluice_calls_per_s": _round(s_rate, 1),
-        "bare_calls_per_s": _round(b_rate, 1),
-        "ratio_per_round": [
-            _round(s.cpu_s_per_1k / b.cpu_s_per_1k, 3)
-            for s, b in zip(results.get("sluice", []), results.get("bare", []), strict=False)
-        ],
+        "aiohttp_cpu_s_per_1k_min": _round(low("aiohttp")),
+        "sluice_calls_per_s": _round(rate["sluice"], 1),
+        "sluice_httpx_calls_per_s": _round(rate["sluice_httpx"], 1),
+        "bare_calls_per_s": _round(rate["bare"], 1),
+        "aiohttp_calls_per_s": _round(rate["aiohttp"], 1),
+        "ratio_per_round": per_round("sluice", "bare"),
+        "ratio_aiohttp_per_round": per_round("sluice", "aiohttp"),
         "errors": sum(p.errors + p.mismatched for p in every),
         "timed_out": any(p.timed_out for p in every),
         "texts_match": len(samples) <= 1,
@@ -278,11 +456,17 @@ def _report(
         "bare_pool": a.bare_pool,
         "sluice_max_connections": a.sluice_max_connections,
         **versions(),
+        "aiohttp": aiohttp_version,
         "cpus": os.cpu_count(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    if a.aiohttp_skipped:
+        out["aiohttp_skipped"] = a.aiohttp_skipped
     if a.sim:
-        out["server_note"] = "the simulator runs in this process: CPU numbers include it"
+        out["server_note"] = (
+            "the simulator runs in this process: CPU numbers include it (for the aiohttp side, "
+            "this process's CPU during the child's phase is added)"
+        )
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -25,3 +26,155 @@ def test_overhead_benchmark_runs_against_the_simulator() -> None:
     assert report["calls"] == 20 and report["concurrency"] == 4 and report["chunks"] == 20
     assert report["server"] == "in-process sim"
     assert report["texts_match"] is True
+
+
+def _run_benchmark(*args: str, timeout: float = 60) -> dict[str, Any]:
+    command = [sys.executable, "-m", *args]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=timeout, check=False)
+    assert done.returncode == 0, (
+        done.stdout.decode(errors="replace")[-2000:] + done.stderr.decode(errors="replace")[-2000:]
+    )
+    lines = done.stdout.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    report: dict[str, Any] = orjson.loads(lines[0])
+    return report
+
+
+def test_limiter_benchmark_never_exceeds_its_window() -> None:
+    report = _run_benchmark(
+        "benchmarks.limiter",
+        *("--cycles", "300", "--concurrency", "10", "--keys", "1,10"),
+        *("--limit", "10", "--per", "1", "--windows", "2", "--ttft", "0.01"),
+    )
+    assert [r["keys"] for r in report["actor"]["runs"]] == [1, 10]
+    for run in report["actor"]["runs"]:
+        assert run["admissions_per_s"] > 0 and run["cpu_us_per_admission"] > 0
+        assert run["held_after"] == 0
+    sat = report["saturation"]
+    assert sat["window_exceeded"] is False
+    assert sat["max_admitted_in_any_window"] <= 10
+    assert sat["server_max_in_any_window"] <= 10
+    assert sat["admitted_in_windows"] > 0 and sat["utilisation"] > 0.5
+    assert sat["calls_finished"] == sat["calls"] == sat["calls_ok"] + sat["calls_failed"]
+    assert sat["held_after"] == 0 and sat["timed_out"] is False
+
+
+def test_chaos_benchmark_ends_every_call_once() -> None:
+    report = _run_benchmark(
+        "benchmarks.chaos",
+        *("--calls", "60", "--concurrency", "12", "--levels", "0,0.3"),
+        *("--ttft", "0.005", "--tokens-per-second", "0", "--max-seconds", "30"),
+    )
+    assert report["ok"] is True
+    clean, faulty = report["levels"]
+    assert clean["completed"] == 60 and clean["failed"] == 0 and clean["retries"] == 0
+    for level in (clean, faulty):
+        assert level["finished"] == 60 and level["ended_twice"] == 0
+        assert level["completed"] + level["failed"] == 60
+        assert level["leak_free"] is True, level["held_after"]
+        assert level["results_not_matching_the_common_text"] == 0
+    assert faulty["server_requests"] > 60  # faults happened and were retried
+
+
+# -- overhead (every side), open_streams, import_time ------------------------------------------
+
+
+def _run_json(*args: str, timeout: float = 120) -> dict:
+    """Run ``python -m <args>`` from the repository root; its one JSON line on stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    lines = done.stdout.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    return orjson.loads(lines[0])
+
+
+def test_overhead_benchmark_measures_every_side_on_paced_streams() -> None:
+    import importlib.util
+
+    has_aiohttp = importlib.util.find_spec("aiohttp") is not None
+    report = _run_json(
+        "benchmarks.overhead",
+        *("--sim", "--calls", "16", "--concurrency", "8", "--repeat", "1", "--warmup", "4"),
+        *("--chunks", "4", "--itl-ms", "2"),
+    )
+    assert report["errors"] == 0, report["first_errors"]
+    assert report["texts_match"] is True and report["timed_out"] is False
+    assert report["chunks"] == 4 and report["itl_ms"] == 2 and report["concurrency"] == 8
+    for side in ("sluice", "sluice_httpx", "bare"):
+        assert report[f"{side}_cpu_s_per_1k"] > 0, side
+    assert report["ratio"] > 0 and report["ratio_httpx"] > 0
+    if has_aiohttp:
+        assert report["sides"] == ["bare", "sluice", "sluice_httpx", "aiohttp"]
+        assert report["aiohttp_cpu_s_per_1k"] > 0 and report["ratio_aiohttp"] > 0
+        assert report["aiohttp"] and len(report["rounds"]["aiohttp"]) == 1
+    else:
+        assert report["aiohttp_cpu_s_per_1k"] is None and report["ratio_aiohttp"] is None
+        assert report["aiohttp_skipped"]
+
+
+def test_overhead_benchmark_selects_sides() -> None:
+    import pytest
+
+    from benchmarks.overhead import parse_args
+
+    a = parse_args(["--sim", "--only", "sluice_httpx,bare"])
+    assert a.sides == ["bare", "sluice_httpx"]  # always in the canonical order
+    assert parse_args(["--sim", "--only", "both"]).sides == ["bare", "sluice"]
+    with pytest.raises(SystemExit):
+        parse_args(["--sim", "--only", "sluice,nope"])
+
+
+def test_open_streams_benchmark_holds_every_stream_open_at_once() -> None:
+    report = _run_json(
+        "benchmarks.open_streams",
+        *("--sim", "--streams", "40", "--chunks", "3", "--ttft-ms", "300", "--itl-ms", "300"),
+        *("--warmup", "2", "--rounds", "2", "--sample-interval", "0.05", "--quiet"),
+    )
+    assert report["completed"] == 40 and report["errors"] == 0, report["first_errors"]
+    assert report["not_finished"] == 0 and report["timed_out"] is False
+    assert report["max_streaming"] == 40 and report["max_admitted"] == 40
+    assert report["kb_per_open_stream"] is not None
+    assert report["rss_at_max_streaming_mb"] >= report["rss_before_mb"] > 0
+    assert report["completed_all_rounds"] == 80 and report["errors_all_rounds"] == 0
+    for one in report["rounds"]:
+        assert one["left_in_flight"]["calls"] == 0 and one["left_in_flight"]["admitted"] == 0
+    limits = report["rlimit_nofile"]
+    assert limits["soft"] >= limits["soft_before"] and limits["soft"] <= limits["hard"]
+    assert report["timeline"] and len(report["timeline"][0]) == len(report["timeline_columns"])
+
+
+def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
+    report = _run_json("benchmarks.import_time", "--runs", "1", "--top", "3")
+    assert report["module"] == "sluice" and report["import_ms"] > 0
+    assert len(report["import_ms_runs"]) == 1 and len(report["top_cumulative"]) == 3
+    assert all(row["module"] != "sluice" for row in report["top_cumulative"])
+    heavy = {"rich", "cyclopts", "h11", "httpx", "sluice.simulator", "cryptography", "coredis"}
+    assert set(report["heavy_loaded"]) | set(report["heavy_not_loaded"]) == heavy
+    assert "sluice" in report["sluice_modules_loaded"]
+    assert isinstance(report["meets_goal"], bool)
+
+
+def test_import_time_parser_keeps_only_the_module_subtree() -> None:
+    from benchmarks.import_time import import_subtree, parse_importtime
+
+    text = "\n".join(
+        [
+            "import time: self [us] | cumulative | imported package",
+            "import time:       100 |        100 | site",
+            "import time:        10 |         10 |     leaf",
+            "import time:        20 |         30 |   sluice.inner",
+            "import time:         5 |          5 |   other",
+            "import time:        40 |         75 | sluice",
+        ]
+    )
+    rows = parse_importtime(text)
+    assert rows[0] == ("site", 100, 100, 0)
+    assert rows[1] == ("leaf", 10, 10, 2)
+    assert [r[0] for r in import_subtree(rows, "sluice")] == [
+        "leaf",
+        "sluice.inner",
+        "other",
+        "sluice",
+    ]

@@ -1,0 +1,214 @@
+"""How long does ``import sluice`` take, and what does it pull in?
+
+    python -m benchmarks.import_time
+    python -m benchmarks.import_time --runs 9 --module sluice
+
+Runs ``python -X importtime -c "import sluice"`` in a fresh interpreter ``--runs`` times and
+reads the cumulative microseconds of the top-level ``sluice`` line (the whole import, every
+module it loads included; interpreter start-up and ``site`` are not). The JSON line gives the
+median, the ten modules with the largest median cumulative time, the ten with the largest self
+time, self time summed per top-level package (what dominates), and, from one more fresh
+interpreter, which of the modules that a call does not need are in ``sys.modules`` after the
+import (``rich``, ``cyclopts``, ``h11``, ``httpx``, ``sluice.simulator``, ``cryptography``,
+``coredis``). The tables cover only what ``import sluice`` loaded, not interpreter start-up.
+
+``-X importtime`` itself slows imports a little, so the JSON also has the import timed from
+inside a fresh interpreter without it (``perf_counter`` around ``import sluice``) and the
+whole ``python -c "import sluice"`` process next to ``python -c pass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import orjson
+
+HEAVY = ("rich", "cyclopts", "h11", "httpx", "sluice.simulator", "cryptography", "coredis")
+"""Modules ``import sluice`` should not load (a call does not need them)."""
+GOAL_MS = 150.0
+_SKEWING_ENV = frozenset(
+    {"PYTHONSTARTUP", "PYTHONPROFILEIMPORTTIME", "PYTHONINSPECT", "PYTHONVERBOSE", "PYTHONDEBUG"}
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.import_time",
+        description="Median import time of sluice (python -X importtime) and what it loads.",
+    )
+    p.add_argument("--runs", type=int, default=5, help="fresh interpreters per measure (5)")
+    p.add_argument("--module", default="sluice", help="the module to import (sluice)")
+    p.add_argument("--top", type=int, default=10, help="modules listed per table (10)")
+    p.add_argument("--goal-ms", type=float, default=GOAL_MS, help="the target, in ms (150)")
+    p.add_argument("--python", default=sys.executable, help="the interpreter to measure (this one)")
+    a = p.parse_args(argv)
+    if a.runs < 1 or a.top < 1:
+        p.error("--runs and --top must be at least 1")
+    return a
+
+
+def parse_importtime(text: str) -> list[tuple[str, int, int, int]]:
+    """``-X importtime`` lines as ``(module, self_us, cumulative_us, depth)``."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("import time:"):
+            continue
+        parts = line[len("import time:") :].split("|")
+        if len(parts) != 3:
+            continue
+        try:
+            self_us, cumulative_us = int(parts[0]), int(parts[1])
+        except ValueError:
+            continue  # the header line
+        name = parts[2]
+        stripped = name.lstrip(" ")
+        depth = (len(name) - len(stripped) - 1) // 2
+        rows.append((stripped.strip(), self_us, cumulative_us, depth))
+    return rows
+
+
+def import_subtree(
+    rows: list[tuple[str, int, int, int]], module: str
+) -> list[tuple[str, int, int, int]]:
+    """The rows of what ``import module`` loaded, ending with the module's own top-level row.
+
+    ``-X importtime`` prints a module after everything it imported (post-order), so the
+    subtree is the run of deeper rows right before the module's depth-0 row; start-up imports
+    (``site``, ``encodings``) are left out.
+    """
+    for end in range(len(rows) - 1, -1, -1):
+        name, _self, _cumulative, depth = rows[end]
+        if name == module and depth == 0:
+            start = end
+            while start > 0 and rows[start - 1][3] > 0:
+                start -= 1
+            return rows[start : end + 1]
+    raise SystemExit(f"no top-level {module!r} line in the -X importtime output")
+
+
+def _run(python: str, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    # PYTHONPATH stays (to measure another checkout); what would skew the timing goes.
+    env = {k: v for k, v in os.environ.items() if k not in _SKEWING_ENV}
+    with tempfile.TemporaryDirectory() as cwd:  # nothing importable by accident
+        done = subprocess.run(
+            [python, *flags, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=120,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise SystemExit(f"{python} {' '.join(flags)} -c {code!r} failed:\n{done.stderr[-2000:]}")
+    return done
+
+
+def _process_wall(python: str, code: str) -> float:
+    t0 = time.perf_counter()
+    _run(python, code)
+    return time.perf_counter() - t0
+
+
+def measure(a: argparse.Namespace) -> dict[str, Any]:
+    module = a.module
+    totals: list[int] = []
+    cumulative: dict[str, list[int]] = collections.defaultdict(list)
+    self_time: dict[str, list[int]] = collections.defaultdict(list)
+    packages: dict[str, list[int]] = collections.defaultdict(list)
+    inside: list[float] = []
+    process: list[float] = []
+    bare: list[float] = []
+    timer = f"import time\nt = time.perf_counter()\nimport {module}\nprint(time.perf_counter() - t)"
+    for _ in range(a.runs):  # interleaved, so a busy moment hits every measure alike
+        rows = parse_importtime(_run(a.python, f"import {module}", "-X", "importtime").stderr)
+        subtree = import_subtree(rows, module)
+        totals.append(subtree[-1][2])
+        per_package: dict[str, int] = collections.Counter()
+        seen = set()
+        for name, self_us, cumulative_us, _depth in subtree:
+            if name in seen:
+                continue
+            seen.add(name)
+            cumulative[name].append(cumulative_us)
+            self_time[name].append(self_us)
+            per_package[_package(name)] += self_us
+        for name, us in per_package.items():
+            packages[name].append(us)
+        inside.append(float(_run(a.python, timer).stdout.strip()))
+        process.append(_process_wall(a.python, f"import {module}"))
+        bare.append(_process_wall(a.python, "pass"))
+
+    def med(values: list[int]) -> float:
+        # A module missing from some runs (imported earlier by site, say) counts as 0 there.
+        return statistics.median(values + [0] * (a.runs - len(values)))
+
+    def table(found: dict[str, list[int]], n: int) -> list[dict[str, Any]]:
+        ranked = sorted(found, key=lambda name: med(found[name]), reverse=True)
+        return [{"module": name, "ms": round(med(found[name]) / 1000, 2)} for name in ranked[:n]]
+
+    in_module = _modules_after_import(a.python, module)
+    source = _run(a.python, f"import {module}\nprint({module}.__file__)").stdout.strip()
+    total_ms = statistics.median(totals) / 1000
+    return {
+        "module": module,
+        "runs": a.runs,
+        "import_ms": round(total_ms, 1),
+        "import_ms_runs": [round(t / 1000, 1) for t in totals],
+        "goal_ms": a.goal_ms,
+        "meets_goal": total_ms < a.goal_ms,
+        "top_cumulative": table({k: v for k, v in cumulative.items() if k != module}, a.top),
+        "top_self": table(self_time, a.top),
+        "self_by_package": table(packages, a.top),
+        "heavy_loaded": [name for name in HEAVY if name in in_module],
+        "heavy_not_loaded": [name for name in HEAVY if name not in in_module],
+        "modules_loaded": len(in_module),
+        "sluice_modules_loaded": sorted(
+            m for m in in_module if m == "sluice" or m.startswith("sluice.")
+        ),
+        "import_ms_without_importtime": round(statistics.median(inside) * 1000, 1),
+        "process_ms": round(statistics.median(process) * 1000, 1),
+        "bare_python_ms": round(statistics.median(bare) * 1000, 1),
+        "source": source,
+        "python": a.python,
+        "python_version": _run(
+            a.python, "import sys; print(sys.version.split()[0])"
+        ).stdout.strip(),
+        "cpus": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _package(name: str) -> str:
+    """The package a module is charged to: sluice's subpackages separately, others by root."""
+    parts = name.split(".")
+    if parts[0] == "sluice" and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _modules_after_import(python: str, module: str) -> set[str]:
+    code = f"import sys, json\nimport {module}\nprint(json.dumps(sorted(sys.modules)))"
+    found: list[str] = orjson.loads(_run(python, code).stdout)
+    return set(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    report = measure(a)
+    sys.stdout.buffer.write(orjson.dumps(report) + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
