@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -95,14 +95,26 @@ async def run_provider(
 
     The inbox is not closed here: after a crash the restarter runs this again on it.
     """
+    sweeping = trio.CancelScope()
     async with trio.open_nursery() as attempts:
+        if hasattr(ctx.transport, "sweep"):
+            attempts.start_soon(_sweep_idle_connections, ctx.transport, sweeping)
         task_status.started()
         while True:
             try:
                 msg = await take(inbox)
             except trio.EndOfChannel:
+                sweeping.cancel()  # the attempts still running finish; then we return
                 return
             attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+
+
+async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> None:
+    """Every keep-alive period, close the pool's connections that have expired idle."""
+    with scope:
+        while True:
+            await trio.sleep(transport.keepalive_expiry)
+            await transport.sweep()
 
 
 async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:

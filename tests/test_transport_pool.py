@@ -695,3 +695,28 @@ async def test_tls_through_a_connect_tunnel(
     assert seen[1].startswith(b"POST /v1/chat HTTP/1.1\r\n")
     assert b"proxy-authorization" not in seen[1]  # credentials go to the proxy only
     await transport.aclose()
+
+
+async def test_sweep_closes_connections_idle_past_their_expiry(autojump_clock, nursery):
+    """An origin not used again still has its expired idle connections closed by sweep()."""
+    from sluice.simulator import SimulatorApp
+    from tests.helpers import memory_transport
+
+    with trio.fail_after(60):
+        transport = memory_transport(SimulatorApp(), nursery)
+        response = await transport.send(
+            "POST",
+            "http://sim/v1/chat/completions",
+            (("content-type", "application/json"),),
+            b'{"model":"m","messages":[{"role":"user","content":"hi"}]}',
+        )
+        while await response.read_some():
+            pass
+        await response.aclose()
+        assert transport.statistics().idle == 1
+        await transport.sweep()
+        assert transport.statistics().idle == 1  # not expired yet
+        await trio.sleep(transport.keepalive_expiry + 0.1)
+        await transport.sweep()
+        assert transport.statistics().idle == 0
+        await transport.aclose()

@@ -359,6 +359,24 @@ class FastTransport:
             await self._release(pool, conn)
         return response
 
+    @property
+    def keepalive_expiry(self) -> float:
+        return self._keepalive_expiry
+
+    async def sweep(self) -> None:
+        """Close the connections that have sat idle longer than ``keepalive_expiry``.
+
+        Otherwise an expired connection is closed only when its origin is next used, and a
+        runtime that bursts and then idles would keep thousands of sockets open (seen with
+        10,000 streams in benchmarks/open_streams.py). The ProviderActor calls this every
+        ``keepalive_expiry`` seconds.
+        """
+        now = trio.current_time()
+        for pool in self._pools.values():
+            idle = pool.idle
+            while idle and now - idle[0].idle_since > self._keepalive_expiry:
+                await trio.aclose_forcefully(idle.popleft().stream)
+
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their response ends."""
         self._closed = True
