@@ -8,6 +8,7 @@ sequences them, waits and applies faults identically for both. Pure.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from .anthropic_request import parse_messages_request
@@ -45,7 +46,7 @@ _JSON: Header = (b"content-type", b"application/json")
 _NO_CACHE: Header = (b"cache-control", b"no-cache")
 
 
-class Route:
+class Route(ABC):
     """One generation protocol; see :data:`OPENAI` and :data:`ANTHROPIC`."""
 
     name: str
@@ -57,9 +58,11 @@ class Route:
     """Whether ``broken_json`` applies to tool-call arguments (they travel as text)."""
     _stream_type: Header
 
+    @abstractmethod
     def parse(self, body: bytes, *, ignore_tool_choice: bool) -> ChatRequest:
-        raise NotImplementedError
+        """The request, validated (RequestError with a protocol-shaped error when it is not)."""
 
+    @abstractmethod
     def stream_events(
         self,
         request: ChatRequest,
@@ -71,17 +74,19 @@ class Route:
         paced: bool,
         ping_every: int,
     ) -> list[list[bytes]]:
-        raise NotImplementedError
+        """The stream's events, grouped by when they go out."""
 
+    @abstractmethod
     def body(self, request: ChatRequest, reply: Reply, *, request_id: str, created: int) -> bytes:
-        raise NotImplementedError
+        """The whole (non-streamed) reply body."""
 
+    @abstractmethod
     def error(self, type_: str, message: str, request_id: str, param: str | None = None) -> bytes:
-        raise NotImplementedError
+        """An error body in this protocol's shape."""
 
+    @abstractmethod
     def status_error(self, status: int, request_id: str) -> bytes:
         """The body of a fault directive's error ``status``."""
-        raise NotImplementedError
 
     def stream_head(self, request_id: bytes) -> list[Header]:
         return [self._stream_type, _NO_CACHE, (self.request_id_header, request_id)]
