@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -47,6 +46,10 @@ from ..messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
+from .wire import arguments_object, to_json
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "build_body", "build_request"]
 
@@ -85,7 +88,7 @@ def build_request(
         method="POST",
         url=base_url.rstrip("/") + "/messages",
         headers=tuple(merged.items()),
-        body=orjson.dumps(build_body(request), default=_to_json),
+        body=orjson.dumps(build_body(request), default=to_json),
     )
 
 
@@ -115,13 +118,6 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     if request.extra_body:
         merge_extra(body, request.extra_body)
     return body
-
-
-def _to_json(value: object) -> object:
-    """orjson's fallback: read-only mappings (schemas handed in by users) become dicts."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot send a {type(value).__name__} in a request body")
 
 
 def _system(messages: list[Message]) -> str | list[dict[str, Any]]:
@@ -168,7 +164,12 @@ def _block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
             result["is_error"] = True
         return result
     if isinstance(part, ToolCall):
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": _input(part)}
+        return {
+            "type": "tool_use",
+            "id": part.id,
+            "name": part.name,
+            "input": arguments_object(part, "Anthropic"),
+        }
     if isinstance(part, ReasoningPart):
         if not assistant or not part.signature:
             return None
@@ -178,19 +179,6 @@ def _block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
     if isinstance(part, ImagePart):
         return {"type": "image", "source": _image_source(part)}
     return _document(part)
-
-
-def _input(call: ToolCall) -> Any:
-    try:
-        value = call.parsed_arguments()
-    except ValueError:
-        raise ConfigError(
-            f"the arguments of tool call {call.id!r} are not JSON, and Anthropic needs them "
-            "as an object"
-        ) from None
-    if type(value) is not dict:
-        raise ConfigError(f"the arguments of tool call {call.id!r} are not a JSON object")
-    return value
 
 
 def _data_url(url: str) -> tuple[str, str] | None:

@@ -25,8 +25,7 @@ older ``parameters`` field takes only an OpenAPI subset). ``tool_choice`` become
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import orjson
@@ -47,6 +46,10 @@ from ..messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
+from .wire import arguments_object, to_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["build_body", "build_request"]
 
@@ -85,7 +88,7 @@ def build_request(
         method="POST",
         url=f"{base_url.rstrip('/')}/models/{quote(model, safe='')}:{method}",
         headers=tuple(merged.items()),
-        body=orjson.dumps(build_body(request), default=_to_json),
+        body=orjson.dumps(build_body(request), default=to_json),
     )
 
 
@@ -111,13 +114,6 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     if request.extra_body:
         merge_extra(body, request.extra_body)
     return body
-
-
-def _to_json(value: object) -> object:
-    """orjson's fallback: read-only mappings (schemas handed in by users) become dicts."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot send a {type(value).__name__} in a request body")
 
 
 def _generation_config(request: ChatRequest) -> dict[str, Any]:
@@ -169,7 +165,13 @@ def _part(part: ContentPart, names: dict[str, str]) -> dict[str, Any]:
         wire = {"text": part.text, "thought": True}
     elif isinstance(part, ToolCall):
         names[part.id] = part.name
-        wire = {"functionCall": {"id": part.id, "name": part.name, "args": _args(part)}}
+        wire = {
+            "functionCall": {
+                "id": part.id,
+                "name": part.name,
+                "args": arguments_object(part, "Gemini"),
+            }
+        }
     elif isinstance(part, ToolResultPart):
         name = part.name or names.get(part.tool_call_id)
         if not name:
@@ -187,19 +189,6 @@ def _part(part: ContentPart, names: dict[str, str]) -> dict[str, Any]:
     if signature:
         wire["thoughtSignature"] = signature
     return wire
-
-
-def _args(call: ToolCall) -> Any:
-    try:
-        value = call.parsed_arguments()
-    except ValueError:
-        raise ConfigError(
-            f"the arguments of tool call {call.id!r} are not JSON, and Gemini needs them as "
-            "an object"
-        ) from None
-    if type(value) is not dict:
-        raise ConfigError(f"the arguments of tool call {call.id!r} are not a JSON object")
-    return value
 
 
 def _media(url: str, media_type: str | None, default_type: str | None) -> dict[str, Any]:

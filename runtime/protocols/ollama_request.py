@@ -21,8 +21,7 @@ which is merged last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +39,10 @@ from ..messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
+from .wire import arguments_object, to_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = ["build_body", "build_request", "chat_url"]
 
@@ -80,7 +83,7 @@ def build_request(
         method="POST",
         url=chat_url(base_url),
         headers=tuple(merged.items()),
-        body=orjson.dumps(build_body(request), default=_to_json),
+        body=orjson.dumps(build_body(request), default=to_json),
     )
 
 
@@ -114,13 +117,6 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     return body
 
 
-def _to_json(value: object) -> object:
-    """orjson's fallback: read-only mappings (schemas handed in by users) become dicts."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot send a {type(value).__name__} in a request body")
-
-
 def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # call id -> tool name, to name the tool of a result
@@ -140,7 +136,11 @@ def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                 out.append(result)
             elif isinstance(part, ToolCall):
                 names[part.id] = part.name
-                function = {"index": len(calls), "name": part.name, "arguments": _args(part)}
+                function = {
+                    "index": len(calls),
+                    "name": part.name,
+                    "arguments": arguments_object(part, "Ollama"),
+                }
                 calls.append({"function": function})
             elif isinstance(part, ReasoningPart):
                 if message.role == "assistant":
@@ -158,19 +158,6 @@ def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             wire["tool_calls"] = calls
         out.append(wire)
     return out
-
-
-def _args(call: ToolCall) -> Any:
-    try:
-        value = call.parsed_arguments()
-    except ValueError:
-        raise ConfigError(
-            f"the arguments of tool call {call.id!r} are not JSON, and Ollama needs them as "
-            "an object"
-        ) from None
-    if type(value) is not dict:
-        raise ConfigError(f"the arguments of tool call {call.id!r} are not a JSON object")
-    return value
 
 
 def _image(part: ImagePart | FilePart) -> str:

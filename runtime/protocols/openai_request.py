@@ -39,6 +39,7 @@ from ..messages import (
 )
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
+from .wire import to_json
 
 __all__ = ["build_body", "build_request", "merge_extra"]
 
@@ -71,7 +72,7 @@ def build_request(
         method="POST",
         url=base_url.rstrip("/") + "/chat/completions",
         headers=tuple(merged.items()),
-        body=orjson.dumps(build_body(request, quirks), default=_to_json),
+        body=orjson.dumps(build_body(request, quirks), default=to_json),
     )
 
 
@@ -116,13 +117,6 @@ def merge_extra(body: dict[str, Any], extra: Mapping[str, Any]) -> None:
             merge_extra(current, value)
         else:
             body[key] = value
-
-
-def _to_json(value: object) -> object:
-    """orjson's fallback: read-only mappings (schemas handed in by users) become dicts."""
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot send a {type(value).__name__} in a request body")
 
 
 def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
