@@ -14,7 +14,12 @@ from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
 from .config import BreakerConfig as BreakerConfig
+from .config import BudgetConfig as BudgetConfig
+from .config import LedgerConfig as LedgerConfig
+from .config import ModelConfig as ModelConfig
+from .config import PriceConfig as PriceConfig
 from .config import ProviderConfig as ProviderConfig
+from .config import QuirksConfig as QuirksConfig
 from .config import RateLimitConfig as RateLimitConfig
 from .config import RetryConfig as RetryConfig
 from .config import RuntimeConfig as RuntimeConfig
@@ -45,6 +50,7 @@ from .errors import ServerError as ServerError
 from .errors import SluiceError as SluiceError
 from .errors import StreamBroken as StreamBroken
 from .errors import TooLargeForQuota as TooLargeForQuota
+from .errors import ToolCallError as ToolCallError
 from .events import Admitted as Admitted
 from .events import CallEvent as CallEvent
 from .events import Completed as Completed
@@ -73,6 +79,9 @@ from .messages import Tool as Tool
 from .messages import ToolCall as ToolCall
 from .messages import ToolResultPart as ToolResultPart
 from .messages import Usage as Usage
+from .tools.capabilities import CapabilityOverride as CapabilityOverride
+from .tools.capabilities import ToolCapabilities as ToolCapabilities
+from .tools.capabilities import ToolOptions as ToolOptions
 
 __all__ = [
     "ActorCrashed",
@@ -80,11 +89,13 @@ __all__ = [
     "AuthenticationFailed",
     "BadRequest",
     "BreakerConfig",
+    "BudgetConfig",
     "BudgetExceeded",
     "CallError",
     "CallEvent",
     "CallStream",
     "CallTimeout",
+    "CapabilityOverride",
     "ChatRequest",
     "ChatResult",
     "CircuitOpen",
@@ -102,14 +113,18 @@ __all__ = [
     "FirstToken",
     "ImagePart",
     "InternalError",
+    "LedgerConfig",
     "MapOutcome",
     "MapOutcomes",
     "Message",
+    "ModelConfig",
     "NotFound",
     "Overloaded",
+    "PriceConfig",
     "ProtocolError",
     "ProviderConfig",
     "Queued",
+    "QuirksConfig",
     "RateLimitConfig",
     "RateLimited",
     "ReasoningDelta",
@@ -135,6 +150,9 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCallDelta",
+    "ToolCallError",
+    "ToolCapabilities",
+    "ToolOptions",
     "ToolResultPart",
     "Usage",
     "UsageReported",
