@@ -295,3 +295,13 @@ def test_numbers_beyond_float_range_become_null() -> None:
     result = repair_json("[1e999,]")
     assert result.value == [None]
     assert not any(isinstance(v, float) and math.isinf(v) for v in result.value)
+
+
+def test_backticks_inside_json_strings_are_not_a_fence():
+    """Found by hypothesis: a key holding a Markdown fence was taken for a fence around the
+    JSON, and the partial parse returned the text after it."""
+    from sluice.tools.repair import parse_partial, repair_json
+
+    assert parse_partial('{"v": {"```": []}}') == {"v": {"```": []}}
+    assert repair_json('{"code": "```py\\nx = 1\\n```"}').value == {"code": "```py\nx = 1\n```"}
+    assert repair_json('Sure:\n```json\n{"a": 1}\n```').value == {"a": 1}

@@ -401,9 +401,15 @@ def _clean(text: str, parser: _Parser) -> str:
 
 
 def _strip_fence(text: str) -> tuple[str, bool]:
-    """The body of the first Markdown code fence, if the text has one."""
+    """The body of the first Markdown code fence, if the text has one before its JSON.
+
+    Backticks after the first bracket are inside the JSON (a string holding a fence, say),
+    not a fence around it.
+    """
     start = text.find("```")
     if start < 0:
+        return text, False
+    if 0 <= _first_opener(text) < start:
         return text, False
     line_end = text.find("\n", start + 3)
     if line_end < 0:
