@@ -13,6 +13,7 @@ from cyclopts import Parameter
 from .._runtime import open_runtime
 from ..errors import ConfigError
 from ..jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchSummary, run_batch
+from ..jobs.batch_lines import parse_shard
 from ._common import EXIT_FAILED, EXIT_OK, build_config, check_model, fail
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ def format_summary(summary: BatchSummary, output: Path) -> str:
     return "\n".join(
         [
             f"batch done: {summary.lines} lines -> {output}",
-            f"  ok {summary.ok}, failed {summary.failed}",
+            f"  ok {summary.ok}, failed {summary.failed}"
+            + (f", skipped {summary.skipped} (already answered)" if summary.skipped else ""),
             f"  tokens: {summary.input_tokens} input, {summary.output_tokens} output",
             f"  elapsed {summary.elapsed:.2f} s, {summary.calls_per_second:.1f} calls/s",
         ]
@@ -68,14 +70,19 @@ async def batch(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     config: Path | None = None,
     job: str | None = None,
+    resume: bool = False,
+    ordered: bool = False,
+    shard: str | None = None,
+    allow_failures: bool = False,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
-    Every input line gets exactly one output line, in completion order (match them by
-    custom_id); bad lines and failed calls get an error line naming the input line. An
-    existing output file is replaced. The summary goes to stdout. Exit status: 0 when the job
-    ran (even if some lines failed), 2 for bad arguments, 1 if the output could not be
-    written.
+    Every input line gets exactly one output line, in completion order unless --ordered
+    (match them by custom_id); bad lines and failed calls get an error line naming the input
+    line. An existing output file is replaced unless --resume. A custom_id that appears twice
+    in the input stops the command before any call. The summary goes to stdout. Exit status:
+    0 when every line succeeded (or some failed and --allow-failures was given), 1 when a line
+    failed or the output could not be written, 2 for bad arguments or input.
 
     Args:
         input_file: the JSONL input (custom_id, method, url, body per line).
@@ -88,6 +95,13 @@ async def batch(
         config: a JSON config file (default: the file named by SLUICE_CONFIG, if any).
         job: the job the ledger records these calls under (default: a new id per run); a
             run resumed under the same job keeps its job budget.
+        resume: keep the existing output (a torn last line is cut off), skip the lines it
+            already answers and append the rest; with no output yet, simply start. The same
+            command line serves the first run and every resume.
+        ordered: write the output in input order (at most --max-in-flight lines held).
+        allow_failures: exit 0 even when some lines failed (their error lines are written).
+        shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
+            processes or hosts can split one file (each with its own output).
     """
     if not input_file.is_file():
         problem = "is not a file" if input_file.exists() else "does not exist"
@@ -97,6 +111,7 @@ async def batch(
     if (base_url is not None or api_key is not None) and model is None:
         return fail("--base-url and --api-key apply to --model's provider: give --model too")
     try:
+        shard_of = None if shard is None else parse_shard(shard)
         if model is not None:
             check_model(model)
         run_config = build_config(
@@ -115,6 +130,7 @@ async def batch(
         return fail(f"cannot create the folder for {output}: {exc.strerror}")
 
     io_error: OSError | None = None
+    usage_error: ConfigError | None = None
     summary = BatchSummary()
     with ExitStack() as stack:
         progress = _progress_display(stack)
@@ -127,12 +143,21 @@ async def batch(
                     model=model,
                     max_in_flight=max_in_flight,
                     progress=progress,
+                    resume=resume,
+                    ordered=ordered,
+                    shard=shard_of,
                 )
             except OSError as exc:
                 io_error = exc
+            except ConfigError as exc:
+                usage_error = exc
+    if usage_error is not None:
+        return fail(str(usage_error))
     if io_error is not None:
         name = io_error.filename or output
         print(f"sluice: error: {name}: {io_error.strerror or io_error}", file=sys.stderr)
         return EXIT_FAILED
     print(format_summary(summary, output), flush=True)
+    if summary.failed and not allow_failures:
+        return EXIT_FAILED
     return EXIT_OK

@@ -7,7 +7,9 @@
 
 The input is read as a stream (never loaded whole) and the calls run concurrently through
 ``Runtime.map``, so memory stays bounded by ``max_in_flight``. Each output line is written
-whole and flushed as soon as it is known, in completion order: key results by ``custom_id``.
+whole and flushed as soon as it is known, in completion order (key results by ``custom_id``),
+or in input order with ``ordered``. ``resume`` appends to an interrupted run's output and
+``shard`` keeps the lines whose custom_id hashes into one shard.
 Line parsing and rendering live in :mod:`sluice.jobs.batch_lines` (pure); this module only
 moves bytes and tasks.
 """
@@ -25,13 +27,17 @@ import trio
 from ..errors import ConfigError
 from ..messages import split_model
 from .batch_lines import (
+    Answered,
     BadLine,
+    DuplicateFinder,
     InputLine,
     LineSplitter,
+    Shard,
     parse_input_line,
     render_bad_line,
     render_error_line,
     render_result_line,
+    scan_output,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +67,8 @@ class BatchSummary:
     """Summed over successful calls."""
     output_tokens: int = 0
     """Summed over successful calls."""
+    skipped: int = 0
+    """Lines already answered in the output file (``resume``); not run again."""
     elapsed: float = 0.0
     """Seconds on trio's clock since the run started."""
 
@@ -90,10 +98,20 @@ class _Run:
     out: BinaryIO
     started: float
     progress: Callable[[BatchSummary], None] | None
+    answered: Answered | None = None
+    shard: Shard | None = None
+    window: trio.Semaphore | None = None
+    """Ordered runs only: one token per line read but not yet written (see :meth:`emit`)."""
     lock: trio.Lock = attrs.Factory(trio.Lock)
+    flush_lock: trio.Lock = attrs.Factory(trio.Lock)
     counts: dict[str, int] = attrs.Factory(dict)
-    pending: dict[int, InputLine] = attrs.Factory(dict)
-    """Lines handed to rt.map, keyed by their position in its input, until they finish."""
+    pending: dict[int, tuple[int, InputLine]] = attrs.Factory(dict)
+    """Lines handed to rt.map, keyed by their position in its input, until they finish; the
+    value holds the line's sequence number (its place among the lines this run writes)."""
+    held: dict[int, tuple[bytes, dict[str, int]]] = attrs.Factory(dict)
+    """Ordered runs only: finished lines waiting for an earlier one, by sequence number."""
+    next_read: int = 0
+    next_write: int = 0
     io_error: OSError | None = None
     """The first read or write error; it ends the run."""
 
@@ -112,6 +130,39 @@ class _Run:
         self.count(**counts)
         if self.progress is not None:
             self.progress(self.summary())
+
+    async def emit(self, seq: int, data: bytes, **counts: int) -> None:
+        """Write line number ``seq`` of this run: at once, or in order for ordered runs.
+
+        Ordered: the line is held until every earlier one is written. Holding never blocks
+        the caller beyond the write itself, so rt.map's slots are never kept busy by the
+        buffer; the reader's ``window`` (max_in_flight tokens, one per line read but not
+        written) is what bounds it.
+        """
+        if self.window is None:
+            await self.write(data, **counts)
+            return
+        self.held[seq] = (data, counts)
+        async with self.flush_lock:
+            while self.next_write in self.held:
+                data, counts = self.held.pop(self.next_write)
+                await self.write(data, **counts)
+                self.next_write += 1
+                self.window.release()
+
+    def wanted(self, lineno: int, custom_id: str | None) -> bool:
+        """False for a line outside this shard or already answered (counted as skipped)."""
+        if self.shard is not None and not self.shard.holds(custom_id):
+            return False
+        answered = self.answered
+        if answered is not None and (
+            custom_id in answered.custom_ids
+            if custom_id is not None
+            else lineno in answered.linenos
+        ):
+            self.count(skipped=1)
+            return False
+        return True
 
 
 async def _read_requests(
@@ -134,13 +185,18 @@ async def _read_requests(
                 chunk = await trio.to_thread.run_sync(infile.read, _READ_SIZE)
                 for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
                     item = parse_input_line(raw, lineno, model=model)
-                    if item is None:
+                    if item is None or not run.wanted(lineno, item.custom_id):
                         continue
                     run.count(lines=1)
+                    if run.window is not None:
+                        await run.window.acquire()
+                    seq = run.next_read
+                    run.next_read += 1
                     if isinstance(item, BadLine):
-                        await run.write(render_bad_line(item, line_id=_line_id()), failed=1)
+                        data = render_bad_line(item, line_id=_line_id())
+                        await run.emit(seq, data, failed=1)
                         continue
-                    run.pending[index] = item
+                    run.pending[index] = (seq, item)
                     index += 1
                     await requests.send(item.request)
                 if not chunk:
@@ -152,14 +208,15 @@ async def _read_requests(
 
 async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
     async for outcome in outcomes:
-        line = run.pending.pop(outcome.index)
+        seq, line = run.pending.pop(outcome.index)
         result, error = outcome.result, outcome.error
         if result is not None:
             data = render_result_line(
                 line.custom_id, result, line_id=_line_id(), created=int(time.time())
             )
             usage = result.usage
-            await run.write(
+            await run.emit(
+                seq,
                 data,
                 ok=1,
                 calls=1,
@@ -169,7 +226,7 @@ async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
         else:
             assert error is not None  # MapOutcome holds exactly one of result and error
             data = render_error_line(line.custom_id, line.lineno, error, line_id=_line_id())
-            await run.write(data, failed=1, calls=1)
+            await run.emit(seq, data, failed=1, calls=1)
 
 
 def _open_input(path: str | os.PathLike[str]) -> BinaryIO:
@@ -180,6 +237,37 @@ def _open_output(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "wb")
 
 
+def _open_for_resume(path: str | os.PathLike[str]) -> tuple[BinaryIO, Answered]:
+    """Open the output to append to, its torn last line (if any) cut off, and what it holds."""
+    try:
+        out = open(path, "r+b")  # noqa: SIM115 (closed by run_batch)
+    except FileNotFoundError:
+        return open(path, "wb"), Answered(frozenset(), frozenset(), 0)
+    try:
+        answered = scan_output(out)
+        out.seek(answered.keep)
+        out.truncate()
+    except BaseException:
+        out.close()
+        raise
+    return out, answered
+
+
+def _find_duplicate(path: str | os.PathLike[str]) -> str | None:
+    """Read the whole input once; a message for the first duplicated custom_id, else None."""
+    finder = DuplicateFinder()
+    splitter = LineSplitter()
+    with open(path, "rb") as infile:
+        while True:
+            chunk = infile.read(_READ_SIZE)
+            for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
+                problem = finder.add(lineno, raw)
+                if problem is not None:
+                    return problem
+            if not chunk:
+                return None
+
+
 async def run_batch(
     rt: Runtime,
     input_path: str | os.PathLike[str],
@@ -188,14 +276,18 @@ async def run_batch(
     model: str | None = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     progress: Callable[[BatchSummary], None] | None = None,
+    resume: bool = False,
+    ordered: bool = False,
+    shard: Shard | None = None,
 ) -> BatchSummary:
     """Run every request in an OpenAI Batch JSONL file and write one output line per input line.
 
     Guarantees: every non-blank input line gets exactly one output line, written whole and
-    flushed when its call finishes (completion order, not input order). A line that is not
+    flushed when its call finishes (completion order unless ``ordered``). A line that is not
     JSON, lacks ``custom_id`` or has an invalid body gets an error line naming its line number;
     a call that fails gets an error line too. Neither stops the run. An existing output file is
-    replaced.
+    replaced, unless ``resume``. Before the run starts the input is read once to check that no
+    custom_id appears twice.
 
     Args:
         rt: an open runtime (from :func:`sluice.open_runtime`).
@@ -205,12 +297,23 @@ async def run_batch(
             body's model must be written ``provider:model``.
         max_in_flight: calls running at once.
         progress: called with the counts so far after each output line.
+        resume: keep the existing output (a torn last line is cut off), skip every input
+            line it already answers and append the rest. With no output file yet the run
+            simply starts. Across any number of interrupted runs and resumes the output holds
+            one line per input line.
+        ordered: write lines in input order. A finished line is held until every earlier
+            one is written; at most ``max_in_flight`` lines are read but not yet written, so
+            the buffer holds fewer than ``max_in_flight`` lines and never blocks a call.
+        shard: process only the lines whose custom_id hashes into this shard (see
+            :class:`~sluice.jobs.batch_lines.Shard`); the others get no output line here.
 
     Returns:
         The final counts.
 
     Raises:
-        ConfigError: ``model`` is not written ``provider:model``.
+        ConfigError: ``model`` is not written ``provider:model``, a custom_id appears twice
+            in the input (the message names both lines), or (``resume``) the existing output
+            is not a batch output.
         OSError: the input cannot be opened or read, or the output cannot be written.
     """
     if model is not None:
@@ -219,11 +322,25 @@ async def run_batch(
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     started = trio.current_time()
+    duplicate = await trio.to_thread.run_sync(_find_duplicate, input_path)
+    if duplicate is not None:
+        raise ConfigError(duplicate)
     infile = await trio.to_thread.run_sync(_open_input, input_path)
     try:
-        out = await trio.to_thread.run_sync(_open_output, output_path)
+        answered = None
+        if resume:
+            out, answered = await trio.to_thread.run_sync(_open_for_resume, output_path)
+        else:
+            out = await trio.to_thread.run_sync(_open_output, output_path)
         try:
-            run = _Run(out=out, started=started, progress=progress)
+            run = _Run(
+                out=out,
+                started=started,
+                progress=progress,
+                answered=answered,
+                shard=shard,
+                window=trio.Semaphore(max_in_flight) if ordered else None,
+            )
             await _run(rt, run, infile, model, max_in_flight)
         finally:
             await trio.to_thread.run_sync(out.close)

@@ -18,6 +18,8 @@ OpenAI-style error body; otherwise (bad input line, no reply) ``response`` is nu
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -28,13 +30,21 @@ from ..messages import ChatRequest
 from .openai_format import parse_chat_body, render_chat_completion
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..errors import SluiceError
     from ..messages import ChatResult
 
 __all__ = [
+    "Answered",
     "BadLine",
+    "DuplicateFinder",
     "InputLine",
     "LineSplitter",
+    "Shard",
+    "custom_id_of",
+    "parse_shard",
+    "scan_output",
     "parse_input_line",
     "render_bad_line",
     "render_error_line",
@@ -217,3 +227,124 @@ def render_error_line(custom_id: str, lineno: int, error: SluiceError, *, line_i
             "error": {"code": code, "message": f"line {lineno}: {error}"},
         }
     )
+
+
+_LINE_PREFIX = re.compile(r"line (\d+):")
+
+
+@attrs.frozen
+class Answered:
+    """What an existing output file already holds, for ``--resume``."""
+
+    custom_ids: frozenset[str]
+    """Every custom_id with an output line (success or error)."""
+    linenos: frozenset[int]
+    """Input line numbers of error lines that have no custom_id (the line was not JSON or
+    lacked one): such input lines are answered too, matched by number."""
+    keep: int
+    """Bytes of the file to keep: everything up to the end of the last whole line. A torn
+    last line (no newline, or not valid JSON) lies past this offset."""
+
+
+def scan_output(lines: Iterable[bytes]) -> Answered:
+    """Read an output file's lines (each with its ``\\n``, as iterating a binary file gives).
+
+    Only the last line may be torn: one without a newline or that is not valid JSON is left
+    out of ``keep``. A line before it that is not a JSON object with a ``custom_id`` means the
+    file is not a batch output.
+
+    Raises:
+        ConfigError: a line other than the last is not a batch output line.
+    """
+    ids: set[str] = set()
+    linenos: set[int] = set()
+    keep = 0
+    torn: int | None = None
+    for n, raw in enumerate(lines, start=1):
+        if torn is not None:
+            raise ConfigError(f"output line {torn} is not a batch output line; cannot resume")
+        data: object = None
+        if raw.endswith(b"\n"):
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = None
+        if not isinstance(data, dict) or "custom_id" not in data:
+            torn = n
+            continue
+        keep += len(raw)
+        custom_id = data["custom_id"]
+        if isinstance(custom_id, str):
+            ids.add(custom_id)
+            continue
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        match = _LINE_PREFIX.match(message) if isinstance(message, str) else None
+        if match is not None:
+            linenos.add(int(match.group(1)))
+    return Answered(frozenset(ids), frozenset(linenos), keep)
+
+
+def custom_id_of(raw: bytes) -> str | None:
+    """The line's custom_id when it is a JSON object with a non-empty string one, else None."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    custom_id = data.get("custom_id") if isinstance(data, dict) else None
+    return custom_id if isinstance(custom_id, str) and custom_id else None
+
+
+class DuplicateFinder:
+    """Find the first custom_id that appears twice in the input (checked before a run).
+
+    Holds one entry per distinct custom_id (the ids, not the lines).
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def add(self, lineno: int, raw: bytes) -> str | None:
+        """Return a message naming both line numbers when ``raw``'s custom_id was seen before."""
+        custom_id = custom_id_of(raw)
+        if custom_id is None:
+            return None
+        first = self._seen.setdefault(custom_id, lineno)
+        if first == lineno:
+            return None
+        return f"custom_id {custom_id!r} appears on line {first} and again on line {lineno}"
+
+
+@attrs.frozen
+class Shard:
+    """Shard ``index`` of ``count``: the lines whose custom_id hashes to ``index``."""
+
+    index: int
+    count: int
+
+    def holds(self, custom_id: str | None) -> bool:
+        """True when this shard processes a line with ``custom_id``.
+
+        The hash is SHA-256 of the UTF-8 custom_id (stable across processes and hosts). A
+        line without a custom_id belongs to shard 0, so its error line is written once.
+        """
+        if custom_id is None:
+            return self.index == 0
+        digest = hashlib.sha256(custom_id.encode()).digest()
+        return int.from_bytes(digest[:8], "big") % self.count == self.index
+
+
+def parse_shard(text: str) -> Shard:
+    """Read ``i/n`` (0 <= i < n).
+
+    Raises:
+        ConfigError: it is not written so.
+    """
+    index, sep, count = text.partition("/")
+    try:
+        shard = Shard(int(index), int(count)) if sep else None
+    except ValueError:
+        shard = None
+    if shard is None or not 0 <= shard.index < shard.count:
+        raise ConfigError(f"--shard must be i/n with 0 <= i < n, got {text!r}")
+    return shard
