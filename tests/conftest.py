@@ -13,7 +13,17 @@
   the ledger file off (``SLUICE_LEDGER_DB=off``).
 """
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# In CI, property tests run a fixed, derandomized set of examples: a red build then always
+# means a change broke something, never that a new random example turned up an old bug
+# (those are found locally, where examples stay random). No deadline: CI boxes are shared.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture(autouse=True)
