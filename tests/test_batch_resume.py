@@ -185,3 +185,20 @@ def test_cli_refuses_duplicates_and_bad_shards(tmp_path, capsys):
     for bad in ["2/2", "x"]:
         assert main(["batch", str(dup), "-o", out, "--shard", bad]) == 2
         assert "--shard must be i/n" in capsys.readouterr().err
+
+
+async def test_batch_calls_are_booked_under_the_job(tmp_path):
+    """Every line's call is tagged with the job id, so the ledger books it there."""
+    import sluice
+    from sluice.config import LedgerConfig
+    from sluice.jobs.batch import run_batch
+    from sluice.simulator import mock_transport
+
+    source = write_input(tmp_path, INPUT)
+    config = sluice.RuntimeConfig(ledger=LedgerConfig(job="job-42", persist=False))
+    with trio.fail_after(30):
+        async with sluice.open_runtime(config, transport=mock_transport()) as rt:
+            await run_batch(rt, source, tmp_path / "out.jsonl")
+            rows = await rt.ledger.snapshot(by=("tag", "job"))
+    assert {(row.tag, row.job) for row in rows} == {("job-42", "job-42")}
+    assert sum(row.totals.calls for row in rows) == len(INPUT) - 2  # lines 5 and 8 are bad

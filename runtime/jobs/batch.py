@@ -114,6 +114,8 @@ class _Run:
     next_write: int = 0
     io_error: OSError | None = None
     """The first read or write error; it ends the run."""
+    tag: str | None = None
+    """Recorded on every call without a tag of its own (the job id), for the ledger."""
 
     def summary(self) -> BatchSummary:
         return BatchSummary(elapsed=trio.current_time() - self.started, **self.counts)
@@ -198,7 +200,12 @@ async def _read_requests(
                         continue
                     run.pending[index] = (seq, item)
                     index += 1
-                    await requests.send(item.request)
+                    # Batch work yields to interactive calls sharing the quota, and its usage is
+                    # booked under the job.
+                    request = attrs.evolve(
+                        item.request, priority="batch", tag=item.request.tag or run.tag
+                    )
+                    await requests.send(request)
                 if not chunk:
                     return
     except OSError as exc:
@@ -340,6 +347,7 @@ async def run_batch(
                 answered=answered,
                 shard=shard,
                 window=trio.Semaphore(max_in_flight) if ordered else None,
+                tag=rt.ledger.job or None,
             )
             await _run(rt, run, infile, model, max_in_flight)
         finally:
