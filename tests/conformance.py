@@ -8,6 +8,7 @@ returns no cases, so the parametrized tests are skipped rather than failing at c
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,25 @@ def load_cases(providers: frozenset[str] | None = None) -> list[Case]:
 def chunked(body: bytes, size: int) -> list[bytes]:
     """``body`` cut into pieces of ``size`` bytes (the last may be shorter)."""
     return [body[i : i + size] for i in range(0, len(body), size)]
+
+
+def splits(case: Case, body: bytes) -> dict[str, list[bytes]]:
+    """The ways every recorded body is fed to a decoder; all must give the same result."""
+    rng = random.Random(case.name)
+    cuts = sorted(rng.sample(range(1, len(body)), min(40, len(body) - 1)))
+    return {
+        "whole": [body],
+        "1 byte": chunked(body, 1),
+        "7 bytes": chunked(body, 7),
+        "random": [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)],
+    }
+
+
+def decode_pieces(codec: Any, pieces: list[bytes]) -> tuple[Any, list[Any], int]:
+    """Feed ``pieces`` to a fresh stream decoder of ``codec`` (events carry ``call-1``):
+    the output, every event, and the chunks it counted."""
+    decoder = codec.stream_decoder("call-1")
+    events: list[Any] = []
+    for piece in pieces:
+        events.extend(decoder.feed(piece))
+    return decoder.finish(), events, decoder.chunks_seen

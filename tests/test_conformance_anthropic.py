@@ -19,7 +19,6 @@ an input we deliberately omit or cannot express):
 
 from __future__ import annotations
 
-import random
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,7 +29,7 @@ from sluice.errors import CallError, ContextTooLong, Overloaded
 from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
 from sluice.protocols.anthropic import AnthropicCodec
-from tests.conformance import Case, chunked, load_cases
+from tests.conformance import Case, decode_pieces, load_cases, splits
 
 if TYPE_CHECKING:
     from sluice.protocols.base import AttemptOutput
@@ -201,22 +200,8 @@ EXPECTED: dict[str, Reply | ErrorReply] = {
 
 
 def decode_stream(pieces: list[bytes]) -> tuple[AttemptOutput, list[Any], int]:
-    decoder = CODEC.stream_decoder("call-1")
-    events: list[Any] = []
-    for piece in pieces:
-        events.extend(decoder.feed(piece))
-    return decoder.finish(), events, decoder.chunks_seen
-
-
-def splits(case: Case, body: bytes) -> dict[str, list[bytes]]:
-    rng = random.Random(case.name)
-    cuts = sorted(rng.sample(range(1, len(body)), min(40, len(body) - 1)))
-    return {
-        "whole": [body],
-        "1 byte": chunked(body, 1),
-        "7 bytes": chunked(body, 7),
-        "random": [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)],
-    }
+    out, events, seen = decode_pieces(CODEC, pieces)
+    return out, events, seen
 
 
 def assert_deltas_add_up(out: AttemptOutput, events: list[Any]) -> None:

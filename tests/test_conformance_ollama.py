@@ -22,7 +22,6 @@ and compares the whole body as parsed JSON, after these normalizations of the re
 
 from __future__ import annotations
 
-import random
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,7 +32,7 @@ from sluice.errors import BadRequest, CallError, StreamBroken
 from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
 from sluice.protocols.ollama import OllamaCodec
-from tests.conformance import Case, chunked, load_cases
+from tests.conformance import Case, load_cases, splits
 
 if TYPE_CHECKING:
     from sluice.protocols.base import AttemptOutput
@@ -113,17 +112,6 @@ def decode_stream(pieces: list[bytes]) -> tuple[AttemptOutput | StreamBroken, li
     except StreamBroken as exc:
         out = exc
     return out, events, decoder.chunks_seen
-
-
-def splits(case: Case, body: bytes) -> dict[str, list[bytes]]:
-    rng = random.Random(case.name)
-    cuts = sorted(rng.sample(range(1, len(body)), min(40, len(body) - 1)))
-    return {
-        "whole": [body],
-        "1 byte": chunked(body, 1),
-        "7 bytes": chunked(body, 7),
-        "random": [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)],
-    }
 
 
 def deltas(

@@ -16,7 +16,6 @@ and compares the whole body as parsed JSON, after two normalizations of the reco
 
 from __future__ import annotations
 
-import random
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,7 +26,7 @@ from sluice.errors import BadRequest, CallError
 from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
 from sluice.protocols.openai import OpenAICodec
-from tests.conformance import Case, chunked, load_cases
+from tests.conformance import Case, load_cases, splits
 
 if TYPE_CHECKING:
     from sluice.protocols.base import AttemptOutput
@@ -183,17 +182,6 @@ def decode_stream(body: bytes, pieces: list[bytes]) -> tuple[AttemptOutput, list
     for piece in pieces:
         events.extend(decoder.feed(piece))
     return decoder.finish(), events, decoder.chunks_seen
-
-
-def splits(case: Case, body: bytes) -> dict[str, list[bytes]]:
-    rng = random.Random(case.name)
-    cuts = sorted(rng.sample(range(1, len(body)), min(40, len(body) - 1)))
-    return {
-        "whole": [body],
-        "1 byte": chunked(body, 1),
-        "7 bytes": chunked(body, 7),
-        "random": [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)],
-    }
 
 
 def assert_deltas_add_up(out: AttemptOutput, events: list[Any]) -> None:
