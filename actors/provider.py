@@ -48,6 +48,7 @@ from sluice.mail import (
 from sluice.messages import Usage
 from sluice.protocols.base import AttemptOutput, Codec
 from sluice.providers.registry import ResolvedProvider
+from sluice.record import Record
 from sluice.transport.base import HotTransport
 from sluice.transport.errors import (
     ConnectError,
@@ -71,8 +72,8 @@ _MAX_ERROR_BODY = 64 * 1024
 _CHARS_PER_TOKEN = 4
 
 
-@attrs.frozen(eq=False)
-class ProviderContext:
+@attrs.frozen(eq=False, repr=False)
+class ProviderContext(Record):
     """What one ProviderActor works with. Built by the runtime."""
 
     spec: ResolvedProvider

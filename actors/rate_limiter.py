@@ -45,6 +45,7 @@ from sluice.mail import (
     Withdraw,
 )
 from sluice.messages import Usage
+from sluice.record import Record
 
 from .tell import put, take, tell
 
@@ -63,8 +64,8 @@ _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 
 
-@attrs.define(eq=False)
-class _Key:
+@attrs.define(eq=False, repr=False)
+class _Key(Record):
     name: str
     limits: RateLimitConfig
     specs: tuple[WindowSpec, ...]
@@ -87,8 +88,8 @@ class _Key:
         return self.limits.max_pending
 
 
-@attrs.define(eq=False)
-class _Ticket:
+@attrs.define(eq=False, repr=False)
+class _Ticket(Record):
     key: _Key
     reservation: Reservation
     admitted_at: float
@@ -422,8 +423,8 @@ def _too_large(reserved: TooLarge) -> TooLargeForQuota:
     )
 
 
-@attrs.frozen
-class RateLimiterHandle:
+@attrs.frozen(repr=False)
+class RateLimiterHandle(Record):
     """What the other actors hold to reach the RateLimiter. Created by the runtime."""
 
     _mailbox: trio.MemorySendChannel[RateLimiterMsg]

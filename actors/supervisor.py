@@ -75,6 +75,7 @@ from sluice.mail import (
 )
 from sluice.messages import ChatRequest, ChatResult, Timings, Usage
 from sluice.providers.registry import ResolvedProvider
+from sluice.record import Record
 from sluice.retry_budget import RetryBudget
 from sluice.tools.correct import NO_CORRECTIONS, Corrections
 
@@ -118,8 +119,8 @@ def default_preparer(request: ChatRequest, provider: ResolvedProvider) -> Prepar
     return prepare(request, provider.capabilities, request.tool_options)
 
 
-@attrs.frozen(eq=False)
-class SupervisorPeers:
+@attrs.frozen(eq=False, repr=False)
+class SupervisorPeers(Record):
     limiter: RateLimiterHandle
     ledger: TokenLedgerHandle
     retry: RetryConfig

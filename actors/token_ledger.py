@@ -30,6 +30,7 @@ from sluice.mail import (
     RecordCall,
     RecordUsage,
 )
+from sluice.record import Record
 
 from .tell import take, tell
 
@@ -178,8 +179,8 @@ class _Flusher:
                 reply_to.close()
 
 
-@attrs.frozen
-class TokenLedgerHandle:
+@attrs.frozen(repr=False)
+class TokenLedgerHandle(Record):
     """What the other actors and the runtime hold to reach the TokenLedger (``rt.ledger``)."""
 
     _mailbox: trio.MemorySendChannel[LedgerMsg]

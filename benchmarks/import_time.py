@@ -36,7 +36,17 @@ HEAVY = ("rich", "cyclopts", "h11", "httpx", "sluice.simulator", "cryptography",
 """Modules ``import sluice`` should not load (a call does not need them)."""
 GOAL_MS = 150.0
 _SKEWING_ENV = frozenset(
-    {"PYTHONSTARTUP", "PYTHONPROFILEIMPORTTIME", "PYTHONINSPECT", "PYTHONVERBOSE", "PYTHONDEBUG"}
+    {
+        "PYTHONSTARTUP",
+        "PYTHONPROFILEIMPORTTIME",
+        "PYTHONINSPECT",
+        "PYTHONVERBOSE",
+        "PYTHONDEBUG",
+        # With it set, an editable install has no bytecode cache and every run compiles
+        # sluice's ~45 modules from source (~50 ms here); an installed package, or any
+        # machine without it, imports cached bytecode. The warm-up run writes the cache.
+        "PYTHONDONTWRITEBYTECODE",
+    }
 )
 
 
@@ -129,6 +139,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     process: list[float] = []
     bare: list[float] = []
     timer = f"import time\nt = time.perf_counter()\nimport {module}\nprint(time.perf_counter() - t)"
+    _run(a.python, f"import {module}")  # warm-up: writes the bytecode cache, fills the page cache
     for _ in range(a.runs):  # interleaved, so a busy moment hits every measure alike
         rows = parse_importtime(_run(a.python, f"import {module}", "-X", "importtime").stderr)
         subtree = import_subtree(rows, module)

@@ -44,6 +44,7 @@ from .mail import (
 from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
 from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
+from .record import Record
 from .retry_budget import RetryBudget
 from .tools.capabilities import ToolCapabilities
 
@@ -139,8 +140,8 @@ class CallStream:
         raise self.error
 
 
-@attrs.frozen
-class RuntimeStatistics:
+@attrs.frozen(repr=False)
+class RuntimeStatistics(Record):
     """A snapshot of the runtime: what is in flight and what each quota key holds.
 
     After every call has ended, every count here is zero: anything else is a leak.
@@ -155,8 +156,8 @@ class RuntimeStatistics:
     """Per provider: ``closed``, ``open`` or ``half_open``."""
 
 
-@attrs.frozen
-class MapOutcome:
+@attrs.frozen(repr=False)
+class MapOutcome(Record):
     """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
 
     index: int

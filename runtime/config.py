@@ -25,6 +25,7 @@ from attrs.validators import ge, gt, le, optional
 
 from .errors import ConfigError
 from .messages import Deadlines
+from .record import Record
 from .serde import format_validation_error, get_converter
 from .tools.capabilities import CapabilityOverride
 
@@ -64,8 +65,8 @@ class Secret:
     __str__ = __repr__
 
 
-@attrs.frozen(kw_only=True)
-class WindowLimit:
+@attrs.frozen(kw_only=True, repr=False)
+class WindowLimit(Record):
     """At most ``limit`` units of ``dimension`` admitted in any ``per`` seconds."""
 
     dimension: Literal["requests", "input_tokens", "output_tokens", "total_tokens"]
@@ -74,8 +75,8 @@ class WindowLimit:
     """Length of the window in seconds: 1, 60, 86400..."""
 
 
-@attrs.frozen(kw_only=True)
-class RateLimitConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class RateLimitConfig(Record):
     """Admission limits for one quota key. Every limit is optional; none means unlimited."""
 
     key: Literal["provider", "model"] = "provider"
@@ -122,8 +123,8 @@ class RateLimitConfig:
         return found + self.windows
 
 
-@attrs.frozen(kw_only=True)
-class RetryConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class RetryConfig(Record):
     """How the Supervisor retries a failed attempt."""
 
     max_attempts: int = attrs.field(default=4, validator=ge(1))
@@ -149,8 +150,8 @@ class RetryConfig:
     """Error classes after which a call moves on to its next fallback model."""
 
 
-@attrs.frozen(kw_only=True)
-class BreakerConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class BreakerConfig(Record):
     """When a provider's circuit breaker opens, and for how long."""
 
     min_failures: int = attrs.field(default=5, validator=ge(1))
@@ -162,8 +163,8 @@ class BreakerConfig:
     """Seconds it stays open before one probe call may go."""
 
 
-@attrs.frozen(kw_only=True)
-class ModelConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class ModelConfig(Record):
     """Settings for one model of a provider: ``providers.NAME.models.MODEL`` (the model name
     without the provider prefix)."""
 
@@ -178,8 +179,8 @@ class ModelConfig:
     call's own (see :func:`sluice.providers.params.merge_params`)."""
 
 
-@attrs.frozen(kw_only=True)
-class QuirksConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class QuirksConfig(Record):
     """Overrides of a provider's known quirks (see :class:`sluice.protocols.RequestQuirks`);
     every field left None keeps the provider's value."""
 
@@ -204,8 +205,8 @@ def masked_headers(headers: Mapping[str, str]) -> str:
     return repr(shown)
 
 
-@attrs.frozen(kw_only=True)
-class ProviderConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class ProviderConfig(Record):
     """One backend. Builtin providers fill what is left unset here; any other name is a custom
     provider, which needs a ``base_url`` (and a ``protocol``, unless it is OpenAI-compatible)."""
 
@@ -240,8 +241,8 @@ class ProviderConfig:
     """Per-model settings, by model name without the provider prefix."""
 
 
-@attrs.frozen(kw_only=True)
-class PriceConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class PriceConfig(Record):
     """One model's price in US dollars per million tokens."""
 
     input: float = attrs.field(validator=ge(0))
@@ -259,8 +260,8 @@ def _check_budget(instance: BudgetConfig, _attribute: Any, _value: Any) -> None:
         raise ValueError("a budget names a tag exactly when its scope is 'tag'")
 
 
-@attrs.frozen(kw_only=True)
-class BudgetConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class BudgetConfig(Record):
     """A spending limit: calls that could pass it fail with ``BudgetExceeded`` unsent.
 
     ``global`` and ``tag`` budgets count what this runtime spends; a ``job`` budget also counts
@@ -275,8 +276,8 @@ class BudgetConfig:
     """Input plus output tokens."""
 
 
-@attrs.frozen(kw_only=True)
-class LedgerConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class LedgerConfig(Record):
     """The TokenLedger: where it keeps its rows, what tokens cost, and spending budgets."""
 
     persist: bool = True

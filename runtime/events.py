@@ -18,6 +18,7 @@ import attrs
 
 from .errors import CallError
 from .messages import ChatResult, Usage
+from .record import Record
 
 __all__ = [
     "Admitted",
@@ -37,8 +38,8 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class Queued:
+@attrs.frozen(repr=False)
+class Queued(Record):
     """The call waits for admission."""
 
     call_id: str
@@ -46,8 +47,8 @@ class Queued:
     at: float
 
 
-@attrs.frozen
-class Admitted:
+@attrs.frozen(repr=False)
+class Admitted(Record):
     """The RateLimiter let this attempt through; ``waited`` is its time in the queue."""
 
     call_id: str
@@ -56,8 +57,8 @@ class Admitted:
     waited: float
 
 
-@attrs.frozen
-class FirstToken:
+@attrs.frozen(repr=False)
+class FirstToken(Record):
     """The attempt's first chunk arrived; ``ttft`` is measured from submit."""
 
     call_id: str
@@ -66,20 +67,20 @@ class FirstToken:
     ttft: float
 
 
-@attrs.frozen(slots=True)
-class TextDelta:
+@attrs.frozen(slots=True, repr=False)
+class TextDelta(Record):
     call_id: str
     text: str
 
 
-@attrs.frozen(slots=True)
-class ReasoningDelta:
+@attrs.frozen(slots=True, repr=False)
+class ReasoningDelta(Record):
     call_id: str
     text: str
 
 
-@attrs.frozen(slots=True)
-class ToolCallDelta:
+@attrs.frozen(slots=True, repr=False)
+class ToolCallDelta(Record):
     """A fragment of tool call ``index``: ``id`` and ``name`` arrive once, arguments in pieces."""
 
     call_id: str
@@ -89,16 +90,16 @@ class ToolCallDelta:
     arguments: str
 
 
-@attrs.frozen
-class UsageReported:
+@attrs.frozen(repr=False)
+class UsageReported(Record):
     """The provider reported the attempt's token usage."""
 
     call_id: str
     usage: Usage
 
 
-@attrs.frozen
-class StreamReset:
+@attrs.frozen(repr=False)
+class StreamReset(Record):
     """Discard every delta received so far: attempt ``attempt`` failed after output began."""
 
     call_id: str
@@ -106,8 +107,8 @@ class StreamReset:
     reason: str
 
 
-@attrs.frozen
-class Retrying:
+@attrs.frozen(repr=False)
+class Retrying(Record):
     """Attempt ``attempt`` failed with ``error``; the next begins after ``delay`` seconds."""
 
     call_id: str
@@ -116,8 +117,8 @@ class Retrying:
     error: CallError
 
 
-@attrs.frozen
-class FallingBack:
+@attrs.frozen(repr=False)
+class FallingBack(Record):
     """The call moves from ``from_model`` to its next fallback ``to_model`` after ``error``."""
 
     call_id: str
@@ -126,14 +127,14 @@ class FallingBack:
     error: CallError
 
 
-@attrs.frozen
-class Completed:
+@attrs.frozen(repr=False)
+class Completed(Record):
     call_id: str
     result: ChatResult
 
 
-@attrs.frozen
-class Failed:
+@attrs.frozen(repr=False)
+class Failed(Record):
     call_id: str
     error: CallError
 

@@ -24,6 +24,7 @@ from .limits.queue import Priority
 from .messages import ChatRequest, Usage
 from .protocols.base import AttemptOutput
 from .providers.registry import ResolvedProvider
+from .record import Record
 
 if TYPE_CHECKING:
     # Only a type here: Call is never structured by cattrs, and importing the tool layer's
@@ -65,8 +66,8 @@ EventBatch: TypeAlias = Sequence[CallEvent]
 """Events travel to the consumer in batches: every event decoded from one network read."""
 
 
-@attrs.frozen(eq=False)
-class Call:
+@attrs.frozen(eq=False, repr=False)
+class Call(Record):
     """One submitted call, as the actors see it. Created by the runtime, never by users."""
 
     call_id: str
@@ -105,8 +106,8 @@ class Call:
         self.control.abandon()
 
 
-@attrs.define(eq=False)
-class CallControl:
+@attrs.define(eq=False, repr=False)
+class CallControl(Record):
     """Lets a consumer that leaves stop its call wherever it is: queued, or mid-attempt.
 
     Whoever waits on the call's behalf (the Supervisor at admission, the provider during an
@@ -134,23 +135,23 @@ class CallControl:
 # RateLimiter ------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Admission:
+@attrs.frozen(repr=False)
+class Admission(Record):
     """An attempt may go. ``ticket`` names its slots and reservation until settled."""
 
     ticket: int
     at: float
 
 
-@attrs.frozen
-class Refusal:
+@attrs.frozen(repr=False)
+class Refusal(Record):
     """The attempt can never be admitted (or not before the quota resets): fail the call."""
 
     error: CallError
 
 
-@attrs.frozen(eq=False)
-class Acquire:
+@attrs.frozen(eq=False, repr=False)
+class Acquire(Record):
     """Ask for admission under quota key ``key``; the answer arrives on ``reply_to``."""
 
     key: str
@@ -163,15 +164,15 @@ class Acquire:
     """Who to charge in the spending budgets (None: no budget applies)."""
 
 
-@attrs.frozen(eq=False)
-class Withdraw:
+@attrs.frozen(eq=False, repr=False)
+class Withdraw(Record):
     """The asker of ``acquire`` gave up while queued: take it out of the queue."""
 
     acquire: Acquire
 
 
-@attrs.frozen
-class Release:
+@attrs.frozen(repr=False)
+class Release(Record):
     """Free the pending slot of ``ticket``: its first chunk arrived. Twice is harmless."""
 
     ticket: int
@@ -180,8 +181,8 @@ class Release:
 Signal: TypeAlias = Literal["ok", "rate_limited", "overloaded", "failed"]
 
 
-@attrs.frozen
-class Settle:
+@attrs.frozen(repr=False)
+class Settle(Record):
     """Attempt ``ticket`` ended: free its slots and settle its reservation.
 
     ``usage`` replaces the token estimate (None: keep it, the attempt may have used it all).
@@ -200,8 +201,8 @@ class Settle:
     """The attempt never went out (its caller left first): refund everything."""
 
 
-@attrs.frozen
-class KeyStatistics:
+@attrs.frozen(repr=False)
+class KeyStatistics(Record):
     """A snapshot of one quota key."""
 
     key: str
@@ -217,8 +218,8 @@ class KeyStatistics:
     exhausted_left: float
 
 
-@attrs.frozen(eq=False)
-class GetLimiterStats:
+@attrs.frozen(eq=False, repr=False)
+class GetLimiterStats(Record):
     reply_to: trio.MemorySendChannel[dict[str, KeyStatistics]]
 
 
@@ -228,30 +229,30 @@ RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterSt
 # ProviderActor ----------------------------------------------------------------------------
 
 
-@attrs.frozen
-class AttemptSucceeded:
+@attrs.frozen(repr=False)
+class AttemptSucceeded(Record):
     output: AttemptOutput
     first_token_at: float | None
     request_id: str | None
 
 
-@attrs.frozen
-class AttemptFailed:
+@attrs.frozen(repr=False)
+class AttemptFailed(Record):
     error: CallError
     delivered: int
     """Delta events of this attempt that already reached the consumer's stream."""
 
 
-@attrs.frozen
-class ConsumerGone:
+@attrs.frozen(repr=False)
+class ConsumerGone(Record):
     """The consumer closed its stream; the attempt was abandoned."""
 
 
 AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone
 
 
-@attrs.define(eq=False)
-class AttemptProgress:
+@attrs.define(eq=False, repr=False)
+class AttemptProgress(Record):
     """Written by the ProviderActor while the attempt runs, read by the Supervisor if the
     attempt is lost (its actor crashed) and no outcome arrives."""
 
@@ -261,8 +262,8 @@ class AttemptProgress:
     front of its first batch and empties this list; whatever is left, the Supervisor sends."""
 
 
-@attrs.frozen(eq=False)
-class StartAttempt:
+@attrs.frozen(eq=False, repr=False)
+class StartAttempt(Record):
     call: Call
     """The call as routed for this attempt (a fallback routes it to another model)."""
     attempt: int
@@ -277,8 +278,8 @@ ProviderMsg: TypeAlias = StartAttempt
 # TokenLedger ------------------------------------------------------------------------------
 
 
-@attrs.frozen
-class RecordUsage:
+@attrs.frozen(repr=False)
+class RecordUsage(Record):
     """Tokens one attempt used (successful or not)."""
 
     provider: str
@@ -292,8 +293,8 @@ class RecordUsage:
     abandoned after output began, or the provider sends no usage)."""
 
 
-@attrs.frozen
-class RecordCall:
+@attrs.frozen(repr=False)
+class RecordCall(Record):
     """A call ended: ``ok`` with a result, or failed for good."""
 
     provider: str
@@ -304,22 +305,22 @@ class RecordCall:
     job: str | None = None
 
 
-@attrs.frozen(eq=False)
-class GetTotals:
+@attrs.frozen(eq=False, repr=False)
+class GetTotals(Record):
     """Ask for the totals per ``provider:model``."""
 
     reply_to: trio.MemorySendChannel[dict[str, LedgerTotals]]
 
 
-@attrs.frozen(eq=False)
-class GetLedgerRows:
+@attrs.frozen(eq=False, repr=False)
+class GetLedgerRows(Record):
     """Ask for a copy of every row (all days, tags and jobs)."""
 
     reply_to: trio.MemorySendChannel[list[tuple[LedgerKey, LedgerTotals]]]
 
 
-@attrs.frozen(eq=False)
-class FlushLedger:
+@attrs.frozen(eq=False, repr=False)
+class FlushLedger(Record):
     """Write what is not yet stored now; ``reply_to`` is closed once it is written."""
 
     reply_to: trio.MemorySendChannel[None]
@@ -331,8 +332,8 @@ LedgerMsg: TypeAlias = RecordUsage | RecordCall | GetTotals | GetLedgerRows | Fl
 # Supervisor -------------------------------------------------------------------------------
 
 
-@attrs.frozen(eq=False)
-class Submit:
+@attrs.frozen(eq=False, repr=False)
+class Submit(Record):
     call: Call
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import orjson
 
+from .record import Record
+
 __all__ = [
     "ChatRequest",
     "ChatResult",
@@ -41,16 +43,16 @@ Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
 
 
-@attrs.frozen
-class TextPart:
+@attrs.frozen(repr=False)
+class TextPart(Record):
     text: str
     type: Literal["text"] = "text"
     signature: str | None = attrs.field(default=None, kw_only=True)
     """An opaque provider signature to echo back with this part (Gemini's ``thoughtSignature``)."""
 
 
-@attrs.frozen(kw_only=True)
-class ImagePart:
+@attrs.frozen(kw_only=True, repr=False)
+class ImagePart(Record):
     """An image, by URL (``https:`` or a ``data:`` URL)."""
 
     url: str
@@ -59,8 +61,8 @@ class ImagePart:
     type: Literal["image"] = "image"
 
 
-@attrs.frozen(kw_only=True)
-class FilePart:
+@attrs.frozen(kw_only=True, repr=False)
+class FilePart(Record):
     """A document: base64 ``data`` with its media type, or a provider file id in ``file_id``."""
 
     data: str | None = None
@@ -70,8 +72,8 @@ class FilePart:
     type: Literal["file"] = "file"
 
 
-@attrs.frozen(kw_only=True)
-class ToolCall:
+@attrs.frozen(kw_only=True, repr=False)
+class ToolCall(Record):
     """A tool call the model made. ``arguments`` is the JSON text as the model produced it."""
 
     id: str
@@ -92,8 +94,8 @@ class ToolCall:
         return orjson.loads(self.arguments)
 
 
-@attrs.frozen(kw_only=True)
-class ToolResultPart:
+@attrs.frozen(kw_only=True, repr=False)
+class ToolResultPart(Record):
     """The result of a tool call, sent back to the model in a ``tool`` message."""
 
     tool_call_id: str
@@ -103,8 +105,8 @@ class ToolResultPart:
     type: Literal["tool_result"] = "tool_result"
 
 
-@attrs.frozen(kw_only=True)
-class ReasoningPart:
+@attrs.frozen(kw_only=True, repr=False)
+class ReasoningPart(Record):
     """Reasoning text the model showed; ``signature`` is echoed back where a provider needs it."""
 
     text: str
@@ -121,8 +123,8 @@ def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
     return tuple(content)
 
 
-@attrs.frozen
-class Message:
+@attrs.frozen(repr=False)
+class Message(Record):
     """One chat message: a role and its content parts.
 
     Build them with :meth:`system`, :meth:`user`, :meth:`assistant` and :meth:`tool`.
@@ -163,8 +165,8 @@ class Message:
         return tuple(p for p in self.content if isinstance(p, ToolCall))
 
 
-@attrs.frozen(kw_only=True)
-class Tool:
+@attrs.frozen(kw_only=True, repr=False)
+class Tool(Record):
     """A function the model may call. ``parameters`` is a JSON schema for its arguments."""
 
     name: str
@@ -175,8 +177,8 @@ class Tool:
     strict: bool | None = None
 
 
-@attrs.frozen
-class SpecificTool:
+@attrs.frozen(repr=False)
+class SpecificTool(Record):
     """``tool_choice`` that forces one named tool."""
 
     name: str
@@ -185,8 +187,8 @@ class SpecificTool:
 ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
 
 
-@attrs.frozen(kw_only=True)
-class ResponseFormat:
+@attrs.frozen(kw_only=True, repr=False)
+class ResponseFormat(Record):
     """Structured output: ``json_object``, or ``json_schema`` with a schema."""
 
     type: Literal["text", "json_object", "json_schema"] = "json_schema"
@@ -195,8 +197,8 @@ class ResponseFormat:
     strict: bool | None = None
 
 
-@attrs.frozen(kw_only=True)
-class Deadlines:
+@attrs.frozen(kw_only=True, repr=False)
+class Deadlines(Record):
     """Per-call time limits in seconds; None means no limit of that kind.
 
     ``first_token`` and ``idle`` apply to each attempt; ``total`` covers the whole call,
@@ -245,8 +247,8 @@ def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
     return SpecificTool(value)
 
 
-@attrs.frozen(kw_only=True)
-class ChatRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class ChatRequest(Record):
     """Everything one chat call needs. ``model`` is ``provider:model``.
 
     ``messages`` accepts a plain string as one user message; ``tool_choice`` accepts a tool
@@ -292,8 +294,8 @@ class ChatRequest:
         return split_model(self.model)[1]
 
 
-@attrs.frozen
-class Usage:
+@attrs.frozen(repr=False)
+class Usage(Record):
     """Token counts, normalized across providers.
 
     ``input_tokens`` counts every prompt token the provider processed, cached ones included;
@@ -320,8 +322,8 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
-@attrs.frozen(kw_only=True)
-class Timings:
+@attrs.frozen(kw_only=True, repr=False)
+class Timings(Record):
     """Seconds on trio's clock, measured from the moment the call was submitted."""
 
     queued: float = 0.0
@@ -331,8 +333,8 @@ class Timings:
     total: float = 0.0
 
 
-@attrs.frozen(kw_only=True)
-class ChatResult:
+@attrs.frozen(kw_only=True, repr=False)
+class ChatResult(Record):
     """The finished call: the winning attempt's assistant message, usage and timings."""
 
     call_id: str

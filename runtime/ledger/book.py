@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 import attrs
 
+from ..record import Record
 from .prices import PriceTable, format_usd
 
 if TYPE_CHECKING:
@@ -48,8 +49,8 @@ class LedgerKey(NamedTuple):
     job: str
 
 
-@attrs.define
-class LedgerTotals:
+@attrs.define(repr=False)
+class LedgerTotals(Record):
     """Counters for one row (or any sum of rows). All integers; cost in micro-dollars."""
 
     calls: int = 0
@@ -242,8 +243,8 @@ class LedgerBook:
         return micros, tokens
 
 
-@attrs.frozen(kw_only=True)
-class LedgerSummary:
+@attrs.frozen(kw_only=True, repr=False)
+class LedgerSummary(Record):
     """One group of a :func:`summarize`: the group's key and its summed counters.
 
     A dimension the summary is not grouped by is None. Grouping by ``model`` sets ``provider``

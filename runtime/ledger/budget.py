@@ -43,6 +43,7 @@ import attrs
 
 from ..errors import BudgetExceeded
 from ..messages import Usage
+from ..record import Record
 from .prices import PriceTable, cost_micros, format_usd, worst_case_micros
 
 if TYPE_CHECKING:
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "BudgetBook", "BudgetClaim", "BudgetHold", "BudgetStatus"]
 
 
-@attrs.frozen(kw_only=True)
-class Budget:
+@attrs.frozen(kw_only=True, repr=False)
+class Budget(Record):
     """One budget: a limit on micro-dollars, tokens (input + output), or both."""
 
     scope: Literal["global", "tag", "job"] = "global"
@@ -68,8 +69,8 @@ class Budget:
         return f"tag {self.tag!r}" if self.scope == "tag" else self.scope
 
 
-@attrs.frozen
-class BudgetClaim:
+@attrs.frozen(repr=False)
+class BudgetClaim(Record):
     """Who asks: the model an attempt goes to, and the call's tag."""
 
     provider: str
@@ -77,8 +78,8 @@ class BudgetClaim:
     tag: str | None = None
 
 
-@attrs.define(eq=False)
-class _Account:
+@attrs.define(eq=False, repr=False)
+class _Account(Record):
     budget: Budget
     spent_micros: int = 0
     spent_tokens: int = 0
@@ -87,8 +88,8 @@ class _Account:
     refused: int = 0
 
 
-@attrs.frozen
-class BudgetStatus:
+@attrs.frozen(repr=False)
+class BudgetStatus(Record):
     """A snapshot of one budget account."""
 
     name: str
@@ -115,8 +116,8 @@ class BudgetStatus:
         return self.max_tokens - self.spent_tokens - self.reserved_tokens
 
 
-@attrs.define(eq=False)
-class BudgetHold:
+@attrs.define(eq=False, repr=False)
+class BudgetHold(Record):
     """What one admitted attempt reserved; settled exactly once."""
 
     accounts: tuple[_Account, ...]

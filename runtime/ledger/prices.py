@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ..record import Record
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -64,8 +66,8 @@ def format_usd(micros: int | None) -> str:
     return f"{'-' if micros < 0 else ''}{whole}.{frac:06d}"
 
 
-@attrs.frozen
-class ModelPrice:
+@attrs.frozen(repr=False)
+class ModelPrice(Record):
     """One model's prices in micro-dollars per million tokens (``2_500_000`` is $2.50 / M).
 
     ``cache_read`` and ``cache_write`` are the prices of prompt tokens read from or written to

@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from ..errors import ConfigError
+from ..record import Record
 from .book import LedgerBook
 from .budget import Budget, BudgetBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
@@ -77,8 +78,8 @@ def price_table(config: LedgerConfig) -> PriceTable:
         raise ConfigError(f"ledger.prices: {exc}") from None
 
 
-@attrs.frozen(eq=False)
-class LedgerSetup:
+@attrs.frozen(eq=False, repr=False)
+class LedgerSetup(Record):
     """The ledger's parts for one runtime."""
 
     book: LedgerBook

@@ -21,6 +21,7 @@ from ..messages import (
     ToolResultPart,
     Usage,
 )
+from ..record import Record
 
 __all__ = ["Cost", "estimate_cost", "estimate_prompt_tokens"]
 
@@ -29,8 +30,8 @@ _PER_MESSAGE = 4
 _PER_IMAGE = 768  # a mid-size image at "auto" detail on the common vision models
 
 
-@attrs.frozen
-class Cost:
+@attrs.frozen(repr=False)
+class Cost(Record):
     """Units one attempt takes from each dimension of a quota."""
 
     requests: int = 1

@@ -17,6 +17,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from ..record import Record
+
 __all__ = [
     "Dimension",
     "Learned",
@@ -69,8 +71,8 @@ def _rfc3339_wait(text: str | None, wall_now: float) -> float | None:
     return max(0.0, when.timestamp() - wall_now)
 
 
-@attrs.frozen
-class Learned:
+@attrs.frozen(repr=False)
+class Learned(Record):
     """One dimension of a limit, as a provider reported it."""
 
     dimension: Dimension

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from ..record import Record
 from .cost import Cost
 from .headers import Dimension, Learned
 from .window import Window, WindowEntry
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["MemoryQuotaStore", "QuotaStore", "Reservation", "TooLarge", "WindowSpec"]
 
 
-@attrs.frozen
-class WindowSpec:
+@attrs.frozen(repr=False)
+class WindowSpec(Record):
     """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
 
     dimension: Dimension
@@ -33,8 +34,8 @@ class WindowSpec:
     period: float
 
 
-@attrs.frozen(eq=False)
-class Reservation:
+@attrs.frozen(eq=False, repr=False)
+class Reservation(Record):
     """Units taken from a key's windows for one attempt, to settle when it ends."""
 
     key: str
@@ -42,8 +43,8 @@ class Reservation:
     entries: tuple[tuple[tuple[Dimension, float], WindowEntry], ...]
 
 
-@attrs.frozen
-class TooLarge:
+@attrs.frozen(repr=False)
+class TooLarge(Record):
     """The cost exceeds a whole window: waiting can never admit it."""
 
     dimension: Dimension

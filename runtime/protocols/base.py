@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 
 from ..messages import ChatRequest, FinishReason, Message, Usage
+from ..record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["AttemptOutput", "Codec", "HttpRequest", "StreamDecoder"]
 
 
-@attrs.frozen(kw_only=True)
-class HttpRequest:
+@attrs.frozen(kw_only=True, repr=False)
+class HttpRequest(Record):
     """One HTTP request, ready to send. ``url`` is absolute."""
 
     method: str
@@ -33,8 +34,8 @@ class HttpRequest:
     body: bytes
 
 
-@attrs.frozen(kw_only=True)
-class AttemptOutput:
+@attrs.frozen(kw_only=True, repr=False)
+class AttemptOutput(Record):
     """What one successful attempt produced, assembled from the whole reply."""
 
     message: Message

@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from ..record import Record
+
 __all__ = ["NO_QUIRKS", "RequestQuirks", "apply_quirks"]
 
 _log = logging.getLogger("sluice.protocols.quirks")
@@ -26,8 +28,8 @@ def _modes(value: Any) -> frozenset[str]:
     return frozenset(value)
 
 
-@attrs.frozen(kw_only=True)
-class RequestQuirks:
+@attrs.frozen(kw_only=True, repr=False)
+class RequestQuirks(Record):
     """How one provider's OpenAI-compatible server differs from OpenAI's.
 
     The defaults change nothing: a body built with them equals one built without quirks.

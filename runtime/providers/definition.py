@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from ..protocols.quirks import NO_QUIRKS, RequestQuirks
+from ..record import Record
 from ..tools.capabilities import (
     ANTHROPIC,
     GEMINI,
@@ -76,8 +77,8 @@ def protocol_capabilities(protocol: str) -> ToolCapabilities:
     )
 
 
-@attrs.frozen
-class ModelInfo:
+@attrs.frozen(repr=False)
+class ModelInfo(Record):
     """One model a provider is known to serve. None means unknown."""
 
     id: str
@@ -117,8 +118,8 @@ def _check_auth(_: Any, attribute: attrs.Attribute[str | None], value: str | Non
         raise ValueError(f"auth {value!r} is not one of {', '.join(AUTH_STYLES)}")
 
 
-@attrs.frozen(kw_only=True)
-class ProviderDefinition:
+@attrs.frozen(kw_only=True, repr=False)
+class ProviderDefinition(Record):
     """Everything known about one provider before config and keys are applied.
 
     Plugins return these (see :mod:`sluice.providers.plugins`); the builtin table is a tuple of

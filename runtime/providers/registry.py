@@ -26,6 +26,7 @@ from ..config import (
 from ..errors import ConfigError
 from ..messages import Deadlines
 from ..protocols.quirks import NO_QUIRKS, RequestQuirks
+from ..record import Record
 from ..tools.capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
 from .builtins import BUILTIN_BY_ID, BUILTINS
 from .definition import (
@@ -59,8 +60,8 @@ KeySource = Literal["config", "env", "store", "none"]
 _log = logging.getLogger("sluice.providers.registry")
 
 
-@attrs.frozen(kw_only=True)
-class ResolvedProvider:
+@attrs.frozen(kw_only=True, repr=False)
+class ResolvedProvider(Record):
     """Everything a ProviderActor needs to reach one backend. No key shows in its repr."""
 
     name: str

@@ -15,6 +15,7 @@ import attrs
 from attrs.validators import ge
 
 from ..messages import SpecificTool, ToolChoice
+from ..record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -67,8 +68,8 @@ def choice_mode(choice: ToolChoice) -> ToolChoiceMode:
     return "specific" if isinstance(choice, SpecificTool) else choice
 
 
-@attrs.frozen(kw_only=True)
-class ToolCapabilities:
+@attrs.frozen(kw_only=True, repr=False)
+class ToolCapabilities(Record):
     """What a backend does with tools. The defaults describe a backend that can do everything."""
 
     native_tools: bool = True
@@ -108,8 +109,8 @@ class ToolCapabilities:
         return result
 
 
-@attrs.frozen(kw_only=True)
-class CapabilityOverride:
+@attrs.frozen(kw_only=True, repr=False)
+class CapabilityOverride(Record):
     """Changes to a :class:`ToolCapabilities`: every field left None keeps the value it had.
 
     ``tool_choice`` accepts any iterable of mode names, so a set literal is fine::
@@ -163,8 +164,8 @@ def capabilities_for(provider: str, *, custom_base_url: bool = False) -> ToolCap
     return _BY_PROVIDER.get(provider, OPENAI_COMPATIBLE_CUSTOM)
 
 
-@attrs.frozen(kw_only=True)
-class ToolOptions:
+@attrs.frozen(kw_only=True, repr=False)
+class ToolOptions(Record):
     """How one call's tool calls are prepared, checked and corrected."""
 
     capabilities: CapabilityOverride | None = None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..messages import ChatRequest, Message
+from ..record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -37,7 +38,7 @@ __all__ = [
 EMPTY_REPLY_NUDGE = "Your previous reply was empty. Please answer my last message again, in full."
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class TemporaryMessage(Message):
     """A message added for one correction retry; it never belongs to the caller's history.
 
@@ -85,8 +86,8 @@ def correction_messages(error: ToolCallError, prepared: Prepared) -> tuple[Tempo
     return tuple(added)
 
 
-@attrs.frozen
-class Corrections:
+@attrs.frozen(repr=False)
+class Corrections(Record):
     """The corrections made so far in one call. A value: :meth:`add` returns a new one."""
 
     messages: tuple[TemporaryMessage, ...] = ()
