@@ -14,7 +14,6 @@ config directory, :func:`default_config_path`) and lays environment overrides ov
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -322,6 +321,8 @@ def load_config(
 
 def _parse(raw: bytes | str, format: Literal["json", "toml"]) -> Any:
     if format == "toml":
+        import tomllib  # only config files use it: not loaded by ``import sluice``
+
         try:
             return tomllib.loads(raw.decode() if isinstance(raw, bytes) else raw)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
