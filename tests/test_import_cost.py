@@ -1,0 +1,35 @@
+"""``import sluice`` loads only what a call needs (the CLI, the simulator and the rest stay out)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+
+# What a call does not need; each is loaded on first use by the code that needs it.
+NOT_FOR_A_CALL = (
+    "rich",
+    "cyclopts",
+    "h11",
+    "httpx",
+    "cattrs",
+    "jsonref",
+    "cryptography",
+    "coredis",
+    "sqlite3",
+    "tomllib",
+    "sluice.simulator",
+    "sluice.cli",
+    "sluice.jobs",
+    "sluice.tools.schema",
+    "sluice.tools.repair",
+)
+
+
+def test_import_sluice_leaves_out_what_a_call_does_not_need() -> None:
+    code = "import json, sys\nimport sluice\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    loaded = set(orjson.loads(done.stdout))
+    assert "sluice" in loaded
+    assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
