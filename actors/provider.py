@@ -64,6 +64,8 @@ from .token_ledger import TokenLedgerHandle
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from sluice.mail import Call
+    from sluice.tools.streaming import ArgumentStreams
     from sluice.transport.base import HotResponse
 
 __all__ = ["ProviderContext", "run_provider"]
@@ -170,6 +172,8 @@ class _Attempt:
         self.usage_seen: Usage | None = None
         """The last usage the provider reported while streaming."""
         self.scope = trio.CancelScope()  # replaced by run()
+        self.arguments = _argument_streams(msg.call)
+        """Parses streamed tool-call arguments for the consumer's ``ToolCallDelta`` events."""
 
     def _tally(self, events: list[DeltaEvent]) -> None:
         for event in events:
@@ -347,6 +351,8 @@ class _Attempt:
             if not events:
                 continue
             self._tally(events)
+            if self.arguments is not None:
+                events = self.arguments.annotate(events)
             batch: list[CallEvent] | list[DeltaEvent] = events
             if self.first_token_at is None:
                 batch = await self._first_chunk()
@@ -371,6 +377,8 @@ class _Attempt:
         output = self.ctx.codec.decode_body(body)
         deltas = list(_events_from_output(self.call.call_id, output))
         self._tally(deltas)
+        if self.arguments is not None:
+            deltas = self.arguments.annotate(deltas)
         batch: list[CallEvent] = await self._first_chunk()
         if not self.call.quiet:
             batch.extend(deltas)
@@ -378,6 +386,16 @@ class _Attempt:
             self.delivered += len(deltas)
         self.msg.progress.delivered = self.delivered
         return output
+
+
+def _argument_streams(call: Call) -> ArgumentStreams | None:
+    """A parser of tool-call arguments for a call that has tools and a consumer that sees its
+    deltas; None for every other call (which then pays nothing)."""
+    if call.quiet or call.prepared is None:
+        return None
+    from sluice.tools.streaming import ArgumentStreams  # only calls with tools load it
+
+    return ArgumentStreams()
 
 
 async def _read_all(response: HotResponse, limit: int | None) -> bytes:

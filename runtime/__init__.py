@@ -15,6 +15,7 @@ from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
 from .config import BreakerConfig as BreakerConfig
 from .config import BudgetConfig as BudgetConfig
+from .config import CacheConfig as CacheConfig
 from .config import LedgerConfig as LedgerConfig
 from .config import ModelConfig as ModelConfig
 from .config import PriceConfig as PriceConfig
@@ -91,6 +92,7 @@ __all__ = [
     "BreakerConfig",
     "BudgetConfig",
     "BudgetExceeded",
+    "CacheConfig",
     "CallError",
     "CallEvent",
     "CallStream",

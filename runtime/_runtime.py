@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ from .tools.capabilities import ToolCapabilities
 if TYPE_CHECKING:
     import httpx
 
+    from .cache import ResponseCache
     from .ledger.store import LedgerStore
     from .limits.store import QuotaStore
     from .tools.preparation import Prepared
@@ -81,9 +82,16 @@ class CallStream:
     abandons the call: its HTTP request is cancelled and nothing else is disturbed.
     """
 
-    def __init__(self, call_id: str, receive: trio.MemoryReceiveChannel[EventBatch]) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        receive: trio.MemoryReceiveChannel[EventBatch],
+        on_result: Callable[[ChatResult], None] | None = None,
+    ) -> None:
         self.call_id = call_id
         self._receive = receive
+        self._on_result = on_result
+        """Told the result when ``Completed`` arrives (the response cache stores it)."""
         self._batch: EventBatch = ()
         self._pos = 0
         self.result: ChatResult | None = None
@@ -122,6 +130,8 @@ class CallStream:
         last = batch[-1]
         if isinstance(last, Completed):
             self.result = last.result
+            if self._on_result is not None:
+                self._on_result(last.result)
         elif isinstance(last, Failed):
             self.error = last.error
         return batch
@@ -314,6 +324,10 @@ class Runtime:
         self._closers: list[Any] = []
         self._peers: SupervisorPeers | None = None
         self._providers: _Providers | None = None
+        self._cache: ResponseCache | None = None
+        """Opened with the runtime when the config enables it, else by the first call that
+        opts in (``response_cache=True``)."""
+        self._cache_by_default = config.cache.enabled
 
     async def _route(
         self, model: str
@@ -364,10 +378,26 @@ class Runtime:
 
     async def _submit(
         self, request: ChatRequest, *, quiet: bool = False
-    ) -> tuple[Call, trio.MemoryReceiveChannel[EventBatch]]:
+    ) -> tuple[CallStream, Call | None]:
+        """Start ``request``: its stream, and the call (None when the response cache answered;
+        the stream then already holds the replay)."""
         assert self._providers is not None
         provider_name, model = split_model(request.model)
         spec, mailbox = await self._providers.get(provider_name)
+        call_id = f"c{next(self._ids)}"
+        on_result = None
+        use_cache = request.response_cache
+        if use_cache or (use_cache is None and self._cache_by_default):
+            cache = self._cache or await self._open_cache()
+            try:
+                key = cache.key(request, spec)  # the caller's request, never a prepared one
+            except TypeError:
+                key = None  # extra_body holds something without a JSON form: not cached
+            if key is not None:
+                hit = cache.get(key, call_id)
+                if hit is not None:
+                    return _replayed(hit, quiet), None
+                on_result = cache.storer(key)
         prepared = self._prepare(request, spec)
         if prepared is not None:
             request = prepared.request
@@ -375,7 +405,7 @@ class Runtime:
         now = trio.current_time()
         send, receive = trio.open_memory_channel[EventBatch](self.config.stream_buffer)
         call = Call(
-            call_id=f"c{next(self._ids)}",
+            call_id=call_id,
             request=request,
             provider=spec,
             provider_mailbox=mailbox,
@@ -395,7 +425,25 @@ class Runtime:
             send.close()
             receive.close()
             raise RuntimeClosed("the runtime has stopped; open a new one") from exc
-        return call, receive
+        return CallStream(call_id, receive, on_result), call
+
+    async def _open_cache(self) -> ResponseCache:
+        from .cache import ResponseCache  # only a runtime that caches loads the cache
+
+        try:
+            cache = await ResponseCache.open(self.config.cache)
+        except OSError as exc:
+            raise ConfigError(f"cache.path: {exc}") from None
+        if self._cache is not None:  # another call opened it meanwhile
+            cache.close()
+            return self._cache
+        self._cache = cache
+        return cache
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The response cache (``statistics()``, ``clear()``); None while no call used it."""
+        return self._cache
 
     @asynccontextmanager
     async def stream(
@@ -407,17 +455,19 @@ class Runtime:
         """Submit one call and stream its events.
 
         ``request`` is a :class:`ChatRequest`, or a ``provider:model`` string with ``messages``
-        and any other ChatRequest field as keywords.
+        and any other ChatRequest field as keywords. A request answered from the response
+        cache streams its stored reply's deltas, then ``Completed``.
 
         Raises:
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        call, receive = await self._submit(_as_request(request, messages, fields))
+        stream, call = await self._submit(_as_request(request, messages, fields))
         try:
-            with receive:
-                yield CallStream(call.call_id, receive)
+            with stream._receive:
+                yield stream
         finally:
-            call.abandon()
+            if call is not None:
+                call.abandon()
 
     async def chat(
         self,
@@ -431,12 +481,13 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        call, receive = await self._submit(_as_request(request, messages, fields), quiet=True)
+        stream, call = await self._submit(_as_request(request, messages, fields), quiet=True)
         try:
-            with receive:
-                return await CallStream(call.call_id, receive).wait()
+            with stream._receive:
+                return await stream.wait()
         finally:
-            call.abandon()
+            if call is not None:
+                call.abandon()
 
     @asynccontextmanager
     async def map(
@@ -537,6 +588,16 @@ class Runtime:
         return totals
 
 
+def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
+    """A stream that holds a cache hit's events, ready to be read."""
+    from .cache import replay_events
+
+    send, receive = trio.open_memory_channel[EventBatch](1)
+    send.send_nowait(replay_events(hit, quiet=quiet))
+    send.close()
+    return CallStream(hit.call_id, receive)
+
+
 def _as_request(
     request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
 ) -> ChatRequest:
@@ -606,6 +667,8 @@ async def open_runtime(
         simulator_config=simulator,
     )
     try:
+        if config.cache.enabled:
+            await rt._open_cache()
         async with trio.open_nursery() as services:
             async with trio.open_nursery() as infra:
                 await infra.start(
@@ -662,6 +725,8 @@ async def open_runtime(
             raise
         raise leaf from None
     finally:
+        if rt._cache is not None:
+            rt._cache.close()
         with trio.move_on_after(5, shield=True):
             await ledger_parts.aclose()
 

@@ -31,6 +31,7 @@ from .tools.capabilities import CapabilityOverride
 __all__ = [
     "BreakerConfig",
     "BudgetConfig",
+    "CacheConfig",
     "LedgerConfig",
     "PriceConfig",
     "ModelConfig",
@@ -293,8 +294,30 @@ class LedgerConfig(Record):
     budgets: tuple[BudgetConfig, ...] = ()
 
 
-@attrs.frozen(kw_only=True)
-class RuntimeConfig:
+@attrs.frozen(kw_only=True, repr=False)
+class CacheConfig(Record):
+    """The response cache: identical requests answered from memory (and optionally a file).
+
+    Off by default: a model may answer the same prompt differently each time, and only the
+    caller knows whether replaying an earlier answer is right. A call's
+    ``ChatRequest.response_cache`` overrides ``enabled`` for that call. See :mod:`sluice.cache`.
+    """
+
+    enabled: bool = False
+    """Every call uses the cache unless it opts out (``response_cache=False``)."""
+    max_entries: int = attrs.field(default=1024, validator=ge(1))
+    """Results kept in memory; the least recently used goes first."""
+    ttl: float | None = attrs.field(default=None, validator=optional(gt(0)))
+    """Seconds a stored result stays valid, on the wall clock (so it holds across runs);
+    None: no expiry."""
+    path: str | None = None
+    """A SQLite file that keeps results across runs (created if missing); None: memory only."""
+    max_stored: int = attrs.field(default=100_000, validator=ge(1))
+    """Results kept in the file; the oldest beyond this are dropped when it is opened."""
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class RuntimeConfig(Record):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
 
     providers: Mapping[str, ProviderConfig] = attrs.field(factory=dict)
@@ -305,6 +328,8 @@ class RuntimeConfig:
     """Event batches buffered per call before the producer waits for the consumer."""
     ledger: LedgerConfig = LedgerConfig()
     """Usage accounting, prices, persistence and budgets."""
+    cache: CacheConfig = CacheConfig()
+    """The response cache (off unless enabled here or by a call)."""
 
 
 def load_config(

@@ -7,12 +7,14 @@ failed attempt were already delivered, so the consumer can discard them); then e
 ``Completed`` or ``Failed``.
 
 Deltas decoded from one network read travel together as one batch; the stream hands them to
-the consumer one by one.
+the consumer one by one. A call answered from the response cache yields only its deltas and
+``Completed`` (nothing was queued, admitted or sent).
 """
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from collections.abc import Mapping
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -88,6 +90,11 @@ class ToolCallDelta(Record):
     id: str | None
     name: str | None
     arguments: str
+    partial_arguments: Mapping[str, Any] | None = None
+    """The arguments streamed so far, parsed (what is still open closed; numbers and literals
+    that may still grow left out), for a call whose request has tools; None when nothing
+    parses yet or the arguments are not an object. Shared with later deltas of the same call:
+    read it, do not change it."""
 
 
 @attrs.frozen(repr=False)

@@ -17,6 +17,7 @@ import orjson
 from .record import Record
 
 __all__ = [
+    "CacheBreakpoint",
     "ChatRequest",
     "ChatResult",
     "ContentPart",
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]
+"""Where a request asks the provider to cache the prompt up to (see
+``ChatRequest.cache_breakpoints``)."""
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
 
 
@@ -239,6 +243,24 @@ def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+_NO_BREAKPOINTS: frozenset[CacheBreakpoint] = frozenset()
+
+
+def _breakpoints(value: bool | Iterable[CacheBreakpoint]) -> frozenset[CacheBreakpoint]:
+    if value is True:
+        return frozenset(("system", "last_message"))
+    if not value:  # the default: nothing to check
+        return _NO_BREAKPOINTS
+    points = frozenset(value)
+    unknown = points - {"tools", "system", "last_message"}
+    if unknown:
+        raise ValueError(
+            f"unknown cache breakpoint(s) {sorted(unknown)}; use 'tools', 'system' and "
+            "'last_message'"
+        )
+    return points
+
+
 def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
     if value is None or isinstance(value, SpecificTool):
         return value
@@ -284,6 +306,19 @@ class ChatRequest(Record):
     """How this call's tool calls are prepared, checked and corrected (forcing through
     structured output, repair, the correction limit, a capability override for this call);
     None for the defaults. See :class:`sluice.tools.ToolOptions`."""
+    response_cache: bool | None = None
+    """Whether this call uses the runtime's response cache: None follows
+    ``RuntimeConfig.cache.enabled``; True uses it even when the config leaves it off; False
+    neither reads nor stores (a fresh answer every time). See :mod:`sluice.cache`."""
+    cache_breakpoints: frozenset[CacheBreakpoint] = attrs.field(
+        default=_NO_BREAKPOINTS, converter=_breakpoints
+    )
+    """Prompt caching: ask the provider to cache the prompt up to these points -- the tool
+    definitions (``tools``), the system prompt (``system``), and the last message of the
+    request (``last_message``: the whole conversation so far, never a temporary correction
+    message). ``True`` means ``{"system", "last_message"}``. Honoured by the Anthropic protocol
+    (``cache_control`` blocks); ignored by protocols that cache prompts on their own (OpenAI)
+    or not per request (Gemini, Ollama)."""
 
     @property
     def provider(self) -> str:
@@ -354,6 +389,9 @@ class ChatResult(Record):
     corrections: int = 0
     """Correction retries the call needed: attempts re-sent with a note to the model about a
     tool-call error in its previous reply (counted in ``attempts`` too)."""
+    cached: bool = False
+    """The result came from the response cache: nothing was sent, no quota or tokens were
+    used (``usage`` is zero and ``attempts`` 0), and ``message`` is the stored reply."""
 
     @property
     def text(self) -> str:

@@ -20,6 +20,7 @@ NOT_FOR_A_CALL = (
     "sqlite3",
     "tomllib",
     "sluice.simulator",
+    "sluice.cache",
     "sluice.cli",
     "sluice.jobs",
     "sluice.tools.schema",

@@ -20,6 +20,14 @@ How our message model maps onto the wire:
 ``disable_parallel_tool_use``. ``seed`` and ``response_format`` have no equivalent in this
 protocol and are not sent; ``thinking``, ``metadata`` and the like go through ``extra_body``,
 which is merged last exactly as for the OpenAI protocol.
+
+Prompt caching (``ChatRequest.cache_breakpoints``) puts ``cache_control: {"type":
+"ephemeral"}`` on the last tool definition (``tools``), on the last system block (``system``;
+the system prompt is then sent as a list of blocks), and on the last block of the last
+message that is not a temporary correction message (``last_message``), so a correction retry
+reuses the cache of the conversation it corrects. Thinking blocks cannot carry a breakpoint,
+so the last other block of that message does; a tool result can. The API caches nothing for a
+prompt shorter than its minimum (1024 tokens for most models) and says no more about it.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import orjson
 
 from ..errors import ConfigError
 from ..messages import (
+    CacheBreakpoint,
     ChatRequest,
     ContentPart,
     FilePart,
@@ -44,6 +53,7 @@ from ..messages import (
     ToolCall,
     ToolResultPart,
 )
+from ..tools.correct import is_temporary
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import arguments_object, to_json
@@ -52,6 +62,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "build_body", "build_request"]
+
+_UNMARKABLE = frozenset(("thinking", "redacted_thinking"))
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -95,15 +107,18 @@ def build_request(
 def build_body(request: ChatRequest) -> dict[str, Any]:
     """The JSON body for ``request``, before serialization."""
     system = [m for m in request.messages if m.role == "system"]
+    points = request.cache_breakpoints
     body: dict[str, Any] = {
         "model": request.model_name,
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
-        "messages": _messages(m for m in request.messages if m.role != "system"),
+        "messages": _messages((m for m in request.messages if m.role != "system"), points),
     }
     if system:
-        body["system"] = _system(system)
+        body["system"] = _system(system, points)
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
+        if "tools" in points:
+            body["tools"][-1]["cache_control"] = {"type": "ephemeral"}
     choice = _tool_choice(request)
     if choice is not None:
         body["tool_choice"] = choice
@@ -120,20 +135,27 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     return body
 
 
-def _system(messages: list[Message]) -> str | list[dict[str, Any]]:
+def _system(
+    messages: list[Message], points: frozenset[CacheBreakpoint]
+) -> str | list[dict[str, Any]]:
     texts = []
     for message in messages:
         for part in message.content:
             if not isinstance(part, TextPart):
                 raise ConfigError(f"a system message can only hold text, not a {part.type} part")
         texts.append(message.text)
-    if len(texts) == 1:
+    if len(texts) == 1 and ("system" not in points or not texts[0]):
         return texts[0]
-    return [{"type": "text", "text": text} for text in texts if text]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text} for text in texts if text]
+    if blocks and "system" in points:
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+    return blocks
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: Any, points: frozenset[CacheBreakpoint]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    mark_last = "last_message" in points
+    mark: dict[str, Any] | None = None  # the block for the last_message breakpoint
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
         blocks = [
@@ -143,10 +165,16 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         ]
         if not blocks and message.content:
             continue  # only parts with no wire form (unsigned reasoning)
+        if mark_last and not is_temporary(message):
+            markable = [b for b in blocks if b["type"] not in _UNMARKABLE]
+            if markable:
+                mark = markable[-1]
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    if mark is not None:
+        mark["cache_control"] = {"type": "ephemeral"}
     return out
 
 

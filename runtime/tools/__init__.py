@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .schema import inline_refs as inline_refs
     from .schema import strict_schema as strict_schema
     from .schema import tool_union_schema as tool_union_schema
+    from .streaming import StreamingArguments as StreamingArguments
 
 __all__ = [
     "ALL_MODES",
@@ -62,6 +63,7 @@ __all__ = [
     "RepairError",
     "Repaired",
     "SchemaError",
+    "StreamingArguments",
     "TemporaryMessage",
     "ToolCapabilities",
     "ToolOptions",
@@ -112,6 +114,7 @@ _HOMES = {
     "inline_refs": "schema",
     "strict_schema": "schema",
     "tool_union_schema": "schema",
+    "StreamingArguments": "streaming",
 }
 
 

@@ -592,7 +592,9 @@ class PartialJson:
     """Accumulates streamed fragments of one JSON text (a tool call's arguments).
 
     Each :meth:`feed` re-parses the whole buffer, which is linear in its length; tool arguments
-    are small, and ``every`` characters of growth can be required between parses.
+    are small, and ``every`` characters of growth can be required between parses. The runtime
+    uses :class:`~sluice.tools.streaming.StreamingArguments` instead, which reads each fragment
+    once (and falls back to this parser's rules for text that is not strict JSON).
     """
 
     every: int = 1
