@@ -5,6 +5,9 @@ Every call passes through one admission point (the RateLimiter), one actor per p
 call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 """
 
+import importlib as _importlib
+import typing as _typing
+
 # The runtime module imports the actors, which import sluice's submodules (never this package
 # root), so this import order has no cycle.
 from ._runtime import CallStream as CallStream
@@ -84,11 +87,38 @@ from .tools.capabilities import CapabilityOverride as CapabilityOverride
 from .tools.capabilities import ToolCapabilities as ToolCapabilities
 from .tools.capabilities import ToolOptions as ToolOptions
 
+if _typing.TYPE_CHECKING:
+    from .jobs.batch import BatchInterrupt as BatchInterrupt
+    from .jobs.batch import BatchProgress as BatchProgress
+    from .jobs.batch import BatchSummary as BatchSummary
+    from .jobs.batch import run_batch as run_batch
+
+# Loaded on first use, so that `import sluice` stays light for programs that only make calls.
+_LAZY = {
+    "BatchInterrupt": "sluice.jobs.batch",
+    "BatchProgress": "sluice.jobs.batch",
+    "BatchSummary": "sluice.jobs.batch",
+    "run_batch": "sluice.jobs.batch",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sluice' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "ActorCrashed",
     "Admitted",
     "AuthenticationFailed",
     "BadRequest",
+    "BatchInterrupt",
+    "BatchProgress",
+    "BatchSummary",
     "BreakerConfig",
     "BudgetConfig",
     "BudgetExceeded",
@@ -161,4 +191,5 @@ __all__ = [
     "WindowLimit",
     "load_config",
     "open_runtime",
+    "run_batch",
 ]

@@ -44,7 +44,7 @@ def write_input(tmp_path, lines):
 async def batch(source, out, simulator=None, **options):
     with trio.fail_after(GUARD):
         async with open_runtime(RuntimeConfig(), simulator=simulator) as rt:
-            return await run_batch(rt, source, out, **options)
+            return await run_batch(source, out, runtime=rt, **options)
 
 
 INPUT = [request_line(f"r{i}", f"prompt {i}") for i in range(12)]
@@ -198,7 +198,7 @@ async def test_batch_calls_are_booked_under_the_job(tmp_path):
     config = sluice.RuntimeConfig(ledger=LedgerConfig(job="job-42", persist=False))
     with trio.fail_after(30):
         async with sluice.open_runtime(config, transport=mock_transport()) as rt:
-            await run_batch(rt, source, tmp_path / "out.jsonl")
+            await run_batch(source, tmp_path / "out.jsonl", runtime=rt)
             rows = await rt.ledger.snapshot(by=("tag", "job"))
     assert {(row.tag, row.job) for row in rows} == {("job-42", "job-42")}
     assert sum(row.totals.calls for row in rows) == len(INPUT) - 2  # lines 5 and 8 are bad

@@ -8,7 +8,6 @@ import pytest
 from sluice.errors import ConfigError
 from sluice.jobs.batch_lines import (
     Answered,
-    DuplicateFinder,
     Shard,
     custom_id_of,
     parse_shard,
@@ -59,16 +58,6 @@ def test_custom_id_of():
     assert custom_id_of(b'{"custom_id": 3}') is None
     assert custom_id_of(b"[1]") is None
     assert custom_id_of(b"{nope") is None
-
-
-def test_duplicate_finder_names_both_lines():
-    finder = DuplicateFinder()
-    assert finder.add(1, b'{"custom_id": "a"}') is None
-    assert finder.add(2, b"not json") is None
-    assert finder.add(3, b'{"custom_id": "b"}') is None
-    assert finder.add(5, b'{"custom_id": "a"}') == (
-        "custom_id 'a' appears on line 1 and again on line 5"
-    )
 
 
 def test_shards_partition_every_custom_id_exactly():

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
     "build_config",
@@ -36,6 +37,8 @@ EXIT_FAILED = 1
 """A call (or the job) failed."""
 EXIT_USAGE = 2
 """Bad arguments, config, model string or input file: fix the command line and run again."""
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (128 + SIGINT), as a shell reports it."""
 
 
 def fail(message: str) -> int:

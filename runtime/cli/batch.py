@@ -1,62 +1,94 @@
-"""``sluice batch IN.jsonl -o OUT.jsonl``: an OpenAI Batch file through the runtime."""
+"""``sluice batch IN.jsonl -o OUT.jsonl``: an OpenAI Batch file through the runtime.
+
+Progress goes to stderr: a live display on a terminal, else one plain line every
+``--log-interval`` seconds. The summary goes to stdout and to ``OUT.summary.json``. The first
+Ctrl-C stops admitting lines and lets the calls in flight finish; a second cancels them.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
 from typing import TYPE_CHECKING, Annotated
 
-import attrs
+import trio
 from cyclopts import Parameter
 
-from .._runtime import open_runtime
 from ..errors import ConfigError
-from ..jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchSummary, run_batch
+from ..jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchInterrupt, BatchSummary, run_batch
 from ..jobs.batch_lines import parse_shard
-from ._common import EXIT_FAILED, EXIT_OK, build_config, check_model, fail
+from ..jobs.batch_report import format_duration, format_progress, format_summary, summary_path
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
-__all__ = ["batch", "format_summary"]
+    from ..jobs.batch import BatchProgress
+
+__all__ = ["batch"]
+
+_LIVE_INTERVAL = 0.5
 
 
-def format_summary(summary: BatchSummary, output: Path) -> str:
-    """The lines printed when a batch ends."""
-    return "\n".join(
-        [
-            f"batch done: {summary.lines} lines -> {output}",
-            f"  ok {summary.ok}, failed {summary.failed}"
-            + (f", skipped {summary.skipped} (already answered)" if summary.skipped else ""),
-            f"  tokens: {summary.input_tokens} input, {summary.output_tokens} output",
-            f"  elapsed {summary.elapsed:.2f} s, {summary.calls_per_second:.1f} calls/s",
-        ]
+def _live_display(stack: ExitStack) -> Callable[[BatchProgress], None]:
+    """A progress bar over two lines of figures, on stderr (a terminal)."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    bar = Progress(
+        BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}")
+    )
+    task = bar.add_task("starting", total=None)
+    figures = Text()
+    quota = Text(style="dim")
+    stack.enter_context(
+        Live(Group(bar, figures, quota), console=Console(stderr=True), transient=True)
     )
 
-
-def _progress_display(stack: ExitStack) -> Callable[[BatchSummary], None] | None:
-    """A live status line on stderr when it is a terminal; None otherwise."""
-    if not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    progress = stack.enter_context(
-        Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
+    def show(p: BatchProgress) -> None:
+        s = p.summary
+        eta = p.eta
+        status = f"ok {s.ok}, failed {s.failed}"
+        if p.draining:
+            status += ", stopping: finishing the calls in flight"
+        elif eta is not None:
+            status += f", ETA {format_duration(eta)}"
+        bar.update(task, completed=s.written, total=s.todo, description=status)
+        figures.plain = (
+            f"in flight {p.in_flight} (queued {p.queued}), {s.tokens_per_second:.0f} tok/s,"
+            f" ${s.cost_usd}"
         )
-    )
-    task = progress.add_task("starting", total=None)
-
-    def show(s: BatchSummary) -> None:
-        progress.update(task, description=f"{s.written} done: {s.ok} ok, {s.failed} failed")
+        cooldown = f"cooldown {p.cooldown:.1f}s" if p.cooldown > 0 else ""
+        quota.plain = "; ".join(part for part in (", ".join(p.limits), cooldown) if part)
 
     return show
+
+
+def _log_lines(p: BatchProgress) -> None:
+    print(f"sluice batch: {format_progress(p)}", file=sys.stderr, flush=True)
+
+
+async def _on_ctrl_c(signals: AsyncIterator[int], interrupt: BatchInterrupt) -> None:
+    async for _ in signals:
+        if not interrupt.draining:
+            print(
+                "sluice: stopping: no new lines; the calls in flight finish"
+                " (Ctrl-C again cancels them)",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.drain()
+        else:
+            print(
+                "sluice: cancelling the calls in flight; --resume does the rest",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.cancel()
 
 
 async def batch(
@@ -68,21 +100,28 @@ async def batch(
     base_url: str | None = None,
     api_key: str | None = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    max_pending: int | None = None,
+    budget: float | None = None,
     config: Path | None = None,
     job: str | None = None,
     resume: bool = False,
     ordered: bool = False,
     shard: str | None = None,
     allow_failures: bool = False,
+    log_interval: float = 10.0,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
     Every input line gets exactly one output line, in completion order unless --ordered
     (match them by custom_id); bad lines and failed calls get an error line naming the input
     line. An existing output file is replaced unless --resume. A custom_id that appears twice
-    in the input stops the command before any call. The summary goes to stdout. Exit status:
-    0 when every line succeeded (or some failed and --allow-failures was given), 1 when a line
-    failed or the output could not be written, 2 for bad arguments or input.
+    in the input stops the command before any call. Progress goes to stderr; the summary to
+    stdout and to OUT.summary.json. Ctrl-C stops admitting lines and lets the calls in flight
+    finish; a second Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every
+    line succeeded (or some failed and --allow-failures was given), 1 when a line failed or
+    the output could not be written, 2 for bad arguments or input, 130 when interrupted.
 
     Args:
         input_file: the JSONL input (custom_id, method, url, body per line).
@@ -91,23 +130,31 @@ async def batch(
             body.model must be written provider:model (e.g. sim:sim-small).
         base_url: OpenAI-compatible base URL for --model's provider.
         api_key: API key for --model's provider.
-        max_in_flight: calls running at once.
-        config: a JSON config file (default: the file named by SLUICE_CONFIG, if any).
+        max_in_flight: calls running at once (waiting for the quota included).
+        rpm: requests per minute for each provider called, spread evenly over the minute.
+        tpm: input plus output tokens per minute for each provider called.
+        max_pending: calls per provider waiting for their first token at once.
+        budget: US dollars the job may spend (with --job, over every run of it); once it is
+            spent, the remaining lines get BudgetExceeded error lines.
+        config: a config file (default: the file named by SLUICE_CONFIG, if any).
         job: the job the ledger records these calls under (default: a new id per run); a
             run resumed under the same job keeps its job budget.
         resume: keep the existing output (a torn last line is cut off), skip the lines it
             already answers and append the rest; with no output yet, simply start. The same
             command line serves the first run and every resume.
         ordered: write the output in input order (at most --max-in-flight lines held).
-        allow_failures: exit 0 even when some lines failed (their error lines are written).
         shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
             processes or hosts can split one file (each with its own output).
+        allow_failures: exit 0 even when some lines failed (their error lines are written).
+        log_interval: seconds between progress lines when stderr is not a terminal.
     """
     if not input_file.is_file():
         problem = "is not a file" if input_file.exists() else "does not exist"
         return fail(f"input file {input_file} {problem}")
     if max_in_flight < 1:
         return fail("--max-in-flight must be at least 1")
+    if log_interval <= 0:
+        return fail("--log-interval must be positive")
     if (base_url is not None or api_key is not None) and model is None:
         return fail("--base-url and --api-key apply to --model's provider: give --model too")
     try:
@@ -122,8 +169,6 @@ async def batch(
         )
     except ConfigError as exc:
         return fail(str(exc))
-    if job is not None:
-        run_config = attrs.evolve(run_config, ledger=attrs.evolve(run_config.ledger, job=job))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -132,32 +177,47 @@ async def batch(
     io_error: OSError | None = None
     usage_error: ConfigError | None = None
     summary = BatchSummary()
+    interrupt = BatchInterrupt()
     with ExitStack() as stack:
-        progress = _progress_display(stack)
-        async with open_runtime(run_config) as rt:
-            try:
-                summary = await run_batch(
-                    rt,
-                    input_file,
-                    output,
-                    model=model,
-                    max_in_flight=max_in_flight,
-                    progress=progress,
-                    resume=resume,
-                    ordered=ordered,
-                    shard=shard_of,
-                )
-            except OSError as exc:
-                io_error = exc
-            except ConfigError as exc:
-                usage_error = exc
+        live = sys.stderr.isatty()
+        progress = _live_display(stack) if live else _log_lines
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_on_ctrl_c, signals, interrupt)
+                try:
+                    summary = await run_batch(
+                        input_file,
+                        output,
+                        model=model,
+                        resume=resume,
+                        ordered=ordered,
+                        shard=shard_of,
+                        max_in_flight=max_in_flight,
+                        rpm=rpm,
+                        tpm=tpm,
+                        max_pending=max_pending,
+                        budget=budget,
+                        job=job,
+                        config=run_config,
+                        progress=progress,
+                        progress_interval=_LIVE_INTERVAL if live else log_interval,
+                        interrupt=interrupt,
+                    )
+                except OSError as exc:
+                    io_error = exc
+                except ConfigError as exc:
+                    usage_error = exc
+                nursery.cancel_scope.cancel()
     if usage_error is not None:
         return fail(str(usage_error))
     if io_error is not None:
         name = io_error.filename or output
         print(f"sluice: error: {name}: {io_error.strerror or io_error}", file=sys.stderr)
         return EXIT_FAILED
-    print(format_summary(summary, output), flush=True)
+    print(format_summary(summary, str(output)), flush=True)
+    print(f"  summary: {summary_path(str(output))}", flush=True)
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
     if summary.failed and not allow_failures:
         return EXIT_FAILED
     return EXIT_OK

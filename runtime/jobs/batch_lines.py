@@ -38,11 +38,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Answered",
     "BadLine",
-    "DuplicateFinder",
     "InputLine",
     "LineSplitter",
     "Shard",
     "custom_id_of",
+    "error_code",
     "parse_shard",
     "scan_output",
     "parse_input_line",
@@ -195,6 +195,14 @@ def render_bad_line(bad: BadLine, *, line_id: str) -> bytes:
     )
 
 
+def error_code(error: SluiceError) -> str:
+    """The ``error.code`` of a failed call's line: the provider's error type when it gave
+    one, else the sluice error class name (``RateLimited``, ``BudgetExceeded``)."""
+    return (
+        (error.error_type or error.kind) if isinstance(error, CallError) else type(error).__name__
+    )
+
+
 def render_error_line(custom_id: str, lineno: int, error: SluiceError, *, line_id: str) -> bytes:
     """The output line for a call that failed, newline included.
 
@@ -202,9 +210,7 @@ def render_error_line(custom_id: str, lineno: int, error: SluiceError, *, line_i
     name (``RateLimited``, ``ConfigError``). When the provider answered with an HTTP status,
     ``response`` carries it with an OpenAI-style ``{"error": {...}}`` body.
     """
-    code = (
-        (error.error_type or error.kind) if isinstance(error, CallError) else type(error).__name__
-    )
+    code = error_code(error)
     response = None
     if isinstance(error, CallError) and error.status is not None:
         response = {
@@ -293,26 +299,6 @@ def custom_id_of(raw: bytes) -> str | None:
         return None
     custom_id = data.get("custom_id") if isinstance(data, dict) else None
     return custom_id if isinstance(custom_id, str) and custom_id else None
-
-
-class DuplicateFinder:
-    """Find the first custom_id that appears twice in the input (checked before a run).
-
-    Holds one entry per distinct custom_id (the ids, not the lines).
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, int] = {}
-
-    def add(self, lineno: int, raw: bytes) -> str | None:
-        """Return a message naming both line numbers when ``raw``'s custom_id was seen before."""
-        custom_id = custom_id_of(raw)
-        if custom_id is None:
-            return None
-        first = self._seen.setdefault(custom_id, lineno)
-        if first == lineno:
-            return None
-        return f"custom_id {custom_id!r} appears on line {first} and again on line {lineno}"
 
 
 @attrs.frozen
