@@ -5,6 +5,7 @@ These assert behaviour, never timing; each has a ``trio.fail_after`` guard.
 
 from __future__ import annotations
 
+import httpx
 import orjson
 import pytest
 import trio
@@ -149,3 +150,37 @@ async def test_a_model_override_without_provider_is_refused(tmp_path):
         async with open_runtime(RuntimeConfig()) as rt:
             with pytest.raises(ConfigError, match="provider:model"):
                 await run_batch(source, tmp_path / "out.jsonl", runtime=rt, model="gpt-4o")
+
+
+async def test_no_stream_sends_plain_requests_and_writes_the_same_lines(tmp_path):
+    """``stream=False`` (``--no-stream``) changes how calls go, never the output's shape."""
+    from sluice.simulator import mock_transport
+
+    source = tmp_path / "in.jsonl"
+    # A body asking to stream does not decide either way.
+    source.write_text(request_line("a", "first", stream=True) + "\n" + request_line("b") + "\n")
+    seen: list[bool] = []
+    inner = mock_transport(SimulatorConfig())
+
+    async def handler(request):
+        seen.append(bool(orjson.loads(request.content).get("stream")))
+        return await inner.handle_async_request(request)
+
+    outputs = {}
+    for stream in (True, False):
+        out = tmp_path / f"out-{stream}.jsonl"
+        seen.clear()
+        with trio.fail_after(GUARD):
+            async with open_runtime(
+                RuntimeConfig(), transport=httpx.MockTransport(handler)
+            ) as rt:
+                summary = await run_batch(source, out, runtime=rt, stream=stream)
+        assert seen == [stream, stream]
+        assert (summary.ok, summary.failed) == (2, 0)
+        outputs[stream] = sorted(read_output(out), key=lambda o: o["custom_id"])
+
+    def shape(line):
+        body = line["response"]["body"]
+        return (line["custom_id"], sorted(body), body["choices"][0]["message"]["content"])
+
+    assert [shape(o) for o in outputs[True]] == [shape(o) for o in outputs[False]]

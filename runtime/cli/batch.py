@@ -111,6 +111,7 @@ async def batch(
     shard: str | None = None,
     allow_failures: bool = False,
     log_interval: float = 10.0,
+    no_stream: Annotated[bool, Parameter(negative="")] = False,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -147,6 +148,9 @@ async def batch(
             processes or hosts can split one file (each with its own output).
         allow_failures: exit 0 even when some lines failed (their error lines are written).
         log_interval: seconds between progress lines when stderr is not a terminal.
+        no_stream: make each call one plain request instead of a stream (calls stream by
+            default: a call's slot frees at its first token, and a stream that breaks is
+            retried). The output lines look the same either way.
     """
     if not input_file.is_file():
         problem = "is not a file" if input_file.exists() else "does not exist"
@@ -198,6 +202,7 @@ async def batch(
                         max_pending=max_pending,
                         budget=budget,
                         job=job,
+                        stream=not no_stream,
                         config=run_config,
                         progress=progress,
                         progress_interval=_LIVE_INTERVAL if live else log_interval,

@@ -146,6 +146,8 @@ class _Run:
     cost_baseline: int = 0
     """What the ledger held for the job when the run started, in micro-dollars."""
     interrupted: Interrupted | None = None
+    stream: bool = True
+    """Calls stream (slot freed at the first token, mid-stream breaks retried) unless False."""
     final: BatchSummary | None = None
     """The summary once the run has ended."""
 
@@ -235,7 +237,7 @@ async def _read_requests(
             while True:
                 chunk = await trio.to_thread.run_sync(infile.read, _READ_SIZE)
                 for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
-                    item = parse_input_line(raw, lineno, model=model)
+                    item = parse_input_line(raw, lineno, model=model, stream=run.stream)
                     if item is None or not run.wanted(lineno, item.custom_id):
                         continue
                     if run.window is not None:
@@ -415,6 +417,7 @@ async def run_batch(
     progress_interval: float = 1.0,
     interrupt: BatchInterrupt | None = None,
     write_summary: bool = True,
+    stream: bool = True,
 ) -> BatchSummary:
     """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
 
@@ -462,6 +465,9 @@ async def run_batch(
             the end.
         interrupt: lets another task stop the run early (see :class:`BatchInterrupt`).
         write_summary: write the JSON summary file.
+        stream: calls stream (the default: a slot frees at the first token, and a stream
+            that breaks mid-way is retried); False sends each as one plain request. Output
+            lines have the same shape either way, whatever a body's own ``stream`` says.
 
     Returns:
         The final counts, also when interrupted (``summary.interrupted`` says how).
@@ -514,6 +520,7 @@ async def run_batch(
             answered=answered,
             shard=shard,
             window=trio.Semaphore(max_in_flight) if ordered else None,
+            stream=stream,
         )
         if runtime is not None:
             await _run_on(

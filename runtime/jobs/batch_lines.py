@@ -113,7 +113,7 @@ class LineSplitter:
 
 
 def parse_input_line(
-    raw: bytes, lineno: int, *, model: str | None = None
+    raw: bytes, lineno: int, *, model: str | None = None, stream: bool = True
 ) -> InputLine | BadLine | None:
     """Read one input line.
 
@@ -121,12 +121,13 @@ def parse_input_line(
         raw: the line, without its line ending.
         lineno: its 1-based number, used in error messages.
         model: a ``provider:model`` that replaces every body's ``model``.
+        stream: whether the call streams (the body's own ``stream`` never decides: the
+            output line has the same shape either way).
 
     Returns:
         None for a blank line (not a request), else an :class:`InputLine`, or a
         :class:`BadLine` whose message names the line and the problem. ``method`` and ``url``
         may be left out; when present they must be ``POST`` and ``/v1/chat/completions``.
-        The request always streams, whatever the body's ``stream`` says.
     """
     if not raw.strip():
         return None
@@ -157,7 +158,7 @@ def parse_input_line(
     if "body" not in data:
         return BadLine(lineno, custom_id, "missing_required_parameter", f"{where}: body missing")
     try:
-        request = parse_chat_body(data["body"], model=model, stream=True)
+        request = parse_chat_body(data["body"], model=model, stream=stream)
     except ConfigError as exc:
         return BadLine(lineno, custom_id, "invalid_request", f"{where}: {exc}")
     return InputLine(lineno, custom_id, request)
