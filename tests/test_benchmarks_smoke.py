@@ -178,3 +178,39 @@ def test_import_time_parser_keeps_only_the_module_subtree() -> None:
         "other",
         "sluice",
     ]
+
+
+def test_batch_benchmark_paces_by_rpm_and_reports_rss_per_file_size() -> None:
+    report = _run_json(
+        "benchmarks.batch",
+        *("--rpm", "3600", "--rpm-lines", "90", "--lines", "100,300", "--max-error", "1"),
+    )
+    assert report["ok"] is True
+    rpm = report["rpm"]
+    assert rpm["per_second"] == 60 and rpm["schedule_s"] == 1
+    assert rpm["completion_s"] >= 1.0  # the last 30 lines waited for the second second
+    assert rpm["run"]["ok"] == 90 and rpm["run"]["one_line_per_input_line"] is True
+    small, large = report["unlimited"]["runs"]
+    assert (small["lines"], large["lines"]) == (100, 300)
+    for run in (small, large):
+        assert run["lines_per_s"] > 0 and run["peak_rss_mb"] >= run["rss_before_mb"] > 0
+        assert run["run"]["failed"] == 0 and run["run"]["one_line_per_input_line"] is True
+    assert report["unlimited"]["rss_growth_mb"] == round(
+        large["peak_rss_mb"] - small["peak_rss_mb"], 1
+    )
+
+
+def test_loadtest_client_benchmark_steps_the_rate_up() -> None:
+    # A lag limit no step can miss: every step is good, so the rate goes up each time and the
+    # last one is the answer (the real limit, 1 ms, is for a quiet machine and the nginx mock).
+    report = _run_json(
+        "benchmarks.loadtest_client",
+        *("--sim", "--start", "20", "--seconds", "0.5", "--max-steps", "2", "--refine", "0"),
+        *("--max-lag-ms", "5000", "--chunks", "4"),
+    )
+    assert report["benchmark"] == "loadtest_client" and report["server"] == "in-process sim"
+    assert [step["rate"] for step in report["steps"]] == [20.0, 30.0]
+    assert report["max_rate"] == 30.0 and report["limit_reached"] is False
+    for step in report["steps"]:
+        assert step["sent"] > 0 and step["failed"] == 0 and step["good"] is True
+        assert step["lag_p99_ms"] >= step["lag_p50_ms"] >= 0

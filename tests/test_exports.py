@@ -21,7 +21,8 @@ def test_every_package_folder_is_listed_for_installation():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     listed = set(config["tool"]["setuptools"]["packages"])
     found = {"sluice", "sluice.actors"} | {
-        f"sluice.{p.parent.name}" for p in (ROOT / "runtime").glob("*/__init__.py")
+        ".".join(("sluice", *p.parent.relative_to(ROOT / "runtime").parts))
+        for p in (ROOT / "runtime").glob("*/**/__init__.py")
     }
     assert found == listed
 

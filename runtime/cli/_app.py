@@ -10,6 +10,7 @@ from .batch import batch
 from .chat import chat
 from .keys import keys_app
 from .ledger import ledger
+from .loadtest import loadtest_app
 from .providers import providers_app
 from .sim import sim
 
@@ -32,6 +33,7 @@ app.command(sim)
 app.command(providers_app)
 app.command(keys_app)
 app.command(ledger)
+app.command(loadtest_app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

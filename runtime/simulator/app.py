@@ -40,6 +40,7 @@ from .directives import (
     choose_directive,
     parse_directive,
 )
+from .latency import Generation, GenerationSlots, draw_generation
 from .quota import QuotaWindow, format_duration
 from .reply import Reply, plan_reply
 from .request import RequestError
@@ -116,6 +117,8 @@ class SimulatorApp:
             max(1, round(config.ping_interval / self._interval)) if self._interval else 0
         )
         self._quota = QuotaWindow(rpm=config.rpm, tpm=config.tpm) if config.has_quota else None
+        self._latency_rng = random.Random(config.latency_seed)
+        self._slots = None if config.capacity is None else GenerationSlots(config.capacity)
         self._models = models_body(config.models)
         self._requests = 0
         self._chat_requests = 0
@@ -235,7 +238,12 @@ class SimulatorApp:
             paced=config.paced,
             ping_every=self._ping_every,
         )
-        if config.ttft:
+        timing = None
+        if config.latency_modelled:
+            timing = self._draw_generation(len(slots), reply.completion_tokens)
+        if timing is not None:
+            await trio.sleep_until(timing.first_chunk_at)
+        elif config.ttft:
             await trio.sleep(config.ttft)
         head = route.stream_head(request_id)
         plan: Schedule
@@ -245,7 +253,11 @@ class SimulatorApp:
                 pieces = [b"".join(slot) for slot in slots]
                 if len(pieces) == 1 and not isinstance(directive, Trickle):
                     return SimResponse(200, head, Body(pieces), pieces[0])
-                body = Body(pieces, start=trio.current_time(), interval=self._interval)
+                body: Body | ScheduledBody
+                if timing is not None:
+                    body = ScheduledBody(pieces, timing.chunk_times())
+                else:
+                    body = Body(pieces, start=trio.current_time(), interval=self._interval)
                 if isinstance(directive, Trickle):
                     trickle = TrickleBody(body, size=directive.size, interval=directive.interval)
                     return SimResponse(200, head, trickle)
@@ -288,9 +300,12 @@ class SimulatorApp:
             request, reply, request_id=request_id.decode(), created=int(self._wall_clock())
         )
         chunks = -(-reply.completion_tokens // config.tokens_per_chunk)
-        delay = config.ttft + max(chunks - 1, 0) * self._interval
-        if delay:
-            await trio.sleep(delay)
+        if config.latency_modelled:
+            await trio.sleep_until(self._draw_generation(chunks, reply.completion_tokens).end)
+        else:
+            delay = config.ttft + max(chunks - 1, 0) * self._interval
+            if delay:
+                await trio.sleep(delay)
         if type(directive) is Normal:
             return SimResponse(
                 200, route.json_head(len(content), request_id), Body([content]), content
@@ -317,6 +332,23 @@ class SimulatorApp:
                 raise AssertionError(f"{directive} is answered before the reply")
             case _:
                 assert_never(directive)
+
+    def _draw_generation(self, chunks: int, tokens: int) -> Generation:
+        """This request's drawn timing (:mod:`.latency`), booked from now."""
+        config = self.config
+        tps = config.tokens_per_second
+        return draw_generation(
+            self._latency_rng,
+            now=trio.current_time(),
+            chunks=chunks,
+            tokens=tokens,
+            tokens_per_chunk=config.tokens_per_chunk,
+            ttft=config.ttft,
+            ttft_jitter=config.ttft_jitter,
+            token_interval=1 / tps if tps else 0.0,
+            itl_jitter=config.itl_jitter,
+            slots=self._slots,
+        )
 
     def _json(
         self,

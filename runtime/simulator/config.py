@@ -123,6 +123,22 @@ class SimulatorConfig:
     """Seconds between the ``ping`` events of a paced Anthropic stream (there is always one
     after the first block starts)."""
 
+    # The latency model (:mod:`.latency`); at these defaults the pacing above is exact.
+    ttft_jitter: float = attrs.field(default=0.0, validator=ge(0))
+    """Standard deviation of the time to first token: each request draws it from a gamma
+    distribution with mean ``ttft`` and this deviation (0: always exactly ``ttft``)."""
+    itl_jitter: float = attrs.field(default=0.0, validator=ge(0))
+    """Standard deviation of the time per output token: each gap between chunks is the later
+    chunk's tokens times a gamma draw with mean ``1 / tokens_per_second`` and this deviation
+    (0: evenly paced). Needs ``tokens_per_second``."""
+    capacity: int | None = attrs.field(default=None, validator=optional([instance_of(int), ge(1)]))
+    """Generations served at once; None for no limit. A request that finds them all busy
+    waits, first come first served, for the earliest to finish, so beyond
+    ``capacity / mean generation time`` requests per second (the saturation rate) queues and
+    latency grow as on a real server at its batch limit."""
+    latency_seed: int = 0
+    """Seeds the latency draws, apart from the fault dice."""
+
     def __attrs_post_init__(self) -> None:
         total = self.rate_429 + self.rate_500 + self.rate_disconnect + self.rate_529
         total += self.rate_broken_json + sum(rate for _, rate in self.fault_rates)
@@ -131,6 +147,13 @@ class SimulatorConfig:
                 "rate_429 + rate_500 + rate_disconnect + rate_529 + rate_broken_json + "
                 f"fault_rates must be at most 1, got {total:g}"
             )
+        if self.itl_jitter and not self.tokens_per_second:
+            raise ValueError("'itl_jitter' needs a pace: set 'tokens_per_second' too")
+
+    @property
+    def latency_modelled(self) -> bool:
+        """True when timings are drawn (jitter) or requests can queue (``capacity``)."""
+        return bool(self.ttft_jitter or self.itl_jitter or self.capacity is not None)
 
     @property
     def paced(self) -> bool:

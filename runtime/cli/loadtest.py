@@ -1,0 +1,426 @@
+"""``sluice loadtest``: measure an endpoint under a planned load; ``sluice loadtest compare``.
+
+The command only checks flags, builds a :class:`~sluice.jobs.loadtest.LoadTest` and shows
+progress; the work is in :mod:`sluice.jobs.loadtest`. Progress goes to stderr: a rich live
+view on a terminal, a plain line every few seconds otherwise. The summary goes to stdout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
+from typing import TYPE_CHECKING, Annotated, Any
+
+from cyclopts import App, Parameter
+
+from ..errors import ConfigError
+from ._common import EXIT_FAILED, EXIT_OK, build_config, check_model, fail
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..jobs.loadtest import LoadTest, Progress
+    from ..jobs.loadtest.arrivals import LoadShape
+    from ..jobs.loadtest.sweep import SweepPlan, SweepPoint
+
+__all__ = ["format_summary", "loadtest_app"]
+
+loadtest_app = App(
+    name="loadtest",
+    help="Measure what an LLM endpoint sustains: TTFT, per-token ITL, throughput, goodput.",
+)
+
+_PLAIN_EVERY = 5.0
+"""Seconds between progress lines when stderr is not a terminal."""
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f} ms"
+
+
+def format_summary(document: dict[str, Any]) -> str:
+    """The lines printed when a run ends."""
+    agg = document["aggregates"]
+    reqs, tp = agg["requests"], agg["throughput"]
+    lines = [
+        f"loadtest {document['config']['model']}: {document['config']['load']}",
+        f"  requests: {reqs['total']} sent, {reqs['ok']} ok, {reqs['failed']} failed"
+        + (
+            f" ({', '.join(f'{k} {v}' for k, v in reqs['errors'].items())})"
+            if reqs["failed"]
+            else ""
+        ),
+    ]
+    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        s = agg[key]
+        lines.append(
+            f"  {label:<5} p50 {_ms(s['p50'])}  p90 {_ms(s['p90'])}  p99 {_ms(s['p99'])}  "
+            f"mean {_ms(s['mean'])}"
+        )
+    lines.append(
+        f"  throughput: {tp['requests_per_s']:.2f} requests/s, "
+        f"{tp['output_tokens_per_s']:.1f} output tokens/s over {tp['elapsed_s']:.1f} s"
+    )
+    good = agg["goodput"]
+    for check in good["slos"]:
+        lines.append(
+            f"  SLO {check['slo']} <= {check['bound'] * 1000:g} ms: measured "
+            f"{_ms(check['measured'])}, {'met' if check['met'] else 'MISSED'}"
+        )
+    if good["slos"]:
+        lines.append(
+            f"  goodput: {good['requests_per_s']:.2f} requests/s "
+            f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
+        )
+    lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    sweep = document.get("sweep")
+    if sweep:
+        rate = sweep["saturation_rate"]
+        shown = "not found (even the lowest rate saturated)" if rate is None else f"{rate:.3g}/s"
+        lines.append(f"  saturation rate: {shown}")
+    if not document["valid"]:
+        lines.append(f"  INVALID RUN: {document['invalid_reason']}")
+    return "\n".join(lines)
+
+
+def _progress_line(p: Progress) -> str:
+    return (
+        f"{p.elapsed:6.1f} s  sent {p.sent}  done {p.finished} ({p.failed} failed)  "
+        f"in flight {p.in_flight}  TTFT p50 {_ms(p.ttft_p50)}  lag p99 {_ms(p.lag_p99)}"
+    )
+
+
+def _progress_display(stack: ExitStack) -> Callable[[Progress], None]:
+    """A rich live view on a terminal; plain lines on stderr otherwise."""
+    if not sys.stderr.isatty():
+        last = [-_PLAIN_EVERY]
+
+        def plain(p: Progress) -> None:
+            if p.elapsed - last[0] >= _PLAIN_EVERY:
+                last[0] = p.elapsed
+                print(f"sluice loadtest: {_progress_line(p)}", file=sys.stderr, flush=True)
+
+        return plain
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    # Redrawn from the run's own ticks, not rich's refresh thread: the cost lands at a known
+    # moment each second, in the loop the lag is measured on.
+    live = stack.enter_context(
+        Live(console=Console(stderr=True), transient=True, auto_refresh=False)
+    )
+
+    def show(p: Progress) -> None:
+        table = Table(title="sluice loadtest", show_header=False, box=None)
+        for name, value in (
+            ("elapsed", f"{p.elapsed:.1f} s"),
+            ("sent / done", f"{p.sent} / {p.finished}"),
+            ("failed", str(p.failed)),
+            ("in flight", str(p.in_flight)),
+            ("TTFT p50 (recent)", _ms(p.ttft_p50)),
+            ("send lag p99 (recent)", _ms(p.lag_p99)),
+        ):
+            table.add_row(name, value)
+        live.update(table, refresh=True)
+
+    return show
+
+
+def _shape(
+    *,
+    rate: float | None,
+    burstiness: float,
+    concurrency: int | None,
+    ramp: str | None,
+    trace: tuple[str, tuple[float, ...]] | None,
+    max_in_flight: int | None,
+) -> LoadShape:
+    """The load shape from the flags (exactly one shape flag is given: checked before).
+
+    Raises:
+        ConfigError: a bad value.
+    """
+    from ..jobs.loadtest import ClosedLoop, OpenLoop, Step
+
+    if concurrency is not None:
+        if concurrency < 1:
+            raise ConfigError("--concurrency must be at least 1")
+        return ClosedLoop(concurrency)
+    if ramp is not None:
+        steps = []
+        for part in ramp.split(","):
+            r, _, seconds = part.partition(":")
+            try:
+                steps.append(Step(float(r), float(seconds)))
+            except ValueError:
+                raise ConfigError(
+                    f"--ramp {ramp!r}: expected RATE:SECONDS steps, e.g. 2:30,4:30,8:30 "
+                    "(every number above 0)"
+                ) from None
+        return OpenLoop.ramp(steps, max_in_flight=max_in_flight)
+    if trace is not None:
+        name, offsets = trace
+        return OpenLoop.replay(offsets, source=name, max_in_flight=max_in_flight)
+    assert rate is not None
+    try:
+        return OpenLoop.at_rate(rate, burstiness=burstiness, max_in_flight=max_in_flight)
+    except ValueError as exc:
+        raise ConfigError(f"--rate/--burstiness: {exc}") from None
+
+
+@loadtest_app.default
+async def loadtest(
+    *,
+    model: str,
+    out: Path,
+    report: Path | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    concurrency: int | None = None,
+    sweep: str | None = None,
+    ramp: str | None = None,
+    trace: Path | None = None,
+    max_in_flight: int | None = None,
+    duration: float | None = None,
+    requests: int | None = None,
+    dataset: Path | None = None,
+    input_tokens: str = "128",
+    output_tokens: str = "128",
+    slo: list[str] | None = None,
+    respect_limits: bool = False,
+    max_lag: str = "10ms",
+    request_timeout: Annotated[float, Parameter(name="--timeout")] = 600.0,
+    seed: int = 0,
+    config: Path | None = None,
+) -> int:
+    """Load-test a model: send requests on a schedule, measure each, write the results.
+
+    Give one load shape (--rate, --concurrency, --sweep, --ramp or --trace) and a bound
+    (--duration or --requests; a ramp or trace bounds itself). Every request's time to first
+    token, per-token inter-token latency, time per output token and end-to-end latency are
+    measured on the client; the results file holds every record and the aggregates (seconds).
+    A run whose client fell behind its own schedule (send lag p99 above --max-lag) is marked
+    invalid. Exit status: 0 for a valid run that met every --slo, 1 for an invalid run or a
+    missed SLO, 2 for bad flags or input.
+
+    Args:
+        model: provider:model to call, e.g. sim:sim-small or openai:gpt-4o-mini.
+        out: where the JSON results go.
+        report: also write a self-contained HTML report here.
+        base_url: the provider's base URL, e.g. http://127.0.0.1:8000/v1.
+        api_key: the API key for this provider.
+        rate: requests per second, sent open loop (Poisson arrivals by default).
+        burstiness: gamma shape of the inter-arrival times with --rate or --sweep: 1 is
+            Poisson, below 1 burstier, above 1 more even.
+        concurrency: closed loop: this many users, each sending when its last request ends.
+        sweep: rates to sweep to find the saturation point: auto, auto:START, or a list like
+            1,2,4,8; each point runs for --duration seconds.
+        ramp: a stepped ramp, RATE:SECONDS steps, e.g. 2:30,4:30,8:30.
+        trace: replay arrival times from a file: one number of seconds per line, or JSON
+            objects with timestamp (seconds) or timestamp_ms.
+        max_in_flight: open loop only: requests running at once at most; a request due while
+            it is reached waits, and the wait counts as client lag.
+        duration: seconds during which requests are sent.
+        requests: number of requests to send.
+        dataset: a JSONL file of prompts: {"prompt": "..."} or {"messages": [...]} per line,
+            optionally with "output_tokens"; used in order, cycling.
+        input_tokens: synthetic prompt length: N, uniform:LO:HI or normal:MEAN:STD.
+        output_tokens: output length asked for (max_tokens): N, uniform:LO:HI or
+            normal:MEAN:STD.
+        slo: an objective such as ttft_p99=500ms or itl_p95=50ms (repeatable); goodput counts
+            the requests that meet all of them.
+        respect_limits: keep the configured rate limits, breaker and retries (measures
+            goodput under quota); by default limits are off and nothing is retried.
+        max_lag: send-lag p99 beyond which the run is invalid, e.g. 10ms.
+        request_timeout: seconds each request may take, queueing included.
+        seed: seed of the arrival times and the synthetic prompts.
+        config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
+    """
+    from ..jobs.loadtest import (
+        LoadTest,
+        Workload,
+        load_dataset,
+        load_trace,
+        parse_lengths,
+        parse_slo,
+    )
+    from ..jobs.loadtest.slo import parse_seconds
+    from ..jobs.loadtest.sweep import parse_sweep
+
+    shapes = {
+        "--rate": rate,
+        "--concurrency": concurrency,
+        "--sweep": sweep,
+        "--ramp": ramp,
+        "--trace": trace,
+    }
+    given = [name for name, value in shapes.items() if value is not None]
+    if len(given) != 1:
+        return fail(
+            "give exactly one load shape: --rate, --concurrency, --sweep, --ramp or --trace"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    if burstiness != 1.0 and rate is None and sweep is None:
+        return fail("--burstiness applies to --rate and --sweep")
+    if max_in_flight is not None and (concurrency is not None or max_in_flight < 1):
+        return fail("--max-in-flight must be at least 1 and applies to open-loop shapes")
+    if sweep is not None and (duration is None or requests is not None):
+        return fail(
+            "--sweep runs each rate for --duration seconds: give --duration, not --requests"
+        )
+    if duration is not None and not duration > 0:
+        return fail("--duration must be above 0")
+    if requests is not None and requests < 1:
+        return fail("--requests must be at least 1")
+    if request_timeout <= 0:
+        return fail("--timeout must be above 0")
+    if (base_url is not None or api_key is not None) and model.partition(":")[1] == "":
+        return fail("--base-url and --api-key need --model written provider:model")
+    try:
+        check_model(model)
+        plan = None
+        if sweep is not None:
+            try:
+                plan = parse_sweep(sweep)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        arrivals = None if trace is None else (trace.name, load_trace(trace))
+        shape = _shape(
+            rate=rate if rate is not None else (1.0 if sweep is not None else None),
+            burstiness=burstiness,
+            concurrency=concurrency,
+            ramp=ramp,
+            trace=arrivals,
+            max_in_flight=max_in_flight,
+        )
+        if duration is None and requests is None:
+            if ramp is not None:
+                duration = sum(float(p.partition(":")[2]) for p in ramp.split(","))
+            elif arrivals is not None:
+                requests = len(arrivals[1])
+            else:
+                raise ConfigError("bound the run: give --duration SECONDS or --requests N")
+        workload = Workload(
+            input_tokens=parse_lengths(input_tokens, flag="--input-tokens"),
+            output_tokens=parse_lengths(output_tokens, flag="--output-tokens"),
+            dataset=load_dataset(dataset) if dataset is not None else (),
+            dataset_name=dataset.name if dataset is not None else None,
+        )
+        test = LoadTest(
+            model=model,
+            shape=shape,
+            duration=duration,
+            requests=requests,
+            workload=workload,
+            seed=seed,
+            slos=tuple(parse_slo(text) for text in slo or ()),
+            max_lag=parse_seconds(max_lag, flag="--max-lag"),
+            timeout=request_timeout,
+        )
+        run_config = build_config(
+            config_file=config,
+            provider=model.partition(":")[0],
+            base_url=base_url,
+            api_key=api_key,
+        )
+    except ConfigError as exc:
+        return fail(str(exc))
+    except ValueError as exc:  # an attrs validator: a value out of range
+        return fail(str(exc))
+    settings = {"base_url": base_url, "respect_limits": respect_limits}
+    return await _run(test, run_config, plan, burstiness, settings, out, report, respect_limits)
+
+
+async def _run(
+    test: LoadTest,
+    run_config: Any,
+    plan: SweepPlan | None,
+    burstiness: float,
+    settings: dict[str, Any],
+    out: Path,
+    report: Path | None,
+    respect_limits: bool,
+) -> int:
+    from .._runtime import open_runtime
+    from ..jobs.loadtest import loadtest_config, run_load, run_sweep
+    from ..jobs.loadtest.results import results_document, write_report, write_results
+
+    provider = test.model.partition(":")[0]
+    run_config = loadtest_config(run_config, provider, respect_limits=respect_limits)
+    simulator = None
+    if provider == "sim" and settings["base_url"] is None:
+        from ..simulator import SimulatorConfig
+
+        # The in-process simulator: long enough replies that max_tokens decides their length.
+        simulator = SimulatorConfig(output_tokens=1_000_000)
+
+    def point_line(p: SweepPoint) -> None:
+        state = f"saturated: {p.verdict.reason}" if p.verdict.saturated else "sustained"
+        print(
+            f"sluice loadtest: sweep {p.rate:.3g}/s -> {p.verdict.achieved:.3g}/s completed, "
+            f"{state}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    started = time.monotonic()
+    try:
+        with ExitStack() as stack:
+            progress = _progress_display(stack)
+            async with open_runtime(run_config, simulator=simulator) as rt:
+                if plan is not None:
+                    result = await run_sweep(
+                        rt,
+                        test,
+                        plan,
+                        burstiness=burstiness,
+                        on_point=point_line,
+                        progress=progress,
+                    )
+                    document = results_document(result.best.run, settings=settings, sweep=result)
+                else:
+                    run = await run_load(rt, test, progress=progress)
+                    document = results_document(run, settings=settings)
+    except ConfigError as exc:
+        return fail(str(exc))
+    document["config"]["wall_seconds"] = round(time.monotonic() - started, 3)
+    try:
+        write_results(out, document)
+        if report is not None:
+            write_report(report, document)
+    except OSError as exc:
+        print(f"sluice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(format_summary(document), flush=True)
+    print(f"results: {out}" + (f", report: {report}" if report is not None else ""), flush=True)
+    if not document["valid"] or not document["aggregates"]["goodput"]["met"]:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+@loadtest_app.command(name="compare")
+async def compare(a: Path, b: Path, /) -> int:
+    """Print the differences between two results files: each headline number of A and B,
+    the change, and whether B is better or worse.
+
+    Args:
+        a: the baseline results file.
+        b: the results file to compare with it.
+    """
+    from ..jobs.loadtest.compare import compare as diff
+    from ..jobs.loadtest.compare import format_comparison, load_results
+
+    try:
+        first, second = load_results(a), load_results(b)
+    except ConfigError as exc:
+        return fail(str(exc))
+    print(format_comparison(diff(first, second), f"A {a.name}", f"B {b.name}"), flush=True)
+    for name, document in (("A", first), ("B", second)):
+        if not document.get("valid", True):
+            print(f"note: {name} is an invalid run: {document.get('invalid_reason')}")
+    return EXIT_OK

@@ -1,0 +1,237 @@
+"""From request records to the run's aggregates: latency summaries, throughput over time,
+error rates, goodput under SLOs and the verdict on the client's own lag. Pure.
+
+Every duration is in seconds. The dict returned by :func:`aggregate` is what the results file
+holds under ``aggregates``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from .stats import percentile, summarize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from .metrics import RequestRecord
+    from .slo import Slo
+
+__all__ = ["DEFAULT_MAX_LAG", "aggregate", "lag_verdict", "token_times"]
+
+DEFAULT_MAX_LAG = 0.010
+"""Send-lag p99 beyond which a run is invalid (seconds). A request sent 10 ms late hides up
+to 10 ms of the latency the schedule meant to expose."""
+
+
+def token_times(record: RequestRecord) -> Iterator[float]:
+    """When each output token arrived (run-relative): the first chunk's tokens at the first
+    token's time, then one per ITL sample."""
+    first = record.first_token_at
+    if first is None:
+        return
+    for _ in range(record.output_tokens - len(record.itls)):
+        yield first
+    yield from _after(first, record.itls)
+
+
+def _after(first: float, itls: Sequence[float]) -> Iterator[float]:
+    at = first
+    for gap in itls:
+        at += gap
+        yield at
+
+
+def lag_verdict(lag_p99: float | None, max_lag: float) -> str | None:
+    """Why the run is invalid, or None when the client kept its schedule."""
+    if lag_p99 is None or lag_p99 <= max_lag:
+        return None
+    return (
+        f"the client fell behind its own schedule: send lag p99 {lag_p99 * 1000:.1f} ms is "
+        f"above the {max_lag * 1000:g} ms limit, so requests went out later than planned and "
+        "the latencies understate what the target rate would cause (the load generator, not "
+        "the endpoint, is the bottleneck: lower the rate, raise --max-in-flight, or use a "
+        "faster machine)"
+    )
+
+
+def aggregate(
+    records: Sequence[RequestRecord],
+    *,
+    slos: Sequence[Slo] = (),
+    max_lag: float = DEFAULT_MAX_LAG,
+    bin_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The run's aggregates (see the module docstring)."""
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    start = min((r.scheduled for r in records), default=0.0)
+    end = max((r.end for r in records), default=start)
+    elapsed = max(end - start, 1e-9)
+    itls = [x for r in ok for x in r.itls]
+    lag = summarize([r.lag for r in records])
+    out_tokens = sum(r.output_tokens for r in ok)
+    in_tokens = sum(r.input_tokens for r in ok)
+    errors = Counter(r.error_type or "unknown" for r in failed)
+    timeline = _timeline(records, start, end, bin_seconds)
+    reason = lag_verdict(lag["p99"], max_lag)
+    return {
+        "requests": {
+            "total": len(records),
+            "ok": len(ok),
+            "failed": len(failed),
+            "error_rate": len(failed) / len(records) if records else 0.0,
+            "errors": dict(errors.most_common()),
+            "statuses": {
+                str(k): v for k, v in Counter(r.status for r in failed if r.status).items()
+            },
+        },
+        "ttft": summarize([r.ttft for r in ok if r.ttft is not None]),
+        "itl": summarize(itls),
+        "tpot": summarize([r.tpot for r in ok if r.tpot is not None]),
+        "e2e": summarize([r.e2e for r in ok]),
+        "queue_wait": summarize([r.queue_wait for r in records]),
+        "client_lag": lag | {"max_allowed": max_lag},
+        "throughput": {
+            "elapsed_s": elapsed,
+            "requests_per_s": len(ok) / elapsed,
+            "output_tokens_per_s": out_tokens / elapsed,
+            "input_tokens_per_s": in_tokens / elapsed,
+            "total_tokens_per_s": (in_tokens + out_tokens) / elapsed,
+            "peak_output_tokens_per_s": max(
+                (b["output_tokens_per_s"] for b in timeline), default=0.0
+            ),
+            "output_tokens": out_tokens,
+            "input_tokens": in_tokens,
+            "output_tokens_estimated": sum(1 for r in ok if not r.output_tokens_reported),
+        },
+        "timeline": timeline,
+        "goodput": _goodput(ok, slos, elapsed, len(records)),
+        "valid": reason is None,
+        "invalid_reason": reason,
+    }
+
+
+def _timeline(
+    records: Sequence[RequestRecord], start: float, end: float, bin_seconds: float | None
+) -> list[dict[str, Any]]:
+    """Per time bin: requests sent and completed, output tokens per second (by token arrival),
+    and the median TTFT, ITL and lag of what happened in the bin."""
+    span = end - start
+    if not records or span <= 0:
+        return []
+    width = bin_seconds or _nice_bin(span)
+    count = max(1, math.ceil(span / width))
+    sent = [0] * count
+    done = [0] * count
+    failed = [0] * count
+    tokens = [0] * count
+    ttfts: list[list[float]] = [[] for _ in range(count)]
+    itls: list[list[float]] = [[] for _ in range(count)]
+    lags: list[list[float]] = [[] for _ in range(count)]
+
+    def slot(at: float) -> int:
+        return min(count - 1, max(0, int((at - start) / width)))
+
+    for r in records:
+        i = slot(r.sent)
+        sent[i] += 1
+        lags[i].append(r.lag)
+        if r.ok:
+            done[slot(r.end)] += 1
+            if r.ttft is not None:
+                ttfts[i].append(r.ttft)
+            for at in token_times(r):
+                tokens[slot(at)] += 1
+            at = r.first_token_at or 0.0
+            for gap in r.itls:
+                at += gap
+                itls[slot(at)].append(gap)
+        else:
+            failed[slot(r.end)] += 1
+
+    def median(values: list[float]) -> float | None:
+        return percentile(sorted(values), 50) if values else None
+
+    def p99(values: list[float]) -> float | None:
+        return percentile(sorted(values), 99) if values else None
+
+    return [
+        {
+            "t": i * width,
+            "width": width,
+            "sent": sent[i],
+            "completed": done[i],
+            "failed": failed[i],
+            "requests_per_s": done[i] / width,
+            "output_tokens_per_s": tokens[i] / width,
+            "ttft_p50": median(ttfts[i]),
+            "ttft_p99": p99(ttfts[i]),
+            "itl_p50": median(itls[i]),
+            "itl_p99": p99(itls[i]),
+            "lag_p99": p99(lags[i]),
+        }
+        for i in range(count)
+    ]
+
+
+def _nice_bin(span: float) -> float:
+    """A round bin width giving 20 to 50 bins over ``span`` seconds."""
+    for width in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600):
+        if span / width <= 50:
+            return float(width)
+    return span / 50
+
+
+def _own_value(record: RequestRecord, slo: Slo) -> float | None:
+    match slo.metric:
+        case "ttft":
+            return record.ttft
+        case "tpot":
+            return record.tpot
+        case "e2e":
+            return record.e2e
+        case _:
+            return percentile(sorted(record.itls), slo.percentile) if record.itls else None
+
+
+def _goodput(
+    ok: Sequence[RequestRecord], slos: Sequence[Slo], elapsed: float, total: int
+) -> dict[str, Any]:
+    if not slos:
+        return {
+            "slos": [],
+            "good": len(ok),
+            "requests_per_s": len(ok) / elapsed,
+            "fraction": len(ok) / total if total else 0.0,
+            "met": True,
+        }
+    checks = []
+    for slo in slos:
+        if slo.metric == "itl":
+            samples = [x for r in ok for x in r.itls]
+        else:
+            samples = [v for r in ok if (v := _own_value(r, slo)) is not None]
+        measured = percentile(sorted(samples), slo.percentile) if samples else None
+        checks.append(
+            {
+                "slo": slo.name,
+                "bound": slo.seconds,
+                "measured": measured,
+                "met": measured is not None and measured <= slo.seconds,
+            }
+        )
+    good = 0
+    for r in ok:
+        values = [_own_value(r, slo) for slo in slos]
+        if all(v is not None and v <= slo.seconds for v, slo in zip(values, slos, strict=True)):
+            good += 1
+    return {
+        "slos": checks,
+        "good": good,
+        "requests_per_s": good / elapsed,
+        "fraction": good / total if total else 0.0,
+        "met": all(c["met"] for c in checks),
+    }

@@ -1,0 +1,204 @@
+"""When requests are sent: arrival schedules as offsets in seconds from the start. Pure.
+
+An open-loop schedule is an iterator of non-decreasing offsets, drawn up front from a seeded
+``random.Random`` so a run repeats exactly. The run loop sends each request at its offset
+whatever happens to earlier ones; how late it manages to is the client's lag
+(:mod:`.metrics`). A closed loop (a fixed number of users, each sending its next request when
+the last one ends) has no schedule to keep and is described by :class:`ClosedLoop`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
+import attrs
+import orjson
+
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "ClosedLoop",
+    "LoadShape",
+    "OpenLoop",
+    "Step",
+    "gamma_offsets",
+    "load_trace",
+    "poisson_offsets",
+    "ramp_offsets",
+]
+
+
+def gamma_offsets(
+    rate: float, rng: random.Random, *, burstiness: float = 1.0, start: float = 0.0
+) -> Iterator[float]:
+    """Endless arrivals at ``rate`` per second with gamma inter-arrival times.
+
+    ``burstiness`` is the gamma shape: 1 gives a Poisson process (exponential gaps), below 1
+    bursts (many short gaps and a few long ones), above 1 a steadier, more uniform stream. The
+    mean gap is always ``1 / rate``.
+    """
+    if not rate > 0:
+        raise ValueError(f"rate must be above 0, got {rate!r}")
+    if not burstiness > 0:
+        raise ValueError(f"burstiness must be above 0, got {burstiness!r}")
+    scale = 1.0 / (rate * burstiness)
+    at = start
+    while True:
+        at += rng.gammavariate(burstiness, scale)
+        yield at
+
+
+def poisson_offsets(rate: float, rng: random.Random, *, start: float = 0.0) -> Iterator[float]:
+    """Endless Poisson arrivals at ``rate`` per second (exponential gaps, mean ``1/rate``)."""
+    if not rate > 0:
+        raise ValueError(f"rate must be above 0, got {rate!r}")
+    at = start
+    while True:
+        at += rng.expovariate(rate)
+        yield at
+
+
+@attrs.frozen
+class Step:
+    """``rate`` requests per second for ``seconds``."""
+
+    rate: float = attrs.field(validator=attrs.validators.gt(0))
+    seconds: float = attrs.field(validator=attrs.validators.gt(0))
+
+
+def ramp_offsets(
+    steps: Sequence[Step], rng: random.Random, *, burstiness: float = 1.0
+) -> Iterator[float]:
+    """A stepped ramp: each step's arrivals at its own rate, then the next step. Finite."""
+    start = 0.0
+    for step in steps:
+        end = start + step.seconds
+        for at in gamma_offsets(step.rate, rng, burstiness=burstiness, start=start):
+            if at >= end:
+                break
+            yield at
+        start = end
+
+
+def load_trace(path: Path) -> tuple[float, ...]:
+    """Arrival offsets from a trace file, shifted so the first is 0, in order.
+
+    One entry per line: a bare number of seconds, or a JSON object with ``timestamp`` (seconds)
+    or ``timestamp_ms``; blank lines are skipped. Absolute timestamps (epoch seconds) work too,
+    since only the differences matter.
+
+    Raises:
+        ConfigError: the file cannot be read, a line is neither form, or it holds no entries.
+    """
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read trace file {path}: {exc}") from None
+    times: list[float] = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            times.append(_trace_time(text))
+        except ValueError as exc:
+            raise ConfigError(f"trace file {path}, line {number}: {exc}") from None
+    if not times:
+        raise ConfigError(f"trace file {path} holds no timestamps")
+    times.sort()
+    first = times[0]
+    return tuple(t - first for t in times)
+
+
+def _trace_time(text: str) -> float:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ValueError("expected a number or a JSON object with 'timestamp'") from None
+    if isinstance(value, dict):
+        if "timestamp" in value:
+            value = value["timestamp"]
+        elif "timestamp_ms" in value:
+            ms = value["timestamp_ms"]
+            value = ms / 1000 if isinstance(ms, int | float) and not isinstance(ms, bool) else ms
+        else:
+            raise ValueError("the object has no 'timestamp' or 'timestamp_ms'")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"timestamp must be a finite number, got {value!r}")
+    return float(value)
+
+
+@attrs.frozen
+class OpenLoop:
+    """Requests sent on a schedule, whether or not earlier ones have finished.
+
+    Build one with :meth:`at_rate`, :meth:`ramp` or :meth:`replay`.
+    """
+
+    describe: str
+    """How the schedule was made, for the results file (``poisson 5/s``)."""
+    rate: float | None
+    """The offered mean rate, when there is one (a trace has none)."""
+    schedule: Callable[[random.Random], Iterable[float]] = attrs.field(eq=False, repr=False)
+    """The offsets, drawn from the run's seeded generator."""
+    max_in_flight: int | None = None
+    """Requests allowed to run at once (a client-side cap, like vLLM's ``--max-concurrency``).
+    A request due while the cap is reached waits, and that wait counts as client lag."""
+
+    @classmethod
+    def at_rate(
+        cls, rate: float, *, burstiness: float = 1.0, max_in_flight: int | None = None
+    ) -> OpenLoop:
+        """``rate`` per second: Poisson arrivals, or gamma ones when ``burstiness`` is not 1."""
+        if not rate > 0:
+            raise ValueError(f"rate must be above 0, got {rate!r}")
+        if not burstiness > 0:
+            raise ValueError(f"burstiness must be above 0, got {burstiness!r}")
+        if burstiness == 1.0:
+            return cls(
+                f"poisson {rate:g}/s", rate, lambda rng: poisson_offsets(rate, rng), max_in_flight
+            )
+        return cls(
+            f"gamma {rate:g}/s, burstiness {burstiness:g}",
+            rate,
+            lambda rng: gamma_offsets(rate, rng, burstiness=burstiness),
+            max_in_flight,
+        )
+
+    @classmethod
+    def ramp(cls, steps: Sequence[Step], *, max_in_flight: int | None = None) -> OpenLoop:
+        """A stepped ramp of Poisson arrivals."""
+        if not steps:
+            raise ValueError("a ramp needs at least one step")
+        text = ", ".join(f"{s.rate:g}/s for {s.seconds:g} s" for s in steps)
+        total = sum(s.seconds for s in steps)
+        mean = sum(s.rate * s.seconds for s in steps) / total
+        return cls(f"ramp {text}", mean, lambda rng: ramp_offsets(tuple(steps), rng), max_in_flight)
+
+    @classmethod
+    def replay(
+        cls, offsets: Sequence[float], *, source: str = "trace", max_in_flight: int | None = None
+    ) -> OpenLoop:
+        """The arrivals of a trace (:func:`load_trace`), one request each."""
+        kept = tuple(offsets)
+        return cls(f"replay of {source}", None, lambda _rng: iter(kept), max_in_flight)
+
+
+@attrs.frozen
+class ClosedLoop:
+    """``concurrency`` users, each sending its next request as soon as the last one ends."""
+
+    concurrency: int = attrs.field(validator=attrs.validators.ge(1))
+
+    @property
+    def describe(self) -> str:
+        return f"closed loop, concurrency {self.concurrency}"
+
+
+LoadShape: TypeAlias = OpenLoop | ClosedLoop

@@ -1,0 +1,193 @@
+"""One request's measurements, on trio's clock. Pure.
+
+The run loop feeds a :class:`Tracker` the moments things happened (sent, admitted, each chunk
+of output with its size, the end); :meth:`Tracker.finish` turns them into a frozen
+:class:`RequestRecord`.
+
+Inter-token latency is measured per token, not per chunk. A chunk may carry several tokens
+(a server batching its output, several deltas decoded from one network read); counting it
+as one token would make ITL too long and the token count too small. Each chunk's tokens are
+estimated from its text (word-ish pieces, a cheap tokenizer stand-in), and when the server
+reported usage the estimates are scaled to its exact output count. A chunk of ``k`` tokens
+that arrived ``g`` seconds after the previous one gives ``k`` samples of ``g / k``. The tokens
+of the first chunk arrive at the time to first token and give no ITL samples.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["RequestRecord", "Tracker", "estimate_tokens", "spread_tokens"]
+
+_WORDISH = re.compile(r"\s*\S+")
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap token estimate: the word-ish pieces of ``text`` (at least 1 for any text)."""
+    if not text:
+        return 0
+    return max(1, len(_WORDISH.findall(text)))
+
+
+def spread_tokens(weights: Sequence[int], total: int | None) -> list[int]:
+    """Token counts per chunk: ``weights`` themselves when ``total`` is None, else ``total``
+    shared out in proportion to ``weights`` by largest remainder, so they add up exactly to
+    ``total`` and every chunk keeps at least one token while there are enough to go round."""
+    if total is None or not weights:
+        return list(weights)
+    weight_sum = sum(weights)
+    if weight_sum == 0:
+        return [0] * len(weights)
+    if total >= len(weights):
+        # One each first, the rest in proportion: no chunk that carried text counts as empty.
+        base = [1] * len(weights)
+        shares = [(total - len(weights)) * w / weight_sum for w in weights]
+    else:
+        base = [0] * len(weights)
+        shares = [total * w / weight_sum for w in weights]
+    whole = [math.floor(s) for s in shares]
+    left = total - sum(base) - sum(whole)
+    order = sorted(range(len(weights)), key=lambda i: (whole[i] - shares[i], i))
+    for i in order[:left]:
+        whole[i] += 1
+    return [b + w for b, w in zip(base, whole, strict=True)]
+
+
+@attrs.frozen(kw_only=True)
+class RequestRecord:
+    """Everything measured about one request. Times are seconds on trio's clock relative to
+    the run's start; durations are seconds. A failed request has no TTFT/ITL unless output
+    began before it failed."""
+
+    index: int
+    scheduled: float
+    """When the schedule said to send it (closed loop: when its user became free)."""
+    sent: float
+    """When it was handed to the runtime."""
+    lag: float
+    """``sent - scheduled``: how late the client was."""
+    queue_wait: float
+    """Time in the RateLimiter's queue before admission (client side)."""
+    ttft: float | None
+    """Sent to the first chunk of output."""
+    e2e: float
+    """Sent to the end (last chunk, or the failure)."""
+    itls: tuple[float, ...]
+    """Per-token inter-token latencies (see the module docstring)."""
+    tpot: float | None
+    """Time per output token after the first chunk: the mean of ``itls``."""
+    input_tokens: int
+    output_tokens: int
+    output_tokens_reported: bool
+    """True when ``output_tokens`` is the server's count, False for an estimate."""
+    chunks: int
+    ok: bool
+    status: int | None = None
+    """HTTP status of a failure, when there was one."""
+    error_type: str | None = None
+    error: str | None = None
+    attempts: int = 1
+
+    @property
+    def first_token_at(self) -> float | None:
+        return None if self.ttft is None else self.sent + self.ttft
+
+    @property
+    def end(self) -> float:
+        return self.sent + self.e2e
+
+
+class Tracker:
+    """Collects one request's moments as they happen; :meth:`finish` makes the record.
+
+    Chunks arriving at the same instant (one network read, handed over as one batch) are
+    merged into one chunk, since nothing can tell their tokens apart in time.
+    """
+
+    __slots__ = (
+        "_chunk_at",
+        "_chunk_tokens",
+        "index",
+        "lag",
+        "queue_wait",
+        "scheduled",
+        "sent",
+    )
+
+    def __init__(
+        self, index: int, scheduled: float, sent: float, *, lag: float | None = None
+    ) -> None:
+        self.index = index
+        self.scheduled = scheduled
+        self.sent = sent
+        self.lag = sent - scheduled if lag is None else lag
+        """Given when the caller has it from absolute times, free of rounding."""
+        self.queue_wait = 0.0
+        self._chunk_at: list[float] = []
+        self._chunk_tokens: list[int] = []
+
+    def chunk(self, at: float, text: str) -> None:
+        """Output ``text`` arrived at ``at``."""
+        tokens = estimate_tokens(text)
+        if not tokens:
+            return
+        if self._chunk_at and self._chunk_at[-1] == at:
+            self._chunk_tokens[-1] += tokens
+        else:
+            self._chunk_at.append(at)
+            self._chunk_tokens.append(tokens)
+
+    def reset(self) -> None:
+        """The attempt's output was discarded (a retry restarts the stream)."""
+        self._chunk_at.clear()
+        self._chunk_tokens.clear()
+
+    def finish(
+        self,
+        at: float,
+        *,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        ok: bool,
+        status: int | None = None,
+        error_type: str | None = None,
+        error: str | None = None,
+        attempts: int = 1,
+    ) -> RequestRecord:
+        """The record of a request that ended at ``at``; the token counts are the server's
+        usage, None when it reported none."""
+        counts = spread_tokens(self._chunk_tokens, output_tokens if ok else None)
+        times = self._chunk_at
+        itls: list[float] = []
+        for i in range(1, len(times)):
+            k = counts[i]
+            if k:
+                itls.extend([(times[i] - times[i - 1]) / k] * k)
+        last = times[-1] if times else at
+        return RequestRecord(
+            index=self.index,
+            scheduled=self.scheduled,
+            sent=self.sent,
+            lag=self.lag,
+            queue_wait=self.queue_wait,
+            ttft=times[0] - self.sent if times else None,
+            e2e=max(at, last) - self.sent,
+            itls=tuple(itls),
+            tpot=math.fsum(itls) / len(itls) if itls else None,
+            input_tokens=input_tokens or 0,
+            output_tokens=sum(counts),
+            output_tokens_reported=output_tokens is not None and ok,
+            chunks=len(times),
+            ok=ok,
+            status=status,
+            error_type=error_type,
+            error=error,
+            attempts=attempts,
+        )

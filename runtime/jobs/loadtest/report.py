@@ -1,0 +1,275 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no scripts, nothing fetched)
+built from a results document. Pure.
+
+Charts, each an ``<svg data-chart="ID">`` (:data:`CHARTS`, plus :data:`SWEEP_CHARTS` when the
+run was a sweep): the distributions of TTFT, ITL, TPOT and end-to-end latency; TTFT, ITL,
+throughput and client lag over the run; the sweep's achieved-versus-offered curve and its
+latency curve.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from .stats import PERCENTILES
+from .svg import PALETTE, Series, histogram, xy_chart
+
+__all__ = ["CHARTS", "SWEEP_CHARTS", "render_report"]
+
+CHARTS = (
+    "ttft-histogram",
+    "itl-histogram",
+    "tpot-histogram",
+    "e2e-histogram",
+    "ttft-over-time",
+    "itl-over-time",
+    "throughput-over-time",
+    "client-lag-over-time",
+)
+SWEEP_CHARTS = ("sweep-throughput", "sweep-latency")
+
+_MAX_DOTS = 4000
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;
+max-width:1160px;color:#111827;background:#fff;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;
+border-bottom:1px solid #e5e7eb;padding-bottom:4px}
+.meta{color:#4b5563}.badge{display:inline-block;padding:2px 8px;border-radius:10px;
+font-weight:600}.ok{background:#d1fae5;color:#065f46}.bad{background:#fee2e2;color:#991b1b}
+.warn{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;border-radius:6px}
+table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:right;
+border-bottom:1px solid #f3f4f6}th:first-child,td:first-child{text-align:left}
+th{background:#f9fafb}.grid-2{display:grid;grid-template-columns:repeat(2,1fr);gap:12px}
+figure{margin:0}svg{max-width:100%;height:auto;background:#fff}
+svg .title{font-size:13px;font-weight:600;fill:#111827}
+svg .tick{font-size:10px;fill:#4b5563}svg .label{font-size:11px;fill:#374151}
+svg .grid{stroke:#e5e7eb;stroke-width:1}svg .axis{stroke:#6b7280;stroke-width:1}
+svg .marker{stroke:#111827;stroke-dasharray:3 3;stroke-width:1}
+"""
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value * 1000:.2f}"
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def _latency_table(agg: dict[str, Any]) -> str:
+    names = [name for name, _ in PERCENTILES]
+    head = "".join(f"<th>{n}</th>" for n in ["metric (ms)", "count", "mean", *names, "max"])
+    rows = []
+    for key, label in (
+        ("ttft", "time to first token"),
+        ("itl", "inter-token latency (per token)"),
+        ("tpot", "time per output token"),
+        ("e2e", "end-to-end latency"),
+        ("queue_wait", "queue wait (client)"),
+        ("client_lag", "client send lag"),
+    ):
+        s = agg[key]
+        cells = [escape(label), str(s["count"]), _ms(s["mean"])]
+        cells += [_ms(s[n]) for n in names] + [_ms(s["max"])]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _kv_table(pairs: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in pairs)
+    return f"<table>{body}</table>"
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    step = max(1, len(points) // _MAX_DOTS)
+    return points[::step]
+
+
+def _markers(summary: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(f"{n} {summary[n] * 1000:.1f} ms", summary[n]) for n in ("p50", "p99") if summary[n]]
+
+
+def _charts(document: dict[str, Any]) -> list[str]:
+    agg = document["aggregates"]
+    requests = document["requests"]
+    ok = [r for r in requests if r["ok"]]
+    timeline = agg["timeline"]
+    out = []
+    for key, label, values in (
+        ("ttft", "TTFT", [r["ttft"] * 1000 for r in ok if r["ttft"] is not None]),
+        ("itl", "ITL (per token)", [x * 1000 for r in ok for x in r["itls"]]),
+        ("tpot", "TPOT", [r["tpot"] * 1000 for r in ok if r["tpot"] is not None]),
+        ("e2e", "end-to-end latency", [r["e2e"] * 1000 for r in ok]),
+    ):
+        summary = agg[key]
+        markers = [(name, value * 1000) for name, value in _markers(summary)]
+        out.append(
+            histogram(
+                f"{key}-histogram",
+                f"{label} distribution",
+                values,
+                x_label="milliseconds",
+                markers=markers,
+            )
+        )
+    mid = [b["t"] + b["width"] / 2 for b in timeline]
+
+    def line(name: str, key: str, color: str, scale: float = 1000.0) -> Series:
+        points = [
+            (t, b[key] * scale) for t, b in zip(mid, timeline, strict=True) if b[key] is not None
+        ]
+        return Series(name, points, color)
+
+    ttft_dots = _thin([(r["sent"], r["ttft"] * 1000) for r in ok if r["ttft"] is not None])
+    out.append(
+        xy_chart(
+            "ttft-over-time",
+            "TTFT over the run (by send time)",
+            [
+                Series("each request", ttft_dots, PALETTE[0], line=False, dots=True),
+                line("p50", "ttft_p50", PALETTE[1]),
+                line("p99", "ttft_p99", PALETTE[3]),
+            ],
+            x_label="seconds since start",
+            y_label="milliseconds",
+        )
+    )
+    out.append(
+        xy_chart(
+            "itl-over-time",
+            "Inter-token latency over the run",
+            [line("p50", "itl_p50", PALETTE[0]), line("p99", "itl_p99", PALETTE[1])],
+            x_label="seconds since start",
+            y_label="milliseconds",
+        )
+    )
+    out.append(
+        xy_chart(
+            "throughput-over-time",
+            "Throughput over the run",
+            [
+                line("output tokens/s", "output_tokens_per_s", PALETTE[2], 1.0),
+                line("requests/s x100", "requests_per_s", PALETTE[4], 100.0),
+            ],
+            x_label="seconds since start",
+            y_label="per second",
+        )
+    )
+    lag_dots = _thin([(r["scheduled"], r["lag"] * 1000) for r in requests])
+    out.append(
+        xy_chart(
+            "client-lag-over-time",
+            "Client send lag (how late each request went out)",
+            [Series("lag", lag_dots, PALETTE[1], line=False, dots=True)],
+            x_label="seconds since start (scheduled)",
+            y_label="milliseconds",
+        )
+    )
+    sweep = document.get("sweep")
+    if sweep:
+        points = sorted(sweep["points"], key=lambda p: p["rate"])
+        rates = [p["rate"] for p in points]
+        top = max(rates)
+        out.append(
+            xy_chart(
+                "sweep-throughput",
+                "Sweep: completed vs offered rate",
+                [
+                    Series("offered", [(0.0, 0.0), (top, top)], "#9ca3af"),
+                    Series(
+                        "completed",
+                        [(p["rate"], p["achieved_requests_per_s"]) for p in points],
+                        PALETTE[0],
+                        dots=True,
+                    ),
+                ],
+                x_label="offered requests/s",
+                y_label="requests/s",
+            )
+        )
+        out.append(
+            xy_chart(
+                "sweep-latency",
+                "Sweep: latency vs offered rate",
+                [
+                    Series(
+                        name,
+                        [(p["rate"], p[key] * 1000) for p in points if p[key] is not None],
+                        color,
+                        dots=True,
+                    )
+                    for name, key, color in (
+                        ("TTFT p50", "ttft_p50", PALETTE[0]),
+                        ("TTFT p99", "ttft_p99", PALETTE[1]),
+                        ("E2E p50", "e2e_p50", PALETTE[2]),
+                    )
+                ],
+                x_label="offered requests/s",
+                y_label="milliseconds",
+            )
+        )
+    return [f"<figure>{chart}</figure>" for chart in out]
+
+
+def render_report(document: dict[str, Any]) -> str:
+    """The report for a results document (as :func:`.results.results_document` makes it)."""
+    config = document["config"]
+    agg = document["aggregates"]
+    reqs = agg["requests"]
+    tp = agg["throughput"]
+    good = agg["goodput"]
+    valid = document["valid"]
+    badge = (
+        '<span class="badge ok">valid</span>' if valid else '<span class="badge bad">INVALID</span>'
+    )
+    parts = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f"<title>sluice loadtest: {escape(config['model'])}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>sluice loadtest: {escape(config['model'])} {badge}</h1>",
+        f'<p class="meta">{escape(config["load"])} &middot; started '
+        f"{escape(document['started_at'])} &middot; sluice "
+        f"{escape(document['versions']['sluice'])}</p>",
+    ]
+    if not valid:
+        parts.append(f'<p class="warn">{escape(document["invalid_reason"] or "")}</p>')
+    parts.append("<h2>Latency</h2>" + _latency_table(agg))
+    errors = ", ".join(f"{k}: {v}" for k, v in reqs["errors"].items()) or "none"
+    summary = [
+        ("requests", f"{reqs['total']} ({reqs['ok']} ok, {reqs['failed']} failed)"),
+        ("error rate", f"{reqs['error_rate'] * 100:.2f} %"),
+        ("errors", errors),
+        ("elapsed", f"{tp['elapsed_s']:.2f} s"),
+        ("requests/s", _num(tp["requests_per_s"])),
+        (
+            "output tokens/s (peak)",
+            f"{_num(tp['output_tokens_per_s'])} ({_num(tp['peak_output_tokens_per_s'])})",
+        ),
+        ("input tokens/s", _num(tp["input_tokens_per_s"])),
+        ("goodput requests/s", f"{_num(good['requests_per_s'])} ({good['fraction'] * 100:.1f} %)"),
+    ]
+    for check in good["slos"]:
+        verdict = "met" if check["met"] else "MISSED"
+        summary.append(
+            (
+                f"SLO {check['slo']} <= {check['bound'] * 1000:g} ms",
+                f"{_ms(check['measured'])} ms: {verdict}",
+            )
+        )
+    sweep = document.get("sweep")
+    if sweep:
+        rate = sweep["saturation_rate"]
+        summary.append(("saturation rate", "-" if rate is None else f"{rate:.3g} requests/s"))
+    parts.append("<h2>Requests and throughput</h2>" + _kv_table(summary))
+    parts.append('<h2>Charts</h2><div class="grid-2">' + "".join(_charts(document)) + "</div>")
+    settings = [(k, str(v)) for k, v in config.items() if k != "workload"]
+    settings += [(f"workload {k}", str(v)) for k, v in config["workload"].items()]
+    parts.append("<h2>Configuration</h2>" + _kv_table(settings))
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -1,0 +1,231 @@
+"""A sweep over request rates that finds where the endpoint saturates.
+
+Each point is a full open-loop run at one offered rate. A point is *saturated* when the
+endpoint stops keeping up with it, judged from the run itself (:func:`judge`, pure):
+
+* completions per second fall below ``min_ratio`` (95 %) of the requests the schedule
+  actually sent per second of its window (the realized rate, so a Poisson draw that happened
+  to send a few more or fewer does not decide). Completions are counted over the run's span
+  less one typical request (the median end-to-end latency of the first third), since even a
+  server that keeps up finishes the last request that long after the window; or
+* latency grows during the run: the median end-to-end latency of the requests sent in the
+  last third of the window is more than ``max_growth`` (1.5) times that of the middle third,
+  the sign of a queue that only builds up (the first third is left out: a server that keeps
+  up still fills its queue from empty there), or
+* more than ``max_error_rate`` (5 %) of the requests fail.
+
+With ``auto`` rates the sweep doubles the rate from ``start`` until a point saturates, then
+bisects between the last good and the first saturated rate ``refine`` times. The saturation
+rate reported is the highest rate that did not saturate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .arrivals import OpenLoop
+from .run import LoadTest, RunResult, run_load
+from .stats import percentile
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..._runtime import Runtime
+    from .metrics import RequestRecord
+    from .run import Progress
+
+__all__ = ["SweepPlan", "SweepPoint", "SweepResult", "judge", "parse_sweep", "run_sweep"]
+
+
+_MIN_SAMPLES = 5
+"""Requests a third of the window needs before its latency is compared."""
+
+
+@attrs.frozen
+class Verdict:
+    achieved: float
+    """Completed requests per second over the run."""
+    realized: float
+    """Requests the schedule sent per second of its window."""
+    growth: float | None
+    error_rate: float
+    saturated: bool
+    reason: str | None
+
+
+def judge(
+    records: Sequence[RequestRecord],
+    window: float,
+    *,
+    min_ratio: float = 0.95,
+    max_growth: float = 1.5,
+    max_error_rate: float = 0.05,
+) -> Verdict:
+    """Whether the run of ``records``, sent over ``window`` seconds, saturated the endpoint."""
+    if not records:
+        return Verdict(0.0, 0.0, None, 0.0, True, "no request was sent")
+    ok = [r for r in records if r.ok]
+    third = window / 3
+    early = sorted(r.e2e for r in ok if r.scheduled < third)
+    middle = sorted(r.e2e for r in ok if third <= r.scheduled < 2 * third)
+    late = sorted(r.e2e for r in ok if r.scheduled >= 2 * third)
+    typical = percentile(early, 50) if early else 0.0
+    growth = None
+    if len(middle) >= _MIN_SAMPLES and len(late) >= _MIN_SAMPLES:
+        growth = percentile(late, 50) / percentile(middle, 50)
+    first = min(r.sent for r in records)
+    span = max(r.end for r in records) - first - typical
+    achieved = len(ok) / max(span, window / 2)
+    realized = len(records) / window
+    error_rate = 1 - len(ok) / len(records)
+    reason = None
+    if error_rate > max_error_rate:
+        reason = f"{error_rate:.0%} of the requests failed"
+    elif achieved < min_ratio * realized:
+        reason = f"completed {achieved:.3g}/s of {realized:.3g}/s sent"
+    elif growth is not None and growth > max_growth:
+        reason = f"median latency grew {growth:.2f}x during the run"
+    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason)
+
+
+@attrs.frozen
+class SweepPlan:
+    """Explicit ``rates``, or an automatic search from ``start`` (see the module docstring)."""
+
+    rates: tuple[float, ...] = ()
+    start: float = 1.0
+    refine: int = 4
+    max_points: int = 16
+
+    @property
+    def auto(self) -> bool:
+        return not self.rates
+
+    def describe(self) -> str:
+        if self.auto:
+            return f"auto from {self.start:g}/s, {self.refine} refinements"
+        return ", ".join(f"{r:g}" for r in self.rates) + " /s"
+
+
+def parse_sweep(text: str) -> SweepPlan:
+    """``auto``, ``auto:START`` or a comma-separated list of rates.
+
+    Raises:
+        ValueError: another form, or a rate that is not above 0.
+    """
+    text = text.strip()
+    forms = "--sweep takes 'auto', 'auto:START' or rates like 1,2,4,8 (all above 0)"
+    try:
+        if text == "auto" or text.startswith("auto:"):
+            start = float(text[5:]) if text != "auto" else 1.0
+            if not start > 0:
+                raise ValueError
+            return SweepPlan(start=start)
+        rates = tuple(sorted(float(part) for part in text.split(",") if part.strip()))
+    except ValueError:
+        raise ValueError(f"{forms}, got {text!r}") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise ValueError(f"{forms}, got {text!r}")
+    return SweepPlan(rates=rates)
+
+
+@attrs.frozen
+class SweepPoint:
+    rate: float
+    verdict: Verdict
+    run: RunResult = attrs.field(eq=False, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        agg = self.run.aggregates
+        return {
+            "rate": self.rate,
+            "achieved_requests_per_s": self.verdict.achieved,
+            "sent_requests_per_s": self.verdict.realized,
+            "latency_growth": self.verdict.growth,
+            "error_rate": self.verdict.error_rate,
+            "saturated": self.verdict.saturated,
+            "reason": self.verdict.reason,
+            "ttft_p50": agg["ttft"]["p50"],
+            "ttft_p99": agg["ttft"]["p99"],
+            "itl_p50": agg["itl"]["p50"],
+            "e2e_p50": agg["e2e"]["p50"],
+            "e2e_p99": agg["e2e"]["p99"],
+            "output_tokens_per_s": agg["throughput"]["output_tokens_per_s"],
+            "client_lag_p99": agg["client_lag"]["p99"],
+            "valid": agg["valid"],
+        }
+
+
+@attrs.frozen
+class SweepResult:
+    plan: SweepPlan
+    points: tuple[SweepPoint, ...]
+    """In the order they ran."""
+
+    @property
+    def saturation_rate(self) -> float | None:
+        """The highest rate that did not saturate (None if even the lowest did)."""
+        good = [p.rate for p in self.points if not p.verdict.saturated]
+        return max(good) if good else None
+
+    @property
+    def best(self) -> SweepPoint:
+        """The point at the saturation rate, else the lowest one."""
+        rate = self.saturation_rate
+        if rate is None:
+            return min(self.points, key=lambda p: p.rate)
+        return next(p for p in self.points if p.rate == rate)
+
+
+async def run_sweep(
+    rt: Runtime,
+    template: LoadTest,
+    plan: SweepPlan,
+    *,
+    burstiness: float = 1.0,
+    on_point: Callable[[SweepPoint], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+) -> SweepResult:
+    """Run the sweep; every point is ``template`` at its own rate (``template.duration`` is
+    the window, so it must be set)."""
+    if template.duration is None:
+        raise ValueError("a sweep needs a duration for each point")
+    window = template.duration
+    points: list[SweepPoint] = []
+
+    async def point(rate: float) -> SweepPoint:
+        test = attrs.evolve(
+            template, shape=OpenLoop.at_rate(rate, burstiness=burstiness), requests=None
+        )
+        run = await run_load(rt, test, progress=progress)
+        found = SweepPoint(rate, judge(run.records, window), run)
+        points.append(found)
+        if on_point is not None:
+            on_point(found)
+        return found
+
+    if not plan.auto:
+        for rate in plan.rates:
+            if (await point(rate)).verdict.saturated:
+                break
+        return SweepResult(plan, tuple(points))
+    good: float | None = None
+    bad: float | None = None
+    rate = plan.start
+    while len(points) < plan.max_points:
+        if (await point(rate)).verdict.saturated:
+            bad = rate
+            break
+        good, rate = rate, rate * 2
+    if good is not None and bad is not None:
+        for _ in range(plan.refine):
+            if len(points) >= plan.max_points:
+                break
+            middle = (good + bad) / 2
+            if (await point(middle)).verdict.saturated:
+                bad = middle
+            else:
+                good = middle
+    return SweepResult(plan, tuple(points))

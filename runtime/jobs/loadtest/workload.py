@@ -1,0 +1,211 @@
+"""What each request asks: prompts from a JSONL dataset or synthetic ones, and output lengths.
+Pure apart from reading the dataset file.
+
+Lengths are token counts drawn from a :class:`Lengths` distribution. A synthetic prompt of
+``n`` tokens is ``n`` words from a fixed vocabulary (one word is about one token for English
+BPE tokenizers, and exactly one for the simulator). ``max_tokens`` is the drawn output length,
+so a server that honours it produces exactly that many tokens. Every draw comes from the
+run's seeded generator, so the same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import orjson
+
+from ...errors import ConfigError
+from ...messages import Message
+
+if TYPE_CHECKING:
+    import random
+    from pathlib import Path
+
+__all__ = ["DatasetPrompt", "Lengths", "Workload", "WorkItem", "load_dataset", "parse_lengths"]
+
+_ROLES = ("system", "user", "assistant")
+_VOCABULARY = """
+the quick brown fox jumps over a lazy dog while seven bright lanterns glow across river stone
+harbor meadow signal orbit canvas thread market garden bridge window engine valley copper
+ember summit cedar falcon marble rhythm circuit beacon compass
+"""
+_WORDS = tuple(_VOCABULARY.split())
+
+
+@attrs.frozen
+class Lengths:
+    """A distribution of token counts: ``fixed`` (always ``a``), ``uniform`` (``a`` to ``b``
+    inclusive) or ``normal`` (mean ``a``, deviation ``b``, rounded, at least ``minimum``)."""
+
+    kind: Literal["fixed", "uniform", "normal"]
+    a: float
+    b: float = 0.0
+    minimum: int = 1
+
+    def draw(self, rng: random.Random) -> int:
+        match self.kind:
+            case "fixed":
+                return max(self.minimum, round(self.a))
+            case "uniform":
+                return max(self.minimum, rng.randint(round(self.a), round(self.b)))
+            case "normal":
+                return max(self.minimum, round(rng.gauss(self.a, self.b)))
+
+    @property
+    def mean(self) -> float:
+        """The mean, ignoring the floor at ``minimum``."""
+        return (self.a + self.b) / 2 if self.kind == "uniform" else self.a
+
+    def describe(self) -> str:
+        match self.kind:
+            case "fixed":
+                return f"{self.a:g}"
+            case "uniform":
+                return f"uniform:{self.a:g}:{self.b:g}"
+            case "normal":
+                return f"normal:{self.a:g}:{self.b:g}"
+
+
+def parse_lengths(text: str, *, flag: str = "lengths", minimum: int = 1) -> Lengths:
+    """``N``, ``fixed:N``, ``uniform:LO:HI`` or ``normal:MEAN:STD`` as a :class:`Lengths`.
+
+    Raises:
+        ConfigError: any other form, or numbers that make no distribution.
+    """
+    parts = text.strip().split(":")
+    forms = "N, fixed:N, uniform:LO:HI or normal:MEAN:STD"
+    try:
+        numbers = [float(p) for p in parts[1:]] if len(parts) > 1 else [float(parts[0])]
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: expected {forms}") from None
+    kind = parts[0] if len(parts) > 1 else "fixed"
+    if any(not math.isfinite(n) or n < 0 for n in numbers):
+        raise ConfigError(f"{flag} {text!r}: numbers must be finite and not negative")
+    if kind == "fixed" and len(numbers) == 1:
+        if numbers[0] < minimum:
+            raise ConfigError(f"{flag} {text!r}: must be at least {minimum}")
+        return Lengths("fixed", numbers[0], minimum=minimum)
+    if kind == "uniform" and len(numbers) == 2:
+        low, high = numbers
+        if low > high or high < minimum:
+            raise ConfigError(f"{flag} {text!r}: need LO <= HI and HI >= {minimum}")
+        return Lengths("uniform", low, high, minimum=minimum)
+    if kind == "normal" and len(numbers) == 2:
+        return Lengths("normal", numbers[0], numbers[1], minimum=minimum)
+    raise ConfigError(f"{flag} {text!r}: expected {forms}")
+
+
+@attrs.frozen
+class DatasetPrompt:
+    """One dataset entry: the messages (as the runtime accepts them) and, if the entry says,
+    how many output tokens to ask for."""
+
+    messages: str | tuple[Message, ...]
+    output_tokens: int | None = None
+
+
+def load_dataset(path: Path) -> tuple[DatasetPrompt, ...]:
+    """The prompts of a JSONL file, one object per line with ``prompt`` (a string) or
+    ``messages`` (OpenAI-style ``[{"role", "content"}]``), and optionally ``output_tokens``
+    (or ``max_tokens``). Blank lines are skipped.
+
+    Raises:
+        ConfigError: the file cannot be read, a line is not such an object, or it is empty.
+    """
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read dataset {path}: {exc.strerror}") from None
+    prompts: list[DatasetPrompt] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"dataset {path}, line {number}"
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected an object with 'prompt' or 'messages'")
+        prompts.append(_dataset_prompt(item, where))
+    if not prompts:
+        raise ConfigError(f"dataset {path} holds no prompts")
+    return tuple(prompts)
+
+
+def _dataset_prompt(item: dict[str, Any], where: str) -> DatasetPrompt:
+    output = item.get("output_tokens", item.get("max_tokens"))
+    if output is not None and (isinstance(output, bool) or not isinstance(output, int)):
+        raise ConfigError(f"{where}: 'output_tokens' must be an integer")
+    if output is not None and output < 1:
+        raise ConfigError(f"{where}: 'output_tokens' must be at least 1")
+    prompt = item.get("prompt")
+    if isinstance(prompt, str) and prompt:
+        return DatasetPrompt(prompt, output)
+    messages = item.get("messages")
+    if (
+        isinstance(messages, list)
+        and messages
+        and all(
+            isinstance(m, dict) and m.get("role") in _ROLES and isinstance(m.get("content"), str)
+            for m in messages
+        )
+    ):
+        return DatasetPrompt(tuple(Message(m["role"], m["content"]) for m in messages), output)
+    raise ConfigError(
+        f"{where}: expected a non-empty 'prompt' string or a 'messages' list of "
+        '{"role": "system"|"user"|"assistant", "content": "text"} objects'
+    )
+
+
+@attrs.frozen
+class WorkItem:
+    """One request to send: its messages, the input length asked for (None for a dataset
+    prompt) and ``max_tokens``."""
+
+    messages: str | tuple[Message, ...]
+    input_tokens: int | None
+    max_tokens: int
+
+
+@attrs.frozen
+class Workload:
+    """Where prompts come from and how long replies should be.
+
+    With a ``dataset``, prompts are taken in order (cycling), each entry's own output length
+    winning over ``output_tokens``; otherwise prompts are synthetic, ``input_tokens`` long.
+    """
+
+    input_tokens: Lengths = Lengths("fixed", 128)
+    output_tokens: Lengths = Lengths("fixed", 128)
+    dataset: tuple[DatasetPrompt, ...] = ()
+    dataset_name: str | None = None
+
+    def item(self, index: int, rng: random.Random) -> WorkItem:
+        """Request ``index`` of the run (draws from ``rng``: call in request order)."""
+        if self.dataset:
+            entry = self.dataset[index % len(self.dataset)]
+            output = entry.output_tokens or self.output_tokens.draw(rng)
+            return WorkItem(entry.messages, None, output)
+        size = self.input_tokens.draw(rng)
+        output = self.output_tokens.draw(rng)
+        return WorkItem(synthetic_prompt(size, rng, index), size, output)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "source": f"dataset {self.dataset_name}" if self.dataset else "synthetic",
+            "dataset_prompts": len(self.dataset),
+            "input_tokens": None if self.dataset else self.input_tokens.describe(),
+            "output_tokens": self.output_tokens.describe(),
+        }
+
+
+def synthetic_prompt(tokens: int, rng: random.Random, index: int) -> str:
+    """``tokens`` words: the request's index first (so no two prompts share a prefix and a
+    server's prefix cache cannot make the run look faster than real traffic), then words
+    drawn from a small vocabulary."""
+    words = [f"r{index}"]
+    words += [rng.choice(_WORDS) for _ in range(max(tokens - 1, 0))]
+    return " ".join(words)
