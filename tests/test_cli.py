@@ -259,6 +259,11 @@ def test_empty_batch_runs_and_reports_zero(tmp_path, capsys):
 def test_sim_rejects_bad_settings(capsys):
     assert main(["sim", "--rate-429", "2"]) == 2
     assert "sluice: error: bad simulator setting" in capsys.readouterr().err
+    # The latency-model flags reach the simulator's config and its checks.
+    assert main(["sim", "--itl-jitter", "0.01"]) == 2
+    assert "'itl_jitter' needs a pace" in capsys.readouterr().err
+    assert main(["sim", "--capacity", "0"]) == 2
+    assert "capacity" in capsys.readouterr().err
 
 
 def test_help_and_parse_errors(capsys):

@@ -13,6 +13,10 @@ async def sim(
     port: int = 8000,
     ttft: float = 0.0,
     tps: float = 0.0,
+    ttft_jitter: float = 0.0,
+    itl_jitter: float = 0.0,
+    capacity: int | None = None,
+    output_tokens: int = 24,
     seed: int = 0,
     rate_429: float = 0.0,
     rate_500: float = 0.0,
@@ -28,6 +32,13 @@ async def sim(
         port: port to listen on (0 picks a free one).
         ttft: seconds before the first chunk of each reply.
         tps: tokens per second after the first chunk (0 sends everything at once).
+        ttft_jitter: standard deviation of the time to first token (gamma draws around
+            --ttft; 0 keeps it exact).
+        itl_jitter: standard deviation of the time per token (gamma draws around 1/--tps;
+            needs --tps).
+        capacity: replies generated at once; more requests wait their turn, so latency
+            grows past capacity / generation time requests per second (default: no limit).
+        output_tokens: length of a reply when the request's max_tokens does not cut it.
         seed: seed for the generated text.
         rate_429: fraction of requests refused with 429 and Retry-After.
         rate_500: fraction of requests that fail with 500.
@@ -40,6 +51,10 @@ async def sim(
         config = SimulatorConfig(
             ttft=ttft,
             tokens_per_second=tps,
+            ttft_jitter=ttft_jitter,
+            itl_jitter=itl_jitter,
+            capacity=capacity,
+            output_tokens=output_tokens,
             seed=seed,
             rate_429=rate_429,
             rate_500=rate_500,
