@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -48,3 +52,28 @@ def memory_transport(app, nursery: trio.Nursery):  # type: ignore[no-untyped-def
         return client
 
     return FastTransport(open_stream=open_stream, max_connections=1000)
+
+
+SLUICE = str(Path(sys.executable).with_name("sluice"))
+"""The installed ``sluice`` command of the interpreter running the tests."""
+
+
+@contextlib.contextmanager
+def sim_process(*flags: str) -> Iterator[str]:
+    """``sluice sim --port 0 FLAGS`` in a subprocess on loopback; yields its base URL (``/v1``).
+
+    The server prints its address once it listens, so the URL is ready when yielded; it is
+    terminated (and waited for) when the block ends, whatever happened inside.
+    """
+    argv = [SLUICE, "sim", "--port", "0", *flags]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            banner = proc.stdout.readline()
+            assert "listening on " in banner, banner + proc.stdout.read()
+            yield banner.split("listening on ")[1].strip()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)

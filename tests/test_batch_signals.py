@@ -9,14 +9,17 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 
-SLUICE = str(Path(sys.executable).parent / "sluice")
+from .helpers import SLUICE, sim_process
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 TIMEOUT = 60
 
 
@@ -28,18 +31,8 @@ def no_ambient_config(monkeypatch):
 @pytest.fixture(scope="module")
 def paced_server():
     """A simulator subprocess whose replies start 0.4 s after each request; yields its URL."""
-    argv = [SLUICE, "sim", "--port", "0", "--ttft", "0.4"]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            banner = proc.stdout.readline()
-            assert "listening on " in banner, banner + proc.stdout.read()
-            yield banner.split("listening on ")[1].strip()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with sim_process("--ttft", "0.4") as url:
+        yield url
 
 
 def write_input(path: Path, n: int) -> Path:

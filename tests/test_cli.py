@@ -7,15 +7,14 @@ codes, never timing.
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import orjson
 import pytest
 
 from sluice.cli import main
 
-SLUICE = str(Path(sys.executable).parent / "sluice")
+from .helpers import SLUICE, sim_process
+
 TIMEOUT = 60
 USAGE_KEYS = {
     "input_tokens",
@@ -40,18 +39,8 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 @pytest.fixture
 def failing_server():
     """A simulator subprocess that answers every chat request with HTTP 500; yields its URL."""
-    argv = [SLUICE, "sim", "--port", "0", "--rate-500", "1"]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            banner = proc.stdout.readline()
-            assert "listening on " in banner, banner + proc.stdout.read()
-            yield banner.split("listening on ")[1].strip()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with sim_process("--rate-500", "1") as url:
+        yield url
 
 
 @pytest.fixture

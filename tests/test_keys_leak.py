@@ -6,7 +6,6 @@ import logging
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import orjson
@@ -17,10 +16,11 @@ from sluice.config import ProviderConfig, RetryConfig, RuntimeConfig, Secret
 from sluice.errors import SluiceError
 from sluice.providers.keys import KeyStore
 
+from .helpers import sim_process
+
 KEY = "sk-LEAKCHECK-7d1f0c9a2b4e6f8a0c2e4a6b8d0f1e3c"
 PIECES = (KEY, KEY[3:], KEY[-16:], KEY[:20])
 """The key and long pieces of it: none may appear anywhere."""
-SLUICE = str(Path(sys.executable).with_name("sluice"))
 TIMEOUT = 60
 
 # Runs the CLI with every log record of every logger printed to stderr.
@@ -63,18 +63,8 @@ def env(tmp_path):
 @pytest.fixture
 def simulator():
     """A simulator subprocess over loopback; yields its base URL."""
-    argv = [SLUICE, "sim", "--port", "0"]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            banner = proc.stdout.readline()
-            assert "listening on " in banner, banner + proc.stdout.read()
-            yield banner.split("listening on ")[1].strip()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with sim_process() as url:
+        yield url
 
 
 def run_chat(env, *args):

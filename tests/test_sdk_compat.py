@@ -2,15 +2,13 @@
 and tool calls against the simulator over loopback."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
-SLUICE = str(Path(sys.executable).with_name("sluice"))
+from .helpers import sim_process
+
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 SCHEMA = {
     "type": "object",
@@ -29,18 +27,8 @@ ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather", "input_sche
 @pytest.fixture(scope="module")
 def simulator():
     """``sluice sim`` on a free loopback port; yields its root URL (no /v1)."""
-    argv = [SLUICE, "sim", "--port", "0"]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            banner = proc.stdout.readline()
-            assert "listening on " in banner, banner + proc.stdout.read()
-            yield banner.split("listening on ")[1].strip().removesuffix("/v1")
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with sim_process() as url:
+        yield url.removesuffix("/v1")
 
 
 @pytest.fixture
