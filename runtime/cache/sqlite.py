@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import orjson
 
 from ..messages import ChatResult
 from ..serde import get_converter
+from ..sqlite_file import open_versioned
 
 if TYPE_CHECKING:
     import os
+    from pathlib import Path
 
 __all__ = ["BUSY_TIMEOUT", "SQLiteCacheStore"]
 
@@ -68,26 +69,7 @@ class SQLiteCacheStore:
             OSError: the folder cannot be made, the file cannot be opened, or it was written
                 by a newer sluice.
         """
-        where = Path(path).expanduser()
-        try:
-            where.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(
-                where, isolation_level=None, check_same_thread=False, timeout=10.0
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise OSError(f"cannot open the response cache file {where}: {exc}") from None
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
-                raise OSError(
-                    f"{where} was written by a newer sluice (cache schema {version}); "
-                    "upgrade sluice or use another file"
-                )
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(_CREATE)
-            db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        def tidy(db: sqlite3.Connection) -> None:
             if ttl is not None:
                 db.execute("DELETE FROM responses WHERE stored_at <= ?", (now - ttl,))
             db.execute(
@@ -95,14 +77,11 @@ class SQLiteCacheStore:
                 " (SELECT key FROM responses ORDER BY stored_at DESC LIMIT -1 OFFSET ?)",
                 (max_stored,),
             )
-            db.execute("COMMIT")
-            db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-        except sqlite3.Error as exc:
-            db.close()
-            raise OSError(f"cannot open the response cache file {where}: {exc}") from None
-        except BaseException:
-            db.close()
-            raise
+
+        where, db = open_versioned(
+            path, create=_CREATE, version=_SCHEMA_VERSION, what="response cache", tidy=tidy
+        )
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         return cls(where, db, ttl)
 
     def get(self, key: str, now: float) -> ChatResult | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..sqlite_file import open_versioned
 from .book import COUNTERS, LedgerKey, LedgerTotals
 
 if TYPE_CHECKING:
@@ -57,25 +58,7 @@ def default_ledger_path() -> Path:
 
 
 def _connect(given: str | os.PathLike[str]) -> tuple[Path, sqlite3.Connection]:
-    path = Path(given).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > _SCHEMA_VERSION:
-            raise OSError(
-                f"{path} was written by a newer sluice (ledger schema {version}); upgrade sluice"
-            )
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(_CREATE)
-        db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-        db.execute("COMMIT")
-    except BaseException:
-        db.close()
-        raise
-    return path, db
+    return open_versioned(given, create=_CREATE, version=_SCHEMA_VERSION, what="ledger")
 
 
 def _rows(db: sqlite3.Connection) -> list[tuple[LedgerKey, LedgerTotals]]:
@@ -128,8 +111,8 @@ class SQLiteLedgerStore:
         """Open (creating it and its folder if needed) the ledger file at ``path``.
 
         Raises:
-            OSError: the folder cannot be made or the file cannot be opened.
-            sqlite3.Error: the file is not a SQLite database.
+            OSError: the folder cannot be made, the file cannot be opened (or is not a
+                SQLite database), or it holds a newer ledger schema.
         """
         where, db = await trio.to_thread.run_sync(_connect, path)
         return cls(where, db)
