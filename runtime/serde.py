@@ -8,7 +8,6 @@ instead of ignored.
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -115,6 +114,8 @@ def format_validation_error(exc: Exception) -> str:
 def unknown_keys_message(cls: type[Any], extra: Iterable[str]) -> str:
     """``unknown key 'brust' (did you mean 'burst'?); valid keys: burst, ...`` for the keys
     ``extra`` of a mapping structured into the attrs class ``cls``."""
+    import difflib  # only a bad config key needs it: not loaded by ``import sluice``
+
     valid = sorted(a.alias or a.name for a in attrs.fields(cls)) if attrs.has(cls) else []
     parts = []
     for key in sorted(extra):

@@ -19,6 +19,7 @@ NOT_FOR_A_CALL = (
     "coredis",
     "sqlite3",
     "tomllib",
+    "difflib",
     "sluice.simulator",
     "sluice.cache",
     "sluice.cli",
