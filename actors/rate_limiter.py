@@ -423,7 +423,7 @@ def _too_large(reserved: TooLarge) -> TooLargeForQuota:
     )
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class RateLimiterHandle(Record):
     """What the other actors hold to reach the RateLimiter. Created by the runtime."""
 

@@ -179,7 +179,7 @@ class _Flusher:
                 reply_to.close()
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class TokenLedgerHandle(Record):
     """What the other actors and the runtime hold to reach the TokenLedger (``rt.ledger``)."""
 

@@ -1,4 +1,7 @@
-"""Messages the actors send each other. All are frozen attrs classes.
+"""Messages the actors send each other. All are frozen attrs classes, and the messages are
+compared by identity (``eq=False``): a message is one event sent once, never a value to
+compare, and each generated ``__eq__``/``__hash__`` pair would only add to the cost of
+``import sluice``. Snapshots they carry (:class:`KeyStatistics`) are values.
 
 Each actor has one mailbox union (``RateLimiterMsg``, ``ProviderMsg``, ``LedgerMsg``,
 ``SupervisorMsg``) that it dispatches with ``match`` and ``assert_never``. Requests that need an
@@ -135,7 +138,7 @@ class CallControl(Record):
 # RateLimiter ------------------------------------------------------------------------------
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class Admission(Record):
     """An attempt may go. ``ticket`` names its slots and reservation until settled."""
 
@@ -143,7 +146,7 @@ class Admission(Record):
     at: float
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class Refusal(Record):
     """The attempt can never be admitted (or not before the quota resets): fail the call."""
 
@@ -171,7 +174,7 @@ class Withdraw(Record):
     acquire: Acquire
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class Release(Record):
     """Free the pending slot of ``ticket``: its first chunk arrived. Twice is harmless."""
 
@@ -181,7 +184,7 @@ class Release(Record):
 Signal: TypeAlias = Literal["ok", "rate_limited", "overloaded", "failed"]
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class Settle(Record):
     """Attempt ``ticket`` ended: free its slots and settle its reservation.
 
@@ -229,21 +232,21 @@ RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterSt
 # ProviderActor ----------------------------------------------------------------------------
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class AttemptSucceeded(Record):
     output: AttemptOutput
     first_token_at: float | None
     request_id: str | None
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class AttemptFailed(Record):
     error: CallError
     delivered: int
     """Delta events of this attempt that already reached the consumer's stream."""
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class ConsumerGone(Record):
     """The consumer closed its stream; the attempt was abandoned."""
 
@@ -278,7 +281,7 @@ ProviderMsg: TypeAlias = StartAttempt
 # TokenLedger ------------------------------------------------------------------------------
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class RecordUsage(Record):
     """Tokens one attempt used (successful or not)."""
 
@@ -293,7 +296,7 @@ class RecordUsage(Record):
     abandoned after output began, or the provider sends no usage)."""
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class RecordCall(Record):
     """A call ended: ``ok`` with a result, or failed for good."""
 
