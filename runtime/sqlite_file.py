@@ -5,12 +5,12 @@ Imported only by the stores that use SQLite, so ``import sluice`` never loads ``
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable
 
 __all__ = ["open_versioned"]
@@ -32,7 +32,9 @@ def open_versioned(
     ``IF NOT EXISTS``) and then ``tidy`` run in one ``BEGIN IMMEDIATE`` transaction, so two
     processes opening the same new file cannot both half-create it; a file written by a newer
     schema than ``version`` is refused rather than misread. The connection may be used from
-    any thread (``check_same_thread=False``); callers serialize their own use of it.
+    any thread (``check_same_thread=False``); callers serialize their own use of it. A new
+    file is created readable by its owner only (0600; SQLite gives its ``-wal`` and ``-shm``
+    files the same mode), since it holds prompts and replies or what was spent.
 
     Raises:
         OSError: the folder cannot be made, the file cannot be opened or set up, or it holds
@@ -41,6 +43,10 @@ def open_versioned(
     path = Path(given).expanduser()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # an empty file is a valid new database; creating it here sets its mode
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
     except (OSError, sqlite3.Error) as exc:
         raise OSError(f"cannot open the {what} file {path}: {exc}") from None

@@ -19,13 +19,16 @@ def test_creates_folder_schema_and_version_and_runs_tidy_in_the_same_transaction
         db.execute("INSERT INTO t VALUES ('a', 1)")
 
     path, db = open_versioned(tmp_path / "deep" / "f.sqlite3", create=CREATE, version=3, what="x")
+    db.execute("INSERT INTO t VALUES ('z', 0)")
+    for name in ("f.sqlite3", "f.sqlite3-wal", "f.sqlite3-shm"):
+        assert (path.parent / name).stat().st_mode & 0o777 == 0o600, name
     db.close()
     assert path.is_file()
     path, db = open_versioned(path, create=CREATE, version=3, what="x", tidy=tidy)
     assert seen == [True]
     assert db.execute("PRAGMA user_version").fetchone()[0] == 3
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT v FROM t").fetchall() == [(1,)]
+    assert db.execute("SELECT k, v FROM t ORDER BY k").fetchall() == [("a", 1), ("z", 0)]
     assert not db.in_transaction
     db.close()
 
