@@ -313,7 +313,8 @@ class CacheConfig(Record):
     path: str | None = None
     """A SQLite file that keeps results across runs (created if missing); None: memory only."""
     max_stored: int = attrs.field(default=100_000, validator=ge(1))
-    """Results kept in the file; the oldest beyond this are dropped when it is opened."""
+    """Results kept in the file: the oldest beyond this are dropped when it is opened, and
+    during a run every ``max_stored // 10`` stores (so it never holds more than a tenth over)."""
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -294,6 +294,18 @@ def test_opening_the_file_drops_expired_and_the_oldest_beyond_max_stored(tmp_pat
     store.close()
 
 
+def test_a_long_run_keeps_the_file_within_max_stored_plus_a_tenth(tmp_path):
+    store = SQLiteCacheStore.open(tmp_path / "cache.sqlite3", ttl=None, max_stored=20, now=0)
+    counts = []
+    for index in range(100):
+        store.put(f"k{index}", result(f"r{index}"), now=float(index))
+        counts.append(store.count())
+    assert max(counts) == 21  # trimmed back to 20 on every second (20 // 10) store
+    assert counts[-1] == 20
+    assert store.get("k79", now=100.0) is None and store.get("k80", now=100.0) is not None
+    store.close()
+
+
 def test_an_unreadable_entry_is_a_miss_and_is_dropped(tmp_path):
     path = tmp_path / "cache.sqlite3"
     store = SQLiteCacheStore.open(path, ttl=None, max_stored=10, now=0)

@@ -36,6 +36,11 @@ log = logging.getLogger("sluice.cache")
 BUSY_TIMEOUT: Final = 0.02
 """Seconds a read or write waits for another process's write lock before giving up."""
 _SCHEMA_VERSION: Final = 1
+_TRIM: Final = (
+    "DELETE FROM responses WHERE key IN"
+    " (SELECT key FROM responses ORDER BY stored_at DESC LIMIT -1 OFFSET ?)"
+)
+"""Drops the oldest entries beyond the given count."""
 _CREATE: Final = """
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
@@ -48,10 +53,15 @@ CREATE TABLE IF NOT EXISTS responses (
 class SQLiteCacheStore:
     """Cached results in one SQLite file. Open with :meth:`open` (blocking)."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection, ttl: float | None) -> None:
+    def __init__(
+        self, path: Path, db: sqlite3.Connection, ttl: float | None, max_stored: int
+    ) -> None:
         self.path = path
         self.ttl = ttl
+        self.max_stored = max_stored
         self._db: sqlite3.Connection | None = db
+        self._trim_every = max(1, max_stored // 10)
+        self._puts_since_trim = 0
 
     @classmethod
     def open(
@@ -72,17 +82,13 @@ class SQLiteCacheStore:
         def tidy(db: sqlite3.Connection) -> None:
             if ttl is not None:
                 db.execute("DELETE FROM responses WHERE stored_at <= ?", (now - ttl,))
-            db.execute(
-                "DELETE FROM responses WHERE key IN"
-                " (SELECT key FROM responses ORDER BY stored_at DESC LIMIT -1 OFFSET ?)",
-                (max_stored,),
-            )
+            db.execute(_TRIM, (max_stored,))
 
         where, db = open_versioned(
             path, create=_CREATE, version=_SCHEMA_VERSION, what="response cache", tidy=tidy
         )
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-        return cls(where, db, ttl)
+        return cls(where, db, ttl, max_stored)
 
     def get(self, key: str, now: float) -> ChatResult | None:
         """The result stored under ``key``; None when there is none, it has expired, or it
@@ -112,7 +118,12 @@ class SQLiteCacheStore:
         return result
 
     def put(self, key: str, result: ChatResult, now: float) -> None:
-        """Store ``result`` under ``key`` (best effort: a failure is logged)."""
+        """Store ``result`` under ``key`` (best effort: a failure is logged).
+
+        Every ``max_stored // 10`` stores the oldest entries beyond ``max_stored`` are dropped,
+        so a long run keeps the file within ``max_stored`` plus a tenth (a trim sorts the
+        table; doing it each time would cost more than the store).
+        """
         db = self._db
         if db is None:
             return
@@ -122,6 +133,10 @@ class SQLiteCacheStore:
                 "INSERT OR REPLACE INTO responses (key, stored_at, value) VALUES (?, ?, ?)",
                 (key, now, value),
             )
+            self._puts_since_trim += 1
+            if self._puts_since_trim >= self._trim_every:
+                self._puts_since_trim = 0
+                db.execute(_TRIM, (self.max_stored,))
         except sqlite3.Error as exc:
             log.warning("writing the response cache file %s failed: %s", self.path, exc)
 
