@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice.mail import Call
-    from sluice.tools.streaming import ArgumentStreams
+    from sluice.tools.streaming import ArgumentStreams, ForcedReplyDeltas
     from sluice.transport.base import HotResponse
 
 __all__ = ["ProviderContext", "run_provider"]
@@ -173,7 +173,7 @@ class _Attempt:
         """The last usage the provider reported while streaming."""
         self.scope = trio.CancelScope()  # replaced by run()
         self.arguments = _argument_streams(msg.call)
-        """Parses streamed tool-call arguments for the consumer's ``ToolCallDelta`` events."""
+        """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
 
     def _tally(self, events: list[DeltaEvent]) -> None:
         for event in events:
@@ -388,14 +388,15 @@ class _Attempt:
         return output
 
 
-def _argument_streams(call: Call) -> ArgumentStreams | None:
-    """A parser of tool-call arguments for a call that has tools and a consumer that sees its
-    deltas; None for every other call (which then pays nothing)."""
+def _argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
+    """What shapes the deltas of a call that has tools and a consumer that sees them: parsed
+    partial arguments on its tool-call deltas, or, for a tool call forced through the reply's
+    text, the envelope text withheld. None for every other call (which then pays nothing)."""
     if call.quiet or call.prepared is None:
         return None
-    from sluice.tools.streaming import ArgumentStreams  # only calls with tools load it
+    from sluice.tools.streaming import ArgumentStreams, ForcedReplyDeltas  # calls with tools
 
-    return ArgumentStreams()
+    return ArgumentStreams() if call.prepared.plan is None else ForcedReplyDeltas()
 
 
 async def _read_all(response: HotResponse, limit: int | None) -> bytes:

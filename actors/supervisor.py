@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
+import orjson
 import trio
 
 from sluice.backoff import retry_delay
@@ -57,6 +58,7 @@ from sluice.events import (
     Queued,
     Retrying,
     StreamReset,
+    ToolCallDelta,
 )
 from sluice.ledger.budget import BudgetClaim
 from sluice.mail import (
@@ -254,7 +256,7 @@ class _CallRun:
                         route.provider.name, route.model, True, self.attempt, call.request.tag
                     )
                 )
-                await self._emit(Completed(call.call_id, outcome))
+                await self._emit(*_forced_calls(route, outcome), Completed(call.call_id, outcome))
                 return
             if outcome is None:
                 return  # the consumer left
@@ -505,3 +507,29 @@ async def _run_attempt(
             return await reply.receive()
         except trio.EndOfChannel:
             return None
+
+
+def _forced_calls(call: Call, result: ChatResult) -> list[CallEvent]:
+    """For a tool call forced through the reply's text, the finalized calls as
+    ``ToolCallDelta`` events (the provider withheld the envelope text: see
+    :class:`~sluice.tools.streaming.ForcedReplyDeltas`), so a consumer that builds tool calls
+    from deltas sees them; nothing for every other call."""
+    if call.prepared is None or call.prepared.plan is None:
+        return []
+    events: list[CallEvent] = []
+    for index, tool_call in enumerate(result.tool_calls):
+        try:
+            parsed = orjson.loads(tool_call.arguments)
+        except orjson.JSONDecodeError:
+            parsed = None
+        events.append(
+            ToolCallDelta(
+                call.call_id,
+                index,
+                tool_call.id,
+                tool_call.name,
+                tool_call.arguments,
+                parsed if isinstance(parsed, dict) else None,
+            )
+        )
+    return events

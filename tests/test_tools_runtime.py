@@ -28,6 +28,7 @@ from sluice import (
     TextDelta,
     Tool,
     ToolCall,
+    ToolCallDelta,
 )
 from sluice._runtime import SIM_WITHOUT_TOOLS
 from sluice.config import ModelConfig, ProviderConfig, load_config
@@ -181,9 +182,15 @@ async def test_forced_call_without_tool_choice_support_ends_as_a_normal_tool_cal
     (tool_call,) = result.tool_calls
     assert_valid_call(tool_call, ("get_weather",) if choice == "get_weather" else TOOLS_NAMES)
     assert result.message == Message("assistant", (tool_call,))
-    # The stream carried the raw JSON text; the result holds the tool call made of it.
-    raw = orjson.loads("".join(e.text for e in events if isinstance(e, TextDelta)))
-    assert raw == {"name": tool_call.name, "parameters": orjson.loads(tool_call.arguments)}
+    # The JSON envelope never reaches the caller: no text, and the finalized call arrives
+    # as a tool-call delta right before Completed, as a native tool call would.
+    assert not any(isinstance(e, TextDelta) for e in events)
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert [(d.index, d.id, d.name, d.arguments) for d in deltas] == [
+        (0, tool_call.id, tool_call.name, tool_call.arguments)
+    ]
+    assert deltas[0].partial_arguments == orjson.loads(tool_call.arguments)
+    assert events[-2] is deltas[0]
     assert isinstance(events[-1], Completed)
     assert call.result is events[-1].result
 
@@ -326,8 +333,10 @@ async def test_correction_round_trip(autojump_clock, stream):
         "Your previous reply could not be used. Your reply was not JSON."
     )
     assert wire.sent_at == [0.0, 0.0]
-    # Whole bodies deliver their text as deltas too, so either way they are taken back.
-    assert [e.attempt for e in events if isinstance(e, StreamReset)] == [1]
+    # The bad reply's text never reached the caller (a forced call's envelope is withheld).
+    # The whole body also reported usage, which was delivered and so is taken back.
+    assert not any(isinstance(e, TextDelta) for e in events)
+    assert [e.attempt for e in events if isinstance(e, StreamReset)] == ([] if stream else [1])
 
 
 @virtual_deadline(60)

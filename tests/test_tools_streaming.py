@@ -11,9 +11,11 @@ import pytest
 
 import sluice
 from sluice import ChatRequest, Completed, Tool, ToolCallDelta
+from sluice.events import ReasoningDelta, TextDelta, UsageReported
+from sluice.messages import Usage
 from sluice.simulator import SimulatorConfig, mock_transport
 from sluice.tools.repair import parse_partial
-from sluice.tools.streaming import ArgumentStreams, StreamingArguments
+from sluice.tools.streaming import ArgumentStreams, ForcedReplyDeltas, StreamingArguments
 
 from .helpers import virtual_deadline
 
@@ -200,3 +202,11 @@ async def test_a_whole_reply_carries_its_arguments_parsed_once(autojump_clock):
     (delta,) = [e for e in events if isinstance(e, ToolCallDelta)]
     assert call.result is not None
     assert delta.partial_arguments == orjson.loads(call.result.tool_calls[0].arguments)
+
+
+def test_a_forced_reply_keeps_every_event_but_its_text():
+    shaper = ForcedReplyDeltas()
+    others = [ReasoningDelta("c1", "thinking"), UsageReported("c1", Usage(1, 2))]
+    assert shaper.annotate(others) is others  # nothing to drop: the same list, no copy
+    mixed = [TextDelta("c1", '{"name": '), others[0], TextDelta("c1", '"f"}'), others[1]]
+    assert shaper.annotate(mixed) == others

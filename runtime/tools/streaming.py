@@ -20,13 +20,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Final
 
-from ..events import ToolCallDelta
+from ..events import TextDelta, ToolCallDelta
 from .repair import parse_partial
 
 if TYPE_CHECKING:
     from ..events import DeltaEvent
 
-__all__ = ["ArgumentStreams", "StreamingArguments"]
+__all__ = ["ArgumentStreams", "ForcedReplyDeltas", "StreamingArguments"]
 
 _PLAIN: Final = re.compile(r'[^"\\]+')
 _WS: Final = frozenset(" \t\r\n")
@@ -335,3 +335,20 @@ class ArgumentStreams:
                 event.call_id, event.index, event.id, event.name, event.arguments, partial
             )
         return events if out is None else out
+
+
+class ForcedReplyDeltas:
+    """Withholds the text of a reply that carries a tool call forced through structured output.
+
+    That text is the JSON envelope sluice asked the model for (``{"name": ..., "parameters":
+    ...}``), not something the caller asked to read, and it may still be repaired, corrected or
+    retried; streaming it would show the caller our mechanism instead of their tool call. So
+    its ``TextDelta`` events are dropped here, and the Supervisor sends the finalized calls as
+    ``ToolCallDelta`` events right before ``Completed``. Reasoning and every other event pass.
+    """
+
+    def annotate(self, events: list[DeltaEvent]) -> list[DeltaEvent]:
+        """``events`` without the ``TextDelta`` ones (the same list when it holds none)."""
+        if not any(type(event) is TextDelta for event in events):
+            return events
+        return [event for event in events if type(event) is not TextDelta]
