@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
-import orjson
 import trio
 
 from sluice.backoff import retry_delay
@@ -58,7 +57,6 @@ from sluice.events import (
     Queued,
     Retrying,
     StreamReset,
-    ToolCallDelta,
 )
 from sluice.ledger.budget import BudgetClaim
 from sluice.mail import (
@@ -516,20 +514,6 @@ def _forced_calls(call: Call, result: ChatResult) -> list[CallEvent]:
     from deltas sees them; nothing for every other call."""
     if call.prepared is None or call.prepared.plan is None:
         return []
-    events: list[CallEvent] = []
-    for index, tool_call in enumerate(result.tool_calls):
-        try:
-            parsed = orjson.loads(tool_call.arguments)
-        except orjson.JSONDecodeError:
-            parsed = None
-        events.append(
-            ToolCallDelta(
-                call.call_id,
-                index,
-                tool_call.id,
-                tool_call.name,
-                tool_call.arguments,
-                parsed if isinstance(parsed, dict) else None,
-            )
-        )
-    return events
+    from sluice.tools.streaming import whole_call_deltas  # loaded by calls with tools only
+
+    return [*whole_call_deltas(call.call_id, result.tool_calls)]

@@ -22,12 +22,12 @@ import time
 from typing import TYPE_CHECKING
 
 import attrs
-import orjson
 import trio
 
-from ..events import CallEvent, Completed, ReasoningDelta, TextDelta, ToolCallDelta
+from ..events import CallEvent, Completed, ReasoningDelta, TextDelta
 from ..messages import ChatResult, Timings, Usage
 from ..record import Record
+from ..tools.streaming import whole_call_deltas
 from .key import request_key
 from .memory import LruCache
 
@@ -204,20 +204,6 @@ def replay_events(result: ChatResult, *, quiet: bool) -> list[CallEvent]:
         events.append(ReasoningDelta(call_id, message.reasoning))
     if message.text:
         events.append(TextDelta(call_id, message.text))
-    for index, call in enumerate(message.tool_calls):
-        try:
-            parsed = orjson.loads(call.arguments) if call.arguments.strip() else {}
-        except orjson.JSONDecodeError:
-            parsed = None
-        events.append(
-            ToolCallDelta(
-                call_id,
-                index,
-                call.id,
-                call.name,
-                call.arguments,
-                parsed if isinstance(parsed, dict) else None,
-            )
-        )
+    events.extend(whole_call_deltas(call_id, message.tool_calls))
     events.append(done)
     return events

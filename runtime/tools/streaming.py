@@ -20,13 +20,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from ..events import TextDelta, ToolCallDelta
 from .repair import parse_partial
 
 if TYPE_CHECKING:
-    from ..events import DeltaEvent
+    from collections.abc import Iterable
 
-__all__ = ["ArgumentStreams", "ForcedReplyDeltas", "StreamingArguments"]
+    from ..events import DeltaEvent
+    from ..messages import ToolCall
+
+__all__ = ["ArgumentStreams", "ForcedReplyDeltas", "StreamingArguments", "whole_call_deltas"]
 
 _PLAIN: Final = re.compile(r'[^"\\]+')
 _WS: Final = frozenset(" \t\r\n")
@@ -352,3 +357,19 @@ class ForcedReplyDeltas:
         if not any(type(event) is TextDelta for event in events):
             return events
         return [event for event in events if type(event) is not TextDelta]
+
+
+def whole_call_deltas(call_id: str, calls: Iterable[ToolCall]) -> list[ToolCallDelta]:
+    """Finished tool calls as the ``ToolCallDelta`` events a stream would end up with: one per
+    call, whole (id, name, all the arguments), with the arguments parsed (empty ones mean
+    ``{}``; arguments that are not a JSON object give None). Used where a call's tool calls
+    reach the consumer only once they are final: a cache replay, a forced call."""
+    deltas = []
+    for index, call in enumerate(calls):
+        try:
+            parsed = orjson.loads(call.arguments) if call.arguments.strip() else {}
+        except orjson.JSONDecodeError:
+            parsed = None
+        partial = parsed if isinstance(parsed, dict) else None
+        deltas.append(ToolCallDelta(call_id, index, call.id, call.name, call.arguments, partial))
+    return deltas
