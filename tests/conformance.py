@@ -1,8 +1,8 @@
-"""Load the recorded provider traffic in ``shared/conformance`` (see its INDEX.md).
+"""Load the recorded provider traffic in ``tests/conformance_data`` (see its INDEX.md).
 
-The corpus sits next to the repository (``<repo>/../shared/conformance``); the environment
-variable ``SLUICE_CONFORMANCE_DIR`` points elsewhere. When neither exists, :func:`load_cases`
-returns no cases, so the parametrized tests are skipped rather than failing at collection.
+The corpus is a copy of real provider wire traffic kept inside the repository, so every wire test
+runs in any clone; ``SLUICE_CONFORMANCE_DIR`` points elsewhere (a newer corpus). A missing
+manifest is an error at collection, never a silent skip.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import orjson
 
 
 def conformance_dir() -> Path:
-    """Where the corpus is: ``$SLUICE_CONFORMANCE_DIR``, else ``../shared/conformance``."""
+    """Where the corpus is: ``$SLUICE_CONFORMANCE_DIR``, else ``tests/conformance_data``."""
     override = os.environ.get("SLUICE_CONFORMANCE_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "conformance"
+    return Path(__file__).resolve().parent / "conformance_data"
 
 
 @attrs.frozen
@@ -87,7 +87,7 @@ def load_cases(providers: frozenset[str] | None = None) -> list[Case]:
     root = conformance_dir()
     manifest = root / "manifest.json"
     if not manifest.is_file():
-        return []
+        raise FileNotFoundError(f"no conformance manifest at {manifest}")
     cases = []
     for entry in orjson.loads(manifest.read_bytes())["cases"]:
         if providers is not None and entry["provider"] not in providers:

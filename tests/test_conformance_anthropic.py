@@ -1,6 +1,6 @@
 """The Anthropic codec against recorded Anthropic traffic.
 
-Every ``anthropic`` case of ``shared/conformance/manifest.json`` gets one reply test (the two
+Every ``anthropic`` case of ``tests/conformance_data/manifest.json`` gets one reply test (the two
 request-only cases have no reply test). Expected values were read from the recordings by hand
 and are written out per case below. Streams are fed whole, a byte at a time, 7 bytes at a
 time and in seeded random pieces, and every split must give the same result, the same event

@@ -1,6 +1,6 @@
 """``sluice chat --json`` against the recorded conformance traffic, served over loopback.
 
-Every case of ``shared/conformance/manifest.json`` that has a recorded reply body gets one test
+Every case of ``tests/conformance_data/manifest.json`` that has a recorded reply body gets one test
 (request-only cases get none). A small replay server on 127.0.0.1 answers any POST with the
 recorded status, the harmless recorded headers and the body bytes, then closes the
 connection. The CLI runs in-process (``main([...])``) with ``--base-url`` pointing at that

@@ -1,6 +1,6 @@
 """The Gemini codec against recorded Gemini traffic.
 
-Every ``gemini`` case of ``shared/conformance/manifest.json`` gets one reply test. Expected
+Every ``gemini`` case of ``tests/conformance_data/manifest.json`` gets one reply test. Expected
 values were read from the recordings by hand and are written out per case below (the long
 story of the text stream and the thought signatures are copied verbatim). Streams are fed
 whole, a byte at a time, 7 bytes at a time (which cuts the CRLF separators) and in seeded

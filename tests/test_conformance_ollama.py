@@ -1,6 +1,6 @@
 """The Ollama codec against recorded and documented Ollama ``/api/chat`` traffic.
 
-Every ``ollama`` case of ``shared/conformance/manifest.json`` gets one reply test (the
+Every ``ollama`` case of ``tests/conformance_data/manifest.json`` gets one reply test (the
 request-only case has no reply test). Expected values were read from the files by hand and are
 written out per case below. Streams are fed whole, a byte at a time, 7 bytes at a time and in
 seeded random pieces, and every split must give the same result, the same line count and

@@ -1,6 +1,6 @@
 """The OpenAI codec against recorded traffic of OpenAI and compatible servers.
 
-Every case of ``shared/conformance/manifest.json`` whose provider speaks chat completions gets
+Every case of ``tests/conformance_data/manifest.json`` whose provider speaks chat completions gets
 one reply test. Expected values were read from the recordings by hand and are written out per
 case below. A case without written expectations (one added to the corpus later) still runs
 the checks that need none: it decodes, every split of a stream gives the same result, and the

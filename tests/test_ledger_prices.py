@@ -1,7 +1,7 @@
 """The ledger's pure parts: usage from recorded traffic priced by the table, cost arithmetic,
 price lookup, books and summaries, budgets. No trio, no files.
 
-The usage cases decode recorded bodies of ``shared/conformance`` with each protocol's codec and
+The usage cases decode recorded bodies of ``tests/conformance_data`` with each protocol's codec and
 check both the normalized numbers and the cost the shipped table gives them, worked out by hand
 below (dollars per million tokens times tokens is micro-dollars).
 """

@@ -1,5 +1,5 @@
 """The simulator's Anthropic messages route: request parsing, the wire format (checked against
-the recorded Anthropic traffic in ``shared/conformance``), and the route through the httpx
+the recorded Anthropic traffic in ``tests/conformance_data``), and the route through the httpx
 transport with its latency, tool use, errors and faults. Timed tests run on ``autojump_clock``."""
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from sluice.simulator.request import RequestError
 from tests.conformance import conformance_dir
 
 RECORDED = conformance_dir() / "raw" / "anthropic"
-needs_recordings = pytest.mark.skipif(
-    not RECORDED.is_dir(), reason="the shared conformance corpus is not next to the repository"
-)
 
 WEATHER: dict[str, Any] = {
     "name": "get_weather",
@@ -224,7 +221,6 @@ def _shape(value: Any) -> Any:
     return type(value).__name__ if value is not None else None
 
 
-@needs_recordings
 def test_stream_events_have_the_recorded_shape() -> None:
     recorded = sse(
         b"\n\n".join(
@@ -247,7 +243,6 @@ def test_stream_events_have_the_recorded_shape() -> None:
     assert seen == set(recorded_shapes)
 
 
-@needs_recordings
 @pytest.mark.parametrize(
     ("recording", "fields"),
     [
