@@ -1,0 +1,498 @@
+"""sluice from asyncio: the trio runtime, run as a guest of the running asyncio loop.
+
+::
+
+    async with sluice.aio.open_runtime(config) as rt:
+        reply = await rt.chat(ChatRequest(model="sim:sim-small", messages="hi"))
+        async with rt.stream(request) as call:
+            async for event in call:
+                ...
+
+The surface is the trio API's (:class:`sluice.Runtime`), with the same classes of events,
+results and errors. The actors stay trio: every runtime on a loop shares one trio guest run
+on the loop's own thread (:mod:`sluice._guest`), so there is no second event loop and no
+thread hop per call. Cancelling the asyncio task that waits on a call abandons the call and
+its HTTP request, as leaving its block does in trio. Leaving ``open_runtime``'s block lets
+the calls in flight finish (as in trio); leaving it with an exception stops them at once.
+
+This module loads on first use of ``sluice.aio``: ``import sluice`` does not load asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._guest import Guest, Pipe, await_host, run_in_trio
+from ._runtime import MapOutcome, RuntimeStatistics, _as_request
+from ._runtime import Runtime as TrioRuntime
+from ._runtime import open_runtime as open_trio_runtime
+from .errors import RuntimeClosed, SluiceError
+from .events import CallEvent, Completed, Failed
+
+if TYPE_CHECKING:
+    import datetime as dt
+    import os
+    from collections.abc import Sequence
+
+    from sluice.actors.token_ledger import TokenLedgerHandle
+
+    from .cache import ResponseCache
+    from .config import RuntimeConfig
+    from .jobs.batch import BatchSummary
+    from .ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
+    from .ledger.budget import BudgetStatus
+    from .mail import EventBatch
+    from .messages import ChatRequest, ChatResult, Message
+
+__all__ = ["CallStream", "Ledger", "MapOutcomes", "Runtime", "open_runtime", "run_batch"]
+
+_STREAM_WINDOW = 8
+"""Event batches a stream's consumer may leave unread before the call waits for it."""
+_MAP_WINDOW = 2
+"""Batches of outcomes a map's consumer may leave unread (each holds at most
+``max_in_flight`` outcomes, so at most ``2 * max_in_flight`` wait, as in trio)."""
+
+
+class CallStream:
+    """The consumer's end of one call: ``async for event in call``; then ``result`` or
+    ``error``. Created by :meth:`Runtime.stream`, like :class:`sluice.CallStream`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.call_id = ""
+        """Set once the call has been submitted (when the ``async with`` block starts)."""
+        self.result: ChatResult | None = None
+        """The winning attempt's result, once ``Completed`` has been received."""
+        self.error: SluiceError | None = None
+        """The call's error, once ``Failed`` has been received."""
+        self._opened: asyncio.Future[None] = loop.create_future()
+        self._pipe: Pipe[EventBatch] = Pipe(loop, _STREAM_WINDOW)
+        self._scope = trio.CancelScope()
+        self._closing_error: SluiceError | None = None
+        self._batch: EventBatch = ()
+        self._pos = 0
+
+    def __aiter__(self) -> CallStream:
+        return self
+
+    async def __anext__(self) -> CallEvent:
+        while self._pos >= len(self._batch):
+            batch = await self._pipe.get()
+            if batch is None:
+                if self.result is None and self.error is None:
+                    self.error = self._closing_error or RuntimeClosed(
+                        f"call {self.call_id} ended without a result"
+                    )
+                raise StopAsyncIteration
+            last = batch[-1]
+            if isinstance(last, Completed):
+                self.result = last.result
+            elif isinstance(last, Failed):
+                self.error = last.error
+            self._batch, self._pos = batch, 0
+        event = self._batch[self._pos]
+        self._pos += 1
+        return event
+
+    async def wait(self) -> ChatResult:
+        """Skip the remaining events and return the result.
+
+        Raises:
+            CallError: the call failed.
+        """
+        async for _ in self:
+            pass
+        if self.result is not None:
+            return self.result
+        assert self.error is not None
+        raise self.error
+
+
+async def _stream_task(rt: TrioRuntime, request: ChatRequest, call: CallStream) -> None:
+    """The trio half of :meth:`Runtime.stream`: submit, then pass each batch to ``call``."""
+    pipe = call._pipe
+    try:
+        with call._scope:
+            async with rt.stream(request) as inner:
+                call.call_id = inner.call_id
+                call._opened.set_result(None)
+                while (batch := await inner._next_batch()) is not None:
+                    await pipe.put(batch)
+                call._closing_error = inner.error
+    except Exception as exc:
+        if not call._opened.done():
+            call._opened.set_exception(exc)
+    finally:
+        if not call._opened.done():
+            call._opened.set_exception(RuntimeClosed("the runtime has stopped; open a new one"))
+        pipe.end()
+
+
+class MapOutcomes:
+    """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._pipe: Pipe[list[MapOutcome]] = Pipe(loop, _MAP_WINDOW)
+        self._scope = trio.CancelScope()
+        self._batch: list[MapOutcome] = []
+        self._pos = 0
+        self._error: BaseException | None = None
+
+    def __aiter__(self) -> MapOutcomes:
+        return self
+
+    async def __anext__(self) -> MapOutcome:
+        while self._pos >= len(self._batch):
+            batch = await self._pipe.get()
+            if batch is None:
+                error, self._error = self._error, None
+                if error is not None:
+                    raise error
+                raise StopAsyncIteration
+            self._batch, self._pos = batch, 0
+        outcome = self._batch[self._pos]
+        self._pos += 1
+        return outcome
+
+
+async def _map_task(
+    rt: TrioRuntime,
+    requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
+    max_in_flight: int,
+    outcomes: MapOutcomes,
+) -> None:
+    """The trio half of :meth:`Runtime.map`: run it, pass outcomes on in batches."""
+    pipe = outcomes._pipe
+    try:
+        with outcomes._scope:
+            async with rt.map(requests, max_in_flight=max_in_flight) as inner:
+                receive = inner._receive
+                async for first in inner:
+                    batch = [first]
+                    while True:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    await pipe.put(batch)
+    except Exception as exc:
+        outcomes._error = exc
+    finally:
+        pipe.end()
+
+
+class _HostRequests:
+    """An asyncio async iterable of requests, read from trio (one asyncio step per request)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, requests: AsyncIterable[ChatRequest]
+    ) -> None:
+        self._loop = loop
+        self._iterator = aiter(requests)
+
+    def __aiter__(self) -> _HostRequests:
+        return self
+
+    async def __anext__(self) -> ChatRequest:
+        more, request = await await_host(self._loop, _next_request(self._iterator))
+        if not more:
+            raise StopAsyncIteration
+        assert request is not None
+        return request
+
+
+async def _next_request(
+    iterator: AsyncIterator[ChatRequest],
+) -> tuple[bool, ChatRequest | None]:
+    try:
+        return True, await anext(iterator)
+    except StopAsyncIteration:
+        return False, None
+
+
+class Ledger:
+    """The TokenLedger from asyncio (``rt.ledger``): the methods of
+    :class:`sluice.actors.token_ledger.TokenLedgerHandle`."""
+
+    def __init__(self, rt: Runtime, handle: TokenLedgerHandle) -> None:
+        self._rt = rt
+        self._handle = handle
+
+    @property
+    def job(self) -> str:
+        """The runtime's job (run id), recorded with every call that names no other."""
+        return self._handle.job
+
+    def budgets(self) -> list[BudgetStatus]:
+        """Each budget's limit, spending, reservations in flight and refusals, as of now."""
+        return self._handle.budgets()
+
+    async def totals(self) -> dict[str, LedgerTotals]:
+        """Totals per ``provider:model`` (rows loaded from the store included)."""
+        return await self._rt._run(self._handle.totals)
+
+    async def rows(self) -> list[tuple[LedgerKey, LedgerTotals]]:
+        """A copy of every row: per UTC day, provider, model, tag and job."""
+        return await self._rt._run(self._handle.rows)
+
+    async def snapshot(
+        self,
+        by: Sequence[Dimension] = ("provider", "model"),
+        *,
+        since: str | dt.date | None = None,
+        until: str | dt.date | None = None,
+    ) -> list[LedgerSummary]:
+        """Totals grouped by ``by`` over the UTC days ``since`` to ``until`` inclusive."""
+        snapshot = functools.partial(self._handle.snapshot, by, since=since, until=until)
+        return await self._rt._run(snapshot)
+
+    async def flush(self) -> None:
+        """Return once everything recorded so far is in the store."""
+        await self._rt._run(self._handle.flush)
+
+
+class Runtime:
+    """The handle to a running sluice from asyncio. Created by :func:`open_runtime`.
+
+    Every method is the trio :class:`sluice.Runtime`'s, awaited from asyncio.
+    """
+
+    def __init__(self, guest: Guest, config: RuntimeConfig | None) -> None:
+        self._guest = guest
+        self._loop = guest.loop
+        self._config = config
+        self._trio: TrioRuntime | None = None
+        self._calls: trio.Nursery | None = None
+        self._closing = False
+        self._scope = trio.CancelScope()
+        self._close = trio.Event()
+        self._opened: asyncio.Future[None] = guest.loop.create_future()
+        self._closed: asyncio.Future[None] = guest.loop.create_future()
+        self._ledger: Ledger | None = None
+
+    @property
+    def config(self) -> RuntimeConfig:
+        assert self._trio is not None
+        return self._trio.config
+
+    @property
+    def cache(self) -> ResponseCache | None:
+        """The response cache (``statistics()``, ``clear()``); None while no call used it."""
+        return None if self._trio is None else self._trio.cache
+
+    @property
+    def ledger(self) -> Ledger:
+        """The TokenLedger: ``snapshot(...)``, ``totals()``, ``flush()``, ``budgets()``,
+        ``job``."""
+        if self._ledger is None:
+            assert self._trio is not None
+            self._ledger = Ledger(self, self._trio.ledger)
+        return self._ledger
+
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        calls = self._calls
+        if calls is None or self._closing:
+            raise RuntimeClosed("the runtime has stopped; open a new one")
+        try:
+            calls.start_soon(fn, *args)
+        except RuntimeError as exc:  # the nursery is closed: the runtime has ended
+            raise RuntimeClosed("the runtime has stopped; open a new one") from exc
+
+    async def _run(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        return await run_in_trio(self._spawn, fn, *args)
+
+    async def chat(
+        self,
+        request: ChatRequest | str,
+        messages: str | Iterable[Message] | None = None,
+        **fields: Any,
+    ) -> ChatResult:
+        """Run one call to its end and return the result (see :meth:`sluice.Runtime.chat`).
+
+        Raises:
+            CallError: the call failed (after whatever retries the policy allowed).
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        assert self._trio is not None
+        result: ChatResult = await self._run(
+            self._trio.chat, _as_request(request, messages, fields)
+        )
+        return result
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        request: ChatRequest | str,
+        messages: str | Iterable[Message] | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[CallStream]:
+        """Submit one call and stream its events (see :meth:`sluice.Runtime.stream`).
+
+        Leaving the block before the last event abandons the call and its HTTP request.
+
+        Raises:
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        assert self._trio is not None
+        call = CallStream(self._loop)
+        self._spawn(_stream_task, self._trio, _as_request(request, messages, fields), call)
+        try:
+            await call._opened
+            yield call
+        finally:
+            if not call._pipe.ended:
+                call._scope.cancel(reason="the consumer of the stream left")
+
+    @asynccontextmanager
+    async def map(
+        self,
+        requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
+        *,
+        max_in_flight: int = 256,
+    ) -> AsyncIterator[MapOutcomes]:
+        """Run many calls, at most ``max_in_flight`` at once; yield outcomes as they finish
+        (see :meth:`sluice.Runtime.map`). ``requests`` may be an asyncio async iterable.
+
+        Leaving the block early cancels the calls still running.
+        """
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        assert self._trio is not None
+        source: Iterable[ChatRequest] | AsyncIterable[ChatRequest] = requests
+        if isinstance(requests, AsyncIterable):
+            source = _HostRequests(self._loop, requests)
+        outcomes = MapOutcomes(self._loop)
+        self._spawn(_map_task, self._trio, source, max_in_flight, outcomes)
+        try:
+            yield outcomes
+        finally:
+            if not outcomes._pipe.ended:
+                outcomes._scope.cancel(reason="the consumer of Runtime.map left")
+
+    async def statistics(self) -> RuntimeStatistics:
+        """What is in flight now, per actor (see :class:`sluice.RuntimeStatistics`)."""
+        assert self._trio is not None
+        stats: RuntimeStatistics = await self._run(self._trio.statistics)
+        return stats
+
+    async def ledger_totals(self) -> dict[str, LedgerTotals]:
+        """Calls, tokens and cost so far per ``provider:model``."""
+        assert self._trio is not None
+        totals: dict[str, LedgerTotals] = await self._run(self._trio.ledger_totals)
+        return totals
+
+    async def _serve(self, options: dict[str, Any]) -> None:
+        """The trio half of :func:`open_runtime`: hold the trio runtime open until told."""
+        try:
+            with self._scope:
+                async with (
+                    open_trio_runtime(self._config, **options) as rt,
+                    trio.open_nursery() as calls,
+                ):
+                    self._trio, self._calls = rt, calls
+                    self._opened.set_result(None)
+                    await self._close.wait()
+        except Exception as exc:
+            if not self._opened.done():
+                self._opened.set_exception(exc)
+            self._closed.set_exception(exc)
+            self._closed.exception()  # marked retrieved; _finish reads it
+            return
+        finally:
+            self._closing = True
+            if not self._opened.done():
+                self._opened.set_exception(RuntimeClosed("the runtime stopped while opening"))
+            if not self._closed.done():
+                self._closed.set_result(None)
+
+    async def _finish(self, *, hard: bool) -> BaseException | None:
+        """Close the trio runtime (draining calls unless ``hard``); its error, if any.
+
+        A cancelled wait turns into a hard stop and is re-raised once the runtime has ended,
+        so the loop never outlives the trio tasks it hosts.
+        """
+        self._closing = True
+        if hard:
+            self._scope.cancel(reason="the sluice.aio runtime's block raised")
+        self._close.set()
+        cancelled = False
+        while not self._closed.done():
+            try:
+                await asyncio.wait([self._closed])
+            except asyncio.CancelledError:
+                cancelled = True
+                self._scope.cancel(reason="the task closing the sluice.aio runtime was cancelled")
+        if cancelled:
+            raise asyncio.CancelledError
+        return self._closed.exception()
+
+
+@asynccontextmanager
+async def open_runtime(config: RuntimeConfig | None = None, **options: Any) -> AsyncIterator[Runtime]:
+    """Start the runtime inside the running asyncio loop; stop it when the block ends.
+
+    Takes the arguments of :func:`sluice.open_runtime`. On a normal exit, calls still running
+    are finished before the block returns; if the block raises (or is cancelled), they are
+    cancelled. Several runtimes may be open on one loop at once.
+
+    Raises:
+        ActorCrashed: an actor crashed more often than its restart limit allows.
+        RuntimeError: the loop's thread already runs trio.
+    """
+    guest = await Guest.acquire()
+    try:
+        rt = Runtime(guest, config)
+        assert guest.nursery is not None
+        guest.nursery.start_soon(rt._serve, options)
+        try:
+            await rt._opened
+        except asyncio.CancelledError:
+            await rt._finish(hard=True)
+            raise
+        try:
+            yield rt
+        except BaseException:
+            await rt._finish(hard=True)
+            raise
+        error = await rt._finish(hard=False)
+        if error is not None:
+            raise error
+    finally:
+        await guest.release()
+
+
+async def run_batch(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    runtime: Runtime | None = None,
+    **options: Any,
+) -> BatchSummary:
+    """:func:`sluice.run_batch` from asyncio: same arguments, same guarantees.
+
+    With ``runtime`` (an open ``sluice.aio`` runtime) the batch runs on it; otherwise it opens
+    its own, as :func:`sluice.run_batch` does. Cancelling the awaiting task cancels the batch
+    (every line written is whole, and a resume does the rest).
+    """
+    from .jobs.batch import run_batch as run_trio_batch
+
+    if runtime is not None:
+        assert runtime._trio is not None
+        batch = functools.partial(
+            run_trio_batch, input, output, runtime=runtime._trio, **options
+        )
+        summary: BatchSummary = await runtime._run(batch)
+        return summary
+    guest = await Guest.acquire()
+    try:
+        assert guest.nursery is not None
+        batch = functools.partial(run_trio_batch, input, output, **options)
+        summary = await run_in_trio(guest.nursery.start_soon, batch)
+        return summary
+    finally:
+        await guest.release()
