@@ -102,7 +102,13 @@ _LAZY = {
 }
 
 
+_DOORS = frozenset({"aio", "sync"})
+"""Submodules loaded on first use: ``sluice.aio`` (asyncio) and ``sluice.sync`` (threads)."""
+
+
 def __getattr__(name: str) -> _typing.Any:
+    if name in _DOORS:
+        return _importlib.import_module(f"sluice.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sluice' has no attribute {name!r}")

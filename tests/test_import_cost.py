@@ -26,6 +26,13 @@ NOT_FOR_A_CALL = (
     "sluice.jobs",
     "sluice.tools.schema",
     "sluice.tools.repair",
+    # The front doors load on first use of sluice.aio / sluice.sync.
+    "asyncio",
+    "concurrent.futures",
+    "sluice.aio",
+    "sluice.sync",
+    "sluice._guest",
+    "sluice._portal",
 )
 
 
@@ -35,3 +42,13 @@ def test_import_sluice_leaves_out_what_a_call_does_not_need() -> None:
     loaded = set(orjson.loads(done.stdout))
     assert "sluice" in loaded
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
+
+
+def test_the_front_doors_load_on_first_use() -> None:
+    code = (
+        "import json, sys\nimport sluice\nsluice.aio, sluice.sync\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    loaded = set(orjson.loads(done.stdout))
+    assert {"sluice.aio", "sluice.sync", "asyncio"} <= loaded
