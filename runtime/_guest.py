@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import outcome
 import trio
 
 from .errors import RuntimeClosed
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 __all__ = ["Guest", "Pipe", "await_host", "deliver", "run_in_trio"]
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
 from .errors import RuntimeClosed
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
 
 __all__ = ["Outcome", "Portal", "ThreadPipe", "ThreadRequests"]
 

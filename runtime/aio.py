@@ -24,7 +24,7 @@ import asyncio
 import functools
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from .messages import ChatRequest, ChatResult, Message
 
 __all__ = ["CallStream", "Ledger", "MapOutcomes", "Runtime", "open_runtime", "run_batch"]
+
+T = TypeVar("T")
 
 _STREAM_WINDOW = 8
 """Event batches a stream's consumer may leave unread before the call waits for it."""
@@ -303,7 +305,7 @@ class Runtime:
         except RuntimeError as exc:  # the nursery is closed: the runtime has ended
             raise RuntimeClosed("the runtime has stopped; open a new one") from exc
 
-    async def _run(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         return await run_in_trio(self._spawn, fn, *args)
 
     async def chat(
@@ -433,7 +435,9 @@ class Runtime:
 
 
 @asynccontextmanager
-async def open_runtime(config: RuntimeConfig | None = None, **options: Any) -> AsyncIterator[Runtime]:
+async def open_runtime(
+    config: RuntimeConfig | None = None, **options: Any
+) -> AsyncIterator[Runtime]:
     """Start the runtime inside the running asyncio loop; stop it when the block ends.
 
     Takes the arguments of :func:`sluice.open_runtime`. On a normal exit, calls still running

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
@@ -42,6 +41,7 @@ from .events import CallEvent, Completed, Failed
 if TYPE_CHECKING:
     import datetime as dt
     import os
+    from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
     from sluice.actors.token_ledger import TokenLedgerHandle
@@ -64,10 +64,35 @@ __all__ = [
     "run_batch",
 ]
 
+T = TypeVar("T")
+
 _STREAM_WINDOW = 8
 """Event batches a stream's reader may leave unread before the call waits for it."""
 _MAP_WINDOW = 2
 """Batches of outcomes (each at most ``max_in_flight``) a map's reader may leave unread."""
+
+
+class _Link(Generic[T]):
+    """What a stream's or map's trio task shares with its reader. The task never holds the
+    reader's object itself, so a reader dropped without being closed is collected, and its
+    ``__del__`` abandons the call."""
+
+    __slots__ = ("call_id", "closing_error", "opened", "pipe", "scope")
+
+    def __init__(self, portal: Portal, window: int) -> None:
+        self.call_id = ""
+        self.opened: Outcome[None] = Outcome()
+        self.pipe: ThreadPipe[T] = ThreadPipe(portal, window)
+        self.scope = trio.CancelScope()
+        self.closing_error: BaseException | None = None
+        """The call's error when it ended without Failed; a map's error."""
+
+    def close(self, portal: Portal) -> None:
+        if not self.pipe.ended:
+            try:
+                portal.soon(self.scope.cancel)
+            except RuntimeClosed:
+                pass
 
 
 class CallStream:
@@ -78,28 +103,30 @@ class CallStream:
     """
 
     def __init__(self, portal: Portal) -> None:
-        self.call_id = ""
         self.result: ChatResult | None = None
         """The winning attempt's result, once ``Completed`` has been read."""
         self.error: SluiceError | None = None
         """The call's error, once ``Failed`` has been read."""
         self._portal = portal
-        self._opened: Outcome[None] = Outcome()
-        self._pipe: ThreadPipe[EventBatch] = ThreadPipe(portal, _STREAM_WINDOW)
-        self._scope = trio.CancelScope()
-        self._closing_error: SluiceError | None = None
+        self._link: _Link[EventBatch] = _Link(portal, _STREAM_WINDOW)
         self._batch: EventBatch = ()
         self._pos = 0
+
+    @property
+    def call_id(self) -> str:
+        return self._link.call_id
 
     def __iter__(self) -> CallStream:
         return self
 
     def __next__(self) -> CallEvent:
         while self._pos >= len(self._batch):
-            batch = self._pipe.get()
+            batch = self._link.pipe.get()
             if batch is None:
                 if self.result is None and self.error is None:
-                    self.error = self._closing_error or RuntimeClosed(
+                    closing = self._link.closing_error
+                    assert closing is None or isinstance(closing, SluiceError)
+                    self.error = closing or RuntimeClosed(
                         f"call {self.call_id} ended without a result"
                     )
                 raise StopIteration
@@ -128,11 +155,7 @@ class CallStream:
 
     def close(self) -> None:
         """Abandon the call if it has not ended (its HTTP request is cancelled)."""
-        if not self._pipe.ended:
-            try:
-                self._portal.soon(self._scope.cancel)
-            except RuntimeClosed:
-                pass
+        self._link.close(self._portal)
 
     def __enter__(self) -> CallStream:
         return self
@@ -149,21 +172,21 @@ class CallStream:
         self.close()
 
 
-async def _stream_task(rt: TrioRuntime, request: ChatRequest, call: CallStream) -> None:
-    """The trio half of :meth:`Runtime.stream`: submit, then pass each batch to ``call``."""
-    pipe = call._pipe
+async def _stream_task(rt: TrioRuntime, request: ChatRequest, link: _Link[EventBatch]) -> None:
+    """The trio half of :meth:`Runtime.stream`: submit, then pass each batch on."""
+    pipe = link.pipe
     try:
-        with call._scope:
+        with link.scope:
             async with rt.stream(request) as inner:
-                call.call_id = inner.call_id
-                call._opened.set(None)
+                link.call_id = inner.call_id
+                link.opened.set(None)
                 while (batch := await inner._next_batch()) is not None:
                     await pipe.put(batch)
-                call._closing_error = inner.error
+                link.closing_error = inner.error
     except Exception as exc:
-        call._opened.set(None, exc)
+        link.opened.set(None, exc)
     finally:
-        call._opened.set(None, RuntimeClosed("the runtime has stopped; open a new one"))
+        link.opened.set(None, RuntimeClosed("the runtime has stopped; open a new one"))
         pipe.end()
 
 
@@ -176,20 +199,18 @@ class MapOutcomes:
 
     def __init__(self, portal: Portal) -> None:
         self._portal = portal
-        self._pipe: ThreadPipe[list[MapOutcome]] = ThreadPipe(portal, _MAP_WINDOW)
-        self._scope = trio.CancelScope()
+        self._link: _Link[list[MapOutcome]] = _Link(portal, _MAP_WINDOW)
         self._batch: list[MapOutcome] = []
         self._pos = 0
-        self._error: BaseException | None = None
 
     def __iter__(self) -> MapOutcomes:
         return self
 
     def __next__(self) -> MapOutcome:
         while self._pos >= len(self._batch):
-            batch = self._pipe.get()
+            batch = self._link.pipe.get()
             if batch is None:
-                error, self._error = self._error, None
+                error, self._link.closing_error = self._link.closing_error, None
                 if error is not None:
                     raise error
                 raise StopIteration
@@ -200,11 +221,7 @@ class MapOutcomes:
 
     def close(self) -> None:
         """Cancel the calls still running, if the outcomes were not all read."""
-        if not self._pipe.ended:
-            try:
-                self._portal.soon(self._scope.cancel)
-            except RuntimeClosed:
-                pass
+        self._link.close(self._portal)
 
     def __enter__(self) -> MapOutcomes:
         return self
@@ -225,12 +242,12 @@ async def _map_task(
     rt: TrioRuntime,
     requests: Iterable[ChatRequest] | ThreadRequests,
     max_in_flight: int,
-    outcomes: MapOutcomes,
+    link: _Link[list[MapOutcome]],
 ) -> None:
     """The trio half of :meth:`Runtime.map`: run it, pass outcomes on in batches."""
-    pipe = outcomes._pipe
+    pipe = link.pipe
     try:
-        with outcomes._scope:
+        with link.scope:
             async with rt.map(requests, max_in_flight=max_in_flight) as inner:
                 receive = inner._receive
                 async for first in inner:
@@ -242,7 +259,7 @@ async def _map_task(
                             break
                     await pipe.put(batch)
     except Exception as exc:
-        outcomes._error = exc
+        link.closing_error = exc
     finally:
         pipe.end()
 
@@ -341,9 +358,10 @@ class Runtime:
         """
         call = CallStream(self._portal)
         request = _as_request(request, messages, fields)
-        self._portal.start(call._opened.closed, _stream_task, self._trio, request, call)
+        link = call._link
+        self._portal.start(link.opened.closed, _stream_task, self._trio, request, link)
         try:
-            call._opened.wait()
+            link.opened.wait()
         except BaseException:
             call.close()
             raise
@@ -367,9 +385,8 @@ class Runtime:
         if not isinstance(requests, list | tuple):
             source = ThreadRequests(iter(requests))
         outcomes = MapOutcomes(self._portal)
-        self._portal.start(
-            outcomes._pipe.end, _map_task, self._trio, source, max_in_flight, outcomes
-        )
+        link = outcomes._link
+        self._portal.start(link.pipe.end, _map_task, self._trio, source, max_in_flight, link)
         return outcomes
 
     def statistics(self) -> RuntimeStatistics:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from sluice.simulator import SimResponse, SimulatorApp, SimulatorConfig
 from sluice.simulator.server import serve_connection
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 _bodies: contextvars.ContextVar[list[_WatchedBody]] = contextvars.ContextVar("bodies")
 
@@ -41,8 +43,14 @@ class _WatchedBody:
 
 
 class _WatchingApp(SimulatorApp):
+    def __init__(self, config: SimulatorConfig, changed: threading.Condition) -> None:
+        super().__init__(config)
+        self._changed = changed
+
     async def handle(self, method: str, path: str, headers: Any, body: bytes) -> SimResponse:
         response = await super().handle(method, path, headers, body)
+        with self._changed:
+            self._changed.notify_all()
         if response.content is not None or response.status != 200:
             return response
         watched = _WatchedBody(response.body)
@@ -54,7 +62,8 @@ class WatchedSimulator:
     """Counts of the simulator's streamed responses, updated from the simulator's thread."""
 
     def __init__(self, config: SimulatorConfig) -> None:
-        self.app = _WatchingApp(config)
+        self._changed = threading.Condition()
+        self.app = _WatchingApp(config, self._changed)
         self.url = ""
         self.started = 0
         """Streamed responses begun."""
@@ -62,7 +71,6 @@ class WatchedSimulator:
         """Streamed responses sent to the end."""
         self.cut = 0
         """Streamed responses whose connection ended before their body did."""
-        self._changed = threading.Condition()
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         bodies: list[_WatchedBody] = []
@@ -79,13 +87,22 @@ class WatchedSimulator:
                         self.cut += 1
                 self._changed.notify_all()
 
-    def wait_for(self, *, cut: int | None = None, completed: int | None = None,
-                 timeout: float = 10.0) -> None:
-        """Wait until the counts reach these values (the connections must have closed)."""
+    def wait_for(
+        self,
+        *,
+        requests: int | None = None,
+        cut: int | None = None,
+        completed: int | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Wait until the counts reach these values: generation requests answered (their
+        heads due), responses cut or completed (their connections must have closed)."""
 
         def reached() -> bool:
-            return (cut is None or self.cut >= cut) and (
-                completed is None or self.completed >= completed
+            return (
+                (requests is None or self.app.chat_requests_seen >= requests)
+                and (cut is None or self.cut >= cut)
+                and (completed is None or self.completed >= completed)
             )
 
         with self._changed:

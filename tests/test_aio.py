@@ -121,6 +121,7 @@ def test_chat_stream_map_statistics_and_ledger(run: Runner, sim: WatchedSimulato
         assert snapshot[0].totals.calls == 28
 
     run(main)
+    sim.wait_for(completed=28, cut=0)
     assert sim.completed == 28 and sim.cut == 0
 
 
@@ -168,8 +169,7 @@ def test_cancelling_the_task_mid_stream_cancels_the_upstream_request(
             await asyncio.to_thread(sim.wait_for, cut=1)
             # a chat cancelled while it waits for its reply is cut off the same way
             chat = asyncio.create_task(rt.chat(long("chat")))
-            while sim.app.chat_requests_seen < 2:
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(sim.wait_for, requests=2)
             chat.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await chat
@@ -185,6 +185,7 @@ def test_cancelling_the_task_mid_stream_cancels_the_upstream_request(
         assert after.finish_reason == "length"
 
     run(main)
+    sim.wait_for(completed=1, cut=3)
     assert sim.cut == 3 and sim.completed == 1
 
 
@@ -228,8 +229,7 @@ def test_leaving_the_block_finishes_the_calls_in_flight(
                 asyncio.create_task(rt.chat("sim:sim-small", f"q{i}", max_tokens=40))
                 for i in range(5)  # each streams for about 1 s
             ]
-            while sim.app.chat_requests_seen < started + 5:
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(sim.wait_for, requests=started + 5)
         # the block has ended: every call in flight finished first, and new ones are refused
         with pytest.raises(sluice.RuntimeClosed):
             await rt.chat(short("late"))
@@ -243,14 +243,17 @@ def test_leaving_the_block_finishes_the_calls_in_flight(
 def test_a_block_that_raises_cancels_the_calls_in_flight(
     run: Runner, sim: WatchedSimulator
 ) -> None:
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def fail_inside() -> None:
+        async with sluice.aio.open_runtime(config(sim)) as rt:
+            tasks.extend(asyncio.create_task(rt.chat(long(f"q{i}"))) for i in range(3))
+            await asyncio.to_thread(sim.wait_for, requests=3)
+            raise KeyError("boom")
+
     async def main() -> list[BaseException | None]:
-        tasks: list[asyncio.Task[Any]] = []
         with pytest.raises(KeyError):
-            async with sluice.aio.open_runtime(config(sim)) as rt:
-                tasks = [asyncio.create_task(rt.chat(long(f"q{i}"))) for i in range(3)]
-                while sim.app.chat_requests_seen < 3:
-                    await asyncio.sleep(0.01)
-                raise KeyError("boom")
+            await fail_inside()
         await asyncio.wait(tasks)
         return [t.exception() for t in tasks]
 
@@ -266,11 +269,13 @@ def test_cancelling_the_task_that_holds_the_runtime_stops_it(
         opened = asyncio.Event()
 
         async def holder() -> None:
-            async with sluice.aio.open_runtime(config(sim)) as rt:
-                async with rt.stream(long()) as call:
-                    async for event in call:
-                        if isinstance(event, TextDelta):
-                            opened.set()
+            async with (
+                sluice.aio.open_runtime(config(sim)) as rt,
+                rt.stream(long()) as call,
+            ):
+                async for event in call:
+                    if isinstance(event, TextDelta):
+                        opened.set()
 
         task = asyncio.create_task(holder())
         await opened.wait()
@@ -286,7 +291,8 @@ def test_run_batch_from_asyncio(run: Runner, sim: WatchedSimulator, tmp_path: An
     source = tmp_path / "in.jsonl"
     lines = [
         f'{{"custom_id": "r{i}", "method": "POST", "url": "/v1/chat/completions", '
-        f'"body": {{"model": "sim:sim-small", "max_tokens": 8, "messages": [{{"role": "user", "content": "q{i}"}}]}}}}'
+        f'"body": {{"model": "sim:sim-small", "max_tokens": 8, '
+        f'"messages": [{{"role": "user", "content": "q{i}"}}]}}}}'
         for i in range(6)
     ]
     source.write_text("\n".join(lines) + "\n")

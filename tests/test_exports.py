@@ -46,3 +46,31 @@ def test_pinned_public_api():
         "BatchProgress",
         "BatchInterrupt",
     } <= set(sluice.__all__)
+
+
+def test_the_front_doors_are_pinned():
+    """sluice.aio and sluice.sync offer the trio API's surface, each under the same names."""
+    import sluice.aio
+    import sluice.sync
+
+    assert sluice.aio.__all__ == [
+        "CallStream",
+        "Ledger",
+        "MapOutcomes",
+        "Runtime",
+        "open_runtime",
+        "run_batch",
+    ]
+    assert sluice.sync.__all__ == [
+        "CallStream",
+        "Ledger",
+        "MapOutcomes",
+        "Runtime",
+        "chat",
+        "open_runtime",
+        "run_batch",
+    ]
+    for door in (sluice.aio, sluice.sync):
+        assert all(hasattr(door, name) for name in door.__all__)
+        for method in ("chat", "stream", "map", "statistics", "ledger_totals"):
+            assert callable(getattr(door.Runtime, method)), (door, method)
