@@ -67,8 +67,11 @@ from ._harness import median as _median
 MODEL = "mock"
 PROVIDER = "bench"
 PROVIDER_HTTPX = "bench_httpx"
-SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp")
+SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp", "sluice_aio", "sluice_sync")
 """Every side, in the order of the first round."""
+DOORS = ("aio", "sync")
+"""``--api`` values that measure a front door next to the trio API (the ``sluice`` side then
+runs the same per-call pattern as the door: ``async with rt.stream``, every event read)."""
 AIOHTTP_SIDE = Path(__file__).resolve().with_name("_aiohttp_side.py")
 
 
@@ -114,10 +117,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="measured rounds; medians reported (3)")
     p.add_argument(
         "--api",
-        choices=["map", "chat", "stream"],
+        choices=["map", "chat", "stream", *DOORS],
         default="map",
         help="how the sluice sides submit: rt.map (default), rt.chat per call, or rt.stream "
-        "per call iterating every event",
+        "per call iterating every event; aio or sync add that front door's side "
+        "(sluice.aio on an asyncio loop, sluice.sync from a pool of `concurrency` threads), "
+        "each streaming per call, next to the trio API doing the same",
+    )
+    p.add_argument(
+        "--uvloop", action="store_true", help="--api aio: run the asyncio loop on uvloop"
     )
     p.add_argument(
         "--bare-pool",
@@ -163,13 +171,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.sluice_max_connections is None:
         a.sluice_max_connections = a.concurrency
     a.aiohttp_skipped = None
+    doors = [f"sluice_{a.api}"] if a.api in DOORS else []
     if a.only == "all":
-        a.sides = list(SIDES)
+        a.sides = [side for side in SIDES if not side.startswith(("sluice_aio", "sluice_sync"))]
+        a.sides += doors
         if not aiohttp_available():
             a.sides.remove("aiohttp")
             a.aiohttp_skipped = "aiohttp is not importable"
     elif a.only == "both":
-        a.sides = ["bare", "sluice"]
+        a.sides = ["bare", "sluice", *doors]
     else:
         a.sides = [side.strip() for side in a.only.split(",") if side.strip()]
         unknown = [side for side in a.sides if side not in SIDES]
@@ -177,6 +187,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--only: expected all, both or a list of {', '.join(SIDES)}")
         if "aiohttp" in a.sides and not aiohttp_available():
             p.error("--only aiohttp: aiohttp is not importable")
+        for door in ("sluice_aio", "sluice_sync"):
+            if door in a.sides and door not in doors:
+                p.error(f"--only {door}: give --api {door.removeprefix('sluice_')}")
         a.sides = [side for side in SIDES if side in a.sides]
     return a
 
@@ -324,10 +337,17 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         sides = a.sides
         results: dict[str, list[Phase]] = {side: [] for side in sides}
         warmups: list[Phase] = []
+        door: Any = None
+        trio_api = "stream" if a.api in DOORS else a.api
         try:
             if child is not None:
                 await child.start()
                 aiohttp_version = child.version
+            if a.api in DOORS:
+                from ._doors import open_door
+
+                api = "aio_uvloop" if a.api == "aio" and a.uvloop else a.api
+                door = await trio.to_thread.run_sync(open_door, api, config, a.concurrency)
             async with sluice.open_runtime(config) as rt:
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
@@ -342,6 +362,17 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     if side == "aiohttp":
                         assert child is not None
                         return await child.phase(label, calls, expect, add_own_cpu=a.sim)
+                    if side in ("sluice_aio", "sluice_sync"):
+
+                        async def through_door(tally: Any) -> None:
+                            model = models["sluice"]
+                            await trio.to_thread.run_sync(
+                                door.phase, model, calls, a.concurrency, tally
+                            )
+
+                        return await run_phase(
+                            label, calls, expect, through_door, max_seconds=a.max_seconds
+                        )
                     model = models[side]
                     profile = profiler if side == "sluice" and label != "warm-up" else None
 
@@ -349,7 +380,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                         if profile is not None:
                             profile.enable()
                         try:
-                            await run_sluice(rt, model, calls, a.concurrency, a.api, tally)
+                            await run_sluice(rt, model, calls, a.concurrency, trio_api, tally)
                         finally:
                             if profile is not None:
                                 profile.disable()
@@ -372,6 +403,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     print(f"# round {i + 1}: " + ", ".join(line), file=sys.stderr, flush=True)
         finally:
             await bare.aclose()
+            if door is not None:
+                await trio.to_thread.run_sync(door.close)
             if child is not None:
                 await child.aclose()
             services.cancel_scope.cancel()
@@ -460,6 +493,15 @@ def _report(
         "cpus": os.cpu_count(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    if a.api in DOORS:
+        door = f"sluice_{a.api}"
+        out["door"] = door + ("_uvloop" if a.uvloop and a.api == "aio" else "")
+        out["door_cpu_s_per_1k"] = _round(cpu[door])
+        out["door_cpu_s_per_1k_min"] = _round(low(door))
+        out["door_calls_per_s"] = _round(rate[door], 1)
+        # the door's CPU per call over the trio API's (same per-call pattern, same run)
+        out["ratio_door"] = _round(ratio(cpu[door], s_cpu), 3)
+        out["ratio_door_per_round"] = per_round(door, "sluice")
     if a.aiohttp_skipped:
         out["aiohttp_skipped"] = a.aiohttp_skipped
     if a.sim:

@@ -70,7 +70,7 @@ class Guest:
                 break
             if not guest._stopping:
                 guest._users += 1
-                await asyncio.shield(guest._started)
+                await guest._wait_started()
                 return guest
             await asyncio.shield(guest._done)  # the last user is leaving: let that run end
         guest = _GUESTS[loop] = cls(loop)
@@ -91,8 +91,15 @@ class Guest:
                 "sluice.aio needs an asyncio loop whose thread does not already run trio; "
                 "under trio, use sluice.open_runtime"
             ) from exc
-        await asyncio.shield(guest._started)
+        await guest._wait_started()
         return guest
+
+    async def _wait_started(self) -> None:
+        try:
+            await asyncio.shield(self._started)
+        except BaseException:  # cancelled (or the run failed to start): not a user after all
+            await self.release()
+            raise
 
     async def release(self) -> None:
         """Give the run back; the last user waits here until the run has ended."""

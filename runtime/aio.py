@@ -122,6 +122,8 @@ async def _stream_task(rt: TrioRuntime, request: ChatRequest, call: CallStream) 
         with call._scope:
             async with rt.stream(request) as inner:
                 call.call_id = inner.call_id
+                if call._opened.done():  # the asyncio side gave up while it was submitted
+                    return
                 call._opened.set_result(None)
                 while (batch := await inner._next_batch()) is not None:
                     await pipe.put(batch)
@@ -397,8 +399,9 @@ class Runtime:
                     trio.open_nursery() as calls,
                 ):
                     self._trio, self._calls = rt, calls
-                    self._opened.set_result(None)
-                    await self._close.wait()
+                    if not self._opened.done():  # else the opener was cancelled: close
+                        self._opened.set_result(None)
+                        await self._close.wait()
         except Exception as exc:
             if not self._opened.done():
                 self._opened.set_exception(exc)

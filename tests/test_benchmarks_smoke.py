@@ -124,6 +124,28 @@ def test_overhead_benchmark_selects_sides() -> None:
     assert parse_args(["--sim", "--only", "both"]).sides == ["bare", "sluice"]
     with pytest.raises(SystemExit):
         parse_args(["--sim", "--only", "sluice,nope"])
+    assert parse_args(["--sim", "--api", "aio"]).sides[-1] == "sluice_aio"
+    assert parse_args(["--sim", "--only", "both", "--api", "sync"]).sides == [
+        "bare",
+        "sluice",
+        "sluice_sync",
+    ]
+    with pytest.raises(SystemExit):
+        parse_args(["--sim", "--only", "sluice_aio"])  # a door's side needs its --api
+
+
+def test_overhead_benchmark_measures_the_front_doors_next_to_the_trio_api() -> None:
+    for api in ("aio", "sync"):
+        report = _run_json(
+            "benchmarks.overhead",
+            *("--sim", "--calls", "16", "--concurrency", "4", "--repeat", "1", "--warmup", "4"),
+            *("--only", "both", "--api", api),
+        )
+        door = f"sluice_{api}"
+        assert report["errors"] == 0, report["first_errors"]
+        assert report["sides"] == ["bare", "sluice", door] and report["door"] == door
+        assert report["texts_match"] is True
+        assert report["door_cpu_s_per_1k"] > 0 and report["ratio_door"] > 0
 
 
 def test_open_streams_benchmark_holds_every_stream_open_at_once() -> None:
