@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -306,3 +309,29 @@ def test_run_batch_from_asyncio(run: Runner, sim: WatchedSimulator, tmp_path: An
     on_runtime, own = run(main)
     assert on_runtime.ok == own.ok == 6
     assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 6
+
+
+def test_ctrl_c_under_asyncio_run_cancels_the_calls_and_ends_the_run(
+    run: Runner, sim: WatchedSimulator
+) -> None:
+    """asyncio's runner turns Ctrl-C into cancelling the main task; the runtime then stops
+    hard, and the loop ends only after the trio guest run has."""
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+
+    def ctrl_c() -> None:
+        sim.wait_for(requests=1)
+        time.sleep(0.1)
+        signal.pthread_kill(main_thread, signal.SIGINT)
+
+    async def main() -> None:
+        async with sluice.aio.open_runtime(config(sim)) as rt, rt.stream(long()) as call:
+            async for _ in call:
+                pass
+
+    watcher = threading.Thread(target=ctrl_c)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        run(main)
+    watcher.join()
+    sim.wait_for(cut=1)
