@@ -49,6 +49,7 @@ from sluice.messages import Usage
 from sluice.protocols.base import AttemptOutput, Codec
 from sluice.providers.registry import ResolvedProvider
 from sluice.record import Record
+from sluice.redact import redact_error, secrets_of
 from sluice.transport.base import HotTransport
 from sluice.transport.errors import (
     ConnectError,
@@ -86,6 +87,13 @@ class ProviderContext(Record):
     ledger: TokenLedgerHandle
     in_flight: list[int] = attrs.field(factory=lambda: [0])
     """Attempts running now (one mutable cell, read by the runtime's statistics)."""
+    secrets: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(
+            lambda self: secrets_of(self.spec.api_key, self.spec.headers), takes_self=True
+        ),
+        repr=False,
+    )
+    """The key and secret header values this provider sends: masked in every error."""
 
 
 async def run_provider(
@@ -146,7 +154,8 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
             await ctx.ledger.record(usage)
     if isinstance(outcome, AttemptFailed):
         call = msg.call
-        error = outcome.error.in_context(
+        # The boundary where server text enters sluice's errors: no key passes it.
+        error = redact_error(outcome.error, ctx.secrets).in_context(
             call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
         )
         outcome = AttemptFailed(error, outcome.delivered)

@@ -167,7 +167,7 @@ def test_batch_subprocess_writes_one_line_per_input_line(tmp_path):
     assert done.returncode == 1, done.stderr  # some lines failed
     got = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert len(got) == len(lines)
-    allowed = run("batch", str(source), "-o", str(out), "--allow-failures")
+    allowed = run("batch", str(source), "-o", str(out), "--allow-failures", "--overwrite")
     assert allowed.returncode == 0, allowed.stderr
     assert sorted(str(o["custom_id"]) for o in got) == [
         "None",

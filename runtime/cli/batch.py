@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import ExitStack
-from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import trio
@@ -21,6 +21,7 @@ from ..jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchInterrupt, BatchSummary, ru
 from ..jobs.batch_lines import parse_shard
 from ..jobs.batch_report import format_duration, format_progress, format_summary, summary_path
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
+from ._preflight import check_batch_paths, check_providers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -107,6 +108,7 @@ async def batch(
     config: Path | None = None,
     job: str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     ordered: bool = False,
     shard: str | None = None,
     allow_failures: bool = False,
@@ -117,8 +119,10 @@ async def batch(
 
     Every input line gets exactly one output line, in completion order unless --ordered
     (match them by custom_id); bad lines and failed calls get an error line naming the input
-    line. An existing output file is replaced unless --resume. A custom_id that appears twice
-    in the input stops the command before any call. Progress goes to stderr; the summary to
+    line. An output file that already holds lines is refused unless --resume (continue it) or
+    --overwrite (replace it); an output that is the input is always refused. A custom_id that
+    appears twice in the input, an unknown provider or a missing key stop the command before
+    any call. Progress goes to stderr; the summary to
     stdout and to OUT.summary.json. Ctrl-C stops admitting lines and lets the calls in flight
     finish; a second Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every
     line succeeded (or some failed and --allow-failures was given), 1 when a line failed or
@@ -143,6 +147,8 @@ async def batch(
         resume: keep the existing output (a torn last line is cut off), skip the lines it
             already answers and append the rest; with no output yet, simply start. The same
             command line serves the first run and every resume.
+        overwrite: replace an output file that already holds lines (without it, and without
+            --resume, such a file is refused so no paid-for result is lost).
         ordered: write the output in input order (at most --max-in-flight lines held).
         shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
             processes or hosts can split one file (each with its own output).
@@ -152,9 +158,6 @@ async def batch(
             default: a call's slot frees at its first token, and a stream that breaks is
             retried). The output lines look the same either way.
     """
-    if not input_file.is_file():
-        problem = "is not a file" if input_file.exists() else "does not exist"
-        return fail(f"input file {input_file} {problem}")
     if max_in_flight < 1:
         return fail("--max-in-flight must be at least 1")
     if log_interval <= 0:
@@ -162,6 +165,13 @@ async def batch(
     if (base_url is not None or api_key is not None) and model is None:
         return fail("--base-url and --api-key apply to --model's provider: give --model too")
     try:
+        check_batch_paths(
+            input_file,
+            output,
+            Path(summary_path(str(output))),
+            resume=resume,
+            overwrite=overwrite,
+        )
         shard_of = None if shard is None else parse_shard(shard)
         if model is not None:
             check_model(model)
@@ -173,10 +183,9 @@ async def batch(
         )
     except ConfigError as exc:
         return fail(str(exc))
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return fail(f"cannot create the folder for {output}: {exc.strerror}")
+
+    def preflight(providers: set[str]) -> None:
+        check_providers(run_config, providers, every=model is not None)
 
     io_error: OSError | None = None
     usage_error: ConfigError | None = None
@@ -207,6 +216,7 @@ async def batch(
                         progress=progress,
                         progress_interval=_LIVE_INTERVAL if live else log_interval,
                         interrupt=interrupt,
+                        preflight=preflight,
                     )
                 except OSError as exc:
                     io_error = exc

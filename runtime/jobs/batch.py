@@ -418,6 +418,7 @@ async def run_batch(
     interrupt: BatchInterrupt | None = None,
     write_summary: bool = True,
     stream: bool = True,
+    preflight: Callable[[set[str]], None] | None = None,
 ) -> BatchSummary:
     """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
 
@@ -468,6 +469,9 @@ async def run_batch(
         stream: calls stream (the default: a slot frees at the first token, and a stream
             that breaks mid-way is retried); False sends each as one plain request. Output
             lines have the same shape either way, whatever a body's own ``stream`` says.
+        preflight: called with the providers the lines name once the input has been checked,
+            before the output is opened or any call made; it raises ``ConfigError`` to stop
+            the run (the CLI checks keys and base URLs there).
 
     Returns:
         The final counts, also when interrupted (``summary.interrupted`` says how).
@@ -509,6 +513,8 @@ async def run_batch(
         duplicate = await trio.to_thread.run_sync(_check_input, input, check)
         if duplicate is not None:
             raise ConfigError(duplicate)
+        if preflight is not None:
+            preflight(check.providers)
         if out is not None and answered is not None:
             await trio.to_thread.run_sync(_cut_torn_tail, out, answered.keep)
         else:

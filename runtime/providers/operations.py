@@ -20,6 +20,7 @@ import orjson
 from ..errors import CallError, SluiceError
 from ..messages import ChatRequest
 from ..protocols.anthropic_request import ANTHROPIC_VERSION
+from ..redact import redact, secrets_of
 from .codec import provider_codec
 
 if TYPE_CHECKING:
@@ -64,18 +65,7 @@ class CheckResult:
 
 
 def _redact(text: str, spec: ResolvedProvider) -> str:
-    for value in _secrets(spec):
-        text = text.replace(value, "********")
-    return text
-
-
-def _secrets(spec: ResolvedProvider) -> list[str]:
-    found = [spec.api_key.reveal()] if spec.api_key is not None else []
-    for name, value in spec.headers.items():
-        if any(p in name for p in ("auth", "key", "token", "secret")):
-            found.append(value)
-            found.append(value.removeprefix("Bearer ").strip())
-    return [v for v in found if len(v) >= 4]
+    return redact(text, secrets_of(spec.api_key, spec.headers))
 
 
 def _base(spec: ResolvedProvider) -> str:
