@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from cyclopts import App
+from cyclopts import App, CycloptsError
 
 from .batch import batch
 from .chat import chat
@@ -21,6 +22,7 @@ __all__ = ["app", "main"]
 
 EXIT_INTERRUPTED = 130
 """What a shell reports for a process stopped by Ctrl-C (128 + SIGINT)."""
+EXIT_USAGE = 2
 
 app = App(
     name="sluice",
@@ -51,10 +53,41 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     interrupted = False
+    parse_error: CycloptsError | None = None
     try:
-        result = app(argv, result_action="return_value")
+        result = app(argv, result_action="return_value", print_error=False, exit_on_error=False)
     except* KeyboardInterrupt:  # Ctrl-C inside a nursery arrives grouped
         interrupted = True
+    except* CycloptsError as group:
+        parse_error = group.exceptions[0]  # type: ignore[assignment]
     if interrupted:
         return EXIT_INTERRUPTED
+    if parse_error is not None:
+        return _usage_error(parse_error, sys.argv[1:] if argv is None else list(argv))
     return result if isinstance(result, int) else 0
+
+
+def _usage_error(error: CycloptsError, argv: list[str]) -> int:
+    """The argument parser's complaint as the one line every usage error is:
+    ``sluice: error: ...`` with where to read the usage, exit status 2."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    words: list[str] = []
+    for token in argv:  # the command (and subcommand) the line names, for the hint
+        if token.startswith("-"):
+            break
+        if not _names_command([*words, token]):
+            break
+        words.append(token)
+    usage = " ".join(["sluice", *words, "--help"])
+    print(f"sluice: error: {message} (see '{usage}')", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _names_command(words: list[str]) -> bool:
+    node = app
+    for word in words:
+        try:
+            node = node[word]
+        except (KeyError, CycloptsError):
+            return False
+    return True

@@ -160,7 +160,9 @@ async def ledger(
     try:
         stored = await trio.to_thread.run_sync(read_ledger_file, path)
     except FileNotFoundError as exc:
-        return fail(str(exc))
+        if db is not None:  # a file named on purpose that is not there: likely a typo
+            return fail(f"{exc}; leave out --db for the default ledger")
+        stored = []  # a fresh machine: nothing was recorded yet, which is not an error
     except sqlite3.Error as exc:
         return fail(f"cannot read the ledger file {path}: {exc}")
     rows = summarize(stored, dimensions, since=first, until=last)
@@ -171,7 +173,7 @@ async def ledger(
     elif format == "csv":
         text = render_csv(rows, dimensions)
     else:
-        text = render_table(rows, total, dimensions) if rows else "no usage recorded\n"
+        text = render_table(rows, total, dimensions) if rows else "no usage recorded yet\n"
     sys.stdout.write(text)
     sys.stdout.flush()
     return EXIT_OK
