@@ -10,7 +10,7 @@ hold ``********`` where the key was, whole or as ``Bearer <key>``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -58,7 +58,7 @@ def redact_error(error: CallError, secrets: tuple[str, ...]) -> CallError:
     nothing needed masking, so the common path allocates nothing)."""
     if not secrets:
         return error
-    changes: dict[str, str] = {}
+    changes: dict[str, Any] = {}
     for field in ("message", "error_type", "request_id"):
         value = getattr(error, field)
         if isinstance(value, str):

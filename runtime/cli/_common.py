@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_STDOUT_CLOSED",
     "EXIT_USAGE",
     "build_config",
     "check_model",
@@ -39,6 +40,8 @@ EXIT_USAGE = 2
 """Bad arguments, config, model string or input file: fix the command line and run again."""
 EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C (128 + SIGINT), as a shell reports it."""
+EXIT_STDOUT_CLOSED = 141
+"""stdout was closed before everything was printed (128 + SIGPIPE, as ``yes | head`` ends)."""
 
 
 def fail(message: str) -> int:

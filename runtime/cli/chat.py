@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
+import trio
 from cyclopts import Parameter
 
 from .._runtime import Runtime, open_runtime
 from ..errors import ConfigError, SluiceError
 from ..events import StreamReset, TextDelta
 from ..messages import ChatRequest, ChatResult, Message, Tool
-from ._common import EXIT_OK, build_config, check_model, report_error
+from ._common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STDOUT_CLOSED,
+    build_config,
+    check_model,
+    report_error,
+)
+from ._preflight import check_providers
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from ..config import RuntimeConfig
 
 __all__ = ["chat", "load_tools", "result_json"]
 
@@ -99,9 +115,20 @@ def result_json(result: ChatResult) -> dict[str, Any]:
     }
 
 
+class _StdoutClosed(Exception):
+    """stdout was closed by the reader (``sluice chat ... | head -c 5``)."""
+
+
 def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's last flush at exit is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise _StdoutClosed from None
 
 
 def _print_tool_calls(result: ChatResult) -> None:
@@ -109,11 +136,24 @@ def _print_tool_calls(result: ChatResult) -> None:
         _write(f"[tool call {call.name}({call.arguments}) id={call.id}]\n")
 
 
-async def _stream_text(rt: Runtime, request: ChatRequest) -> SluiceError | None:
-    """Print text as it arrives; return the call's error, if any."""
+def _print_result(result: ChatResult) -> None:
+    if result.text:
+        _write(result.text if result.text.endswith("\n") else result.text + "\n")
+    _print_tool_calls(result)
+
+
+async def _stream_text(rt: Runtime, request: ChatRequest, *, live: bool) -> SluiceError | None:
+    """Print the answer; return the call's error, if any.
+
+    ``live`` (stdout is a terminal): text is printed as it arrives, and a retried attempt is
+    announced on stderr. Otherwise stdout gets exactly the final answer, printed once the
+    call has ended, so a file or a pipe never holds the fragment of an attempt that broke off.
+    """
     ended_with_newline = True
     async with rt.stream(request) as call:
         async for event in call:
+            if not live:
+                continue
             if isinstance(event, TextDelta) and event.text:
                 _write(event.text)
                 ended_with_newline = event.text.endswith("\n")
@@ -126,16 +166,67 @@ async def _stream_text(rt: Runtime, request: ChatRequest) -> SluiceError | None:
                     file=sys.stderr,
                 )
                 ended_with_newline = True
-    if not ended_with_newline:
-        _write("\n")
     if call.result is not None:
-        _print_tool_calls(call.result)
+        if live:
+            if not ended_with_newline:
+                _write("\n")
+            _print_tool_calls(call.result)
+        else:
+            _print_result(call.result)
+    elif live and not ended_with_newline:
+        _write("\n")
     return call.error
+
+
+def _read_prompt(prompt: str) -> str:
+    """``prompt``, or standard input when it is ``-``.
+
+    Raises:
+        ConfigError: ``-`` with nothing on standard input, or input that is not UTF-8.
+    """
+    if prompt != "-":
+        return prompt
+    try:
+        text = sys.stdin.buffer.read().decode()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the prompt on standard input is not UTF-8 text: {exc}") from None
+    if not text.strip():
+        raise ConfigError("the prompt '-' is read from standard input, which was empty")
+    return text
+
+
+async def _on_ctrl_c(
+    signals: AsyncIterator[int], scope: trio.CancelScope, seen: list[bool]
+) -> None:
+    """On the first Ctrl-C, cancel the call (and close the runtime) in an orderly way: a
+    KeyboardInterrupt raised into whichever task runs would tear the actors down instead."""
+    async for _ in signals:
+        seen.append(True)
+        scope.cancel()
+        return
+
+
+async def _call(
+    config: RuntimeConfig, request: ChatRequest, *, as_json: bool, stream: bool
+) -> SluiceError | None:
+    """Run the call and print its answer; return its error, if any."""
+    async with open_runtime(config) as rt:
+        try:
+            if as_json or not stream:
+                result = await rt.chat(request)
+                if as_json:
+                    _write(orjson.dumps(result_json(result)).decode() + "\n")
+                else:
+                    _print_result(result)
+                return None
+            return await _stream_text(rt, request, live=sys.stdout.isatty())
+        except SluiceError as exc:
+            return exc
 
 
 async def chat(
     model: str,
-    prompt: str,
+    prompt: Annotated[str, Parameter(allow_leading_hyphen=True)],
     /,
     *,
     system: str | None = None,
@@ -149,15 +240,18 @@ async def chat(
 ) -> int:
     """Send one chat call and print the answer.
 
-    Without --json the text streams to stdout as it arrives, then one line per tool call. With
+    Without --json the text streams to stdout as it arrives (when stdout is a terminal; to a
+    file or a pipe goes exactly the final text, once the call ends), then one line per tool
+    call. With
     --json one JSON object is printed: provider, model, text, reasoning, tool_calls (the final,
     repaired calls, arguments parsed), finish_reason, usage. Exit status: 0 on success, 1 when
     the call failed (a tool-call error after the correction limit too), 2 for a bad model
-    string, config, key or tools file.
+    string, config, key or tools file (found before any call), 130 when stopped by Ctrl-C,
+    141 when stdout was closed before the answer was printed (``| head``).
 
     Args:
         model: provider:model, for example sim:sim-small or openai:gpt-4o-mini.
-        prompt: the user message.
+        prompt: the user message; - reads it from standard input.
         system: a system message sent before the prompt.
         as_json: print the result (or the error) as one JSON object.
         stream: stream the reply (--no-stream asks the provider for one whole body).
@@ -181,6 +275,8 @@ async def chat(
         if tool_choice is not None and tools is None:
             raise ConfigError("--tool-choice needs --tools FILE.json")
         tool_list = load_tools(tools) if tools is not None else ()
+        check_providers(run_config, [model.partition(":")[0]])
+        prompt = _read_prompt(prompt)
     except ConfigError as exc:
         return report_error(exc, as_json=as_json)
     messages = [Message.user(prompt)]
@@ -190,20 +286,21 @@ async def chat(
         model=model, messages=messages, stream=stream, tools=tool_list, tool_choice=tool_choice
     )
     error: SluiceError | None = None
-    async with open_runtime(run_config) as rt:
-        try:
-            if as_json or not stream:
-                result = await rt.chat(request)
-                if as_json:
-                    _write(orjson.dumps(result_json(result)).decode() + "\n")
-                else:
-                    if result.text:
-                        _write(result.text if result.text.endswith("\n") else result.text + "\n")
-                    _print_tool_calls(result)
-            else:
-                error = await _stream_text(rt, request)
-        except SluiceError as exc:
-            error = exc
+    interrupted: list[bool] = []
+    closed = False
+    try:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_on_ctrl_c, signals, nursery.cancel_scope, interrupted)
+                error = await _call(run_config, request, as_json=as_json, stream=stream)
+                nursery.cancel_scope.cancel()
+    except* _StdoutClosed:
+        closed = True
+    if closed:
+        return EXIT_STDOUT_CLOSED
+    if interrupted:
+        print("sluice: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if error is not None:
         return report_error(error, as_json=as_json)
     return EXIT_OK
