@@ -22,10 +22,11 @@ import attrs
 import orjson
 from attrs.validators import ge, gt, le, optional
 
+from .checks import check_env_name, check_http_url
 from .errors import ConfigError
 from .messages import Deadlines
 from .record import Record
-from .serde import format_validation_error, get_converter
+from .serde import EnvText, format_validation_error, get_converter
 from .tools.capabilities import CapabilityOverride
 
 __all__ = [
@@ -211,12 +212,13 @@ class ProviderConfig(Record):
     provider, which needs a ``base_url`` (and a ``protocol``, unless it is OpenAI-compatible)."""
 
     protocol: Literal["openai", "anthropic", "gemini", "ollama"] | None = None
-    base_url: str | None = None
+    base_url: str | None = attrs.field(default=None, validator=check_http_url)
+    """An absolute http(s) URL, with the protocol's version prefix (``.../v1``)."""
     region: str | None = None
     """One of a builtin's regional base URLs (``sluice providers list`` shows them)."""
     display_name: str | None = None
     api_key: Secret | None = None
-    api_key_env: str | None = None
+    api_key_env: str | None = attrs.field(default=None, validator=check_env_name)
     """Environment variable that holds the key (read when the provider starts)."""
     auth: AuthStyle | None = None
     """Where the key is sent; by default the protocol's own way (the builtin's, if any)."""
@@ -383,8 +385,9 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     ``SLUICE_RETRY__MAX_ATTEMPTS=2`` sets ``retry.max_attempts``. Parts are lower-cased, and in
     a provider's name ``_`` stands for ``-`` (``SLUICE_PROVIDERS__KIMI_CN__REGION``). A value
     that parses as JSON (a number, ``true``, a list, an object) is that value, anything else
-    the string itself. Variables without ``__`` (``SLUICE_CONFIG``, ``SLUICE_MASTER_KEY``) are
-    not overrides.
+    the string itself; where the entry is a list, such a string is split at commas
+    (``SLUICE_PROVIDERS__VLLM__DROP_PARAMS=seed,top_p``). Variables without ``__``
+    (``SLUICE_CONFIG``, ``SLUICE_MASTER_KEY``) are not overrides.
     """
     env = os.environ if environ is None else environ
     found: dict[str, Any] = {}
@@ -399,7 +402,7 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         try:
             value: Any = orjson.loads(env[name])
         except orjson.JSONDecodeError:
-            value = env[name]
+            value = EnvText(env[name])  # split at commas where a list is expected
         node = found
         for part in path[:-1]:
             child = node.setdefault(part, {})

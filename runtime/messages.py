@@ -229,18 +229,97 @@ def split_model(model: str) -> tuple[str, str]:
     return provider, name
 
 
-def _messages(value: str | Iterable[Message]) -> tuple[Message, ...]:
+def _type_name(value: object) -> str:
+    return "None" if value is None else f"{type(value).__name__} {value!r:.60}"
+
+
+def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Message, ...]:
+    """Messages as given; an OpenAI chat message dict (text, image parts, assistant tool
+    calls, tool results) is converted once, here."""
     if isinstance(value, str):
         return (Message.user(value),)
-    return tuple(value)
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise TypeError(
+            "ChatRequest.messages: expected a string or a list of messages, got "
+            + _type_name(value)
+        )
+    out: list[Message] = []
+    for index, item in enumerate(value):
+        if isinstance(item, Message):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            from .jobs.openai_format import parse_message  # only for dict input
+
+            out.append(parse_message(item, f"ChatRequest.messages[{index}]"))
+        else:
+            raise TypeError(
+                f"ChatRequest.messages[{index}]: expected a Message or an OpenAI chat message"
+                f" dict, got {_type_name(item)}"
+            )
+    return tuple(out)
 
 
-def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
-    return tuple(value)
+def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
+    """Tools as given; an OpenAI-format tool dict is converted once, here."""
+    if isinstance(value, str | Mapping) or not isinstance(value, Iterable):
+        raise TypeError(f"ChatRequest.tools: expected a list of tools, got {_type_name(value)}")
+    out: list[Tool] = []
+    for index, item in enumerate(value):
+        if isinstance(item, Tool):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            from .jobs.openai_format import parse_tool  # only for dict input
+
+            out.append(parse_tool(item, f"ChatRequest.tools[{index}]"))
+        else:
+            raise TypeError(
+                f"ChatRequest.tools[{index}]: expected a Tool or an OpenAI tool dict"
+                f' ({{"type": "function", "function": {{...}}}}), got {_type_name(item)}'
+            )
+    return tuple(out)
 
 
 def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _all_strings(_: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise TypeError(
+                f"ChatRequest.{attribute.name}[{index}]: expected a string, got {_type_name(item)}"
+            )
+
+
+def _kind(expected: type | tuple[type, ...], what: str, *, optional: bool = True) -> Any:
+    """An attrs validator: the value is of ``expected`` (a bool is not a number), or None."""
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) and bool not in (
+            expected if isinstance(expected, tuple) else (expected,)
+        ):
+            ok = False
+        else:
+            ok = isinstance(value, expected)
+        if not ok:
+            raise TypeError(
+                f"ChatRequest.{attribute.name}: expected {what}, got {_type_name(value)}"
+            )
+
+    return check
+
+
+def _one_of(*choices: str) -> Any:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"ChatRequest.{attribute.name}: expected one of {', '.join(map(repr, choices))},"
+                f" got {_type_name(value)}"
+            )
+
+    return check
 
 
 _NO_BREAKPOINTS: frozenset[CacheBreakpoint] = frozenset()
@@ -278,35 +357,47 @@ class ChatRequest(Record):
     as-is, for parameters sluice does not model.
     """
 
-    model: str
+    model: str = attrs.field(validator=_kind(str, "a 'provider:model' string", optional=False))
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    """Messages, a string (one user message), or OpenAI chat message dicts."""
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
+    """:class:`Tool` objects or OpenAI-format tool dicts."""
     tool_choice: ToolChoice | None = attrs.field(default=None, converter=_tool_choice)
-    parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
-    seed: int | None = None
-    stream: bool = True
-    tag: str | None = None
-    priority: Literal["interactive", "batch", "background"] = "interactive"
+    parallel_tool_calls: bool | None = attrs.field(default=None, validator=_kind(bool, "a bool"))
+    response_format: ResponseFormat | None = attrs.field(
+        default=None, validator=_kind(ResponseFormat, "a ResponseFormat")
+    )
+    temperature: float | None = attrs.field(default=None, validator=_kind((int, float), "a number"))
+    top_p: float | None = attrs.field(default=None, validator=_kind((int, float), "a number"))
+    max_tokens: int | None = attrs.field(default=None, validator=_kind(int, "an integer"))
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_all_strings)
+    seed: int | None = attrs.field(default=None, validator=_kind(int, "an integer"))
+    stream: bool = attrs.field(default=True, validator=_kind(bool, "a bool", optional=False))
+    tag: str | None = attrs.field(default=None, validator=_kind(str, "a string"))
+    priority: Literal["interactive", "batch", "background"] = attrs.field(
+        default="interactive", validator=_one_of("interactive", "batch", "background")
+    )
     """Admission order within a quota: interactive before batch before background (with
     ageing, so lower classes still progress)."""
-    deadlines: Deadlines = Deadlines()
-    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    deadlines: Deadlines = attrs.field(
+        default=Deadlines(), validator=_kind(Deadlines, "a Deadlines", optional=False)
+    )
+    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_all_strings)
     """Models (``provider:model``) to try in order when this one fails in a way a fallback can
     help (overloaded, context too long, circuit open, content filtered; see ``RetryConfig``)."""
-    on_partial: Literal["restart", "fail"] = "restart"
+    on_partial: Literal["restart", "fail"] = attrs.field(
+        default="restart", validator=_one_of("restart", "fail")
+    )
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    extra_body: Mapping[str, Any] = attrs.field(
+        factory=dict, validator=_kind(Mapping, "a mapping", optional=False)
+    )
     tool_options: ToolOptions | None = None
     """How this call's tool calls are prepared, checked and corrected (forcing through
     structured output, repair, the correction limit, a capability override for this call);
     None for the defaults. See :class:`sluice.tools.ToolOptions`."""
-    response_cache: bool | None = None
+    response_cache: bool | None = attrs.field(default=None, validator=_kind(bool, "a bool"))
     """Whether this call uses the runtime's response cache: None follows
     ``RuntimeConfig.cache.enabled``; True uses it even when the config leaves it off; False
     neither reads nor stores (a fresh answer every time). See :mod:`sluice.cache`."""

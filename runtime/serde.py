@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from cattrs.preconf.orjson import OrjsonConverter
 
-__all__ = ["format_validation_error", "get_converter", "unknown_keys_message"]
+__all__ = ["EnvText", "format_validation_error", "get_converter", "unknown_keys_message"]
 # ``converter`` is served lazily by __getattr__ below (kept for ``from sluice.serde import
 # converter``).
 
@@ -91,7 +91,62 @@ def _build() -> OrjsonConverter:
     converter.register_structure_hook(ToolChoice, _structure_tool_choice)
     converter.register_structure_hook(Secret, _structure_secret)
     converter.register_unstructure_hook(Secret, lambda s: "********")
+    converter.register_structure_hook_factory(_is_collection, _no_string_for_a_list)
     return converter
+
+
+class StringForList(TypeError):
+    """A string was given where a list is expected."""
+
+
+def _list_of(type_: Any) -> str:
+    args = [a for a in getattr(type_, "__args__", ()) if a is not Ellipsis]
+    if len(args) == 1:
+        name = getattr(args[0], "__name__", None) or str(args[0])
+        return f"a list of {'strings' if args[0] is str else name}"
+    return "a list"
+
+
+class EnvText(str):
+    """A value read from an environment variable (see :func:`sluice.config.env_overrides`):
+    where a list is expected, it is split at commas, since a shell has no lists."""
+
+    __slots__ = ()
+
+
+def _is_collection(type_: Any) -> bool:
+    from cattrs._compat import is_frozenset, is_mutable_set, is_sequence
+
+    return bool(is_sequence(type_) or is_frozenset(type_) or is_mutable_set(type_))
+
+
+def _no_string_for_a_list(type_: Any, converter: Any) -> Any:
+    """The usual hook for a list, set or homogeneous tuple, refusing a string: iterating one
+    would give its characters (``drop_params = "temperature"`` would drop ``t``, ``e``...).
+    An :class:`EnvText` is split at commas instead."""
+    from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
+
+    origin = getattr(type_, "__origin__", type_)
+    if origin is tuple:
+        inner = homogenous_tuple_structure_factory(type_, converter)
+    elif origin is list:
+        inner = list_structure_factory(type_, converter)
+    elif origin is frozenset:
+        inner = converter._structure_frozenset
+    else:
+        inner = converter._structure_set
+
+    def structure(value: Any, cl: Any) -> Any:
+        if isinstance(value, EnvText):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        elif isinstance(value, str | bytes):
+            raise StringForList(
+                f"expected {_list_of(type_)}, got the string {value!r}"
+                f" (write [{value!r}] for one item)"
+            )
+        return inner(value, cl)
+
+    return structure
 
 
 def _structure_secret(value: Any, _: Any) -> Any:
@@ -99,7 +154,7 @@ def _structure_secret(value: Any, _: Any) -> Any:
 
     if not isinstance(value, str):
         raise ValueError("an API key must be a string")
-    return Secret(value)
+    return Secret(str(value))
 
 
 def format_validation_error(exc: Exception) -> str:
@@ -130,6 +185,8 @@ def _format(exc: BaseException, type_: Any) -> str:
 
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return unknown_keys_message(exc.cl, exc.extra_fields)
+    if isinstance(exc, StringForList):
+        return str(exc)
     base = cattrs.v.format_exception(exc, type_)
     if isinstance(exc, ValueError | TypeError) and str(exc) and str(exc) not in base:
         return f"{base} ({exc})"

@@ -87,7 +87,10 @@ def build_config(
         overrides["base_url"] = base_url
     if api_key is not None:
         overrides["api_key"] = Secret(api_key)
-    entry = attrs.evolve(config.providers.get(provider, ProviderConfig()), **overrides)
+    try:
+        entry = attrs.evolve(config.providers.get(provider, ProviderConfig()), **overrides)
+    except ValueError as exc:  # a validator: --base-url is not a URL
+        raise ConfigError(f"--base-url: {exc}".replace("base_url: ", "")) from None
     return attrs.evolve(config, providers={**config.providers, provider: entry})
 
 

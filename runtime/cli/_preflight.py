@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
+from ..checks import http_url_problem
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,12 +36,9 @@ def check_base_url(url: str, where: str) -> str:
     Raises:
         ConfigError: it is not; the message names ``where`` it came from.
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f"{where}: {url!r} is not a usable base URL; give an http:// or https:// URL with "
-            "a host, for example http://127.0.0.1:8000/v1"
-        )
+    problem = http_url_problem(url)
+    if problem is not None:
+        raise ConfigError(f"{where}: base URL {problem}")
     return url
 
 

@@ -36,7 +36,7 @@ from ..messages import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["parse_chat_body", "parse_message", "render_chat_completion"]
+__all__ = ["parse_chat_body", "parse_message", "parse_tool", "render_chat_completion"]
 
 # Body keys that map onto ChatRequest fields (or are deliberately dropped); every other key is
 # passed through to the provider in ``extra_body``.
@@ -248,7 +248,12 @@ def parse_message(value: Any, path: str = "message") -> Message:
     )
 
 
-def _tool(value: Any, path: str) -> Tool:
+def parse_tool(value: Any, path: str = "tool") -> Tool:
+    """Read one OpenAI-format tool (``{"type": "function", "function": {...}}``).
+
+    Raises:
+        ConfigError: naming the field whose shape is wrong.
+    """
     t = _expect_dict(value, path)
     if t.get("type", "function") != "function":
         raise _fail(f"{path}.type", f"only 'function' tools are supported, got {t.get('type')!r}")
@@ -362,7 +367,7 @@ def parse_chat_body(
     if n is not None and n != 1:
         raise _fail(f"{path}.n", f"only one choice per request is supported, got {n}")
     tools = tuple(
-        _tool(t, f"{path}.tools[{i}]")
+        parse_tool(t, f"{path}.tools[{i}]")
         for i, t in enumerate(_expect_list(b.get("tools") or [], f"{path}.tools"))
     )
     parallel = b.get("parallel_tool_calls")

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from ..checks import check_env_name, check_env_names, check_http_url
 from ..protocols.quirks import NO_QUIRKS, RequestQuirks
 from ..record import Record
 from ..tools.capabilities import (
@@ -129,18 +130,18 @@ class ProviderDefinition(Record):
     id: str = attrs.field(validator=_check_id)
     display_name: str
     protocol: Protocol = attrs.field(default="openai", validator=_check_protocol)
-    base_url: str | None
+    base_url: str | None = attrs.field(validator=check_http_url)
     """With the protocol's version prefix (``.../v1``, Gemini's ``.../v1beta``; Ollama's has
     none). None: the user must give one, except for ``sim``, whose simulator the runtime
     starts."""
-    base_url_env: str | None = None
+    base_url_env: str | None = attrs.field(default=None, validator=check_env_name)
     """An environment variable whose value, when set, replaces ``base_url`` (``OLLAMA_HOST``)."""
     regions: Mapping[str, str] = attrs.field(factory=dict)
     """Other base URLs by region name (``intl``, ``us``); the config picks one with
     ``region``."""
     auth: AuthStyle | None = attrs.field(default=None, validator=_check_auth)
     """None: the protocol's own (:data:`DEFAULT_AUTH`)."""
-    key_env: tuple[str, ...] = ()
+    key_env: tuple[str, ...] = attrs.field(default=(), validator=check_env_names)
     """Environment variables that may hold the key, tried in order."""
     needs_key: bool = True
     """False for local servers (a key is still sent if one is found)."""
