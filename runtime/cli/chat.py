@@ -15,6 +15,7 @@ from cyclopts import Parameter
 from .._runtime import Runtime, open_runtime
 from ..errors import ConfigError, SluiceError
 from ..events import StreamReset, TextDelta
+from ..jobs.openai_format import parse_tool
 from ..messages import ChatRequest, ChatResult, Message, Tool
 from ._common import (
     EXIT_INTERRUPTED,
@@ -38,7 +39,8 @@ _TOOL_KEYS = ("name", "description", "parameters")
 
 def load_tools(path: Path) -> tuple[Tool, ...]:
     """The tools in ``path``: a JSON list of ``{"name", "description", "parameters"}`` objects
-    (``description`` and ``parameters``, a JSON schema object, may be left out).
+    (``description`` and ``parameters``, a JSON schema object, may be left out), or of
+    OpenAI-format tools (``{"type": "function", "function": {"name", ...}}``), or both.
 
     Raises:
         ConfigError: the file cannot be read, is not such a list, or two tools share a name.
@@ -59,6 +61,9 @@ def load_tools(path: Path) -> tuple[Tool, ...]:
         where = f"tools file {path}, tool {index}"
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: expected an object with {', '.join(_TOOL_KEYS)}")
+        if "function" in item or "type" in item:  # the OpenAI format
+            tools.append(parse_tool(item, where))
+            continue
         unknown = sorted(set(item) - set(_TOOL_KEYS))
         if unknown:
             raise ConfigError(
@@ -257,8 +262,9 @@ async def chat(
         stream: stream the reply (--no-stream asks the provider for one whole body).
         base_url: the provider's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.
         api_key: the API key for this provider.
-        tools: a JSON file holding a list of {"name", "description", "parameters"} objects,
-            the tools the model may call.
+        tools: a JSON file holding the tools the model may call: a list of OpenAI-format
+            tools ({"type": "function", "function": {...}}) or of {"name", "description",
+            "parameters"} objects.
         tool_choice: auto, required, none, or the name of one tool the model must call.
             Where the provider cannot force a call, sluice forces it through structured output.
         config: the config file (TOML, or JSON for .json; default: SLUICE_CONFIG, else the

@@ -377,7 +377,9 @@ async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
             limits.append(f"{name} pending {key.pending}/{key.pending_limit}")
     return BatchProgress(
         summary=run.summary(await _job_cost(rt)),
-        in_flight=len(run.pending),
+        # A line handed to rt.map may still wait for one of its max_in_flight slots, and the
+        # runtime may carry other callers' calls: only calls of this run that started count.
+        in_flight=min(len(run.pending), stats.calls_in_flight),
         queued=queued,
         cooldown=cooldown,
         limits=tuple(limits),

@@ -139,7 +139,8 @@ class BatchProgress:
 
     summary: BatchSummary
     in_flight: int = 0
-    """Lines handed to the runtime and not finished, ``queued`` included."""
+    """Calls of this run started in the runtime and not finished, ``queued`` included (at
+    most ``max_in_flight``)."""
     queued: int = 0
     """Calls waiting for the RateLimiter (quota, pending slots or budget)."""
     cooldown: float = 0.0
@@ -193,7 +194,8 @@ def format_progress(p: BatchProgress) -> str:
 def format_summary(s: BatchSummary, output: str) -> str:
     """The lines printed when a batch ends."""
     lines = [
-        f"batch {'interrupted' if s.interrupted else 'done'}: {s.lines} lines -> {output}",
+        f"batch {'interrupted' if s.interrupted else 'done'}: {s.written} lines written"
+        f" -> {output}",
         f"  ok {s.ok}, failed {s.failed}"
         + (f", skipped {s.skipped} (already answered)" if s.skipped else "")
         + (f", not done {s.left} (run again with --resume)" if s.interrupted else ""),
