@@ -184,3 +184,24 @@ async def test_no_stream_sends_plain_requests_and_writes_the_same_lines(tmp_path
         return (line["custom_id"], sorted(body), body["choices"][0]["message"]["content"])
 
     assert [shape(o) for o in outputs[True]] == [shape(o) for o in outputs[False]]
+
+
+async def test_progress_counts_only_calls_that_started(tmp_path):
+    """"in flight" never passes max_in_flight: a line handed to rt.map that still waits for
+    one of its slots is not in flight."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(request_line(f"r{i}") for i in range(12)) + "\n")
+    out = tmp_path / "out.jsonl"
+    seen: list[int] = []
+
+    def progress(p: BatchProgress) -> None:
+        seen.append(p.in_flight)
+
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig(), simulator=SimulatorConfig(ttft=0.05)) as rt:
+            summary = await run_batch(
+                source, out, runtime=rt, max_in_flight=3, progress=progress, progress_interval=0.01
+            )
+    assert summary.written == 12
+    assert max(seen) == 3  # calls did overlap, and never more than three
+    assert seen[-1] == 0

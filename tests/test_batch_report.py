@@ -18,6 +18,7 @@ from sluice.jobs.batch_report import (
     LatencyHistogram,
     format_duration,
     format_progress,
+    format_summary,
     summary_path,
 )
 from sluice.jobs.batch_scan import HashSet, InputCheck, find_duplicate
@@ -189,3 +190,12 @@ def test_log_lines_and_summary_file(tmp_path, capsys):
     assert latency["max"] >= 1.0  # the last ten waited a second for the quota
     assert summary["elapsed_s"] >= latency["max"]
     assert summary["calls_per_s"] > 0 and summary["tokens_per_s"] > 0
+
+
+def test_the_headline_counts_lines_written():
+    """Lines read but cancelled before their call ended were not written: the headline does
+    not count them (a resume does them)."""
+    s = BatchSummary(lines=10, todo=10, ok=3, failed=1, interrupted="cancelled")
+    headline, status = format_summary(s, "out.jsonl").splitlines()[:2]
+    assert headline == "batch interrupted: 4 lines written -> out.jsonl"
+    assert status == "  ok 3, failed 1, not done 6 (run again with --resume)"

@@ -41,8 +41,9 @@ app.command(loadtest_app)
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit status.
 
-    0 is success, 1 a failed call or job, 2 a usage, config or input problem (cyclopts uses 2
-    for arguments it cannot parse, too), 130 an interrupt (Ctrl-C).
+    0 is success, 1 a failed call or job, 2 a usage, config or input problem (an argument the
+    parser cannot read, too: one ``sluice: error:`` line naming the command's ``--help``), 130
+    an interrupt (Ctrl-C), 141 a closed stdout (``chat``).
     """
     try:
         return _run(argv)
