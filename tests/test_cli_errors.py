@@ -121,6 +121,10 @@ def _replaced_output(done: subprocess.CompletedProcess[str], folder: Path) -> No
     assert all(orjson.loads(line)["error"] is None for line in lines)
 
 
+def _no_folder_made(done: subprocess.CompletedProcess[str], folder: Path) -> None:
+    assert not (folder / "new").exists()
+
+
 CASES = [
     # --- nothing destroyed ------------------------------------------------------------------
     Case(
@@ -181,7 +185,8 @@ CASES = [
         "batch output folder cannot be created",
         ("batch", "in.jsonl", "-o", "in.jsonl/out.jsonl"),
         2,
-        r"sluice: error: cannot create the folder for output in\.jsonl/out\.jsonl",
+        r"sluice: error: cannot create the folder for output in\.jsonl/out\.jsonl: "
+        r".*in\.jsonl is a file",
         files={"in.jsonl": two_lines()},
     ),
     Case(
@@ -211,6 +216,14 @@ CASES = [
         2,
         r"sluice: error: provider 'openai' needs an API key: set OPENAI_API_KEY",
         files={"in.jsonl": two_lines()},
+    ),
+    Case(
+        "batch missing key creates no output folder",
+        ("batch", "in.jsonl", "-o", "new/out.jsonl", "--model", "openai:gpt-4o-mini"),
+        2,
+        r"sluice: error: provider 'openai' needs an API key",
+        files={"in.jsonl": two_lines()},
+        check=_no_folder_made,
     ),
     Case(
         "batch base URL that is not a URL",

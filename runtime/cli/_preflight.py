@@ -87,24 +87,24 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_writable(path: Path, what: str) -> None:
     """Refuse a ``path`` that cannot be written: a folder, a file without write permission,
-    or a parent folder that cannot be created or written. Creates no file (the parent folder
-    may be created, as the command would anyway).
+    or a parent folder that cannot be created or written. Creates nothing.
 
     Raises:
-        ConfigError: naming ``what`` (``output``, ``summary``) and the reason.
+        ConfigError: naming ``what`` (``output``, ``summary file``) and the reason.
     """
     if path.is_dir():
         raise ConfigError(f"{what} {path} is a folder; give a file name")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the folder for {what} {path}: {exc.strerror}") from None
     if path.exists():
         if not os.access(path, os.W_OK):
             raise ConfigError(f"{what} {path} cannot be written (permission denied)")
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {path} cannot be created: folder {parent} is not writable")
+        return
+    folder = path.absolute().parent
+    while not folder.exists():  # the nearest folder that exists: the rest would be created
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ConfigError(f"cannot create the folder for {what} {path}: {folder} is a file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path} cannot be created: folder {folder} is not writable")
 
 
 def check_batch_paths(

@@ -185,7 +185,13 @@ async def batch(
         return fail(str(exc))
 
     def preflight(providers: set[str]) -> None:
+        """After the input check, before the output is opened: the providers, then the
+        output's folder (created only once nothing else stands in the way)."""
         check_providers(run_config, providers, every=model is not None)
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the folder for {output}: {exc.strerror}") from None
 
     io_error: OSError | None = None
     usage_error: ConfigError | None = None
