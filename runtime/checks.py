@@ -23,9 +23,13 @@ def http_url_problem(value: object) -> str | None:
     try:
         parts = urlsplit(value)
         host = parts.hostname
-        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+        port = parts.port  # raises ValueError for a port past 65535
     except ValueError as exc:
+        if "port" in str(exc).lower():
+            return f"{value!r} is not a valid URL (its port is not in 1-65535)"
         return f"{value!r} is not a valid URL ({exc})"
+    if port == 0:
+        return f"{value!r} is not a valid URL (its port is not in 1-65535)"
     if parts.scheme not in ("http", "https") or not host:
         return (
             f"{value!r} is not an http:// or https:// URL with a host"

@@ -208,3 +208,21 @@ def test_a_plugins_key_env_string_is_refused_not_split_into_letters():
         }
     )
     assert good.key_env == ("ACME_KEY",)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://127.0.0.1:8000/v1", None),
+        ("https://[::1]:8443", None),
+        ("http://h:0/v1", "its port is not in 1-65535"),
+        ("http://h:70000/v1", "its port is not in 1-65535"),
+        ("localhost:8000", "is not an http:// or https:// URL with a host"),
+        ("file:///etc/passwd", "is not an http:// or https:// URL with a host"),
+    ],
+)
+def test_base_urls_are_http_with_a_host_and_a_real_port(url, problem):
+    from sluice.checks import http_url_problem
+
+    found = http_url_problem(url)
+    assert found is None if problem is None else problem in found
