@@ -302,6 +302,11 @@ class Runtime:
         calls = self._calls
         if calls is None or self._closing:
             raise RuntimeClosed("the runtime has stopped; open a new one")
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this sluice.aio runtime belongs to another event loop; open one per loop "
+                "(or use sluice.sync from other threads)"
+            )
         try:
             calls.start_soon(fn, *args)
         except RuntimeError as exc:  # the nursery is closed: the runtime has ended

@@ -335,3 +335,17 @@ def test_ctrl_c_under_asyncio_run_cancels_the_calls_and_ends_the_run(
         run(main)
     watcher.join()
     sim.wait_for(cut=1)
+
+
+def test_a_runtime_answers_only_its_own_loop(sim: WatchedSimulator) -> None:
+    async def main() -> None:
+        async with sluice.aio.open_runtime(config(sim)) as rt:
+
+            def from_another_loop() -> Any:
+                return asyncio.run(rt.chat(short()))
+
+            with pytest.raises(RuntimeError, match="belongs to another event loop"):
+                await asyncio.to_thread(from_another_loop)
+            assert (await rt.chat(short())).usage.output_tokens == 8
+
+    asyncio.run(main())
