@@ -22,7 +22,7 @@ from .errors import RuntimeClosed
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
-__all__ = ["Outcome", "Portal", "ThreadPipe", "ThreadRequests"]
+__all__ = ["Outcome", "Portal", "RequestFeed", "ThreadPipe"]
 
 T = TypeVar("T")
 
@@ -182,8 +182,19 @@ class ThreadPipe(Generic[T]):
 
     def get(self) -> T | None:
         """The next item, or None once the producer has ended and every item was read."""
+        item = self.get_or_feed(None)
+        assert not isinstance(item, RequestFeed)
+        return item
+
+    def get_or_feed(self, feed: RequestFeed | None) -> T | RequestFeed | None:
+        """Like :meth:`get`, but returns ``feed`` instead whenever it asks for requests (so
+        the consumer's thread can read them from the user's iterable, then wait again)."""
         with self._cond:
-            while not self._items:
+            while True:
+                if feed is not None and feed.hungry:  # first: keep the calls flowing
+                    return feed
+                if self._items:
+                    break
                 if self.ended:
                     return None
                 self._cond.wait()
@@ -199,20 +210,65 @@ class ThreadPipe(Generic[T]):
         return item
 
 
-_END = object()
+class RequestFeed:
+    """A map's requests, read by the thread that reads its outcomes, as trio asks for them.
 
+    The trio map pulls a request whenever a slot frees up; this feed hands it one from a
+    buffer, and when the buffer is empty marks itself hungry and wakes the reading thread
+    (:meth:`ThreadPipe.get_or_feed`), which refills it (:meth:`refill`) with up to
+    ``ahead`` requests. So the user's iterable runs in the user's own thread, never blocks
+    trio, and at most ``ahead`` requests wait in memory.
+    """
 
-class ThreadRequests:
-    """A plain iterator, read from trio on a worker thread (user code never blocks trio)."""
-
-    def __init__(self, iterator: Iterator[Any]) -> None:
+    def __init__(self, pipe: ThreadPipe[Any], iterator: Iterator[Any], ahead: int) -> None:
+        self._cond = pipe._cond
+        self._portal = pipe._portal
         self._iterator = iterator
+        self._ahead = ahead
+        self._buffer: deque[Any] = deque()
+        self._exhausted = False
+        self._arrived: trio.Event | None = None
+        self.hungry = False
+        """The map waits for a request and the buffer is empty."""
 
-    def __aiter__(self) -> ThreadRequests:
+    def __aiter__(self) -> RequestFeed:
         return self
 
     async def __anext__(self) -> Any:
-        item = await trio.to_thread.run_sync(next, self._iterator, _END)
-        if item is _END:
-            raise StopAsyncIteration
-        return item
+        while True:
+            with self._cond:
+                if self._buffer:
+                    return self._buffer.popleft()
+                if self._exhausted:
+                    raise StopAsyncIteration
+                self.hungry = True
+                arrived = self._arrived = trio.Event()
+                self._cond.notify_all()
+            await arrived.wait()
+
+    def refill(self) -> None:
+        """Read up to ``ahead`` requests (in the calling thread) and hand them over.
+
+        An exception from the user's iterable ends the feed and propagates to the caller.
+        """
+        pulled: list[Any] = []
+        exhausted = False
+        try:
+            for _ in range(self._ahead):
+                pulled.append(next(self._iterator))
+        except StopIteration:
+            exhausted = True
+        except BaseException:
+            exhausted = True
+            raise
+        finally:
+            with self._cond:
+                self._buffer.extend(pulled)
+                self._exhausted = exhausted
+                self.hungry = False
+                arrived, self._arrived = self._arrived, None
+            if arrived is not None:
+                try:
+                    self._portal.soon(arrived.set)
+                except RuntimeClosed:
+                    pass

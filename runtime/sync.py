@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
-from ._portal import Outcome, Portal, ThreadPipe, ThreadRequests
+from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
 from ._runtime import MapOutcome, RuntimeStatistics, _as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
@@ -200,6 +200,7 @@ class MapOutcomes:
     def __init__(self, portal: Portal) -> None:
         self._portal = portal
         self._link: _Link[list[MapOutcome]] = _Link(portal, _MAP_WINDOW)
+        self._feed: RequestFeed | None = None
         self._batch: list[MapOutcome] = []
         self._pos = 0
 
@@ -208,7 +209,14 @@ class MapOutcomes:
 
     def __next__(self) -> MapOutcome:
         while self._pos >= len(self._batch):
-            batch = self._link.pipe.get()
+            batch = self._link.pipe.get_or_feed(self._feed)
+            if isinstance(batch, RequestFeed):
+                try:
+                    batch.refill()
+                except BaseException:
+                    self.close()
+                    raise
+                continue
             if batch is None:
                 error, self._link.closing_error = self._link.closing_error, None
                 if error is not None:
@@ -240,7 +248,7 @@ class MapOutcomes:
 
 async def _map_task(
     rt: TrioRuntime,
-    requests: Iterable[ChatRequest] | ThreadRequests,
+    requests: Iterable[ChatRequest] | RequestFeed,
     max_in_flight: int,
     link: _Link[list[MapOutcome]],
 ) -> None:
@@ -376,15 +384,19 @@ class Runtime:
         """Run many calls, at most ``max_in_flight`` at once; iterate the returned outcomes
         in completion order (see :meth:`sluice.Runtime.map`).
 
-        A list or tuple is read on the runtime's thread; any other iterable on a worker
-        thread, one request at a time, as slots free up.
+        Any iterable other than a list or tuple (a generator reading a file, say) is read by
+        the thread that reads the outcomes, while it waits for them, as calls free up: at
+        most ``max_in_flight`` requests are read ahead, and an exception it raises comes out
+        of that thread's ``next()`` (the calls still running are cancelled).
         """
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
-        source: Iterable[ChatRequest] | ThreadRequests = requests
-        if not isinstance(requests, list | tuple):
-            source = ThreadRequests(iter(requests))
         outcomes = MapOutcomes(self._portal)
+        source: Iterable[ChatRequest] | RequestFeed = requests
+        if not isinstance(requests, list | tuple):
+            source = outcomes._feed = RequestFeed(
+                outcomes._link.pipe, iter(requests), max_in_flight
+            )
         link = outcomes._link
         self._portal.start(link.pipe.end, _map_task, self._trio, source, max_in_flight, link)
         return outcomes

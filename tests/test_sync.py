@@ -146,6 +146,26 @@ def test_errors_arrive_as_the_same_classes() -> None:
     assert isinstance(events[-1], Failed) and isinstance(call.error, sluice.BadRequest)
 
 
+def test_map_reads_a_generator_in_the_readers_thread(sim: WatchedSimulator) -> None:
+    readers: set[str] = set()
+
+    def requests(n: int, fail_at: int | None = None) -> Iterator[ChatRequest]:
+        for i in range(n):
+            readers.add(threading.current_thread().name)
+            if i == fail_at:
+                raise KeyError(f"bad line {i}")
+            yield short(f"g{i}")
+
+    with sluice.sync.open_runtime(config(sim)) as rt:
+        done = list(rt.map(requests(30), max_in_flight=4))
+        outcomes = rt.map(requests(30, fail_at=10), max_in_flight=4)
+        with pytest.raises(KeyError, match="bad line 10"):
+            list(outcomes)
+        assert_idle(rt)
+    assert sorted(o.index for o in done) == list(range(30))
+    assert readers == {threading.current_thread().name}
+
+
 def test_leaving_a_stream_early_cancels_the_upstream_request(sim: WatchedSimulator) -> None:
     with sluice.sync.open_runtime(config(sim)) as rt:
         for event in rt.stream(long("dropped")):  # the stream is dropped after the break
