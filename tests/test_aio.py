@@ -349,3 +349,17 @@ def test_a_runtime_answers_only_its_own_loop(sim: WatchedSimulator) -> None:
             assert (await rt.chat(short())).usage.output_tokens == 8
 
     asyncio.run(main())
+
+
+def test_a_runtime_that_cannot_open_raises_its_error(run: Runner, tmp_path: Any) -> None:
+    (tmp_path / "file").write_text("")
+    broken = RuntimeConfig(ledger=sluice.LedgerConfig(path=str(tmp_path / "file" / "l.db")))
+
+    async def main() -> None:
+        with pytest.raises(sluice.ConfigError, match="ledger"):
+            async with sluice.aio.open_runtime(broken):
+                pass
+        async with sluice.aio.open_runtime() as rt:  # the loop is fine: the next one opens
+            assert (await rt.chat("sim:sim-small", "hi")).finish_reason == "stop"
+
+    run(main)

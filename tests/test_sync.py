@@ -256,3 +256,11 @@ def test_run_batch_from_blocking_code(sim: WatchedSimulator, tmp_path: Any) -> N
     own = sluice.sync.run_batch(source, tmp_path / "b.jsonl", config=config(sim))
     assert on_runtime.ok == own.ok == 6
     assert len((tmp_path / "b.jsonl").read_text().splitlines()) == 6
+
+
+def test_a_runtime_that_cannot_open_raises_its_error(tmp_path: Any) -> None:
+    (tmp_path / "file").write_text("")
+    broken = RuntimeConfig(ledger=sluice.LedgerConfig(path=str(tmp_path / "file" / "l.db")))
+    with pytest.raises(sluice.ConfigError, match="ledger"), sluice.sync.open_runtime(broken):
+        pass
+    assert runtime_threads() == []
