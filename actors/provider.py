@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from sluice.config import ReplyLimits
 from sluice.errors import (
     CallError,
     CallTimeout,
     ConnectionFailed,
     Overloaded,
+    ProtocolError,
     RateLimited,
     StreamBroken,
 )
@@ -47,6 +49,7 @@ from sluice.mail import (
 )
 from sluice.messages import Usage
 from sluice.protocols.base import AttemptOutput, Codec
+from sluice.protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
 from sluice.providers.registry import ResolvedProvider
 from sluice.record import Record
 from sluice.redact import redact_error, secrets_of
@@ -55,6 +58,7 @@ from sluice.transport.errors import (
     ConnectError,
     ConnectTimeout,
     ProxyError,
+    ResponseTimeout,
     TransportError,
 )
 
@@ -72,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = ["ProviderContext", "run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
+_SNIPPET_BODY = 4096
 _CHARS_PER_TOKEN = 4
 
 
@@ -94,6 +99,8 @@ class ProviderContext(Record):
         repr=False,
     )
     """The key and secret header values this provider sends: masked in every error."""
+    limits: ReplyLimits = ReplyLimits()
+    """Size and time bounds on every reply (see :class:`sluice.config.ReplyLimits`)."""
 
 
 async def run_provider(
@@ -181,6 +188,18 @@ class _Attempt:
         self.usage_seen: Usage | None = None
         """The last usage the provider reported while streaming."""
         self.scope = trio.CancelScope()  # replaced by run()
+        self.idle = msg.call.idle_timeout
+        """Seconds a reply may go without progress: the call's idle deadline, else the
+        reply limits' ``read_idle_timeout`` (so some limit holds without configuration)."""
+        self.idle_floor = False
+        """The idle limit in force is the reply limits', not the call's."""
+        if self.idle is None and ctx.limits.read_idle_timeout is not None:
+            self.idle = ctx.limits.read_idle_timeout
+            self.idle_floor = True
+        self.first_deadline = math.inf
+        """The deadline before the first chunk (set by :meth:`run`)."""
+        self.first_floor = False
+        """That deadline is the reply limits' ``read_idle_timeout``: the call set none."""
         self.arguments = _argument_streams(msg.call)
         """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
 
@@ -260,9 +279,11 @@ class _Attempt:
         call = self.call
         now = trio.current_time()
         first = call.first_token_timeout
-        with trio.CancelScope(
-            deadline=min(call.deadline, now + first if first is not None else math.inf)
-        ) as scope:
+        if first is None:
+            first = self.ctx.limits.read_idle_timeout
+            self.first_floor = first is not None
+        self.first_deadline = min(call.deadline, now + first if first is not None else math.inf)
+        with trio.CancelScope(deadline=self.first_deadline) as scope:
             self.scope = scope
             call.control.watch(scope)
             try:
@@ -284,13 +305,31 @@ class _Attempt:
         if trio.current_time() >= call.deadline:
             return CallTimeout("the call's total deadline passed", timeout_kind="total")
         if self.first_token_at is None:
+            if trio.current_time() < self.first_deadline:  # reading a whole body stalled
+                return self._idle_timeout()
+            if self.first_floor:
+                return CallTimeout(
+                    f"no reply for {self.ctx.limits.read_idle_timeout:g} s "
+                    "(reply_limits.read_idle_timeout; no first-token deadline is set)",
+                    timeout_kind="first_token",
+                )
             if self.headers is None:
                 return CallTimeout(
                     "no reply before the first-token deadline", timeout_kind="first_token"
                 )
             return CallTimeout("no first token before the deadline", timeout_kind="first_token")
+        return self._idle_timeout()
+
+    def _idle_timeout(self) -> CallTimeout:
+        if self.idle_floor:
+            return CallTimeout(
+                f"no progress for {self.idle:g} s in the middle of the reply "
+                "(reply_limits.read_idle_timeout)",
+                timeout_kind="idle",
+            )
         return CallTimeout(
-            f"no data for {call.idle_timeout} s in the middle of the stream", timeout_kind="idle"
+            f"no data for {self.call.idle_timeout} s in the middle of the stream",
+            timeout_kind="idle",
         )
 
     async def _exchange(self) -> AttemptOutcome:
@@ -309,8 +348,18 @@ class _Attempt:
             request_id = headers.get("x-request-id") or headers.get("request-id")
             if response.status >= 400:
                 return await self._error_reply(response)
-            if call.request.stream:
+            # Read the reply as it came, whatever was asked: a server may answer a streamed
+            # request with one JSON completion (decoded whole: one request, one generation
+            # billed), or a base URL may point at a web site (a terminal error).
+            content_type = headers.get("content-type")
+            form = reply_form(content_type)
+            if form is None:
+                form = STREAM if call.request.stream else None
+            if form is STREAM:
                 output = await self._read_stream(response)
+            elif form is FOREIGN:
+                snippet = await _read_all(response, _SNIPPET_BODY)
+                raise foreign_reply(response.status, content_type or "", snippet[:_SNIPPET_BODY])
             else:
                 output = await self._read_body(response)
         finally:
@@ -348,10 +397,13 @@ class _Attempt:
 
     async def _read_stream(self, response: HotResponse) -> AttemptOutput:
         call = self.call
-        decoder = self.ctx.codec.stream_decoder(call.call_id)
+        limits = self.ctx.limits
+        decoder = self.ctx.codec.stream_decoder(
+            call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
         events_out = None if call.quiet else call.events
         progress = self.msg.progress
-        idle = call.idle_timeout
+        idle = self.idle
         scope = self.scope
         total = call.deadline
         read = response.read_some
@@ -381,9 +433,58 @@ class _Attempt:
         except StreamBroken as exc:
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
+    async def _whole_body(self, response: HotResponse) -> bytes:
+        """The whole body, at most ``max_body_bytes`` of it, each read within the idle limit.
+
+        Raises:
+            ProtocolError: the body is larger than the limit (terminal, not retried).
+        """
+        limit = self.ctx.limits.max_body_bytes
+        headers = response.headers
+        length = headers.get("content-length")
+        if (
+            length is not None
+            and "content-encoding" not in headers
+            and length.isdigit()
+            and int(length) > limit
+        ):
+            raise too_large("the reply body", limit, "max_body_bytes")
+        pieces: list[bytes] = []
+        size = 0
+        idle = self.idle
+        scope = self.scope
+        first = self.first_deadline
+        if idle is not None:
+            scope.deadline = min(first, trio.current_time() + idle)
+        while piece := await response.read_some():
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:
+                raise too_large("the reply body", limit, "max_body_bytes")
+            if idle is not None:
+                scope.deadline = min(first, trio.current_time() + idle)
+        return b"".join(pieces)
+
+    def _decode_as_stream(self, body: bytes, error: ProtocolError) -> AttemptOutput:
+        """A whole body that is no JSON document: decoded as a stream if it is one (a server
+        that labels its stream ``application/json``), else ``error`` stands."""
+        limits = self.ctx.limits
+        decoder = self.ctx.codec.stream_decoder(
+            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
+        try:
+            decoder.feed(body)
+            return decoder.finish()
+        except CallError:
+            raise error from None
+
     async def _read_body(self, response: HotResponse) -> AttemptOutput:
-        body = await _read_all(response, None)
-        output = self.ctx.codec.decode_body(body)
+        body = await self._whole_body(response)
+        codec = self.ctx.codec
+        try:
+            output = codec.decode_body(body)
+        except ProtocolError as exc:
+            output = self._decode_as_stream(body, exc)
         deltas = list(_events_from_output(self.call.call_id, output))
         self._tally(deltas)
         if self.arguments is not None:
@@ -440,6 +541,8 @@ def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
         yield
     except ConnectTimeout as exc:
         raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
+    except ResponseTimeout as exc:
+        raise CallTimeout(str(exc), timeout_kind="first_token") from exc
     except ProxyError as exc:
         raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
     except ConnectError as exc:

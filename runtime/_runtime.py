@@ -222,8 +222,11 @@ class _Providers:
         spec = resolve_provider(name, rt.config, rt._environ)
         codec = provider_codec(spec)
         base_url = spec.base_url or await self._simulator_url()
-        transport, owned = _hot_transport(spec, rt._transport)
-        ctx = ProviderContext(spec, base_url, transport, codec, rt._limiter, rt._ledger)
+        limits = rt.config.reply_limits
+        transport, owned = _hot_transport(spec, rt._transport, limits.head_timeout)
+        ctx = ProviderContext(
+            spec, base_url, transport, codec, rt._limiter, rt._ledger, limits=limits
+        )
         self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](MAILBOX_BUFFER)
         await self._infra.start(_provider_task, ctx, inbox, owned, name=f"provider {name}")
@@ -245,7 +248,9 @@ class _Providers:
 
 
 def _hot_transport(
-    spec: ResolvedProvider, given: httpx.AsyncBaseTransport | HotTransport | None
+    spec: ResolvedProvider,
+    given: httpx.AsyncBaseTransport | HotTransport | None,
+    head_timeout: float | None = None,
 ) -> tuple[HotTransport, bool]:
     """The transport a provider sends through, and whether the provider owns (closes) it.
 
@@ -262,15 +267,19 @@ def _hot_transport(
         client = httpx.AsyncClient(
             transport=given, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
         )
-        return HttpxTransport(client), True
+        return HttpxTransport(client, head_timeout=head_timeout), True
     if given is not None:
         return given, False
     if spec.transport == "httpx":
         return HttpxTransport(
-            max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
+            max_connections=spec.max_connections,
+            connect_timeout=spec.connect_timeout,
+            head_timeout=head_timeout,
         ), True
     return FastTransport(
-        max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
+        max_connections=spec.max_connections,
+        connect_timeout=spec.connect_timeout,
+        head_timeout=head_timeout,
     ), True
 
 

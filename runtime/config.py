@@ -25,6 +25,7 @@ from attrs.validators import ge, gt, le, optional
 from .checks import check_env_name, check_http_url
 from .errors import ConfigError
 from .messages import Deadlines
+from .protocols.decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .record import Record
 from .serde import EnvText, format_validation_error, get_converter
 from .tools.capabilities import CapabilityOverride
@@ -39,6 +40,7 @@ __all__ = [
     "QuirksConfig",
     "ProviderConfig",
     "RateLimitConfig",
+    "ReplyLimits",
     "RetryConfig",
     "RuntimeConfig",
     "Secret",
@@ -319,6 +321,36 @@ class CacheConfig(Record):
     during a run every ``max_stored // 10`` stores (so it never holds more than a tenth over)."""
 
 
+_HEAD_TIMEOUT: float | None = 600.0
+_READ_IDLE_TIMEOUT: float | None = 300.0
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class ReplyLimits(Record):
+    """Bounds on every reply, in force even when no deadline is configured.
+
+    They keep a hostile or broken server from holding a call forever or growing its memory
+    without end. A size limit passed is a terminal ``ProtocolError`` (the server would do it
+    again, and each attempt may be billed); a time limit passed is a ``CallTimeout``, which is
+    retried. The ``deadlines`` are usually tighter; these hold when a deadline is unset.
+    """
+
+    head_timeout: float | None = attrs.field(default=_HEAD_TIMEOUT, validator=optional(gt(0.0)))
+    """Seconds from sending a request until the whole response head has arrived (a server
+    trickling its head a byte at a time is cut off). None: no limit."""
+    read_idle_timeout: float | None = attrs.field(
+        default=_READ_IDLE_TIMEOUT, validator=optional(gt(0.0))
+    )
+    """Seconds a reply may go without progress (no event of a stream, no byte of a whole
+    body), for calls whose ``deadlines.idle`` is unset. None: no limit."""
+    max_line_bytes: int = attrs.field(default=MAX_LINE_BYTES, validator=ge(1024))
+    """The longest line of a streamed reply (SSE or NDJSON)."""
+    max_event_bytes: int = attrs.field(default=MAX_EVENT_BYTES, validator=ge(1024))
+    """The most data one SSE event may carry."""
+    max_body_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=ge(1024))
+    """The largest non-streamed reply body (after decompression)."""
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RuntimeConfig(Record):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
@@ -327,6 +359,8 @@ class RuntimeConfig(Record):
     retry: RetryConfig = RetryConfig()
     deadlines: Deadlines = Deadlines(total=600.0, first_token=120.0, idle=60.0)
     """Default deadlines for every call; a provider's or a call's own override them per field."""
+    reply_limits: ReplyLimits = ReplyLimits()
+    """Time and size bounds on every reply that hold whatever the deadlines say."""
     stream_buffer: int = attrs.field(default=8, validator=ge(0))
     """Event batches buffered per call before the producer waits for the consumer."""
     ledger: LedgerConfig = LedgerConfig()

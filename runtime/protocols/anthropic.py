@@ -13,6 +13,7 @@ import orjson
 
 from .anthropic_decode import AnthropicStreamDecoder, decode_body, error_fields
 from .anthropic_request import build_request
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .http_errors import error_for_status, excerpt, provider_wait
 
 if TYPE_CHECKING:
@@ -41,9 +42,11 @@ class AnthropicCodec:
         """See :func:`sluice.protocols.anthropic_request.build_request`."""
         return build_request(request, base_url=base_url, api_key=api_key, headers=headers)
 
-    def stream_decoder(self, call_id: str) -> AnthropicStreamDecoder:
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> AnthropicStreamDecoder:
         """A fresh decoder for one streamed reply; its events carry ``call_id``."""
-        return AnthropicStreamDecoder(call_id)
+        return AnthropicStreamDecoder(call_id, max_line=max_line, max_event=max_event)
 
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice.protocols.anthropic_decode.decode_body`."""

@@ -32,6 +32,9 @@ from ..errors import BadRequest, CallError, ProtocolError, StreamBroken
 from ..events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from ..messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
 from .base import AttemptOutput
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
+from .decode_shared import count as _count
+from .decode_shared import malformed as _malformed
 from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
 
@@ -82,10 +85,6 @@ def normalize_usage(raw: dict[str, Any]) -> Usage:
     return Usage(prompt, _count(raw.get("output_tokens")), read, write, 0)
 
 
-def _count(value: object) -> int:
-    return value if type(value) is int and value > 0 else 0
-
-
 def error_fields(reply: object) -> tuple[str, str | None, str | None]:
     """``(message, error_type, request_id)`` of an error reply or ``error`` event.
 
@@ -115,11 +114,6 @@ def error_from_reply(reply: object) -> CallError:
     if error_type in _CLIENT_ERRORS:
         return BadRequest(message, error_type=error_type, request_id=request_id)
     return error_for_status(None, message, error_type=error_type, request_id=request_id)
-
-
-def _malformed(what: str, payload: bytes | object) -> ProtocolError:
-    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-    return ProtocolError(f"{what}: {excerpt(body)}")
 
 
 class _Block:
@@ -183,9 +177,11 @@ class AnthropicStreamDecoder:
         "_usage",
     )
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> None:
         self._call_id = call_id
-        self._sse = SSEDecoder()
+        self._sse = SSEDecoder(max_line=max_line, max_event=max_event)
         self._chunks = 0
         self._done = False
         self._blocks: dict[int, _Block] = {}

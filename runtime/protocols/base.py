@@ -88,8 +88,15 @@ class Codec(Protocol):
         """The HTTP request for one attempt of ``request`` (model name without provider prefix)."""
         ...
 
-    def stream_decoder(self, call_id: str) -> StreamDecoder:
-        """A fresh decoder for a streamed reply; its events carry ``call_id``."""
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = ..., max_event: int = ...
+    ) -> StreamDecoder:
+        """A fresh decoder for a streamed reply; its events carry ``call_id``.
+
+        A line longer than ``max_line`` bytes, or an event larger than ``max_event`` bytes,
+        makes its ``feed`` raise a terminal :class:`~sluice.errors.ProtocolError` (defaults:
+        :mod:`.decode_shared`).
+        """
         ...
 
     def decode_body(self, body: bytes) -> AttemptOutput:

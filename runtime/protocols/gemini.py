@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .gemini_decode import GeminiStreamDecoder, decode_body, error_from_payload
 from .gemini_request import build_request
 from .http_errors import error_for_status, excerpt, provider_wait
@@ -41,9 +42,11 @@ class GeminiCodec:
         """See :func:`sluice.protocols.gemini_request.build_request`."""
         return build_request(request, base_url=base_url, api_key=api_key, headers=headers)
 
-    def stream_decoder(self, call_id: str) -> GeminiStreamDecoder:
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> GeminiStreamDecoder:
         """A fresh decoder for one streamed reply; its events carry ``call_id``."""
-        return GeminiStreamDecoder(call_id)
+        return GeminiStreamDecoder(call_id, max_line=max_line, max_event=max_event)
 
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice.protocols.gemini_decode.decode_body`."""

@@ -36,6 +36,9 @@ from ..errors import (
 from ..events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from ..messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
 from .base import AttemptOutput
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
+from .decode_shared import count as _count
+from .decode_shared import malformed as _malformed
 from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
 
@@ -97,10 +100,6 @@ def normalize_usage(raw: dict[str, Any]) -> Usage:
     return Usage(prompt, output, _count(raw.get("cachedContentTokenCount")), 0, thoughts)
 
 
-def _count(value: object) -> int:
-    return value if type(value) is int and value > 0 else 0
-
-
 def error_fields(error: object) -> tuple[str, str | None, int | None, str | None]:
     """``(message, error_type, code, status)`` of a Google ``error`` object.
 
@@ -155,11 +154,6 @@ def error_from_payload(
     )
 
 
-def _malformed(what: str, payload: bytes | object) -> ProtocolError:
-    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-    return ProtocolError(f"{what}: {excerpt(body)}")
-
-
 class _Text:
     """A text or thought part being assembled from streamed pieces."""
 
@@ -194,9 +188,11 @@ class GeminiStreamDecoder:
         "_usage",
     )
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> None:
         self._call_id = call_id
-        self._sse = SSEDecoder()
+        self._sse = SSEDecoder(max_line=max_line, max_event=max_event)
         self._chunks = 0
         self._items: list[_Text | ToolCall] = []
         self._open: _Text | None = None

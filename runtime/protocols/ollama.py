@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .http_errors import error_for_status, excerpt, provider_wait
 from .ollama_decode import OllamaStreamDecoder, decode_body, error_message
 from .ollama_request import build_request
@@ -41,9 +42,13 @@ class OllamaCodec:
         """See :func:`sluice.protocols.ollama_request.build_request`."""
         return build_request(request, base_url=base_url, api_key=api_key, headers=headers)
 
-    def stream_decoder(self, call_id: str) -> OllamaStreamDecoder:
-        """A fresh decoder for one streamed reply; its events carry ``call_id``."""
-        return OllamaStreamDecoder(call_id)
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> OllamaStreamDecoder:
+        """A fresh decoder for one streamed reply; its events carry ``call_id``.
+
+        An NDJSON event is one line, so ``max_event`` only caps it further."""
+        return OllamaStreamDecoder(call_id, max_line=min(max_line, max_event))
 
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice.protocols.ollama_decode.decode_body`."""

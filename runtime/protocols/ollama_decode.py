@@ -25,6 +25,9 @@ from ..errors import ProtocolError, StreamBroken
 from ..events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
 from ..messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
 from .base import AttemptOutput
+from .decode_shared import MAX_LINE_BYTES, too_large
+from .decode_shared import count as _count
+from .decode_shared import malformed as _malformed
 from .http_errors import error_for_status, excerpt
 
 __all__ = [
@@ -53,10 +56,6 @@ def normalize_usage(done: dict[str, Any]) -> Usage:
     return Usage(_count(done.get("prompt_eval_count")), _count(done.get("eval_count")), 0, 0, 0)
 
 
-def _count(value: object) -> int:
-    return value if type(value) is int and value > 0 else 0
-
-
 def error_message(error: object) -> str:
     """The text of an ``error`` value: Ollama sends a bare string."""
     if isinstance(error, str) and error:
@@ -64,11 +63,6 @@ def error_message(error: object) -> str:
     if type(error) is dict and isinstance(error.get("message"), str) and error["message"]:
         return str(error["message"])
     return excerpt(orjson.dumps(error))
-
-
-def _malformed(what: str, payload: bytes | object) -> ProtocolError:
-    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-    return ProtocolError(f"{what}: {excerpt(body)}")
 
 
 class OllamaStreamDecoder:
@@ -87,13 +81,15 @@ class OllamaStreamDecoder:
         "_chunks",
         "_done",
         "_done_reason",
+        "_max_line",
         "_reasoning",
         "_text",
         "_usage",
     )
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(self, call_id: str, *, max_line: int = MAX_LINE_BYTES) -> None:
         self._call_id = call_id
+        self._max_line = max_line
         self._buf = b""
         """The unfinished line: bytes after the last newline."""
         self._chunks = 0
@@ -114,7 +110,8 @@ class OllamaStreamDecoder:
 
         Raises:
             CallError: a line carried an ``error``.
-            ProtocolError: a line is not a JSON object of this protocol.
+            ProtocolError: a line is not a JSON object of this protocol, or is longer than
+                ``max_line`` bytes (terminal).
         """
         out: list[DeltaEvent] = []
         if self._done:
@@ -123,10 +120,17 @@ class OllamaStreamDecoder:
             data = self._buf + data
         end = data.rfind(b"\n")
         if end < 0:
+            if len(data) > self._max_line:
+                raise too_large("an NDJSON line", self._max_line, "max_line_bytes")
             self._buf = data
             return out
         self._buf = data[end + 1 :]
+        if len(self._buf) > self._max_line:
+            raise too_large("an NDJSON line", self._max_line, "max_line_bytes")
+        max_line = self._max_line
         for line in data[:end].split(b"\n"):
+            if len(line) > max_line:
+                raise too_large("an NDJSON line", max_line, "max_line_bytes")
             if len(line) > 2 or line.strip():
                 self._line(line, out)
                 if self._done:

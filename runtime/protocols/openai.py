@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .http_errors import error_for_status, excerpt, provider_wait
 from .openai_decode import OpenAIStreamDecoder, decode_body, error_fields
 from .openai_request import build_request
@@ -51,9 +52,11 @@ class OpenAICodec:
             request, base_url=base_url, api_key=api_key, headers=headers, quirks=self.quirks
         )
 
-    def stream_decoder(self, call_id: str) -> OpenAIStreamDecoder:
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> OpenAIStreamDecoder:
         """A fresh decoder for one streamed reply; its events carry ``call_id``."""
-        return OpenAIStreamDecoder(call_id)
+        return OpenAIStreamDecoder(call_id, max_line=max_line, max_event=max_event)
 
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice.protocols.openai_decode.decode_body`."""

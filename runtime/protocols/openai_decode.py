@@ -36,6 +36,9 @@ from ..messages import (
     Usage,
 )
 from .base import AttemptOutput
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
+from .decode_shared import count as _count
+from .decode_shared import malformed as _malformed
 from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
 
@@ -98,10 +101,6 @@ def normalize_usage(raw: object) -> Usage:
     details = raw.get("completion_tokens_details")
     reasoning = _count(details.get("reasoning_tokens")) if type(details) is dict else 0
     return Usage(prompt, output, cache_read, cache_write, reasoning)
-
-
-def _count(value: object) -> int:
-    return value if type(value) is int and value > 0 else 0
 
 
 def error_from_payload(error: object, status: int | None = None) -> CallError:
@@ -171,11 +170,6 @@ def _message(reasoning: str, text: str, calls: list[ToolCall]) -> Message:
     return Message("assistant", tuple(parts))
 
 
-def _malformed(what: str, payload: bytes | object) -> ProtocolError:
-    body = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-    return ProtocolError(f"{what}: {excerpt(body)}")
-
-
 class OpenAIStreamDecoder:
     """Decodes one streamed chat-completions reply into delta events (a :class:`StreamDecoder`).
 
@@ -198,9 +192,11 @@ class OpenAIStreamDecoder:
         "_usage",
     )
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> None:
         self._call_id = call_id
-        self._sse = SSEDecoder()
+        self._sse = SSEDecoder(max_line=max_line, max_event=max_event)
         self._chunks = 0
         self._done = False
         self._text: list[str] = []

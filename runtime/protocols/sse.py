@@ -12,11 +12,18 @@ It follows the parts of the WHATWG event-stream rules that LLM providers exercis
 
 The decoder works on bytes and never decodes a payload, so input cut anywhere, inside a line
 or inside a multi-byte UTF-8 character, gives the same events as the whole body.
+
+Memory is bounded: a line longer than ``max_line`` bytes, or an event whose data lines add up to
+more than ``max_event`` bytes, raises a terminal :class:`~sluice.errors.ProtocolError` naming
+the limit (a server streaming one endless line would otherwise grow the buffer without end).
+The checks are length checks on buffers, once per piece and once per data line.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES, too_large
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
@@ -43,9 +50,22 @@ class SSEDecoder:
     until more input or :meth:`end`.
     """
 
-    __slots__ = ("_at_start", "_buf", "_data", "_event", "_skip_lf")
+    __slots__ = (
+        "_at_start",
+        "_buf",
+        "_data",
+        "_event",
+        "_max_event",
+        "_max_line",
+        "_size",
+        "_skip_lf",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES) -> None:
+        self._max_line = max_line
+        self._max_event = max_event
+        self._size = 0
+        """Bytes in the data lines of the event being built."""
         self._buf = b""
         """The unfinished line: bytes after the last line ending, ``\\r`` already rewritten."""
         self._data: list[bytes] = []
@@ -57,7 +77,11 @@ class SSEDecoder:
         """No byte seen yet: a byte order mark may still come."""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        """Decode the next piece of the body and return the events it completes, in order."""
+        """Decode the next piece of the body and return the events it completes, in order.
+
+        Raises:
+            ProtocolError: a line or an event passed its size limit (terminal).
+        """
         if self._at_start:
             data = self._strip_bom(data)
         if self._skip_lf and data:
@@ -72,9 +96,13 @@ class SSEDecoder:
             data = self._buf + data
         end = data.rfind(b"\n")
         if end < 0:
+            if len(data) > self._max_line:
+                raise too_large("an SSE line", self._max_line, "max_line_bytes")
             self._buf = data
             return []
-        self._buf = data[end + 1 :]
+        self._buf = tail = data[end + 1 :]
+        if len(tail) > self._max_line:
+            raise too_large("an SSE line", self._max_line, "max_line_bytes")
         return self._lines(data, end)
 
     def end(self) -> list[SSEEvent]:
@@ -89,6 +117,7 @@ class SSEDecoder:
         self._buf = b""
         events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
         self._event = None
+        self._size = 0
         self._skip_lf = False
         self._at_start = True
         return events
@@ -109,20 +138,35 @@ class SSEDecoder:
         data = self._data
         find = buf.find
         startswith = buf.startswith
+        size = self._size
+        max_event = self._max_event
+        max_line = self._max_line
         pos = 0
         while pos <= end:
             nl = find(b"\n", pos)
+            if nl - pos > max_line:  # a whole line in one piece; feed() checks the tails
+                raise too_large("an SSE line", max_line, "max_line_bytes")
             if nl == pos:
                 if data:
                     payload = data[0] if len(data) == 1 else b"\n".join(data)
                     data.clear()
+                    size = 0
                     events.append(_new_event(SSEEvent, (self._event or "message", payload)))
                 self._event = None
             elif startswith(b"data: ", pos):
                 data.append(buf[pos + 6 : nl])
+                size += nl - pos - 5  # the line and the newline joining it to the next
+                if size > max_event:
+                    raise too_large("an SSE event", max_event, "max_event_bytes")
             elif buf[pos] != 0x3A:  # a line opening with ":" is a comment
-                self._field(buf[pos:nl])
+                line = buf[pos:nl]
+                if line.startswith(b"data"):
+                    size += nl - pos - 3
+                    if size > max_event:
+                        raise too_large("an SSE event", max_event, "max_event_bytes")
+                self._field(line)
             pos = nl + 1
+        self._size = size
         return events
 
     def _field(self, line: bytes) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..protocols import codec_for
+from ..protocols.decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .params import apply_params
 
 if TYPE_CHECKING:
@@ -71,8 +72,10 @@ class ParamsCodec:
             request, base_url=base_url, api_key=api_key, headers=headers
         )
 
-    def stream_decoder(self, call_id: str) -> StreamDecoder:
-        return self._inner.stream_decoder(call_id)
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> StreamDecoder:
+        return self._inner.stream_decoder(call_id, max_line=max_line, max_event=max_event)
 
     def decode_body(self, body: bytes) -> AttemptOutput:
         return self._inner.decode_body(body)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .errors import ProxyError as ProxyError
     from .errors import ReadError as ReadError
     from .errors import RemoteProtocolError as RemoteProtocolError
+    from .errors import ResponseTimeout as ResponseTimeout
     from .errors import TLSError as TLSError
     from .errors import TransportError as TransportError
     from .errors import WriteError as WriteError
@@ -44,6 +45,7 @@ __all__ = [
     "ProxyError",
     "ReadError",
     "RemoteProtocolError",
+    "ResponseTimeout",
     "TLSError",
     "TransportError",
     "TransportStatistics",
@@ -62,6 +64,7 @@ _HOMES = {
     "ProxyError": "errors",
     "ReadError": "errors",
     "RemoteProtocolError": "errors",
+    "ResponseTimeout": "errors",
     "TLSError": "errors",
     "TransportError": "errors",
     "TransportStatistics": "pool",

@@ -9,6 +9,7 @@
     ├── ConnectTimeout              opening the connection took longer than ``connect_timeout``
     ├── WriteError                  the connection broke while the request was being sent
     ├── ReadError                   the connection broke while reading (body_started)
+    ├── ResponseTimeout             the response head took longer than ``head_timeout``
     └── RemoteProtocolError         the peer sent malformed HTTP (or a malformed gzip body)
 
 Both transports (:mod:`.pool` and :mod:`.httpx_adapter`) raise only these, so the ProviderActor
@@ -24,6 +25,7 @@ __all__ = [
     "ProxyError",
     "ReadError",
     "RemoteProtocolError",
+    "ResponseTimeout",
     "TLSError",
     "TransportError",
     "WriteError",
@@ -64,6 +66,14 @@ class ReadError(TransportError):
     def __init__(self, message: str, *, body_started: bool = False) -> None:
         super().__init__(message)
         self.body_started = body_started
+
+
+class ResponseTimeout(TransportError):
+    """The whole response head did not arrive within the transport's ``head_timeout``.
+
+    The request was sent and the server may be working on it (a slow non-streamed reply) or
+    trickling its head; either way the connection is closed. Safe to retry as any timeout.
+    """
 
 
 class RemoteProtocolError(TransportError):

@@ -15,7 +15,11 @@ Guarantees, for any split of the input into pieces:
   :class:`ReadError` at end of input; the parser never raises anything else and always either
   makes progress or asks for more bytes, so it cannot spin;
 * the response head (status line and headers) is limited to ``max_head_size`` bytes, as is the
-  trailer section, and a chunk-size line to 4 KiB.
+  trailer section, and a chunk-size line to 4 KiB;
+* absurd sizes are refused as protocol errors: a ``content-length`` above 1 TiB (or not a
+  plain decimal number, so never negative) and a chunk size above 4 GiB (``ffffffffffffffff``
+  included). No reply of an LLM API comes near either; the body is streamed, so the limits
+  are about sanity, not memory, which the buffers' own limits keep bounded.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ MAX_HEAD_SIZE = 65536
 """Default limit on the size of a response head (and of a trailer section)."""
 
 _MAX_CHUNK_LINE = 4096
+MAX_CHUNK_SIZE = 1 << 32
+"""The largest chunk size accepted (4 GiB)."""
+MAX_CONTENT_LENGTH = 1 << 40
+"""The largest ``content-length`` accepted (1 TiB)."""
 # Header names seen before, raw -> lower-case: most servers send the same few names, so the
 # token check and lower-casing run once per name rather than once per response.
 _NAMES: dict[bytes, str] = {}
@@ -342,9 +350,15 @@ class ResponseParser:
             if len(values) != 1:
                 raise RemoteProtocolError("conflicting content-length values")
             value = values.pop()
-            if not (value.isascii() and value.isdigit()) or len(value) > 18:
-                raise RemoteProtocolError("invalid content-length")
-            self._remaining = int(value)
+            if not (value.isascii() and value.isdigit()):
+                raise RemoteProtocolError(f"invalid content-length {value[:24]!r}")
+            digits = value.lstrip("0")
+            length = int(digits or "0") if len(digits) <= 18 else MAX_CONTENT_LENGTH + 1
+            if length > MAX_CONTENT_LENGTH:
+                raise RemoteProtocolError(
+                    f"content-length {value[:24]} is larger than the 1 TiB limit of any reply"
+                )
+            self._remaining = length
             self._state = _LENGTH if self._remaining else _DONE
         else:
             self._state = _CLOSE
@@ -500,6 +514,11 @@ def _chunk_size(line: bytes) -> int:
     semi = line.find(b";")
     if semi >= 0:
         line = line[:semi].rstrip(b" \t")
-    if not line or len(line) > 16 or line.translate(None, _HEX):
+    if not line or line.translate(None, _HEX):
         raise RemoteProtocolError("invalid chunk size")
-    return int(line, 16)
+    size = int(line, 16)  # at most _MAX_CHUNK_LINE digits
+    if size > MAX_CHUNK_SIZE:
+        raise RemoteProtocolError(
+            f"chunk size 0x{line[:20].decode()} is larger than the 4 GiB limit of a chunk"
+        )
+    return size

@@ -16,6 +16,7 @@ which unwinds (and so finishes) every generator in the chain, each closing what 
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TYPE_CHECKING, cast
 
@@ -29,6 +30,7 @@ from .errors import (
     ProxyError,
     ReadError,
     RemoteProtocolError,
+    ResponseTimeout,
     TLSError,
     TransportError,
     WriteError,
@@ -137,6 +139,9 @@ class HttpxTransport:
         ssl_context: the built client's verification context (default: httpx's).
         trust_env: whether the built client reads proxies and certificates from the
             environment.
+        head_timeout: seconds from sending a request until its response head has arrived
+            (a given client's own timeouts apply too); None for no limit. Raises
+            :class:`ResponseTimeout` when it passes.
     """
 
     def __init__(
@@ -148,7 +153,9 @@ class HttpxTransport:
         connect_timeout: float | None = 10.0,
         ssl_context: ssl.SSLContext | None = None,
         trust_env: bool = True,
+        head_timeout: float | None = 600.0,
     ) -> None:
+        self._head_timeout = math.inf if head_timeout is None else head_timeout
         self._owned = client is None
         if client is None:
             client = httpx.AsyncClient(
@@ -176,10 +183,14 @@ class HttpxTransport:
         client = self._client
         try:
             request = client.build_request(method, url, headers=headers, content=body)
-            response = await client.send(request, stream=True)
+            with trio.move_on_after(self._head_timeout):
+                response = await client.send(request, stream=True)
+                return HttpxResponse(response)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise _translate(exc, body_started=False) from exc
-        return HttpxResponse(response)
+        raise ResponseTimeout(
+            f"the response head did not arrive within head_timeout={self._head_timeout:g} s"
+        )
 
     async def aclose(self) -> None:
         """Close the client if this transport built it."""

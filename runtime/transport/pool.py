@@ -21,9 +21,12 @@ Guarantees:
   raced with that close; a server that read the request and then died without answering looks
   the same, which is the trade-off every keep-alive client makes (aiohttp and urllib3 do the
   same). A fresh connection is never retried.
-* The only timeout is ``connect_timeout`` (TCP, proxy tunnel and TLS handshake). Callers
-  enforce every other deadline with cancel scopes; a cancellation at any point closes the
-  connection involved and frees its slot, so the pool stays consistent.
+* Two timeouts: ``connect_timeout`` (TCP, proxy tunnel and TLS handshake) and
+  ``head_timeout``, from the end of sending the request until the whole response head has
+  arrived, so a server trickling its head a byte at a time cannot hold a request forever
+  (one cancel scope per request; none per read). Callers enforce every other deadline, the
+  idle ones included, with cancel scopes; a cancellation at any point closes the connection
+  involved and frees its slot, so the pool stays consistent.
 * TLS through :class:`trio.SSLStream`, verifying certificates with
   ``ssl.create_default_context()`` unless an ``ssl_context`` is given.
 * Proxies: see :mod:`.proxy` (``http://`` proxies only; others raise :class:`ProxyError`).
@@ -40,7 +43,7 @@ import attrs
 import trio
 
 from .connect import open_connection, open_tcp_stream
-from .errors import ConnectError, ReadError, TransportError, WriteError
+from .errors import ConnectError, ReadError, ResponseTimeout, TransportError, WriteError
 from .http11 import MAX_HEAD_SIZE, ResponseParser, encode_request_head
 from .proxy import environ_proxies, select_proxy
 from .urls import host_header, split_url
@@ -258,6 +261,9 @@ class FastTransport:
             :func:`trio.open_tcp_stream`. Tests pass in-memory streams.
         receive_size: the most bytes asked of the stream per read.
         max_head_size: the largest response head accepted.
+        head_timeout: seconds from the end of sending a request until its whole response
+            head has arrived; None for no limit. Raises :class:`ResponseTimeout` when it
+            passes. The default matches the official SDKs' 600 s.
     """
 
     def __init__(
@@ -272,9 +278,13 @@ class FastTransport:
         open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
         receive_size: int = 65536,
         max_head_size: int = MAX_HEAD_SIZE,
+        head_timeout: float | None = 600.0,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if head_timeout is not None and not head_timeout > 0:
+            raise ValueError("head_timeout must be above 0, or None")
+        self._head_timeout = head_timeout
         self._max_connections = max_connections
         self._keepalive_expiry = keepalive_expiry
         self._connect_timeout = math.inf if connect_timeout is None else connect_timeout
@@ -317,6 +327,7 @@ class FastTransport:
                 (an unusable URL is a ConnectError too).
             WriteError: the connection broke while sending.
             ReadError: the connection broke or closed before the response head.
+            ResponseTimeout: the response head took longer than ``head_timeout``.
             RemoteProtocolError: the response head is malformed.
             ValueError: a header name or value cannot be sent (CR, LF or NUL in it).
             trio.ClosedResourceError: :meth:`aclose` was called.
@@ -444,6 +455,15 @@ class FastTransport:
                 raise _StaleConnection from exc
             raise WriteError("the connection broke while sending the request") from exc
         conn.drained = True  # the reply takes a round trip at least: wait before reading
+        timeout = self._head_timeout
+        if timeout is None:
+            return await self._read_head(conn, reused)
+        with trio.move_on_after(timeout):
+            return await self._read_head(conn, reused)
+        raise ResponseTimeout(f"the response head did not arrive within head_timeout={timeout:g} s")
+
+    async def _read_head(self, conn: _Connection, reused: bool) -> ResponseHead:
+        parser = conn.parser
         received = False
         while True:
             head = parser.read_head()
