@@ -59,6 +59,7 @@ from sluice.transport.errors import (
     ConnectTimeout,
     ProxyError,
     ResponseTimeout,
+    ResponseTooLarge,
     TransportError,
 )
 
@@ -536,13 +537,22 @@ def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEv
 
 @contextmanager
 def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
-    """Turn the transport's exceptions into our error tree: the one place where that happens."""
+    """Turn the transport's exceptions into our error tree: the one place where that happens.
+
+    Timeouts are retried (:class:`CallTimeout`); a reply that broke a size limit is a terminal
+    :class:`ProtocolError`; other malformed HTTP and broken connections are retried as
+    :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
+    proxy or network fault can cause them once.
+    """
     try:
         yield
     except ConnectTimeout as exc:
         raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
     except ResponseTimeout as exc:
         raise CallTimeout(str(exc), timeout_kind="first_token") from exc
+    except ResponseTooLarge as exc:
+        # Terminal: a server that sends an absurd size does so again (see decode_shared).
+        raise ProtocolError(f"the reply broke a size limit: {exc}", should_retry=False) from exc
     except ProxyError as exc:
         raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
     except ConnectError as exc:

@@ -16,7 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.transport.errors import ReadError, RemoteProtocolError, TransportError
+from sluice.transport.errors import (
+    ReadError,
+    RemoteProtocolError,
+    ResponseTooLarge,
+    TransportError,
+)
 from sluice.transport.http11 import ResponseHead, ResponseParser, encode_request_head
 from sluice.transport.urls import host_header, split_url
 
@@ -400,18 +405,18 @@ def test_malformed_responses(raw: bytes) -> None:
 
 def test_head_size_limit() -> None:
     big = b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 200 + b"\r\n"
-    with pytest.raises(RemoteProtocolError, match="too large"):
+    with pytest.raises(ResponseTooLarge, match="head is larger than the 128 bytes limit"):
         parse([big, b"X-More: 1\r\n"], eof=False, max_head_size=128)
-    with pytest.raises(RemoteProtocolError, match="too large"):
+    with pytest.raises(ResponseTooLarge, match="head is larger than the 128 bytes limit"):
         parse([big + b"\r\n"], max_head_size=128)
 
 
 def test_chunk_line_and_trailer_limits() -> None:
     start = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-    with pytest.raises(RemoteProtocolError, match="too long"):
+    with pytest.raises(ResponseTooLarge, match="line is longer than 4096 bytes"):
         parse([start + b"5;" + b"e" * 5000], eof=False)
     trailers = b"".join(b"X-T%d: %s\r\n" % (i, b"v" * 50) for i in range(5))
-    with pytest.raises(RemoteProtocolError, match="trailer section is too large"):
+    with pytest.raises(ResponseTooLarge, match="trailer section is larger than the 200 bytes"):
         parse([start + b"0\r\n" + trailers + b"\r\n"], max_head_size=200)
 
 
@@ -570,3 +575,44 @@ def test_mangled_responses_raise_only_transport_errors(
         else:
             del raw[i : i + 1]
     _drive_garbage(bytes(raw), cuts, case[1])
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        (b"ffffffffffffffff", "chunk size 0xffffffffffffffff is larger than the 4 GiB limit"),
+        (b"100000001", "chunk size 0x100000001 is larger than the 4 GiB limit"),
+        (b"0" * 30 + b"100000001", "is larger than the 4 GiB limit"),
+    ],
+)
+def test_absurd_chunk_sizes_are_refused(size: bytes, message: str) -> None:
+    start = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with pytest.raises(ResponseTooLarge, match=message):
+        parse([start + size + b"\r\nabc"], eof=False)
+
+
+def test_a_chunk_of_exactly_4_gib_is_still_a_chunk() -> None:
+    start = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head, body, parser = parse([start + b"100000000\r\nabc"], eof=False)
+    assert head.status == 200 and body == b"abc" and not parser.done
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (b"-5", RemoteProtocolError, "invalid content-length '-5'"),
+        (b"+5", RemoteProtocolError, "invalid content-length"),
+        (b"1e3", RemoteProtocolError, "invalid content-length"),
+        (b"99999999999999999999999", ResponseTooLarge, "larger than the 1 TiB limit"),
+        (b"1099511627777", ResponseTooLarge, "larger than the 1 TiB limit"),
+        (b"9" * 5000, ResponseTooLarge, "larger than the 1 TiB limit"),
+    ],
+)
+def test_absurd_content_lengths_are_refused(value: bytes, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        parse([b"HTTP/1.1 200 OK\r\nContent-Length: " + value + b"\r\n\r\nabc"], eof=False)
+
+
+def test_a_content_length_with_leading_zeros_is_read_as_decimal() -> None:
+    _, body, parser = parse([b"HTTP/1.1 200 OK\r\nContent-Length: 0003\r\n\r\nabc"])
+    assert body == b"abc" and parser.done

@@ -81,6 +81,7 @@ class OllamaStreamDecoder:
         "_chunks",
         "_done",
         "_done_reason",
+        "_held",
         "_max_line",
         "_reasoning",
         "_text",
@@ -92,6 +93,8 @@ class OllamaStreamDecoder:
         self._max_line = max_line
         self._buf = b""
         """The unfinished line: bytes after the last newline."""
+        self._held: list[bytes] = []
+        """Later pieces of that line, joined once it ends (linear time for a long line)."""
         self._chunks = 0
         self._done = False
         self._done_reason: str | None = None
@@ -116,14 +119,20 @@ class OllamaStreamDecoder:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        if self._buf:
-            data = self._buf + data
         end = data.rfind(b"\n")
         if end < 0:
-            if len(data) > self._max_line:
-                raise too_large("an NDJSON line", self._max_line, "max_line_bytes")
-            self._buf = data
+            if data:
+                self._held.append(data)
+                if len(self._buf) + sum(map(len, self._held)) > self._max_line:
+                    raise too_large("an NDJSON line", self._max_line, "max_line_bytes")
             return out
+        if self._held:
+            end += len(self._buf) + sum(map(len, self._held))
+            data = b"".join((self._buf, *self._held, data))
+            self._held.clear()
+        elif self._buf:
+            end += len(self._buf)
+            data = self._buf + data
         self._buf = data[end + 1 :]
         if len(self._buf) > self._max_line:
             raise too_large("an NDJSON line", self._max_line, "max_line_bytes")
@@ -146,7 +155,9 @@ class OllamaStreamDecoder:
             StreamBroken: the body ended before the ``done`` line.
             CallError: that last line carried an ``error``.
         """
-        tail, self._buf = self._buf, b""
+        tail = b"".join((self._buf, *self._held))
+        self._buf = b""
+        self._held.clear()
         if not self._done and tail.strip():
             try:
                 self._line(tail, [])

@@ -55,6 +55,8 @@ class SSEDecoder:
         "_buf",
         "_data",
         "_event",
+        "_held",
+        "_held_size",
         "_max_event",
         "_max_line",
         "_size",
@@ -68,6 +70,10 @@ class SSEDecoder:
         """Bytes in the data lines of the event being built."""
         self._buf = b""
         """The unfinished line: bytes after the last line ending, ``\\r`` already rewritten."""
+        self._held: list[bytes] = []
+        """Later pieces of that line, none with a line ending: joined once, when it ends, so a
+        long line costs linear time rather than a copy of the whole line per piece."""
+        self._held_size = 0
         self._data: list[bytes] = []
         """Data lines of the event being built."""
         self._event: str | None = None
@@ -92,14 +98,22 @@ class SSEDecoder:
             # A trailing \r ends its line now; a \n that may open the next piece is its pair.
             self._skip_lf = data[-1] == 0x0D
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if self._buf:
-            data = self._buf + data
         end = data.rfind(b"\n")
         if end < 0:
-            if len(data) > self._max_line:
-                raise too_large("an SSE line", self._max_line, "max_line_bytes")
-            self._buf = data
+            if data:
+                self._held.append(data)
+                self._held_size += len(data)
+                if self._held_size + len(self._buf) > self._max_line:
+                    raise too_large("an SSE line", self._max_line, "max_line_bytes")
             return []
+        if self._held:
+            end += len(self._buf) + self._held_size
+            data = b"".join((self._buf, *self._held, data))
+            self._held.clear()
+            self._held_size = 0
+        elif self._buf:
+            end += len(self._buf)
+            data = self._buf + data
         self._buf = tail = data[end + 1 :]
         if len(tail) > self._max_line:
             raise too_large("an SSE line", self._max_line, "max_line_bytes")
@@ -113,8 +127,10 @@ class SSEDecoder:
         the last line and of the event. A caller that distrusts a truncated tail can tell it
         apart by the payload failing to parse.
         """
-        tail = self._buf
+        tail = b"".join((self._buf, *self._held))
         self._buf = b""
+        self._held.clear()
+        self._held_size = 0
         events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
         self._event = None
         self._size = 0

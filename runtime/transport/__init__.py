@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .errors import ReadError as ReadError
     from .errors import RemoteProtocolError as RemoteProtocolError
     from .errors import ResponseTimeout as ResponseTimeout
+    from .errors import ResponseTooLarge as ResponseTooLarge
     from .errors import TLSError as TLSError
     from .errors import TransportError as TransportError
     from .errors import WriteError as WriteError
@@ -46,6 +47,7 @@ __all__ = [
     "ReadError",
     "RemoteProtocolError",
     "ResponseTimeout",
+    "ResponseTooLarge",
     "TLSError",
     "TransportError",
     "TransportStatistics",
@@ -65,6 +67,7 @@ _HOMES = {
     "ReadError": "errors",
     "RemoteProtocolError": "errors",
     "ResponseTimeout": "errors",
+    "ResponseTooLarge": "errors",
     "TLSError": "errors",
     "TransportError": "errors",
     "TransportStatistics": "pool",

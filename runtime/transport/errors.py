@@ -11,6 +11,7 @@
     ├── ReadError                   the connection broke while reading (body_started)
     ├── ResponseTimeout             the response head took longer than ``head_timeout``
     └── RemoteProtocolError         the peer sent malformed HTTP (or a malformed gzip body)
+        └── ResponseTooLarge        a head, line or size beyond the parser's limits
 
 Both transports (:mod:`.pool` and :mod:`.httpx_adapter`) raise only these, so the ProviderActor
 maps one tree to its own errors. Messages are short and never carry header values, which may
@@ -26,6 +27,7 @@ __all__ = [
     "ReadError",
     "RemoteProtocolError",
     "ResponseTimeout",
+    "ResponseTooLarge",
     "TLSError",
     "TransportError",
     "WriteError",
@@ -78,3 +80,11 @@ class ResponseTimeout(TransportError):
 
 class RemoteProtocolError(TransportError):
     """The peer broke HTTP/1.1: a malformed head, framing, chunk or compressed body."""
+
+
+class ResponseTooLarge(RemoteProtocolError):
+    """The response passed one of the parser's size limits: a head over ``max_head_size``, a
+    chunk-size line over 4 KiB, a chunk over 4 GiB, a ``content-length`` over 1 TiB.
+
+    A server that does this will do it again: callers should not retry.
+    """

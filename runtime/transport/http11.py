@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .decoding import Decompressor, decompressor_for
-from .errors import ReadError, RemoteProtocolError
+from .errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -246,14 +246,18 @@ class ResponseParser:
                 block, rest = buf[: end + 1], buf[end + 3 :]
             else:
                 if len(buf) > self._max_head:
-                    raise RemoteProtocolError("the response head is too large")
+                    raise ResponseTooLarge(
+                        f"the response head is larger than the {self._max_head} bytes limit"
+                    )
                 if buf and not buf.startswith(b"HTTP/"[: len(buf)]):
                     raise RemoteProtocolError("the response does not start with HTTP/")
                 if self._eof:
                     raise ReadError("the connection closed before a complete response head")
                 return None
             if len(block) > self._max_head:
-                raise RemoteProtocolError("the response head is too large")
+                raise ResponseTooLarge(
+                    f"the response head is larger than the {self._max_head} bytes limit"
+                )
             self._buf = rest
             result = self._parse_head(block)
             if result is not None:
@@ -355,7 +359,7 @@ class ResponseParser:
             digits = value.lstrip("0")
             length = int(digits or "0") if len(digits) <= 18 else MAX_CONTENT_LENGTH + 1
             if length > MAX_CONTENT_LENGTH:
-                raise RemoteProtocolError(
+                raise ResponseTooLarge(
                     f"content-length {value[:24]} is larger than the 1 TiB limit of any reply"
                 )
             self._remaining = length
@@ -482,7 +486,9 @@ class ResponseParser:
                 if eol < 0:
                     limit = _MAX_CHUNK_LINE if state == _SIZE else self._max_head
                     if size - pos > limit:
-                        raise RemoteProtocolError("a chunk-size or trailer line is too long")
+                        raise ResponseTooLarge(
+                            f"a chunk-size or trailer line is longer than {limit} bytes"
+                        )
                     break
                 if eol == pos or buf[eol - 1] != 0x0D:
                     raise RemoteProtocolError("a chunked-body line does not end in CRLF")
@@ -500,7 +506,9 @@ class ResponseParser:
                         raise RemoteProtocolError("malformed trailer line")
                     self._trailer_size += len(line) + 2
                     if self._trailer_size > self._max_head:
-                        raise RemoteProtocolError("the trailer section is too large")
+                        raise ResponseTooLarge(
+                            f"the trailer section is larger than the {self._max_head} bytes limit"
+                        )
         self._buf = buf[pos:] if pos < size else b""
         self._state = state
         self._remaining = remaining
@@ -518,7 +526,7 @@ def _chunk_size(line: bytes) -> int:
         raise RemoteProtocolError("invalid chunk size")
     size = int(line, 16)  # at most _MAX_CHUNK_LINE digits
     if size > MAX_CHUNK_SIZE:
-        raise RemoteProtocolError(
+        raise ResponseTooLarge(
             f"chunk size 0x{line[:20].decode()} is larger than the 4 GiB limit of a chunk"
         )
     return size
