@@ -9,6 +9,7 @@ can measure the client's memory alone. No sockets, so ``autojump_clock`` is safe
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 import trio.testing
@@ -90,7 +91,12 @@ async def read_request(stream: trio.abc.Stream) -> bytes:
 
 
 def hostile_config(
-    protocol: str = "openai", *, max_attempts: int = 3, deadlines: Deadlines | None = None, **limits
+    protocol: str = "openai",
+    *,
+    max_attempts: int = 3,
+    deadlines: Deadlines | None = None,
+    base_url: str = "http://hostile.test/v1",
+    **limits: Any,
 ) -> RuntimeConfig:
     """A runtime with one provider ``h`` at a hostile server; by default no deadline at all,
     so only the reply limits (``limits`` over their defaults) bound a call."""
@@ -98,7 +104,7 @@ def hostile_config(
         providers={
             "h": ProviderConfig(
                 protocol=protocol,  # type: ignore[arg-type]
-                base_url="http://hostile.test/v1",
+                base_url=base_url,
                 api_key=Secret("sk-hostile-test"),
                 breaker=None,
             )

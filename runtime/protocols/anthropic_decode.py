@@ -295,12 +295,17 @@ class AnthropicStreamDecoder:
         self._raw_usage.update(usage)
         return True
 
+    def _block_at(self, index: object) -> _Block | None:
+        """The open block at ``index``; None for no such block or an index that is no int
+        (a list or dict would not even be a valid key)."""
+        return self._blocks.get(index) if type(index) is int else None
+
     def _delta(self, event: dict[str, Any], payload: bytes, out: list[DeltaEvent]) -> None:
         delta = event.get("delta")
         if type(delta) is not dict:
             raise _malformed("a content_block_delta has no delta", payload)
         kind = delta.get("type")
-        block = self._blocks.get(event.get("index"))  # type: ignore[arg-type]
+        block = self._block_at(event.get("index"))
         if kind == "text_delta":
             text = delta.get("text")
             if text:
@@ -386,7 +391,7 @@ class AnthropicStreamDecoder:
         out.append(ToolCallDelta(self._call_id, block.call_index, block.id, block.name, ""))
 
     def _stop(self, event: dict[str, Any], out: list[DeltaEvent]) -> None:
-        block = self._blocks.get(event.get("index"))  # type: ignore[arg-type]
+        block = self._block_at(event.get("index"))
         if block is not None and block.kind == "tool_use" and not block.pieces and block.input:
             # Arguments that came whole in content_block_start rather than as fragments.
             arguments = orjson.dumps(block.input).decode()
