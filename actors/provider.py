@@ -197,10 +197,9 @@ class _Attempt:
         if self.idle is None and ctx.limits.read_idle_timeout is not None:
             self.idle = ctx.limits.read_idle_timeout
             self.idle_floor = True
-        self.first_deadline = math.inf
-        """The deadline before the first chunk (set by :meth:`run`)."""
         self.first_floor = False
-        """That deadline is the reply limits' ``read_idle_timeout``: the call set none."""
+        """The deadline before the first chunk is the reply limits' ``read_idle_timeout``,
+        as the call has no first-token deadline (set by :meth:`run`)."""
         self.arguments = _argument_streams(msg.call)
         """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
 
@@ -283,8 +282,9 @@ class _Attempt:
         if first is None:
             first = self.ctx.limits.read_idle_timeout
             self.first_floor = first is not None
-        self.first_deadline = min(call.deadline, now + first if first is not None else math.inf)
-        with trio.CancelScope(deadline=self.first_deadline) as scope:
+        with trio.CancelScope(
+            deadline=min(call.deadline, now + first if first is not None else math.inf)
+        ) as scope:
             self.scope = scope
             call.control.watch(scope)
             try:
@@ -306,8 +306,6 @@ class _Attempt:
         if trio.current_time() >= call.deadline:
             return CallTimeout("the call's total deadline passed", timeout_kind="total")
         if self.first_token_at is None:
-            if trio.current_time() < self.first_deadline:  # reading a whole body stalled
-                return self._idle_timeout()
             if self.first_floor:
                 return CallTimeout(
                     f"no reply for {self.ctx.limits.read_idle_timeout:g} s "
@@ -435,7 +433,11 @@ class _Attempt:
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
     async def _whole_body(self, response: HotResponse) -> bytes:
-        """The whole body, at most ``max_body_bytes`` of it, each read within the idle limit.
+        """The whole body, at most ``max_body_bytes`` of it.
+
+        A whole reply is the model's first token, so the first-token deadline (or the reply
+        limits' ``read_idle_timeout`` standing in for it) bounds its reading: some servers
+        send the head at once and the body only when the generation is done.
 
         Raises:
             ProtocolError: the body is larger than the limit (terminal, not retried).
@@ -452,18 +454,11 @@ class _Attempt:
             raise too_large("the reply body", limit, "max_body_bytes")
         pieces: list[bytes] = []
         size = 0
-        idle = self.idle
-        scope = self.scope
-        first = self.first_deadline
-        if idle is not None:
-            scope.deadline = min(first, trio.current_time() + idle)
         while piece := await response.read_some():
             pieces.append(piece)
             size += len(piece)
             if size > limit:
                 raise too_large("the reply body", limit, "max_body_bytes")
-            if idle is not None:
-                scope.deadline = min(first, trio.current_time() + idle)
         return b"".join(pieces)
 
     def _decode_as_stream(self, body: bytes, error: ProtocolError) -> AttemptOutput:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.errors import ProtocolError
 from sluice.protocols.sse import SSEDecoder, SSEEvent
 
 
@@ -172,3 +174,42 @@ def test_byte_at_a_time_gives_the_same_events_as_the_whole_body(
 ) -> None:
     body, events = stream
     assert decode(*(body[i : i + 1] for i in range(len(body)))) == events
+
+
+def test_a_line_longer_than_the_limit_is_refused_however_it_arrives() -> None:
+    for pieces in ([b"data: " + b"x" * 2000], [b"data: "] + [b"x" * 100] * 11):
+        decoder = SSEDecoder(max_line=1024, max_event=4096)
+        *head, last = pieces
+        for piece in head:
+            assert decoder.feed(piece) == []
+        with pytest.raises(ProtocolError, match=r"an SSE line is larger than the 1 KiB limit"):
+            decoder.feed(last)
+
+
+def test_a_whole_long_line_in_one_piece_is_refused_too() -> None:
+    decoder = SSEDecoder(max_line=1024)
+    with pytest.raises(ProtocolError, match="max_line_bytes") as caught:
+        decoder.feed(b"data: " + b"x" * 2000 + b"\n\n")
+    assert caught.value.should_retry is False
+
+
+def test_an_event_larger_than_the_limit_is_refused() -> None:
+    decoder = SSEDecoder(max_line=1024, max_event=2048)
+    assert decoder.feed(b"data: " + b"a" * 1000 + b"\ndata:" + b"b" * 1000 + b"\n") == []
+    with pytest.raises(ProtocolError, match=r"an SSE event is larger than the 2 KiB limit"):
+        decoder.feed(b"data: " + b"c" * 100 + b"\n")
+
+
+def test_events_within_the_limits_pass_and_the_count_starts_over_per_event() -> None:
+    decoder = SSEDecoder(max_line=1024, max_event=1500)
+    events = []
+    for _ in range(10):
+        events += decoder.feed(b"data: " + b"a" * 1000 + b"\n\n")
+    assert len(events) == 10
+
+
+def test_a_long_line_cut_into_many_pieces_is_joined_once() -> None:
+    decoder = SSEDecoder()
+    pieces = [b"data: "] + [b"x" * 1000] * 500 + [b"\n\n"]
+    events = [e for piece in pieces for e in decoder.feed(piece)]
+    assert events == [SSEEvent("message", b"x" * 500_000)]

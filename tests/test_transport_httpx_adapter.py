@@ -20,6 +20,7 @@ from sluice.transport import (
     ProxyError,
     ReadError,
     RemoteProtocolError,
+    ResponseTimeout,
     TLSError,
     TransportError,
     WriteError,
@@ -280,3 +281,16 @@ async def test_a_read_interrupted_by_cancellation_never_looks_like_the_end(
     await response.aclose()
     with pytest.raises(trio.ClosedResourceError):
         await response.read_some()
+
+
+@virtual_deadline(100)
+async def test_a_head_that_never_comes_meets_the_head_timeout(autojump_clock):
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(1000)
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        transport = HttpxTransport(client, head_timeout=12.5)
+        with pytest.raises(ResponseTimeout, match=r"head_timeout=12\.5 s"):
+            await transport.send("POST", URL, (), b"{}")
+    assert trio.current_time() == 12.5
