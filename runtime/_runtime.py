@@ -267,14 +267,12 @@ def _hot_transport(
         client = httpx.AsyncClient(
             transport=given, timeout=httpx.Timeout(None, connect=spec.connect_timeout)
         )
-        return HttpxTransport(client, head_timeout=head_timeout), True
+        return HttpxTransport(client), True
     if given is not None:
         return given, False
     if spec.transport == "httpx":
         return HttpxTransport(
-            max_connections=spec.max_connections,
-            connect_timeout=spec.connect_timeout,
-            head_timeout=head_timeout,
+            max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
         ), True
     return FastTransport(
         max_connections=spec.max_connections,

@@ -321,7 +321,7 @@ class CacheConfig(Record):
     during a run every ``max_stored // 10`` stores (so it never holds more than a tenth over)."""
 
 
-_HEAD_TIMEOUT: float | None = 600.0
+_HEAD_TIMEOUT: float | None = 60.0
 _READ_IDLE_TIMEOUT: float | None = 300.0
 
 
@@ -336,8 +336,9 @@ class ReplyLimits(Record):
     """
 
     head_timeout: float | None = attrs.field(default=_HEAD_TIMEOUT, validator=optional(gt(0.0)))
-    """Seconds from sending a request until the whole response head has arrived (a server
-    trickling its head a byte at a time is cut off). None: no limit."""
+    """Seconds from the first byte of a response head until the whole head has arrived, so a
+    server trickling its head a byte at a time is cut off (sluice's own HTTP client; with the
+    httpx transport the first-token deadline bounds the wait). None: no limit."""
     read_idle_timeout: float | None = attrs.field(
         default=_READ_IDLE_TIMEOUT, validator=optional(gt(0.0))
     )

@@ -46,15 +46,47 @@ async def trickle_head(stream: trio.abc.Stream) -> None:
         await trio.sleep(1)
 
 
+def after(delay: float, behaviour: Behaviour) -> Behaviour:
+    """``behaviour``, after ``delay`` seconds of silence (a model thinking)."""
+
+    async def delayed(stream: trio.abc.Stream) -> None:
+        await trio.sleep(delay)
+        await behaviour(stream)
+
+    return delayed
+
+
 @virtual_deadline(2000)
 async def test_the_transport_cuts_off_a_head_trickled_byte_by_byte(autojump_clock, nursery):
-    server = Hostile(nursery, trickle_head)
+    server = Hostile(nursery, after(100, trickle_head))
     transport = FastTransport(open_stream=server.open_stream, trust_env=False)
     start = trio.current_time()
-    with pytest.raises(ResponseTimeout, match="head_timeout=600 s"):
+    with pytest.raises(ResponseTimeout) as caught:
         await transport.send("POST", "http://hostile.test/v1/x", (), b"{}")
-    assert trio.current_time() - start == 600.0
+    # 100 s of thinking are the server's right; then the head must come within 60 s.
+    assert str(caught.value) == (
+        "the response head was not complete 60 s after its first byte (head_timeout)"
+    )
+    assert trio.current_time() - start == 160.0
     assert transport.statistics().connections == 0  # closed, not pooled
+    await transport.aclose()
+
+
+async def head_after_interim_responses(stream: trio.abc.Stream) -> None:
+    for _ in range(3):
+        await stream.send_all(b"HTTP/1.1 102 Processing\r\n")
+        await trio.sleep(50)
+        await stream.send_all(b"\r\n")
+    await stream.send_all(head("application/json") + b"{}")
+
+
+@virtual_deadline(2000)
+async def test_the_head_clock_starts_over_after_each_interim_response(autojump_clock, nursery):
+    server = Hostile(nursery, head_after_interim_responses)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False, head_timeout=60)
+    response = await transport.send("POST", "http://hostile.test/v1/x", (), b"{}")
+    assert response.status == 200 and trio.current_time() == 150.0
+    await response.aclose()
     await transport.aclose()
 
 
@@ -67,26 +99,34 @@ async def test_a_trickled_head_ends_the_call_without_any_deadline_configured(
     async with sluice.open_runtime(hostile_config(), transport=transport) as rt:
         error = await call(rt)
         ended = trio.current_time()
-    # No first-token deadline is set: the reply limits' read_idle_timeout (300 s) stands in,
-    # and the timeout is retried like any other (three attempts, 0.5 s and 1 s apart).
+    # The head_timeout (60 s from the head's first byte) cuts each attempt off, and the
+    # timeout is retried like any other (three attempts, 0.5 s and 1 s apart).
     assert isinstance(error, sluice.CallTimeout)
     assert error.timeout_kind == "first_token"
-    assert "reply_limits.read_idle_timeout" in error.message
+    assert "head_timeout" in error.message
     assert server.requests == 3
-    assert ended == 3 * 300 + 0.5 + 1.0
+    assert ended == 3 * 60 + 0.5 + 1.0
     await transport.aclose()
 
 
 @virtual_deadline(2000)
-async def test_the_head_timeout_holds_when_it_is_the_tighter_limit(autojump_clock, nursery):
-    server = Hostile(nursery, trickle_head)
-    transport = FastTransport(open_stream=server.open_stream, trust_env=False, head_timeout=30)
+async def test_a_silent_server_ends_the_call_without_any_deadline_configured(
+    autojump_clock, nursery
+):
+    async def silent(stream: trio.abc.Stream) -> None:
+        await trio.sleep_forever()
+
+    server = Hostile(nursery, silent)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
     async with sluice.open_runtime(hostile_config(max_attempts=1), transport=transport) as rt:
         error = await call(rt)
         ended = trio.current_time()
-    assert isinstance(error, sluice.CallTimeout)
-    assert error.message == "the response head did not arrive within head_timeout=30 s"
-    assert ended == 30.0
+    # No first-token deadline is set: the reply limits' read_idle_timeout stands in.
+    assert isinstance(error, sluice.CallTimeout) and error.timeout_kind == "first_token"
+    assert error.message == (
+        "no reply for 300 s (reply_limits.read_idle_timeout; no first-token deadline is set)"
+    )
+    assert ended == 300.0
     await transport.aclose()
 
 

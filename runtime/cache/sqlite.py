@@ -79,6 +79,7 @@ class SQLiteCacheStore:
             OSError: the folder cannot be made, the file cannot be opened, or it was written
                 by a newer sluice.
         """
+
         def tidy(db: sqlite3.Connection) -> None:
             if ttl is not None:
                 db.execute("DELETE FROM responses WHERE stored_at <= ?", (now - ttl,))

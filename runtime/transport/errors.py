@@ -9,7 +9,7 @@
     ├── ConnectTimeout              opening the connection took longer than ``connect_timeout``
     ├── WriteError                  the connection broke while the request was being sent
     ├── ReadError                   the connection broke while reading (body_started)
-    ├── ResponseTimeout             the response head took longer than ``head_timeout``
+    ├── ResponseTimeout             the response head trickled for longer than ``head_timeout``
     └── RemoteProtocolError         the peer sent malformed HTTP (or a malformed gzip body)
         └── ResponseTooLarge        a head, line or size beyond the parser's limits
 
@@ -71,10 +71,10 @@ class ReadError(TransportError):
 
 
 class ResponseTimeout(TransportError):
-    """The whole response head did not arrive within the transport's ``head_timeout``.
+    """The response head began but was not complete within the transport's ``head_timeout``
+    (for :class:`~.httpx_adapter.HttpxTransport`: did not arrive within it at all).
 
-    The request was sent and the server may be working on it (a slow non-streamed reply) or
-    trickling its head; either way the connection is closed. Safe to retry as any timeout.
+    The connection is closed. A timeout, so callers may retry it as any other.
     """
 
 

@@ -140,8 +140,11 @@ class HttpxTransport:
         trust_env: whether the built client reads proxies and certificates from the
             environment.
         head_timeout: seconds from sending a request until its response head has arrived
-            (a given client's own timeouts apply too); None for no limit. Raises
-            :class:`ResponseTimeout` when it passes.
+            (a given client's own timeouts apply too); None, the default, for no limit.
+            Raises :class:`ResponseTimeout` when it passes. httpx does not tell when the
+            head's first byte came, so unlike :class:`~.pool.FastTransport`'s this counts
+            the server's thinking time too; the runtime leaves it unset and bounds that wait
+            with its first-token deadline.
     """
 
     def __init__(
@@ -153,7 +156,7 @@ class HttpxTransport:
         connect_timeout: float | None = 10.0,
         ssl_context: ssl.SSLContext | None = None,
         trust_env: bool = True,
-        head_timeout: float | None = 600.0,
+        head_timeout: float | None = None,
     ) -> None:
         self._head_timeout = math.inf if head_timeout is None else head_timeout
         self._owned = client is None
@@ -189,7 +192,7 @@ class HttpxTransport:
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise _translate(exc, body_started=False) from exc
         raise ResponseTimeout(
-            f"the response head did not arrive within head_timeout={self._head_timeout:g} s"
+            f"the response head did not arrive within {self._head_timeout:g} s (head_timeout)"
         )
 
     async def aclose(self) -> None:

@@ -22,11 +22,13 @@ Guarantees:
   the same, which is the trade-off every keep-alive client makes (aiohttp and urllib3 do the
   same). A fresh connection is never retried.
 * Two timeouts: ``connect_timeout`` (TCP, proxy tunnel and TLS handshake) and
-  ``head_timeout``, from the end of sending the request until the whole response head has
-  arrived, so a server trickling its head a byte at a time cannot hold a request forever
-  (one cancel scope per request; none per read). Callers enforce every other deadline, the
-  idle ones included, with cancel scopes; a cancellation at any point closes the connection
-  involved and frees its slot, so the pool stays consistent.
+  ``head_timeout``: once the first byte of a response head has arrived, the whole head must
+  follow within that many seconds, so a server trickling its head a byte at a time cannot hold
+  a request forever. It is counted from the first byte, not from the request, because a
+  non-streamed LLM reply may rightly take minutes before its head; and a head that arrives
+  in one piece (nearly all of them) costs no cancel scope. Callers enforce every other
+  deadline (waiting for the reply, idle streams) with cancel scopes; a cancellation at any
+  point closes the connection involved and frees its slot, so the pool stays consistent.
 * TLS through :class:`trio.SSLStream`, verifying certificates with
   ``ssl.create_default_context()`` unless an ``ssl_context`` is given.
 * Proxies: see :mod:`.proxy` (``http://`` proxies only; others raise :class:`ProxyError`).
@@ -261,9 +263,8 @@ class FastTransport:
             :func:`trio.open_tcp_stream`. Tests pass in-memory streams.
         receive_size: the most bytes asked of the stream per read.
         max_head_size: the largest response head accepted.
-        head_timeout: seconds from the end of sending a request until its whole response
-            head has arrived; None for no limit. Raises :class:`ResponseTimeout` when it
-            passes. The default matches the official SDKs' 600 s.
+        head_timeout: seconds from the first byte of a response head until the whole head
+            has arrived; None for no limit. Raises :class:`ResponseTimeout` when it passes.
     """
 
     def __init__(
@@ -278,7 +279,7 @@ class FastTransport:
         open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] | None = None,
         receive_size: int = 65536,
         max_head_size: int = MAX_HEAD_SIZE,
-        head_timeout: float | None = 600.0,
+        head_timeout: float | None = 60.0,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
@@ -327,7 +328,8 @@ class FastTransport:
                 (an unusable URL is a ConnectError too).
             WriteError: the connection broke while sending.
             ReadError: the connection broke or closed before the response head.
-            ResponseTimeout: the response head took longer than ``head_timeout``.
+            ResponseTimeout: the response head was not complete ``head_timeout`` seconds
+                after its first byte.
             RemoteProtocolError: the response head is malformed.
             ValueError: a header name or value cannot be sent (CR, LF or NUL in it).
             trio.ClosedResourceError: :meth:`aclose` was called.
@@ -455,33 +457,49 @@ class FastTransport:
                 raise _StaleConnection from exc
             raise WriteError("the connection broke while sending the request") from exc
         conn.drained = True  # the reply takes a round trip at least: wait before reading
-        timeout = self._head_timeout
-        if timeout is None:
-            return await self._read_head(conn, reused)
-        with trio.move_on_after(timeout):
-            return await self._read_head(conn, reused)
-        raise ResponseTimeout(f"the response head did not arrive within head_timeout={timeout:g} s")
-
-    async def _read_head(self, conn: _Connection, reused: bool) -> ResponseHead:
-        parser = conn.parser
         received = False
+        begun = math.inf  # when the first byte of the head being read came (inf: none yet)
+        timeout = self._head_timeout
         while True:
             head = parser.read_head()
             if head is not None:
                 return head
-            try:
-                chunk = await conn.receive(self._receive_size)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                if reused and not received:
-                    raise _StaleConnection from exc
-                raise ReadError("the connection broke before the response head") from exc
-            if chunk:
-                received = True
-                parser.feed(chunk)
-            elif reused and not received:
-                raise _StaleConnection
-            else:
-                parser.feed_eof()
+            if timeout is not None and parser.buffered:
+                # Part of a head is here and the rest is not: from now on the head must be
+                # complete within head_timeout of its first byte. A head that comes in one
+                # piece, the usual case, never gets this far and costs no cancel scope.
+                if begun == math.inf:
+                    begun = trio.current_time()
+                with trio.move_on_at(begun + timeout):
+                    received |= await self._head_piece(conn, reused, received)
+                    continue
+                raise ResponseTimeout(
+                    f"the response head was not complete {timeout:g} s after its first byte "
+                    "(head_timeout)"
+                )
+            begun = math.inf  # nothing of a head yet (or an interim response just ended)
+            received |= await self._head_piece(conn, reused, received)
+
+    async def _head_piece(self, conn: _Connection, reused: bool, received: bool) -> bool:
+        """Read the next piece of a response head into the parser; True if it held bytes.
+
+        Raises:
+            _StaleConnection: a reused connection failed before any response byte.
+            ReadError: the connection broke.
+        """
+        try:
+            chunk = await conn.receive(self._receive_size)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            if reused and not received:
+                raise _StaleConnection from exc
+            raise ReadError("the connection broke before the response head") from exc
+        if chunk:
+            conn.parser.feed(chunk)
+            return True
+        if reused and not received:
+            raise _StaleConnection
+        conn.parser.feed_eof()
+        return False
 
     async def _checkout(self, pool: _Pool) -> tuple[_Connection, bool]:
         """A connection for one request: the most recently used idle one, else a new one."""
