@@ -565,3 +565,15 @@ async def test_a_stream_labelled_as_json_is_still_read(autojump_clock, nursery):
         result = await rt.chat("h:m", "hi")
     assert result.text == "labelled" and result.attempts == 1
     await transport.aclose()
+
+
+@virtual_deadline(60)
+async def test_a_page_that_echoes_the_key_never_shows_it(autojump_clock, nursery):
+    page = b"<html><body>Your key sk-hostile-test is not welcome here</body></html>"
+    server = Hostile(nursery, json_reply(page, "text/html"))
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+    async with sluice.open_runtime(hostile_config(), transport=transport) as rt:
+        error = await call(rt)
+    assert "sk-hostile-test" not in str(error) and "sk-hostile-test" not in repr(error)
+    assert "is not welcome here" in error.message
+    await transport.aclose()
