@@ -231,6 +231,13 @@ class TokenLedgerHandle(Record):
             except trio.EndOfChannel:
                 pass
 
+    @property
+    def budget_book(self) -> BudgetBook | None:
+        """The runtime's budget accounts (None when no budget was configured); only the
+        gateway adds accounts to it (:meth:`BudgetBook.add`), everything else reads
+        :meth:`budgets`."""
+        return self._budgets
+
     def budgets(self) -> list[BudgetStatus]:
         """Each budget's limit, spending, reservations in flight and refusals, as of now."""
         return [] if self._budgets is None else self._budgets.status()

@@ -88,6 +88,7 @@ from .tools.capabilities import ToolCapabilities as ToolCapabilities
 from .tools.capabilities import ToolOptions as ToolOptions
 
 if _typing.TYPE_CHECKING:
+    from .gateway import serve as serve
     from .jobs.batch import BatchInterrupt as BatchInterrupt
     from .jobs.batch import BatchProgress as BatchProgress
     from .jobs.batch import BatchSummary as BatchSummary
@@ -99,6 +100,7 @@ _LAZY = {
     "BatchProgress": "sluice.jobs.batch",
     "BatchSummary": "sluice.jobs.batch",
     "run_batch": "sluice.jobs.batch",
+    "serve": "sluice.gateway",
 }
 
 
@@ -198,4 +200,5 @@ __all__ = [
     "load_config",
     "open_runtime",
     "run_batch",
+    "serve",
 ]

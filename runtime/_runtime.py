@@ -136,6 +136,14 @@ class CallStream:
             self.error = last.error
         return batch
 
+    async def next_events(self) -> EventBatch | None:
+        """The next events that arrived together (what one or more network reads decoded);
+        None once the call has ended (``result`` or ``error`` is then set).
+
+        For relays that write one message per burst (the gateway); do not mix with iteration.
+        """
+        return await self._next_batch()
+
     async def wait(self) -> ChatResult:
         """Skip the remaining events and return the result.
 

@@ -13,7 +13,9 @@ from .keys import keys_app
 from .ledger import ledger
 from .loadtest import loadtest_app
 from .providers import providers_app
+from .serve import serve
 from .sim import sim
+from .vkeys import issue, issued, revoke
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,6 +36,10 @@ app.command(batch)
 app.command(sim)
 app.command(providers_app)
 app.command(keys_app)
+keys_app.command(issue)
+keys_app.command(revoke)
+keys_app.command(issued)
+app.command(serve)
 app.command(ledger)
 app.command(loadtest_app)
 

@@ -168,6 +168,23 @@ class BudgetBook:
             self._all.append(account)
         self._holds: set[BudgetHold] = set()
 
+    def add(self, budget: Budget, *, spent_micros: int = 0, spent_tokens: int = 0) -> None:
+        """Open one more account, already charged ``spent_*`` (what the ledger holds for it).
+
+        For budgets that appear while the runtime runs (a gateway's virtual key issued over
+        its admin API, or loaded at start with what earlier runs spent). Synchronous, so the
+        RateLimiter never sees a half-added account; calls already admitted are not charged
+        to it.
+        """
+        account = _Account(budget, spent_micros=spent_micros, spent_tokens=spent_tokens)
+        if budget.scope == "tag":
+            if budget.tag is None:
+                raise ValueError("a tag budget needs its tag")
+            self._tags.setdefault(budget.tag, []).append(account)
+        else:
+            self._global.append(account)
+        self._all.append(account)
+
     def accounts_for(self, claim: BudgetClaim) -> tuple[_Account, ...]:
         tagged = self._tags.get(claim.tag, ()) if claim.tag is not None else ()
         return (*self._global, *tagged)
