@@ -310,6 +310,10 @@ class _Connection:
             return None
         assert isinstance(event, h11.Request), event
         headers = list(event.headers)
+        # h11 only bounds a head that arrives in pieces; one that came whole is measured here.
+        head_size = len(event.target) + sum(len(n) + len(v) + 4 for n, v in headers)
+        if head_size > self.limits.max_header_bytes:
+            raise _Rejected(431, f"request head over {self.limits.max_header_bytes} bytes")
         length = _content_length(headers)
         if length is not None and length > self.limits.max_body_bytes:
             raise _Rejected(413, f"request body over {self.limits.max_body_bytes} bytes")

@@ -1,0 +1,204 @@
+"""The gateway's HTTP server: a client that disconnects mid-stream cancels the upstream call,
+slow clients are cut off, limits hold, keep-alive and drain behave. Virtual time over memory
+streams, except the idle-connections test, which needs real sockets."""
+
+import resource
+import socket
+
+import httpx
+import orjson
+import pytest
+import trio
+
+import sluice
+from sluice.gateway import ServerLimits
+from sluice.simulator import SimulatorConfig
+
+from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
+from .helpers import virtual_deadline
+
+PACED = SimulatorConfig(tokens_per_second=100, output_tokens=1000)
+"""A 10-second stream, one token every 10 ms."""
+
+
+def _request(path: str, body: dict, *extra: bytes) -> bytes:
+    data = orjson.dumps(body)
+    head = b"POST %s HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n" % path.encode()
+    head += b"".join(extra)
+    return head + b"content-length: %d\r\n\r\n" % len(data) + data
+
+
+async def _read_until(stream, marker: bytes) -> bytes:
+    seen = b""
+    while marker not in seen:
+        piece = await stream.receive_some(65536)
+        assert piece, seen
+        seen += piece
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "extra"),
+    [
+        ("/v1/chat/completions", chat_body(stream=True), ()),
+        ("/v1/messages", messages_body(stream=True, max_tokens=2000), ANTHROPIC),
+    ],
+)
+@virtual_deadline(60)
+async def test_disconnect_mid_stream_cancels_upstream_within_100ms(
+    autojump_clock, path, body, extra
+):
+    async with gateway_harness(sim=PACED, config={"ledger": {"persist": False}}) as gw:
+        gw.gateway.settings = sluice.gateway.GatewaySettings(require_key=False)
+        client = gw.connect()
+        headers = [b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in extra]
+        await client.send_all(_request(path, body, *headers))
+        await _read_until(client, b"delta")
+        await trio.sleep(0.5)  # well into the stream
+        assert gw.sim_closed == []
+        left_at = trio.current_time()
+        await client.aclose()
+        with trio.fail_after(1):
+            await gw.sim_closed_event.wait()
+        assert gw.sim_closed[0] - left_at <= 0.1
+        await trio.sleep(0.1)
+        assert (await gw.gateway.rt.statistics()).calls_in_flight == 0
+        assert gw.server.active == 0
+
+
+@virtual_deadline(60)
+async def test_headers_one_byte_per_second_are_cut_off_at_the_header_timeout(autojump_clock):
+    limits = ServerLimits(header_timeout=10.0)
+    async with gateway_harness(limits=limits) as gw:
+        client = gw.connect()
+        started = trio.current_time()
+        reply = b""
+
+        async def trickle():
+            for byte in b"GET /health HTTP/1.1\r\nhost: gw\r\nx-padding: " + b"a" * 100:
+                try:
+                    await client.send_all(bytes([byte]))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                await trio.sleep(1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trickle)
+            while piece := await client.receive_some(65536):
+                reply += piece
+            ended = trio.current_time()
+            nursery.cancel_scope.cancel()
+        assert ended - started == pytest.approx(10.0)
+        assert reply.startswith(b"HTTP/1.1 408 ") and b"connection: close" in reply
+
+
+@virtual_deadline(60)
+async def test_slow_body_is_cut_off_at_the_body_timeout(autojump_clock):
+    limits = ServerLimits(body_timeout=5.0)
+    async with gateway_harness(limits=limits) as gw:
+        client = gw.connect()
+        await client.send_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 100\r\n\r\n{"
+        )
+        started = trio.current_time()
+        reply = await _read_until(client, b"\r\n\r\n")
+        assert trio.current_time() - started == pytest.approx(5.0)
+        assert reply.startswith(b"HTTP/1.1 408 ")
+
+
+@virtual_deadline(60)
+async def test_idle_keep_alive_connections_close_after_the_keepalive_timeout(autojump_clock):
+    limits = ServerLimits(keepalive_timeout=30.0)
+    async with gateway_harness(limits=limits) as gw:
+        client = gw.connect()
+        await client.send_all(b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n")
+        await _read_until(client, b'{"status":"ok"}')
+        answered = trio.current_time()
+        assert await client.receive_some(100) == b""
+        assert trio.current_time() - answered == pytest.approx(30.0)
+
+
+@virtual_deadline(60)
+async def test_size_limits(autojump_clock):
+    limits = ServerLimits(max_body_bytes=1000, max_header_bytes=2048)
+    async with gateway_harness(limits=limits) as gw:
+        client = gw.connect()
+        await client.send_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 5000\r\n\r\n"
+        )
+        reply = await _read_until(client, b"\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 413 ")
+        client = gw.connect()
+        await client.send_all(
+            b"GET /health HTTP/1.1\r\nhost: gw\r\nx-big: " + b"a" * 4000 + b"\r\n\r\n"
+        )
+        reply = await _read_until(client, b"\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 431 ")
+
+
+@virtual_deadline(60)
+async def test_connection_cap_and_requests_per_connection(autojump_clock):
+    limits = ServerLimits(max_connections=2, max_requests_per_connection=2)
+    async with gateway_harness(limits=limits) as gw:
+        first, second = gw.connect(), gw.connect()
+        await trio.sleep(0.01)
+        third = gw.connect()
+        reply = await _read_until(third, b"\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 503 ")
+        ping = b"GET /health HTTP/1.1\r\nhost: gw\r\n\r\n"
+        await first.send_all(ping + ping)  # pipelined
+        replies = b""
+        while piece := await first.receive_some(65536):
+            replies += piece
+        assert replies.count(b"HTTP/1.1 200 ") == 2 and replies.count(b"connection: close") == 1
+        await second.aclose()
+
+
+@virtual_deadline(60)
+async def test_drain_closes_idle_connections_and_finishes_streams(autojump_clock):
+    async with gateway_harness(sim=SimulatorConfig(tokens_per_second=100, output_tokens=100)) as gw:
+        gw.gateway.settings = sluice.gateway.GatewaySettings(require_key=False)
+        idle = gw.connect()
+        busy = gw.connect()
+        await busy.send_all(_request("/v1/chat/completions", chat_body(stream=True)))
+        await _read_until(busy, b"delta")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gw.server.drain)
+            assert await idle.receive_some(100) == b""
+            rest = b""
+            while piece := await busy.receive_some(65536):
+                rest += piece
+        assert rest.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+        late = gw.connect()
+        assert (await _read_until(late, b"\r\n\r\n")).startswith(b"HTTP/1.1 503 ")
+
+
+async def test_two_thousand_idle_connections_do_not_stop_new_requests():
+    needed = 4500  # both ends of every connection live in this process
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        assert hard >= needed, f"the test needs {needed} file descriptors; the hard limit is {hard}"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    config = sluice.load_config({"ledger": {"persist": False}})
+    settings = sluice.gateway.GatewaySettings(require_key=False)
+    idle: list[socket.socket] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(
+                lambda task_status: sluice.serve(
+                    config, port=0, settings=settings, task_status=task_status
+                )
+            )
+            for _ in range(2000):
+                sock = socket.create_connection(("127.0.0.1", port))
+                idle.append(sock)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                with trio.fail_after(10):
+                    reply = await client.post("/v1/chat/completions", json=chat_body())
+            assert reply.status_code == 200
+            assert reply.json()["choices"][0]["message"]["content"]
+            nursery.cancel_scope.cancel()
+    finally:
+        for sock in idle:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

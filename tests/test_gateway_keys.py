@@ -1,0 +1,212 @@
+"""Virtual keys at the gateway, in virtual time: per-key rate limits with 429 + Retry-After,
+revocation (in memory and through the key file), budgets, allowed models, ledger tags."""
+
+import orjson
+import pytest
+import trio
+
+from sluice.gateway import GatewaySettings, KeyRing, issue_key, revoke_key
+from sluice.gateway.vkeys import hash_token, load_keys, save_keys
+
+from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
+from .helpers import virtual_deadline
+
+
+def _ring(**specs):
+    keys, tokens = {}, {}
+    for name, limits in specs.items():
+        key, token = issue_key(keys, name, now=0.0, **limits)
+        keys[name] = key
+        tokens[name] = token
+    return KeyRing(None, keys), tokens
+
+
+@virtual_deadline(300)
+async def test_sixty_first_call_in_a_minute_gets_429_with_retry_after(autojump_clock):
+    ring, tokens = _ring(alice={"rpm": 60}, bob={"rpm": 60})
+    async with gateway_harness(keys=ring) as gw:
+        for _ in range(60):
+            status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=tokens["alice"])
+            assert status == 200
+        status, headers, body = await gw.call(
+            "/v1/chat/completions", chat_body(), token=tokens["alice"]
+        )
+        assert status == 429
+        assert headers["retry-after"] == "60"
+        error = orjson.loads(body)["error"]
+        assert error["code"] == "rate_limit_exceeded" and "alice" in error["message"]
+        # The same refusal in the Anthropic format for an Anthropic client.
+        status, headers, body = await gw.call(
+            "/v1/messages", messages_body(), token=tokens["alice"], headers=ANTHROPIC
+        )
+        assert status == 429 and headers["retry-after"] == "60"
+        assert orjson.loads(body)["error"]["type"] == "rate_limit_error"
+        # Another key is not affected.
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=tokens["bob"])
+        assert status == 200
+        # A minute after the first calls, alice may call again.
+        await trio.sleep(60)
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=tokens["alice"])
+        assert status == 200
+        assert gw.sim.chat_requests_seen == 62
+
+
+@virtual_deadline(60)
+async def test_tokens_per_minute_counts_real_usage(autojump_clock):
+    # Each call reserves its prompt estimate + max_tokens (50), then settles with the real
+    # usage (24 output tokens from the simulator), so more calls fit than the reservation says.
+    ring, tokens = _ring(carol={"tpm": 200})
+    async with gateway_harness(keys=ring) as gw:
+        statuses = []
+        for _ in range(12):
+            status, _, _ = await gw.call(
+                "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["carol"]
+            )
+            statuses.append(status)
+        assert statuses[:6] == [200] * 6 and 429 in statuses
+        status, _, body = await gw.call(
+            "/v1/chat/completions", chat_body(max_tokens=500), token=tokens["carol"]
+        )
+        assert (
+            status == 429
+            and "more than key 'carol' may use" in orjson.loads(body)["error"]["message"]
+        )
+
+
+@virtual_deadline(60)
+async def test_missing_invalid_and_revoked_keys_get_401(autojump_clock):
+    ring, tokens = _ring(dave={})
+    async with gateway_harness(keys=ring) as gw:
+        status, _, body = await gw.call("/v1/chat/completions", chat_body())
+        assert status == 401 and orjson.loads(body)["error"]["code"] == "invalid_api_key"
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token="sk-sluice-nope")
+        assert status == 401
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=tokens["dave"])
+        assert status == 200
+        ring.put(revoke_key(ring.by_name, "dave"))
+        status, _, body = await gw.call("/v1/chat/completions", chat_body(), token=tokens["dave"])
+        assert status == 401
+        status, _, body = await gw.call(
+            "/v1/messages", messages_body(), token=tokens["dave"], headers=ANTHROPIC
+        )
+        assert status == 401
+        assert orjson.loads(body) == {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid or revoked API key"},
+        }
+        assert gw.sim.chat_requests_seen == 1
+
+
+@virtual_deadline(60)
+async def test_a_key_revoked_in_the_file_is_refused_by_the_running_gateway(
+    autojump_clock, tmp_path
+):
+    path = tmp_path / "keys.json"
+    key, token = issue_key({}, "erin", now=0.0)
+    save_keys(path, [key])
+    async with gateway_harness(keys=KeyRing(path)) as gw:
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=token)
+        assert status == 200
+        keys = load_keys(path)
+        save_keys(path, [revoke_key(keys, "erin")])
+        await trio.sleep(1.0)  # the ring looks at the file once a second
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=token)
+        assert status == 401
+
+
+@virtual_deadline(60)
+async def test_a_spent_budget_fails_in_the_clients_format(autojump_clock):
+    # sim models cost $1/M input and $4/M output tokens: a call of 24 output tokens and at
+    # most 50 costs 0.0001 to 0.0002 dollars; 0.001 dollars lasts a handful of calls.
+    ring, tokens = _ring(frank={"budget_usd": 0.001}, grace={})
+    async with gateway_harness(keys=ring) as gw:
+        calls = 0
+        while True:
+            status, headers, body = await gw.call(
+                "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["frank"]
+            )
+            if status != 200:
+                break
+            calls += 1
+            assert calls < 20
+        assert calls >= 3
+        assert status == 429 and headers["x-should-retry"] == "false"
+        error = orjson.loads(body)["error"]
+        assert error["type"] == "insufficient_quota" and "tag 'frank' budget" in error["message"]
+        status, headers, body = await gw.call(
+            "/v1/messages", messages_body(max_tokens=50), token=tokens["frank"], headers=ANTHROPIC
+        )
+        assert status == 400 and headers["x-should-retry"] == "false"
+        assert orjson.loads(body)["error"]["type"] == "invalid_request_error"
+        status, _, _ = await gw.call(
+            "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["grace"]
+        )
+        assert status == 200
+        rows = await gw.gateway.rt.ledger.snapshot(by=("tag",))
+        by_tag = {row.tag: row for row in rows}
+        assert by_tag["frank"].totals.calls == calls + 2  # the two refused calls count too
+        assert by_tag["grace"].totals.calls == 1
+
+
+@virtual_deadline(60)
+async def test_allowed_models_and_model_list(autojump_clock):
+    ring, tokens = _ring(heidi={"models": ["sim:sim-small"]})
+    settings = GatewaySettings(aliases={"small": "sim:sim-small", "other": "sim:other"})
+    async with gateway_harness(keys=ring, settings=settings) as gw:
+        status, _, _ = await gw.call(
+            "/v1/chat/completions", chat_body("small"), token=tokens["heidi"]
+        )
+        assert status == 200
+        status, _, body = await gw.call(
+            "/v1/chat/completions", chat_body("sim:other"), token=tokens["heidi"]
+        )
+        assert status == 403 and orjson.loads(body)["error"]["code"] == "model_not_allowed"
+        status, _, body = await gw.call("/v1/models", None, token=tokens["heidi"], method="GET")
+        assert status == 200
+        assert [m["id"] for m in orjson.loads(body)["data"]] == ["sim:sim-small", "small"]
+        status, _, body = await gw.call(
+            "/v1/chat/completions", chat_body("bare"), token=tokens["heidi"]
+        )
+        assert status == 400 and "names no provider" in orjson.loads(body)["error"]["message"]
+
+
+@virtual_deadline(60)
+async def test_admin_api_only_with_the_admin_token(autojump_clock):
+    admin = "admin-secret-token"
+    settings = GatewaySettings(admin_token_hash=hash_token(admin))
+    async with gateway_harness(keys=KeyRing(None), settings=settings) as gw:
+        status, _, _ = await gw.call("/admin/keys", {"name": "ivan"}, token="wrong")
+        assert status == 401
+        status, _, body = await gw.call("/admin/keys", {"name": "ivan", "rpm": 5}, token=admin)
+        assert status == 200
+        issued = orjson.loads(body)
+        assert issued["rpm"] == 5 and issued["key"].startswith("sk-sluice-")
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=issued["key"])
+        assert status == 200
+        status, _, body = await gw.call("/admin/keys", None, token=admin, method="GET")
+        assert [k["name"] for k in orjson.loads(body)["keys"]] == ["ivan"]
+        assert "token_hash" not in body.decode() and issued["key"] not in body.decode()
+        status, _, _ = await gw.call("/admin/keys/ivan", None, token=admin, method="DELETE")
+        assert status == 200
+        status, _, _ = await gw.call("/v1/chat/completions", chat_body(), token=issued["key"])
+        assert status == 401
+    # Without an admin token configured, the admin routes do not exist.
+    async with gateway_harness(keys=KeyRing(None)) as gw:
+        status, _, _ = await gw.call("/admin/keys", None, token=admin, method="GET")
+        assert status == 404
+
+
+def test_issue_refuses_bad_names_and_live_duplicates():
+    from sluice.errors import ConfigError
+
+    key, token = issue_key({}, "judy", now=1.0)
+    assert token.startswith("sk-sluice-") and key.token_hash == hash_token(token)
+    assert token not in repr(key)
+    with pytest.raises(ConfigError, match="exists"):
+        issue_key({"judy": key}, "judy", now=2.0)
+    again, _ = issue_key({"judy": revoke_key({"judy": key}, "judy")}, "judy", now=3.0)
+    assert not again.revoked
+    with pytest.raises(ConfigError, match="not a key name"):
+        issue_key({}, "bad name", now=0.0)
+    with pytest.raises(ConfigError, match="provider:model"):
+        issue_key({}, "ok", models=["gpt-4o"], now=0.0)
