@@ -16,6 +16,7 @@ Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models``
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -94,6 +95,8 @@ class Gateway:
         self._protocols: dict[str, str] = {}
         self._budgeted: set[str] = set()
         self.draining = False
+        self._pid = os.getpid()
+        """Tells workers apart in ``/health``."""
 
     # ---- dispatch -----------------------------------------------------------------------
 
@@ -109,7 +112,8 @@ class Gateway:
             await self._models(request, respond)
         elif path == b"/health" and method in (b"GET", b"HEAD"):
             status = 503 if self.draining else 200
-            body = b'{"status":"draining"}' if self.draining else b'{"status":"ok"}'
+            state = b"draining" if self.draining else b"ok"
+            body = b'{"status":"%s","pid":%d}' % (state, self._pid)
             await respond.send(status, [_JSON], body)
         elif path == b"/metrics" and method == b"GET" and self.metrics is not None:
             await respond.send(
