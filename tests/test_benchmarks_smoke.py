@@ -236,3 +236,17 @@ def test_loadtest_client_benchmark_steps_the_rate_up() -> None:
     for step in report["steps"]:
         assert step["sent"] > 0 and step["failed"] == 0 and step["good"] is True
         assert step["lag_p99_ms"] >= step["lag_p50_ms"] >= 0
+
+
+def test_gateway_benchmark_reports_added_latency_against_the_simulator() -> None:
+    report = _run_benchmark(
+        "benchmarks.gateway",
+        *("--sim", "--rates", "20", "--duration", "1", "--warmup", "0.2", "--workers", "1"),
+        timeout=120,
+    )
+    assert report["upstream"] == "sluice sim"
+    direct, gateway = report["targets"]["direct"]["20"], report["targets"]["sluice-w1"]["20"]
+    assert direct["errors"] == 0 and gateway["errors"] == 0
+    assert direct["requests"] == gateway["requests"] == 20
+    assert gateway["added_p50_ms"] == gateway["p50_ms"] - direct["p50_ms"]
+    assert gateway["cpu_ms_per_request"] > 0
