@@ -11,12 +11,13 @@ import pytest
 import trio
 
 import sluice
-from sluice.gateway import ServerLimits
+from sluice.gateway import GatewaySettings, ServerLimits
 from sluice.simulator import SimulatorConfig
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
 from .helpers import virtual_deadline
 
+OPEN = GatewaySettings(require_key=False)
 PACED = SimulatorConfig(tokens_per_second=100, output_tokens=1000)
 """A 10-second stream, one token every 10 ms."""
 
@@ -48,8 +49,9 @@ async def _read_until(stream, marker: bytes) -> bytes:
 async def test_disconnect_mid_stream_cancels_upstream_within_100ms(
     autojump_clock, path, body, extra
 ):
-    async with gateway_harness(sim=PACED, config={"ledger": {"persist": False}}) as gw:
-        gw.gateway.settings = sluice.gateway.GatewaySettings(require_key=False)
+    async with gateway_harness(
+        sim=PACED, config={"ledger": {"persist": False}}, settings=OPEN
+    ) as gw:
         client = gw.connect()
         headers = [b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in extra]
         await client.send_all(_request(path, body, *headers))
@@ -156,8 +158,9 @@ async def test_connection_cap_and_requests_per_connection(autojump_clock):
 
 @virtual_deadline(60)
 async def test_drain_closes_idle_connections_and_finishes_streams(autojump_clock):
-    async with gateway_harness(sim=SimulatorConfig(tokens_per_second=100, output_tokens=100)) as gw:
-        gw.gateway.settings = sluice.gateway.GatewaySettings(require_key=False)
+    async with gateway_harness(
+        sim=SimulatorConfig(tokens_per_second=100, output_tokens=100), settings=OPEN
+    ) as gw:
         idle = gw.connect()
         busy = gw.connect()
         await busy.send_all(_request("/v1/chat/completions", chat_body(stream=True)))
@@ -180,13 +183,12 @@ async def test_two_thousand_idle_connections_do_not_stop_new_requests():
         assert hard >= needed, f"the test needs {needed} file descriptors; the hard limit is {hard}"
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     config = sluice.load_config({"ledger": {"persist": False}})
-    settings = sluice.gateway.GatewaySettings(require_key=False)
     idle: list[socket.socket] = []
     try:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(
                 lambda task_status: sluice.serve(
-                    config, port=0, settings=settings, task_status=task_status
+                    config, port=0, settings=OPEN, task_status=task_status
                 )
             )
             for _ in range(2000):
@@ -202,3 +204,44 @@ async def test_two_thousand_idle_connections_do_not_stop_new_requests():
         for sock in idle:
             sock.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "extra", "marker"),
+    [
+        ("/v1/chat/completions", chat_body(stream=True), (), b'data: {"error":'),
+        (
+            "/v1/messages",
+            messages_body(stream=True),
+            (b"anthropic-version: 2023-06-01\r\n",),
+            b"event: error\ndata: ",
+        ),
+    ],
+)
+@virtual_deadline(60)
+async def test_a_stream_that_breaks_after_output_ends_with_an_error_event(
+    autojump_clock, path, body, extra, marker
+):
+    # The simulator cuts every stream after 3 events: output has reached the client, so the
+    # call is not retried (a retry could not take back what was sent) and the stream ends
+    # with an error event in the client's format.
+    sim = SimulatorConfig(rate_disconnect=1.0, disconnect_after=3, tokens_per_second=100)
+    async with gateway_harness(sim=sim, settings=OPEN) as gw:
+        client = gw.connect()
+        await client.send_all(_request(path, body, *extra))
+        reply = await _read_until(client, b"0\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 200 ")
+        assert b"delta" in reply and marker in reply
+        assert gw.sim.chat_requests_seen == 1
+
+
+@virtual_deadline(60)
+async def test_a_call_that_fails_before_output_gets_an_error_status(autojump_clock):
+    sim = SimulatorConfig(script=("500",) * 10)
+    config = {"ledger": {"persist": False}, "retry": {"max_attempts": 2, "base_delay": 0}}
+    async with gateway_harness(sim=sim, config=config, settings=OPEN) as gw:
+        status, _, body = await gw.call("/v1/chat/completions", chat_body(stream=True))
+        assert status == 502 and orjson.loads(body)["error"]["type"] == "server_error"
+        status, _, body = await gw.call("/v1/messages", messages_body(), headers=ANTHROPIC)
+        assert status == 502 and orjson.loads(body)["error"]["type"] == "api_error"
+        assert gw.sim.chat_requests_seen == 4

@@ -27,7 +27,7 @@ import orjson
 import trio
 
 from ..errors import ConfigError, SluiceError
-from ..events import ReasoningDelta, TextDelta, ToolCallDelta
+from ..events import Completed, Failed, ReasoningDelta, TextDelta, ToolCallDelta
 from ..jobs.openai_format import parse_chat_body
 from ..limits.cost import Cost, estimate_cost
 from ..limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
@@ -51,7 +51,7 @@ _SSE = [
     (b"cache-control", b"no-cache"),
 ]
 _KEY_PERIOD = 60.0
-_NO_RESULT = object()
+_ENDS = (Completed, Failed)
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -377,24 +377,28 @@ class Gateway:
         else:
             encoder = anthropic_wire.AnthropicEvents(f"msg_{self._next_id()}", shown)
             opening = encoder.start()
+        # Output waits in ``pending`` until its batch is written; the batch that ends the
+        # call goes out with the finish (one write, not two).
+        pending = [opening]
         started = False
         try:
             async with self.rt.stream(request) as call:
                 while (batch := await call.next_events()) is not None:
-                    out = [opening] if not started else []
                     for event in batch:
                         kind = type(event)
                         if kind is TextDelta:
-                            out.append(encoder.text(event.text))  # type: ignore[union-attr]
+                            pending.append(encoder.text(event.text))  # type: ignore[union-attr]
                         elif kind is ToolCallDelta:
-                            out.append(encoder.tool_call(event))  # type: ignore[arg-type]
+                            pending.append(encoder.tool_call(event))  # type: ignore[arg-type]
                         elif kind is ReasoningDelta:
-                            out.append(encoder.reasoning(event.text))  # type: ignore[union-attr]
-                    if len(out) > (0 if started else 1):
-                        if not started:
-                            respond.start(200, _SSE)
-                            started = True
-                        await respond.write(b"".join(out))
+                            pending.append(encoder.reasoning(event.text))  # type: ignore[union-attr]
+                    if type(batch[-1]) in _ENDS or len(pending) == (0 if started else 1):
+                        continue
+                    if not started:
+                        respond.start(200, _SSE)
+                        started = True
+                    await respond.write(b"".join(pending))
+                    pending = []
         except SluiceError as exc:  # the request was refused before it was sent
             await respond.send(*call_error_response(wire, exc))
             return None
@@ -402,15 +406,15 @@ class Gateway:
         if result is not None:
             if not started:
                 respond.start(200, _SSE)
-                await respond.finish(opening + encoder.finish(result))
-            else:
-                await respond.finish(encoder.finish(result))
+            await respond.finish(b"".join(pending) + encoder.finish(result))
             return result
         assert error is not None
-        if not started:
+        if not started and len(pending) == 1:  # no output at all: a plain error response
             await respond.send(*call_error_response(wire, error))
-        else:
-            await respond.finish(encoder.error(call_error_response(wire, error)[2]))
+            return None
+        if not started:
+            respond.start(200, _SSE)
+        await respond.finish(b"".join(pending) + encoder.error(call_error_response(wire, error)[2]))
         return None
 
     # ---- models and admin -----------------------------------------------------------------
