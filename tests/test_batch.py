@@ -171,7 +171,9 @@ async def test_no_stream_sends_plain_requests_and_writes_the_same_lines(tmp_path
         out = tmp_path / f"out-{stream}.jsonl"
         seen.clear()
         with trio.fail_after(GUARD):
-            async with open_runtime(RuntimeConfig(), transport=httpx.MockTransport(handler)) as rt:
+            async with open_runtime(
+                RuntimeConfig(), transport=httpx.MockTransport(handler)
+            ) as rt:
                 summary = await run_batch(source, out, runtime=rt, stream=stream)
         assert seen == [stream, stream]
         assert (summary.ok, summary.failed) == (2, 0)

@@ -148,7 +148,9 @@ def test_the_key_is_the_same_in_every_process():
         for seed in ("1", "2", "3")
     }
     caps = CapabilityOverride(tool_choice=["auto", "none", "required", "specific"])
-    here = ChatRequest(model="sim:x", messages="hi", tool_options=ToolOptions(capabilities=caps))
+    here = ChatRequest(
+        model="sim:x", messages="hi", tool_options=ToolOptions(capabilities=caps)
+    )
     assert keys == {request_key(here)}
 
 
