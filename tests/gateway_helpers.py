@@ -85,6 +85,7 @@ async def gateway_harness(
     settings: GatewaySettings | None = None,
     limits: ServerLimits | None = None,
     config: dict[str, Any] | None = None,
+    **runtime_options: Any,
 ) -> AsyncIterator[Harness]:
     app = SimulatorApp(sim or SimulatorConfig())
     async with trio.open_nursery() as nursery:
@@ -109,6 +110,7 @@ async def gateway_harness(
             settings=settings,
             transport=transport,
             catch_bugs=False,
+            **runtime_options,
         ) as gateway:
             server = Server(gateway.handle, limits)
             harness = Harness(gateway, server, app, nursery)

@@ -7,6 +7,7 @@ import trio
 
 from sluice.gateway import GatewaySettings, KeyRing, issue_key, revoke_key
 from sluice.gateway.vkeys import hash_token, load_keys, save_keys
+from sluice.ledger.store import MemoryLedgerStore
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
 from .helpers import virtual_deadline
@@ -210,3 +211,29 @@ def test_issue_refuses_bad_names_and_live_duplicates():
         issue_key({}, "bad name", now=0.0)
     with pytest.raises(ConfigError, match="provider:model"):
         issue_key({}, "ok", models=["gpt-4o"], now=0.0)
+
+
+@virtual_deadline(60)
+async def test_a_keys_budget_counts_what_the_ledger_holds_from_earlier_runs(autojump_clock):
+    store = MemoryLedgerStore()
+    ring, tokens = _ring(kim={"budget_usd": 0.001}, lee={"budget_usd": 0.001})
+    async with gateway_harness(keys=ring, ledger_store=store) as gw:
+        spent = 0
+        while True:
+            status, _, _ = await gw.call(
+                "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["kim"]
+            )
+            if status != 200:
+                break
+            spent += 1
+        assert status == 429 and spent >= 3
+    # A restarted gateway on the same ledger: kim's budget is still spent, lee's is whole.
+    async with gateway_harness(keys=ring, ledger_store=store) as gw:
+        status, _, _ = await gw.call(
+            "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["kim"]
+        )
+        assert status == 429
+        status, _, _ = await gw.call(
+            "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["lee"]
+        )
+        assert status == 200
