@@ -193,6 +193,8 @@ def litellm_proxy(litellm: str, upstream: str, workers: int, scratch: Path, port
         "      api_key: sk-mock\n"
         "litellm_settings:\n"
         "  telemetry: false\n"
+        "general_settings:\n"
+        "  master_key: sk-bench-0123456789abcdef0123456789abcdef\n"
     )
     argv = [litellm, "--config", str(config), "--port", str(port), "--num_workers", str(workers)]
     log = open(scratch / f"litellm-{workers}.log", "w")  # noqa: SIM115 (closed below)
@@ -211,7 +213,9 @@ def litellm_proxy(litellm: str, upstream: str, workers: int, scratch: Path, port
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"litellm did not start; see {log.name}")
+                log.flush()
+                tail = Path(log.name).read_text()[-500:]
+                raise RuntimeError(f"litellm did not start: {tail}")
             time.sleep(0.5)
         yield proc.pid, port, "/v1/chat/completions", "mock"
     finally:
@@ -244,7 +248,8 @@ def sim_upstream():
 def measure(
     pid: int | None, host: str, port: int, path: str, model: str, rates: list[float], args: Any
 ) -> dict[str, Any]:
-    request = request_bytes(host, port, path, model, {"authorization": "Bearer sk-bench"})
+    token = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's master key; others ignore it
+    request = request_bytes(host, port, path, model, {"authorization": f"Bearer {token}"})
     out: dict[str, Any] = {}
     for rate in rates:
         trio.run(one_phase, host, port, request, rate, min(args.warmup, args.duration))
