@@ -245,3 +245,26 @@ async def test_a_call_that_fails_before_output_gets_an_error_status(autojump_clo
         status, _, body = await gw.call("/v1/messages", messages_body(), headers=ANTHROPIC)
         assert status == 502 and orjson.loads(body)["error"]["type"] == "api_error"
         assert gw.sim.chat_requests_seen == 4
+
+
+@virtual_deadline(60)
+async def test_chunked_bodies_and_expect_continue_are_read_by_h11(autojump_clock):
+    async with gateway_harness(settings=OPEN) as gw:
+        client = gw.connect()
+        data = orjson.dumps(chat_body())
+        await client.send_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ntransfer-encoding: chunked\r\n\r\n"
+            + b"%x\r\n%s\r\n" % (10, data[:10])
+            + b"%x\r\n%s\r\n0\r\n\r\n" % (len(data) - 10, data[10:])
+        )
+        reply = await _read_until(client, b'"finish_reason":"stop"')
+        assert reply.startswith(b"HTTP/1.1 200 ")
+        # The same connection goes on with a content-length request and 100-continue.
+        await client.send_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nexpect: 100-continue\r\n"
+            b"content-length: %d\r\n\r\n" % len(data)
+        )
+        assert (await _read_until(client, b"\r\n\r\n")).startswith(b"HTTP/1.1 100 Continue")
+        await client.send_all(data)
+        reply = await _read_until(client, b'"finish_reason":"stop"')
+        assert b"HTTP/1.1 200 " in reply

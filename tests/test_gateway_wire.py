@@ -17,6 +17,7 @@ from sluice.events import ToolCallDelta
 from sluice.gateway.anthropic_wire import AnthropicEvents, parse_messages_body, render_message
 from sluice.gateway.errors import call_error_response
 from sluice.gateway.openai_wire import OpenAIChunks
+from sluice.gateway.request_head import HeadError, parse_head
 from sluice.messages import (
     ChatResult,
     ImagePart,
@@ -234,3 +235,44 @@ async def test_metrics_is_a_pluggable_route(autojump_clock):
         status, headers, body = await gw.call("/metrics", None, method="GET")
         assert status == 200 and body == b"sluice_calls_total 3\n"
         assert headers["content-type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nhost : a", 400),  # whitespace before the colon
+        (b"GET / HTTP/1.1\r\nhost: a\r\n folded", 400),  # obsolete line folding
+        (b"GET / HTTP/1.1\r\nhost: a\x00", 400),
+        (b"GET / HTTP/1.1\r\nhost: a\nx: b", 400),  # a bare LF
+        (b"GET / HTTP/1.1", 400),  # no host
+        (b"GET / HTTP/2.0\r\nhost: a", 505),
+        (b"GET  / HTTP/1.1\r\nhost: a", 400),
+        (b"GET / HTTP/1.1\r\nhost: a\r\ncontent-length: 1\r\ncontent-length: 2", 400),
+        (b"GET / HTTP/1.1\r\nhost: a\r\ncontent-length: -1", 400),
+    ],
+)
+def test_malformed_heads_are_refused(head, status):
+    with pytest.raises(HeadError) as caught:
+        parse_head(head)
+    assert caught.value.status == status
+
+
+def test_heads_parse_like_h11():
+    head = parse_head(
+        b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: gw\r\nX-Api-Key:  k \t\r\n"
+        b"content-length: 12\r\ncontent-length: 12"
+    )
+    assert (head.method, head.target, head.http_version) == (
+        b"POST",
+        b"/v1/messages?beta=true",
+        b"1.1",
+    )
+    assert head.headers == [
+        (b"host", b"gw"),
+        (b"x-api-key", b"k"),
+        (b"content-length", b"12"),
+        (b"content-length", b"12"),
+    ]
+    assert head.content_length == 12 and not head.needs_h11
+    assert parse_head(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked").needs_h11
+    assert parse_head(b"GET / HTTP/1.0").http_version == b"1.0"

@@ -27,6 +27,7 @@ import trio
 from attrs.validators import ge, gt
 
 from ..record import Record
+from .request_head import HeadError, parse_head
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -241,15 +242,18 @@ def _plain_reject(status: int, message: str) -> tuple[list[tuple[bytes, bytes]],
 
 
 class _Connection:
-    """One connection's request loop."""
+    """One connection's request loop.
+
+    Bytes read from the client collect in ``buffer``; a request is taken from its front (the
+    rest, a pipelined request, stays there). Heads are parsed by :func:`parse_head`; a request
+    with ``transfer-encoding`` or ``expect`` is read by h11 instead.
+    """
 
     def __init__(self, server: Server, stream: trio.abc.Stream) -> None:
         self.server = server
         self.stream = stream
         self.limits = server.limits
-        self.conn = h11.Connection(
-            h11.SERVER, max_incomplete_event_size=server.limits.max_header_bytes
-        )
+        self.buffer = b""
         self.served = 0
         self._gone = False
 
@@ -267,85 +271,113 @@ class _Connection:
                 )
                 if not await self._answer(request[0], keep_alive) or not keep_alive:
                     return
-                leftover, closed = self.conn.trailing_data
-                self.conn = h11.Connection(
-                    h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes
-                )
-                if leftover:
-                    self.conn.receive_data(leftover)
-                if closed:
-                    self.conn.receive_data(b"")
         except _Rejected as exc:
             await self._send_error(exc.status, str(exc))
         except h11.RemoteProtocolError as exc:
-            if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                await self._send_error(exc.error_status_hint, f"malformed request: {exc}")
+            await self._send_error(exc.error_status_hint, f"malformed request: {exc}")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+    async def _receive(self, deadline: float, status: int, message: str) -> bytes:
+        with trio.move_on_at(deadline) as scope:
+            data = await self.stream.receive_some(_RECEIVE_SIZE)
+        if scope.cancelled_caught:
+            raise _Rejected(status, message)
+        return bytes(data)
 
     async def _read_request(self) -> tuple[Request, bool] | None:
         """The next request and whether its client allows keep-alive; None when the client
         closed (or idled out, or the server drains) between requests."""
-        conn = self.conn
-        event: object = conn.next_event()
-        if event is h11.NEED_DATA:
-            # Idle: wait for the first byte, cancellable by a drain.
-            if self.server.draining:
-                return None
-            scope = trio.move_on_after(self.limits.keepalive_timeout)
-            self.server._idle.add(scope)
-            try:
-                with scope:
-                    data = await self.stream.receive_some(_RECEIVE_SIZE)
-            finally:
-                self.server._idle.discard(scope)
-            if scope.cancelled_caught:
-                return None
-            conn.receive_data(bytes(data))
-            event = conn.next_event()
-        head_deadline = trio.current_time() + self.limits.header_timeout
-        while event is h11.NEED_DATA:
-            event = await self._more(head_deadline, 408, "request head took too long")
-        if isinstance(event, h11.ConnectionClosed):
-            return None
-        assert isinstance(event, h11.Request), event
+        limits = self.limits
+        buf = self.buffer
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if not buf:
+                # Idle: wait for the first byte, cancellable by a drain.
+                if self.server.draining:
+                    return None
+                scope = trio.move_on_after(limits.keepalive_timeout)
+                self.server._idle.add(scope)
+                try:
+                    with scope:
+                        buf = bytes(await self.stream.receive_some(_RECEIVE_SIZE))
+                finally:
+                    self.server._idle.discard(scope)
+                if scope.cancelled_caught or not buf:
+                    return None
+            head_deadline = trio.current_time() + limits.header_timeout
+            while (end := buf.find(b"\r\n\r\n")) < 0:
+                if len(buf) > limits.max_header_bytes:
+                    raise _Rejected(431, f"request head over {limits.max_header_bytes} bytes")
+                data = await self._receive(head_deadline, 408, "request head took too long")
+                if not data:
+                    return None
+                buf += data
+        if end > limits.max_header_bytes:
+            raise _Rejected(431, f"request head over {limits.max_header_bytes} bytes")
+        try:
+            head = parse_head(buf[:end])
+        except HeadError as exc:
+            raise _Rejected(exc.status, f"malformed request: {exc}") from None
+        if head.needs_h11:
+            self.buffer = buf
+            return await self._read_with_h11()
+        length = head.content_length
+        if length > limits.max_body_bytes:
+            raise _Rejected(413, f"request body over {limits.max_body_bytes} bytes")
+        start = end + 4
+        stop = start + length
+        if len(buf) < stop:
+            body_deadline = trio.current_time() + limits.body_timeout
+            parts = [buf]
+            have = len(buf)
+            while have < stop:
+                data = await self._receive(body_deadline, 408, "request body took too long")
+                if not data:
+                    return None
+                parts.append(data)
+                have += len(data)
+            buf = b"".join(parts)
+        self.buffer = buf[stop:]
+        keep_alive = head.http_version == b"1.1" and not any(
+            name == b"connection" and b"close" in value.lower() for name, value in head.headers
+        )
+        request = Request(head.method, head.target, head.headers, buf[start:stop])
+        return request, keep_alive
+
+    async def _read_with_h11(self) -> tuple[Request, bool] | None:
+        """Read one request with h11 (chunked bodies, ``100 Continue``)."""
+        limits = self.limits
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
+        conn.receive_data(self.buffer)
+        event = conn.next_event()
+        assert isinstance(event, h11.Request), event  # the whole head is in the buffer
         headers = list(event.headers)
-        # h11 only bounds a head that arrives in pieces; one that came whole is measured here.
-        head_size = len(event.target) + sum(len(n) + len(v) + 4 for n, v in headers)
-        if head_size > self.limits.max_header_bytes:
-            raise _Rejected(431, f"request head over {self.limits.max_header_bytes} bytes")
-        length = _content_length(headers)
-        if length is not None and length > self.limits.max_body_bytes:
-            raise _Rejected(413, f"request body over {self.limits.max_body_bytes} bytes")
         if conn.they_are_waiting_for_100_continue:
             await self.stream.send_all(_CONTINUE)
-        body_deadline = trio.current_time() + self.limits.body_timeout
+        body_deadline = trio.current_time() + limits.body_timeout
         chunks: list[bytes] = []
         size = 0
         while True:
             part: object = conn.next_event()
             while part is h11.NEED_DATA:
-                part = await self._more(body_deadline, 408, "request body took too long")
+                data = await self._receive(body_deadline, 408, "request body took too long")
+                conn.receive_data(data)
+                part = conn.next_event()
             if isinstance(part, h11.EndOfMessage):
                 break
+            if isinstance(part, h11.ConnectionClosed):
+                return None
             assert isinstance(part, h11.Data), part
             size += len(part.data)
-            if size > self.limits.max_body_bytes:
-                raise _Rejected(413, f"request body over {self.limits.max_body_bytes} bytes")
+            if size > limits.max_body_bytes:
+                raise _Rejected(413, f"request body over {limits.max_body_bytes} bytes")
             chunks.append(bytes(part.data))
+        self.buffer = bytes(conn.trailing_data[0])
         keep_alive = event.http_version == b"1.1" and not any(
             name == b"connection" and b"close" in value.lower() for name, value in headers
         )
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return Request(event.method, event.target, headers, body), keep_alive
-
-    async def _more(self, deadline: float, status: int, message: str) -> object:
-        with trio.move_on_at(deadline) as scope:
-            data = await self.stream.receive_some(_RECEIVE_SIZE)
-        if scope.cancelled_caught:
-            raise _Rejected(status, message)
-        self.conn.receive_data(bytes(data))
-        return self.conn.next_event()
+        return Request(event.method, event.target, headers, b"".join(chunks)), keep_alive
 
     async def _answer(self, request: Request, keep_alive: bool) -> bool:
         """Run the handler while watching the client; False when the connection must end."""
@@ -379,7 +411,7 @@ class _Connection:
             # A pipelined request: keep it for the parser, stop watching (we cannot tell a
             # close apart from more pipelined bytes without reading on, and buffering is
             # capped by not reading).
-            self.conn.receive_data(bytes(data))
+            self.buffer += data
             await trio.sleep_forever()
 
     async def _send_error(self, status: int, message: str) -> None:
