@@ -9,9 +9,10 @@ import httpx
 import orjson
 import pytest
 import trio
+import trio.testing
 
 import sluice
-from sluice.gateway import GatewaySettings, ServerLimits
+from sluice.gateway import GatewaySettings, Server, ServerLimits
 from sluice.simulator import SimulatorConfig
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
@@ -268,3 +269,33 @@ async def test_chunked_bodies_and_expect_continue_are_read_by_h11(autojump_clock
         await client.send_all(data)
         reply = await _read_until(client, b'"finish_reason":"stop"')
         assert b"HTTP/1.1 200 " in reply
+
+
+@virtual_deadline(10)
+async def test_a_failing_handler_never_ends_the_server(autojump_clock):
+    async def handler(request, respond):
+        if request.path == b"/gone":
+            raise trio.BrokenResourceError("the client went away mid-write")
+        if request.path == b"/bug":
+            raise RuntimeError("a bug")
+        await respond.send(200, [], b"fine")
+
+    server = Server(handler)
+    async with trio.open_nursery() as nursery:
+
+        async def connect():
+            client, end = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve_connection, end)
+            return client
+
+        for path, expected in ((b"/gone", b""), (b"/bug", b"HTTP/1.1 500 ")):
+            client = await connect()
+            await client.send_all(b"GET %s HTTP/1.1\r\nhost: gw\r\n\r\n" % path)
+            reply = b""
+            while piece := await client.receive_some(65536):
+                reply += piece
+            assert reply.startswith(expected)
+        client = await connect()
+        await client.send_all(b"GET /ok HTTP/1.1\r\nhost: gw\r\n\r\n")
+        assert (await _read_until(client, b"fine")).startswith(b"HTTP/1.1 200 ")
+        nursery.cancel_scope.cancel()

@@ -110,7 +110,7 @@ class Gateway:
             await self._chat(request, respond, "anthropic")
         elif path == b"/v1/models" and method == b"GET":
             await self._models(request, respond)
-        elif path == b"/health" and method in (b"GET", b"HEAD"):
+        elif path == b"/health" and method == b"GET":
             status = 503 if self.draining else 200
             state = b"draining" if self.draining else b"ok"
             body = b'{"status":"%s","pid":%d}' % (state, self._pid)

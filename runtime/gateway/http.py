@@ -19,6 +19,7 @@ let requests in flight finish (up to ``drain_timeout``) with ``connection: close
 from __future__ import annotations
 
 import http
+import logging
 from typing import TYPE_CHECKING
 
 import attrs
@@ -31,6 +32,8 @@ from .request_head import HeadError, parse_head
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("sluice.gateway")
 
 __all__ = ["Request", "Responder", "Server", "ServerLimits", "serve_connection"]
 
@@ -380,20 +383,34 @@ class _Connection:
         return Request(event.method, event.target, headers, b"".join(chunks)), keep_alive
 
     async def _answer(self, request: Request, keep_alive: bool) -> bool:
-        """Run the handler while watching the client; False when the connection must end."""
+        """Run the handler while watching the client; False when the connection must end.
+
+        Nothing the handler raises ends the server: a client gone mid-write ends this
+        connection; a bug is logged and answered with 500 if no response had started.
+        """
         responder = Responder(self.stream, keep_alive)
         server = self.server
         server.active += 1
-        gone = False
+        failed = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, nursery.cancel_scope)
-                await server.handler(request, responder)
-                nursery.cancel_scope.cancel()
-            gone = self._gone
+                try:
+                    await server.handler(request, responder)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    failed = True
+                except Exception:
+                    log.exception(
+                        "the gateway failed to answer %s %r", request.method, request.path
+                    )
+                    failed = True
+                    if not responder.started:
+                        await self._send_error(500, "internal error in the gateway")
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             server.active -= 1
-        if gone or not responder.started:
+        if failed or self._gone or not responder.started:
             return False
         return responder.keep_alive
 

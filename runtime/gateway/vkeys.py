@@ -254,7 +254,13 @@ class KeyRing:
         return self._by_hash.get(hash_token(token))
 
     def put(self, key: VirtualKey) -> None:
-        """Add or replace ``key`` (and write the file, if there is one)."""
+        """Add or replace ``key`` (and write the file, if there is one, over what it holds
+        now: a key issued meanwhile by ``sluice keys issue`` is kept)."""
+        if self.path is not None:
+            try:
+                self.by_name = load_keys(self.path)
+            except ConfigError:
+                pass  # unreadable now: write what we know
         self.by_name[key.name] = key
         self._by_hash = self._index()
         if self.path is not None:
