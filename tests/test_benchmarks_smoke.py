@@ -250,3 +250,12 @@ def test_gateway_benchmark_reports_added_latency_against_the_simulator() -> None
     assert direct["requests"] == gateway["requests"] == 20
     assert gateway["added_p50_ms"] == gateway["p50_ms"] - direct["p50_ms"]
     assert gateway["cpu_ms_per_request"] > 0
+
+
+def test_gateway_server_benchmark_measures_sluices_server() -> None:
+    report = _run_benchmark(
+        "benchmarks.gateway_server", "--rate", "50", "--duration", "0.5", timeout=60
+    )
+    assert report["sluice"]["errors"] == 0 and report["sluice"]["requests"] == 25
+    assert report["sluice"]["cpu_us_per_request"] > 0
+    assert "hypercorn" not in report
