@@ -219,7 +219,10 @@ def test_aggregates_goodput_and_errors():
     assert agg["throughput"]["output_tokens"] == 12
     assert sum(b["sent"] for b in agg["timeline"]) == 5
     assert sum(b["output_tokens_per_s"] * b["width"] for b in agg["timeline"]) == pytest.approx(12)
-    assert agg["valid"] is True
+    # 1 of 5 failed: above the default 5 % error rate, so the run is invalid and says why.
+    assert agg["valid"] is False
+    assert agg["invalid_reason"].startswith("1 of 5 requests failed (20.0%)")
+    assert aggregate(records, max_error_rate=0.2)["valid"] is True
 
 
 def test_lag_verdict():

@@ -179,7 +179,7 @@ def test_text_stream_event_order() -> None:
     delta = events[-2][1]
     assert delta["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
     assert delta["usage"]["output_tokens"] == 4
-    assert delta["usage"]["input_tokens"] == start["usage"]["input_tokens"] == 6
+    assert delta["usage"]["input_tokens"] == start["usage"]["input_tokens"] == 4
 
 
 def test_tool_use_stream_starts_with_an_empty_json_delta() -> None:

@@ -147,7 +147,7 @@ async def test_stream_wire_format() -> None:
             "completion_tokens": 24,
             "total_tokens": prompt + 24,
         }
-        assert prompt == 6  # "Tell me about rivers." is 21 characters
+        assert prompt == 4  # "Tell me about rivers." is 4 tokens by the word rule
 
 
 async def test_same_request_same_text_other_request_other_text() -> None:

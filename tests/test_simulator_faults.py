@@ -581,19 +581,19 @@ async def test_rpm_refuses_with_retry_after_until_the_window_slides(
 
 async def test_tpm_counts_prompt_and_reply_tokens(autojump_clock: trio.testing.MockClock) -> None:
     with trio.fail_after(600):
-        # each request: 6 prompt tokens ("Tell me about rivers.") + 24 reply tokens = 30
-        async with client(SimulatorConfig(tpm=70)) as http:
+        # each request: 4 prompt tokens ("Tell me about rivers.") + 24 reply tokens = 28
+        async with client(SimulatorConfig(tpm=66)) as http:
             ok = [await http.post("/chat/completions", json=chat()) for _ in range(2)]
             await trio.sleep(0.25)
             refused = await http.post("/chat/completions", json=chat())
-            short = await http.post("/chat/completions", json=chat(max_tokens=4))
-        assert [limits(r)["x-ratelimit-remaining-tokens"] for r in ok] == ["40", "10"]
+            short = await http.post("/chat/completions", json=chat(max_tokens=6))
+        assert [limits(r)["x-ratelimit-remaining-tokens"] for r in ok] == ["38", "10"]
         assert refused.status_code == 429
         assert refused.headers["retry-after-ms"] == "59750"
         assert refused.json()["error"]["type"] == "tokens"
-        assert short.status_code == 200  # 6 + 4 tokens still fit
+        assert short.status_code == 200  # 4 + 6 tokens still fit
         assert limits(short) == {
-            "x-ratelimit-limit-tokens": "70",
+            "x-ratelimit-limit-tokens": "66",
             "x-ratelimit-remaining-tokens": "0",
             "x-ratelimit-reset-tokens": "1m0s",
         }

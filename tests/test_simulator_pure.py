@@ -27,7 +27,7 @@ from sluice.simulator.schema import SchemaError, example_for_schema
 from sluice.simulator.shaping import cut_after, schedule
 from sluice.simulator.text import (
     WORDS,
-    estimate_tokens,
+    count_tokens,
     generate_tokens,
     split_fragments,
     split_words,
@@ -179,9 +179,17 @@ def test_shorter_reply_is_a_prefix_of_the_longer_one() -> None:
     assert generate_tokens(1, b"d", 24)[:5] == generate_tokens(1, b"d", 5)
 
 
-@pytest.mark.parametrize(("chars", "tokens"), [(0, 1), (1, 1), (4, 1), (5, 2), (400, 100)])
-def test_prompt_tokens_are_a_quarter_of_the_characters_rounded_up(chars: int, tokens: int) -> None:
-    assert estimate_tokens(chars) == tokens
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("", 0), ("word", 1), ("  two words ", 2), ("It ends. Here", 3), ("a\nb\tc", 3)],
+)
+def test_a_token_is_a_run_of_non_whitespace(text: str, tokens: int) -> None:
+    assert count_tokens(text) == tokens
+
+
+def test_a_reply_counted_by_the_rule_gives_its_token_count() -> None:
+    tokens = generate_tokens(3, b"digest", 57)
+    assert count_tokens("".join(tokens)) == 57
 
 
 def test_fragments_rejoin_to_the_json_text() -> None:
@@ -466,8 +474,32 @@ def test_text_reply_length_follows_output_tokens_and_max_tokens() -> None:
 
 
 def test_prompt_tokens_count_message_text() -> None:
-    request = parse_chat_request(body(messages=[{"role": "user", "content": "x" * 41}]))
-    assert plan_reply(request, seed=0, output_tokens=1).prompt_tokens == 11
+    request = parse_chat_request(
+        body(
+            messages=[
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "x" * 41 + " and eight more words, all of them here"},
+            ]
+        )
+    )
+    assert plan_reply(request, seed=0, output_tokens=1).prompt_tokens == 2 + 9
+
+
+def test_min_tokens_and_ignore_eos_set_the_reply_length() -> None:
+    def reply(**fields: object) -> tuple[int, str]:
+        planned = plan_reply(parse_chat_request(body(**fields)), seed=0, output_tokens=24)
+        return planned.completion_tokens, planned.finish_reason
+
+    assert reply() == (24, "stop")
+    assert reply(max_tokens=100) == (24, "stop")
+    assert reply(max_tokens=100, ignore_eos=True) == (100, "length")
+    assert reply(min_tokens=40) == (40, "stop")
+    assert reply(min_tokens=40, max_tokens=30) == (30, "length")
+    assert reply(ignore_eos=True) == (24, "stop")  # nothing to run to without max_tokens
+    with pytest.raises(RequestError, match="min_tokens"):
+        parse_chat_request(body(min_tokens=-1))
+    with pytest.raises(RequestError, match="ignore_eos"):
+        parse_chat_request(body(ignore_eos="yes"))
 
 
 def test_echo_model_repeats_the_last_user_message() -> None:

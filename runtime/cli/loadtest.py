@@ -7,6 +7,8 @@ view on a terminal, a plain line every few seconds otherwise. The summary goes t
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -16,12 +18,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 from cyclopts import App, Parameter
 
 from ..errors import ConfigError
-from ._common import EXIT_FAILED, EXIT_OK, build_config, check_model, fail
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
 
-    from ..jobs.loadtest import LoadTest, Progress
+    from ..jobs.loadtest import Interrupt, LoadTest, Progress
     from ..jobs.loadtest.arrivals import LoadShape
     from ..jobs.loadtest.sweep import SweepPlan, SweepPoint
 
@@ -78,8 +80,27 @@ def format_summary(document: dict[str, Any]) -> str:
     sweep = document.get("sweep")
     if sweep:
         rate = sweep["saturation_rate"]
-        shown = "not found (even the lowest rate saturated)" if rate is None else f"{rate:.3g}/s"
+        points = sweep["points"]
+        if rate is None:
+            shown = "not found (even the lowest rate saturated)"
+        elif not any(p["saturated"] for p in points):
+            top = max(p["rate"] for p in points)
+            shown = (
+                f"no saturation found: every rate up to {top:.3g}/s was sustained "
+                "(sweep higher rates to find it)"
+            )
+        else:
+            shown = f"{rate:.3g}/s"
         lines.append(f"  saturation rate: {shown}")
+    swept = document.get("concurrency_sweep")
+    if swept:
+        for point in swept:
+            lines.append(
+                f"  concurrency {point['concurrency']}: {point['requests_per_s']:.3g} requests/s,"
+                f" TTFT p50 {_ms(point['ttft_p50'])}, E2E p99 {_ms(point['e2e_p99'])}"
+            )
+    if document.get("interrupted"):
+        lines.append(f"  INTERRUPTED ({document['interrupted']}): partial results")
     if not document["valid"]:
         lines.append(f"  INVALID RUN: {document['invalid_reason']}")
     return "\n".join(lines)
@@ -133,6 +154,7 @@ def _shape(
     *,
     rate: float | None,
     burstiness: float,
+    arrival: str | None,
     concurrency: int | None,
     ramp: str | None,
     trace: tuple[str, tuple[float, ...]] | None,
@@ -166,9 +188,95 @@ def _shape(
         return OpenLoop.replay(offsets, source=name, max_in_flight=max_in_flight)
     assert rate is not None
     try:
-        return OpenLoop.at_rate(rate, burstiness=burstiness, max_in_flight=max_in_flight)
+        return OpenLoop.at_rate(
+            rate, burstiness=burstiness, max_in_flight=max_in_flight, arrival=arrival
+        )
     except ValueError as exc:
         raise ConfigError(f"--rate/--burstiness: {exc}") from None
+
+
+def _concurrency_list(text: str | None) -> tuple[int, ...] | None:
+    """``--concurrency N`` or a list ``1,2,4,8`` to sweep.
+
+    Raises:
+        ConfigError: not whole numbers of at least 1.
+    """
+    if text is None:
+        return None
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        levels = ()
+    if not levels or any(n < 1 for n in levels):
+        raise ConfigError(
+            f"--concurrency {text!r}: expected a number of users (at least 1) or a list like 1,2,4"
+        )
+    return levels
+
+
+def _warmup(text: str) -> tuple[int, float]:
+    """``--warmup``: a request count (``N``, 0 for none) or a duration (``10s``, ``500ms``).
+
+    Raises:
+        ConfigError: neither.
+    """
+    from ..jobs.loadtest.slo import parse_seconds
+
+    text = text.strip()
+    if text.isdigit():
+        return int(text), 0.0
+    try:
+        seconds = parse_seconds(text, flag="--warmup")
+    except ConfigError:
+        raise ConfigError(
+            f"--warmup {text!r}: expected a request count (0 for none) or a duration like 5s"
+        ) from None
+    return 0, seconds
+
+
+def preflight_outputs(paths: list[Path]) -> str | None:
+    """Why one of ``paths`` cannot be written, or None: checked before the run so a bad path
+    costs nothing. Folders that do not exist yet are fine when they can be created (the
+    nearest existing one must be writable); nothing is created or truncated here."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        resolved = path.resolve()
+        if resolved in seen:
+            return f"{path} is given for two outputs; each needs its own file"
+        seen[resolved] = path
+        if path.is_dir():
+            return f"cannot write {path}: it is a folder"
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                return f"cannot write {path}: permission denied"
+            continue
+        folder = resolved.parent
+        while not folder.exists():
+            folder = folder.parent
+        if not folder.is_dir():
+            return f"cannot write {path}: {folder} is not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"cannot write {path}: the folder {folder} is not writable"
+    return None
+
+
+async def _on_ctrl_c(signals: AsyncIterator[int], interrupt: Interrupt) -> None:
+    async for _ in signals:
+        if interrupt.state is None:
+            print(
+                "sluice: stopping: no new requests; the ones in flight finish and the partial"
+                " results are written (Ctrl-C again cancels them)",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.drain()
+        else:
+            print(
+                "sluice: cancelling the requests in flight; writing the partial results",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.cancel()
 
 
 @loadtest_app.default
@@ -180,8 +288,9 @@ async def loadtest(
     base_url: str | None = None,
     api_key: str | None = None,
     rate: float | None = None,
+    arrival: str | None = None,
     burstiness: float = 1.0,
-    concurrency: int | None = None,
+    concurrency: str | None = None,
     sweep: str | None = None,
     ramp: str | None = None,
     trace: Path | None = None,
@@ -194,6 +303,8 @@ async def loadtest(
     slo: list[str] | None = None,
     respect_limits: bool = False,
     max_lag: str = "10ms",
+    max_error_rate: float = 0.05,
+    warmup: str = "1",
     request_timeout: Annotated[float, Parameter(name="--timeout")] = 600.0,
     seed: int = 0,
     config: Path | None = None,
@@ -205,8 +316,12 @@ async def loadtest(
     token, per-token inter-token latency, time per output token and end-to-end latency are
     measured on the client; the results file holds every record and the aggregates (seconds).
     A run whose client fell behind its own schedule (send lag p99 above --max-lag) is marked
-    invalid. Exit status: 0 for a valid run that met every --slo, 1 for an invalid run or a
-    missed SLO, 2 for bad flags or input.
+    invalid, and so is one whose error rate passes --max-error-rate. Besides the JSON results
+    (and --report), every request goes to OUT's stem + .requests.jsonl and .requests.csv, and
+    the aggregates to .aggregates.csv. Ctrl-C stops sending and writes the partial results,
+    marked interrupted (again: cancels the requests in flight). Exit status: 0 for a valid run
+    that met every --slo, 1 for an invalid run or a missed SLO, 2 for bad flags, input or an
+    output path that cannot be written (checked before the run), 130 when interrupted.
 
     Args:
         model: provider:model to call, e.g. sim:sim-small or openai:gpt-4o-mini.
@@ -215,9 +330,12 @@ async def loadtest(
         base_url: the provider's base URL, e.g. http://127.0.0.1:8000/v1.
         api_key: the API key for this provider.
         rate: requests per second, sent open loop (Poisson arrivals by default).
+        arrival: how --rate's arrivals are spaced: constant (exactly 1/rate apart), poisson
+            (exponential gaps, the default) or gamma (shape --burstiness).
         burstiness: gamma shape of the inter-arrival times with --rate or --sweep: 1 is
             Poisson, below 1 burstier, above 1 more even.
-        concurrency: closed loop: this many users, each sending when its last request ends.
+        concurrency: closed loop: this many users, each sending when its last request ends;
+            a list (1,2,4,8) runs each level in turn for the same bound.
         sweep: rates to sweep to find the saturation point: auto, auto:START, or a list like
             1,2,4,8; each point runs for --duration seconds.
         ramp: a stepped ramp, RATE:SECONDS steps, e.g. 2:30,4:30,8:30.
@@ -237,6 +355,9 @@ async def loadtest(
         respect_limits: keep the configured rate limits, breaker and retries (measures
             goodput under quota); by default limits are off and nothing is retried.
         max_lag: send-lag p99 beyond which the run is invalid, e.g. 10ms.
+        max_error_rate: fraction of failed requests beyond which the run is invalid (exit 1).
+        warmup: before measuring, this many requests one after another (0 for none), or for
+            a duration such as 5s; they are recorded apart and in no aggregate.
         request_timeout: seconds each request may take, queueing included.
         seed: seed of the arrival times and the synthetic prompts.
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
@@ -267,6 +388,14 @@ async def loadtest(
         )
     if burstiness != 1.0 and rate is None and sweep is None:
         return fail("--burstiness applies to --rate and --sweep")
+    if arrival is not None and rate is None and sweep is None:
+        return fail("--arrival applies to --rate and --sweep")
+    if arrival not in (None, "constant", "poisson", "gamma"):
+        return fail(f"--arrival {arrival!r}: expected constant, poisson or gamma")
+    if burstiness != 1.0 and arrival in ("constant", "poisson"):
+        return fail(f"--burstiness is the gamma shape: it needs --arrival gamma, not {arrival}")
+    if not 0 <= max_error_rate <= 1:
+        return fail("--max-error-rate must be a fraction from 0 to 1, e.g. 0.05")
     if max_in_flight is not None and (concurrency is not None or max_in_flight < 1):
         return fail("--max-in-flight must be at least 1 and applies to open-loop shapes")
     if sweep is not None and (duration is None or requests is not None):
@@ -281,8 +410,14 @@ async def loadtest(
         return fail("--timeout must be above 0")
     if (base_url is not None or api_key is not None) and model.partition(":")[1] == "":
         return fail("--base-url and --api-key need --model written provider:model")
+    outputs = [out, *_side_files(out)] + ([report] if report is not None else [])
+    unwritable = preflight_outputs(outputs)
+    if unwritable is not None:
+        return fail(unwritable)
     try:
         check_model(model)
+        levels = _concurrency_list(concurrency)
+        warm_count, warm_seconds = _warmup(warmup)
         plan = None
         if sweep is not None:
             try:
@@ -293,7 +428,8 @@ async def loadtest(
         shape = _shape(
             rate=rate if rate is not None else (1.0 if sweep is not None else None),
             burstiness=burstiness,
-            concurrency=concurrency,
+            arrival=arrival,
+            concurrency=levels[0] if levels else None,
             ramp=ramp,
             trace=arrivals,
             max_in_flight=max_in_flight,
@@ -320,7 +456,10 @@ async def loadtest(
             seed=seed,
             slos=tuple(parse_slo(text) for text in slo or ()),
             max_lag=parse_seconds(max_lag, flag="--max-lag"),
+            max_error_rate=max_error_rate,
             timeout=request_timeout,
+            warmup=warm_count,
+            warmup_seconds=warm_seconds,
         )
         run_config = build_config(
             config_file=config,
@@ -333,7 +472,16 @@ async def loadtest(
     except ValueError as exc:  # an attrs validator: a value out of range
         return fail(str(exc))
     settings = {"base_url": base_url, "respect_limits": respect_limits}
-    return await _run(test, run_config, plan, burstiness, settings, out, report, respect_limits)
+    return await _run(
+        test, run_config, plan, burstiness, settings, out, report, respect_limits, levels
+    )
+
+
+def _side_files(out: Path) -> list[Path]:
+    """The files written beside the JSON results: per-request JSONL and CSV, aggregates CSV."""
+    from ..jobs.loadtest.results import side_files
+
+    return list(side_files(out).values())
 
 
 async def _run(
@@ -345,10 +493,19 @@ async def _run(
     out: Path,
     report: Path | None,
     respect_limits: bool,
+    levels: tuple[int, ...] | None = None,
 ) -> int:
+    import attrs
+    import trio
+
     from .._runtime import open_runtime
-    from ..jobs.loadtest import loadtest_config, run_load, run_sweep
-    from ..jobs.loadtest.results import results_document, write_report, write_results
+    from ..jobs.loadtest import ClosedLoop, Interrupt, loadtest_config, run_load, run_sweep
+    from ..jobs.loadtest.results import (
+        point_summary,
+        results_document,
+        write_outputs,
+        write_report,
+    )
 
     provider = test.model.partition(":")[0]
     run_config = loadtest_config(run_config, provider, respect_limits=respect_limits)
@@ -369,10 +526,14 @@ async def _run(
         )
 
     started = time.monotonic()
+    interrupt = Interrupt()
+    document: dict[str, Any] | None = None
     try:
-        with ExitStack() as stack:
+        with ExitStack() as stack, trio.open_signal_receiver(signal.SIGINT) as signals:
             progress = _progress_display(stack)
-            async with open_runtime(run_config, simulator=simulator) as rt:
+            runtime = open_runtime(run_config, simulator=simulator)
+            async with runtime as rt, trio.open_nursery() as nursery:
+                nursery.start_soon(_on_ctrl_c, signals, interrupt)
                 if plan is not None:
                     result = await run_sweep(
                         rt,
@@ -381,16 +542,42 @@ async def _run(
                         burstiness=burstiness,
                         on_point=point_line,
                         progress=progress,
+                        interrupt=interrupt,
                     )
                     document = results_document(result.best.run, settings=settings, sweep=result)
+                elif levels is not None and len(levels) > 1:
+                    runs = []
+                    for level in levels:
+                        if interrupt.state is not None:
+                            break
+                        run = await run_load(
+                            rt,
+                            attrs.evolve(test, shape=ClosedLoop(level)),
+                            progress=progress,
+                            interrupt=interrupt,
+                        )
+                        runs.append(run)
+                        print(
+                            f"sluice loadtest: concurrency {level} done",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    document = results_document(runs[-1], settings=settings)
+                    document["concurrency_sweep"] = [point_summary(r) for r in runs]
                 else:
-                    run = await run_load(rt, test, progress=progress)
+                    run = await run_load(rt, test, progress=progress, interrupt=interrupt)
                     document = results_document(run, settings=settings)
+                nursery.cancel_scope.cancel()
     except ConfigError as exc:
         return fail(str(exc))
+    assert document is not None
     document["config"]["wall_seconds"] = round(time.monotonic() - started, 3)
+    if interrupt.state is not None:
+        document["interrupted"] = interrupt.state
+        document["valid"] = False
+        document["invalid_reason"] = document["aggregates"]["invalid_reason"] or "interrupted"
     try:
-        write_results(out, document)
+        write_outputs(out, document)
         if report is not None:
             write_report(report, document)
     except OSError as exc:
@@ -398,6 +585,8 @@ async def _run(
         return EXIT_FAILED
     print(format_summary(document), flush=True)
     print(f"results: {out}" + (f", report: {report}" if report is not None else ""), flush=True)
+    if interrupt.state is not None:
+        return EXIT_INTERRUPTED
     if not document["valid"] or not document["aggregates"]["goodput"]["met"]:
         return EXIT_FAILED
     return EXIT_OK

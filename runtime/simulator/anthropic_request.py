@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from .request import ChatRequest, RequestError, ToolTarget, ignores_tools, pick_tool
+from .text import count_tokens, split_fragments
 
 __all__ = ["parse_messages_request"]
 
@@ -54,7 +55,8 @@ def parse_messages_request(body: bytes, *, ignore_tool_choice: bool = False) -> 
         raise RequestError("messages: Field required", "messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: at least one message is required", "messages")
-    chars = len(_text(data.get("system")))
+    system = _text(data.get("system"))
+    chars, words = len(system), count_tokens(system)
     last_user_text = ""
     last_role = ""
     for index, message in enumerate(messages):
@@ -66,6 +68,7 @@ def parse_messages_request(body: bytes, *, ignore_tool_choice: bool = False) -> 
         content = message.get("content")
         text = _text(content)
         chars += len(text)
+        words += count_tokens(text)
         last_role = message["role"]
         if last_role == "user":
             last_user_text = text
@@ -77,7 +80,9 @@ def parse_messages_request(body: bytes, *, ignore_tool_choice: bool = False) -> 
     ignore = ignores_tools(model, ignore_tool_choice)
     tools = [] if ignore else _tools(data.get("tools"))
     if tools:
-        chars += len(orjson.dumps(data["tools"]))
+        definitions = orjson.dumps(data["tools"])
+        chars += len(definitions)
+        words += len(split_fragments(definitions.decode()))
     tool = None
     if not ignore:
         tool = _pick(tools, data.get("tool_choice"), last_role, last_user_text)
@@ -91,6 +96,7 @@ def parse_messages_request(body: bytes, *, ignore_tool_choice: bool = False) -> 
             digest_size=16,
         ).digest(),
         prompt_chars=chars,
+        prompt_tokens=words,
         last_user_text=last_user_text,
         tool=tool,
     )

@@ -14,7 +14,7 @@ import orjson
 from .broken import FALLBACK, applicable_kinds, break_json
 from .request import RequestError
 from .schema import SchemaError, example_for_schema
-from .text import derive_seed, estimate_tokens, generate_tokens, split_fragments, split_words
+from .text import derive_seed, generate_tokens, split_fragments, split_words
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -56,9 +56,13 @@ def plan_reply(
 ) -> Reply:
     """The reply to ``request``.
 
-    Text replies have ``output_tokens`` tokens (a model whose name ends in ``echo`` repeats the
-    last user message instead), or ``max_tokens`` if that is smaller, with finish reason
-    ``length``. A tool call's arguments, and the JSON text asked for by ``request.json_schema``,
+    Text replies have ``output_tokens`` tokens, or the request's ``min_tokens`` if that is
+    more (a model whose name ends in ``echo`` repeats the last user message instead), or
+    ``max_tokens`` if that is smaller, with finish reason ``length``; with ``ignore_eos`` they
+    run to ``max_tokens`` (finish ``length``). The prompt's tokens are counted by the
+    simulator's token rule (:mod:`.text`), at least 1.
+
+    A tool call's arguments, and the JSON text asked for by ``request.json_schema``,
     are JSON valid against the schema, split into fragments as a model streams them; a
     ``max_tokens`` smaller than the fragments cuts them (broken JSON, finish reason
     ``length``), as a real model does.
@@ -70,7 +74,7 @@ def plan_reply(
     Raises:
         RequestError: the tool's or the response format's schema cannot be satisfied.
     """
-    prompt_tokens = estimate_tokens(request.prompt_chars)
+    prompt_tokens = max(1, request.prompt_tokens)
     limit = request.max_tokens
     tool = request.tool
     if tool is not None:
@@ -118,10 +122,11 @@ def plan_reply(
         if limit is not None and len(tokens) > limit:
             return Reply(tokens=tokens[:limit], finish_reason="length", prompt_tokens=prompt_tokens)
         return Reply(tokens=tokens, finish_reason="stop", prompt_tokens=prompt_tokens)
-    if limit is not None and limit < output_tokens:
+    natural = max(output_tokens, request.min_tokens)
+    if limit is not None and (limit < natural or request.ignore_eos):
         tokens = generate_tokens(seed, request.digest, limit)
         return Reply(tokens=tokens, finish_reason="length", prompt_tokens=prompt_tokens)
-    tokens = generate_tokens(seed, request.digest, output_tokens)
+    tokens = generate_tokens(seed, request.digest, natural)
     return Reply(tokens=tokens, finish_reason="stop", prompt_tokens=prompt_tokens)
 
 

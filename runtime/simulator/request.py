@@ -15,11 +15,14 @@ from typing import Any
 import attrs
 import orjson
 
+from .text import count_tokens, split_fragments
+
 __all__ = [
     "ANY_OBJECT",
     "ChatRequest",
     "RequestError",
     "ToolTarget",
+    "generation_options",
     "ignores_tools",
     "parse_chat_request",
     "pick_tool",
@@ -69,6 +72,15 @@ class ChatRequest:
     """16-byte BLAKE2b of the messages (keys sorted), the seed of the reply's content."""
     prompt_chars: int
     """Characters of message text plus the serialized tool definitions."""
+    prompt_tokens: int = 0
+    """Tokens of the message text (words) plus the tool definitions (JSON fragments), by the
+    simulator's token rule (:mod:`.text`)."""
+    min_tokens: int = 0
+    """vLLM's ``min_tokens``: the reply has at least this many tokens (``max_tokens`` still
+    caps it)."""
+    ignore_eos: bool = False
+    """vLLM's ``ignore_eos``: generate until ``max_tokens`` (finish ``length``) whatever the
+    natural length of the reply."""
     last_user_text: str
     tool: ToolTarget | None
     """The tool to call; None means the reply is text."""
@@ -119,6 +131,7 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty array of messages.", "messages")
     chars = 0
+    words = 0
     last_user_text = ""
     role = ""
     for index, message in enumerate(messages):
@@ -130,6 +143,7 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
         role = message["role"]
         text = _text(message.get("content"))
         chars += len(text)
+        words += count_tokens(text)
         if role == "user":
             last_user_text = text
     stream = data.get("stream") or False
@@ -143,7 +157,9 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
     ignore = ignore_tool_choice or model.endswith("notools")  # as ignores_tools() says
     tools = [] if ignore else _tools(data.get("tools"))
     if tools:
-        chars += len(orjson.dumps(data["tools"]))
+        definitions = orjson.dumps(data["tools"])
+        chars += len(definitions)
+        words += len(split_fragments(definitions.decode()))
     return ChatRequest(
         model=model,
         stream=stream,
@@ -153,10 +169,29 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
             orjson.dumps(messages, option=orjson.OPT_SORT_KEYS), digest_size=16
         ).digest(),
         prompt_chars=chars,
+        prompt_tokens=words,
+        **generation_options(data),
         last_user_text=last_user_text,
         tool=None if ignore else _pick_tool(tools, data.get("tool_choice"), role, last_user_text),
         json_schema=_json_schema(data) if "response_format" in data or "format" in data else None,
     )
+
+
+def generation_options(data: dict[str, Any]) -> dict[str, Any]:
+    """``min_tokens`` and ``ignore_eos`` (vLLM's sampling extensions) from a request body.
+
+    Raises:
+        RequestError: either has the wrong type.
+    """
+    minimum = data.get("min_tokens", 0) or 0
+    if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 0:
+        raise RequestError(
+            f"Invalid 'min_tokens': expected an integer >= 0, got {minimum!r}.", "min_tokens"
+        )
+    ignore_eos = data.get("ignore_eos", False) or False
+    if not isinstance(ignore_eos, bool):
+        raise RequestError("Invalid type for 'ignore_eos': expected a boolean.", "ignore_eos")
+    return {"min_tokens": minimum, "ignore_eos": ignore_eos}
 
 
 def _json_schema(data: dict[str, Any]) -> Any:

@@ -1,8 +1,14 @@
 """Deterministic reply text and token counting. Pure: no trio, no sockets, no clock.
 
-A "token" here is one word-ish piece of text. Generated replies are sequences of words, each
-word one token, with a leading space on every token but the first, so joining the tokens gives
-the reply text. Nothing uses Python's ``hash()``, so results are stable across processes.
+The simulator's one token rule: a token is a run of non-whitespace characters together with the
+whitespace before it (:func:`count_tokens`). Prompts are counted by it, and generated replies
+are sequences of words, each word one token, with a leading space on every token but the
+first, so joining the tokens gives the reply text and counting the text by the same rule gives
+back the reply's token count. JSON text (tool definitions, tool arguments, structured output)
+is counted and streamed in :func:`split_fragments` pieces instead. Load generators that count
+words (sluice loadtest; aiperf or GuideLLM with a whitespace tokenizer) therefore agree with
+the usage the simulator reports, and a synthetic prompt of N words is N prompt tokens. Nothing
+uses Python's ``hash()``, so results are stable across processes.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import re
 
 __all__ = [
     "WORDS",
+    "count_tokens",
     "derive_seed",
-    "estimate_tokens",
     "generate_tokens",
     "split_fragments",
     "split_words",
@@ -75,13 +81,14 @@ def generate_tokens(seed: int, digest: bytes, count: int) -> tuple[str, ...]:
     return tuple(tokens)
 
 
-def estimate_tokens(chars: int) -> int:
-    """Prompt-token estimate for ``chars`` characters: ceil(chars / 4), at least 1."""
-    return max(1, -(-chars // 4))
-
-
 _WORDISH = re.compile(r"\s*\S+")
 _FRAGMENT = re.compile(r"\w+|\s+|[^\w\s]+")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of ``text`` by the simulator's rule (see the module docstring): its runs of
+    non-whitespace characters."""
+    return len(_WORDISH.findall(text))
 
 
 def split_words(text: str) -> tuple[str, ...]:

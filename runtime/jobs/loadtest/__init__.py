@@ -17,13 +17,14 @@ Example::
 
 from .arrivals import ClosedLoop, OpenLoop, Step, load_trace
 from .limits import loadtest_config
-from .run import LoadTest, Progress, RunResult, run_load
+from .run import Interrupt, LoadTest, Progress, RunResult, run_load
 from .slo import Slo, parse_slo
 from .sweep import SweepPlan, SweepResult, parse_sweep, run_sweep
 from .workload import Lengths, Workload, load_dataset, parse_lengths
 
 __all__ = [
     "ClosedLoop",
+    "Interrupt",
     "Lengths",
     "LoadTest",
     "OpenLoop",

@@ -19,11 +19,21 @@ if TYPE_CHECKING:
     from .metrics import RequestRecord
     from .slo import Slo
 
-__all__ = ["DEFAULT_MAX_LAG", "aggregate", "lag_verdict", "token_times"]
+__all__ = [
+    "DEFAULT_MAX_ERROR_RATE",
+    "DEFAULT_MAX_LAG",
+    "aggregate",
+    "error_verdict",
+    "lag_verdict",
+    "token_times",
+]
 
 DEFAULT_MAX_LAG = 0.010
 """Send-lag p99 beyond which a run is invalid (seconds). A request sent 10 ms late hides up
 to 10 ms of the latency the schedule meant to expose."""
+
+DEFAULT_MAX_ERROR_RATE = 0.05
+"""Fraction of failed requests beyond which a run is invalid."""
 
 
 def token_times(record: RequestRecord) -> Iterator[float]:
@@ -57,11 +67,27 @@ def lag_verdict(lag_p99: float | None, max_lag: float) -> str | None:
     )
 
 
+def error_verdict(failed: int, total: int, max_error_rate: float) -> str | None:
+    """Why the run is invalid because too many requests failed, or None.
+
+    A run whose requests mostly failed measured the errors, not the endpoint: its latencies
+    describe the few that got through (or nothing at all), so it must not pass as valid.
+    """
+    if not total or failed / total <= max_error_rate:
+        return None
+    return (
+        f"{failed} of {total} requests failed ({failed / total:.1%}), above the "
+        f"{max_error_rate:.1%} allowed by --max-error-rate: the latencies describe the requests "
+        "that got through, not the endpoint under this load"
+    )
+
+
 def aggregate(
     records: Sequence[RequestRecord],
     *,
     slos: Sequence[Slo] = (),
     max_lag: float = DEFAULT_MAX_LAG,
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     bin_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The run's aggregates (see the module docstring)."""
@@ -76,7 +102,15 @@ def aggregate(
     in_tokens = sum(r.input_tokens for r in ok)
     errors = Counter(r.error_type or "unknown" for r in failed)
     timeline = _timeline(records, start, end, bin_seconds)
-    reason = lag_verdict(lag["p99"], max_lag)
+    reasons = [
+        r
+        for r in (
+            error_verdict(len(failed), len(records), max_error_rate),
+            lag_verdict(lag["p99"], max_lag),
+        )
+        if r is not None
+    ]
+    reason = "; ".join(reasons) or None
     return {
         "requests": {
             "total": len(records),

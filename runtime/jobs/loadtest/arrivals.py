@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClosedLoop",
     "LoadShape",
+    "constant_offsets",
     "OpenLoop",
     "Step",
     "gamma_offsets",
@@ -52,6 +53,17 @@ def gamma_offsets(
     while True:
         at += rng.gammavariate(burstiness, scale)
         yield at
+
+
+def constant_offsets(rate: float, *, start: float = 0.0) -> Iterator[float]:
+    """Endless arrivals exactly ``1 / rate`` seconds apart, the first at ``start``. Each offset
+    is computed from its index (not summed), so there is no drift over a long run."""
+    if not rate > 0:
+        raise ValueError(f"rate must be above 0, got {rate!r}")
+    index = 0
+    while True:
+        yield start + index / rate
+        index += 1
 
 
 def poisson_offsets(rate: float, rng: random.Random, *, start: float = 0.0) -> Iterator[float]:
@@ -150,25 +162,51 @@ class OpenLoop:
     max_in_flight: int | None = None
     """Requests allowed to run at once (a client-side cap, like vLLM's ``--max-concurrency``).
     A request due while the cap is reached waits, and that wait counts as client lag."""
+    arrival: str | None = None
+    """``constant``, ``poisson`` or ``gamma`` for a rate; None for a ramp or a trace."""
 
     @classmethod
     def at_rate(
-        cls, rate: float, *, burstiness: float = 1.0, max_in_flight: int | None = None
+        cls,
+        rate: float,
+        *,
+        burstiness: float = 1.0,
+        max_in_flight: int | None = None,
+        arrival: str | None = None,
     ) -> OpenLoop:
-        """``rate`` per second: Poisson arrivals, or gamma ones when ``burstiness`` is not 1."""
+        """``rate`` per second. ``arrival`` ``constant`` sends exactly ``1 / rate`` apart
+        (the first at 0), ``poisson`` draws exponential gaps, ``gamma`` gamma gaps of shape
+        ``burstiness``; by default Poisson, or gamma when ``burstiness`` is not 1."""
         if not rate > 0:
             raise ValueError(f"rate must be above 0, got {rate!r}")
         if not burstiness > 0:
             raise ValueError(f"burstiness must be above 0, got {burstiness!r}")
-        if burstiness == 1.0:
+        if arrival is None:
+            arrival = "poisson" if burstiness == 1.0 else "gamma"
+        if arrival == "constant":
             return cls(
-                f"poisson {rate:g}/s", rate, lambda rng: poisson_offsets(rate, rng), max_in_flight
+                f"constant {rate:g}/s",
+                rate,
+                lambda _rng: constant_offsets(rate),
+                max_in_flight,
+                "constant",
             )
+        if arrival == "poisson":
+            return cls(
+                f"poisson {rate:g}/s",
+                rate,
+                lambda rng: poisson_offsets(rate, rng),
+                max_in_flight,
+                "poisson",
+            )
+        if arrival != "gamma":
+            raise ValueError(f"arrival must be constant, poisson or gamma, got {arrival!r}")
         return cls(
             f"gamma {rate:g}/s, burstiness {burstiness:g}",
             rate,
             lambda rng: gamma_offsets(rate, rng, burstiness=burstiness),
             max_in_flight,
+            "gamma",
         )
 
     @classmethod

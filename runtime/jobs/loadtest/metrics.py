@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -30,7 +30,9 @@ _WORDISH = re.compile(r"\s*\S+")
 
 
 def estimate_tokens(text: str) -> int:
-    """A cheap token estimate: the word-ish pieces of ``text`` (at least 1 for any text)."""
+    """Tokens of ``text`` by the word rule: each run of non-whitespace characters, with the
+    whitespace before it, is one token (at least 1 for any text). The simulator counts its
+    prompts and replies by the same rule, so against it the client's count is exact."""
     if not text:
         return 0
     return max(1, len(_WORDISH.findall(text)))
@@ -89,6 +91,30 @@ class RequestRecord:
     """True when ``output_tokens`` is the server's count, False for an estimate."""
     chunks: int
     ok: bool
+    ttst: float | None = None
+    """Sent to the second output token (the first chunk's time when it carried two or more)."""
+    icls: tuple[float, ...] = ()
+    """Inter-chunk latencies: the gaps between consecutive chunks, whatever they carried."""
+    requested_output_tokens: int | None = None
+    """``max_tokens`` asked for (None when the request set none)."""
+    requested_input_tokens: int | None = None
+    """Prompt length asked of the synthetic workload (None for a dataset prompt)."""
+    server_output_tokens: int | None = None
+    """The output count the server reported in its usage (None when it reported none)."""
+    client_output_tokens: int = 0
+    """The output counted on the client by :func:`estimate_tokens` (the word rule)."""
+    request_id: str | None = None
+    """The server's request id, to find the request in its logs."""
+    warmup: bool = False
+    """A warm-up request: kept in the results, left out of every aggregate."""
+    session: int | None = None
+    """Multi-turn workloads: the session (conversation) the request belongs to."""
+    turn: int | None = None
+    """Multi-turn workloads: the turn within its session, from 0."""
+    phases: dict[str, float | bool] | None = None
+    """HTTP phases from the transport, when it reported them: ``connect`` (seconds, 0 for a
+    reused connection), ``headers`` (sent to response head), ``receive`` (head to end of
+    body) and ``reused``."""
     status: int | None = None
     """HTTP status of a failure, when there was one."""
     error_type: str | None = None
@@ -160,9 +186,11 @@ class Tracker:
         error_type: str | None = None,
         error: str | None = None,
         attempts: int = 1,
+        **extra: Any,
     ) -> RequestRecord:
         """The record of a request that ended at ``at``; the token counts are the server's
-        usage, None when it reported none."""
+        usage, None when it reported none. ``extra`` sets the record's descriptive fields
+        (``requested_output_tokens``, ``request_id``, ``warmup``, ``session``, ...)."""
         counts = spread_tokens(self._chunk_tokens, output_tokens if ok else None)
         times = self._chunk_at
         itls: list[float] = []
@@ -171,7 +199,17 @@ class Tracker:
             if k:
                 itls.extend([(times[i] - times[i - 1]) / k] * k)
         last = times[-1] if times else at
+        ttst = None
+        if times and counts and counts[0] >= 2:
+            ttst = times[0] - self.sent
+        elif len(times) >= 2:
+            ttst = times[1] - self.sent
         return RequestRecord(
+            ttst=ttst,
+            icls=tuple(times[i] - times[i - 1] for i in range(1, len(times))),
+            server_output_tokens=output_tokens if ok else None,
+            client_output_tokens=sum(self._chunk_tokens),
+            **extra,
             index=self.index,
             scheduled=self.scheduled,
             sent=self.sent,

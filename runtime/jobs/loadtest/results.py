@@ -25,9 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "aggregates_csv",
+    "point_summary",
     "record_json",
+    "requests_csv",
     "results_document",
+    "side_files",
     "versions",
+    "write_outputs",
     "write_report",
     "write_results",
 ]
@@ -80,7 +85,9 @@ def results_document(
         "valid": aggregates["valid"],
         "invalid_reason": aggregates["invalid_reason"],
         "aggregates": aggregates,
+        "interrupted": run.interrupted,
         "requests": [record_json(r) for r in run.records],
+        "warmup_requests": [record_json(r) for r in run.warmup],
         "sweep": None,
     }
     if sweep is not None:
@@ -95,14 +102,145 @@ def results_document(
     return document
 
 
+def point_summary(run: RunResult) -> dict[str, Any]:
+    """One run's headline numbers, for a list of runs (a concurrency sweep)."""
+    agg = run.aggregates
+    concurrency = getattr(run.test.shape, "concurrency", None)
+    return {
+        "concurrency": concurrency,
+        "requests": agg["requests"]["total"],
+        "error_rate": agg["requests"]["error_rate"],
+        "requests_per_s": agg["throughput"]["requests_per_s"],
+        "output_tokens_per_s": agg["throughput"]["output_tokens_per_s"],
+        "ttft_p50": agg["ttft"]["p50"],
+        "ttft_p99": agg["ttft"]["p99"],
+        "itl_p50": agg["itl"]["p50"],
+        "e2e_p50": agg["e2e"]["p50"],
+        "e2e_p99": agg["e2e"]["p99"],
+        "valid": agg["valid"],
+    }
+
+
+def side_files(path: Path) -> dict[str, Path]:
+    """The files written beside the results ``path``: ``requests.jsonl``, ``requests.csv``
+    and ``aggregates.csv`` after its stem (``run.json`` -> ``run.requests.jsonl``, ...)."""
+    stem = path.with_suffix("") if path.suffix == ".json" else path
+    return {
+        kind: stem.with_name(f"{stem.name}.{kind}")
+        for kind in ("requests.jsonl", "requests.csv", "aggregates.csv")
+    }
+
+
+_REQUEST_COLUMNS = (
+    "index",
+    "warmup",
+    "session",
+    "turn",
+    "ok",
+    "status",
+    "error_type",
+    "scheduled",
+    "sent",
+    "lag",
+    "queue_wait",
+    "ttft",
+    "ttst",
+    "e2e",
+    "tpot",
+    "itl_mean",
+    "icl_mean",
+    "chunks",
+    "requested_input_tokens",
+    "input_tokens",
+    "requested_output_tokens",
+    "output_tokens",
+    "server_output_tokens",
+    "client_output_tokens",
+    "connect",
+    "headers",
+    "receive",
+    "reused",
+    "attempts",
+    "request_id",
+)
+
+
+def _csv(rows: list[list[Any]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return buffer.getvalue()
+
+
+def requests_csv(document: dict[str, Any]) -> str:
+    """Every request (warm-ups first, marked) as CSV, one row each; seconds."""
+    rows: list[list[Any]] = [list(_REQUEST_COLUMNS)]
+    for record in (*document.get("warmup_requests", ()), *document["requests"]):
+        itls, icls = record.get("itls") or [], record.get("icls") or []
+        phases = record.get("phases") or {}
+        derived = {
+            "itl_mean": sum(itls) / len(itls) if itls else None,
+            "icl_mean": sum(icls) / len(icls) if icls else None,
+            **{k: phases.get(k) for k in ("connect", "headers", "receive", "reused")},
+        }
+        rows.append([derived[c] if c in derived else record.get(c) for c in _REQUEST_COLUMNS])
+    return _csv(rows)
+
+
+def aggregates_csv(document: dict[str, Any]) -> str:
+    """The latency summaries as CSV: one row per metric (count, mean, percentiles, and the
+    bootstrap confidence bounds when there are), then the throughput figures."""
+    agg = document["aggregates"]
+    metrics = [k for k, v in agg.items() if isinstance(v, dict) and "p50" in v]
+    columns: list[str] = []
+    for key in metrics:
+        for column in agg[key]:
+            if column not in columns and not isinstance(agg[key][column], dict | list):
+                columns.append(column)
+    rows: list[list[Any]] = [["metric", *columns]]
+    rows += [[key, *(agg[key].get(c) for c in columns)] for key in metrics]
+    rows.append([])
+    rows.append(["throughput", "value"])
+    rows += [[k, v] for k, v in agg["throughput"].items()]
+    return _csv(rows)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file renamed over it, so a reader (or a
+    crash) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
 def write_results(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` (the folder is created).
+    """Write ``document`` to ``path`` (the folder is created), atomically.
 
     Raises:
         OSError: it cannot be written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    _atomic_write(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def write_outputs(path: Path, document: dict[str, Any]) -> None:
+    """The JSON results at ``path`` and the :func:`side_files` beside it.
+
+    Raises:
+        OSError: one cannot be written.
+    """
+    write_results(path, document)
+    files = side_files(path)
+    lines = b"".join(
+        orjson.dumps(record) + b"\n"
+        for record in (*document.get("warmup_requests", ()), *document["requests"])
+    )
+    _atomic_write(files["requests.jsonl"], lines)
+    _atomic_write(files["requests.csv"], requests_csv(document).encode())
+    _atomic_write(files["aggregates.csv"], aggregates_csv(document).encode())
 
 
 def write_report(path: Path, document: dict[str, Any]) -> None:

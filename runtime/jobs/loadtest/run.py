@@ -23,7 +23,7 @@ import trio
 from ...errors import CallError, ConfigError, SluiceError
 from ...events import Admitted, ReasoningDelta, StreamReset, TextDelta, ToolCallDelta, UsageReported
 from ...messages import ChatRequest, Deadlines
-from .aggregate import DEFAULT_MAX_LAG, aggregate
+from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
 from .arrivals import ClosedLoop, LoadShape, OpenLoop
 from .metrics import RequestRecord, Tracker
 from .slo import Slo
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..._runtime import Runtime
 
-__all__ = ["LoadTest", "Progress", "RunResult", "run_load"]
+__all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 SPIN_MARGIN = 0.0012
 """On the real clock, the scheduler sleeps until this many seconds before a request is due and
@@ -69,12 +69,24 @@ class LoadTest:
     slos: tuple[Slo, ...] = ()
     max_lag: float = DEFAULT_MAX_LAG
     """Send-lag p99 (seconds) beyond which the run is marked invalid."""
+    max_error_rate: float = attrs.field(
+        default=DEFAULT_MAX_ERROR_RATE, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+    """Fraction of failed requests beyond which the run is marked invalid."""
     timeout: float | None = attrs.field(default=600.0, validator=_positive_or_none)
     """Deadline of each request, queueing included."""
     warmup: int = attrs.field(default=1, validator=attrs.validators.ge(0))
-    """Requests sent one after another before the clock starts, and not recorded: the first
-    call to a provider starts its actor, loads its codec and opens a connection, which would
-    otherwise make the first scheduled request late."""
+    """Warm-up requests sent one after another before the clock starts (0 for none): the
+    first call to a provider starts its actor, loads its codec and opens a connection, which
+    would otherwise make the first scheduled request late. They are like the workload's own
+    requests but drawn from a generator of their own and named apart (``w0``, ``w1``, ...
+    where the measured ones say ``r0``, ``r1``, ...), so the measured requests are the same
+    with or without a warm-up, and a simulator that keys its seeded latency draws on the
+    request's content gives them the same draws. Their records are kept, marked ``warmup``,
+    and left out of every aggregate."""
+    warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    """Warm up for this many seconds instead (requests one after another, at least one when
+    above 0); with both, the warm-up ends when either is reached."""
 
     def __attrs_post_init__(self) -> None:
         if self.duration is None and self.requests is None:
@@ -97,6 +109,8 @@ class LoadTest:
             "max_lag_s": self.max_lag,
             "timeout_s": self.timeout,
             "warmup": self.warmup,
+            "warmup_seconds": self.warmup_seconds,
+            "max_error_rate": self.max_error_rate,
         }
 
 
@@ -123,12 +137,56 @@ class RunResult:
     aggregates: dict[str, Any]
     started_at: float
     """Wall-clock (epoch) time the run began, for the results file."""
+    warmup: tuple[RequestRecord, ...] = ()
+    """The warm-up requests' records (in no aggregate)."""
+    interrupted: str | None = None
+    """``"drained"`` or ``"cancelled"`` when an :class:`Interrupt` ended the run early."""
+
+
+class Interrupt:
+    """Ends runs early from outside (the CLI's Ctrl-C handler).
+
+    :meth:`drain` stops sending: no new request starts, the ones in flight finish and are
+    recorded. :meth:`cancel` also cancels the ones in flight; each is recorded as a failure of
+    type ``Cancelled``, so every request sent has exactly one record. A run that ends either
+    way returns its results with ``interrupted`` set, and they are marked invalid.
+    """
+
+    def __init__(self) -> None:
+        self.state: str | None = None
+        self._sending: set[trio.CancelScope] = set()
+        self._running: set[trio.CancelScope] = set()
+
+    def drain(self) -> None:
+        self.state = self.state or "drained"
+        for scope in self._sending:
+            scope.cancel()
+
+    def cancel(self) -> None:
+        self.state = "cancelled"
+        for scope in (*self._sending, *self._running):
+            scope.cancel()
+
+    def watch(self, sending: trio.CancelScope, running: trio.CancelScope) -> None:
+        """Scopes of a run starting now (cancelled at once when the interrupt came first)."""
+        self._sending.add(sending)
+        self._running.add(running)
+        if self.state is not None:
+            sending.cancel()
+        if self.state == "cancelled":
+            running.cancel()
 
 
 class _Run:
     """The mutable state of one run; :func:`run_load` is its only user."""
 
-    def __init__(self, rt: Runtime, test: LoadTest, on_send: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        test: LoadTest,
+        on_send: Callable[[], None] | None,
+        interrupt: Interrupt | None = None,
+    ) -> None:
         self.rt = rt
         self.test = test
         self.on_send = on_send
@@ -141,6 +199,11 @@ class _Run:
         self.fatal: ConfigError | None = None
         self.spin = _real_clock()  # before the clock starts: it imports trio.testing
         self.scope = trio.CancelScope()
+        self.sending = trio.CancelScope()
+        """Cancelled to stop sending while the requests in flight finish."""
+        self.interrupt = interrupt
+        if interrupt is not None:
+            interrupt.watch(self.sending, self.scope)
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -154,20 +217,21 @@ class _Run:
         spin = self.spin
         now = trio.current_time
         async with trio.open_nursery() as nursery:
-            for index, offset in enumerate(shape.schedule(rng)):
-                if not self.due(index, offset):
-                    break
-                scheduled = self.t0 + offset
-                if spin:
-                    await trio.sleep_until(scheduled - SPIN_MARGIN)
-                    while now() < scheduled:
-                        await trio.lowlevel.checkpoint()
-                else:
-                    await trio.sleep_until(scheduled)
-                if cap is not None:
-                    await cap.acquire()
-                item = self.test.workload.item(index, self.work_rng)
-                nursery.start_soon(self.one, index, scheduled, item, cap)
+            with self.sending:
+                for index, offset in enumerate(shape.schedule(rng)):
+                    if not self.due(index, offset):
+                        break
+                    scheduled = self.t0 + offset
+                    if spin:
+                        await trio.sleep_until(scheduled - SPIN_MARGIN)
+                        while now() < scheduled:
+                            await trio.lowlevel.checkpoint()
+                    else:
+                        await trio.sleep_until(scheduled)
+                    if cap is not None:
+                        await cap.acquire()
+                    item = self.test.workload.item(index, self.work_rng)
+                    nursery.start_soon(self.one, index, scheduled, item, cap)
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
@@ -175,6 +239,8 @@ class _Run:
         async def user() -> None:
             while True:
                 scheduled = trio.current_time()
+                if self.sending.cancel_called:
+                    return
                 index = next(counter)
                 if not self.due(index, scheduled - self.t0):
                     return
@@ -186,7 +252,13 @@ class _Run:
                 nursery.start_soon(user)
 
     async def one(
-        self, index: int, scheduled: float, item: WorkItem, cap: trio.Semaphore | None
+        self,
+        index: int,
+        scheduled: float,
+        item: WorkItem,
+        cap: trio.Semaphore | None,
+        *,
+        warmup: bool = False,
     ) -> None:
         t0 = self.t0
         now = trio.current_time
@@ -203,6 +275,11 @@ class _Run:
             deadlines=self.deadlines,
         )
         usage_seen = False
+        described: dict[str, Any] = {
+            "requested_output_tokens": item.max_tokens,
+            "requested_input_tokens": item.input_tokens,
+            "warmup": warmup,
+        }
         try:
             async with self.rt.stream(request) as call:
                 async for event in call:
@@ -225,6 +302,19 @@ class _Run:
             return
         except SluiceError as exc:  # the call could not be submitted
             end, result, error = now() - t0, None, exc
+        except trio.Cancelled:  # an interrupt cancelled the run: still one record each
+            fields = {"error_type": "Cancelled", "error": "cancelled by an interrupt"}
+            self.records.append(
+                tracker.finish(
+                    now() - t0,
+                    input_tokens=None,
+                    output_tokens=None,
+                    ok=False,
+                    **fields,
+                    **described,
+                )
+            )
+            raise
         finally:
             self.in_flight -= 1
             if cap is not None:
@@ -238,10 +328,17 @@ class _Run:
                 output_tokens=usage.output_tokens if reported else None,
                 ok=True,
                 attempts=result.attempts,
+                request_id=result.request_id,
+                **described,
             )
         else:
             record = tracker.finish(
-                end, input_tokens=None, output_tokens=None, ok=False, **_error_fields(error)
+                end,
+                input_tokens=None,
+                output_tokens=None,
+                ok=False,
+                **_error_fields(error),
+                **described,
             )
         self.records.append(record)
 
@@ -261,22 +358,34 @@ class _Run:
         )
 
 
-async def _warm_up(rt: Runtime, test: LoadTest) -> None:
-    """Send ``test.warmup`` short requests; a failure other than a usage problem is left for
-    the run to record."""
-    for _ in range(test.warmup):
-        request = ChatRequest(
-            model=test.model,
-            messages="warm-up",
-            max_tokens=1,
-            deadlines=Deadlines(total=test.timeout),
-        )
-        try:
-            await rt.chat(request)
-        except ConfigError:
-            raise
-        except SluiceError:
-            pass
+async def _warm_up(run: _Run) -> list[RequestRecord]:
+    """Send the warm-up requests one after another (see :attr:`LoadTest.warmup`) and return
+    their records. A usage problem (unknown provider, no key) stops the test."""
+    test = run.test
+    if not test.warmup and not test.warmup_seconds:
+        return []
+    rng = random.Random(f"{test.seed}:warmup")
+    run.t0 = start = trio.current_time()
+    count = test.warmup if test.warmup else None
+    index = 0
+    scope = trio.CancelScope()
+    if run.interrupt is not None:
+        run.interrupt.watch(scope, scope)
+    with scope:
+        while count is None or index < count:
+            elapsed = trio.current_time() - start
+            timed_out = bool(test.warmup_seconds and index and elapsed >= test.warmup_seconds)
+            if run.fatal is not None or timed_out:
+                break
+            item = test.workload.item(index, rng, prefix="w")
+            await run.one(index, trio.current_time(), item, None, warmup=True)
+            index += 1
+    if run.fatal is not None:
+        raise run.fatal
+    warm = run.records
+    run.records = []
+    run.sent = 0
+    return warm
 
 
 def _real_clock() -> bool:
@@ -306,6 +415,7 @@ async def run_load(
     progress: Callable[[Progress], None] | None = None,
     progress_interval: float = 1.0,
     on_send: Callable[[], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -317,9 +427,10 @@ async def run_load(
             once at the end.
         on_send: called in each request's task just before it is sent (after its lag is
             fixed); tests use it to starve the client on purpose.
+        interrupt: ends the run early when told to (the results then say so).
     """
-    run = _Run(rt, test, on_send)
-    await _warm_up(rt, test)
+    run = _Run(rt, test, on_send, interrupt)
+    warm = await _warm_up(run)
     started_at = time.time()
     run.t0 = trio.current_time()
     with run.scope:
@@ -329,9 +440,18 @@ async def run_load(
     if progress is not None:
         progress(run.progress())
     records = tuple(sorted(run.records, key=lambda r: (r.scheduled, r.index)))
-    aggregates = aggregate(records, slos=test.slos, max_lag=test.max_lag)
+    aggregates = aggregate(
+        records, slos=test.slos, max_lag=test.max_lag, max_error_rate=test.max_error_rate
+    )
     aggregates["offered_rate"] = _offered(test, records)
-    return RunResult(test, records, aggregates, started_at)
+    stopped = None if interrupt is None else interrupt.state
+    if stopped is not None:
+        why = f"interrupted (Ctrl-C, {stopped}): partial results of the requests sent so far"
+        aggregates["valid"] = False
+        aggregates["invalid_reason"] = "; ".join(
+            r for r in (why, aggregates["invalid_reason"]) if r
+        )
+    return RunResult(test, records, aggregates, started_at, tuple(warm), stopped)
 
 
 async def _drive(

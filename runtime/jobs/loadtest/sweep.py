@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from ..._runtime import Runtime
     from .metrics import RequestRecord
-    from .run import Progress
+    from .run import Interrupt, Progress
 
 __all__ = ["SweepPlan", "SweepPoint", "SweepResult", "judge", "parse_sweep", "run_sweep"]
 
@@ -187,6 +187,7 @@ async def run_sweep(
     burstiness: float = 1.0,
     on_point: Callable[[SweepPoint], None] | None = None,
     progress: Callable[[Progress], None] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> SweepResult:
     """Run the sweep; every point is ``template`` at its own rate (``template.duration`` is
     the window, so it must be set)."""
@@ -195,33 +196,40 @@ async def run_sweep(
     window = template.duration
     points: list[SweepPoint] = []
 
+    arrival = template.shape.arrival if isinstance(template.shape, OpenLoop) else None
+
     async def point(rate: float) -> SweepPoint:
         test = attrs.evolve(
-            template, shape=OpenLoop.at_rate(rate, burstiness=burstiness), requests=None
+            template,
+            shape=OpenLoop.at_rate(rate, burstiness=burstiness, arrival=arrival),
+            requests=None,
         )
-        run = await run_load(rt, test, progress=progress)
+        run = await run_load(rt, test, progress=progress, interrupt=interrupt)
         found = SweepPoint(rate, judge(run.records, window), run)
         points.append(found)
         if on_point is not None:
             on_point(found)
         return found
 
+    def stopped() -> bool:
+        return interrupt is not None and interrupt.state is not None
+
     if not plan.auto:
         for rate in plan.rates:
-            if (await point(rate)).verdict.saturated:
+            if (await point(rate)).verdict.saturated or stopped():
                 break
         return SweepResult(plan, tuple(points))
     good: float | None = None
     bad: float | None = None
     rate = plan.start
-    while len(points) < plan.max_points:
+    while len(points) < plan.max_points and not stopped():
         if (await point(rate)).verdict.saturated:
             bad = rate
             break
         good, rate = rate, rate * 2
     if good is not None and bad is not None:
         for _ in range(plan.refine):
-            if len(points) >= plan.max_points:
+            if len(points) >= plan.max_points or stopped():
                 break
             middle = (good + bad) / 2
             if (await point(middle)).verdict.saturated:

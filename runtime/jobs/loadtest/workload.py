@@ -183,15 +183,16 @@ class Workload:
     dataset: tuple[DatasetPrompt, ...] = ()
     dataset_name: str | None = None
 
-    def item(self, index: int, rng: random.Random) -> WorkItem:
-        """Request ``index`` of the run (draws from ``rng``: call in request order)."""
+    def item(self, index: int, rng: random.Random, *, prefix: str = "r") -> WorkItem:
+        """Request ``index`` of the run (draws from ``rng``: call in request order).
+        Synthetic prompts start with ``prefix`` and the index (warm-ups use ``w``)."""
         if self.dataset:
             entry = self.dataset[index % len(self.dataset)]
             output = entry.output_tokens or self.output_tokens.draw(rng)
             return WorkItem(entry.messages, None, output)
         size = self.input_tokens.draw(rng)
         output = self.output_tokens.draw(rng)
-        return WorkItem(synthetic_prompt(size, rng, index), size, output)
+        return WorkItem(synthetic_prompt(size, rng, index, prefix), size, output)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -202,10 +203,10 @@ class Workload:
         }
 
 
-def synthetic_prompt(tokens: int, rng: random.Random, index: int) -> str:
+def synthetic_prompt(tokens: int, rng: random.Random, index: int, prefix: str = "r") -> str:
     """``tokens`` words: the request's index first (so no two prompts share a prefix and a
     server's prefix cache cannot make the run look faster than real traffic), then words
     drawn from a small vocabulary."""
-    words = [f"r{index}"]
+    words = [f"{prefix}{index}"]
     words += [rng.choice(_WORDS) for _ in range(max(tokens - 1, 0))]
     return " ".join(words)
