@@ -6,9 +6,18 @@ virtual. The pure parts (request parsing, reply planning, encoding, fault choice
 quotas) live in their own modules; this one only sequences them and waits.
 
 Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
-``GET /v1/models``, ``GET /v1/models/{id}``. Anything else is a 404 with an OpenAI-style error
-body. Both generation routes share the latency model, the fault directives, the fault dice
-and the quotas; only the wire format differs (:mod:`.routes`).
+``POST /v1/completions`` (OpenAI text completions), ``POST /v1/embeddings``,
+``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``). Anything
+else is a 404 with an OpenAI-style error body. The generation routes share the latency model,
+the fault directives, the fault dice and the quotas; only the wire format differs
+(:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) as their whole latency and
+count against the quotas, but draw no faults.
+
+Seeded latency draws are keyed on the request, not on its place in the arrival order: each
+generation request draws from a generator seeded with ``latency_seed``, the digest of its
+messages and how many times the same messages came before (:func:`~.latency.request_rng`).
+So a client's warm-up requests, other clients, or requests arriving in another order do not
+change the draws of a given request, and a test can replay them offline.
 """
 
 from __future__ import annotations
@@ -40,11 +49,11 @@ from .directives import (
     choose_directive,
     parse_directive,
 )
-from .latency import Generation, GenerationSlots, draw_generation
+from .latency import Generation, GenerationSlots, draw_generation, gamma_draw, request_rng
 from .quota import QuotaWindow, format_duration
 from .reply import Reply, plan_reply
 from .request import RequestError
-from .routes import ANTHROPIC, OPENAI, Route
+from .routes import ANTHROPIC, COMPLETIONS, OPENAI, Route
 from .shaping import Schedule, cut_after, half, insert_after, schedule, stall_after, truncate
 from .wire import error_body, model_body, models_body
 
@@ -117,7 +126,7 @@ class SimulatorApp:
             max(1, round(config.ping_interval / self._interval)) if self._interval else 0
         )
         self._quota = QuotaWindow(rpm=config.rpm, tpm=config.tpm) if config.has_quota else None
-        self._latency_rng = random.Random(config.latency_seed)
+        self._occurrences: dict[bytes, int] = {}
         self._slots = None if config.capacity is None else GenerationSlots(config.capacity)
         self._models = models_body(config.models)
         self._requests = 0
@@ -152,6 +161,10 @@ class SimulatorApp:
             response = await self._generate(OPENAI, headers, body, request_id)
         elif route == "/v1/messages" and method == "POST":
             response = await self._generate(ANTHROPIC, headers, body, request_id)
+        elif route == "/v1/completions" and method == "POST":
+            response = await self._generate(COMPLETIONS, headers, body, request_id)
+        elif route == "/v1/embeddings" and method == "POST":
+            response = await self._embed(body, request_id)
         else:
             response = self._other(method, route, request_id)
         if self._quota is not None:
@@ -163,6 +176,8 @@ class SimulatorApp:
 
     def _other(self, method: str, route: str, request_id: bytes) -> SimResponse:
         readable = method in ("GET", "HEAD")  # front ends drop the body of a HEAD response
+        if route in ("/health", "/v1/health") and readable:
+            return _json(200, b'{"status":"ok"}', request_id)
         if route == "/v1/models" and readable:
             return _json(200, self._models, request_id)
         if route.startswith("/v1/models/") and readable:
@@ -240,7 +255,7 @@ class SimulatorApp:
         )
         timing = None
         if config.latency_modelled:
-            timing = self._draw_generation(len(slots), reply.completion_tokens)
+            timing = self._draw_generation(len(slots), reply.completion_tokens, request.digest)
         if timing is not None:
             await trio.sleep_until(timing.first_chunk_at)
         elif config.ttft:
@@ -301,7 +316,8 @@ class SimulatorApp:
         )
         chunks = -(-reply.completion_tokens // config.tokens_per_chunk)
         if config.latency_modelled:
-            await trio.sleep_until(self._draw_generation(chunks, reply.completion_tokens).end)
+            timing = self._draw_generation(chunks, reply.completion_tokens, request.digest)
+            await trio.sleep_until(timing.end)
         else:
             delay = config.ttft + max(chunks - 1, 0) * self._interval
             if delay:
@@ -333,12 +349,23 @@ class SimulatorApp:
             case _:
                 assert_never(directive)
 
-    def _draw_generation(self, chunks: int, tokens: int) -> Generation:
+    def _request_rng(self, digest: bytes) -> random.Random:
+        """The latency generator of the request whose messages have ``digest`` (see the
+        module docstring). The occurrence counts are forgotten past 100,000 distinct
+        requests, to bound memory; a repeat after that draws as its first occurrence."""
+        seen = self._occurrences
+        if len(seen) >= 100_000 and digest not in seen:
+            seen.clear()
+        occurrence = seen.get(digest, 0)
+        seen[digest] = occurrence + 1
+        return request_rng(self.config.latency_seed, digest, occurrence)
+
+    def _draw_generation(self, chunks: int, tokens: int, digest: bytes) -> Generation:
         """This request's drawn timing (:mod:`.latency`), booked from now."""
         config = self.config
         tps = config.tokens_per_second
         return draw_generation(
-            self._latency_rng,
+            self._request_rng(digest),
             now=trio.current_time(),
             chunks=chunks,
             tokens=tokens,
@@ -349,6 +376,24 @@ class SimulatorApp:
             itl_jitter=config.itl_jitter,
             slots=self._slots,
         )
+
+    async def _embed(self, body: bytes, request_id: bytes) -> SimResponse:
+        from .embeddings import embeddings_body, parse_embeddings
+
+        try:
+            request = parse_embeddings(body)
+        except RequestError as exc:
+            return self._error(OPENAI, 400, exc.message, request_id, exc.param)
+        if self._quota is not None:
+            refusal = self._quota.admit(trio.current_time(), request.tokens)
+            if refusal is not None:
+                return self._over_quota(OPENAI, *refusal, request_id)
+        config = self.config
+        digest = derive_digest(request.inputs)
+        delay = gamma_draw(self._request_rng(digest), config.ttft, config.ttft_jitter)
+        if delay:
+            await trio.sleep(delay)
+        return _json(200, embeddings_body(request, seed=config.seed), request_id)
 
     def _json(
         self,
@@ -434,6 +479,15 @@ def _random_faults(config: SimulatorConfig) -> tuple[tuple[Directive, float], ..
     ]
     rates += [(parse_directive(text), rate) for text, rate in config.fault_rates]
     return tuple((directive, rate) for directive, rate in rates if rate > 0)
+
+
+def derive_digest(inputs: Sequence[str]) -> bytes:
+    """The digest that keys an embeddings request's latency draw."""
+    import hashlib
+
+    import orjson
+
+    return hashlib.blake2b(orjson.dumps(["embeddings", *inputs]), digest_size=16).digest()
 
 
 def _json(status: int, content: bytes, request_id: bytes) -> SimResponse:

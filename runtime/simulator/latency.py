@@ -20,14 +20,20 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
+import random
 
 import attrs
 
-if TYPE_CHECKING:
-    import random
+from .text import derive_seed
 
-__all__ = ["Generation", "GenerationSlots", "draw_generation", "gamma_draw"]
+__all__ = ["Generation", "GenerationSlots", "draw_generation", "gamma_draw", "request_rng"]
+
+
+def request_rng(latency_seed: int, digest: bytes, occurrence: int = 0) -> random.Random:
+    """The generator of one request's latency draws: seeded by the simulator's
+    ``latency_seed``, the digest of the request's content and how many requests with the same
+    content came before it (0 for the first), so the draws do not depend on other traffic."""
+    return random.Random(derive_seed(latency_seed, digest, occurrence))
 
 
 def gamma_draw(rng: random.Random, mean: float, std: float) -> float:

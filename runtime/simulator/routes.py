@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .reply import Reply
     from .request import ChatRequest
 
-__all__ = ["ANTHROPIC", "OPENAI", "Route"]
+__all__ = ["ANTHROPIC", "COMPLETIONS", "OPENAI", "Route"]
 
 Header = tuple[bytes, bytes]
 
@@ -178,7 +178,49 @@ class _Anthropic(Route):
         return anthropic_error_body(type_, message, request_id)
 
 
+class _Completions(_OpenAI):
+    """OpenAI text completions: OpenAI's errors and heads, its own request and chunks."""
+
+    name = "completions"
+    breaks_tool_json = False
+
+    def parse(self, body: bytes, *, ignore_tool_choice: bool) -> ChatRequest:
+        from .completions import parse_completion_request
+
+        return parse_completion_request(body)
+
+    def stream_events(
+        self,
+        request: ChatRequest,
+        reply: Reply,
+        *,
+        request_id: str,
+        created: int,
+        tokens_per_chunk: int,
+        paced: bool,
+        ping_every: int,
+    ) -> list[list[bytes]]:
+        from .completions import CompletionEncoder, completion_events
+
+        encoder = CompletionEncoder(
+            completion_id=f"cmpl-{request_id}",
+            created=created,
+            model=request.model,
+            include_usage=request.include_usage,
+        )
+        return completion_events(encoder, reply, tokens_per_chunk=tokens_per_chunk, paced=paced)
+
+    def body(self, request: ChatRequest, reply: Reply, *, request_id: str, created: int) -> bytes:
+        from .completions import text_body
+
+        return text_body(
+            completion_id=f"cmpl-{request_id}", created=created, model=request.model, reply=reply
+        )
+
+
 OPENAI: Route = _OpenAI()
 """OpenAI chat completions."""
 ANTHROPIC: Route = _Anthropic()
 """Anthropic messages."""
+COMPLETIONS: Route = _Completions()
+"""OpenAI text completions (``/v1/completions``)."""

@@ -37,12 +37,39 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-async def serve_connection(app: SimulatorApp, stream: trio.abc.Stream) -> None:
+class Draining:
+    """Requests being answered, and whether the server is shutting down: then a connection
+    closes after its current response instead of waiting for another request."""
+
+    __slots__ = ("busy", "idle", "stopping")
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.stopping = False
+        self.idle = trio.Event()
+        """Set when the server is stopping and no request is under way."""
+
+    def stop(self) -> None:
+        self.stopping = True
+        if not self.busy:
+            self.idle.set()
+
+    def finished(self) -> None:
+        """One request was answered."""
+        self.busy -= 1
+        if self.stopping and not self.busy:
+            self.idle.set()
+
+
+async def serve_connection(
+    app: SimulatorApp, stream: trio.abc.Stream, draining: Draining | None = None
+) -> None:
     """Serve HTTP/1.1 requests arriving on ``stream`` until either side ends the connection.
 
     Closes ``stream`` on return. A malformed request gets a 400 and the connection closes; a
     client that goes away mid-response is not an error. HTTP/1.0 clients get one response per
-    connection.
+    connection. With ``draining``, the requests under way are counted in it, and once it is
+    ``stopping`` the connection closes after the response under way.
     """
     conn = h11.Connection(h11.SERVER)
     try:
@@ -51,31 +78,15 @@ async def serve_connection(app: SimulatorApp, stream: trio.abc.Stream) -> None:
             if isinstance(event, h11.ConnectionClosed):
                 return
             assert isinstance(event, h11.Request), event
-            if conn.they_are_waiting_for_100_continue:
-                await stream.send_all(_CONTINUE)
-            chunks = []
-            while not isinstance(part := await _next_event(conn, stream), h11.EndOfMessage):
-                assert isinstance(part, h11.Data), part
-                chunks.append(part.data)
-            headers = list(event.headers)
-            http11 = event.http_version == b"1.1"
-            try:
-                response = await app.handle(
-                    event.method.decode("ascii"),
-                    event.target.decode("latin-1"),
-                    headers,
-                    b"".join(chunks),
-                )
-            except SimulatedReset:
-                return  # closes the connection with nothing sent
-            keep_alive = await _send_response(
-                stream,
-                response,
-                http11=http11,
-                keep_alive=http11 and not _asks_to_close(headers),
-                head_only=event.method == b"HEAD",
-            )
-            if not keep_alive:
+            if draining is not None:
+                draining.busy += 1
+                try:
+                    keep_alive = await _answer(app, conn, stream, event)
+                finally:
+                    draining.finished()
+                if not keep_alive or draining.stopping:
+                    return
+            elif not await _answer(app, conn, stream, event):
                 return
             # h11 only parsed the request; a fresh parser takes over any pipelined bytes.
             leftover, closed = conn.trailing_data
@@ -90,6 +101,36 @@ async def serve_connection(app: SimulatorApp, stream: trio.abc.Stream) -> None:
         pass
     finally:
         await stream.aclose()
+
+
+async def _answer(
+    app: SimulatorApp, conn: h11.Connection, stream: trio.abc.Stream, event: h11.Request
+) -> bool:
+    """Read the body of request ``event``, answer it; return whether to keep the connection."""
+    if conn.they_are_waiting_for_100_continue:
+        await stream.send_all(_CONTINUE)
+    chunks = []
+    while not isinstance(part := await _next_event(conn, stream), h11.EndOfMessage):
+        assert isinstance(part, h11.Data), part
+        chunks.append(part.data)
+    headers = list(event.headers)
+    http11 = event.http_version == b"1.1"
+    try:
+        response = await app.handle(
+            event.method.decode("ascii"),
+            event.target.decode("latin-1"),
+            headers,
+            b"".join(chunks),
+        )
+    except SimulatedReset:
+        return False  # closes the connection with nothing sent
+    return await _send_response(
+        stream,
+        response,
+        http11=http11,
+        keep_alive=http11 and not _asks_to_close(headers),
+        head_only=event.method == b"HEAD",
+    )
 
 
 async def _next_event(conn: h11.Connection, stream: trio.abc.Stream) -> object:
@@ -188,13 +229,18 @@ async def serve_simulator(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    stop: trio.Event | None = None,
+    drain: float = 5.0,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Listen on ``host:port`` and serve the simulator until cancelled.
+    """Listen on ``host:port`` and serve the simulator until cancelled, or until ``stop``.
 
     ``port=0`` picks a free port. Reports the bound port through ``task_status.started``, so
     ``port = await nursery.start(serve_simulator, config)`` returns once connections are
-    accepted. Passing a :class:`SimulatorApp` lets the caller watch its counters.
+    accepted. Passing a :class:`SimulatorApp` lets the caller watch its counters. When
+    ``stop`` is set, the listeners close (no new connections), each connection closes after
+    the response under way, and the function returns once none is under way, or after
+    ``drain`` seconds at most (then the rest are cut off).
     """
     app = _as_app(config)
     listeners = await trio.open_tcp_listeners(port, host=host)
@@ -203,13 +249,29 @@ async def serve_simulator(
             await extra.aclose()
         listeners = listeners[:1]
     bound = listeners[0].socket.getsockname()[1]
+    draining = Draining()
 
     async def handler(stream: trio.SocketStream) -> None:
-        await serve_connection(app, stream)
+        await serve_connection(app, stream, draining)
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handler, listeners)
-        task_status.started(bound)
+    async with trio.open_nursery() as connections:
+        async with trio.open_nursery() as accepting:
+            await accepting.start(
+                functools.partial(trio.serve_listeners, handler_nursery=connections),
+                handler,
+                listeners,
+            )
+            task_status.started(bound)
+            if stop is None:
+                await trio.sleep_forever()
+            await stop.wait()
+            accepting.cancel_scope.cancel()
+        for listener in listeners:
+            await listener.aclose()
+        draining.stop()
+        with trio.move_on_after(drain):
+            await draining.idle.wait()
+        connections.cancel_scope.cancel()  # idle keep-alive connections, and any overrun
 
 
 async def run_simulator(
@@ -217,15 +279,18 @@ async def run_simulator(
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
+    stop: trio.Event | None = None,
+    drain: float = 5.0,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled, after printing ``sluice simulator listening on http://HOST:PORT/v1``.
+    """Serve until cancelled (or ``stop``, then draining as :func:`serve_simulator` says),
+    after printing ``sluice simulator listening on http://HOST:PORT/v1``.
 
     This is what ``sluice sim --port P`` runs. Reports the bound port (after printing) through
     ``task_status``, like :func:`serve_simulator`.
     """
     async with trio.open_nursery() as nursery:
-        serve = functools.partial(serve_simulator, host=host, port=port)
+        serve = functools.partial(serve_simulator, host=host, port=port, stop=stop, drain=drain)
         bound = await nursery.start(serve, config)
         shown = f"[{host}]" if ":" in host else host
         print(f"sluice simulator listening on http://{shown}:{bound}/v1", flush=True)

@@ -303,14 +303,14 @@ class _Run:
         except SluiceError as exc:  # the call could not be submitted
             end, result, error = now() - t0, None, exc
         except trio.Cancelled:  # an interrupt cancelled the run: still one record each
-            fields = {"error_type": "Cancelled", "error": "cancelled by an interrupt"}
             self.records.append(
                 tracker.finish(
                     now() - t0,
                     input_tokens=None,
                     output_tokens=None,
                     ok=False,
-                    **fields,
+                    error_type="Cancelled",
+                    error="cancelled by an interrupt",
                     **described,
                 )
             )
