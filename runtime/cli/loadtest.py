@@ -593,23 +593,33 @@ async def _run(
 
 
 @loadtest_app.command(name="compare")
-async def compare(a: Path, b: Path, /) -> int:
-    """Print the differences between two results files: each headline number of A and B,
-    the change, and whether B is better or worse.
+async def compare(a: Path, b: Path, /, *more: Path) -> int:
+    """Print the differences between results files. With two: each headline number of A and
+    B, the change, and whether B is better or worse. With more: every run side by side, each
+    with its change against the first, the best of each row marked with *.
 
     Args:
         a: the baseline results file.
         b: the results file to compare with it.
+        more: further results files.
     """
     from ..jobs.loadtest.compare import compare as diff
-    from ..jobs.loadtest.compare import format_comparison, load_results
+    from ..jobs.loadtest.compare import format_comparison, format_many, load_results
 
+    paths = [a, b, *more]
     try:
-        first, second = load_results(a), load_results(b)
+        documents = [load_results(path) for path in paths]
     except ConfigError as exc:
         return fail(str(exc))
-    print(format_comparison(diff(first, second), f"A {a.name}", f"B {b.name}"), flush=True)
-    for name, document in (("A", first), ("B", second)):
+    if len(documents) == 2:
+        first, second = documents
+        print(format_comparison(diff(first, second), f"A {a.name}", f"B {b.name}"), flush=True)
+        labels = ["A", "B"]
+    else:
+        labels = [str(i + 1) for i in range(len(paths))]
+        names = [f"{label} {path.name}" for label, path in zip(labels, paths, strict=True)]
+        print(format_many(documents, names), flush=True)
+    for name, document in zip(labels, documents, strict=True):
         if not document.get("valid", True):
             print(f"note: {name} is an invalid run: {document.get('invalid_reason')}")
     return EXIT_OK

@@ -122,10 +122,14 @@ def aggregate(
                 str(k): v for k, v in Counter(r.status for r in failed if r.status).items()
             },
         },
-        "ttft": summarize([r.ttft for r in ok if r.ttft is not None]),
-        "itl": summarize(itls),
-        "tpot": summarize([r.tpot for r in ok if r.tpot is not None]),
-        "e2e": summarize([r.e2e for r in ok]),
+        "ttft": summarize([r.ttft for r in ok if r.ttft is not None], intervals=True),
+        "ttst": summarize([r.ttst for r in ok if r.ttst is not None], intervals=True),
+        "itl": summarize(itls, intervals=True),
+        "icl": summarize([x for r in ok for x in r.icls], intervals=True),
+        "tpot": summarize([r.tpot for r in ok if r.tpot is not None], intervals=True),
+        "e2e": summarize([r.e2e for r in ok], intervals=True),
+        "output_length": _lengths(ok),
+        "token_counts": _token_counts(ok),
         "queue_wait": summarize([r.queue_wait for r in records]),
         "client_lag": lag | {"max_allowed": max_lag},
         "throughput": {
@@ -145,6 +149,47 @@ def aggregate(
         "goodput": _goodput(ok, itls, slos, elapsed, len(records)),
         "valid": reason is None,
         "invalid_reason": reason,
+    }
+
+
+def _lengths(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Requested (``max_tokens``) against received output length, over the ok requests that
+    asked for one: a server that stops early or overruns shows here."""
+    asked = [r for r in ok if r.requested_output_tokens is not None]
+    short = sum(1 for r in asked if r.output_tokens < (r.requested_output_tokens or 0))
+    long = sum(1 for r in asked if r.output_tokens > (r.requested_output_tokens or 0))
+    return {
+        "requested": sum(r.requested_output_tokens or 0 for r in asked),
+        "received": sum(r.output_tokens for r in asked),
+        "requests_short": short,
+        "requests_long": long,
+        "requests_exact": len(asked) - short - long,
+        "received_over_requested": summarize(
+            [
+                r.output_tokens / r.requested_output_tokens
+                for r in asked
+                if r.requested_output_tokens
+            ]
+        ),
+    }
+
+
+TOKEN_RULE = "words: each run of non-whitespace characters, with the whitespace before it"
+"""How the client counts output tokens (:func:`~.metrics.estimate_tokens`)."""
+
+
+def _token_counts(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The server's reported output tokens against the client's own count by
+    :data:`TOKEN_RULE`, over the requests where the server reported a count."""
+    both = [r for r in ok if r.server_output_tokens is not None]
+    differing = [r for r in both if r.server_output_tokens != r.client_output_tokens]
+    return {
+        "client_rule": TOKEN_RULE,
+        "server_reported": sum(r.server_output_tokens or 0 for r in both),
+        "client_counted": sum(r.client_output_tokens for r in both),
+        "requests_compared": len(both),
+        "requests_differing": len(differing),
+        "server_unreported": len(ok) - len(both),
     }
 
 

@@ -1,5 +1,7 @@
-"""``sluice loadtest compare A.json B.json``: the differences between two results files. Pure
-apart from :func:`load_results`."""
+"""``sluice loadtest compare A.json B.json [C.json ...]``: the differences between results
+files. Two files give a change and a verdict per number; more give a table of every run side by
+side, each with its change against the first (the baseline) and the best run of each row
+marked. Pure apart from :func:`load_results`."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-__all__ = ["Difference", "compare", "format_comparison", "load_results"]
+__all__ = ["Difference", "compare", "format_comparison", "format_many", "load_results"]
 
 # (label, path in the document, unit, lower is better)
 _ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
@@ -24,6 +26,7 @@ _ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("error rate", ("aggregates", "requests", "error_rate"), "%", True),
     ("TTFT p50", ("aggregates", "ttft", "p50"), "ms", True),
     ("TTFT p99", ("aggregates", "ttft", "p99"), "ms", True),
+    ("TTST p50", ("aggregates", "ttst", "p50"), "ms", True),
     ("ITL p50", ("aggregates", "itl", "p50"), "ms", True),
     ("ITL p99", ("aggregates", "itl", "p99"), "ms", True),
     ("TPOT p50", ("aggregates", "tpot", "p50"), "ms", True),
@@ -128,6 +131,38 @@ def format_comparison(rows: Sequence[Difference], name_a: str, name_b: str) -> s
             )
         )
     widths = [max(len(line[i]) for line in table) for i in range(5)]
+    lines = [
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+            for i, cell in enumerate(line)
+        ).rstrip()
+        for line in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_many(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    """A plain-text table of every headline number of every run: the first run's value, then
+    each other run's with its change against the first; ``*`` marks the best run of a row."""
+    table = [("metric", *names)]
+    for label, path, unit, lower in _ROWS:
+        values = [_get(document, path) for document in documents]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        best = min(known) if lower else max(known)
+        base = values[0]
+        cells = []
+        for index, value in enumerate(values):
+            cell = _show(value, unit)
+            if index and value is not None and base:
+                cell += f" ({(value - base) / abs(base) * 100:+.1f} %)"
+            if value == best and len(known) > 1 and min(known) != max(known):
+                cell += " *"
+            cells.append(cell)
+        table.append((label, *cells))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     lines = [
         "  ".join(
             cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])

@@ -111,10 +111,6 @@ class RequestRecord:
     """Multi-turn workloads: the session (conversation) the request belongs to."""
     turn: int | None = None
     """Multi-turn workloads: the turn within its session, from 0."""
-    phases: dict[str, float | bool] | None = None
-    """HTTP phases from the transport, when it reported them: ``connect`` (seconds, 0 for a
-    reused connection), ``headers`` (sent to response head), ``receive`` (head to end of
-    body) and ``reused``."""
     status: int | None = None
     """HTTP status of a failure, when there was one."""
     error_type: str | None = None

@@ -156,10 +156,6 @@ _REQUEST_COLUMNS = (
     "output_tokens",
     "server_output_tokens",
     "client_output_tokens",
-    "connect",
-    "headers",
-    "receive",
-    "reused",
     "attempts",
     "request_id",
 )
@@ -180,11 +176,9 @@ def requests_csv(document: dict[str, Any]) -> str:
     rows: list[list[Any]] = [list(_REQUEST_COLUMNS)]
     for record in (*document.get("warmup_requests", ()), *document["requests"]):
         itls, icls = record.get("itls") or [], record.get("icls") or []
-        phases = record.get("phases") or {}
         derived = {
             "itl_mean": sum(itls) / len(itls) if itls else None,
             "icl_mean": sum(icls) / len(icls) if icls else None,
-            **{k: phases.get(k) for k in ("connect", "headers", "receive", "reused")},
         }
         rows.append([derived[c] if c in derived else record.get(c) for c in _REQUEST_COLUMNS])
     return _csv(rows)
@@ -195,13 +189,17 @@ def aggregates_csv(document: dict[str, Any]) -> str:
     bootstrap confidence bounds when there are), then the throughput figures."""
     agg = document["aggregates"]
     metrics = [k for k, v in agg.items() if isinstance(v, dict) and "p50" in v]
-    columns: list[str] = []
+    flat: dict[str, dict[str, Any]] = {}
     for key in metrics:
-        for column in agg[key]:
-            if column not in columns and not isinstance(agg[key][column], dict | list):
-                columns.append(column)
+        row = {c: v for c, v in agg[key].items() if not isinstance(v, dict | list)}
+        for stat, (low, high) in (agg[key].get("ci95") or {}).items():
+            row[f"{stat}_ci95_low"], row[f"{stat}_ci95_high"] = low, high
+        flat[key] = row
+    columns: list[str] = []
+    for row in flat.values():
+        columns += [c for c in row if c not in columns]
     rows: list[list[Any]] = [["metric", *columns]]
-    rows += [[key, *(agg[key].get(c) for c in columns)] for key in metrics]
+    rows += [[key, *(flat[key].get(c) for c in columns)] for key in metrics]
     rows.append([])
     rows.append(["throughput", "value"])
     rows += [[k, v] for k, v in agg["throughput"].items()]
