@@ -106,7 +106,7 @@ def aggregate(
         r
         for r in (
             error_verdict(len(failed), len(records), max_error_rate),
-            lag_verdict(lag["p99"], max_lag),
+            lag_verdict(_number(lag["p99"]), max_lag),
         )
         if r is not None
     ]
@@ -150,6 +150,10 @@ def aggregate(
         "valid": reason is None,
         "invalid_reason": reason,
     }
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _lengths(ok: Sequence[RequestRecord]) -> dict[str, Any]:
