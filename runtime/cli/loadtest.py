@@ -300,6 +300,9 @@ async def loadtest(
     dataset: Path | None = None,
     input_tokens: str = "128",
     output_tokens: str = "128",
+    turns: int = 1,
+    prefix_ratio: float = 0.0,
+    prefix_pool: int = 1,
     slo: list[str] | None = None,
     respect_limits: bool = False,
     max_lag: str = "10ms",
@@ -339,8 +342,10 @@ async def loadtest(
         sweep: rates to sweep to find the saturation point: auto, auto:START, or a list like
             1,2,4,8; each point runs for --duration seconds.
         ramp: a stepped ramp, RATE:SECONDS steps, e.g. 2:30,4:30,8:30.
-        trace: replay arrival times from a file: one number of seconds per line, or JSON
-            objects with timestamp (seconds) or timestamp_ms.
+        trace: replay arrival times from a file: one number of seconds per line, JSON
+            objects with timestamp (seconds) or timestamp_ms, or Mooncake's JSONL
+            (timestamp in ms, input_length, output_length, hash_ids: each request then has
+            the traced lengths, and prompts sharing hash ids share those 512-word blocks).
         max_in_flight: open loop only: requests running at once at most; a request due while
             it is reached waits, and the wait counts as client lag.
         duration: seconds during which requests are sent.
@@ -350,6 +355,12 @@ async def loadtest(
         input_tokens: synthetic prompt length: N, uniform:LO:HI or normal:MEAN:STD.
         output_tokens: output length asked for (max_tokens): N, uniform:LO:HI or
             normal:MEAN:STD.
+        turns: multi-turn sessions of this many turns: each turn sends the conversation so
+            far and a new --input-tokens message; --requests then counts sessions, and the
+            results add per-turn and per-session metrics.
+        prefix_ratio: share (0-1) of each synthetic prompt taken from a shared prefix, for
+            prompt-cache studies.
+        prefix_pool: how many distinct shared prefixes there are.
         slo: an objective such as ttft_p99=500ms or itl_p95=50ms (repeatable); goodput counts
             the requests that meet all of them.
         respect_limits: keep the configured rate limits, breaker and retries (measures
@@ -366,10 +377,10 @@ async def loadtest(
         LoadTest,
         Workload,
         load_dataset,
-        load_trace,
         parse_lengths,
         parse_slo,
     )
+    from ..jobs.loadtest.arrivals import load_trace_entries
     from ..jobs.loadtest.slo import parse_seconds
     from ..jobs.loadtest.sweep import parse_sweep
 
@@ -424,7 +435,17 @@ async def loadtest(
                 plan = parse_sweep(sweep)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-        arrivals = None if trace is None else (trace.name, load_trace(trace))
+        entries = load_trace_entries(trace) if trace is not None else ()
+        arrivals = None if trace is None else (trace.name, tuple(e.offset for e in entries))
+        shaped = any(e.input_length or e.output_length or e.hash_ids for e in entries)
+        if turns < 1 or not 0 <= prefix_ratio <= 1 or prefix_pool < 1:
+            raise ConfigError(
+                "--turns and --prefix-pool must be at least 1, --prefix-ratio from 0 to 1"
+            )
+        if turns > 1 and dataset is not None:
+            raise ConfigError(
+                "--turns builds conversations from synthetic prompts: not with --dataset"
+            )
         shape = _shape(
             rate=rate if rate is not None else (1.0 if sweep is not None else None),
             burstiness=burstiness,
@@ -446,6 +467,11 @@ async def loadtest(
             output_tokens=parse_lengths(output_tokens, flag="--output-tokens"),
             dataset=load_dataset(dataset) if dataset is not None else (),
             dataset_name=dataset.name if dataset is not None else None,
+            prefix_ratio=prefix_ratio,
+            prefix_pool=prefix_pool,
+            trace=entries if shaped else (),
+            turns=turns,
+            seed=seed,
         )
         test = LoadTest(
             model=model,

@@ -129,6 +129,7 @@ def aggregate(
         "tpot": summarize([r.tpot for r in ok if r.tpot is not None], intervals=True),
         "e2e": summarize([r.e2e for r in ok], intervals=True),
         "output_length": _lengths(ok),
+        "sessions": _sessions(records),
         "token_counts": _token_counts(ok),
         "queue_wait": summarize([r.queue_wait for r in records]),
         "client_lag": lag | {"max_allowed": max_lag},
@@ -149,6 +150,50 @@ def aggregate(
         "goodput": _goodput(ok, itls, slos, elapsed, len(records)),
         "valid": reason is None,
         "invalid_reason": reason,
+    }
+
+
+def _sessions(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Multi-turn runs: metrics per turn (how latency grows with the history) and per
+    session (how long a whole conversation took, and how many completed); None otherwise."""
+    turned = [r for r in records if r.session is not None and r.turn is not None]
+    if not turned:
+        return None
+    by_turn: dict[int, list[RequestRecord]] = {}
+    by_session: dict[int, list[RequestRecord]] = {}
+    for r in turned:
+        by_turn.setdefault(r.turn or 0, []).append(r)
+        by_session.setdefault(r.session or 0, []).append(r)
+    turns = []
+    for turn in sorted(by_turn):
+        group = by_turn[turn]
+        good = [r for r in group if r.ok]
+        ttft = summarize([r.ttft for r in good if r.ttft is not None])
+        e2e = summarize([r.e2e for r in good])
+        turns.append(
+            {
+                "turn": turn,
+                "requests": len(group),
+                "ok": len(good),
+                "input_tokens_mean": (
+                    sum(r.input_tokens for r in good) / len(good) if good else None
+                ),
+                "ttft_p50": ttft["p50"],
+                "ttft_p99": ttft["p99"],
+                "e2e_p50": e2e["p50"],
+                "e2e_p99": e2e["p99"],
+            }
+        )
+    most = max(by_turn) + 1
+    complete = [
+        group for group in by_session.values() if len(group) == most and all(r.ok for r in group)
+    ]
+    return {
+        "count": len(by_session),
+        "turns": most,
+        "complete": len(complete),
+        "duration": summarize([max(r.end for r in g) - min(r.sent for r in g) for g in complete]),
+        "per_turn": turns,
     }
 
 

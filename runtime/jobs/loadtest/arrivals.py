@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 import orjson
@@ -22,6 +22,8 @@ from ...errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .workload import TraceEntry
+
 __all__ = [
     "ClosedLoop",
     "LoadShape",
@@ -30,6 +32,7 @@ __all__ = [
     "Step",
     "gamma_offsets",
     "load_trace",
+    "load_trace_entries",
     "poisson_offsets",
     "ramp_offsets",
 ]
@@ -126,6 +129,74 @@ def load_trace(path: Path) -> tuple[float, ...]:
     times.sort()
     first = times[0]
     return tuple(t - first for t in times)
+
+
+def load_trace_entries(path: Path) -> tuple[TraceEntry, ...]:
+    """The entries of a trace file in arrival order, offsets from the first.
+
+    Besides :func:`load_trace`'s forms, takes Mooncake's JSONL: objects with ``timestamp``
+    in **milliseconds**, ``input_length``, ``output_length`` and ``hash_ids`` (a line holding
+    any of the last three is read so). The lengths and hash ids then shape each request
+    (:class:`~.workload.Workload`).
+
+    Raises:
+        ConfigError: as :func:`load_trace`, or a length or hash id that is not a whole number.
+    """
+
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read trace file {path}: {exc}") from None
+    entries: list[TraceEntry] = []
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            entries.append(_trace_entry(text))
+        except ValueError as exc:
+            raise ConfigError(f"trace file {path}, line {number}: {exc}") from None
+    if not entries:
+        raise ConfigError(f"trace file {path} holds no timestamps")
+    entries.sort(key=lambda e: e.offset)
+    first = entries[0].offset
+    return tuple(attrs.evolve(e, offset=e.offset - first) for e in entries)
+
+
+_MOONCAKE = ("input_length", "output_length", "hash_ids")
+
+
+def _whole(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name!r} must be a whole number of at least {minimum}, got {value!r}")
+    return value
+
+
+def _trace_entry(text: str) -> TraceEntry:
+    from .workload import TraceEntry
+
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise ValueError("expected a number or a JSON object with 'timestamp'") from None
+    if not isinstance(value, dict) or not any(key in value for key in _MOONCAKE):
+        return TraceEntry(_trace_time(text))
+    stamp = value.get("timestamp", 0)
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+        raise ValueError(f"timestamp must be a finite number of milliseconds, got {stamp!r}")
+    hashes = value.get("hash_ids", [])
+    if not isinstance(hashes, list):
+        raise ValueError(f"'hash_ids' must be a list of whole numbers, got {hashes!r}")
+    return TraceEntry(
+        offset=float(stamp) / 1000,
+        input_length=(
+            _whole(value["input_length"], "input_length", 1) if "input_length" in value else None
+        ),
+        output_length=(
+            _whole(value["output_length"], "output_length", 1) if "output_length" in value else None
+        ),
+        hash_ids=tuple(_whole(h, "hash_ids[]", 0) for h in hashes),
+    )
 
 
 def _trace_time(text: str) -> float:

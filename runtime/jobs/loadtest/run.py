@@ -22,7 +22,7 @@ import trio
 
 from ...errors import CallError, ConfigError, SluiceError
 from ...events import Admitted, ReasoningDelta, StreamReset, TextDelta, ToolCallDelta, UsageReported
-from ...messages import ChatRequest, Deadlines
+from ...messages import ChatRequest, Deadlines, Message
 from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
 from .arrivals import ClosedLoop, LoadShape, OpenLoop
 from .metrics import RequestRecord, Tracker
@@ -230,6 +230,10 @@ class _Run:
                         await trio.sleep_until(scheduled)
                     if cap is not None:
                         await cap.acquire()
+                    if self.test.workload.turns > 1:
+                        turns = self.session_items(index)
+                        nursery.start_soon(self.session, index, scheduled, turns, cap)
+                        continue
                     item = self.test.workload.item(index, self.work_rng)
                     nursery.start_soon(self.one, index, scheduled, item, cap)
 
@@ -244,12 +248,57 @@ class _Run:
                 index = next(counter)
                 if not self.due(index, scheduled - self.t0):
                     return
+                if self.test.workload.turns > 1:
+                    await self.session(index, scheduled, self.session_items(index), None)
+                    continue
                 item = self.test.workload.item(index, self.work_rng)
                 await self.one(index, scheduled, item, None)
 
         async with trio.open_nursery() as nursery:
             for _ in range(shape.concurrency):
                 nursery.start_soon(user)
+
+    def session_items(self, session: int) -> list[WorkItem]:
+        """The new user message of each turn of ``session``, drawn now (in session order, so
+        the content does not depend on how the sessions interleave)."""
+        turns = self.test.workload.turns
+        return [
+            self.test.workload.item(session * turns + turn, self.work_rng) for turn in range(turns)
+        ]
+
+    async def session(
+        self,
+        session: int,
+        scheduled: float,
+        turns: list[WorkItem],
+        cap: trio.Semaphore | None,
+    ) -> None:
+        """One multi-turn conversation: each turn sends every earlier message and reply and
+        its own new message, as soon as the previous turn's reply ended (its ``scheduled``
+        time is then that end, so only the first turn can lag). A failed turn ends the
+        session: the conversation has no reply to build on."""
+        history: list[Message] = []
+        try:
+            for turn, item in enumerate(turns):
+                if turn and self.sending.cancel_called:
+                    return
+                text = item.messages if isinstance(item.messages, str) else ""
+                history.append(Message.user(text))
+                asked = attrs.evolve(item, messages=tuple(history))
+                reply = await self.one(
+                    session * len(turns) + turn,
+                    scheduled if turn == 0 else trio.current_time(),
+                    asked,
+                    None,
+                    session=session,
+                    turn=turn,
+                )
+                if reply is None:
+                    return
+                history.append(Message.assistant(reply))
+        finally:
+            if cap is not None:
+                cap.release()
 
     async def one(
         self,
@@ -259,7 +308,10 @@ class _Run:
         cap: trio.Semaphore | None,
         *,
         warmup: bool = False,
-    ) -> None:
+        session: int | None = None,
+        turn: int | None = None,
+    ) -> str | None:
+        """Send ``item`` and record it; return the reply's text, None when it failed."""
         t0 = self.t0
         now = trio.current_time
         sent = now()
@@ -279,6 +331,8 @@ class _Run:
             "requested_output_tokens": item.max_tokens,
             "requested_input_tokens": item.input_tokens,
             "warmup": warmup,
+            "session": session,
+            "turn": turn,
         }
         try:
             async with self.rt.stream(request) as call:
@@ -299,7 +353,7 @@ class _Run:
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
-            return
+            return None
         except SluiceError as exc:  # the call could not be submitted
             end, result, error = now() - t0, None, exc
         except trio.Cancelled:  # an interrupt cancelled the run: still one record each
@@ -341,6 +395,7 @@ class _Run:
                 **described,
             )
         self.records.append(record)
+        return result.text if result is not None else None
 
     def progress(self) -> Progress:
         records = self.records

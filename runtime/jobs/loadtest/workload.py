@@ -1,16 +1,29 @@
-"""What each request asks: prompts from a JSONL dataset or synthetic ones, and output lengths.
-Pure apart from reading the dataset file.
+"""What each request asks: prompts from a JSONL dataset, a trace or synthetic ones, output
+lengths, shared prefixes and multi-turn sessions. Pure apart from reading the dataset file.
 
 Lengths are token counts drawn from a :class:`Lengths` distribution. A synthetic prompt of
 ``n`` tokens is ``n`` words from a fixed vocabulary (one word is about one token for English
-BPE tokenizers, and exactly one for the simulator). ``max_tokens`` is the drawn output length,
-so a server that honours it produces exactly that many tokens. Every draw comes from the
-run's seeded generator, so the same seed gives the same requests.
+BPE tokenizers, and exactly one by the simulator's token rule, so against it requested lengths
+are exact). ``max_tokens`` is the drawn output length, so a server that honours it produces
+exactly that many tokens. Every draw comes from the run's seeded generator, so the same seed
+gives the same requests.
+
+Shared prefixes (prompt-cache studies): with ``prefix_ratio`` r and ``prefix_pool`` k, each
+synthetic prompt of ``n`` tokens starts with the first ``round(r n)`` words of one of k fixed
+prefixes (chosen at random per request), then the request's own words; the length stays
+``n``. Trace entries (Mooncake's format: ``input_length``, ``output_length``, ``hash_ids``) set
+each request's lengths, and their prompts are built from one fixed block of
+:data:`TRACE_BLOCK_TOKENS` words per hash id, so requests that share hash ids share exactly
+those prefix blocks, as in the traced workload. Multi-turn sessions (``turns`` > 1): each turn
+sends the whole conversation so far (every earlier user message and the reply the server
+actually gave) and a new user message of ``input_tokens``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -20,10 +33,21 @@ from ...errors import ConfigError
 from ...messages import Message
 
 if TYPE_CHECKING:
-    import random
     from pathlib import Path
 
-__all__ = ["DatasetPrompt", "Lengths", "Workload", "WorkItem", "load_dataset", "parse_lengths"]
+__all__ = [
+    "TRACE_BLOCK_TOKENS",
+    "DatasetPrompt",
+    "Lengths",
+    "TraceEntry",
+    "WorkItem",
+    "Workload",
+    "load_dataset",
+    "parse_lengths",
+]
+
+TRACE_BLOCK_TOKENS = 512
+"""Tokens per hash id in a Mooncake-style trace (the block size its hash ids stand for)."""
 
 _ROLES = ("system", "user", "assistant")
 _VOCABULARY = """
@@ -161,6 +185,17 @@ def _dataset_prompt(item: dict[str, Any], where: str) -> DatasetPrompt:
 
 
 @attrs.frozen
+class TraceEntry:
+    """One request of a trace: when it arrives (seconds from the first) and, when the trace
+    says, its lengths and prefix-block hash ids."""
+
+    offset: float
+    input_length: int | None = None
+    output_length: int | None = None
+    hash_ids: tuple[int, ...] = ()
+
+
+@attrs.frozen
 class WorkItem:
     """One request to send: its messages, the input length asked for (None for a dataset
     prompt) and ``max_tokens``."""
@@ -182,6 +217,18 @@ class Workload:
     output_tokens: Lengths = Lengths("fixed", 128)
     dataset: tuple[DatasetPrompt, ...] = ()
     dataset_name: str | None = None
+    prefix_ratio: float = attrs.field(
+        default=0.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+    """Share of each synthetic prompt taken from a shared prefix (see the module docstring)."""
+    prefix_pool: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """How many distinct shared prefixes there are."""
+    trace: tuple[TraceEntry, ...] = ()
+    """Per-request lengths and hash ids from a trace, by request index (cycling)."""
+    turns: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Turns per session; above 1 each session is a growing conversation."""
+    seed: int = 0
+    """Seeds the shared prefixes and the trace blocks (fixed for the workload, not drawn)."""
 
     def item(self, index: int, rng: random.Random, *, prefix: str = "r") -> WorkItem:
         """Request ``index`` of the run (draws from ``rng``: call in request order).
@@ -190,23 +237,77 @@ class Workload:
             entry = self.dataset[index % len(self.dataset)]
             output = entry.output_tokens or self.output_tokens.draw(rng)
             return WorkItem(entry.messages, None, output)
-        size = self.input_tokens.draw(rng)
-        output = self.output_tokens.draw(rng)
-        return WorkItem(synthetic_prompt(size, rng, index, prefix), size, output)
+        traced = self.trace[index % len(self.trace)] if self.trace else None
+        if traced is not None and traced.input_length is not None:
+            size = traced.input_length
+        else:
+            size = self.input_tokens.draw(rng)
+        if traced is not None and traced.output_length is not None:
+            output = traced.output_length
+        else:
+            output = self.output_tokens.draw(rng)
+        if traced is not None and traced.hash_ids:
+            text = traced_prompt(size, traced.hash_ids, index, prefix, self.seed)
+            return WorkItem(text, size, output)
+        shared: tuple[str, ...] = ()
+        if self.prefix_ratio:
+            pool = rng.randrange(self.prefix_pool)
+            shared = shared_prefix(self.seed, pool, round(size * self.prefix_ratio))
+        return WorkItem(synthetic_prompt(size, rng, index, prefix, shared), size, output)
 
     def describe(self) -> dict[str, Any]:
+        source = "synthetic"
+        if self.dataset:
+            source = f"dataset {self.dataset_name}"
+        elif self.trace:
+            source = f"trace ({len(self.trace)} entries)"
         return {
-            "source": f"dataset {self.dataset_name}" if self.dataset else "synthetic",
+            "source": source,
             "dataset_prompts": len(self.dataset),
             "input_tokens": None if self.dataset else self.input_tokens.describe(),
             "output_tokens": self.output_tokens.describe(),
+            "prefix_ratio": self.prefix_ratio,
+            "prefix_pool": self.prefix_pool,
+            "turns": self.turns,
         }
 
 
-def synthetic_prompt(tokens: int, rng: random.Random, index: int, prefix: str = "r") -> str:
-    """``tokens`` words: the request's index first (so no two prompts share a prefix and a
-    server's prefix cache cannot make the run look faster than real traffic), then words
-    drawn from a small vocabulary."""
-    words = [f"{prefix}{index}"]
-    words += [rng.choice(_WORDS) for _ in range(max(tokens - 1, 0))]
-    return " ".join(words)
+def synthetic_prompt(
+    tokens: int,
+    rng: random.Random,
+    index: int,
+    prefix: str = "r",
+    shared: tuple[str, ...] = (),
+) -> str:
+    """``tokens`` words: the ``shared`` prefix words, then the request's index (so no two
+    prompts share more than ``shared`` and a server's prefix cache cannot make the run look
+    faster than real traffic), then words drawn from a small vocabulary."""
+    words = [*shared[:tokens], f"{prefix}{index}"]
+    words += [rng.choice(_WORDS) for _ in range(max(tokens - len(words), 0))]
+    return " ".join(words[: max(tokens, 1)])
+
+
+@functools.lru_cache(maxsize=256)
+def shared_prefix(seed: int, pool: int, tokens: int) -> tuple[str, ...]:
+    """The first ``tokens`` words of shared prefix number ``pool`` (fixed by ``seed``)."""
+    rng = random.Random(f"{seed}:prefix:{pool}")
+    return (f"p{pool}", *(rng.choice(_WORDS) for _ in range(max(tokens - 1, 0))))[:tokens]
+
+
+def traced_prompt(
+    tokens: int, hash_ids: tuple[int, ...], index: int, prefix: str, seed: int
+) -> str:
+    """A prompt of ``tokens`` words made of the blocks of ``hash_ids`` (each
+    :data:`TRACE_BLOCK_TOKENS` fixed words, the same for the same id), then the request's
+    own words if the blocks run out. The request's index is not added: requests that share
+    every block share the whole prompt, as the trace says they do."""
+    words: list[str] = []
+    for block in hash_ids:
+        if len(words) >= tokens:
+            break
+        words += shared_prefix(seed, block, TRACE_BLOCK_TOKENS)
+    if len(words) < tokens:
+        words.append(f"{prefix}{index}")
+        rng = random.Random(f"{seed}:trace-tail:{index}")
+        words += [rng.choice(_WORDS) for _ in range(tokens - len(words))]
+    return " ".join(words[: max(tokens, 1)])
