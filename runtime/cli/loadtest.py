@@ -308,6 +308,8 @@ async def loadtest(
     max_lag: str = "10ms",
     max_error_rate: float = 0.05,
     warmup: str = "1",
+    server_metrics: str | None = None,
+    server_metrics_interval: float = 1.0,
     request_timeout: Annotated[float, Parameter(name="--timeout")] = 600.0,
     seed: int = 0,
     config: Path | None = None,
@@ -369,6 +371,9 @@ async def loadtest(
         max_error_rate: fraction of failed requests beyond which the run is invalid (exit 1).
         warmup: before measuring, this many requests one after another (0 for none), or for
             a duration such as 5s; they are recorded apart and in no aggregate.
+        server_metrics: a Prometheus endpoint (vLLM's, TGI's, sluice's /metrics) to scrape
+            during the run; its series go into the results beside the client's.
+        server_metrics_interval: seconds between scrapes.
         request_timeout: seconds each request may take, queueing included.
         seed: seed of the arrival times and the synthetic prompts.
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
@@ -497,9 +502,23 @@ async def loadtest(
         return fail(str(exc))
     except ValueError as exc:  # an attrs validator: a value out of range
         return fail(str(exc))
+    if server_metrics is not None:
+        if not server_metrics.startswith(("http://", "https://")):
+            return fail(f"--server-metrics {server_metrics!r}: expected an http(s) URL")
+        if not server_metrics_interval > 0:
+            return fail("--server-metrics-interval must be above 0")
     settings = {"base_url": base_url, "respect_limits": respect_limits}
     return await _run(
-        test, run_config, plan, burstiness, settings, out, report, respect_limits, levels
+        test,
+        run_config,
+        plan,
+        burstiness,
+        settings,
+        out,
+        report,
+        respect_limits,
+        levels,
+        (server_metrics, server_metrics_interval) if server_metrics else None,
     )
 
 
@@ -520,6 +539,7 @@ async def _run(
     report: Path | None,
     respect_limits: bool,
     levels: tuple[int, ...] | None = None,
+    scraping: tuple[str, float] | None = None,
 ) -> int:
     import attrs
     import trio
@@ -554,12 +574,27 @@ async def _run(
     started = time.monotonic()
     interrupt = Interrupt()
     document: dict[str, Any] | None = None
+    scrapes = None
+    if scraping is not None:
+        import httpx
+
+        from ..jobs.loadtest.prometheus import ScrapeLog, scrape, scrape_every
+
+        client = httpx.AsyncClient(timeout=max(scraping[1], 5.0))
+        try:
+            await scrape(client, scraping[0])  # fail once, before the run
+        except (httpx.HTTPError, ValueError) as exc:
+            await client.aclose()
+            return fail(f"cannot scrape --server-metrics {scraping[0]}: {exc}")
+        scrapes = ScrapeLog(scraping[0], scraping[1])
     try:
         with ExitStack() as stack, trio.open_signal_receiver(signal.SIGINT) as signals:
             progress = _progress_display(stack)
             runtime = open_runtime(run_config, simulator=simulator)
             async with runtime as rt, trio.open_nursery() as nursery:
                 nursery.start_soon(_on_ctrl_c, signals, interrupt)
+                if scrapes is not None:
+                    await nursery.start(scrape_every, client, scrapes)
                 if plan is not None:
                     result = await run_sweep(
                         rt,
@@ -596,8 +631,15 @@ async def _run(
                 nursery.cancel_scope.cancel()
     except ConfigError as exc:
         return fail(str(exc))
+    finally:
+        if scrapes is not None:
+            await client.aclose()
     assert document is not None
     document["config"]["wall_seconds"] = round(time.monotonic() - started, 3)
+    if scrapes is not None:
+        from ..jobs.loadtest.prometheus import summarize_scrapes
+
+        document["server_metrics"] = summarize_scrapes(scrapes)
     if interrupt.state is not None:
         document["interrupted"] = interrupt.state
         document["valid"] = False

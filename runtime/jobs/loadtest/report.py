@@ -68,13 +68,17 @@ def _latency_table(agg: dict[str, Any]) -> str:
     rows = []
     for key, label in (
         ("ttft", "time to first token"),
+        ("ttst", "time to second token"),
         ("itl", "inter-token latency (per token)"),
+        ("icl", "inter-chunk latency"),
         ("tpot", "time per output token"),
         ("e2e", "end-to-end latency"),
         ("queue_wait", "queue wait (client)"),
         ("client_lag", "client send lag"),
     ):
-        s = agg[key]
+        s = agg.get(key)
+        if s is None:  # a results file from before the metric existed
+            continue
         cells = [escape(label), str(s["count"]), _ms(s["mean"])]
         cells += [_ms(s[n]) for n in names] + [_ms(s["max"])]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
@@ -266,7 +270,67 @@ def render_report(document: dict[str, Any]) -> str:
     if sweep:
         rate = sweep["saturation_rate"]
         summary.append(("saturation rate", "-" if rate is None else f"{rate:.3g} requests/s"))
+    ci = agg["ttft"].get("ci95") or {}
+    if ci:
+        summary.append(
+            (
+                "TTFT 95 % intervals",
+                ", ".join(f"{k} {_ms(lo)}-{_ms(hi)} ms" for k, (lo, hi) in ci.items()),
+            )
+        )
+    lengths, counts = agg.get("output_length"), agg.get("token_counts")
+    if lengths:
+        summary.append(
+            (
+                "output length requested / received",
+                f"{lengths['requested']} / {lengths['received']} tokens "
+                f"({lengths['requests_short']} short, {lengths['requests_long']} long)",
+            )
+        )
+    if counts:
+        summary.append(
+            (
+                "output tokens server / client",
+                f"{counts['server_reported']} / {counts['client_counted']} "
+                f"({counts['requests_differing']} requests differ; client rule: "
+                f"{counts['client_rule']})",
+            )
+        )
     parts.append("<h2>Requests and throughput</h2>" + _kv_table(summary))
+    sessions = agg.get("sessions")
+    if sessions:
+        rows = [
+            (
+                f"turn {t['turn']}",
+                f"{t['ok']}/{t['requests']} ok, input {_num(t['input_tokens_mean'] or 0)} "
+                f"tokens, TTFT p50 {_ms(t['ttft_p50'])} ms, E2E p50 {_ms(t['e2e_p50'])} ms",
+            )
+            for t in sessions["per_turn"]
+        ]
+        rows.append(
+            (
+                "sessions",
+                f"{sessions['complete']}/{sessions['count']} complete, duration p50 "
+                f"{_ms(sessions['duration']['p50'])} ms",
+            )
+        )
+        parts.append("<h2>Multi-turn sessions</h2>" + _kv_table(rows))
+    server = document.get("server_metrics")
+    if server:
+        rows = [
+            (
+                key,
+                f"{_num(v['first'])} -> {_num(v['last'])}"
+                + (f" ({_num(v['per_second'])}/s)" if v["per_second"] else ""),
+            )
+            for key, v in server["series"].items()
+            if v["change"]
+        ]
+        head = (
+            f"{escape(server['url'])}: {server['scrapes']} scrapes every "
+            f"{server['interval_s']:g} s, {server['failures']} failed; series that changed:"
+        )
+        parts.append(f"<h2>Server metrics</h2><p>{head}</p>" + _kv_table(rows))
     parts.append('<h2>Charts</h2><div class="grid-2">' + "".join(_charts(document)) + "</div>")
     settings = [(k, str(v)) for k, v in config.items() if k != "workload"]
     settings += [(f"workload {k}", str(v)) for k, v in config["workload"].items()]
