@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=20, help="steps at most (20)")
     p.add_argument("--max-lag-ms", type=float, default=1.0, help="lag p99 limit in ms (1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--arrival",
+        choices=("poisson", "constant", "gamma"),
+        default="poisson",
+        help="arrival process (poisson; constant sends exactly 1/rate apart)",
+    )
     a = p.parse_args(argv)
     if a.start <= 0 or a.factor <= 1 or a.seconds <= 0 or a.max_steps < 1 or a.refine < 0:
         p.error("--start and --seconds must be above 0, --factor above 1, --max-steps >= 1")
@@ -76,7 +82,7 @@ async def step(rt: sluice.Runtime, a: argparse.Namespace, rate: float) -> dict[s
     chunks = a.chunks or 16
     test = LoadTest(
         model=f"{PROVIDER}:{MODEL}",
-        shape=OpenLoop.at_rate(rate),
+        shape=OpenLoop.at_rate(rate, arrival=a.arrival),
         duration=a.seconds,
         workload=Workload(input_tokens=Lengths("fixed", 8), output_tokens=Lengths("fixed", chunks)),
         seed=a.seed,
