@@ -112,12 +112,13 @@ async def test_usage_is_aggregated_per_tag_job_and_model_with_cost(autojump_cloc
         by_model = await rt.ledger.snapshot(by=("model",))
         legacy = await rt.ledger_totals()
     assert rt.ledger.job == "nightly"
-    # "hello there": 3 prompt tokens; 6 output tokens; $1 / $4 per M: 3 + 24 = 27 each.
+    # "hello there": 2 prompt tokens (the simulator counts words); 6 output tokens; $1 / $4
+    # per M: 2 + 24 = 26 each.
     assert [(s.tag, s.totals.calls, s.totals.cost_micros, s.totals.unpriced) for s in by_tag] == [
-        ("a", 2, 27, 1),
-        ("b", 1, 27, 0),
+        ("a", 2, 26, 1),
+        ("b", 1, 26, 0),
     ]
-    assert [(s.job, s.totals.calls, s.totals.input_tokens) for s in by_job] == [("nightly", 3, 9)]
+    assert [(s.job, s.totals.calls, s.totals.input_tokens) for s in by_job] == [("nightly", 3, 6)]
     assert [(s.provider, s.model) for s in by_model] == [
         ("local", "free-model"),
         ("sim", "sim-large"),

@@ -145,3 +145,35 @@ def test_compare_takes_more_than_two_runs(tmp_path, capsys):
     assert shown[0].split() == ["metric", "1", "r20.json", "2", "r40.json", "3", "r60.json"]
     ttft = next(line for line in shown if line.startswith("TTFT p50"))
     assert ttft.count(" %)") == 2  # runs 2 and 3 against the first
+
+
+def test_completions_and_embeddings_endpoints(tmp_path, capsys):
+    from .helpers import sim_process
+
+    with sim_process("--tps", "500", "--tokens-per-chunk", "2") as url:
+        base = ["--base-url", url, "--api-key", "sk-test", "--rate", "40", "--requests", "6"]
+        base += ["--max-lag", "2s", "--warmup", "1"]
+        done = tmp_path / "completions.json"
+        assert loadtest(*base, "--endpoint", "completions", "--input-tokens", "9",
+                        "--output-tokens", "5", "--out", str(done)) == 0  # fmt: skip
+        embedded = tmp_path / "embeddings.json"
+        assert loadtest(*base, "--endpoint", "embeddings", "--embedding-batch", "4",
+                        "--input-tokens", "3", "--out", str(embedded)) == 0  # fmt: skip
+    document = orjson.loads(done.read_bytes())
+    agg = document["aggregates"]
+    assert document["config"]["endpoint"] == "completions"
+    assert agg["requests"]["ok"] == 6 and agg["throughput"]["output_tokens"] == 30
+    assert agg["token_counts"]["requests_differing"] == 0
+    assert all(r["input_tokens"] == 9 and r["chunks"] == 3 for r in document["requests"])
+    assert agg["icl"]["count"] == 6 * 2 and agg["itl"]["count"] == 6 * 3
+    document = orjson.loads(embedded.read_bytes())
+    agg = document["aggregates"]
+    assert agg["requests"]["ok"] == 6 and agg["ttft"]["count"] == 0
+    assert all(r["inputs"] == 4 for r in document["requests"])
+    # Four inputs: the prompt (3 words) and three numbered copies (4 words each).
+    assert all(r["input_tokens"] == 3 + 3 * 4 for r in document["requests"])
+    assert agg["throughput"]["embeddings_per_s"] > 0
+    capsys.readouterr()
+    assert loadtest("--endpoint", "embeddings", "--rate", "1", "--requests", "1",
+                    "--out", str(tmp_path / "x.json")) == 2  # fmt: skip
+    assert "give --base-url" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
 from typing import TYPE_CHECKING, Annotated, Any
 
+from attrs import evolve as attrs_evolve
 from cyclopts import App, Parameter
 
 from ..errors import ConfigError
@@ -310,6 +311,8 @@ async def loadtest(
     warmup: str = "1",
     server_metrics: str | None = None,
     server_metrics_interval: float = 1.0,
+    endpoint: str = "chat",
+    embedding_batch: int = 1,
     request_timeout: Annotated[float, Parameter(name="--timeout")] = 600.0,
     seed: int = 0,
     config: Path | None = None,
@@ -374,6 +377,9 @@ async def loadtest(
         server_metrics: a Prometheus endpoint (vLLM's, TGI's, sluice's /metrics) to scrape
             during the run; its series go into the results beside the client's.
         server_metrics_interval: seconds between scrapes.
+        endpoint: chat (through the runtime, any provider protocol), completions (OpenAI text
+            completions, streamed) or embeddings, the last two sent straight to the base URL.
+        embedding_batch: inputs per embeddings request (the results add embeddings/s).
         request_timeout: seconds each request may take, queueing included.
         seed: seed of the arrival times and the synthetic prompts.
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
@@ -502,6 +508,29 @@ async def loadtest(
         return fail(str(exc))
     except ValueError as exc:  # an attrs validator: a value out of range
         return fail(str(exc))
+    if endpoint not in ("chat", "completions", "embeddings"):
+        return fail(f"--endpoint {endpoint!r}: expected chat, completions or embeddings")
+    if embedding_batch < 1:
+        return fail("--embedding-batch must be at least 1")
+    direct = None
+    if endpoint != "chat":
+        from ..jobs.loadtest.endpoints import DirectTarget
+
+        provider, _, model_name = model.partition(":")
+        entry = run_config.providers.get(provider)
+        url = base_url or (entry.base_url if entry is not None else None)
+        if not url:
+            return fail(
+                f"--endpoint {endpoint} sends straight to the server: give --base-url "
+                "(or the provider's base_url in the config)"
+            )
+        key = api_key
+        if key is None and entry is not None and entry.api_key is not None:
+            key = entry.api_key.reveal()
+        if key is None and entry is not None and entry.api_key_env:
+            key = os.environ.get(entry.api_key_env)
+        direct = DirectTarget(url.rstrip("/"), model_name, key)
+        test = attrs_evolve(test, endpoint=endpoint, embedding_batch=embedding_batch)
     if server_metrics is not None:
         if not server_metrics.startswith(("http://", "https://")):
             return fail(f"--server-metrics {server_metrics!r}: expected an http(s) URL")
@@ -519,6 +548,7 @@ async def loadtest(
         respect_limits,
         levels,
         (server_metrics, server_metrics_interval) if server_metrics else None,
+        direct,
     )
 
 
@@ -540,6 +570,7 @@ async def _run(
     respect_limits: bool,
     levels: tuple[int, ...] | None = None,
     scraping: tuple[str, float] | None = None,
+    direct: Any = None,
 ) -> int:
     import attrs
     import trio
@@ -604,6 +635,7 @@ async def _run(
                         on_point=point_line,
                         progress=progress,
                         interrupt=interrupt,
+                        direct=direct,
                     )
                     document = results_document(result.best.run, settings=settings, sweep=result)
                 elif levels is not None and len(levels) > 1:
@@ -616,6 +648,7 @@ async def _run(
                             attrs.evolve(test, shape=ClosedLoop(level)),
                             progress=progress,
                             interrupt=interrupt,
+                            direct=direct,
                         )
                         runs.append(run)
                         print(
@@ -626,7 +659,9 @@ async def _run(
                     document = results_document(runs[-1], settings=settings)
                     document["concurrency_sweep"] = [point_summary(r) for r in runs]
                 else:
-                    run = await run_load(rt, test, progress=progress, interrupt=interrupt)
+                    run = await run_load(
+                        rt, test, progress=progress, interrupt=interrupt, direct=direct
+                    )
                     document = results_document(run, settings=settings)
                 nursery.cancel_scope.cancel()
     except ConfigError as exc:

@@ -145,6 +145,11 @@ def aggregate(
             "output_tokens": out_tokens,
             "input_tokens": in_tokens,
             "output_tokens_estimated": sum(1 for r in ok if not r.output_tokens_reported),
+            "embeddings_per_s": (
+                sum(r.inputs or 0 for r in ok) / elapsed
+                if any(r.inputs is not None for r in records)
+                else None
+            ),
         },
         "timeline": timeline,
         "goodput": _goodput(ok, itls, slos, elapsed, len(records)),

@@ -107,6 +107,8 @@ class RequestRecord:
     """The server's request id, to find the request in its logs."""
     warmup: bool = False
     """A warm-up request: kept in the results, left out of every aggregate."""
+    inputs: int | None = None
+    """Embeddings tests: the inputs the request carried (its batch size)."""
     session: int | None = None
     """Multi-turn workloads: the session (conversation) the request belongs to."""
     turn: int | None = None

@@ -25,6 +25,7 @@ from ...events import Admitted, ReasoningDelta, StreamReset, TextDelta, ToolCall
 from ...messages import ChatRequest, Deadlines, Message
 from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
 from .arrivals import ClosedLoop, LoadShape, OpenLoop
+from .endpoints import ENDPOINTS, DirectTarget, call_endpoint
 from .metrics import RequestRecord, Tracker
 from .slo import Slo
 from .stats import percentile
@@ -84,6 +85,11 @@ class LoadTest:
     with or without a warm-up, and a simulator that keys its seeded latency draws on the
     request's content gives them the same draws. Their records are kept, marked ``warmup``,
     and left out of every aggregate."""
+    endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(ENDPOINTS))
+    """``chat`` through the runtime (any protocol), or ``completions``/``embeddings`` sent
+    straight to the provider's base URL (:mod:`.endpoints`)."""
+    embedding_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Inputs per embeddings request."""
     warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     """Warm up for this many seconds instead (requests one after another, at least one when
     above 0); with both, the warm-up ends when either is reached."""
@@ -110,6 +116,8 @@ class LoadTest:
             "timeout_s": self.timeout,
             "warmup": self.warmup,
             "warmup_seconds": self.warmup_seconds,
+            "endpoint": self.endpoint,
+            "embedding_batch": self.embedding_batch if self.endpoint == "embeddings" else None,
             "max_error_rate": self.max_error_rate,
         }
 
@@ -186,8 +194,11 @@ class _Run:
         test: LoadTest,
         on_send: Callable[[], None] | None,
         interrupt: Interrupt | None = None,
+        direct: tuple[DirectTarget, Any] | None = None,
     ) -> None:
         self.rt = rt
+        self.direct = direct
+        """The target and httpx client of a completions or embeddings test."""
         self.test = test
         self.on_send = on_send
         self.t0 = 0.0
@@ -312,6 +323,8 @@ class _Run:
         turn: int | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed."""
+        if self.direct is not None:
+            return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
         now = trio.current_time
         sent = now()
@@ -397,6 +410,73 @@ class _Run:
         self.records.append(record)
         return result.text if result is not None else None
 
+    async def one_direct(
+        self,
+        index: int,
+        scheduled: float,
+        item: WorkItem,
+        cap: trio.Semaphore | None,
+        *,
+        warmup: bool,
+    ) -> str | None:
+        """:meth:`one` for a completions or embeddings test (:mod:`.endpoints`)."""
+        assert self.direct is not None
+        target, client = self.direct
+        t0 = self.t0
+        sent = trio.current_time()
+        tracker = Tracker(index, scheduled - t0, sent - t0, lag=sent - scheduled)
+        if self.on_send is not None:
+            self.on_send()
+        self.sent += 1
+        self.in_flight += 1
+        embeddings = self.test.endpoint == "embeddings"
+        described: dict[str, Any] = {
+            "requested_output_tokens": None if embeddings else item.max_tokens,
+            "requested_input_tokens": item.input_tokens,
+            "warmup": warmup,
+            "inputs": self.test.embedding_batch if embeddings else None,
+        }
+        try:
+            outcome = await call_endpoint(
+                client,
+                target,
+                "embeddings" if embeddings else "completions",
+                item,
+                tracker,
+                lambda: trio.current_time() - t0,
+                batch=self.test.embedding_batch,
+            )
+        except trio.Cancelled:
+            self.records.append(
+                tracker.finish(
+                    trio.current_time() - t0,
+                    input_tokens=None,
+                    output_tokens=None,
+                    ok=False,
+                    error_type="Cancelled",
+                    error="cancelled by an interrupt",
+                    **described,
+                )
+            )
+            raise
+        finally:
+            self.in_flight -= 1
+            if cap is not None:
+                cap.release()
+        self.records.append(
+            tracker.finish(
+                trio.current_time() - t0,
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                ok=outcome.ok,
+                status=outcome.status,
+                error_type=outcome.error_type,
+                error=outcome.error,
+                **described,
+            )
+        )
+        return outcome.text if outcome.ok else None
+
     def progress(self) -> Progress:
         records = self.records
         recent = records[-500:]
@@ -471,6 +551,7 @@ async def run_load(
     progress_interval: float = 1.0,
     on_send: Callable[[], None] | None = None,
     interrupt: Interrupt | None = None,
+    direct: DirectTarget | None = None,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -483,8 +564,31 @@ async def run_load(
         on_send: called in each request's task just before it is sent (after its lag is
             fixed); tests use it to starve the client on purpose.
         interrupt: ends the run early when told to (the results then say so).
+        direct: where a completions or embeddings test sends (``test.endpoint`` other than
+            chat needs it).
     """
-    run = _Run(rt, test, on_send, interrupt)
+    if test.endpoint != "chat" and direct is None:
+        raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
+    if direct is None:
+        return await _run_load(rt, test, progress, progress_interval, on_send, interrupt, None)
+    import httpx
+
+    async with httpx.AsyncClient(timeout=test.timeout) as client:
+        return await _run_load(
+            rt, test, progress, progress_interval, on_send, interrupt, (direct, client)
+        )
+
+
+async def _run_load(
+    rt: Runtime,
+    test: LoadTest,
+    progress: Callable[[Progress], None] | None,
+    progress_interval: float,
+    on_send: Callable[[], None] | None,
+    interrupt: Interrupt | None,
+    direct: tuple[DirectTarget, Any] | None,
+) -> RunResult:
+    run = _Run(rt, test, on_send, interrupt, direct)
     warm = await _warm_up(run)
     started_at = time.time()
     run.t0 = trio.current_time()

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..._runtime import Runtime
+    from .endpoints import DirectTarget
     from .metrics import RequestRecord
     from .run import Interrupt, Progress
 
@@ -188,6 +189,7 @@ async def run_sweep(
     on_point: Callable[[SweepPoint], None] | None = None,
     progress: Callable[[Progress], None] | None = None,
     interrupt: Interrupt | None = None,
+    direct: DirectTarget | None = None,
 ) -> SweepResult:
     """Run the sweep; every point is ``template`` at its own rate (``template.duration`` is
     the window, so it must be set)."""
@@ -204,7 +206,7 @@ async def run_sweep(
             shape=OpenLoop.at_rate(rate, burstiness=burstiness, arrival=arrival),
             requests=None,
         )
-        run = await run_load(rt, test, progress=progress, interrupt=interrupt)
+        run = await run_load(rt, test, progress=progress, interrupt=interrupt, direct=direct)
         found = SweepPoint(rate, judge(run.records, window), run)
         points.append(found)
         if on_point is not None:
