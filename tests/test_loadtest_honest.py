@@ -157,10 +157,10 @@ async def test_a_sweep_that_never_saturates_says_so(autojump_clock, nursery):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: (d / "file.txt" / "r.json", None), "is not a folder"),
-        (lambda d: (d, None), "it is a folder"),
+        (lambda d: (d / "file.txt" / "r.json", None), "file.txt is a file"),
+        (lambda d: (d, None), "is a folder; give a file name"),
         (lambda d: (d / "r.json", d / "r.json"), "is given for two outputs"),
-        (lambda d: (d / "r.json", d / "file.txt" / "r.html"), "is not a folder"),
+        (lambda d: (d / "r.json", d / "file.txt" / "r.html"), "file.txt is a file"),
     ],
 )
 def test_an_unwritable_output_is_refused_before_the_run(tmp_path, make, message):

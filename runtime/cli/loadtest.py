@@ -237,27 +237,17 @@ def _warmup(text: str) -> tuple[int, float]:
 
 def preflight_outputs(paths: list[Path]) -> str | None:
     """Why one of ``paths`` cannot be written, or None: checked before the run so a bad path
-    costs nothing. Folders that do not exist yet are fine when they can be created (the
-    nearest existing one must be writable); nothing is created or truncated here."""
-    seen: dict[Path, Path] = {}
-    for path in paths:
-        resolved = path.resolve()
-        if resolved in seen:
+    costs nothing (the shared :func:`~._preflight.check_writable`, plus: no file may be given
+    for two outputs). Nothing is created or truncated here."""
+    from ._preflight import check_writable, same_file
+
+    for number, path in enumerate(paths):
+        if any(same_file(path, other) for other in paths[:number]):
             return f"{path} is given for two outputs; each needs its own file"
-        seen[resolved] = path
-        if path.is_dir():
-            return f"cannot write {path}: it is a folder"
-        if path.exists():
-            if not os.access(path, os.W_OK):
-                return f"cannot write {path}: permission denied"
-            continue
-        folder = resolved.parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            return f"cannot write {path}: {folder} is not a folder"
-        if not os.access(folder, os.W_OK | os.X_OK):
-            return f"cannot write {path}: the folder {folder} is not writable"
+        try:
+            check_writable(path, "output")
+        except ConfigError as exc:
+            return str(exc)
     return None
 
 
@@ -504,6 +494,10 @@ async def loadtest(
             base_url=base_url,
             api_key=api_key,
         )
+        if model.partition(":")[0] != "sim" or base_url is not None:
+            from ._preflight import check_providers
+
+            check_providers(run_config, [model.partition(":")[0]])  # fail once, early
     except ConfigError as exc:
         return fail(str(exc))
     except ValueError as exc:  # an attrs validator: a value out of range
