@@ -358,7 +358,12 @@ class _Attempt:
                 output = await self._read_stream(response)
             elif form is FOREIGN:
                 snippet = await _read_all(response, _SNIPPET_BODY)
-                raise foreign_reply(response.status, content_type or "", snippet[:_SNIPPET_BODY])
+                raise foreign_reply(
+                    response.status,
+                    content_type or "",
+                    snippet[:_SNIPPET_BODY],
+                    headers.get("location"),
+                )
             else:
                 output = await self._read_body(response)
         finally:
@@ -406,7 +411,11 @@ class _Attempt:
         scope = self.scope
         total = call.deadline
         read = response.read_some
+        left = limits.max_stream_bytes
         while data := await read():
+            left -= len(data)
+            if left < 0:
+                raise too_large("the streamed reply", limits.max_stream_bytes, "max_stream_bytes")
             events = decoder.feed(data)
             if not events:
                 continue

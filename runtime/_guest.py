@@ -162,9 +162,7 @@ async def deliver(
         future.set_result(result)
 
 
-async def run_in_trio(
-    spawn: Callable[..., None], fn: Callable[..., Awaitable[T]], *args: Any
-) -> T:
+async def run_in_trio(spawn: Callable[..., None], fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """From asyncio: run ``fn(*args)`` as a trio task started by ``spawn``; return its result.
 
     Cancelling the awaiting asyncio task cancels the trio task (without waiting for it), as

@@ -495,9 +495,7 @@ async def run_batch(
 
     if runtime is not None:
         assert runtime._trio is not None
-        batch = functools.partial(
-            run_trio_batch, input, output, runtime=runtime._trio, **options
-        )
+        batch = functools.partial(run_trio_batch, input, output, runtime=runtime._trio, **options)
         summary: BatchSummary = await runtime._run(batch)
         return summary
     guest = await Guest.acquire()

@@ -350,6 +350,10 @@ class ReplyLimits(Record):
     """The most data one SSE event may carry."""
     max_body_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=ge(1024))
     """The largest non-streamed reply body (after decompression)."""
+    max_stream_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=ge(1024))
+    """The most a streamed reply may carry in all (after decompression): a server streaming
+    valid events without end is cut off here, not when memory runs out. A reply of 128k
+    tokens is some 30 MB of SSE."""
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -577,3 +577,78 @@ async def test_a_page_that_echoes_the_key_never_shows_it(autojump_clock, nursery
     assert "sk-hostile-test" not in str(error) and "sk-hostile-test" not in repr(error)
     assert "is not welcome here" in error.message
     await transport.aclose()
+
+
+@virtual_deadline(60)
+async def test_a_redirect_to_a_web_page_says_where_it_pointed(autojump_clock, nursery):
+    async def behaviour(stream: trio.abc.Stream) -> None:
+        await stream.send_all(
+            head(
+                "text/html",
+                status="301 Moved Permanently",
+                extra="location: https://hostile.test/v1/chat/completions\r\n",
+            )
+            + b"<html>Moved</html>"
+        )
+
+    server = Hostile(nursery, behaviour)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+    async with sluice.open_runtime(hostile_config(), transport=transport) as rt:
+        error = await call(rt)
+    assert isinstance(error, sluice.ProtocolError) and not error.retryable
+    assert error.message == (
+        "HTTP 301 with content type text/html, not a reply of the API (a redirect to "
+        "https://hostile.test/v1/chat/completions: is base_url right?): <html>Moved</html>"
+    )
+    await transport.aclose()
+
+
+async def endless_valid_stream(stream: trio.abc.Stream) -> None:
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"w" * 900 + b'"}}]}\n\n'
+    await forever(stream, head(), event * 60)
+
+
+@virtual_deadline(600)
+async def test_a_valid_stream_without_end_is_cut_off_at_the_stream_limit(autojump_clock, nursery):
+    server = Hostile(nursery, endless_valid_stream)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+    cfg = hostile_config(max_stream_bytes=2 * MiB)
+    async with sluice.open_runtime(cfg, transport=transport) as rt:
+        error = await call(rt)
+    assert isinstance(error, sluice.ProtocolError) and not error.retryable
+    assert error.message == (
+        "the streamed reply is larger than the 2 MiB limit (reply_limits.max_stream_bytes)"
+    )
+    assert server.requests == 1
+    assert server.sent <= 2 * MiB + 2 * PIECE
+    await transport.aclose()
+
+
+async def gzip_bomb(stream: trio.abc.Stream) -> None:
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    piece = packer.compress(b"\0" * (8 * MiB))
+    await stream.send_all(head(extra="content-encoding: gzip\r\n") + piece)
+    zeros = b"\0" * (8 * MiB)
+    while True:  # about 8 KiB of gzip per 8 MiB of zeros
+        await stream.send_all(packer.compress(zeros) + packer.flush(zlib.Z_SYNC_FLUSH))
+
+
+@virtual_deadline(600)
+async def test_a_decompression_bomb_is_refused_with_bounded_memory(autojump_clock, nursery):
+    server = Hostile(nursery, gzip_bomb)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+    tracemalloc.start()
+    try:
+        async with sluice.open_runtime(hostile_config(), transport=transport) as rt:
+            error = await call(rt)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The zeros hold no line ending: the SSE line limit (32 MiB) refuses them first.
+    assert isinstance(error, sluice.ProtocolError) and not error.retryable
+    assert "reply_limits.max_line_bytes" in error.message
+    assert server.requests == 1
+    assert peak < 200 * MiB
+    await transport.aclose()

@@ -616,3 +616,17 @@ def test_absurd_content_lengths_are_refused(value: bytes, error: type, message: 
 def test_a_content_length_with_leading_zeros_is_read_as_decimal() -> None:
     _, body, parser = parse([b"HTTP/1.1 200 OK\r\nContent-Length: 0003\r\n\r\nabc"])
     assert body == b"abc" and parser.done
+
+
+def test_a_decompression_bomb_is_refused_per_piece() -> None:
+    import zlib
+
+    from sluice.transport.decoding import MAX_EXPANSION, Decompressor
+
+    bomb = zlib.compress(b"\0" * (MAX_EXPANSION + 1024), 9)
+    assert len(bomb) < 100_000
+    with pytest.raises(ResponseTooLarge, match="expand to more than 64 MiB"):
+        Decompressor(gzip=False).decode(bomb)
+    assert Decompressor(gzip=False).decode(zlib.compress(b"\0" * MAX_EXPANSION, 9)) == (
+        b"\0" * MAX_EXPANSION
+    )

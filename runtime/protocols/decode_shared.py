@@ -102,15 +102,23 @@ def reply_form(content_type: str | None) -> str | None:
     return FOREIGN
 
 
-def foreign_reply(status: int, content_type: str, body: bytes) -> ProtocolError:
-    """The terminal error for a 2xx reply that is not the API's: what came, and a hint.
+def foreign_reply(
+    status: int, content_type: str, body: bytes, location: str | None = None
+) -> ProtocolError:
+    """The terminal error for a reply below 400 that is not the API's: what came, and a hint
+    (for a 200, or a redirect, which sluice does not follow: ``location`` says where to).
 
     Not retried: a base URL that points at a web site answers the same way every time.
     """
     from .http_errors import excerpt
 
     media = content_type.partition(";")[0].strip().lower()[:60] or "no content type"
-    hint = " (is base_url right?)" if status == 200 else ""
+    hint = ""
+    if status == 200:
+        hint = " (is base_url right?)"
+    elif 300 <= status < 400:
+        target = f" to {location[:120]}" if location else ""
+        hint = f" (a redirect{target}: is base_url right?)"
     snippet = excerpt(body, 120) if body else "an empty body"
     return ProtocolError(
         f"HTTP {status} with content type {media}, not a reply of the API{hint}: {snippet}",

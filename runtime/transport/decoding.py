@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import zlib
 
-from .errors import RemoteProtocolError
+from .errors import RemoteProtocolError, ResponseTooLarge
 
-__all__ = ["Decompressor", "decompressor_for"]
+__all__ = ["MAX_EXPANSION", "Decompressor", "decompressor_for"]
+
+MAX_EXPANSION = 64 * 1024 * 1024
+"""The most one piece of compressed input may expand to. A network read is at most 64 KiB, so
+this allows a ratio of 1000 to 1 (runs of zeros), and a decompression bomb costs at most this
+much memory before it is refused."""
 
 
 class Decompressor:
-    """Incremental gzip or deflate decoding; malformed or truncated data is a protocol error."""
+    """Incremental gzip or deflate decoding; malformed or truncated data is a protocol error,
+    and a piece that expands past :data:`MAX_EXPANSION` is :class:`ResponseTooLarge`."""
 
     __slots__ = ("_fed", "_gzip", "_z")
 
@@ -25,16 +31,23 @@ class Decompressor:
         first = not self._fed
         self._fed = True
         try:
-            return self._z.decompress(data)
+            return self._checked(self._z.decompress(data, MAX_EXPANSION), len(data))
         except zlib.error:
             if not first or self._gzip:
                 raise RemoteProtocolError("the compressed body is malformed") from None
         # Some servers send raw deflate (no zlib header) for "deflate": retry the first piece.
         self._z = zlib.decompressobj(-zlib.MAX_WBITS)
         try:
-            return self._z.decompress(data)
+            return self._checked(self._z.decompress(data, MAX_EXPANSION), len(data))
         except zlib.error:
             raise RemoteProtocolError("the compressed body is malformed") from None
+
+    def _checked(self, out: bytes, size: int) -> bytes:
+        if self._z.unconsumed_tail:
+            raise ResponseTooLarge(
+                f"{size} compressed bytes expand to more than {MAX_EXPANSION >> 20} MiB"
+            )
+        return out
 
     def finish(self) -> bytes:
         if not self._fed:

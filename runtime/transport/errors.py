@@ -84,7 +84,8 @@ class RemoteProtocolError(TransportError):
 
 class ResponseTooLarge(RemoteProtocolError):
     """The response passed one of the parser's size limits: a head over ``max_head_size``, a
-    chunk-size line over 4 KiB, a chunk over 4 GiB, a ``content-length`` over 1 TiB.
+    chunk-size line over 4 KiB, a chunk over 4 GiB, a ``content-length`` over 1 TiB, or one
+    compressed piece expanding past 64 MiB (a decompression bomb).
 
     A server that does this will do it again: callers should not retry.
     """
