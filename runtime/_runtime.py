@@ -46,7 +46,6 @@ from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
 from .record import Record
 from .retry_budget import RetryBudget
-from .tools.capabilities import ToolCapabilities
 
 if TYPE_CHECKING:
     import httpx
@@ -54,6 +53,8 @@ if TYPE_CHECKING:
     from .cache import ResponseCache
     from .ledger.store import LedgerStore
     from .limits.store import QuotaStore
+    from .simulator.config import SimulatorConfig
+    from .tools.capabilities import ToolCapabilities
     from .tools.preparation import Prepared
     from .transport.base import HotTransport
 
@@ -67,12 +68,6 @@ __all__ = [
 ]
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
-
-SIM_WITHOUT_TOOLS = ToolCapabilities(
-    native_tools=False, tool_choice=frozenset(), parallel_calls=False
-)
-"""The simulator in its no-tools mode (a model named ``...notools``, or ``ignore_tool_choice``):
-tools and ``tool_choice`` are ignored, a ``response_format`` schema is honoured."""
 
 
 class CallStream:
@@ -229,7 +224,9 @@ class _Providers:
         rt = self._rt
         spec = resolve_provider(name, rt.config, rt._environ)
         codec = provider_codec(spec)
-        base_url = spec.base_url or await self._simulator_url()
+        base_url = spec.base_url
+        if base_url is None:
+            base_url, spec = await self._local_server(spec)
         limits = rt.config.reply_limits
         transport, owned = _hot_transport(spec, rt._transport, limits.head_timeout)
         ctx = ProviderContext(
@@ -244,15 +241,23 @@ class _Providers:
     def in_flight(self) -> dict[str, int]:
         return {name: ctx.in_flight[0] for name, ctx in self._contexts.items()}
 
-    async def _simulator_url(self) -> str:
+    async def _local_server(self, spec: ResolvedProvider) -> tuple[str, ResolvedProvider]:
+        """Where a provider without a base URL is served: by the given transport, else by
+        this runtime's own in-process server, started on first need. With ``spec`` as that
+        server serves it: its config may decide every model's tool capabilities."""
         if self._rt._transport is not None:
-            return _SIM_URL_WITH_TRANSPORT
+            return _SIM_URL_WITH_TRANSPORT, spec
+        served = self._rt._simulator_config
         if self._sim_url is None:
             from sluice.simulator import serve_simulator
 
-            port = await self._services.start(serve_simulator, self._rt._simulator_config)
+            port = await self._services.start(serve_simulator, served)
             self._sim_url = f"http://127.0.0.1:{port}/v1"
-        return self._sim_url
+        if served.served_capabilities is not None:
+            spec = attrs.evolve(
+                spec, capabilities=served.served_capabilities, model_capabilities={}
+            )
+        return self._sim_url, spec
 
 
 def _hot_transport(
@@ -326,7 +331,7 @@ class Runtime:
         ledger: TokenLedgerHandle,
         transport: httpx.AsyncBaseTransport | HotTransport | None,
         environ: Mapping[str, str] | None,
-        simulator_config: Any,
+        simulator_config: SimulatorConfig,
     ) -> None:
         self.config = config
         self._supervisor = supervisor
@@ -353,19 +358,12 @@ class Runtime:
     def _tool_capabilities(self, spec: ResolvedProvider, model: str) -> ToolCapabilities:
         """What ``spec``'s backend can do with tools for ``model`` (no provider prefix).
 
-        The registry's capabilities for the provider (a builtin's known defaults; at a custom
-        ``base_url``, or for a custom provider, what its protocol's servers are assumed to do),
-        then the model's entry in the config (``providers.NAME.models.MODEL.tools``). The
-        ``sim`` provider can do everything, except a model whose name ends in ``notools`` (or
-        every model, when this runtime's own simulator has ``ignore_tool_choice``), which gets
-        :data:`SIM_WITHOUT_TOOLS`, as the simulator itself decides.
+        The registry's capabilities for the provider and model (a builtin's known defaults and
+        per-model rules; at a custom ``base_url``, or for a custom provider, what its protocol's
+        servers are assumed to do; for one served in-process, what its server says), then the
+        model's entry in the config (``providers.NAME.models.MODEL.tools``).
         """
-        caps = spec.capabilities
-        if spec.name == "sim":
-            own_sim = spec.base_url is None and self._transport is None
-            ignores = own_sim and getattr(self._simulator_config, "ignore_tool_choice", False)
-            if ignores or model.endswith("notools"):
-                caps = SIM_WITHOUT_TOOLS
+        caps = spec.tool_capabilities(model)
         user = self.config.providers.get(spec.name)
         entry = user.models.get(model) if user is not None else None
         return caps.merged(entry.tools if entry is not None else None)
@@ -633,7 +631,7 @@ async def open_runtime(
     transport: httpx.AsyncBaseTransport | HotTransport | None = None,
     rng: random.Random | None = None,
     environ: Mapping[str, str] | None = None,
-    simulator: Any = None,
+    simulator: SimulatorConfig | None = None,
     catch_bugs: bool = True,
     quota_store: QuotaStore | None = None,
     ledger_store: LedgerStore | None = None,

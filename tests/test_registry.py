@@ -137,6 +137,39 @@ def test_capabilities_agree_with_the_tool_layer_presets():
     assert BUILTIN_BY_ID["gemini"].tool_capabilities == caps.GEMINI
 
 
+def test_model_capability_rules_match_the_longest_suffix_and_only_at_the_own_server(no_store):
+    """The simulator's ``...notools`` models are a rule on its registry entry, not a branch in
+    the runtime; a rule holds only where the definition's capabilities do."""
+    sim = resolve("sim", store=no_store)
+    assert sim.tool_capabilities("sim-notools") == caps.WITHOUT_TOOLS
+    assert sim.tool_capabilities("any-notools") == caps.WITHOUT_TOOLS
+    assert sim.tool_capabilities("sim-small") == caps.FULL
+    assert sim.tool_capabilities("notools-not-at-the-end") == caps.FULL
+    plain = caps.ToolCapabilities(parallel_calls=False)
+    definition = ProviderDefinition(
+        id="ruled",
+        display_name="Ruled",
+        base_url="https://ruled.example/v1",
+        needs_key=False,
+        capabilities=caps.OPENAI,
+        model_capabilities={"-lite": plain, "-extra-lite": caps.WITHOUT_TOOLS},
+    )
+    assert definition.capabilities_for("m-lite") == plain
+    assert definition.capabilities_for("m-extra-lite") == caps.WITHOUT_TOOLS  # longest wins
+    assert definition.capabilities_for("m") == caps.OPENAI
+    plugins = PluginProviders({"ruled": definition})
+    own = resolve_provider("ruled", RuntimeConfig(), {}, plugins=plugins, key_store=no_store)
+    assert own.tool_capabilities("m-lite") == plain
+    elsewhere = resolve_provider(
+        "ruled",
+        config_with("ruled", base_url="http://127.0.0.1:9/v1"),
+        {},
+        plugins=plugins,
+        key_store=no_store,
+    )
+    assert elsewhere.tool_capabilities("m-lite") == caps.OPENAI_COMPATIBLE_CUSTOM
+
+
 def test_models_helper_marks_features_and_refuses_unknown_ids():
     found = models("a", "b", vision={"b"}, reasoning=True)
     assert [(m.id, m.vision, m.reasoning) for m in found] == [

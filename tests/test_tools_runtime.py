@@ -30,7 +30,6 @@ from sluice import (
     ToolCall,
     ToolCallDelta,
 )
-from sluice._runtime import SIM_WITHOUT_TOOLS
 from sluice.config import ModelConfig, ProviderConfig, load_config
 from sluice.errors import ConfigError, ToolCallError
 from sluice.serde import converter
@@ -43,6 +42,7 @@ from sluice.tools import (
     is_temporary,
     prepare,
 )
+from sluice.tools.capabilities import WITHOUT_TOOLS
 from sluice.tools.correct import EMPTY_REPLY_NUDGE
 
 from .helpers import virtual_deadline
@@ -321,7 +321,7 @@ async def test_correction_round_trip(autojump_clock, stream):
         1,
         "c1",
     )
-    prepared = prepare(request, SIM_WITHOUT_TOOLS)
+    prepared = prepare(request, WITHOUT_TOOLS)
     note = correction_messages(error, prepared)
     first, second = (body["messages"] for body in wire.bodies)
     assert second == [
@@ -584,6 +584,21 @@ async def test_capabilities_come_from_the_registry_and_the_model_entry(
     (tool_call,) = result.tool_calls
     assert (tool_call.name, orjson.loads(tool_call.arguments)) == ("get_weather", {"city": "Paris"})
     assert (tool_call.id == "call_1") is native  # a forced call gets an id of its own
+
+
+@pytest.mark.parametrize("ignores", [False, True])
+async def test_the_runtimes_own_simulator_decides_what_its_models_do_with_tools(ignores):
+    """Loopback, real clock: with ``ignore_tool_choice`` the in-process simulator ignores tools,
+    so the runtime forces the call through structured output and it still ends as a valid tool
+    call; without it the call goes natively (the simulator answers a native tool call)."""
+    with trio.fail_after(20):
+        async with sluice.open_runtime(
+            PLAIN_CONFIG, simulator=SimulatorConfig(ignore_tool_choice=ignores)
+        ) as rt:
+            result = await rt.chat(forced("required", model="sim:sim-small"))
+    assert result.finish_reason == "tool_calls" and result.corrections == 0
+    (tool_call,) = result.tool_calls
+    assert_valid_call(tool_call)
 
 
 def test_tool_options_travel_with_the_request_through_serde() -> None:

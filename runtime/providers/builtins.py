@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from ..protocols.quirks import RequestQuirks
-from ..tools.capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI
+from ..tools.capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI, WITHOUT_TOOLS
 from .definition import ModelInfo, ProviderDefinition, models
 
 if TYPE_CHECKING:
@@ -494,7 +494,8 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         needs_key=False,
         local=True,
     ),
-    # The simulator the runtime starts in-process (base URL filled in at start).
+    # The simulator the runtime starts in-process (base URL filled in at start). Its models
+    # named ...notools act as a server without tool support (sluice.simulator.request).
     _openai_compatible(
         "sim",
         "sluice simulator",
@@ -502,6 +503,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         needs_key=False,
         local=True,
         capabilities=FULL,
+        model_capabilities={"notools": WITHOUT_TOOLS},
         model_list=models("sim-small"),
     ),
 )

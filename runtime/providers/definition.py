@@ -37,6 +37,7 @@ __all__ = [
     "auth_header",
     "models",
     "protocol_capabilities",
+    "suffix_capabilities",
 ]
 
 Protocol = Literal["openai", "anthropic", "gemini", "ollama"]
@@ -76,6 +77,18 @@ def protocol_capabilities(protocol: str) -> ToolCapabilities:
     return {"anthropic": ANTHROPIC, "gemini": GEMINI, "ollama": OLLAMA}.get(
         protocol, OPENAI_COMPATIBLE_CUSTOM
     )
+
+
+def suffix_capabilities(
+    rules: Mapping[str, ToolCapabilities], model: str
+) -> ToolCapabilities | None:
+    """The entry of ``rules`` whose key ``model`` ends in (the longest such key); None when no
+    key matches, so the provider's own capabilities hold."""
+    best: str | None = None
+    for suffix in rules:
+        if model.endswith(suffix) and (best is None or len(suffix) > len(best)):
+            best = suffix
+    return None if best is None else rules[best]
 
 
 @attrs.frozen(repr=False)
@@ -156,6 +169,10 @@ class ProviderDefinition(Record):
     """The server answers the protocol's list-models request (coding plans do not)."""
     capabilities: ToolCapabilities | None = None
     """None: the protocol's assumption (:func:`protocol_capabilities`)."""
+    model_capabilities: Mapping[str, ToolCapabilities] = attrs.field(factory=dict)
+    """Capabilities by model-name suffix: a model whose name ends in a key can do what that
+    key's entry says instead of ``capabilities`` (the longest matching key wins). The
+    simulator's ``...notools`` models are one such rule."""
     quirks: RequestQuirks = NO_QUIRKS
     params: Mapping[str, Any] = attrs.field(factory=dict)
     """Generation parameters for every call (under the config's and the call's)."""
@@ -171,6 +188,11 @@ class ProviderDefinition(Record):
     @property
     def tool_capabilities(self) -> ToolCapabilities:
         return self.capabilities or protocol_capabilities(self.protocol)
+
+    def capabilities_for(self, model: str) -> ToolCapabilities:
+        """What ``model`` (no provider prefix) can do with tools at this provider's own server:
+        its rule in :attr:`model_capabilities`, else :attr:`tool_capabilities`."""
+        return suffix_capabilities(self.model_capabilities, model) or self.tool_capabilities
 
     @property
     def default_model(self) -> str | None:

@@ -36,6 +36,7 @@ from .definition import (
     ProviderDefinition,
     auth_header,
     protocol_capabilities,
+    suffix_capabilities,
 )
 from .keys import KeyStore
 from .params import merge_params
@@ -86,6 +87,9 @@ class ResolvedProvider(Record):
     """The base URL is the config's, not the builtin's (or the provider is a custom one)."""
     capabilities: ToolCapabilities = OPENAI_COMPATIBLE_CUSTOM
     """What the backend can do with tools (before per-model overrides)."""
+    model_capabilities: Mapping[str, ToolCapabilities] = attrs.field(factory=dict, repr=False)
+    """The definition's rules by model-name suffix (:attr:`ProviderDefinition.model_capabilities`),
+    when its capabilities hold here."""
     quirks: RequestQuirks = NO_QUIRKS
     params: Mapping[str, Any] = attrs.field(factory=dict)
     """Generation parameters for every call (the definition's, then the config's)."""
@@ -100,6 +104,11 @@ class ResolvedProvider(Record):
     def quota_key(self, model: str) -> str:
         """The RateLimiter key: the provider account, or account and model (``rate_limit.key``)."""
         return f"{self.name}:{model}" if self.rate_limit.key == "model" else self.name
+
+    def tool_capabilities(self, model: str) -> ToolCapabilities:
+        """What ``model`` (no provider prefix) can do with tools here, before the config's
+        entry for the model: its suffix rule, else :attr:`capabilities`."""
+        return suffix_capabilities(self.model_capabilities, model) or self.capabilities
 
     def request_headers(self) -> dict[str, str]:
         """The auth and extra headers as a codec sends them (for requests the codec does not
@@ -221,6 +230,7 @@ def resolve_provider(
         source,
     )
     model_list = definition.models if definition else ()
+    capabilities, model_capabilities = _capabilities(definition, protocol, custom_url)
     known = {m.id for m in model_list}
     model_list += tuple(ModelInfo(m) for m in user.models if m not in known)
     return ResolvedProvider(
@@ -239,7 +249,8 @@ def resolve_provider(
         auth=auth,
         key_source=source,
         custom_base_url=custom_url,
-        capabilities=_capabilities(definition, protocol, custom_url),
+        capabilities=capabilities,
+        model_capabilities=model_capabilities,
         quirks=_quirks(definition, protocol, user),
         params=merge_params(definition.params if definition else None, user.params),
         model_params={m: dict(c.params) for m, c in user.models.items() if c.params},
@@ -350,14 +361,16 @@ def _missing_key(name: str, definition: ProviderDefinition | None, user: Provide
 
 def _capabilities(
     definition: ProviderDefinition | None, protocol: str, custom_url: bool
-) -> ToolCapabilities:
+) -> tuple[ToolCapabilities, Mapping[str, ToolCapabilities]]:
+    """The provider's tool capabilities and its per-model rules: the definition's, unless
+    another protocol or (for OpenAI-compatible ones) another server is configured."""
     if definition is not None and definition.id == "sim":
-        return definition.tool_capabilities
+        return definition.tool_capabilities, definition.model_capabilities
     if definition is None or definition.protocol != protocol:
-        return protocol_capabilities(protocol)
+        return protocol_capabilities(protocol), {}
     if custom_url and protocol == "openai":
-        return OPENAI_COMPATIBLE_CUSTOM
-    return definition.tool_capabilities
+        return OPENAI_COMPATIBLE_CUSTOM, {}
+    return definition.tool_capabilities, definition.model_capabilities
 
 
 def _quirks(

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 from attrs.validators import deep_iterable, ge, gt, instance_of, optional
 
+from ..tools.capabilities import WITHOUT_TOOLS, ToolCapabilities
 from .directives import parse_directive
 
 __all__ = ["DEFAULT_MODELS", "SimulatorConfig"]
@@ -149,6 +150,13 @@ class SimulatorConfig:
             )
         if self.itl_jitter and not self.tokens_per_second:
             raise ValueError("'itl_jitter' needs a pace: set 'tokens_per_second' too")
+
+    @property
+    def served_capabilities(self) -> ToolCapabilities | None:
+        """What every model of a server with this config can do with tools, when the config
+        decides it (``ignore_tool_choice``: nothing native); None when each model's entry in
+        the provider registry holds. A runtime that starts this server uses it for ``sim``."""
+        return WITHOUT_TOOLS if self.ignore_tool_choice else None
 
     @property
     def latency_modelled(self) -> bool:

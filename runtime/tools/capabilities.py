@@ -28,6 +28,7 @@ __all__ = [
     "OLLAMA",
     "OPENAI",
     "OPENAI_COMPATIBLE_CUSTOM",
+    "WITHOUT_TOOLS",
     "CapabilityOverride",
     "StructuredOutput",
     "ToolCapabilities",
@@ -143,6 +144,11 @@ GEMINI: Final = ToolCapabilities(top_level_unions=False)
 OLLAMA: Final = ToolCapabilities(tool_choice=frozenset(), parallel_calls=False)
 """Ollama honours no ``tool_choice`` mode and rejects nothing: forced calls go through its
 ``format`` structured output (a JSON schema)."""
+WITHOUT_TOOLS: Final = ToolCapabilities(
+    native_tools=False, tool_choice=frozenset(), parallel_calls=False
+)
+"""A server that ignores ``tools`` and ``tool_choice`` but honours a ``response_format`` schema
+(the simulator's ``...notools`` models, and every model of one with ``ignore_tool_choice``)."""
 
 _BY_PROVIDER: Final = {
     "openai": OPENAI,
