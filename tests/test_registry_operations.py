@@ -14,10 +14,12 @@ from sluice.providers.operations import (
     check_connection,
     check_model,
     list_models,
+    open_transport,
 )
 from sluice.providers.plugins import PluginProviders
 from sluice.providers.registry import resolve_provider
 from sluice.simulator import SimulatorConfig, serve_simulator
+from sluice.transport import HttpxTransport
 
 KEY = "sk-ops-test-key-0123456789abcdef"
 
@@ -39,7 +41,8 @@ def spec_for(name, tmp_path, **fields):
 
 
 def client_for(handler):
-    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    """A hot transport over ``httpx.MockTransport``: the operations' requests exactly as sent."""
+    return HttpxTransport(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
 
 
 async def test_openai_models_come_from_v1_models(tmp_path):
@@ -49,8 +52,8 @@ async def test_openai_models_come_from_v1_models(tmp_path):
         data = [{"id": "gpt-4o"}, {"id": " gpt-4o "}, {"id": ""}, {"id": "o3", "name": "O3"}]
         return httpx.Response(200, json={"object": "list", "data": data})
 
-    async with client_for(handler) as client:
-        found = await list_models(spec_for("openai", tmp_path), client)
+    client = client_for(handler)
+    found = await list_models(spec_for("openai", tmp_path), client)
     assert [(m.id, m.name) for m in found] == [("gpt-4o", None), ("o3", "O3")]
 
 
@@ -66,8 +69,8 @@ async def test_anthropic_models_follow_pages_with_its_headers(tmp_path):
             return httpx.Response(200, json={"data": rows, "has_more": True, "last_id": "claude-a"})
         return httpx.Response(200, json={"data": [{"id": "claude-b"}], "has_more": False})
 
-    async with client_for(handler) as client:
-        found = await list_models(spec_for("anthropic", tmp_path), client)
+    client = client_for(handler)
+    found = await list_models(spec_for("anthropic", tmp_path), client)
     assert [(m.id, m.name) for m in found] == [("claude-a", "Claude A"), ("claude-b", None)]
     assert pages == [{"limit": "1000"}, {"limit": "1000", "after_id": "claude-a"}]
 
@@ -81,8 +84,8 @@ async def test_gemini_models_strip_the_prefix_and_follow_page_tokens(tmp_path):
             return httpx.Response(200, json={"models": rows, "nextPageToken": "p2"})
         return httpx.Response(200, json={"models": [{"name": "models/gemini-2.0-flash"}]})
 
-    async with client_for(handler) as client:
-        found = await list_models(spec_for("gemini", tmp_path), client)
+    client = client_for(handler)
+    found = await list_models(spec_for("gemini", tmp_path), client)
     assert [m.id for m in found] == ["gemini-2.5-pro", "gemini-2.0-flash"]
 
 
@@ -95,10 +98,10 @@ async def test_ollama_models_come_from_api_tags(tmp_path):
         )
 
     spec = spec_for("ollama", tmp_path)
-    async with client_for(handler) as client:
-        assert [m.id for m in await list_models(spec, client)] == ["llama3.1:latest", "qwen3:8b"]
-        assert (await check_model(spec, "llama3.1", client)).ok
-        missing = await check_model(spec, "mistral", client)
+    client = client_for(handler)
+    assert [m.id for m in await list_models(spec, client)] == ["llama3.1:latest", "qwen3:8b"]
+    assert (await check_model(spec, "llama3.1", client)).ok
+    missing = await check_model(spec, "mistral", client)
     assert not missing.ok and "ollama pull mistral" in missing.message
 
 
@@ -113,10 +116,10 @@ async def test_a_401_fails_the_check_with_the_key_removed_from_the_message(tmp_p
         return httpx.Response(401, json=body)
 
     spec = spec_for("openai", tmp_path)
-    async with client_for(handler) as client:
-        result = await check_connection(spec, client)
-        with pytest.raises(OperationFailed) as info:
-            await list_models(spec, client)
+    client = client_for(handler)
+    result = await check_connection(spec, client)
+    with pytest.raises(OperationFailed) as info:
+        await list_models(spec, client)
     assert not result.ok and result.status == 401
     assert "AuthenticationFailed (HTTP 401)" in result.message
     assert KEY not in result.message and KEY not in str(info.value)
@@ -142,8 +145,8 @@ async def test_an_anthropic_proxy_without_models_is_checked_with_a_call(tmp_path
         )
 
     spec = spec_for("anthropic", tmp_path, base_url="https://proxy.example/v1")
-    async with client_for(handler) as client:
-        result = await check_connection(spec, client, model="claude-x")
+    client = client_for(handler)
+    result = await check_connection(spec, client, model="claude-x")
     assert result.ok and result.message.startswith("reachable")
     assert calls == ["/v1/models", "/v1/messages"]
 
@@ -171,8 +174,8 @@ async def test_a_provider_that_cannot_list_models_is_checked_with_its_first_mode
         plugins=PluginProviders(),
         key_store=KeyStore(tmp_path / "k", tmp_path / "m", {}),
     )
-    async with client_for(handler) as client:
-        result = await check_connection(spec, client)
+    client = client_for(handler)
+    result = await check_connection(spec, client)
     assert result.ok and "2 output tokens" in result.message
 
 
@@ -181,9 +184,9 @@ async def test_connection_errors_are_results_not_exceptions(tmp_path):
         raise httpx.ConnectError("refused")
 
     spec = spec_for("openai", tmp_path)
-    async with client_for(handler) as client:
-        assert not (await check_connection(spec, client)).ok
-        result = await check_model(spec, "gpt-4o", client)
+    client = client_for(handler)
+    assert not (await check_connection(spec, client)).ok
+    result = await check_model(spec, "gpt-4o", client)
     assert not result.ok and "cannot reach" in result.message
 
 
@@ -193,10 +196,13 @@ async def test_checks_against_the_simulator_over_loopback(tmp_path):
         spec = spec_for(
             "corp", tmp_path, base_url=f"http://127.0.0.1:{port}/v1", api_key=Secret(KEY)
         )
-        async with httpx.AsyncClient(timeout=10) as client:
-            models = await list_models(spec, client)
-            connection = await check_connection(spec, client)
-            model = await check_model(spec, "sim-small", client)
+        transport = open_transport(spec)
+        try:
+            models = await list_models(spec, transport)
+            connection = await check_connection(spec, transport)
+            model = await check_model(spec, "sim-small", transport)
+        finally:
+            await transport.aclose()
         nursery.cancel_scope.cancel()
     assert "sim-small" in [m.id for m in models]
     assert connection.ok and model.ok
@@ -254,3 +260,43 @@ def test_providers_check_exit_codes(capsys, monkeypatch, tmp_path):
     assert "FAILED" in capsys.readouterr().out
     assert main(["providers", "models", "dead", "--config", str(path), "--timeout", "2"]) == 1
     assert main(["providers", "models", "aliyun-codingplan"]) == 2
+
+
+async def test_a_model_list_carries_the_key_where_the_providers_calls_do(tmp_path):
+    """The GET is built by the provider's codec, as a call is: a configured auth style and the
+    provider's headers go on it, and no request body header."""
+    seen = []
+
+    def handler(request):
+        seen.append(request)
+        return httpx.Response(200, json={"data": [{"id": "m"}]})
+
+    spec = spec_for(
+        "corp",
+        tmp_path,
+        base_url="https://corp.example/v1",
+        api_key=Secret(KEY),
+        auth="api-key",
+        headers={"X-Team": "infra"},
+    )
+    client = client_for(handler)
+    assert [m.id for m in await list_models(spec, client)] == ["m"]
+    (request,) = seen
+    assert request.method == "GET" and request.url == "https://corp.example/v1/models"
+    assert request.headers["api-key"] == KEY and request.headers["x-team"] == "infra"
+    assert "authorization" not in request.headers and "content-type" not in request.headers
+
+
+async def test_a_server_that_never_answers_fails_in_the_given_time(tmp_path, autojump_clock):
+    async def handler(request):
+        await trio.sleep(3600)
+        raise AssertionError("not reached")
+
+    spec = spec_for("openai", tmp_path)
+    client = client_for(handler)
+    with trio.fail_after(60):
+        started = trio.current_time()
+        result = await check_connection(spec, client, answer_within=5)
+    assert trio.current_time() - started == 5
+    assert not result.ok
+    assert result.message == "no answer from https://api.openai.com/v1/models in time"

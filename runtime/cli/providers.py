@@ -23,9 +23,8 @@ from ._common import EXIT_FAILED, EXIT_OK, build_config, report_error
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    import httpx
-
     from ..providers.definition import ProviderDefinition
+    from ..transport.base import HotTransport
 
 __all__ = ["providers_app"]
 
@@ -133,12 +132,13 @@ async def list_(*, as_json: _Json = False, config: Path | None = None) -> int:
 
 @asynccontextmanager
 async def _reachable(
-    spec: ResolvedProvider, seconds: float
-) -> AsyncIterator[tuple[ResolvedProvider, httpx.AsyncClient]]:
-    """An httpx client for ``spec``; for ``sim`` without a URL the simulator runs meanwhile,
-    and the spec yielded has its address."""
-    import httpx
+    spec: ResolvedProvider,
+) -> AsyncIterator[tuple[ResolvedProvider, HotTransport]]:
+    """The transport ``spec``'s calls would use; for ``sim`` without a URL the simulator runs
+    meanwhile, and the spec yielded has its address."""
     import trio
+
+    from ..providers.operations import open_transport
 
     async with trio.open_nursery() as nursery:
         if spec.base_url is None:
@@ -146,8 +146,12 @@ async def _reachable(
 
             port = await nursery.start(serve_simulator, SimulatorConfig())
             spec = attrs.evolve(spec, base_url=f"http://127.0.0.1:{port}/v1")
-        async with httpx.AsyncClient(timeout=seconds) as client:
-            yield spec, client
+        transport = open_transport(spec)
+        try:
+            yield spec, transport
+        finally:
+            with trio.CancelScope(shield=True):
+                await transport.aclose()
         nursery.cancel_scope.cancel()
 
 
@@ -186,10 +190,12 @@ async def check(
     except ConfigError as exc:
         return report_error(exc, as_json=as_json)
     results = []
-    async with _reachable(spec, wait) as (spec, client):
-        results.append(("connection", await check_connection(spec, client, model=model)))
+    async with _reachable(spec) as (spec, transport):
+        connection = await check_connection(spec, transport, model=model, answer_within=wait)
+        results.append(("connection", connection))
         if model is not None and spec.lists_models:
-            results.append((f"model {model}", await check_model(spec, model, client)))
+            found = await check_model(spec, model, transport, answer_within=wait)
+            results.append((f"model {model}", found))
     ok = all(r.ok for _, r in results)
     if as_json:
         checks = [
@@ -231,9 +237,9 @@ async def models(
         message = f"provider {name!r} cannot list its models; its known models: {known}"
         return report_error(ConfigError(message), as_json=as_json)
     failure: OperationFailed | None = None
-    async with _reachable(spec, wait) as (spec, client):
+    async with _reachable(spec) as (spec, transport):
         try:
-            found = await list_models(spec, client)
+            found = await list_models(spec, transport, answer_within=wait)
         except OperationFailed as exc:
             failure = exc
     if failure is not None:

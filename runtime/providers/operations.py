@@ -1,5 +1,10 @@
 """What can be asked of a provider outside a chat call: its models, whether it answers, whether
-one model works. Used by ``sluice providers``; plain httpx, not the hot path.
+one model works. Used by ``sluice providers``; not the hot path, but the same stack as calls.
+
+Every request goes through the transport a provider's calls use (:class:`HotTransport`: sluice's
+own client, or httpx when the provider is configured so), with the headers the provider's codec
+builds for a call (protocol version, the key in its configured header, the provider's extra
+headers), and every error reply is read by the codec's ``decode_error``, as a call's would be.
 
 Per protocol, the model list comes from ``GET {base}/models`` (OpenAI-compatible, Anthropic,
 Gemini; following pages where the protocol pages) or ``GET {base}/api/tags`` (Ollama). A model
@@ -12,18 +17,21 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import attrs
-import httpx
 import orjson
+import trio
 
 from ..errors import CallError, SluiceError
 from ..messages import ChatRequest
-from ..protocols.anthropic_request import ANTHROPIC_VERSION
 from ..redact import redact, secrets_of
+from ..transport.errors import TransportError
 from .codec import provider_codec
 
 if TYPE_CHECKING:
+    from ..protocols.base import Codec
+    from ..transport.base import HotTransport
     from .registry import ResolvedProvider
 
 __all__ = [
@@ -33,10 +41,14 @@ __all__ = [
     "check_connection",
     "check_model",
     "list_models",
+    "open_transport",
 ]
 
 _MAX_PAGES = 20
 _CHECK_MAX_TOKENS = 16
+_MAX_BODY = 32 * 1024 * 1024
+"""A reply larger than this is refused (the largest model lists are a few megabytes)."""
+DEFAULT_WAIT = 10.0
 
 
 class OperationFailed(SluiceError):
@@ -64,6 +76,18 @@ class CheckResult:
     """The HTTP status of the last reply, if there was one."""
 
 
+def open_transport(spec: ResolvedProvider) -> HotTransport:
+    """A transport of the kind ``spec``'s calls go through (its ``transport`` setting, its
+    connection limits and connect timeout); the caller closes it."""
+    from ..transport import FastTransport, HttpxTransport
+
+    if spec.transport == "httpx":
+        return HttpxTransport(
+            max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
+        )
+    return FastTransport(max_connections=spec.max_connections, connect_timeout=spec.connect_timeout)
+
+
 def _redact(text: str, spec: ResolvedProvider) -> str:
     return redact(text, secrets_of(spec.api_key, spec.headers))
 
@@ -74,43 +98,85 @@ def _base(spec: ResolvedProvider) -> str:
     return spec.base_url.rstrip("/")
 
 
-def _headers(spec: ResolvedProvider) -> dict[str, str]:
-    headers = {"accept": "application/json"}
-    if spec.protocol == "anthropic":
-        headers["anthropic-version"] = ANTHROPIC_VERSION
-    headers.update(spec.request_headers())
-    return headers
+def _call_headers(spec: ResolvedProvider, codec: Codec) -> tuple[tuple[str, str], ...]:
+    """The headers a (non-streamed) call to ``spec`` sends, as its codec builds them, less the
+    body's ``content-type``: so a GET carries the key exactly where calls carry it."""
+    probe = codec.build_request(
+        ChatRequest(model=f"{spec.name}:probe", messages="ping", stream=False),
+        base_url=_base(spec),
+        api_key=spec.api_key.reveal() if spec.api_key else None,
+        headers=spec.headers,
+    )
+    return tuple((name, value) for name, value in probe.headers if name != "content-type")
+
+
+async def _exchange(
+    transport: HotTransport,
+    spec: ResolvedProvider,
+    method: str,
+    url: str,
+    headers: tuple[tuple[str, str], ...],
+    body: bytes,
+    answer_within: float,
+) -> tuple[int, dict[str, str], bytes]:
+    """Send one request through ``transport``; read the whole reply within ``answer_within`` s.
+
+    Raises:
+        OperationFailed: no reply in time, the server could not be reached or the connection
+            broke, or the reply was too large; the message never holds the key.
+    """
+    where = url.partition("?")[0]
+    with trio.move_on_after(answer_within):
+        try:
+            response = await transport.send(method, url, headers, body)
+            try:
+                pieces: list[bytes] = []
+                size = 0
+                while piece := await response.read_some():
+                    size += len(piece)
+                    if size > _MAX_BODY:
+                        raise OperationFailed(f"{where} answered with more than 32 MiB")
+                    pieces.append(piece)
+            finally:
+                await response.aclose()
+        except TransportError as exc:
+            raise OperationFailed(_redact(f"cannot reach {where}: {exc}", spec)) from None
+        return response.status, response.headers, b"".join(pieces)
+    raise OperationFailed(f"no answer from {where} in time")
 
 
 async def _get_json(
-    client: httpx.AsyncClient, spec: ResolvedProvider, url: str, params: dict[str, Any]
+    transport: HotTransport,
+    spec: ResolvedProvider,
+    url: str,
+    params: dict[str, Any],
+    answer_within: float,
 ) -> Any:
-    try:
-        response = await client.get(url, params=params, headers=_headers(spec))
-    except httpx.TimeoutException:
-        raise OperationFailed(f"no answer from {url} in time") from None
-    except httpx.HTTPError as exc:
-        raise OperationFailed(_redact(f"cannot reach {url}: {exc}", spec)) from None
-    if response.status_code >= 400:
-        raise OperationFailed(_error_text(spec, response), response.status_code)
-    try:
-        return orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        raise OperationFailed(f"{url} did not answer with JSON", response.status_code) from None
-
-
-def _error_text(spec: ResolvedProvider, response: httpx.Response) -> str:
-    error = provider_codec(spec).decode_error(
-        response.status_code,
-        {k.lower(): v for k, v in response.headers.items()},
-        response.content[:65536],
-        wall_now=time.time(),
+    codec = provider_codec(spec)
+    full = f"{url}?{urlencode(params)}" if params else url
+    status, headers, body = await _exchange(
+        transport, spec, "GET", full, _call_headers(spec, codec), b"", answer_within
     )
-    return _redact(f"{error.kind} (HTTP {response.status_code}): {error.message}", spec)
+    if status >= 400:
+        raise OperationFailed(_error_text(spec, codec, status, headers, body), status)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise OperationFailed(f"{url} did not answer with JSON", status) from None
 
 
-async def list_models(spec: ResolvedProvider, client: httpx.AsyncClient) -> list[ListedModel]:
-    """The models the provider's server lists, de-duplicated, in its order.
+def _error_text(
+    spec: ResolvedProvider, codec: Codec, status: int, headers: dict[str, str], body: bytes
+) -> str:
+    error = codec.decode_error(status, headers, body[:65536], wall_now=time.time())
+    return _redact(f"{error.kind} (HTTP {status}): {error.message}", spec)
+
+
+async def list_models(
+    spec: ResolvedProvider, transport: HotTransport, *, answer_within: float = DEFAULT_WAIT
+) -> list[ListedModel]:
+    """The models the provider's server lists, de-duplicated, in its order (``answer_within``:
+    seconds for each page).
 
     Raises:
         OperationFailed: the server could not be reached or answered with an error.
@@ -118,13 +184,13 @@ async def list_models(spec: ResolvedProvider, client: httpx.AsyncClient) -> list
     base = _base(spec)
     found: list[ListedModel] = []
     if spec.protocol == "ollama":
-        reply = await _get_json(client, spec, f"{base}/api/tags", {})
+        reply = await _get_json(transport, spec, f"{base}/api/tags", {}, answer_within)
         for row in _rows(reply, "models"):
             found.append(ListedModel(str(row.get("name") or row.get("model") or "")))
     elif spec.protocol == "gemini":
         params: dict[str, Any] = {"pageSize": 1000}
         for _ in range(_MAX_PAGES):
-            reply = await _get_json(client, spec, f"{base}/models", params)
+            reply = await _get_json(transport, spec, f"{base}/models", params, answer_within)
             for row in _rows(reply, "models"):
                 name = str(row.get("name") or "").removeprefix("models/")
                 found.append(ListedModel(name, _text(row, "displayName")))
@@ -135,14 +201,14 @@ async def list_models(spec: ResolvedProvider, client: httpx.AsyncClient) -> list
     elif spec.protocol == "anthropic":
         params = {"limit": 1000}
         for _ in range(_MAX_PAGES):
-            reply = await _get_json(client, spec, f"{base}/models", params)
+            reply = await _get_json(transport, spec, f"{base}/models", params, answer_within)
             for row in _rows(reply, "data"):
                 found.append(ListedModel(str(row.get("id") or ""), _text(row, "display_name")))
             if not (isinstance(reply, dict) and reply.get("has_more") and reply.get("last_id")):
                 break
             params = {"limit": 1000, "after_id": reply["last_id"]}
     else:
-        reply = await _get_json(client, spec, f"{base}/models", {})
+        reply = await _get_json(transport, spec, f"{base}/models", {}, answer_within)
         for row in _rows(reply, "data"):
             found.append(ListedModel(str(row.get("id") or ""), _text(row, "name")))
     unique: dict[str, ListedModel] = {}
@@ -166,7 +232,11 @@ def _rows(reply: Any, key: str) -> list[dict[str, Any]]:
 
 
 async def check_connection(
-    spec: ResolvedProvider, client: httpx.AsyncClient, *, model: str | None = None
+    spec: ResolvedProvider,
+    transport: HotTransport,
+    *,
+    model: str | None = None,
+    answer_within: float = DEFAULT_WAIT,
 ) -> CheckResult:
     """Whether the provider answers with this key: its model list, or for a provider that
     cannot list models a minimal call to ``model`` (default: its first known model)."""
@@ -177,15 +247,15 @@ async def check_connection(
             return CheckResult(
                 False, "this provider cannot list its models: name one to check (--model)"
             )
-        return await check_model(spec, target, client)
+        return await check_model(spec, target, transport, answer_within=answer_within)
     try:
-        models = await list_models(spec, client)
+        models = await list_models(spec, transport, answer_within=answer_within)
     except OperationFailed as exc:
         elapsed = time.monotonic() - started
         if spec.protocol == "anthropic" and exc.status in (404, 405):
             # A server that copies the messages API without the models one (a proxy).
             target = model or (spec.models[0].id if spec.models else "claude-sonnet-4-5")
-            result = await check_model(spec, target, client)
+            result = await check_model(spec, target, transport, answer_within=answer_within)
             if result.ok or result.status in (400, 404, 422):
                 return attrs.evolve(result, ok=True, message=f"reachable ({result.message})")
             return result
@@ -194,7 +264,13 @@ async def check_connection(
     return CheckResult(True, f"reachable: {len(models)} models listed", elapsed, 200)
 
 
-async def check_model(spec: ResolvedProvider, model: str, client: httpx.AsyncClient) -> CheckResult:
+async def check_model(
+    spec: ResolvedProvider,
+    model: str,
+    transport: HotTransport,
+    *,
+    answer_within: float = DEFAULT_WAIT,
+) -> CheckResult:
     """Whether ``model`` answers a minimal call (on Ollama: whether it is installed)."""
     started = time.monotonic()
     model = model.strip()
@@ -202,7 +278,7 @@ async def check_model(spec: ResolvedProvider, model: str, client: httpx.AsyncCli
         return CheckResult(False, "empty model name")
     if spec.protocol == "ollama":
         try:
-            names = {m.id for m in await list_models(spec, client)}
+            names = {m.id for m in await list_models(spec, transport, answer_within=answer_within)}
         except OperationFailed as exc:
             return CheckResult(False, exc.message, time.monotonic() - started, exc.status)
         ok = model in names or f"{model}:latest" in names
@@ -219,22 +295,16 @@ async def check_model(spec: ResolvedProvider, model: str, client: httpx.AsyncCli
         headers=spec.headers,
     )
     try:
-        response = await client.request(
-            built.method, built.url, headers=list(built.headers), content=built.body
+        status, headers, body = await _exchange(
+            transport, spec, built.method, built.url, built.headers, built.body, answer_within
         )
-    except httpx.TimeoutException:
-        return CheckResult(
-            False, f"no answer from {spec.base_url} in time", time.monotonic() - started
-        )
-    except httpx.HTTPError as exc:
-        text = _redact(f"cannot reach {spec.base_url}: {exc}", spec)
-        return CheckResult(False, text, time.monotonic() - started)
+    except OperationFailed as exc:
+        return CheckResult(False, exc.message, time.monotonic() - started)
     elapsed = time.monotonic() - started
-    status = response.status_code
     if status >= 400:
-        return CheckResult(False, _error_text(spec, response), elapsed, status)
+        return CheckResult(False, _error_text(spec, codec, status, headers, body), elapsed, status)
     try:
-        output = codec.decode_body(response.content)
+        output = codec.decode_body(body)
     except (CallError, ValueError) as exc:
         text = _redact(f"the reply could not be read: {exc}", spec)
         return CheckResult(False, text, elapsed, status)

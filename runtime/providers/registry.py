@@ -110,18 +110,6 @@ class ResolvedProvider(Record):
         entry for the model: its suffix rule, else :attr:`capabilities`."""
         return suffix_capabilities(self.model_capabilities, model) or self.capabilities
 
-    def request_headers(self) -> dict[str, str]:
-        """The auth and extra headers as a codec sends them (for requests the codec does not
-        build, such as listing models). Holds the key: never log it."""
-        merged: dict[str, str] = {}
-        if self.api_key is not None:
-            found = auth_header(DEFAULT_AUTH.get(self.protocol, "bearer"), self.api_key.reveal())
-            if found is not None:
-                merged[found[0]] = found[1]
-        for name, value in self.headers.items():
-            merged[name.lower()] = value
-        return merged
-
 
 def _merge_deadlines(base: Deadlines, override: Deadlines | None) -> Deadlines:
     if override is None:
