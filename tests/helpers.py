@@ -1,18 +1,25 @@
-"""Helpers shared by the tests."""
+"""Helpers shared by the tests (test modules import from here, never from each other)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+import httpx
+import orjson
 import trio
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
+
+    import sluice
+    from sluice import CallEvent, ChatRequest
+    from sluice._runtime import CallStream
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -77,3 +84,79 @@ def sim_process(*flags: str) -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment with nothing of the machine's sluice setup: no config, keys or ledger."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("SLUICE_") and not name.endswith(("_API_KEY", "_KEY"))
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_DATA_HOME=str(home / "data"),
+        SLUICE_LEDGER_DB="off",
+    )
+    env.update(extra)
+    return env
+
+
+def request_line(custom_id: str, model: str = "sim:sim-small") -> str:
+    body = {"model": model, "messages": [{"role": "user", "content": f"say {custom_id}"}]}
+    return orjson.dumps(
+        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+    ).decode()
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """Wraps a transport; records when each request was sent and whether its body was read out."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.sent_at: list[float] = []
+        self.closed_early: list[bool] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent_at.append(trio.current_time())
+        response = await self.inner.handle_async_request(request)
+        index = len(self.closed_early)
+        self.closed_early.append(False)
+        inner = response.stream
+        assert isinstance(inner, httpx.AsyncByteStream)
+        recorder = self
+
+        class Stream(httpx.AsyncByteStream):
+            """A plain iterator (not an async generator), so leaving early warns about nothing."""
+
+            def __init__(self) -> None:
+                self.pieces = inner.__aiter__()
+                self.finished = False
+
+            def __aiter__(self) -> Stream:
+                return self
+
+            async def __anext__(self) -> bytes:
+                try:
+                    return await self.pieces.__anext__()
+                except StopAsyncIteration:
+                    self.finished = True
+                    raise
+
+            async def aclose(self) -> None:
+                recorder.closed_early[index] = not self.finished
+                await inner.aclose()
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Stream())
+
+
+async def collect(
+    rt: sluice.Runtime, request: ChatRequest | str, prompt: str = "hi"
+) -> tuple[list[CallEvent], CallStream]:
+    """Every event of one call, and its stream (for ``result`` and ``error``)."""
+    async with (
+        rt.stream(request, prompt) if isinstance(request, str) else rt.stream(request) as call
+    ):
+        events = [event async for event in call]
+    return events, call

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .helpers import SLUICE, sim_process
-from .test_cli_errors import clean_env
+from .helpers import SLUICE, clean_env, sim_process
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -17,30 +17,13 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 
-from .helpers import SLUICE
+from .helpers import SLUICE, clean_env, request_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
 TIMEOUT = 60
-
-
-def clean_env(home: Path, **extra: str) -> dict[str, str]:
-    """An environment with nothing of the machine's sluice setup: no config, keys or ledger."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("SLUICE_") and not name.endswith(("_API_KEY", "_KEY"))
-    }
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / "config"),
-        XDG_DATA_HOME=str(home / "data"),
-        SLUICE_LEDGER_DB="off",
-    )
-    env.update(extra)
-    return env
 
 
 def sluice(
@@ -68,13 +51,6 @@ def snapshot(folder: Path) -> dict[str, bytes | str]:
         elif path.is_file():
             found[name] = path.read_bytes()
     return found
-
-
-def request_line(custom_id: str, model: str = "sim:sim-small") -> str:
-    body = {"model": model, "messages": [{"role": "user", "content": f"say {custom_id}"}]}
-    return orjson.dumps(
-        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
-    ).decode()
 
 
 def two_lines(model: str = "sim:sim-small") -> str:

@@ -21,8 +21,7 @@ from sluice.config import Secret
 from sluice.errors import AuthenticationFailed, RateLimited
 from sluice.redact import MASK, redact, redact_error, secrets_of
 
-from .helpers import SLUICE
-from .test_cli_errors import clean_env, request_line
+from .helpers import SLUICE, clean_env, request_line
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

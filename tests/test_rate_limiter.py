@@ -120,8 +120,10 @@ async def test_open_streams_are_held_until_the_end(autojump_clock, nursery):
     limits = RateLimitConfig(max_open_streams=1)
     first = await limiter.acquire("k", limits, ONE)
     await limiter.release(first.ticket)  # first chunk: does not free the stream
-    with trio.move_on_after(3):
+    with trio.move_on_after(3) as blocked:
         await limiter.acquire("k", limits, ONE)
+    assert blocked.cancelled_caught  # the second stream waited the whole 3 s
+    assert (await limiter.statistics())["k"].open_streams == 1
     await limiter.settle(Settle(first.ticket, "ok"))
     with trio.fail_after(0.001):
         await limiter.acquire("k", limits, ONE)

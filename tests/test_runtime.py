@@ -32,7 +32,7 @@ from sluice import (
 from sluice.config import ProviderConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
-from .helpers import virtual_deadline
+from .helpers import Recorder, collect, virtual_deadline
 
 NO_JITTER = RetryConfig(jitter=0.0)
 
@@ -41,55 +41,6 @@ def config(*, rate_limit: RateLimitConfig | None = None, **fields) -> RuntimeCon
     providers = {"sim": ProviderConfig(rate_limit=rate_limit or RateLimitConfig())}
     fields.setdefault("retry", NO_JITTER)
     return RuntimeConfig(providers=providers, **fields)
-
-
-class Recorder(httpx.AsyncBaseTransport):
-    """Wraps a transport; records when each request was sent and whether its body was read out."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self.sent_at: list[float] = []
-        self.closed_early: list[bool] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent_at.append(trio.current_time())
-        response = await self.inner.handle_async_request(request)
-        index = len(self.closed_early)
-        self.closed_early.append(False)
-        inner = response.stream
-        assert isinstance(inner, httpx.AsyncByteStream)
-        recorder = self
-
-        class Stream(httpx.AsyncByteStream):
-            """A plain iterator (not an async generator), so leaving early warns about nothing."""
-
-            def __init__(self) -> None:
-                self.pieces = inner.__aiter__()
-                self.finished = False
-
-            def __aiter__(self) -> Stream:
-                return self
-
-            async def __anext__(self) -> bytes:
-                try:
-                    return await self.pieces.__anext__()
-                except StopAsyncIteration:
-                    self.finished = True
-                    raise
-
-            async def aclose(self) -> None:
-                recorder.closed_early[index] = not self.finished
-                await inner.aclose()
-
-        return httpx.Response(response.status_code, headers=response.headers, stream=Stream())
-
-
-async def collect(rt: sluice.Runtime, request: ChatRequest | str, prompt: str = "hi"):
-    async with (
-        rt.stream(request, prompt) if isinstance(request, str) else rt.stream(request) as call
-    ):
-        events = [event async for event in call]
-    return events, call
 
 
 @virtual_deadline(60)

@@ -13,8 +13,7 @@ from sluice.config import ProviderConfig
 from sluice.events import Admitted, FirstToken, StreamReset
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
-from .helpers import memory_transport, virtual_deadline
-from .test_runtime import collect
+from .helpers import collect, memory_transport, virtual_deadline
 
 
 def config(**limits) -> RuntimeConfig:

@@ -17,8 +17,7 @@ from sluice.events import FallingBack, StreamReset
 from sluice.limits.store import MemoryQuotaStore
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
-from .helpers import virtual_deadline
-from .test_runtime import Recorder, collect
+from .helpers import Recorder, collect, virtual_deadline
 
 NO_JITTER = RetryConfig(jitter=0.0)
 
