@@ -261,8 +261,9 @@ async def test_waiter_cancelled_in_queue_consumes_nothing(autojump_clock, nurser
     limiter = await start_limiter(nursery)
     limits = RateLimitConfig(max_pending=1, requests_per_minute=2)
     first = await limiter.acquire("k", limits, ONE)
-    with trio.move_on_after(1):
+    with trio.move_on_after(1) as gave_up:
         await limiter.acquire("k", limits, ONE)  # gives up while queued
+    assert gave_up.cancelled_caught
     stats = (await limiter.statistics())["k"]
     assert stats.queued["interactive"] == 0
     await limiter.release(first.ticket)
@@ -292,7 +293,7 @@ async def test_learned_header_limits_lower_the_effective_rate(autojump_clock, nu
 
 
 @virtual_deadline(600)
-async def test_adaptive_limit_halves_on_429_and_recovers_on_success(autojump_clock, nursery):
+async def test_adaptive_limit_restarts_from_one_up_to_half_on_429_and_recovers_on_success(autojump_clock, nursery):
     limiter = await start_limiter(nursery)
     limits = RateLimitConfig(max_pending=8, adaptive=True, cooldown_jitter=0)
     admissions = [await limiter.acquire("k", limits, ONE) for _ in range(8)]

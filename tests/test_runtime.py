@@ -357,8 +357,9 @@ async def test_a_call_abandoned_while_queued_leaves_the_queue_and_is_never_sent(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(rt.chat, "sim:sim-small", "first")  # holds the slot until 5.0
             await trio.testing.wait_all_tasks_blocked()
-            with trio.move_on_after(0.5):
+            with trio.move_on_after(0.5) as gave_up:
                 await rt.chat("sim:sim-small", "second")
+            assert gave_up.cancelled_caught  # it was still queued when abandoned
             await trio.testing.wait_all_tasks_blocked()
             stats = await rt.statistics()
             assert stats.calls_in_flight == 1

@@ -13,7 +13,7 @@ import trio
 import sluice
 from sluice import ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
 from sluice.config import BreakerConfig, ProviderConfig
-from sluice.events import FallingBack, StreamReset
+from sluice.events import FallingBack, Retrying, StreamReset
 from sluice.limits.store import MemoryQuotaStore
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
@@ -149,7 +149,8 @@ async def test_partial_output_policy_fail_stops_at_once(autojump_clock):
         events, call = await collect(rt, request)
     assert isinstance(call.error, sluice.StreamBroken)
     assert call.error.events_delivered > 0
-    assert not any(isinstance(e, StreamReset) for e in events)
+    assert call.error.attempt == 1  # not retried
+    assert not any(isinstance(e, (StreamReset, Retrying)) for e in events)
 
 
 @virtual_deadline(60)
@@ -172,10 +173,13 @@ async def test_fallback_chain_is_followed_and_recorded(autojump_clock):
 @virtual_deadline(60)
 async def test_no_fallback_for_errors_not_configured(autojump_clock):
     sim = SimulatorConfig(script=("500",))
-    async with sluice.open_runtime(config(retry=ONE_ATTEMPT), transport=mock_transport(sim)) as rt:
+    recorder = Recorder(mock_transport(sim))
+    async with sluice.open_runtime(config(retry=ONE_ATTEMPT), transport=recorder) as rt:
         request = ChatRequest(model="sim:sim-small", messages="hi", fallbacks=("sim:sim-large",))
-        with pytest.raises(sluice.ServerError):
-            await rt.chat(request)
+        events, call = await collect(rt, request)
+    assert isinstance(call.error, sluice.ServerError)
+    assert not any(isinstance(e, FallingBack) for e in events)
+    assert len(recorder.sent_at) == 1  # sim:sim-large was never asked
 
 
 @virtual_deadline(120)

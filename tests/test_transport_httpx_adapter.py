@@ -170,8 +170,9 @@ async def test_cancelled_read_then_close_is_clean(autojump_clock: trio.testing.M
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         response = await transport.send("POST", URL, (), b"{}")
-        with trio.move_on_after(1):
+        with trio.move_on_after(1) as interrupted:
             await response.read_some()
+        assert interrupted.cancelled_caught
         await response.aclose()
         gc.collect()
         await trio.testing.wait_all_tasks_blocked()
@@ -274,8 +275,9 @@ async def test_a_read_interrupted_by_cancellation_never_looks_like_the_end(
 
     transport, _ = transport_for(handler)
     response = await transport.send("POST", URL, (), b"{}")
-    with trio.move_on_after(1):
+    with trio.move_on_after(1) as interrupted:
         await response.read_some()
+    assert interrupted.cancelled_caught
     with pytest.raises(trio.ClosedResourceError):
         await response.read_some()
     await response.aclose()

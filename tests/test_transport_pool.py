@@ -231,8 +231,9 @@ async def test_cancelled_waiter_leaves_the_queue(
     server = Server(nursery, keep_alive(ok()))
     transport = server.transport(max_connections=1)
     held = await transport.send("GET", URL, (), b"")
-    with trio.move_on_after(1):
+    with trio.move_on_after(1) as gave_up:
         await transport.send("GET", URL, (), b"")
+    assert gave_up.cancelled_caught  # it waited for the one connection, then left
     assert transport.statistics().waiters == 0
     assert await read_all(held) == b"ok"
     assert await fetch(transport) == b"ok"
