@@ -1,11 +1,17 @@
 """Every exception sluice raises on purpose.
 
-::
+The tree below names every subclass of :class:`SluiceError` (those defined elsewhere say
+where); ``tests/test_errors_tree.py`` holds it to the classes. ::
 
     SluiceError
     ├── ConfigError                 bad config file, key, model string or input
+    │   ├── KeyStoreError           the key store cannot be read or written, or a key in it
+    │   │                           does not decrypt (sluice.providers.keys)
+    │   └── ToolSchemaError         a tool's JSON schema cannot be used (sluice.tools.schema)
     ├── RuntimeClosed               the runtime (or one of its actors) has stopped
     ├── ActorCrashed                an actor crashed more often than its restart limit
+    ├── OperationFailed             ``sluice providers check``/``models`` got no usable answer
+    │                               (sluice.providers.operations)
     └── CallError                   one call failed (call_id, provider, model, attempt,
         │                           status, error_type, request_id)
         ├── RetryableError          the Supervisor may try again
@@ -23,6 +29,8 @@
             ├── AuthenticationFailed 401, 403
             ├── NotFound            404 (unknown model or endpoint)
             ├── ContentFiltered
+            ├── ToolCallError       the reply broke the request's tool-call contract
+            │                       (correctable: the Supervisor may retry with a correction)
             ├── TooLargeForQuota    needs more than a whole rate-limit window
             ├── CircuitOpen         the provider's breaker is open (retry_after)
             ├── BudgetExceeded      the spending budget cannot cover the call

@@ -293,7 +293,9 @@ async def test_learned_header_limits_lower_the_effective_rate(autojump_clock, nu
 
 
 @virtual_deadline(600)
-async def test_adaptive_limit_restarts_from_one_up_to_half_on_429_and_recovers_on_success(autojump_clock, nursery):
+async def test_adaptive_limit_restarts_from_one_up_to_half_on_429_and_recovers(
+    autojump_clock, nursery
+):
     limiter = await start_limiter(nursery)
     limits = RateLimitConfig(max_pending=8, adaptive=True, cooldown_jitter=0)
     admissions = [await limiter.acquire("k", limits, ONE) for _ in range(8)]

@@ -11,7 +11,7 @@ import pytest
 from sluice.messages import ChatRequest, Tool
 from sluice.protocols.openai_request import build_body
 from sluice.tools.schema import (
-    SchemaError,
+    ToolSchemaError,
     inline_refs,
     strict_schema,
     tool_union_schema,
@@ -288,8 +288,8 @@ def test_strict_response_format_asks_for_strict_mode() -> None:
 
 
 def test_union_of_no_tools_is_refused() -> None:
-    """Case 47 (ours: a SchemaError, a kind of ConfigError)."""
-    with pytest.raises(SchemaError, match="at least one tool"):
+    """Case 47 (ours: a ToolSchemaError, a kind of ConfigError)."""
+    with pytest.raises(ToolSchemaError, match="at least one tool"):
         tool_union_schema([])
 
 
@@ -362,14 +362,14 @@ def test_mutual_recursion_keeps_both_definitions() -> None:
 )
 def test_refs_that_cannot_be_resolved_locally_are_refused(ref: str, message: str) -> None:
     """Ours: no ref is ever fetched; the error names the ref."""
-    with pytest.raises(SchemaError, match=message):
+    with pytest.raises(ToolSchemaError, match=message):
         inline_refs({"type": "object", "properties": {"x": {"$ref": ref}}})
 
 
 def test_cycle_outside_the_root_definitions_is_a_clear_error() -> None:
     """Case 48 (ours): a cycle we cannot keep as a $defs ref is refused, not crashed on."""
     schema = {"type": "object", "properties": {"x": {"items": {"$ref": "#/properties/x"}}}}
-    with pytest.raises(SchemaError, match="cycle"):
+    with pytest.raises(ToolSchemaError, match="cycle"):
         inline_refs(schema)
 
 
@@ -396,7 +396,7 @@ def test_exponential_inlining_is_refused() -> None:
             "type": "object",
             "properties": {"l": {"$ref": f"#/$defs/D{i - 1}"}, "r": {"$ref": f"#/$defs/D{i - 1}"}},
         }
-    with pytest.raises(SchemaError, match="grows beyond"):
+    with pytest.raises(ToolSchemaError, match="grows beyond"):
         inline_refs({"$defs": defs, "$ref": "#/$defs/D39"})
 
 
@@ -503,5 +503,5 @@ def test_deeply_nested_schema_is_refused_not_crashed_on() -> None:
     node: dict[str, Any] = {"type": "string"}
     for _ in range(400):
         node = {"type": "array", "items": node}
-    with pytest.raises(SchemaError, match="nested deeper"):
+    with pytest.raises(ToolSchemaError, match="nested deeper"):
         inline_refs(node)

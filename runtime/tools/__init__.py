@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .repair import parse_partial as parse_partial
     from .repair import repair_arguments as repair_arguments
     from .repair import repair_json as repair_json
-    from .schema import SchemaError as SchemaError
+    from .schema import ToolSchemaError as ToolSchemaError
     from .schema import inline_refs as inline_refs
     from .schema import strict_schema as strict_schema
     from .schema import tool_union_schema as tool_union_schema
@@ -62,11 +62,11 @@ __all__ = [
     "Prepared",
     "RepairError",
     "Repaired",
-    "SchemaError",
     "StreamingArguments",
     "TemporaryMessage",
     "ToolCapabilities",
     "ToolOptions",
+    "ToolSchemaError",
     "capabilities_for",
     "correction_messages",
     "finalize",
@@ -94,6 +94,7 @@ _HOMES = {
     "CapabilityOverride": "capabilities",
     "ToolCapabilities": "capabilities",
     "ToolOptions": "capabilities",
+    "ToolSchemaError": "schema",
     "capabilities_for": "capabilities",
     "Corrections": "correct",
     "TemporaryMessage": "correct",
@@ -110,7 +111,6 @@ _HOMES = {
     "parse_partial": "repair",
     "repair_arguments": "repair",
     "repair_json": "repair",
-    "SchemaError": "schema",
     "inline_refs": "schema",
     "strict_schema": "schema",
     "tool_union_schema": "schema",

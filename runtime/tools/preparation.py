@@ -171,7 +171,7 @@ def prepare(
     Raises:
         ConfigError: repeated tool names, a ``tool_choice`` or ``fallback_tool`` naming no tool
             of the request, ``required`` without tools, or a tool schema that cannot be used
-            for forcing (:class:`~sluice.tools.schema.SchemaError`).
+            for forcing (:class:`~sluice.tools.schema.ToolSchemaError`).
     """
     options = options or ToolOptions()
     caps = caps.merged(options.capabilities)

@@ -22,7 +22,7 @@ from ..messages import ResponseFormat, Tool
 
 __all__ = [
     "MAX_INLINED_NODES",
-    "SchemaError",
+    "ToolSchemaError",
     "inline_refs",
     "strict_schema",
     "tool_union_schema",
@@ -36,12 +36,12 @@ _KEEP: Final = "$sluice-kept-ref"
 _ROOT_DEF: Final = "__root__"
 
 
-class SchemaError(ConfigError):
+class ToolSchemaError(ConfigError):
     """A tool's JSON schema cannot be used (the message says which part and why)."""
 
 
 def _fail(where: str, problem: str) -> NoReturn:
-    raise SchemaError(f"{where}: {problem}")
+    raise ToolSchemaError(f"{where}: {problem}")
 
 
 def _plain(node: Any, where: str, budget: list[int], depth: int = 0) -> Any:
@@ -139,7 +139,7 @@ def inline_refs(schema: Mapping[str, Any], *, where: str = "schema") -> dict[str
     ``$defs``/``definitions`` are otherwise removed.
 
     Raises:
-        SchemaError: a ref that is not local or points at nothing, a cycle through something
+        ToolSchemaError: a ref that is not local or points at nothing, a cycle through something
             other than a root definition, a schema nested too deep or inlined too large.
     """
     root = _copy(schema, where)
@@ -222,7 +222,7 @@ def _strict(node: Any, depth: int) -> None:
     if not isinstance(node, dict):
         return
     if depth > _MAX_DEPTH:
-        raise SchemaError(f"the schema is nested deeper than {_MAX_DEPTH} levels")
+        raise ToolSchemaError(f"the schema is nested deeper than {_MAX_DEPTH} levels")
     all_of = node.get("allOf")
     if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], dict):
         del node["allOf"]
@@ -268,7 +268,7 @@ def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     ``oneOf`` becomes ``anyOf``. Refs are not resolved here: inline them first.
 
     Raises:
-        SchemaError: the schema is nested too deep.
+        ToolSchemaError: the schema is nested too deep.
     """
     result = _copy(schema, "schema")
     _strict(result, 0)
@@ -324,11 +324,11 @@ def tool_union_schema(
     definitions of the tools are kept under the root ``$defs`` as ``<tool>.<name>``.
 
     Raises:
-        SchemaError: no tools, or a tool schema that cannot be used (see :func:`inline_refs`).
+        ToolSchemaError: no tools, or a tool schema that cannot be used (see :func:`inline_refs`).
     """
     tools = list(tools)
     if not tools:
-        raise SchemaError("a tool-call schema needs at least one tool")
+        raise ToolSchemaError("a tool-call schema needs at least one tool")
     defs: dict[str, Any] = {}
     objects = [_tool_object(tool, defs) for tool in tools]
     root: dict[str, Any]
