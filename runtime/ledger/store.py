@@ -3,8 +3,9 @@
 A store only ever *adds* increments (``add``) and reads totals back (``load``). Adding rather
 than overwriting is what lets several processes (a daemon and a batch job, or many workers)
 share one store without losing each other's counts, and lets a batch whose write failed be
-retried later. :class:`~sluice.ledger.sqlite.SQLiteLedgerStore` keeps rows in a local file; a
-shared store (Redis: one ``HINCRBY`` per counter in a ``MULTI``) implements the same protocol.
+retried later. :class:`~sluice.ledger.sqlite.SQLiteLedgerStore` keeps rows in a local file,
+which the processes of one machine can share; :class:`MemoryLedgerStore` keeps them for one
+process. A store on a server that several machines share would implement the same protocol.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The RateLimiter keeps what is local to one process (queues, pending slots, open streams,
 adaptive limits) and asks a :class:`QuotaStore` for what several processes sharing one
-provider account must agree on. :class:`MemoryQuotaStore` serves one process; a Redis store
-implements the same protocol with one atomic script per call and the server's clock (which is
-why the protocol speaks in waits, not absolute times).
+provider account must agree on. :class:`MemoryQuotaStore`, the one store here, serves one
+process. A store that several processes share (on a Redis server, say) would implement the
+same protocol, atomically per call and on its server's clock: which is why the protocol speaks
+in waits, not absolute times.
 """
 
 from __future__ import annotations
