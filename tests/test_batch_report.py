@@ -3,7 +3,6 @@ file (pure parts directly; the command's log lines and file through ``main``, lo
 
 from __future__ import annotations
 
-import math
 import random
 import re
 
@@ -22,6 +21,7 @@ from sluice.jobs.batch_report import (
     summary_path,
 )
 from sluice.jobs.batch_scan import HashSet, InputCheck, find_duplicate
+from sluice.jobs.percentile import percentile
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +38,7 @@ def line(custom_id: object, model: str = "sim:sim-small") -> bytes:
 
 
 def exact_percentile(values: list[float], p: float) -> float:
-    return sorted(values)[max(1, math.ceil(p / 100 * len(values))) - 1]
+    return percentile(sorted(values), p)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -48,7 +48,7 @@ def test_percentiles_are_within_one_percent_of_exact(seed):
     histogram = LatencyHistogram()
     for value in values:
         histogram.add(value)
-    for p in (50, 90, 99, 100):
+    for p in (0, 50, 90, 99, 99.9, 100):
         got = histogram.percentile(p)
         assert got == pytest.approx(exact_percentile(values, p), rel=0.011)
     assert histogram.high == max(values)
@@ -61,7 +61,10 @@ def test_histogram_edges():
     assert histogram.percentile(50) == histogram.percentile(99) == 0.25
     histogram.add(0.0)  # below the first bucket
     histogram.add(10 * 86_400.0)  # beyond the last
-    assert histogram.percentile(1) == 0.0
+    assert histogram.percentile(0) == 0.0
+    # halfway from 0.0 to 0.25 (its bucket's middle, within 1%), as for a sorted list
+    assert histogram.percentile(25) == pytest.approx(0.125, rel=0.011)
+    assert histogram.percentile(50) == pytest.approx(0.25, rel=0.011)
     assert histogram.percentile(100) == 10 * 86_400.0
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import attrs
 
 from ..ledger.prices import format_usd
+from .percentile import interpolate
 
 __all__ = [
     "BatchProgress",
@@ -31,7 +32,7 @@ Interrupted = Literal["drained", "cancelled"]
 
 class LatencyHistogram:
     """Latencies in logarithmic buckets 2% wide, from 0.1 ms to a day: fixed memory (8 KB)
-    whatever the number of calls, percentiles within 1% of the exact value."""
+    whatever the number of calls, percentiles within 1% of the exact ones."""
 
     LOW = 1e-4
     RATIO = 1.02
@@ -52,18 +53,24 @@ class LatencyHistogram:
         self.high = max(self.high, seconds)
 
     def percentile(self, p: float) -> float | None:
-        """The ``p``-th percentile (0 < p <= 100), None without samples.
-
-        The geometric middle of the bucket holding the rank ``ceil(p% of count)``, clamped to
-        the smallest and largest latency seen (so one sample gives itself back).
-        """
+        """The ``p``-th percentile (0-100) as :mod:`sluice.jobs.percentile` defines it (linear
+        interpolation between the closest ranks), None without samples. Each rank's value is
+        the geometric middle of its bucket, clamped to the smallest and largest latency seen
+        (so one sample gives itself back, and p0 and p100 are exact)."""
         if not self.count:
             return None
-        rank = max(1, math.ceil(p / 100 * self.count))
+        return interpolate(self.count, p, self._at_rank)
+
+    def _at_rank(self, rank: int) -> float:
+        """The value of 0-based ``rank`` in sorted order, as well as the buckets know it."""
+        if rank == 0:
+            return self.low
+        if rank == self.count - 1:
+            return self.high
         seen = 0
         for index, n in enumerate(self._counts):
             seen += n
-            if seen >= rank:
+            if seen > rank:
                 if index == 0:
                     return self.low  # at most LOW: the smallest seen is as good as any
                 if index == self.BUCKETS - 1:

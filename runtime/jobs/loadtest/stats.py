@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ..percentile import percentile as _percentile
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -37,13 +39,9 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 
 
 def percentile(ordered: Sequence[float], pct: float) -> float:
-    """The ``pct`` percentile (0-100) of ``ordered``, which must be sorted and non-empty."""
-    if not ordered:
-        raise ValueError("percentile of no samples")
-    rank = (len(ordered) - 1) * pct / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    """The ``pct`` percentile (0-100) of ``ordered``, which must be sorted and non-empty: the
+    one definition, :func:`sluice.jobs.percentile.percentile`."""
+    return _percentile(ordered, pct)
 
 
 def confidence_intervals(ordered: Sequence[float]) -> dict[str, list[float]]:
