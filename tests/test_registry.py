@@ -145,6 +145,9 @@ def test_model_capability_rules_match_the_longest_suffix_and_only_at_the_own_ser
     assert sim.tool_capabilities("any-notools") == caps.WITHOUT_TOOLS
     assert sim.tool_capabilities("sim-small") == caps.FULL
     assert sim.tool_capabilities("notools-not-at-the-end") == caps.FULL
+    elsewhere = resolve("sim", config_with("sim", base_url="http://127.0.0.1:9/v1"), store=no_store)
+    assert elsewhere.tool_capabilities("sim-notools") == caps.WITHOUT_TOOLS  # its software's
+    assert elsewhere.tool_capabilities("sim-small") == caps.FULL
     plain = caps.ToolCapabilities(parallel_calls=False)
     definition = ProviderDefinition(
         id="ruled",

@@ -502,6 +502,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         None,
         needs_key=False,
         local=True,
+        in_process=True,
         capabilities=FULL,
         model_capabilities={"notools": WITHOUT_TOOLS},
         model_list=models("sim-small"),

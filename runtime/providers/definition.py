@@ -145,8 +145,7 @@ class ProviderDefinition(Record):
     protocol: Protocol = attrs.field(default="openai", validator=_check_protocol)
     base_url: str | None = attrs.field(validator=check_http_url)
     """With the protocol's version prefix (``.../v1``, Gemini's ``.../v1beta``; Ollama's has
-    none). None: the user must give one, except for ``sim``, whose simulator the runtime
-    starts."""
+    none). None: the user must give one, unless the provider is :attr:`in_process`."""
     base_url_env: str | None = attrs.field(default=None, validator=check_env_name)
     """An environment variable whose value, when set, replaces ``base_url`` (``OLLAMA_HOST``)."""
     regions: Mapping[str, str] = attrs.field(factory=dict)
@@ -161,6 +160,9 @@ class ProviderDefinition(Record):
     key_prefix: str = ""
     """How its keys start (``sk-``), shown in masked listings."""
     local: bool = False
+    in_process: bool = False
+    """Served by the runtime itself when no base URL is configured (the simulator): its
+    capabilities describe its software, so they also hold at any configured base URL."""
     headers: Mapping[str, str] = attrs.field(factory=dict)
     """Sent with every request (attribution headers); the config's win."""
     models: tuple[ModelInfo, ...] = ()

@@ -68,7 +68,7 @@ class ResolvedProvider(Record):
     name: str
     protocol: str
     base_url: str | None
-    """None only for ``sim`` without a URL: the runtime starts the simulator."""
+    """None only for an in-process provider (``sim``) without a URL: the runtime serves it."""
     api_key: Secret | None
     """The key as the codec sends it, in its protocol's own header. None when there is no key,
     or when ``auth`` puts it in another header; it is then in ``headers``."""
@@ -286,7 +286,7 @@ def _base_url(
         url = _host_url(env[definition.base_url_env])
     else:
         url = definition.base_url if definition else None
-    if url is None and (definition is None or definition.id != "sim"):
+    if url is None and (definition is None or not definition.in_process):
         raise ConfigError(
             f"provider {name!r} has no base URL: give providers.{name}.base_url in the config "
             "(or --base-url on the command line)"
@@ -352,7 +352,7 @@ def _capabilities(
 ) -> tuple[ToolCapabilities, Mapping[str, ToolCapabilities]]:
     """The provider's tool capabilities and its per-model rules: the definition's, unless
     another protocol or (for OpenAI-compatible ones) another server is configured."""
-    if definition is not None and definition.id == "sim":
+    if definition is not None and definition.in_process:
         return definition.tool_capabilities, definition.model_capabilities
     if definition is None or definition.protocol != protocol:
         return protocol_capabilities(protocol), {}
