@@ -177,3 +177,12 @@ def test_completions_and_embeddings_endpoints(tmp_path, capsys):
     assert loadtest("--endpoint", "embeddings", "--rate", "1", "--requests", "1",
                     "--out", str(tmp_path / "x.json")) == 2  # fmt: skip
     assert "give --base-url" in capsys.readouterr().err
+
+
+def test_the_summary_shows_sessions(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    shape = ("--concurrency", "2", "--requests", "3", "--turns", "2")
+    assert loadtest(*shape, "--input-tokens", "4", "--output-tokens", "3", "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "sessions: 3 of 3 complete (2 turns), TTFT p50 by turn: " in printed
+    assert "output tokens: server reported" not in printed  # they agree: nothing to say

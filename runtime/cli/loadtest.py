@@ -78,6 +78,24 @@ def format_summary(document: dict[str, Any]) -> str:
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
     lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    counts, lengths = agg.get("token_counts"), agg.get("output_length")
+    if counts and counts["requests_differing"]:
+        lines.append(
+            f"  output tokens: server reported {counts['server_reported']}, client counted "
+            f"{counts['client_counted']} ({counts['requests_differing']} requests differ)"
+        )
+    if lengths and (lengths["requests_short"] or lengths["requests_long"]):
+        lines.append(
+            f"  output length: {lengths['requests_short']} requests shorter and "
+            f"{lengths['requests_long']} longer than the max_tokens asked"
+        )
+    sessions = agg.get("sessions")
+    if sessions:
+        lines.append(
+            f"  sessions: {sessions['complete']} of {sessions['count']} complete "
+            f"({sessions['turns']} turns), TTFT p50 by turn: "
+            + ", ".join(_ms(t["ttft_p50"]) for t in sessions["per_turn"])
+        )
     sweep = document.get("sweep")
     if sweep:
         rate = sweep["saturation_rate"]
