@@ -18,6 +18,7 @@ import heapq
 import itertools
 import math
 import time
+import uuid
 from collections import deque
 from typing import TYPE_CHECKING, assert_never
 
@@ -25,13 +26,29 @@ import attrs
 import trio
 
 from sluice.config import RateLimitConfig
-from sluice.errors import CallError, RateLimited, RuntimeClosed, TooLargeForQuota
+from sluice.errors import (
+    BudgetExceeded,
+    CallError,
+    RateLimited,
+    RuntimeClosed,
+    StoreUnavailable,
+    TooLargeForQuota,
+)
 from sluice.ledger.budget import BudgetBook, BudgetClaim, BudgetHold
+from sluice.ledger.prices import format_usd
 from sluice.limits.adaptive import AdaptiveLimit
 from sluice.limits.cost import Cost
 from sluice.limits.headers import learned_limits
 from sluice.limits.queue import WaitQueues
-from sluice.limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
+from sluice.limits.store import (
+    BudgetAsk,
+    BudgetRefused,
+    MemoryQuotaStore,
+    QuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 from sluice.mail import (
     Acquire,
     Admission,
@@ -95,6 +112,8 @@ class _Ticket(Record):
     admitted_at: float
     pending: bool = True
     hold: BudgetHold | None = None
+    shared_hold: str = ""
+    """The id of the shared store's budget reservation, if it took one."""
 
 
 def _new_key(name: str, limits: RateLimitConfig) -> _Key:
@@ -244,6 +263,20 @@ class _Limiter:
             return _NO_HOLD
         return self.budget.hold(waiter.budget, waiter.cost)
 
+    def _budget_ask(self, hold: BudgetHold) -> BudgetAsk | None:
+        """The shared store's side of a budget hold: the same amounts, the same accounts."""
+        if not hold.accounts or self.budget is None:
+            return None
+        return BudgetAsk(
+            uuid.uuid4().hex,
+            hold.micros,
+            hold.tokens,
+            tuple(
+                (self.budget.shared_name(a), a.budget.max_micros, a.budget.max_tokens)
+                for a in hold.accounts
+            ),
+        )
+
     def _release_budget(self, hold: BudgetHold) -> None:
         if self.budget is not None:
             self.budget.release(hold)
@@ -300,12 +333,30 @@ class _Limiter:
                 waiters.pop(waiter)
                 _refuse(waiter, hold)
                 continue
-            reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            ask = None
+            try:
+                if store.shared:
+                    ask = self._budget_ask(hold)
+                    caps = (key.limits.max_pending, key.limits.max_open_streams)
+                    reserved = await store.reserve(
+                        key.name, key.specs, waiter.cost, now, caps=caps, budget=ask
+                    )
+                else:
+                    reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            except StoreUnavailable as exc:
+                self._release_budget(hold)
+                waiters.pop(waiter)
+                _refuse(waiter, exc)
+                continue
             if not isinstance(reserved, Reservation):
                 self._release_budget(hold)
             if isinstance(reserved, TooLarge):
                 waiters.pop(waiter)
                 _refuse(waiter, _too_large(reserved))
+                continue
+            if isinstance(reserved, BudgetRefused):
+                waiters.pop(waiter)
+                _refuse(waiter, _budget_refused(reserved))
                 continue
             if not isinstance(reserved, Reservation):
                 return now + reserved
@@ -317,9 +368,13 @@ class _Limiter:
                 waiter.reply_to.send_nowait(Admission(number, now))
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
                 await store.settle(reserved, _NOTHING)  # the asker left: refund everything
+                await store.end(reserved)
                 self._release_budget(hold)
+                if ask is not None:
+                    await store.settle_budget(ask.hold, 0, 0)
                 continue
-            self.tickets[number] = _Ticket(key, reserved, now, hold=hold)
+            shared_hold = ask.hold if ask is not None else ""
+            self.tickets[number] = _Ticket(key, reserved, now, hold=hold, shared_hold=shared_hold)
             key.pending += 1
             key.open_streams += 1
         key.spread.clear()
@@ -339,8 +394,13 @@ class _Limiter:
             await self.store.settle(ticket.reservation, _NOTHING)
         elif msg.usage is not None:
             await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
+        await self.store.end(ticket.reservation)
         if self.budget is not None and ticket.hold is not None:
-            self.budget.settle(ticket.hold, Usage() if msg.unused else msg.usage)
+            usage = Usage() if msg.unused else msg.usage
+            if ticket.shared_hold:
+                micros, tokens = self.budget.charge(ticket.hold, usage)
+                await self.store.settle_budget(ticket.shared_hold, micros, tokens)
+            self.budget.settle(ticket.hold, usage)
         if (
             msg.headers
             and key.limits.learn_from_headers
@@ -413,6 +473,17 @@ class _Limiter:
             )
             for key in self.keys.values()
         }
+
+
+def _budget_refused(refused: BudgetRefused) -> BudgetExceeded:
+    left = (
+        f"${format_usd(max(0, refused.left))}"
+        if refused.unit == "usd"
+        else f"{max(0, refused.left)} tokens"
+    )
+    return BudgetExceeded(
+        f"the shared {refused.account} budget has {left} left, less than this call may cost"
+    )
 
 
 def _too_large(reserved: TooLarge) -> TooLargeForQuota:

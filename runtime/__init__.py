@@ -52,6 +52,7 @@ from .errors import RetryableError as RetryableError
 from .errors import RuntimeClosed as RuntimeClosed
 from .errors import ServerError as ServerError
 from .errors import SluiceError as SluiceError
+from .errors import StoreUnavailable as StoreUnavailable
 from .errors import StreamBroken as StreamBroken
 from .errors import TooLargeForQuota as TooLargeForQuota
 from .errors import ToolCallError as ToolCallError
@@ -183,6 +184,7 @@ __all__ = [
     "SpecificTool",
     "StreamBroken",
     "StreamReset",
+    "StoreUnavailable",
     "TextDelta",
     "TextPart",
     "Timings",

@@ -34,6 +34,7 @@ where); ``tests/test_errors_tree.py`` holds it to the classes. ::
             ├── TooLargeForQuota    needs more than a whole rate-limit window
             ├── CircuitOpen         the provider's breaker is open (retry_after)
             ├── BudgetExceeded      the spending budget cannot cover the call
+            ├── StoreUnavailable    the shared quota store (Redis) does not answer
             └── InternalError       a bug in sluice; only the affected call fails
 
 Retryable versus fatal is the first split under ``CallError`` because it is the only question
@@ -71,6 +72,7 @@ __all__ = [
     "ServerError",
     "SluiceError",
     "StreamBroken",
+    "StoreUnavailable",
     "TooLargeForQuota",
     "ToolCallError",
 ]
@@ -234,6 +236,11 @@ class CircuitOpen(FatalError):
 
 class BudgetExceeded(FatalError):
     """The call's worst-case cost does not fit the remaining budget; it was not sent."""
+
+
+class StoreUnavailable(FatalError):
+    """The shared quota store (Redis) did not answer and ``on_store_error`` is ``"fail"``:
+    the call was not sent (a batch line with this error is redone by ``--resume``)."""
 
 
 class EmptyResponse(RetryableError):

@@ -32,3 +32,25 @@ def _no_ledger_file(monkeypatch: pytest.MonkeyPatch) -> None:
     persists its ledger only where a test says so (``ledger.path`` or ``ledger_store``).
     Sync, so pytest-trio runs it; subprocesses inherit the variable."""
     monkeypatch.setenv("SLUICE_LEDGER_DB", "off")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A ``redis-server`` shared by the session's tests (each test uses its own key prefix)."""
+    from tests.redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def redis_server(tmp_path):  # type: ignore[no-untyped-def]
+    """A ``redis-server`` of the test's own, which the test may stop and start again."""
+    from tests.redis_server import RedisServer
+
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

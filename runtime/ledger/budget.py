@@ -251,18 +251,31 @@ class BudgetBook:
             return False
         held.settled = True
         self._holds.discard(held)
-        if usage is None:
-            micros, tokens = held.micros, held.tokens
-        else:
-            tokens = usage.input_tokens + usage.output_tokens
-            price = self.prices.lookup(held.claim.provider, held.claim.model)
-            micros = 0 if price is None else cost_micros(price, usage)
+        micros, tokens = self.charge(held, usage)
         for account in held.accounts:
             account.reserved_micros -= held.micros
             account.reserved_tokens -= held.tokens
             account.spent_micros += micros
             account.spent_tokens += tokens
         return True
+
+    def charge(self, held: BudgetHold, usage: Usage | None) -> tuple[int, int]:
+        """(micro-dollars, tokens) an attempt is charged: its real usage, or with ``usage``
+        None its whole reservation."""
+        if usage is None:
+            return held.micros, held.tokens
+        price = self.prices.lookup(held.claim.provider, held.claim.model)
+        micros = 0 if price is None else cost_micros(price, usage)
+        return micros, usage.input_tokens + usage.output_tokens
+
+    def shared_name(self, account: _Account) -> str:
+        """The account's name in a shared store: a ``job`` budget is the job's own."""
+        budget = account.budget
+        if budget.scope == "tag":
+            return f"tag:{budget.tag}"
+        if budget.scope == "job":
+            return f"job:{self.job}"
+        return "global"
 
     def release(self, held: BudgetHold) -> bool:
         """Refund a reservation in full: its attempt was never sent."""

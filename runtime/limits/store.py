@@ -11,7 +11,7 @@ in waits, not absolute times.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
 
@@ -23,7 +23,15 @@ from .window import Window, WindowEntry
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["MemoryQuotaStore", "QuotaStore", "Reservation", "TooLarge", "WindowSpec"]
+__all__ = [
+    "BudgetAsk",
+    "BudgetRefused",
+    "MemoryQuotaStore",
+    "QuotaStore",
+    "Reservation",
+    "TooLarge",
+    "WindowSpec",
+]
 
 
 @attrs.frozen(repr=False)
@@ -42,6 +50,10 @@ class Reservation(Record):
     key: str
     cost: Cost
     entries: tuple[tuple[tuple[Dimension, float], WindowEntry], ...]
+    ref: str = ""
+    """A shared store's id for the reservation ("" for the in-memory store)."""
+    slots: tuple[tuple[str, str], ...] = ()
+    """A shared store's windows the reservation was taken from: (dimension, period)."""
 
 
 @attrs.frozen(repr=False)
@@ -52,6 +64,27 @@ class TooLarge(Record):
     amount: int
     limit: int
     period: float
+
+
+@attrs.frozen(repr=False)
+class BudgetAsk(Record):
+    """A budget reservation to take in the same step as the quota's."""
+
+    hold: str
+    """A unique id for the reservation."""
+    micros: int
+    tokens: int
+    accounts: tuple[tuple[str, int | None, int | None], ...]
+    """(account name, max micro-dollars, max tokens) of every budget the call falls under."""
+
+
+@attrs.frozen(repr=False)
+class BudgetRefused(Record):
+    """The shared budget can never cover the call (spending only grows)."""
+
+    account: str
+    unit: Literal["usd", "tokens"]
+    left: int
 
 
 def _amount(cost: Cost, dimension: Dimension) -> int:
@@ -65,14 +98,41 @@ def _amount(cost: Cost, dimension: Dimension) -> int:
 
 
 class QuotaStore(Protocol):
+    shared: bool
+    """True for a store several processes share: it also enforces the pending and
+    open-stream caps (``caps``) and the budgets (``budget``) across them."""
+
     async def reserve(
-        self, key: str, specs: Sequence[WindowSpec], cost: Cost, now: float
-    ) -> Reservation | TooLarge | float:
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
         """Take ``cost`` from every window of ``key`` if all have room.
 
         Returns the reservation; or the seconds to wait before it could fit; or TooLarge.
-        Nothing is taken unless everything fits (all or nothing).
+        Nothing is taken unless everything fits (all or nothing). A shared store also checks
+        the cooldown, the (pending, open-stream) ``caps`` and the ``budget`` in the same step
+        (BudgetRefused: the budget can never cover it); an unshared one ignores both, the
+        RateLimiter enforcing them in its process.
+
+        Raises:
+            StoreUnavailable: a shared store did not answer.
         """
+        ...
+
+    async def end(self, reservation: Reservation) -> None:
+        """The reservation's attempt is over (after its settle, if any): free what it held
+        beyond the windows (a shared store's pending and open-stream slots)."""
+        ...
+
+    async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
+        """Charge a shared budget reservation what its attempt spent (``micros`` None: all
+        it reserved). Only a shared store takes budget reservations."""
         ...
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
@@ -108,6 +168,8 @@ _LEARNED_PERIOD = 60.0  # providers report per-minute limits in their headers
 class MemoryQuotaStore:
     """The quota state of one process. Not shared: each runtime has its own."""
 
+    shared = False
+
     def __init__(self) -> None:
         self._windows: dict[str, dict[tuple[Dimension, float], Window]] = {}
         self._cooldowns: dict[str, float] = {}
@@ -123,8 +185,15 @@ class MemoryQuotaStore:
         return windows
 
     async def reserve(
-        self, key: str, specs: Sequence[WindowSpec], cost: Cost, now: float
-    ) -> Reservation | TooLarge | float:
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
         windows = self._key_windows(key, specs)
         ready_at = now
         for (dimension, _), window in windows.items():
@@ -138,6 +207,12 @@ class MemoryQuotaStore:
             (slot, window.add(_amount(cost, slot[0]), now)) for slot, window in windows.items()
         )
         return Reservation(key, cost, entries)
+
+    async def end(self, reservation: Reservation) -> None:
+        pass  # slots are the RateLimiter's in one process
+
+    async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
+        pass  # budgets are the RateLimiter's BudgetBook in one process
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
         windows = self._windows.get(reservation.key, {})
