@@ -411,7 +411,10 @@ class _Limiter:
             key.learn_after = now + _LEARN_EVERY
             learned = learned_limits(msg.headers, time.time())
             if learned:
-                await self.store.learn(key.name, key.specs, learned, now)
+                try:
+                    await self.store.learn(key.name, key.specs, learned, now)
+                except StoreUnavailable:
+                    pass  # the limits stay as they were; the next reply tells them again
         signal: Signal = msg.signal
         match signal:
             case "ok":
@@ -446,7 +449,10 @@ class _Limiter:
                 quota="quota",
             )
             return
-        left = await self.store.cooldown(key.name, wait, now)
+        try:
+            left = await self.store.cooldown(key.name, wait, now)
+        except StoreUnavailable:
+            left = wait  # this process pauses; admissions elsewhere fail until Redis answers
         key.cooldown_end = max(key.cooldown_end, now + left)
         # Spread the waiters over at most as long as the pause itself (a 0.2 s Retry-After
         # must not hold the queue for half a second), and do not restart a spread under way.

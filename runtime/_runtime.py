@@ -657,8 +657,30 @@ async def open_runtime(
         ActorCrashed: an actor crashed more often than its restart limit allows.
 
     On a normal exit, calls still running are finished before the block returns.
+
+    With ``config.store`` (or ``$SLUICE_STORE``) naming a Redis URL and no ``quota_store``
+    given, quotas, cooldowns and budgets are shared through that Redis (see
+    :mod:`sluice.limits.redis_store`).
     """
     config = config if config is not None else config_from_env()
+    if quota_store is None:
+        from .limits.shared import store_url
+
+        if store_url(config, environ) is not None:
+            from .limits.shared import open_quota_store
+
+            async with open_quota_store(config, environ) as shared, open_runtime(
+                config,
+                transport=transport,
+                rng=rng,
+                environ=environ,
+                simulator=simulator,
+                catch_bugs=catch_bugs,
+                quota_store=shared,
+                ledger_store=ledger_store,
+            ) as rt:
+                yield rt
+            return
     ledger_parts = await open_ledger(config.ledger, ledger_store)
     rng = rng if rng is not None else random.Random()
     if simulator is None:

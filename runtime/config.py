@@ -372,6 +372,17 @@ class RuntimeConfig(Record):
     """Usage accounting, prices, persistence and budgets."""
     cache: CacheConfig = CacheConfig()
     """The response cache (off unless enabled here or by a call)."""
+    store: str | None = None
+    """Where quotas, cooldowns and budgets are kept: ``redis://host:6379/0`` shares them with
+    every process using the same Redis and ``store_prefix``. Unset: ``$SLUICE_STORE``, else
+    this process's memory."""
+    store_prefix: str = "sluice"
+    """One prefix per deployment: processes with the same prefix share one set of quotas."""
+    on_store_error: Literal["fail", "local"] = "fail"
+    """When Redis does not answer: refuse calls (``StoreUnavailable``), or admit against a
+    local share of each limit until it answers again."""
+    store_local_share: float = attrs.field(default=0.25, validator=[gt(0), le(1)])
+    """The fraction of each limit one process may use while Redis does not answer."""
 
 
 def load_config(

@@ -69,15 +69,19 @@ def build_config(
     provider: str | None = None,
     base_url: str | None = None,
     api_key: str | None = None,
+    store: str | None = None,
 ) -> RuntimeConfig:
     """The config from ``config_file`` (TOML, or JSON for ``.json``; else ``SLUICE_CONFIG``,
     else the platform's ``config.toml``, else defaults) with environment overrides and the
-    command line's ``--base-url`` and ``--api-key`` laid over ``provider``'s entry.
+    command line's ``--base-url`` and ``--api-key`` laid over ``provider``'s entry (and
+    ``--store`` over ``store``).
 
     Raises:
         ConfigError: the file cannot be read or is invalid, or an override has no provider.
     """
     config = load_config_file(config_file) if config_file is not None else config_from_env()
+    if store is not None:
+        config = attrs.evolve(config, store=store)
     if base_url is None and api_key is None:
         return config
     if provider is None:

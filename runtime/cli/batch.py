@@ -114,6 +114,7 @@ async def batch(
     allow_failures: bool = False,
     log_interval: float = 10.0,
     no_stream: Annotated[bool, Parameter(negative="")] = False,
+    store: str | None = None,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -154,6 +155,8 @@ async def batch(
             processes or hosts can split one file (each with its own output).
         allow_failures: exit 0 even when some lines failed (their error lines are written).
         log_interval: seconds between progress lines when stderr is not a terminal.
+        store: a redis://host:port/db URL: share quotas, cooldowns and budgets with every
+            process using it (default: $SLUICE_STORE, else this process's memory).
         no_stream: make each call one plain request instead of a stream (calls stream by
             default: a call's slot frees at its first token, and a stream that breaks is
             retried). The output lines look the same either way.
@@ -180,6 +183,7 @@ async def batch(
             provider=None if model is None else model.partition(":")[0],
             base_url=base_url,
             api_key=api_key,
+            store=store,
         )
     except ConfigError as exc:
         return fail(str(exc))

@@ -324,6 +324,7 @@ async def loadtest(
     request_timeout: Annotated[float, Parameter(name="--timeout")] = 600.0,
     seed: int = 0,
     config: Path | None = None,
+    store: str | None = None,
 ) -> int:
     """Load-test a model: send requests on a schedule, measure each, write the results.
 
@@ -390,6 +391,8 @@ async def loadtest(
         embedding_batch: inputs per embeddings request (the results add embeddings/s).
         request_timeout: seconds each request may take, queueing included.
         seed: seed of the arrival times and the synthetic prompts.
+        store: a redis://host:port/db URL: share quotas, cooldowns and budgets with every
+            process using it (default: $SLUICE_STORE, else this process's memory).
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
     """
     from ..jobs.loadtest import (
@@ -511,6 +514,7 @@ async def loadtest(
             provider=model.partition(":")[0],
             base_url=base_url,
             api_key=api_key,
+            store=store,
         )
         if model.partition(":")[0] != "sim" or base_url is not None:
             from ._preflight import check_providers

@@ -1,0 +1,160 @@
+"""Several processes sharing one Redis: budgets, cooldowns, and what happens when Redis stops.
+
+These run on the real clock (Redis is a real socket) and assert behaviour, not timing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+
+import sluice
+from sluice import RetryConfig, RuntimeConfig, StoreUnavailable
+from sluice.config import LedgerConfig, ProviderConfig, RateLimitConfig, WindowLimit
+from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_config(url: str, prefix: str, **fields: object) -> RuntimeConfig:
+    return RuntimeConfig(
+        retry=RetryConfig(jitter=0.0),
+        ledger=LedgerConfig(persist=False),
+        store=url,
+        store_prefix=prefix,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_four_processes_with_one_dollar_budget_never_spend_more_than_it(redis_url):
+    """1,000 concurrent calls over 4 processes; the budget fits about 100 of them.
+
+    Each call reserves 8 prompt tokens ($1 / M) + 100 output tokens ($4 / M) = 408 micro-dollars
+    and spends 401 (the simulator counts 1 prompt token).
+    """
+    budget = 100 * 408
+    prefix = f"budget-{uuid.uuid4().hex}"
+    worker = str(ROOT / "tests" / "redis_worker.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, worker, redis_url, prefix, "250", str(budget)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+        )
+        for _ in range(4)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        results.append(orjson.loads(out.splitlines()[-1]))
+    spent = sum(r["micros"] for r in results)
+    done = sum(r["done"] for r in results)
+    assert all(r["done"] + r["refused"] == 250 for r in results)
+    assert all(r["sent"] == r["done"] for r in results)  # refused calls were never sent
+    assert spent <= budget
+    assert 100 <= done <= 102  # the budget was used, not left idle
+    assert sum(1 for r in results if r["done"]) >= 2  # shared, not won by one process
+
+
+async def test_a_429_in_one_process_delays_the_next_call_in_another(redis_url):
+    prefix = f"cooldown-{uuid.uuid4().hex}"
+    first = SimulatorApp(SimulatorConfig(script=("429:retry_after=2",)))
+    second = SimulatorApp(SimulatorConfig())
+    config = shared_config(redis_url, prefix)
+    with trio.fail_after(30):
+        async with (
+            sluice.open_runtime(config, transport=mock_transport(first)) as a,
+            sluice.open_runtime(config, transport=mock_transport(second)) as b,
+        ):
+            await b.chat("sim:sim-small", "warm up")  # the second runtime is ready
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(a.chat, "sim:sim-small", "gets a 429, then waits")
+                await trio.sleep(0.3)  # a's call gets its 429, a's limiter shares the pause
+                assert first.chat_requests_seen == 1
+                started = trio.current_time()
+                await b.chat("sim:sim-small", "must wait for the other process's cooldown")
+                waited = trio.current_time() - started
+    assert waited >= 1.5  # the pause was 2 s from the 429
+    assert second.chat_requests_seen == 2
+
+
+def _limited(url: str, prefix: str, limit: int, per: float, **store: object) -> RuntimeConfig:
+    quota = RateLimitConfig(windows=(WindowLimit(dimension="requests", limit=limit, per=per),))
+    return shared_config(
+        url,
+        prefix,
+        providers={"sim": ProviderConfig(rate_limit=quota)},
+        **store,
+    )
+
+
+async def test_with_on_store_error_local_a_stopped_redis_leaves_each_process_its_share(
+    redis_server, caplog
+):
+    """Two runtimes, 8 requests per 2 s shared, local shares of 1/4: while Redis is stopped
+    each admits at most 2 per 2 s; the calls all finish."""
+    prefix = f"local-{uuid.uuid4().hex}"
+    config = _limited(redis_server.url, prefix, 8, 2.0, on_store_error="local")
+    sims = [SimulatorApp(SimulatorConfig(ttft=0.0)), SimulatorApp(SimulatorConfig(ttft=0.0))]
+    arrivals: list[float] = []
+    with trio.fail_after(60):
+        async with (
+            sluice.open_runtime(config, transport=mock_transport(sims[0])) as a,
+            sluice.open_runtime(config, transport=mock_transport(sims[1])) as b,
+        ):
+
+            async def calls(rt: sluice.Runtime, n: int) -> None:
+                for _ in range(n):
+                    await rt.chat("sim:sim-small", "hi")
+                    arrivals.append(trio.current_time())
+
+            await calls(a, 8)  # the shared window is full now
+            redis_server.stop()
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(calls, a, 4)
+                nursery.start_soon(calls, b, 4)
+            during = [t for t in arrivals if t >= started]
+    assert len(during) == 8
+    assert caplog.text.count("admitting with a local share of 0.25") == 2  # one per process
+    # 2 per process per 2 s while Redis is down: 8 calls take at least two more windows.
+    first_window = [t for t in during if t < started + 1.9]
+    assert len(first_window) <= 4
+
+
+async def test_with_on_store_error_fail_calls_fail_with_a_clear_store_error(redis_server):
+    prefix = f"fail-{uuid.uuid4().hex}"
+    config = _limited(redis_server.url, prefix, 100, 60.0)
+    sim = SimulatorApp(SimulatorConfig(ttft=0.0))
+    with trio.fail_after(30):
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+            await rt.chat("sim:sim-small", "hi")
+            redis_server.stop()
+            with pytest.raises(StoreUnavailable, match="quota store does not answer"):
+                await rt.chat("sim:sim-small", "hi")
+            redis_server.start()
+            await rt.chat("sim:sim-small", "Redis answers again")
+    assert sim.chat_requests_seen == 2
+
+
+async def test_a_store_that_does_not_answer_at_start_is_a_config_error(tmp_path):
+    from tests.redis_server import _free_port
+
+    config = shared_config(f"redis://127.0.0.1:{_free_port()}/0", "none")
+    with pytest.raises(sluice.ConfigError, match="cannot reach the quota store"):
+        async with sluice.open_runtime(config):
+            pass
+
+
+async def test_a_store_url_that_is_not_redis_is_a_config_error():
+    with pytest.raises(sluice.ConfigError, match="give a redis://host:port/db URL"):
+        async with sluice.open_runtime(shared_config("http://localhost", "x")):
+            pass
