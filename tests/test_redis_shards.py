@@ -6,8 +6,9 @@ ever saw more than the limit, and that the shards together kept the limit busy.
 
 Scaling: the issue's acceptance run is ``--rpm 600`` and 1,200 lines (two minutes). Here the
 same rate runs over windows ten times shorter: 60 requests per 6 s (600 a minute) plus the
-pacing window ``--rpm 600`` sets (10 requests per second), and 120 lines, so N / rate = 12 s. ``SLUICE_FULL_SHARDS=1`` runs the full-size version (``--rpm
-600``, 1,200 lines, 60 s windows) instead.
+pacing window ``--rpm 600`` sets (10 requests per second), and 120 lines, so N / rate = 12 s.
+``SLUICE_FULL_SHARDS=1`` runs the full-size version (``--rpm 600``, 1,200 lines, 60 s windows)
+instead: ``SLUICE_FULL_SHARDS=1 .venv/bin/pytest tests/test_redis_shards.py``.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def run_shards(
             )
         timeout = 3 * LINES / RATE + 60
         for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
+            _, err = proc.communicate(timeout=timeout)
             assert proc.returncode == 0, err.decode()[-2000:]
         recorded = list(arrivals)
     lines = []
