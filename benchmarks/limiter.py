@@ -3,6 +3,9 @@
     python -m benchmarks.limiter                      # both parts, defaults (~40 s)
     python -m benchmarks.limiter --only actor --cycles 100000
     python -m benchmarks.limiter --only sim --limit 600 --per 60 --windows 1
+    python -m benchmarks.limiter --store redis://127.0.0.1:6379/0 --processes 1,4,16
+
+Part ``redis`` (only with ``--store``): see :mod:`benchmarks.limiter_redis`.
 
 Part ``actor``: the RateLimiter actor on its own (real clock, no HTTP). ``--concurrency``
 tasks run ``--cycles`` acquire + release + settle cycles between them, spread round-robin over
@@ -123,7 +126,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="hard cap on the saturation run and its drain (windows x per + 2 x per + 10)",
     )
+    shared = p.add_argument_group("redis: the RateLimiter over a shared Redis store")
+    shared.add_argument(
+        "--store",
+        default=None,
+        help="a redis:// URL: run only this part, the actor over Redis in several processes",
+    )
+    shared.add_argument(
+        "--processes", default="1,4,16", help="comma-separated process counts (1,4,16)"
+    )
     a = p.parse_args(argv)
+    try:
+        a.process_counts = [int(k) for k in a.processes.split(",") if k.strip()]
+    except ValueError:
+        p.error("--processes must be comma-separated integers")
     try:
         a.key_counts = [int(k) for k in a.keys.split(",") if k.strip()]
     except ValueError:
@@ -438,7 +454,16 @@ async def sim_run(a: argparse.Namespace) -> dict[str, Any]:
 
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"benchmark": "limiter"}
-    if a.only in ("both", "actor"):
+    if a.store is not None:
+        from .limiter_redis import run_processes
+
+        report["redis"] = {
+            "concurrency": a.concurrency,
+            "runs": await trio.to_thread.run_sync(
+                run_processes, a.store, a.process_counts, a.cycles, a.concurrency
+            ),
+        }
+    elif a.only in ("both", "actor"):
         runs = []
         for keys in a.key_counts:
             result = await actor_run(keys, a.cycles, a.concurrency)
@@ -450,7 +475,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             )
             runs.append(result)
         report["actor"] = {"concurrency": a.concurrency, "runs": runs}
-    if a.only in ("both", "sim"):
+    if a.only in ("both", "sim") and a.store is None:
         print(
             f"# sim: {a.limit} requests per {a.per:g} s, saturating for {a.windows} windows",
             file=sys.stderr,

@@ -59,6 +59,20 @@ def test_limiter_benchmark_never_exceeds_its_window() -> None:
     assert sat["held_after"] == 0 and sat["timed_out"] is False
 
 
+def test_limiter_benchmark_over_redis_reports_each_process_count(redis_url) -> None:
+    report = _run_benchmark(
+        "benchmarks.limiter",
+        *("--store", redis_url, "--processes", "1,2", "--cycles", "200", "--concurrency", "5"),
+    )
+    runs = report["redis"]["runs"]
+    assert [r["processes"] for r in runs] == [1, 2]
+    for run in runs:
+        assert run["admissions"] == 200
+        assert run["admissions_per_s"] > 0 and run["client_cpu_us_per_admission"] > 0
+        # One script run per admission; settlements ride along or are batched.
+        assert 1.0 <= run["script_runs_per_admission"] < 1.5
+
+
 def test_chaos_benchmark_ends_every_call_once() -> None:
     report = _run_benchmark(
         "benchmarks.chaos",
