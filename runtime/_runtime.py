@@ -682,6 +682,12 @@ async def open_runtime(
                 yield rt
             return
     ledger_parts = await open_ledger(config.ledger, ledger_store)
+    mirror = getattr(quota_store, "ledger_mirror", None)
+    if mirror is not None:  # a Redis store: every process's spend also goes there
+        from .ledger.redis import MirroredLedgerStore
+
+        tee = MirroredLedgerStore(ledger_parts.store, mirror(), close_primary=ledger_parts.owned)
+        ledger_parts = attrs.evolve(ledger_parts, store=tee, owned=True)
     rng = rng if rng is not None else random.Random()
     if simulator is None:
         from sluice.simulator import SimulatorConfig

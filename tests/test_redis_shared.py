@@ -158,3 +158,29 @@ async def test_a_store_url_that_is_not_redis_is_a_config_error():
     with pytest.raises(sluice.ConfigError, match="give a redis://host:port/db URL"):
         async with sluice.open_runtime(shared_config("http://localhost", "x")):
             pass
+
+
+async def test_sluice_ledger_store_shows_every_process_spend(redis_url, tmp_path, capsys):
+    """Two runtimes (two processes' worth) record into one Redis; ``sluice ledger --store``
+    sums both, while each runtime's own ledger holds only its own calls."""
+    from sluice.cli.ledger import ledger
+
+    prefix = f"ledger-{uuid.uuid4().hex}"
+    config = shared_config(redis_url, prefix)
+    sim = SimulatorApp(SimulatorConfig(output_tokens=5))
+    with trio.fail_after(30):
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as a:
+            await a.chat("sim:sim-small", "one")
+            await a.chat("sim:sim-small", "two")
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as b:
+            await b.chat("sim:sim-small", "three")
+            (own,) = await b.ledger.snapshot(by=())
+    assert own.totals.calls == 1
+    (tmp_path / "c.toml").write_text(f'store_prefix = "{prefix}"\n')
+    code = await ledger(
+        by=["model"], format="json", store=redis_url, config_file=tmp_path / "c.toml"
+    )
+    assert code == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["total"]["calls"] == 3
+    assert report["total"]["output_tokens"] == 15

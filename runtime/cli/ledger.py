@@ -129,6 +129,7 @@ async def ledger(
     format: Literal["table", "json", "csv"] = "table",
     db: Path | None = None,
     config_file: Annotated[Path | None, Parameter(name="--config")] = None,
+    store: str | None = None,
 ) -> int:
     """Summarize usage and cost from the ledger file.
 
@@ -144,11 +145,16 @@ async def ledger(
         format: table, json or csv.
         db: the ledger file (default: ledger.path of the config, $SLUICE_LEDGER_DB, else the
             platform's user data folder).
-        config_file: the config file to read ledger.path from.
+        config_file: the config file to read ledger.path (and store_prefix) from.
+        store: a redis://host:port/db URL: sum what every process sharing that Redis (under
+            the config's store_prefix) recorded, instead of one ledger file.
     """
     try:
         dimensions = _dimensions(by or ["model"])
         first, last = parse_day(since), parse_day(until)
+        if store is not None:
+            stored = await _read_redis(store, build_config(config_file=config_file).store_prefix)
+            return _show(stored, dimensions, first, last, format)
         if db is None:
             path = ledger_path(build_config(config_file=config_file).ledger)
             if path is None:
@@ -165,6 +171,26 @@ async def ledger(
         stored = []  # a fresh machine: nothing was recorded yet, which is not an error
     except sqlite3.Error as exc:
         return fail(f"cannot read the ledger file {path}: {exc}")
+    return _show(stored, dimensions, first, last, format)
+
+
+async def _read_redis(url: str, prefix: str) -> list[tuple[Any, Any]]:
+    from ..limits.redis_store import open_redis_store
+
+    async with open_redis_store(url, prefix=prefix) as quota:
+        try:
+            return await quota.ledger_mirror().load()
+        except OSError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def _show(
+    stored: list[tuple[Any, Any]],
+    dimensions: tuple[Dimension, ...],
+    first: Any,
+    last: Any,
+    format: str,
+) -> int:
     rows = summarize(stored, dimensions, since=first, until=last)
     totals = summarize(stored, (), since=first, until=last)
     total = totals[0] if totals else None

@@ -30,6 +30,7 @@ from .store import BudgetAsk, BudgetRefused, MemoryQuotaStore, Reservation, TooL
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..ledger.redis import RedisLedgerStore
     from .cost import Cost
     from .headers import Learned
     from .redis_store import RedisQuotaStore
@@ -158,6 +159,9 @@ class FallbackQuotaStore:
                 await self.primary.learn(key, specs, learned, now)
             except StoreUnavailable as exc:
                 log.debug("quota store: limits learned from headers not shared (%s)", exc)
+
+    def ledger_mirror(self) -> RedisLedgerStore:
+        return self.primary.ledger_mirror()
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         return self.local.usage(key, now) if self.is_local else self.primary.usage(key, now)

@@ -37,6 +37,7 @@ from .store import BudgetAsk, BudgetRefused, Reservation, TooLarge, WindowSpec
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from ..ledger.redis import RedisLedgerStore
     from .cost import Cost
     from .headers import Dimension, Learned
 
@@ -85,6 +86,7 @@ class RedisQuotaStore:
         self._client = client
         self._script = client.register_script(QUOTA_SCRIPT)
         self._base = "{" + prefix + "}"
+        self.prefix = prefix
         self._caller_clock = clock == "caller"
         self.lapse = lapse
         self.poll = poll
@@ -273,6 +275,12 @@ class RedisQuotaStore:
             "per": _LEARNED_PERIOD,
         }
         await self._run(request, now)
+
+    def ledger_mirror(self) -> RedisLedgerStore:
+        """The ledger's aggregates in the same Redis, under the same prefix."""
+        from ..ledger.redis import RedisLedgerStore
+
+        return RedisLedgerStore(self._client, self.prefix)
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         """Not known without a round trip: statistics of a shared store show no windows."""
