@@ -192,3 +192,19 @@ def test_error_without_a_reply_has_no_response_and_uses_the_class_name():
         render_error_line("r2", 10, ConfigError("unknown provider 'x'"), line_id="b")
     )
     assert out["error"] == {"code": "ConfigError", "message": "line 10: unknown provider 'x'"}
+
+
+def test_scan_output_marks_store_errors_for_redoing_and_keeps_other_errors():
+    from sluice.jobs.batch_lines import scan_output
+
+    store_error = {"code": "StoreUnavailable", "message": "line 1: the quota store does not answer"}
+    other_error = {"code": "RateLimited", "message": "line 2: 429"}
+    lines = [
+        orjson.dumps({"custom_id": "a", "response": None, "error": store_error}) + b"\n",
+        orjson.dumps({"custom_id": "b", "response": None, "error": other_error}) + b"\n",
+        orjson.dumps({"custom_id": "c", "response": {}, "error": None}) + b"\n",
+    ]
+    answered = scan_output(lines)
+    assert answered.redo == frozenset({"a"})
+    assert answered.custom_ids == frozenset({"b", "c"})
+    assert answered.keep == sum(len(x) for x in lines)

@@ -184,3 +184,68 @@ async def test_sluice_ledger_store_shows_every_process_spend(redis_url, tmp_path
     report = orjson.loads(capsys.readouterr().out)
     assert report["total"]["calls"] == 3
     assert report["total"]["output_tokens"] == 15
+
+
+async def test_simulators_sharing_a_redis_quota_behave_as_one_account(redis_url):
+    """Two simulator processes' worth of apps with --rpm 3 on one Redis: the fourth request,
+    whichever app gets it, is refused with 429 and a Retry-After."""
+    import httpx
+
+    from sluice.limits.redis_store import open_redis_store
+    from sluice.simulator.shared_quota import SharedServerQuota
+
+    body = {"model": "sim-small", "messages": [{"role": "user", "content": "hi"}]}
+    statuses = []
+    with trio.fail_after(30):
+        async with open_redis_store(redis_url, prefix=f"sim-{uuid.uuid4().hex}") as store:
+            apps = [
+                SimulatorApp(
+                    SimulatorConfig(rpm=3),
+                    shared_quota=SharedServerQuota(store, rpm=3, tpm=None),
+                )
+                for _ in range(2)
+            ]
+            for i in range(5):
+                async with httpx.AsyncClient(transport=mock_transport(apps[i % 2])) as client:
+                    reply = await client.post("http://sim/v1/chat/completions", json=body)
+                    statuses.append((reply.status_code, reply.headers.get("retry-after")))
+    assert [s for s, _ in statuses] == [200, 200, 200, 429, 429]
+    assert all(int(after) > 50 for s, after in statuses if s == 429)
+
+
+async def test_batch_lines_refused_by_a_stopped_store_are_redone_by_resume(redis_server, tmp_path):
+    """With on_store_error="fail", every line admitted while Redis is down gets a
+    StoreUnavailable error line (nothing sent); --resume drops those lines and does the calls,
+    so the output ends with exactly one successful line per input line."""
+    from sluice import run_batch
+
+    lines = [
+        orjson.dumps(
+            {
+                "custom_id": f"req-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "sim:sim-small", "messages": [{"role": "user", "content": "x"}]},
+            }
+        )
+        for i in range(6)
+    ]
+    source, output = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    config = shared_config(redis_server.url, f"redo-{uuid.uuid4().hex}")
+    sim = SimulatorApp(SimulatorConfig())
+    with trio.fail_after(60):
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+            redis_server.stop()
+            first = await run_batch(source, output, runtime=rt, write_summary=False)
+        refused = [orjson.loads(x) for x in output.read_bytes().splitlines()]
+        assert first.failed == 6 and sim.chat_requests_seen == 0
+        assert {x["error"]["code"] for x in refused} == {"StoreUnavailable"}
+        assert "quota store does not answer" in refused[0]["error"]["message"]
+        redis_server.start()
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+            second = await run_batch(source, output, runtime=rt, resume=True, write_summary=False)
+    done = [orjson.loads(x) for x in output.read_bytes().splitlines()]
+    assert second.failed == 0 and sim.chat_requests_seen == 6
+    assert sorted(x["custom_id"] for x in done) == [f"req-{i}" for i in range(6)]
+    assert all(x["error"] is None for x in done)

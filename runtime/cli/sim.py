@@ -76,6 +76,7 @@ async def sim(
     tpm: int | None = None,
     ignore_tool_choice: bool = False,
     drain: float = 5.0,
+    store: str | None = None,
 ) -> int:
     """Run the simulator: an OpenAI-compatible server with a latency model and faults.
 
@@ -117,11 +118,15 @@ async def sim(
         tpm: tokens per minute (prompt plus reply) the server admits; default no limit.
         ignore_tool_choice: act as a server without tool support.
         drain: seconds the first Ctrl-C lets the requests under way finish.
+        store: a redis://host:port/db URL: keep --rpm/--tpm there, so every simulator
+            process using it counts as one provider account (rate-limit headers are then
+            not sent: one process cannot see the others' use).
     """
     # Imported here so that `import sluice.cli` does not load the server.
     import trio
 
-    from ..simulator import SimulatorConfig, run_simulator
+    from ..errors import ConfigError
+    from ..simulator import SimulatorApp, SimulatorConfig, run_simulator
 
     if not 0 <= port <= 65535:
         return fail(f"--port {port}: a port is 1-65535 (or 0 to pick a free one)")
@@ -154,7 +159,10 @@ async def sim(
         )
     except (ValueError, TypeError) as exc:
         return fail(f"bad simulator setting: {exc}")
+    if store is not None and rpm is None and tpm is None:
+        return fail("--store keeps the server's quota: give --rpm or --tpm too")
     bind_error: BaseException | None = None
+    store_error: BaseException | None = None
     stop = trio.Event()
     interrupted = False
 
@@ -179,12 +187,28 @@ async def sim(
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(on_ctrl_c, signals, nursery.cancel_scope)
-                await run_simulator(config, host, port, stop=stop, drain=drain)
+                if store is None:
+                    await run_simulator(config, host, port, stop=stop, drain=drain)
+                else:
+                    from ..limits.redis_store import open_redis_store
+                    from ..simulator.shared_quota import SharedServerQuota
+
+                    async with open_redis_store(store, prefix="sluice-sim") as shared:
+                        app = SimulatorApp(
+                            config, shared_quota=SharedServerQuota(shared, rpm=rpm, tpm=tpm)
+                        )
+                        await run_simulator(app, host, port, stop=stop, drain=drain)
                 nursery.cancel_scope.cancel()
+    except* ConfigError as group:  # Redis did not answer at the start
+        store_error = group
+        while isinstance(store_error, BaseExceptionGroup):
+            store_error = store_error.exceptions[0]
     except* OSError as group:  # raised inside the server's nursery, so it comes grouped
         bind_error = group
         while isinstance(bind_error, BaseExceptionGroup):
             bind_error = bind_error.exceptions[0]
+    if store_error is not None:
+        return fail(str(store_error))
     if bind_error is not None:
         reason = bind_error.strerror if isinstance(bind_error, OSError) else None
         return fail(f"cannot listen on {host}:{port}: {reason or bind_error}")

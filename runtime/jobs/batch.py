@@ -20,8 +20,10 @@ tasks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import tempfile
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -33,11 +35,13 @@ from ..errors import ConfigError
 from ..messages import split_model
 from .batch_limits import BatchLimits, apply_limits
 from .batch_lines import (
+    REDO_CODE,
     Answered,
     BadLine,
     InputLine,
     LineSplitter,
     Shard,
+    custom_id_of,
     error_code,
     parse_input_line,
     parse_shard,
@@ -325,6 +329,38 @@ def _cut_torn_tail(out: BinaryIO, keep: int) -> None:
     out.truncate()
 
 
+def _drop_redone(out: BinaryIO, path: str | os.PathLike[str], answered: Answered) -> BinaryIO:
+    """The output without the error lines a resume does again (``answered.redo``), written to
+    a temporary file that replaces it (a crash leaves the old file whole); open to append."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=".resume-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as copy:
+            out.seek(0)
+            left = answered.keep
+            for raw in out:
+                if left <= 0:
+                    break
+                left -= len(raw)
+                if raw.startswith(b"{") and custom_id_of(raw) in answered.redo:
+                    data = orjson.loads(raw)
+                    error = data.get("error")
+                    if isinstance(error, dict) and error.get("code") == REDO_CODE:
+                        continue
+                copy.write(raw)
+            copy.flush()
+            os.fsync(copy.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    out.close()
+    fresh = open(path, "r+b")  # noqa: SIM115 (closed by run_batch)
+    fresh.seek(0, os.SEEK_END)
+    return fresh
+
+
 def _check_input(path: str | os.PathLike[str], check: InputCheck) -> str | None:
     """Feed the whole input to ``check``; a message for the first duplicated custom_id, else
     None. A second pass runs only when two custom_ids hashed alike."""
@@ -519,6 +555,8 @@ async def run_batch(
             preflight(check.providers)
         if out is not None and answered is not None:
             await trio.to_thread.run_sync(_cut_torn_tail, out, answered.keep)
+            if answered.redo:
+                out = await trio.to_thread.run_sync(_drop_redone, out, output, answered)
         else:
             out = await trio.to_thread.run_sync(_open_output, output)
         run = _Run(

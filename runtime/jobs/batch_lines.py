@@ -237,6 +237,8 @@ def render_error_line(custom_id: str, lineno: int, error: SluiceError, *, line_i
 
 
 _LINE_PREFIX = re.compile(r"line (\d+):")
+REDO_CODE = "StoreUnavailable"
+"""The error code of lines a resume does again: their call was never sent."""
 
 
 @attrs.frozen
@@ -251,6 +253,9 @@ class Answered:
     keep: int
     """Bytes of the file to keep: everything up to the end of the last whole line. A torn
     last line (no newline, or not valid JSON) lies past this offset."""
+    redo: frozenset[str] = frozenset()
+    """custom_ids whose line is an error of the shared quota store (``StoreUnavailable``):
+    the call was never sent, so a resume drops that line and does the call again."""
 
 
 def scan_output(lines: Iterable[bytes]) -> Answered:
@@ -264,6 +269,7 @@ def scan_output(lines: Iterable[bytes]) -> Answered:
         ConfigError: a line other than the last is not a batch output line.
     """
     ids: set[str] = set()
+    redo: set[str] = set()
     linenos: set[int] = set()
     keep = 0
     torn: int | None = None
@@ -281,15 +287,18 @@ def scan_output(lines: Iterable[bytes]) -> Answered:
             continue
         keep += len(raw)
         custom_id = data["custom_id"]
-        if isinstance(custom_id, str):
-            ids.add(custom_id)
-            continue
         error = data.get("error")
+        if isinstance(custom_id, str):
+            if isinstance(error, dict) and error.get("code") == REDO_CODE:
+                redo.add(custom_id)
+            else:
+                ids.add(custom_id)
+            continue
         message = error.get("message") if isinstance(error, dict) else None
         match = _LINE_PREFIX.match(message) if isinstance(message, str) else None
         if match is not None:
             linenos.add(int(match.group(1)))
-    return Answered(frozenset(ids), frozenset(linenos), keep)
+    return Answered(frozenset(ids), frozenset(linenos), keep, frozenset(redo - ids))
 
 
 def custom_id_of(raw: bytes) -> str | None:

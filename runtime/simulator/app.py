@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, TypeAlias, assert_never
 import attrs
 import trio
 
+from ..errors import StoreUnavailable
 from .body import Body, ScheduledBody, SimulatedDisconnect, TrickleBody
 from .config import SimulatorConfig
 from .directives import (
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .request import ChatRequest
+    from .shared_quota import SharedServerQuota
 
 __all__ = ["Headers", "SimResponse", "SimulatedDisconnect", "SimulatedReset", "SimulatorApp"]
 
@@ -114,8 +116,10 @@ class SimulatorApp:
         config: SimulatorConfig | None = None,
         *,
         wall_clock: Callable[[], float] = time.time,
+        shared_quota: SharedServerQuota | None = None,
     ) -> None:
         self.config = config = SimulatorConfig() if config is None else config
+        self._shared_quota = shared_quota
         self._wall_clock = wall_clock
         self._script = tuple(parse_directive(d) for d in config.script)
         self._rates = _random_faults(config)
@@ -167,7 +171,7 @@ class SimulatorApp:
             response = await self._embed(body, request_id)
         else:
             response = self._other(method, route, request_id)
-        if self._quota is not None:
+        if self._quota is not None and self._shared_quota is None:
             now = trio.current_time()
             response.headers.extend(self._quota.headers(now))
             if route == "/v1/messages":
@@ -221,7 +225,15 @@ class SimulatorApp:
             return self._error(route, 400, exc.message, request_id, exc.param)
         if type(directive) is Empty:
             reply = Reply(tokens=(), finish_reason="stop", prompt_tokens=reply.prompt_tokens)
-        if self._quota is not None:
+        if self._shared_quota is not None:
+            tokens = reply.prompt_tokens + reply.completion_tokens
+            try:
+                refusal = await self._shared_quota.admit(tokens)
+            except StoreUnavailable as exc:
+                return self._error(route, 503, str(exc), request_id, None)
+            if refusal is not None:
+                return self._over_quota(route, *refusal, request_id)
+        elif self._quota is not None:
             refusal = self._quota.admit(
                 trio.current_time(), reply.prompt_tokens + reply.completion_tokens
             )
@@ -433,9 +445,7 @@ class SimulatorApp:
     def _over_quota(
         self, route: Route, wait: float, dimension: str, request_id: bytes
     ) -> SimResponse:
-        quota = self._quota
-        assert quota is not None
-        limit = quota.rpm if dimension == "requests" else quota.tpm
+        limit = self.config.rpm if dimension == "requests" else self.config.tpm
         extra = [(b"retry-after", b"%d" % math.ceil(wait))]
         if route is OPENAI:
             extra.append((b"retry-after-ms", b"%d" % math.ceil(wait * 1000)))
