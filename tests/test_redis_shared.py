@@ -124,6 +124,9 @@ async def test_with_on_store_error_local_a_stopped_redis_leaves_each_process_its
                 nursery.start_soon(calls, b, 4)
             during = [t for t in arrivals if t >= started]
     assert len(during) == 8
+    # Never more than the limit (8) plus both local shares (2 each) in any 2 s.
+    times = sorted(arrivals)
+    assert max(sum(1 for u in times if t <= u < t + 2.0) for t in times) <= 8 + 2 * 2
     assert caplog.text.count("admitting with a local share of 0.25") == 2  # one per process
     # 2 per process per 2 s while Redis is down: 8 calls take at least two more windows.
     first_window = [t for t in during if t < started + 1.9]
