@@ -92,8 +92,10 @@ class RedisQuotaStore:
         self.poll = poll
         self.timeout = timeout
         self._ops: list[list[Any]] = []
-        self._held: dict[tuple[str, str], None] = {}
-        self._holds: dict[str, None] = {}
+        self._held: set[tuple[str, str]] = set()
+        """(key, reservation id) of the slots this process holds, renewed until they end."""
+        self._holds: set[str] = set()
+        """Budget reservations this process holds, renewed until settled."""
         self._cooldowns: dict[str, float] = {}
         self._usage: dict[str, dict[str, tuple[int, int]]] = {}
         self._dirty = trio.Event()
@@ -200,9 +202,9 @@ class RedisQuotaStore:
                 for dimension, period in [slot.split(":", 1)]
             )
             if caps != (None, None):
-                self._held[(key, ref)] = None
+                self._held.add((key, ref))
             if budget is not None:
-                self._holds[budget.hold] = None
+                self._holds.add(budget.hold)
             return Reservation(key, cost, (), ref=ref, slots=slots)
         if kind == "wait":
             wait = float(reply[2])
@@ -236,12 +238,15 @@ class RedisQuotaStore:
         """The attempt is over: free its shared slots."""
         if not reservation.ref:
             return
-        if self._held.pop((reservation.key, reservation.ref), 0) is None:
+        held = (reservation.key, reservation.ref)
+        if held in self._held:
+            self._held.discard(held)
             self._queue(["e", reservation.key, reservation.ref])
 
     async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
         """Charge a budget reservation what its attempt spent (None: all of it)."""
-        if self._holds.pop(hold, 0) is None:
+        if hold in self._holds:
+            self._holds.discard(hold)
             self._queue(["b", hold, -1 if micros is None else micros, tokens])
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
