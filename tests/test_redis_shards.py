@@ -8,7 +8,8 @@ Scaling: the issue's acceptance run is ``--rpm 600`` and 1,200 lines (two minute
 same rate runs over windows ten times shorter: 60 requests per 6 s (600 a minute) plus the
 pacing window ``--rpm 600`` sets (10 requests per second), and 120 lines, so N / rate = 12 s.
 ``SLUICE_FULL_SHARDS=1`` runs the full-size version (``--rpm 600``, 1,200 lines, 60 s windows)
-instead: ``SLUICE_FULL_SHARDS=1 .venv/bin/pytest tests/test_redis_shards.py``.
+instead (about 2 minutes per test): ``SLUICE_FULL_SHARDS=1 .venv/bin/pytest -o
+faulthandler_timeout=0 tests/test_redis_shards.py``.
 """
 
 from __future__ import annotations
