@@ -30,7 +30,14 @@ from ..errors import ConfigError, SluiceError
 from ..events import Completed, Failed, ReasoningDelta, TextDelta, ToolCallDelta
 from ..jobs.openai_format import parse_chat_body
 from ..limits.cost import Cost, estimate_cost
-from ..limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
+from ..limits.store import (
+    BudgetRefused,
+    MemoryQuotaStore,
+    QuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 from ..record import Record
 from . import anthropic_wire, openai_wire
 from .errors import Wire, call_error_response, error_response
@@ -197,7 +204,9 @@ class Gateway:
             if key.tpm is not None
             else Cost()
         )
-        return await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
+        got = await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
+        assert not isinstance(got, BudgetRefused)  # only a reserve that asks a budget gets it
+        return got
 
     # ---- chat -----------------------------------------------------------------------------
 
