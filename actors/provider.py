@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice.mail import Call
+    from sluice.observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
     from sluice.tools.streaming import ArgumentStreams, ForcedReplyDeltas
     from sluice.transport.base import HotResponse
 
@@ -102,6 +103,19 @@ class ProviderContext(Record):
     """The key and secret header values this provider sends: masked in every error."""
     limits: ReplyLimits = ReplyLimits()
     """Size and time bounds on every reply (see :class:`sluice.config.ReplyLimits`)."""
+    observer: Observer | None = None
+    """Told when each attempt starts and ends (metrics, traces, hooks, logs)."""
+    current: list[ResolvedProvider] = attrs.field(factory=list)
+    """The provider's settings as last reloaded (``Runtime.reload``), read by each attempt as
+    it starts: a rotated key or a moved endpoint is used by the next attempt. Empty: ``spec``."""
+    reloaded_secrets: list[str] = attrs.field(factory=list, repr=False)
+    """The keys and secret header values of every reload: masked in errors like ``secrets``
+    (an attempt sent with an older key may still be answered after the next reload)."""
+
+    def reload(self, spec: ResolvedProvider) -> None:
+        """Send every attempt from now on with ``spec``'s key, headers and base URL."""
+        self.current[:] = [spec]
+        self.reloaded_secrets.extend(secrets_of(spec.api_key, spec.headers))
 
 
 async def run_provider(
@@ -153,6 +167,9 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
 async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
     attempt = _Attempt(ctx, msg)
     outcome: AttemptOutcome | None = None
+    observer = ctx.observer
+    watch = observer.attempt_started(msg) if observer is not None else None
+    usage = None
     try:
         outcome = await attempt.run()
     finally:
@@ -160,13 +177,24 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
         usage = attempt.usage(outcome)
         if usage is not None:
             await ctx.ledger.record(usage)
+        if observer is not None and not isinstance(outcome, AttemptFailed):
+            observer.attempt_ended(
+                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+            )
     if isinstance(outcome, AttemptFailed):
         call = msg.call
         # The boundary where server text enters sluice's errors: no key passes it.
-        error = redact_error(outcome.error, ctx.secrets).in_context(
+        secrets = ctx.secrets
+        if ctx.reloaded_secrets:
+            secrets = (*secrets, *ctx.reloaded_secrets)
+        error = redact_error(outcome.error, secrets).in_context(
             call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
         )
         outcome = AttemptFailed(error, outcome.delivered)
+        if observer is not None:  # told the redacted error: it goes to logs and hooks
+            observer.attempt_ended(
+                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+            )
     try:
         msg.reply_to.send_nowait(outcome)
     except (trio.BrokenResourceError, trio.WouldBlock):
@@ -333,11 +361,15 @@ class _Attempt:
 
     async def _exchange(self) -> AttemptOutcome:
         ctx, call = self.ctx, self.call
+        spec, base_url = ctx.spec, ctx.base_url
+        if ctx.current:
+            spec = ctx.current[0]
+            base_url = spec.base_url or base_url
         request = ctx.codec.build_request(
             call.request,
-            base_url=ctx.base_url,
-            api_key=ctx.spec.api_key.reveal() if ctx.spec.api_key else None,
-            headers=ctx.spec.headers,
+            base_url=base_url,
+            api_key=spec.api_key.reveal() if spec.api_key else None,
+            headers=spec.headers,
         )
         response = await ctx.transport.send(
             request.method, request.url, request.headers, request.body

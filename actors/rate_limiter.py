@@ -20,6 +20,7 @@ import math
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, assert_never
 
 import attrs
@@ -505,6 +506,8 @@ class RateLimiterHandle(Record):
     """What the other actors hold to reach the RateLimiter. Created by the runtime."""
 
     _mailbox: trio.MemorySendChannel[RateLimiterMsg]
+    on_admitted: Callable[[str, float], None] | None = None
+    """Told each admission's quota key and seconds waited (the admission-wait metric)."""
 
     async def acquire(
         self,
@@ -528,9 +531,12 @@ class RateLimiterHandle(Record):
                 ``BudgetExceeded``).
             RuntimeClosed: the RateLimiter has stopped.
         """
+        asked = trio.current_time()
         for _ in range(_ASK_AGAIN):
             answer = await self._ask(key, limits, cost, priority, budget)
             if isinstance(answer, Admission):
+                if self.on_admitted is not None:
+                    self.on_admitted(key, answer.at - asked)
                 return answer
             if isinstance(answer, Refusal):
                 raise answer.error

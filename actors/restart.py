@@ -46,11 +46,13 @@ async def run_restarting(
     *args: Any,
     max_restarts: int = 5,
     within: float = 10.0,
+    on_restart: Callable[[str], None] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``actor(inbox, *args, task_status=...)``, restarting it after a crash.
 
-    Returns when the actor returns. ``task_status.started()`` is passed on from the first run.
+    Returns when the actor returns. ``task_status.started()`` is passed on from the first run;
+    ``on_restart(name)`` is told of each restart (metrics).
     The inbox outlives restarts and is closed when this returns or raises, so a sender (even a
     shielded one) never waits on an actor that is gone.
 
@@ -58,7 +60,9 @@ async def run_restarting(
         ActorCrashed: more than ``max_restarts`` crashes within ``within`` seconds.
     """
     with inbox:
-        await _restarting(name, actor, inbox, args, max_restarts, within, task_status)
+        await _restarting(
+            name, actor, inbox, args, max_restarts, within, on_restart, task_status
+        )
 
 
 async def _restarting(
@@ -68,6 +72,7 @@ async def _restarting(
     args: tuple[Any, ...],
     max_restarts: int,
     within: float,
+    on_restart: Callable[[str], None] | None,
     task_status: trio.TaskStatus[None],
 ) -> None:
     status = _Status(task_status)
@@ -89,3 +94,5 @@ async def _restarting(
                     f" the last error was {type(exc).__name__}: {exc}"
                 ) from exc
             log.exception("the %s actor crashed; restarting it", name)
+            if on_restart is not None:
+                on_restart(name)

@@ -13,6 +13,7 @@ import typing as _typing
 from ._runtime import CallStream as CallStream
 from ._runtime import MapOutcome as MapOutcome
 from ._runtime import MapOutcomes as MapOutcomes
+from ._runtime import ProviderHealth as ProviderHealth
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
@@ -20,6 +21,7 @@ from .config import BreakerConfig as BreakerConfig
 from .config import BudgetConfig as BudgetConfig
 from .config import CacheConfig as CacheConfig
 from .config import LedgerConfig as LedgerConfig
+from .config import MetricsConfig as MetricsConfig
 from .config import ModelConfig as ModelConfig
 from .config import PriceConfig as PriceConfig
 from .config import ProviderConfig as ProviderConfig
@@ -28,6 +30,7 @@ from .config import RateLimitConfig as RateLimitConfig
 from .config import RetryConfig as RetryConfig
 from .config import RuntimeConfig as RuntimeConfig
 from .config import Secret as Secret
+from .config import TracingConfig as TracingConfig
 from .config import WindowLimit as WindowLimit
 from .config import load_config as load_config
 from .errors import ActorCrashed as ActorCrashed
@@ -94,6 +97,9 @@ if _typing.TYPE_CHECKING:
     from .jobs.batch import BatchProgress as BatchProgress
     from .jobs.batch import BatchSummary as BatchSummary
     from .jobs.batch import run_batch as run_batch
+    from .observe.records import AttemptRecord as AttemptRecord
+    from .observe.records import CallRecord as CallRecord
+    from .observe.records import Hooks as Hooks
 
 # Loaded on first use, so that `import sluice` stays light for programs that only make calls.
 _LAZY = {
@@ -102,6 +108,9 @@ _LAZY = {
     "BatchSummary": "sluice.jobs.batch",
     "run_batch": "sluice.jobs.batch",
     "serve": "sluice.gateway",
+    "AttemptRecord": "sluice.observe.records",
+    "CallRecord": "sluice.observe.records",
+    "Hooks": "sluice.observe.records",
 }
 
 
@@ -123,6 +132,7 @@ def __getattr__(name: str) -> _typing.Any:
 __all__ = [
     "ActorCrashed",
     "Admitted",
+    "AttemptRecord",
     "AuthenticationFailed",
     "BadRequest",
     "BatchInterrupt",
@@ -134,6 +144,7 @@ __all__ = [
     "CacheConfig",
     "CallError",
     "CallEvent",
+    "CallRecord",
     "CallStream",
     "CallTimeout",
     "CapabilityOverride",
@@ -152,11 +163,13 @@ __all__ = [
     "FatalError",
     "FilePart",
     "FirstToken",
+    "Hooks",
     "ImagePart",
     "InternalError",
     "LedgerConfig",
     "MapOutcome",
     "MapOutcomes",
+    "MetricsConfig",
     "Message",
     "ModelConfig",
     "NotFound",
@@ -164,6 +177,7 @@ __all__ = [
     "PriceConfig",
     "ProtocolError",
     "ProviderConfig",
+    "ProviderHealth",
     "Queued",
     "QuirksConfig",
     "RateLimitConfig",
@@ -189,6 +203,7 @@ __all__ = [
     "TextPart",
     "Timings",
     "TooLargeForQuota",
+    "TracingConfig",
     "Tool",
     "ToolCall",
     "ToolCallDelta",

@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
     from .limits.store import QuotaStore
     from .simulator.config import SimulatorConfig
     from .tools.capabilities import ToolCapabilities
+    from .observe.metrics import Metrics
+    from .observe.observer import Observer
+    from .observe.records import Hooks
     from .tools.preparation import Prepared
     from .transport.base import HotTransport
 
@@ -62,12 +66,14 @@ __all__ = [
     "CallStream",
     "MapOutcome",
     "MapOutcomes",
+    "ProviderHealth",
     "Runtime",
     "RuntimeStatistics",
     "open_runtime",
 ]
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
+_DRAIN_POLL = 0.05
 
 
 class CallStream:
@@ -170,6 +176,23 @@ class RuntimeStatistics(Record):
 
 
 @attrs.frozen(repr=False)
+class ProviderHealth(Record):
+    """Whether new calls to one provider can go out now, and why not."""
+
+    provider: str
+    usable: bool
+    """Its breaker lets attempts through and none of its quota keys is cooling down."""
+    breaker: str
+    """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
+    cooldown_left: float
+    """Seconds until its longest cooldown (after a 429, or an exhausted quota) ends."""
+    last_error: str | None
+    """The class and message of its last failed attempt."""
+    last_error_age: float | None
+    """Seconds since then."""
+
+
+@attrs.frozen(repr=False)
 class MapOutcome(Record):
     """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
 
@@ -230,7 +253,14 @@ class _Providers:
         limits = rt.config.reply_limits
         transport, owned = _hot_transport(spec, rt._transport, limits.head_timeout)
         ctx = ProviderContext(
-            spec, base_url, transport, codec, rt._limiter, rt._ledger, limits=limits
+            spec,
+            base_url,
+            transport,
+            codec,
+            rt._limiter,
+            rt._ledger,
+            limits=limits,
+            observer=rt._observer,
         )
         self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](MAILBOX_BUFFER)
@@ -240,6 +270,45 @@ class _Providers:
 
     def in_flight(self) -> dict[str, int]:
         return {name: ctx.in_flight[0] for name, ctx in self._contexts.items()}
+
+    def names(self) -> list[str]:
+        return list(self._started)
+
+    def reload(self) -> None:
+        """Resolve every started provider again from the runtime's (new) config.
+
+        Its actor, mailbox and connection pool stay; new calls get the new settings (limits,
+        deadlines, breaker), and each attempt from now on, also of calls already in flight,
+        sends with the new key, headers and URL. A provider the config no longer defines
+        stops taking new calls; the calls it holds finish.
+
+        Raises:
+            ConfigError: a provider cannot be resolved (then nothing was changed).
+        """
+        rt = self._rt
+        fresh: dict[str, ResolvedProvider | None] = {}
+        for name in self._started:
+            try:
+                fresh[name] = resolve_provider(name, rt.config, rt._environ)
+            except ConfigError:
+                if name in rt.config.providers:
+                    raise
+                fresh[name] = None  # no longer defined
+        for name, spec in fresh.items():
+            if spec is None:
+                del self._started[name]
+                continue
+            old, mailbox = self._started[name]
+            if spec.base_url is None:  # served here: as the server serves it
+                spec = attrs.evolve(
+                    spec,
+                    base_url=old.base_url,
+                    capabilities=old.capabilities,
+                    model_capabilities=old.model_capabilities,
+                )
+            self._started[name] = (spec, mailbox)
+            self._contexts[name].reload(spec)
+
 
     async def _local_server(self, spec: ResolvedProvider) -> tuple[str, ResolvedProvider]:
         """Where a provider without a base URL is served: by the given transport, else by
@@ -303,7 +372,12 @@ async def _provider_task(
 ) -> None:
     try:
         await run_restarting(
-            f"provider {ctx.spec.name}", run_provider, inbox, ctx, task_status=task_status
+            f"provider {ctx.spec.name}",
+            run_provider,
+            inbox,
+            ctx,
+            on_restart=ctx.observer.actor_restarted if ctx.observer is not None else None,
+            task_status=task_status,
         )
     finally:
         if owned:
@@ -332,8 +406,13 @@ class Runtime:
         transport: httpx.AsyncBaseTransport | HotTransport | None,
         environ: Mapping[str, str] | None,
         simulator_config: SimulatorConfig,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
+        self._observer = observer
+        self._draining = False
+        self.metrics_port: int | None = None
+        """The port of the metrics endpoint, once it listens (``config.metrics.port``)."""
         self._supervisor = supervisor
         self._limiter = limiter
         self._ledger = ledger
@@ -416,6 +495,8 @@ class Runtime:
             request = prepared.request
         deadlines = _merge(spec.deadlines, request.deadlines)
         now = trio.current_time()
+        if self._draining:
+            raise RuntimeClosed("the runtime is draining: it takes no new calls")
         send, receive = trio.open_memory_channel[EventBatch](self.config.stream_buffer)
         call = Call(
             call_id=call_id,
@@ -438,6 +519,8 @@ class Runtime:
             send.close()
             receive.close()
             raise RuntimeClosed("the runtime has stopped; open a new one") from exc
+        if self._observer is not None:
+            self._observer.call_started(call)
         return CallStream(call_id, receive, on_result), call
 
     async def _open_cache(self) -> ResponseCache:
@@ -481,6 +564,8 @@ class Runtime:
         finally:
             if call is not None:
                 call.abandon()
+                if self._observer is not None:
+                    self._observer.call_ended(call, stream.result, stream.error)
 
     async def chat(
         self,
@@ -501,6 +586,8 @@ class Runtime:
         finally:
             if call is not None:
                 call.abandon()
+                if self._observer is not None:
+                    self._observer.call_ended(call, stream.result, stream.error)
 
     @asynccontextmanager
     async def map(
@@ -589,6 +676,104 @@ class Runtime:
         )
 
     @property
+    def metrics(self) -> Metrics | None:
+        """The Prometheus metrics (``.registry``), when ``config.metrics`` enables them."""
+        return self._observer.metrics if self._observer is not None else None
+
+    async def render_metrics(self) -> bytes:
+        """The metrics in Prometheus' text format, gauges as of now (for a ``/metrics``
+        endpoint of one's own, such as a gateway's).
+
+        Raises:
+            ConfigError: metrics are not enabled (``RuntimeConfig(metrics=...)``).
+        """
+        metrics = self.metrics
+        if metrics is None:
+            raise ConfigError("metrics are off: enable them with RuntimeConfig(metrics=...)")
+        if self._peers is not None and self._providers is not None:
+            metrics.gauges.stats = await self.statistics()
+        return metrics.render()
+
+    def hook_statistics(self) -> dict[str, int]:
+        """Hook records ``dropped`` (queue full) and hook calls ``failed`` (raised) so far."""
+        hooks = self._observer.hooks if self._observer is not None else None
+        if hooks is None:
+            return {"dropped": 0, "failed": 0}
+        return {"dropped": hooks.dropped, "failed": hooks.failed}
+
+    async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (the API)
+        """Stop admitting new calls and wait until every call in flight has ended.
+
+        New calls fail with :class:`RuntimeClosed` from now on (the runtime stays open for
+        statistics, metrics and the ledger). Returns True once nothing is in flight, False if
+        ``timeout`` seconds passed first (the calls left keep running).
+        """
+        assert self._peers is not None
+        self._draining = True
+        with trio.move_on_after(math.inf if timeout is None else timeout):
+            # The Supervisor owns the count; polling it keeps the Supervisor untouched.
+            while self._peers.in_flight[0]:  # noqa: ASYNC110
+                await trio.sleep(_DRAIN_POLL)
+            return True
+        return False
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    async def health(self) -> dict[str, ProviderHealth]:
+        """Per provider started so far: whether new calls can go out now, and why not."""
+        if self._providers is None or self._peers is None:
+            return {}
+        now = trio.current_time()
+        quotas = await self._limiter.statistics()
+        last = self._observer.last_errors if self._observer is not None else {}
+        found: dict[str, ProviderHealth] = {}
+        for name in sorted({*self._providers.names(), *self._peers.breakers}):
+            breaker = self._peers.breakers.get(name)
+            state = breaker.state(now) if breaker is not None else "closed"
+            cooldown = max(
+                (
+                    max(ks.cooldown_left, ks.exhausted_left)
+                    for key, ks in quotas.items()
+                    if key == name or key.startswith(name + ":")
+                ),
+                default=0.0,
+            )
+            error = last.get(name)
+            found[name] = ProviderHealth(
+                provider=name,
+                usable=state != "open" and cooldown <= 0,
+                breaker=state,
+                cooldown_left=cooldown,
+                last_error=error[1] if error is not None else None,
+                last_error_age=now - error[0] if error is not None else None,
+            )
+        return found
+
+    async def reload(self, config: RuntimeConfig) -> None:
+        """Take a new config without dropping a call in flight.
+
+        Swapped: provider entries (keys, headers, base URLs, limits, deadlines, breakers,
+        models), default deadlines and the stream buffer. New calls use the new config at
+        once; each attempt from now on, also of calls in flight, sends with the new key (so a
+        rotated key is used by the next retry). Not swapped, because running actors hold
+        them: the retry policy, the ledger, the cache, metrics and tracing settings, and a
+        provider's protocol and connection pool.
+
+        Raises:
+            ConfigError: a provider of the new config cannot be resolved (nothing changed).
+        """
+        assert self._providers is not None
+        old = self.config
+        self.config = config
+        try:
+            self._providers.reload()
+        except ConfigError:
+            self.config = old
+            raise
+
+    @property
     def ledger(self) -> TokenLedgerHandle:
         """The TokenLedger: ``snapshot(by=..., since=..., until=...)``, ``totals()``,
         ``flush()``, ``budgets()`` and the runtime's ``job``."""
@@ -635,6 +820,8 @@ async def open_runtime(
     catch_bugs: bool = True,
     quota_store: QuotaStore | None = None,
     ledger_store: LedgerStore | None = None,
+    hooks: Hooks | None = None,
+    tracer_provider: Any = None,
 ) -> AsyncIterator[Runtime]:
     """Start the actors and yield the :class:`Runtime`; stop them all when the block ends.
 
@@ -652,6 +839,10 @@ async def open_runtime(
             a shared store lets several processes share one account's limits).
         ledger_store: where the TokenLedger keeps its rows across runs, instead of the SQLite
             file ``config.ledger`` names (see :mod:`sluice.ledger.setup`).
+        hooks: callbacks told about every finished call and attempt, off the hot path
+            (:class:`sluice.observe.Hooks`).
+        tracer_provider: the OpenTelemetry tracer provider to trace with when
+            ``config.tracing`` is enabled (default: the global one).
 
     Raises:
         ActorCrashed: an actor crashed more often than its restart limit allows.
@@ -696,7 +887,12 @@ async def open_runtime(
     limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
     ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
     supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
-    limiter = RateLimiterHandle(limiter_send)
+    from .observe.observer import build_observer  # loaded when a runtime opens, not on import
+
+    observer = build_observer(config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider)
+    limiter = RateLimiterHandle(
+        limiter_send, on_admitted=observer.admitted if observer.metrics is not None else None
+    )
     ledger = TokenLedgerHandle(ledger_send, ledger_parts.book.job, ledger_parts.budgets)
     rt = Runtime(
         config,
@@ -706,14 +902,17 @@ async def open_runtime(
         transport=transport,
         environ=environ,
         simulator_config=simulator,
+        observer=observer,
     )
+    on_restart = observer.actor_restarted
     try:
         if config.cache.enabled:
             await rt._open_cache()
         async with trio.open_nursery() as services:
+            await _start_services(rt, observer, services)
             async with trio.open_nursery() as infra:
                 await infra.start(
-                    run_restarting,
+                    partial(run_restarting, on_restart=on_restart),
                     "rate limiter",
                     run_rate_limiter,
                     limiter_inbox,
@@ -724,7 +923,7 @@ async def open_runtime(
                     name="rate limiter",
                 )
                 await infra.start(
-                    run_restarting,
+                    partial(run_restarting, on_restart=on_restart),
                     "token ledger",
                     run_token_ledger,
                     ledger_inbox,
@@ -757,6 +956,10 @@ async def open_runtime(
                     close()
                 limiter_send.close()
                 ledger_send.close()
+            if observer.hooks is not None:
+                observer.hooks.close()
+                with trio.move_on_after(observer.hooks.hooks.drain_timeout):
+                    await observer.hooks.done.wait()
             services.cancel_scope.cancel(reason="the runtime is shutting down")
     except BaseExceptionGroup as group:
         # Nurseries wrap every exception in a group; at the public edge one failure should be
@@ -770,6 +973,24 @@ async def open_runtime(
             rt._cache.close()
         with trio.move_on_after(5, shield=True):
             await ledger_parts.aclose()
+
+
+async def _start_services(rt: Runtime, observer: Observer, services: trio.Nursery) -> None:
+    """The observability tasks the config asks for: the hook runner, the metrics endpoint,
+    and the watcher that logs breaker and cooldown changes (when ``sluice`` logs at INFO)."""
+    if observer.hooks is not None:
+        services.start_soon(observer.hooks.run, name="hooks")
+    metrics = rt.config.metrics
+    if metrics.port is not None:
+        from .observe.server import serve_metrics
+
+        rt.metrics_port = await services.start(
+            serve_metrics, rt.render_metrics, metrics.host, metrics.port, name="metrics endpoint"
+        )
+    if observer.logs_changes():
+        from .observe.logs import watch_changes
+
+        services.start_soon(watch_changes, rt.health, name="health watcher")
 
 
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -35,6 +35,8 @@ __all__ = [
     "BudgetConfig",
     "CacheConfig",
     "LedgerConfig",
+    "MetricsConfig",
+    "TracingConfig",
     "PriceConfig",
     "ModelConfig",
     "QuirksConfig",
@@ -357,6 +359,32 @@ class ReplyLimits(Record):
 
 
 @attrs.frozen(kw_only=True, repr=False)
+class MetricsConfig(Record):
+    """Prometheus metrics: a registry per runtime (``rt.metrics``), and optionally an HTTP
+    endpoint served by the runtime itself (see docs/metrics.md for the names)."""
+
+    enabled: bool = False
+    """Keep the metrics (implied by ``port``)."""
+    port: int | None = attrs.field(default=None, validator=optional([ge(0), le(65535)]))
+    """Serve ``GET /metrics`` on this port (0: any free port; ``rt.metrics_port`` says which)."""
+    host: str = "127.0.0.1"
+    """The address the endpoint listens on."""
+
+    @property
+    def active(self) -> bool:
+        return self.enabled or self.port is not None
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class TracingConfig(Record):
+    """OpenTelemetry traces (needs ``opentelemetry-api``, the ``otel`` extra): one span per
+    call, a child per attempt, GenAI semantic-convention attributes."""
+
+    enabled: bool = False
+    """Trace through the global tracer provider (or the one given to ``open_runtime``)."""
+
+
+@attrs.frozen(kw_only=True, repr=False)
 class RuntimeConfig(Record):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
 
@@ -383,6 +411,10 @@ class RuntimeConfig(Record):
     local share of each limit until it answers again."""
     store_local_share: float = attrs.field(default=0.25, validator=[gt(0), le(1)])
     """The fraction of each limit one process may use while Redis does not answer."""
+    metrics: MetricsConfig = MetricsConfig()
+    """Prometheus metrics (off unless enabled)."""
+    tracing: TracingConfig = TracingConfig()
+    """OpenTelemetry traces (off unless enabled)."""
 
 
 def load_config(

@@ -33,6 +33,9 @@ NOT_FOR_A_CALL = (
     "sluice.sync",
     "sluice._guest",
     "sluice._portal",
+    "sluice.observe",
+    "prometheus_client",
+    "opentelemetry",
 )
 
 

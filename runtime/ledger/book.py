@@ -9,6 +9,7 @@ share one store, and a flush that fails is merged back to be written with the ne
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 import attrs
@@ -134,6 +135,10 @@ class LedgerBook:
         self.dirty: dict[LedgerKey, LedgerTotals] = {}
         self._day_number = -1
         self._day = ""
+        self.dirty_since: float | None = None
+        """``time.monotonic()`` when the oldest increment not yet taken was recorded (the
+        ledger's write lag, for metrics); None while nothing is waiting."""
+        self._taken_since: float | None = None
 
     def _today(self, wall: float) -> str:
         number = int(wall // 86400)
@@ -147,6 +152,8 @@ class LedgerBook:
             row = self.rows[key] = LedgerTotals()
         delta = self.dirty.get(key)
         if delta is None:
+            if not self.dirty and self.dirty_since is None:
+                self.dirty_since = time.monotonic()
             delta = self.dirty[key] = LedgerTotals()
         return row, delta
 
@@ -210,10 +217,14 @@ class LedgerBook:
     def take_dirty(self) -> dict[LedgerKey, LedgerTotals]:
         """The increments since the last take; the book starts a new batch."""
         batch, self.dirty = self.dirty, {}
+        self._taken_since, self.dirty_since = self.dirty_since, None
         return batch
 
     def restore_dirty(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
         """Put back a batch whose write failed, to go out with the next one."""
+        if batch:
+            taken, now = self._taken_since, self.dirty_since
+            self.dirty_since = taken if now is None or (taken is not None and taken < now) else now
         for key, delta in batch.items():
             found = self.dirty.get(key)
             if found is None:

@@ -1,0 +1,121 @@
+"""Prometheus metrics: scraped over loopback after a known sequence of calls, parsed with
+prometheus_client's own parser; every counter equals what happened."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+import sluice
+from sluice import MetricsConfig, RateLimitConfig, RetryConfig, RuntimeConfig, TextDelta
+from sluice.config import ProviderConfig
+from sluice.simulator import SimulatorConfig, mock_transport
+
+MODEL = "sim:sim-small"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def value(found, name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(found, name: str, **labels: str) -> float:
+    """Sum over every sample of ``name`` whose labels include ``labels``."""
+    return sum(
+        v
+        for (n, ls), v in found.items()
+        if n == name and all(dict(ls).get(k) == want for k, want in labels.items())
+    )
+
+
+async def test_scrape_after_ok_429_failed_and_abandoned_calls_counts_each():
+    sim = SimulatorConfig(
+        script=("ok", "429:retry_after=1", "ok", "400", "stall_after:3:30"),
+        ttft=0.0,
+        tokens_per_second=10_000,
+    )
+    config = RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(cooldown_jitter=0.0))},
+        retry=RetryConfig(jitter=0.0),
+        metrics=MetricsConfig(port=0),
+    )
+    with trio.fail_after(20):
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+            assert rt.metrics_port
+            ok = await rt.chat(MODEL, "one")  # ok
+            retried = await rt.chat(MODEL, "two")  # 429, then ok
+            with pytest.raises(sluice.BadRequest):
+                await rt.chat(MODEL, "three")  # failed for good
+            async with rt.stream(MODEL, "four") as call:  # abandoned after its first delta
+                async for event in call:
+                    if isinstance(event, TextDelta):
+                        break
+            assert await rt.drain(5)  # the abandoned attempt reports its usage as it ends
+            ledger = (await rt.ledger_totals())[MODEL]
+            async with httpx.AsyncClient() as client:
+                reply = await client.get(f"http://127.0.0.1:{rt.metrics_port}/metrics")
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/plain")
+    assert ok.attempts == 1 and retried.attempts == 2
+    found = samples(reply.text)
+    sim_labels = {"provider": "sim", "model": "sim-small"}
+
+    calls = "sluice_calls_total"
+    assert value(found, calls, **sim_labels, outcome="ok", error_type="") == 2
+    assert value(found, calls, **sim_labels, outcome="error", error_type="BadRequest") == 1
+    assert value(found, calls, **sim_labels, outcome="abandoned", error_type="") == 1
+    assert total(found, calls) == 4
+
+    attempts = "sluice_attempts_total"
+    assert value(found, attempts, **sim_labels, outcome="ok", error_type="") == 2
+    assert value(found, attempts, **sim_labels, outcome="error", error_type="RateLimited") == 1
+    assert value(found, attempts, **sim_labels, outcome="error", error_type="BadRequest") == 1
+    assert value(found, attempts, **sim_labels, outcome="abandoned", error_type="") == 1
+    assert total(found, attempts) == 5
+
+    # Histograms count every call (and every attempt that was admitted).
+    assert total(found, "sluice_call_duration_seconds_count") == 4
+    assert value(found, "sluice_call_duration_seconds_count", **sim_labels, outcome="ok") == 2
+    assert value(found, "sluice_time_to_first_token_seconds_count", **sim_labels) == 2
+    assert value(found, "sluice_admission_wait_seconds_count", key="sim") == 5
+    assert value(found, "sluice_inter_token_seconds_count", **sim_labels) == 2
+
+    # Tokens: exactly what the ledger counted, attempt by attempt.
+    tokens = "sluice_tokens_total"
+    assert value(found, tokens, **sim_labels, kind="input") == ledger.input_tokens > 0
+    assert value(found, tokens, **sim_labels, kind="output") == ledger.output_tokens > 0
+
+    # Gauges, read at scrape time: nothing left in flight.
+    assert value(found, "sluice_calls_in_flight") == 0
+    assert value(found, "sluice_attempts_in_flight", provider="sim") == 0
+    assert value(found, "sluice_breaker_state", provider="sim", state="closed") in (0, 1)
+    assert value(found, "sluice_retry_budget_available") > 0
+    assert value(found, "sluice_hook_drops_total") == 0
+
+
+async def test_the_endpoint_answers_404_elsewhere_and_the_registry_renders_without_it():
+    config = RuntimeConfig(metrics=MetricsConfig(port=0))
+    with trio.fail_after(20):
+        async with sluice.open_runtime(config, transport=mock_transport()) as rt:
+            await rt.chat(MODEL, "hi")
+            async with httpx.AsyncClient() as client:
+                missing = await client.get(f"http://127.0.0.1:{rt.metrics_port}/nope")
+            rendered = (await rt.render_metrics()).decode()
+    assert missing.status_code == 404
+    assert "sluice_calls_total" in rendered
+
+
+async def test_metrics_are_off_by_default_and_say_so(autojump_clock):
+    async with sluice.open_runtime(RuntimeConfig(), transport=mock_transport()) as rt:
+        assert rt.metrics is None and rt.metrics_port is None
+        with pytest.raises(sluice.ConfigError, match="metrics are off"):
+            await rt.render_metrics()
