@@ -20,7 +20,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, assert_never
 
 import attrs
@@ -58,6 +58,7 @@ from sluice.mail import (
     RateLimiterMsg,
     Refusal,
     Release,
+    Relimit,
     Settle,
     Signal,
     Withdraw,
@@ -123,6 +124,18 @@ def _new_key(name: str, limits: RateLimitConfig) -> _Key:
     if limits.adaptive and limits.max_pending is not None:
         adaptive = AdaptiveLimit(limits.max_pending)
     return _Key(name, limits, specs, WaitQueues(limits.aging), adaptive)
+
+
+def _relimit(key: _Key, limits: RateLimitConfig) -> None:
+    """Give ``key`` new limits; what it holds (slots, windows' use, cooldown) stays."""
+    fresh = _new_key(key.name, limits)
+    if (
+        fresh.adaptive is None
+        or key.adaptive is None
+        or limits.max_pending != key.limits.max_pending
+    ):
+        key.adaptive = fresh.adaptive  # a learned adaptive limit stays if the cap did
+    key.limits, key.specs = limits, fresh.specs
 
 
 def _refuse(waiter: Acquire, error: CallError) -> None:
@@ -241,6 +254,12 @@ class _Limiter:
                         reply_to.send_nowait(self.statistics(now))
                     except (trio.BrokenResourceError, trio.WouldBlock):
                         pass
+                case Relimit(limits=by_provider):
+                    for key in list(keys.values()):
+                        new = by_provider.get(key.name.partition(":")[0])
+                        if new is not None and new != key.limits:
+                            _relimit(key, new)
+                            await self.pump(key, now)
                 case _:
                     assert_never(msg)
             if touched is not None:
@@ -541,6 +560,10 @@ class RateLimiterHandle(Record):
             if isinstance(answer, Refusal):
                 raise answer.error
         raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
+
+    async def relimit(self, limits: Mapping[str, RateLimitConfig]) -> None:
+        """Give each provider's quota keys its new limits (``Runtime.reload``)."""
+        await tell(self._mailbox, Relimit(limits))
 
     async def _ask(
         self,

@@ -274,6 +274,9 @@ class _Providers:
     def names(self) -> list[str]:
         return list(self._started)
 
+    def started(self) -> dict[str, tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]]:
+        return dict(self._started)
+
     def reload(self) -> None:
         """Resolve every started provider again from the runtime's (new) config.
 
@@ -772,6 +775,9 @@ class Runtime:
         except ConfigError:
             self.config = old
             raise
+        await self._limiter.relimit(
+            {name: spec.rate_limit for name, (spec, _) in self._providers.started().items()}
+        )
 
     @property
     def ledger(self) -> TokenLedgerHandle:

@@ -40,6 +40,7 @@ __all__ = [
     "GetLimiterStats",
     "KeyStatistics",
     "Refusal",
+    "Relimit",
     "Settle",
     "Signal",
     "Withdraw",
@@ -226,7 +227,16 @@ class GetLimiterStats(Record):
     reply_to: trio.MemorySendChannel[dict[str, KeyStatistics]]
 
 
-RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterStats
+@attrs.frozen(eq=False, repr=False)
+class Relimit(Record):
+    """The config was reloaded: each provider's quota keys take its new limits now (a key
+    otherwise keeps the limits it was created with, whatever a later ``Acquire`` carries)."""
+
+    limits: Mapping[str, RateLimitConfig]
+    """Per provider name."""
+
+
+RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterStats | Relimit
 
 
 # ProviderActor ----------------------------------------------------------------------------
