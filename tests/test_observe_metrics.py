@@ -119,3 +119,32 @@ async def test_metrics_are_off_by_default_and_say_so(autojump_clock):
         assert rt.metrics is None and rt.metrics_port is None
         with pytest.raises(sluice.ConfigError, match="metrics are off"):
             await rt.render_metrics()
+
+
+class CrashingTransport(httpx.AsyncBaseTransport):
+    """Raises a bug-like exception on the second request: the provider actor crashes."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.seen = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen += 1
+        if self.seen == 2:
+            raise RuntimeError("injected crash")
+        return await self.inner.handle_async_request(request)
+
+
+async def test_an_actor_restart_is_counted(autojump_clock):
+    config = RuntimeConfig(metrics=MetricsConfig(enabled=True))
+    transport = CrashingTransport(mock_transport(SimulatorConfig(ttft=0.5)))
+    with trio.fail_after(60):
+        async with sluice.open_runtime(config, transport=transport) as rt:
+            async with trio.open_nursery() as nursery:
+                for i in range(3):
+                    nursery.start_soon(rt.chat, MODEL, f"call {i}")
+            found = samples((await rt.render_metrics()).decode())
+    assert value(found, "sluice_actor_restarts_total", actor="provider sim") == 1
+    assert value(found, "sluice_calls_total", **{
+        "provider": "sim", "model": "sim-small", "outcome": "ok", "error_type": ""
+    }) == 3
