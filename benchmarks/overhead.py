@@ -13,6 +13,9 @@ Runs N streamed chat calls, against the same server and in one process run, thro
   events into each call's stream) on its default hot-path transport (sluice's own HTTP/1.1
   client, ``ProviderConfig(transport="fast")``);
 * ``sluice_httpx``: the same runtime with ``ProviderConfig(transport="httpx")``;
+* ``sluice_observed`` (with ``--observed``): a second runtime like ``sluice`` with Prometheus
+  metrics and OpenTelemetry tracing on (the SDK's tracer provider, spans recorded and then
+  dropped: no exporter), so ``observed_ratio`` is what observability costs per call;
 * ``bare``: a bare trio + httpx loop (``shared/perf/client_trio_httpx.py``: one shared
   ``AsyncClient`` with a pool sized to the concurrency, ``aiter_lines``, orjson per data line);
 * ``aiohttp``: a bare asyncio + aiohttp loop (``shared/perf/client_asyncio_aiohttp.py``), when
@@ -43,9 +46,11 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import orjson
 import trio
 
@@ -64,10 +69,13 @@ from ._harness import (
 )
 from ._harness import median as _median
 
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
 MODEL = "mock"
 PROVIDER = "bench"
 PROVIDER_HTTPX = "bench_httpx"
-SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp", "sluice_aio", "sluice_sync")
+SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp", "sluice_aio", "sluice_sync", "sluice_observed")
 """Every side, in the order of the first round."""
 DOORS = ("aio", "sync")
 """``--api`` values that measure a front door next to the trio API (the ``sluice`` side then
@@ -154,6 +162,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-seconds", type=float, default=600.0, help="cap on one phase; the rest fail"
     )
+    p.add_argument(
+        "--observed",
+        action="store_true",
+        help="also measure sluice_observed: the runtime with metrics and tracing on",
+    )
     a = p.parse_args(argv)
     if a.calls < 1 or a.concurrency < 1 or a.repeat < 1:
         p.error("--calls, --concurrency and --repeat must be at least 1")
@@ -173,7 +186,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.aiohttp_skipped = None
     doors = [f"sluice_{a.api}"] if a.api in DOORS else []
     if a.only == "all":
-        a.sides = [side for side in SIDES if not side.startswith(("sluice_aio", "sluice_sync"))]
+        a.sides = [
+            side
+            for side in SIDES
+            if not side.startswith(("sluice_aio", "sluice_sync", "sluice_observed"))
+        ]
         a.sides += doors
         if not aiohttp_available():
             a.sides.remove("aiohttp")
@@ -191,7 +208,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             if door in a.sides and door not in doors:
                 p.error(f"--only {door}: give --api {door.removeprefix('sluice_')}")
         a.sides = [side for side in SIDES if side in a.sides]
+    if a.observed and "sluice_observed" not in a.sides:
+        a.sides.append("sluice_observed")
     return a
+
+
+@asynccontextmanager
+async def _observed_runtime(
+    wanted: bool, config: sluice.RuntimeConfig
+) -> AsyncIterator[sluice.Runtime | None]:
+    """A runtime like the ``sluice`` side's with metrics and tracing on (None if not wanted)."""
+    if not wanted:
+        yield None
+        return
+    from opentelemetry.sdk.trace import TracerProvider
+
+    observed = attrs.evolve(
+        config,
+        metrics=sluice.MetricsConfig(enabled=True),
+        tracing=sluice.TracingConfig(enabled=True),
+    )
+    async with sluice.open_runtime(observed, tracer_provider=TracerProvider()) as rt:
+        yield rt
 
 
 class AiohttpChild:
@@ -348,7 +386,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
                 api = "aio_uvloop" if a.api == "aio" and a.uvloop else a.api
                 door = await trio.to_thread.run_sync(open_door, api, config, a.concurrency)
-            async with sluice.open_runtime(config) as rt:
+            async with (
+                sluice.open_runtime(config) as rt,
+                _observed_runtime("sluice_observed" in sides, config) as rt_observed,
+            ):
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
                     if side == "bare":
@@ -373,14 +414,16 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                         return await run_phase(
                             label, calls, expect, through_door, max_seconds=a.max_seconds
                         )
-                    model = models[side]
+                    model = models.get(side, models["sluice"])
+                    runtime = rt_observed if side == "sluice_observed" else rt
+                    assert runtime is not None
                     profile = profiler if side == "sluice" and label != "warm-up" else None
 
                     async def body(tally: Any) -> None:
                         if profile is not None:
                             profile.enable()
                         try:
-                            await run_sluice(rt, model, calls, a.concurrency, trio_api, tally)
+                            await run_sluice(runtime, model, calls, a.concurrency, trio_api, tally)
                         finally:
                             if profile is not None:
                                 profile.disable()
@@ -471,6 +514,9 @@ def _report(
         "sluice_httpx_calls_per_s": _round(rate["sluice_httpx"], 1),
         "bare_calls_per_s": _round(rate["bare"], 1),
         "aiohttp_calls_per_s": _round(rate["aiohttp"], 1),
+        "sluice_observed_cpu_s_per_1k": _round(cpu["sluice_observed"]),
+        "observed_ratio": _round(ratio(cpu["sluice_observed"], s_cpu), 3),
+        "observed_ratio_per_round": per_round("sluice_observed", "sluice"),
         "ratio_per_round": per_round("sluice", "bare"),
         "ratio_aiohttp_per_round": per_round("sluice", "aiohttp"),
         "errors": sum(p.errors + p.mismatched for p in every),

@@ -273,3 +273,32 @@ def test_gateway_server_benchmark_measures_sluices_server() -> None:
     assert report["sluice"]["errors"] == 0 and report["sluice"]["requests"] == 25
     assert report["sluice"]["cpu_us_per_request"] > 0
     assert "hypercorn" not in report
+
+
+def test_soak_benchmark_runs_a_short_mixed_load_and_ends_flat() -> None:
+    command = [sys.executable, "-m", "benchmarks.soak", "--minutes", "0.05", "--rate", "40"]
+    command += ["--sample-every", "1", "--burst", "20", "--burst-every", "1", "--idle-wait", "0"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    lines = done.stdout.decode().strip().splitlines()
+    assert lines[0].split()[:3] == ["t", "phase", "rss_mb"]  # the table
+    report = orjson.loads(lines[-1])
+    counts = report["counts"]
+    assert counts["full"] and counts["abandoned"] and counts["plain"] and counts["burst"]
+    assert report["errors"].get("BadRequest", 0) >= counts["failing"] > 0  # the failing mix
+    assert report["unexpected"] == []
+    assert [s["phase"] for s in report["samples"]][:2] == ["start", "baseline"]
+    assert report["samples"][-1]["phase"] == "idle"
+    assert report["statistics_zero"] is True
+    assert report["tasks_final"] == report["tasks_baseline"]
+    assert report["hook_calls"] + report["hook_dropped"] == sum(counts.values())
+
+
+def test_overhead_benchmark_measures_metrics_and_tracing_in_the_same_run() -> None:
+    report = _run_benchmark(
+        "benchmarks.overhead", "--sim", "--calls", "20", "--concurrency", "4", "--repeat", "1",
+        "--only", "sluice", "--observed", timeout=120,
+    )  # fmt: skip
+    assert report["sides"] == ["sluice", "sluice_observed"]
+    assert report["errors"] == 0 and report["texts_match"] is True
+    assert report["sluice_observed_cpu_s_per_1k"] > 0 and report["observed_ratio"] > 0

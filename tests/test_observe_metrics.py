@@ -145,4 +145,5 @@ async def test_an_actor_restart_is_counted(autojump_clock):
                     nursery.start_soon(rt.chat, MODEL, f"call {i}")
             found = samples((await rt.render_metrics()).decode())
     assert value(found, "sluice_actor_restarts_total", actor="provider sim") == 1
-    assert value(found, "sluice_calls_total", provider="sim", model="sim-small", outcome="ok", error_type="") == 3
+    ok = {"provider": "sim", "model": "sim-small", "outcome": "ok", "error_type": ""}
+    assert value(found, "sluice_calls_total", **ok) == 3

@@ -70,11 +70,13 @@ def build_config(
     base_url: str | None = None,
     api_key: str | None = None,
     store: str | None = None,
+    metrics_port: int | None = None,
 ) -> RuntimeConfig:
     """The config from ``config_file`` (TOML, or JSON for ``.json``; else ``SLUICE_CONFIG``,
     else the platform's ``config.toml``, else defaults) with environment overrides and the
     command line's ``--base-url`` and ``--api-key`` laid over ``provider``'s entry (and
-    ``--store`` over ``store``).
+    ``--store`` over ``store``, and ``--metrics-port``: serve Prometheus metrics on
+    127.0.0.1, or the config's metrics host).
 
     Raises:
         ConfigError: the file cannot be read or is invalid, or an override has no provider.
@@ -82,6 +84,12 @@ def build_config(
     config = load_config_file(config_file) if config_file is not None else config_from_env()
     if store is not None:
         config = attrs.evolve(config, store=store)
+    if metrics_port is not None:
+        if not 0 <= metrics_port <= 65535:
+            raise ConfigError("--metrics-port must be between 0 and 65535")
+        config = attrs.evolve(
+            config, metrics=attrs.evolve(config.metrics, enabled=True, port=metrics_port)
+        )
     if base_url is None and api_key is None:
         return config
     if provider is None:

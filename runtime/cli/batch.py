@@ -115,6 +115,7 @@ async def batch(
     log_interval: float = 10.0,
     no_stream: Annotated[bool, Parameter(negative="")] = False,
     store: str | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -160,6 +161,8 @@ async def batch(
         no_stream: make each call one plain request instead of a stream (calls stream by
             default: a call's slot frees at its first token, and a stream that breaks is
             retried). The output lines look the same either way.
+        metrics_port: serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the
+            job runs (docs/metrics.md lists them).
     """
     if max_in_flight < 1:
         return fail("--max-in-flight must be at least 1")
@@ -184,6 +187,7 @@ async def batch(
             base_url=base_url,
             api_key=api_key,
             store=store,
+            metrics_port=metrics_port,
         )
     except ConfigError as exc:
         return fail(str(exc))

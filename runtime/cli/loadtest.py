@@ -325,6 +325,7 @@ async def loadtest(
     seed: int = 0,
     config: Path | None = None,
     store: str | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Load-test a model: send requests on a schedule, measure each, write the results.
 
@@ -394,6 +395,8 @@ async def loadtest(
         store: a redis://host:port/db URL: share quotas, cooldowns and budgets with every
             process using it (default: $SLUICE_STORE, else this process's memory).
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
+        metrics_port: serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the
+            test runs (docs/metrics.md lists them).
     """
     from ..jobs.loadtest import (
         LoadTest,
@@ -515,6 +518,7 @@ async def loadtest(
             base_url=base_url,
             api_key=api_key,
             store=store,
+            metrics_port=metrics_port,
         )
         if model.partition(":")[0] != "sim" or base_url is not None:
             from ._preflight import check_providers

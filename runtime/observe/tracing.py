@@ -120,13 +120,15 @@ class Tracer:
                     "sluice.stream_reset",
                     {"sluice.events_delivered": delivered, "error.type": type(error).__name__},
                 )
+        # One set_attributes: the SDK takes a lock per call.
+        attributes: dict[str, Any] = {"sluice.outcome": outcome}
         if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        span.set_attribute("sluice.outcome", outcome)
+            attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
         if error is not None:
-            span.set_attribute("error.type", type(error).__name__)
+            attributes["error.type"] = type(error).__name__
             span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.set_attributes(attributes)
         span.end()
 
     def call_ended(
@@ -140,18 +142,19 @@ class Tracer:
         if state is None:
             return
         span = state.span
-        span.set_attribute("sluice.outcome", outcome)
+        attributes: dict[str, Any] = {"sluice.outcome": outcome}
         if result is not None:
-            span.set_attribute("gen_ai.response.model", result.model)
+            attributes["gen_ai.response.model"] = result.model
             if result.provider != call.provider.name:
-                span.set_attribute("sluice.provider", result.provider)
-            span.set_attribute("gen_ai.response.finish_reasons", (result.finish_reason,))
+                attributes["sluice.provider"] = result.provider
+            attributes["gen_ai.response.finish_reasons"] = (result.finish_reason,)
             if result.request_id:
-                span.set_attribute("gen_ai.response.id", result.request_id)
-            span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
-            span.set_attribute("sluice.attempts", result.attempts)
+                attributes["gen_ai.response.id"] = result.request_id
+            attributes["gen_ai.usage.input_tokens"] = result.usage.input_tokens
+            attributes["gen_ai.usage.output_tokens"] = result.usage.output_tokens
+            attributes["sluice.attempts"] = result.attempts
         if error is not None:
-            span.set_attribute("error.type", type(error).__name__)
+            attributes["error.type"] = type(error).__name__
             span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.set_attributes(attributes)
         span.end()
