@@ -4,6 +4,7 @@ prometheus_client's own parser; every counter equals what happened."""
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -147,3 +148,76 @@ async def test_an_actor_restart_is_counted(autojump_clock):
     assert value(found, "sluice_actor_restarts_total", actor="provider sim") == 1
     ok = {"provider": "sim", "model": "sim-small", "outcome": "ok", "error_type": ""}
     assert value(found, "sluice_calls_total", **ok) == 3
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_sluice_sim_serves_its_replies_by_status_with_metrics_port():
+    import subprocess
+
+    from .helpers import SLUICE
+
+    port, metrics_port = _free_port(), _free_port()
+    command = [SLUICE, "sim", "--port", str(port), "--metrics-port", str(metrics_port)]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(30):
+            async with httpx.AsyncClient() as client:
+                while True:
+                    try:
+                        before = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+                        break
+                    except httpx.TransportError:
+                        assert process.poll() is None, "sluice sim exited"
+                        await trio.sleep(0.05)
+                body = {"model": "sim-small", "messages": [{"role": "user", "content": "hi"}]}
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                assert (await client.post(url, json=body)).status_code == 200
+                bad = await client.post(url, json=body, headers={"x-sim-fault": "429"})
+                assert bad.status_code == 429
+                after = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+    finally:
+        process.terminate()
+        with trio.move_on_after(10):
+            await process.wait()
+    assert value(samples(before.text), "sluice_sim_replies_total") == 0
+    found = samples(after.text)
+    path = "/v1/chat/completions"
+    assert value(found, "sluice_sim_replies_total", status="200", path=path) == 1
+    assert value(found, "sluice_sim_replies_total", status="429", path=path) == 1
+
+
+def test_batch_serves_metrics_with_metrics_port(tmp_path):
+    """``sluice batch --metrics-port`` runs its job with the endpoint up (and still answers
+    every line)."""
+    import subprocess
+
+    from .helpers import SLUICE
+
+    lines = [
+        orjson.dumps(
+            {
+                "custom_id": f"r{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "sim:sim-small", "messages": [{"role": "user", "content": "x"}]},
+            }
+        )
+        for i in range(3)
+    ]
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    command = [SLUICE, "batch", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl")]
+    command += ["--metrics-port", str(_free_port())]
+    done = subprocess.run(command, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 3
+    bad = subprocess.run(
+        [*command[:-1], "70000"], capture_output=True, timeout=60, check=False
+    )
+    assert bad.returncode == 2 and b"--metrics-port" in bad.stderr

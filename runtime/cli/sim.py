@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from contextlib import AsyncExitStack
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,11 @@ from ._common import EXIT_INTERRUPTED, EXIT_OK, fail
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    import trio
+
+    from ..simulator import SimulatorApp, SimulatorConfig
+    from ..simulator.shared_quota import SharedServerQuota
 
 __all__ = ["sim"]
 
@@ -77,6 +83,7 @@ async def sim(
     ignore_tool_choice: bool = False,
     drain: float = 5.0,
     store: str | None = None,
+    metrics_port: int | None = None,
 ) -> int:
     """Run the simulator: an OpenAI-compatible server with a latency model and faults.
 
@@ -121,17 +128,21 @@ async def sim(
         store: a redis://host:port/db URL: keep --rpm/--tpm there, so every simulator
             process using it counts as one provider account (rate-limit headers are then
             not sent: one process cannot see the others' use).
+        metrics_port: also serve Prometheus metrics (replies by status) at
+            http://HOST:PORT/metrics.
     """
     # Imported here so that `import sluice.cli` does not load the server.
     import trio
 
     from ..errors import ConfigError
-    from ..simulator import SimulatorApp, SimulatorConfig, run_simulator
+    from ..simulator import SimulatorConfig, run_simulator
 
     if not 0 <= port <= 65535:
         return fail(f"--port {port}: a port is 1-65535 (or 0 to pick a free one)")
     if drain < 0:
         return fail("--drain must be 0 or more seconds")
+    if metrics_port is not None and not 0 <= metrics_port <= 65535:
+        return fail(f"--metrics-port {metrics_port}: a port is 1-65535 (or 0 to pick a free one)")
     try:
         config = SimulatorConfig(
             ttft=ttft,
@@ -187,16 +198,20 @@ async def sim(
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(on_ctrl_c, signals, nursery.cancel_scope)
-                if store is None:
+                if store is None and metrics_port is None:
                     await run_simulator(config, host, port, stop=stop, drain=drain)
                 else:
-                    from ..limits.redis_store import open_redis_store
-                    from ..simulator.shared_quota import SharedServerQuota
+                    async with AsyncExitStack() as stack:
+                        quota = None
+                        if store is not None:
+                            from ..limits.redis_store import open_redis_store
+                            from ..simulator.shared_quota import SharedServerQuota
 
-                    async with open_redis_store(store, prefix="sluice-sim") as shared:
-                        app = SimulatorApp(
-                            config, shared_quota=SharedServerQuota(shared, rpm=rpm, tpm=tpm)
-                        )
+                            shared = await stack.enter_async_context(
+                                open_redis_store(store, prefix="sluice-sim")
+                            )
+                            quota = SharedServerQuota(shared, rpm=rpm, tpm=tpm)
+                        app = await _app(nursery, config, host, metrics_port, quota)
                         await run_simulator(app, host, port, stop=stop, drain=drain)
                 nursery.cancel_scope.cancel()
     except* ConfigError as group:  # Redis did not answer at the start
@@ -213,3 +228,24 @@ async def sim(
         reason = bind_error.strerror if isinstance(bind_error, OSError) else None
         return fail(f"cannot listen on {host}:{port}: {reason or bind_error}")
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+async def _app(
+    nursery: trio.Nursery,
+    config: SimulatorConfig,
+    host: str,
+    metrics_port: int | None,
+    quota: SharedServerQuota | None,
+) -> SimulatorApp:
+    """The simulator to serve; with ``metrics_port``, one that counts its replies, and its
+    ``/metrics`` endpoint started in ``nursery``."""
+    from ..simulator import SimulatorApp
+
+    if metrics_port is None:
+        return SimulatorApp(config, shared_quota=quota)
+    from ..observe.server import serve_metrics
+    from ..observe.sim_metrics import CountingSimulator
+
+    app = CountingSimulator(config, shared_quota=quota)
+    await nursery.start(serve_metrics, app.render, host, metrics_port)
+    return app
