@@ -221,3 +221,18 @@ def test_batch_serves_metrics_with_metrics_port(tmp_path):
         [*command[:-1], "70000"], capture_output=True, timeout=60, check=False
     )
     assert bad.returncode == 2 and b"--metrics-port" in bad.stderr
+
+
+def test_histogram_buckets_are_cumulative_and_a_value_on_a_bound_counts_in_it():
+    from sluice.observe.metrics import Histogram
+
+    h = Histogram("x_seconds", "x", ("k",), (0.1, 1.0))
+    for v in (0.05, 0.1, 0.5, 1.0, 3.0):
+        h.observe(("a",), v)
+    (metric,) = [h.family()]
+    got = {(s.name, s.labels.get("le")): s.value for s in metric.samples}
+    assert got[("x_seconds_bucket", "0.1")] == 2
+    assert got[("x_seconds_bucket", "1.0")] == 4
+    assert got[("x_seconds_bucket", "+Inf")] == 5
+    assert got[("x_seconds_count", None)] == 5
+    assert got[("x_seconds_sum", None)] == pytest.approx(4.65)

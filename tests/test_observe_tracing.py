@@ -60,7 +60,7 @@ async def test_a_call_retried_once_is_one_span_with_two_attempt_children(autojum
     assert a["gen_ai.response.finish_reasons"] == ("stop",)
     assert a["gen_ai.usage.input_tokens"] == result.usage.input_tokens
     assert a["gen_ai.usage.output_tokens"] == result.usage.output_tokens == 6
-    assert a["sluice.call_id"] == result.call_id and a["sluice.attempts"] == 2
+    assert a["sluice.call_id"] == result.call_id
     assert call.status.status_code is StatusCode.UNSET
     assert [e.name for e in call.events] == ["sluice.retry"]
     assert call.events[0].attributes["error.type"] == "ServerError"
@@ -72,7 +72,7 @@ async def test_a_call_retried_once_is_one_span_with_two_attempt_children(autojum
     assert first.attributes["sluice.outcome"] == "error"
     assert first.status.status_code is StatusCode.ERROR
     assert second.attributes["sluice.outcome"] == "ok"
-    assert second.attributes["gen_ai.usage.output_tokens"] == 6
+    assert "gen_ai.usage.output_tokens" not in second.attributes  # the call span has it
     assert "error.type" not in second.attributes
     # The retry waited out its backoff between the two attempts, inside the call's span.
     assert call.start_time <= first.start_time < first.end_time < second.start_time

@@ -98,11 +98,10 @@ class Observer:
         error_type = type(error).__name__ if error is not None else ""
         metrics = self.metrics
         if metrics is not None:
-            child = metrics.child
-            child(metrics.calls, provider, model, outcome, error_type).inc()
-            child(metrics.duration, provider, model, outcome).observe(duration)
+            metrics.calls.inc((provider, model, outcome, error_type))
+            metrics.duration.observe((provider, model, outcome), duration)
             if result is not None and result.timings.time_to_first_token is not None:
-                child(metrics.ttft, provider, model).observe(result.timings.time_to_first_token)
+                metrics.ttft.observe((provider, model), result.timings.time_to_first_token)
         if self.tracer is not None:
             self.tracer.call_ended(call, outcome, result, error)
         if self.hooks is not None and self.hooks.hooks.on_call_end is not None:
@@ -192,14 +191,13 @@ class Observer:
         cost = None if usage is None else self._cost(provider, model, usage.usage)
         metrics = self.metrics
         if metrics is not None:
-            child = metrics.child
             error_type = type(error).__name__ if error is not None else ""
-            child(metrics.attempts, provider, model, result, error_type).inc()
+            metrics.attempts.inc((provider, model, result, error_type))
             if usage is not None:
                 metrics.usage(provider, model, usage.usage, cost)
                 out = usage.usage.output_tokens
                 if result == "ok" and first_token_at is not None and out > 1:
-                    child(metrics.itl, provider, model).observe((now - first_token_at) / (out - 1))
+                    metrics.itl.observe((provider, model), (now - first_token_at) / (out - 1))
         if self.tracer is not None and watch.span is not None:
             self.tracer.attempt_ended(
                 watch.span, call, result, error, usage.usage if usage else None, delivered
@@ -228,7 +226,7 @@ class Observer:
         """An attempt under quota key ``key`` was admitted after ``waited`` seconds."""
         metrics = self.metrics
         if metrics is not None:
-            metrics.child(metrics.admission_wait, key).observe(waited)
+            metrics.admission_wait.observe((key,), waited)
 
     def logs_changes(self) -> bool:
         """Whether to watch breakers and cooldowns for log lines: ``sluice`` logs at INFO."""
@@ -251,7 +249,7 @@ class Observer:
     def actor_restarted(self, name: str) -> None:
         if self.metrics is not None:
             # Provider actors are named "provider NAME": one label value per provider.
-            self.metrics.child(self.metrics.restarts, name).inc()
+            self.metrics.restarts.inc((name,))
 
 
 def _attempts(error: SluiceError | None) -> int:

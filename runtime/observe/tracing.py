@@ -27,10 +27,12 @@ __all__ = ["Tracer"]
 
 
 class _CallTrace:
-    __slots__ = ("last_error", "last_model", "last_ok", "span")
+    __slots__ = ("context", "last_error", "last_model", "last_ok", "span")
 
     def __init__(self, span: Any) -> None:
         self.span = span
+        self.context = trace.set_span_in_context(span)
+        """The parent of the call's attempt spans (made once per call)."""
         self.last_model: str | None = None
         self.last_ok = False
         self.last_error: SluiceError | None = None
@@ -53,8 +55,6 @@ class Tracer:
             "gen_ai.system": call.provider.name,
             "gen_ai.request.model": call.model,
             "sluice.call_id": call.call_id,
-            "sluice.priority": request.priority,
-            "sluice.stream": request.stream,
         }
         if request.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = request.max_tokens
@@ -90,16 +90,12 @@ class Tracer:
                     },
                 )
         state.last_model = model
+        # Few attributes: the SDK validates each one; the call's span holds the rest.
         return self._tracer.start_span(
             f"attempt {attempt}",
-            context=trace.set_span_in_context(parent),
+            context=state.context,
             kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.system": call.provider.name,
-                "gen_ai.request.model": call.model,
-                "sluice.attempt": attempt,
-            },
+            attributes={"gen_ai.request.model": call.model, "sluice.attempt": attempt},
         )
 
     def attempt_ended(
@@ -121,8 +117,9 @@ class Tracer:
                     {"sluice.events_delivered": delivered, "error.type": type(error).__name__},
                 )
         # One set_attributes: the SDK takes a lock per call.
+        # The winning attempt's usage is on the call's span; a lost attempt's is only here.
         attributes: dict[str, Any] = {"sluice.outcome": outcome}
-        if usage is not None:
+        if usage is not None and outcome != "ok":
             attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
         if error is not None:
@@ -152,7 +149,6 @@ class Tracer:
                 attributes["gen_ai.response.id"] = result.request_id
             attributes["gen_ai.usage.input_tokens"] = result.usage.input_tokens
             attributes["gen_ai.usage.output_tokens"] = result.usage.output_tokens
-            attributes["sluice.attempts"] = result.attempts
         if error is not None:
             attributes["error.type"] = type(error).__name__
             span.set_status(Status(StatusCode.ERROR, str(error)))
