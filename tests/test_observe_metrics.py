@@ -236,3 +236,12 @@ def test_histogram_buckets_are_cumulative_and_a_value_on_a_bound_counts_in_it():
     assert got[("x_seconds_bucket", "+Inf")] == 5
     assert got[("x_seconds_count", None)] == 5
     assert got[("x_seconds_sum", None)] == pytest.approx(4.65)
+
+
+def test_metrics_and_tracing_load_from_a_config_file_with_clear_errors():
+    config = sluice.load_config({"metrics": {"port": 9464}, "tracing": {"enabled": True}})
+    assert config.metrics.port == 9464 and config.metrics.active and config.tracing.enabled
+    with pytest.raises(sluice.ConfigError, match=r"unknown key 'prot' \(did you mean 'port'\?\)"):
+        sluice.load_config({"metrics": {"prot": 1}})
+    with pytest.raises(sluice.ConfigError, match="metrics"):
+        sluice.load_config({"metrics": {"port": 70000}})
