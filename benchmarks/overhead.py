@@ -75,7 +75,15 @@ if TYPE_CHECKING:
 MODEL = "mock"
 PROVIDER = "bench"
 PROVIDER_HTTPX = "bench_httpx"
-SIDES = ("bare", "sluice", "sluice_httpx", "aiohttp", "sluice_aio", "sluice_sync", "sluice_observed")
+SIDES = (
+    "bare",
+    "sluice",
+    "sluice_httpx",
+    "aiohttp",
+    "sluice_aio",
+    "sluice_sync",
+    "sluice_observed",
+)
 """Every side, in the order of the first round."""
 DOORS = ("aio", "sync")
 """``--api`` values that measure a front door next to the trio API (the ``sluice`` side then

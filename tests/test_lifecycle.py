@@ -157,3 +157,33 @@ async def test_health_reports_a_cooldown_and_the_last_error(autojump_clock):
             assert health.last_error_age == pytest.approx(1.0)
         health = (await rt.health())["sim"]
         assert health.usable and health.cooldown_left == 0
+
+
+class EchoingServer(httpx.AsyncBaseTransport):
+    """Fails every request with a 400 whose message repeats the key it was sent."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers["authorization"].removeprefix("Bearer ")
+        body = {"error": {"message": f"bad key {key}", "type": "invalid_request_error"}}
+        return httpx.Response(400, json=body)
+
+
+@virtual_deadline(60)
+async def test_a_reloaded_key_is_masked_in_errors_logs_and_hooks(autojump_clock, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="sluice")
+    records: list = []
+    async with sluice.open_runtime(
+        keyed("sk-old-0123456789"),
+        transport=EchoingServer(),
+        hooks=sluice.Hooks(on_call_end=records.append, on_attempt_end=records.append),
+    ) as rt:
+        with pytest.raises(sluice.BadRequest) as first:
+            await rt.chat(MODEL, "hi")
+        await rt.reload(keyed("sk-new-9876543210"))
+        with pytest.raises(sluice.BadRequest) as second:
+            await rt.chat(MODEL, "hi")
+    seen = f"{first.value} {second.value} {records!r} {caplog.text}"
+    assert "sk-old-0123456789" not in seen and "sk-new-9876543210" not in seen
+    assert "bad key" in str(second.value)

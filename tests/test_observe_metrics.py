@@ -217,10 +217,12 @@ def test_batch_serves_metrics_with_metrics_port(tmp_path):
     done = subprocess.run(command, capture_output=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 3
+    command[4] = str(tmp_path / "other.jsonl")
     bad = subprocess.run(
         [*command[:-1], "70000"], capture_output=True, timeout=60, check=False
     )
     assert bad.returncode == 2 and b"--metrics-port" in bad.stderr
+    assert not (tmp_path / "other.jsonl").exists()
 
 
 def test_histogram_buckets_are_cumulative_and_a_value_on_a_bound_counts_in_it():
