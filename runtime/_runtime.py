@@ -74,6 +74,7 @@ __all__ = [
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
 _DRAIN_POLL = 0.05
+_GAUGES_EVERY = 5.0
 
 
 class CallStream:
@@ -986,6 +987,8 @@ async def _start_services(rt: Runtime, observer: Observer, services: trio.Nurser
     and the watcher that logs breaker and cooldown changes (when ``sluice`` logs at INFO)."""
     if observer.hooks is not None:
         services.start_soon(observer.hooks.run, name="hooks")
+    if observer.metrics is not None:
+        services.start_soon(_refresh_gauges, rt, name="metrics gauges")
     metrics = rt.config.metrics
     if metrics.port is not None:
         from .observe.server import serve_metrics
@@ -997,6 +1000,17 @@ async def _start_services(rt: Runtime, observer: Observer, services: trio.Nurser
         from .observe.logs import watch_changes
 
         services.start_soon(watch_changes, rt.health, name="health watcher")
+
+
+async def _refresh_gauges(rt: Runtime) -> None:
+    """Keep the gauges' snapshot at most :data:`_GAUGES_EVERY` seconds old, so that a
+    synchronous ``rt.metrics.render()`` (a scraper of one's own) shows recent gauges."""
+    metrics = rt.metrics
+    assert metrics is not None
+    while True:
+        await trio.sleep(_GAUGES_EVERY)
+        if rt._peers is not None and rt._providers is not None:
+            metrics.gauges.stats = await rt.statistics()
 
 
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -247,3 +247,20 @@ def test_metrics_and_tracing_load_from_a_config_file_with_clear_errors():
         sluice.load_config({"metrics": {"prot": 1}})
     with pytest.raises(sluice.ConfigError, match="metrics"):
         sluice.load_config({"metrics": {"port": 70000}})
+
+
+async def test_a_synchronous_render_shows_gauges_at_most_five_seconds_old(autojump_clock):
+    config = RuntimeConfig(metrics=MetricsConfig(enabled=True))
+    sim = SimulatorConfig(ttft=30.0)
+    with trio.fail_after(120):
+        async with (
+            sluice.open_runtime(config, transport=mock_transport(sim)) as rt,
+            trio.open_nursery() as nursery,
+        ):
+            for i in range(3):
+                nursery.start_soon(rt.chat, MODEL, f"call {i}")
+            await trio.sleep(6)
+            assert rt.metrics is not None
+            found = samples(rt.metrics.render().decode())
+            assert value(found, "sluice_calls_in_flight") == 3
+            assert value(found, "sluice_pending", key="sim") == 3
