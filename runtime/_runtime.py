@@ -54,11 +54,11 @@ if TYPE_CHECKING:
     from .cache import ResponseCache
     from .ledger.store import LedgerStore
     from .limits.store import QuotaStore
-    from .simulator.config import SimulatorConfig
-    from .tools.capabilities import ToolCapabilities
     from .observe.metrics import Metrics
     from .observe.observer import Observer
     from .observe.records import Hooks
+    from .simulator.config import SimulatorConfig
+    from .tools.capabilities import ToolCapabilities
     from .tools.preparation import Prepared
     from .transport.base import HotTransport
 
@@ -695,7 +695,10 @@ class Runtime:
         if metrics is None:
             raise ConfigError("metrics are off: enable them with RuntimeConfig(metrics=...)")
         if self._peers is not None and self._providers is not None:
-            metrics.gauges.stats = await self.statistics()
+            try:
+                metrics.gauges.stats = await self.statistics()
+            except (RuntimeClosed, trio.ClosedResourceError):
+                pass  # shutting down: the last gauges stand
         return metrics.render()
 
     def hook_statistics(self) -> dict[str, int]:
@@ -1010,7 +1013,10 @@ async def _refresh_gauges(rt: Runtime) -> None:
     while True:
         await trio.sleep(_GAUGES_EVERY)
         if rt._peers is not None and rt._providers is not None:
-            metrics.gauges.stats = await rt.statistics()
+            try:
+                metrics.gauges.stats = await rt.statistics()
+            except (RuntimeClosed, trio.ClosedResourceError):
+                return  # shutting down: the actors have stopped
 
 
 def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

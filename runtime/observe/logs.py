@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from sluice.errors import RuntimeClosed
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
@@ -54,7 +56,10 @@ async def watch_changes(
     before: Mapping[str, ProviderHealth] = {}
     while True:
         await trio.sleep(interval)
-        now = await health()
+        try:
+            now = await health()
+        except (RuntimeClosed, trio.ClosedResourceError):
+            return  # the runtime is shutting down
         for name, h in now.items():
             old = before.get(name)
             old_state = old.breaker if old is not None else "closed"
