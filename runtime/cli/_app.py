@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from cyclopts import App, CycloptsError
 
+from ._common import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, EXIT_USAGE, silence_stdout
 from .batch import batch
 from .chat import chat
 from .keys import keys_app
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-EXIT_INTERRUPTED = 130
-"""What a shell reports for a process stopped by Ctrl-C (128 + SIGINT)."""
-EXIT_USAGE = 2
 
 app = App(
     name="sluice",
@@ -49,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0 is success, 1 a failed call or job, 2 a usage, config or input problem (an argument the
     parser cannot read, too: one ``sluice: error:`` line naming the command's ``--help``), 130
-    an interrupt (Ctrl-C), 141 a closed stdout (``chat``).
+    an interrupt (Ctrl-C), 141 a closed stdout (``sluice ... | head``).
     """
     try:
         return _run(argv)
@@ -59,16 +57,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    interrupted = False
+    interrupted = closed = False
     parse_error: CycloptsError | None = None
     try:
         result = app(argv, result_action="return_value", print_error=False, exit_on_error=False)
     except* KeyboardInterrupt:  # Ctrl-C inside a nursery arrives grouped
         interrupted = True
+    except* BrokenPipeError:  # stdout's reader left (| head): every file is written already
+        closed = True
     except* CycloptsError as group:
         parse_error = group.exceptions[0]  # type: ignore[assignment]
     if interrupted:
         return EXIT_INTERRUPTED
+    if closed:
+        silence_stdout()
+        return EXIT_STDOUT_CLOSED
     if parse_error is not None:
         return _usage_error(parse_error, sys.argv[1:] if argv is None else list(argv))
     return result if isinstance(result, int) else 0

@@ -6,6 +6,7 @@ with ``--json`` they go to stdout as ``{"error": {"type", "message", "status"}}`
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "report_error",
+    "silence_stdout",
 ]
 
 EXIT_OK = 0
@@ -42,6 +44,16 @@ EXIT_INTERRUPTED = 130
 """Stopped by Ctrl-C (128 + SIGINT), as a shell reports it."""
 EXIT_STDOUT_CLOSED = 141
 """stdout was closed before everything was printed (128 + SIGPIPE, as ``yes | head`` ends)."""
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone (``sluice ... | head``), so nothing
+    more written to it, the interpreter's last flush at exit included, raises."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def fail(message: str) -> int:

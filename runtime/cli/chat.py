@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from pathlib import Path  # noqa: TC003 (cyclopts reads the annotations at runtime)
@@ -24,6 +23,7 @@ from ._common import (
     build_config,
     check_model,
     report_error,
+    silence_stdout,
 )
 from ._preflight import check_providers
 
@@ -129,11 +129,8 @@ def _write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        # Point stdout at /dev/null so the interpreter's last flush at exit is quiet too.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        raise _StdoutClosed from None
+        silence_stdout()
+        raise _StdoutClosed from None  # ends the call at once: nobody reads the rest
 
 
 def _print_tool_calls(result: ChatResult) -> None:
