@@ -238,6 +238,13 @@ def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Messa
     calls, tool results) is converted once, here."""
     if isinstance(value, str):
         return (Message.user(value),)
+    if type(value) is list or type(value) is tuple:
+        found = tuple(value)
+        for message in found:
+            if type(message) is not Message:
+                break
+        else:
+            return found  # the common case: nothing to convert
     if isinstance(value, Mapping) or not isinstance(value, Iterable):
         raise TypeError(
             "ChatRequest.messages: expected a string or a list of messages, got "
@@ -261,6 +268,8 @@ def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Messa
 
 def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
     """Tools as given; an OpenAI-format tool dict is converted once, here."""
+    if value == ():
+        return ()  # the default: no tools
     if isinstance(value, str | Mapping) or not isinstance(value, Iterable):
         raise TypeError(f"ChatRequest.tools: expected a list of tools, got {_type_name(value)}")
     out: list[Tool] = []
@@ -283,43 +292,56 @@ def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def _all_strings(_: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
-    for index, item in enumerate(value):
-        if not isinstance(item, str):
-            raise TypeError(
-                f"ChatRequest.{attribute.name}[{index}]: expected a string, got {_type_name(item)}"
-            )
+_NUMBER = (int, float)
+_PRIORITIES = ("interactive", "batch", "background")
+_ON_PARTIAL = ("restart", "fail")
 
 
-def _kind(expected: type | tuple[type, ...], what: str, *, optional: bool = True) -> Any:
-    """An attrs validator: the value is of ``expected`` (a bool is not a number), or None."""
-
-    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) and bool not in (
-            expected if isinstance(expected, tuple) else (expected,)
-        ):
-            ok = False
-        else:
-            ok = isinstance(value, expected)
-        if not ok:
-            raise TypeError(
-                f"ChatRequest.{attribute.name}: expected {what}, got {_type_name(value)}"
-            )
-
-    return check
+def _is(value: Any, expected: type | tuple[type, ...]) -> bool:
+    """``isinstance``, except that a bool is only a bool (never a number)."""
+    if isinstance(value, bool):
+        return expected is bool
+    return isinstance(value, expected)
 
 
-def _one_of(*choices: str) -> Any:
-    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _check_request(request: ChatRequest) -> None:
+    """Raise naming the first field of ``request`` whose value has the wrong type.
+
+    Raises:
+        TypeError: a field holds a value of the wrong type.
+        ValueError: ``priority`` or ``on_partial`` is not one of its choices.
+    """
+    checks: tuple[tuple[str, type | tuple[type, ...], str, bool], ...] = (
+        ("model", str, "a 'provider:model' string", False),
+        ("parallel_tool_calls", bool, "a bool", True),
+        ("response_format", ResponseFormat, "a ResponseFormat", True),
+        ("temperature", _NUMBER, "a number", True),
+        ("top_p", _NUMBER, "a number", True),
+        ("max_tokens", int, "an integer", True),
+        ("seed", int, "an integer", True),
+        ("stream", bool, "a bool", False),
+        ("tag", str, "a string", True),
+        ("deadlines", Deadlines, "a Deadlines", False),
+        ("extra_body", Mapping, "a mapping", False),
+        ("response_cache", bool, "a bool", True),
+    )
+    for name, expected, what, optional in checks:
+        value = getattr(request, name)
+        if not (value is None and optional) and not _is(value, expected):
+            raise TypeError(f"ChatRequest.{name}: expected {what}, got {_type_name(value)}")
+    for name in ("stop", "fallbacks"):
+        for index, item in enumerate(getattr(request, name)):
+            if not isinstance(item, str):
+                raise TypeError(
+                    f"ChatRequest.{name}[{index}]: expected a string, got {_type_name(item)}"
+                )
+    for name, choices in (("priority", _PRIORITIES), ("on_partial", _ON_PARTIAL)):
+        value = getattr(request, name)
         if value not in choices:
             raise ValueError(
-                f"ChatRequest.{attribute.name}: expected one of {', '.join(map(repr, choices))},"
+                f"ChatRequest.{name}: expected one of {', '.join(map(repr, choices))},"
                 f" got {_type_name(value)}"
             )
-
-    return check
 
 
 _NO_BREAKPOINTS: frozenset[CacheBreakpoint] = frozenset()
@@ -357,47 +379,37 @@ class ChatRequest(Record):
     as-is, for parameters sluice does not model.
     """
 
-    model: str = attrs.field(validator=_kind(str, "a 'provider:model' string", optional=False))
+    model: str
     messages: tuple[Message, ...] = attrs.field(converter=_messages)
     """Messages, a string (one user message), or OpenAI chat message dicts."""
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
     """:class:`Tool` objects or OpenAI-format tool dicts."""
     tool_choice: ToolChoice | None = attrs.field(default=None, converter=_tool_choice)
-    parallel_tool_calls: bool | None = attrs.field(default=None, validator=_kind(bool, "a bool"))
-    response_format: ResponseFormat | None = attrs.field(
-        default=None, validator=_kind(ResponseFormat, "a ResponseFormat")
-    )
-    temperature: float | None = attrs.field(default=None, validator=_kind((int, float), "a number"))
-    top_p: float | None = attrs.field(default=None, validator=_kind((int, float), "a number"))
-    max_tokens: int | None = attrs.field(default=None, validator=_kind(int, "an integer"))
-    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_all_strings)
-    seed: int | None = attrs.field(default=None, validator=_kind(int, "an integer"))
-    stream: bool = attrs.field(default=True, validator=_kind(bool, "a bool", optional=False))
-    tag: str | None = attrs.field(default=None, validator=_kind(str, "a string"))
-    priority: Literal["interactive", "batch", "background"] = attrs.field(
-        default="interactive", validator=_one_of("interactive", "batch", "background")
-    )
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    seed: int | None = None
+    stream: bool = True
+    tag: str | None = None
+    priority: Literal["interactive", "batch", "background"] = "interactive"
     """Admission order within a quota: interactive before batch before background (with
     ageing, so lower classes still progress)."""
-    deadlines: Deadlines = attrs.field(
-        default=Deadlines(), validator=_kind(Deadlines, "a Deadlines", optional=False)
-    )
-    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings, validator=_all_strings)
+    deadlines: Deadlines = Deadlines()
+    fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     """Models (``provider:model``) to try in order when this one fails in a way a fallback can
     help (overloaded, context too long, circuit open, content filtered; see ``RetryConfig``)."""
-    on_partial: Literal["restart", "fail"] = attrs.field(
-        default="restart", validator=_one_of("restart", "fail")
-    )
+    on_partial: Literal["restart", "fail"] = "restart"
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
-    extra_body: Mapping[str, Any] = attrs.field(
-        factory=dict, validator=_kind(Mapping, "a mapping", optional=False)
-    )
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
     tool_options: ToolOptions | None = None
     """How this call's tool calls are prepared, checked and corrected (forcing through
     structured output, repair, the correction limit, a capability override for this call);
     None for the defaults. See :class:`sluice.tools.ToolOptions`."""
-    response_cache: bool | None = attrs.field(default=None, validator=_kind(bool, "a bool"))
+    response_cache: bool | None = None
     """Whether this call uses the runtime's response cache: None follows
     ``RuntimeConfig.cache.enabled``; True uses it even when the config leaves it off; False
     neither reads nor stores (a fresh answer every time). See :mod:`sluice.cache`."""
@@ -410,6 +422,29 @@ class ChatRequest(Record):
     message). ``True`` means ``{"system", "last_message"}``. Honoured by the Anthropic protocol
     (``cache_control`` blocks); ignored by protocols that cache prompts on their own (OpenAI)
     or not per request (Gemini, Ollama)."""
+
+    def __attrs_post_init__(self) -> None:
+        # The common case costs a few exact type tests; anything else gets the full check,
+        # which accepts subclasses (a numpy float) and names the first wrong field.
+        if not (
+            type(self.model) is str
+            and type(self.stream) is bool
+            and (self.temperature is None or type(self.temperature) in _NUMBER)
+            and (self.top_p is None or type(self.top_p) in _NUMBER)
+            and (self.max_tokens is None or type(self.max_tokens) is int)
+            and (self.seed is None or type(self.seed) is int)
+            and (self.tag is None or type(self.tag) is str)
+            and (self.parallel_tool_calls is None or type(self.parallel_tool_calls) is bool)
+            and (self.response_cache is None or type(self.response_cache) is bool)
+            and (self.response_format is None or type(self.response_format) is ResponseFormat)
+            and self.priority in _PRIORITIES
+            and self.on_partial in _ON_PARTIAL
+            and type(self.deadlines) is Deadlines
+            and type(self.extra_body) is dict
+            and (not self.stop or all(type(s) is str for s in self.stop))
+            and (not self.fallbacks or all(type(f) is str for f in self.fallbacks))
+        ):
+            _check_request(self)
 
     @property
     def provider(self) -> str:

@@ -226,3 +226,19 @@ def test_base_urls_are_http_with_a_host_and_a_real_port(url, problem):
 
     found = http_url_problem(url)
     assert found is None if problem is None else problem in found
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"parallel_tool_calls": 1}, {"response_cache": 0}, {"priority": 1}, {"stream": 1}],
+)
+def test_a_value_equal_to_a_right_one_is_still_the_wrong_type(fields):
+    with pytest.raises((TypeError, ValueError), match=r"ChatRequest\."):
+        ChatRequest(model="sim:sim-small", messages="hi", **fields)
+
+
+def test_number_subclasses_pass_the_full_check():
+    class Half(float):
+        pass
+
+    assert ChatRequest(model="sim:sim-small", messages="hi", temperature=Half(0.5)).temperature
