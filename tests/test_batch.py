@@ -205,3 +205,16 @@ async def test_progress_counts_only_calls_that_started(tmp_path):
     assert summary.written == 12
     assert max(seen) == 3  # calls did overlap, and never more than three
     assert seen[-1] == 0
+
+
+async def test_run_batch_refuses_to_write_over_its_input(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text(request_line("a") + "\n")
+    (tmp_path / "link.jsonl").symlink_to(source)
+    before = source.read_bytes()
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            for output in (source, tmp_path / "link.jsonl", tmp_path / "." / "in.jsonl"):
+                with pytest.raises(ConfigError, match="is the input file"):
+                    await run_batch(source, output, runtime=rt)
+    assert source.read_bytes() == before

@@ -299,6 +299,14 @@ async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
             await run.emit(seq, data, error_code(error), failed=1, calls=1)
 
 
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """One file by path, link or inode (writing the output would empty the input)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 def _open_input(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "rb")
 
@@ -465,7 +473,8 @@ async def run_batch(
     JSON, lacks ``custom_id`` or has an invalid body gets an error line naming its line number;
     a call that fails (a budget refusal included) gets an error line too. Neither stops the
     run. Before anything is written the input is read once to check that no custom_id appears
-    twice. An existing output file is replaced, unless ``resume``. Unless interrupted, the run
+    twice. An existing output file is replaced, unless ``resume``; an output that is the
+    input (same path, link or inode) is refused. Unless interrupted, the run
     ends with every line answered; interrupted, every line written is whole and a resume does
     the rest.
 
@@ -521,6 +530,8 @@ async def run_batch(
             a batch output.
         OSError: the input cannot be opened or read, or the output cannot be written.
     """
+    if _same_file(input, output):
+        raise ConfigError(f"the output {output} is the input file {input}: give another output")
     if model is not None:
         try:
             split_model(model)
