@@ -276,3 +276,18 @@ def test_heads_parse_like_h11():
     assert head.content_length == 12 and not head.needs_h11
     assert parse_head(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked").needs_h11
     assert parse_head(b"GET / HTTP/1.0").http_version == b"1.0"
+
+
+@virtual_deadline(10)
+async def test_client_only_parameters_reach_only_a_provider_of_the_same_protocol(autojump_clock):
+    config = {
+        "ledger": {"persist": False},
+        "providers": {"simant": {"protocol": "anthropic", "base_url": "http://sim.invalid/v1"}},
+    }
+    async with gateway_harness(config=config) as gw:
+        body = {"messages": [{"role": "user", "content": "hi"}], "user": "u-1", "store": False}
+        same = gw.gateway._parse(body, "sim:sim-small", "openai", None)
+        other = gw.gateway._parse(body, "simant:sim-small", "openai", None)
+        assert same.extra_body == {"user": "u-1", "store": False}
+        assert other.extra_body == {}
+        assert same.on_partial == "fail" and same.tag is None
