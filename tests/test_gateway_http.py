@@ -299,3 +299,21 @@ async def test_a_failing_handler_never_ends_the_server(autojump_clock):
         await client.send_all(b"GET /ok HTTP/1.1\r\nhost: gw\r\n\r\n")
         assert (await _read_until(client, b"fine")).startswith(b"HTTP/1.1 200 ")
         nursery.cancel_scope.cancel()
+
+
+@virtual_deadline(60)
+async def test_a_client_that_stops_reading_is_cut_off_after_the_write_timeout(autojump_clock):
+    limits = ServerLimits(write_timeout=5.0)
+    async with gateway_harness(sim=PACED, settings=OPEN, limits=limits) as gw:
+        # A lockstep pair has no buffer: the gateway's write waits until the client reads.
+        client, end = trio.testing.lockstep_stream_pair()
+        gw.nursery.start_soon(gw.server.serve_connection, end)
+        await client.send_all(_request("/v1/chat/completions", chat_body(stream=True)))
+        await _read_until(client, b"delta")
+        stopped = trio.current_time()
+        with trio.fail_after(10):
+            await gw.sim_closed_event.wait()
+        assert 5.0 <= gw.sim_closed[0] - stopped <= 5.1
+        await trio.sleep(0.1)
+        assert (await gw.gateway.rt.statistics()).calls_in_flight == 0
+        assert gw.server.connections == 0

@@ -31,6 +31,7 @@ def serve(
     header_timeout: float = 10.0,
     body_timeout: float = 30.0,
     keepalive_timeout: float = 75.0,
+    write_timeout: float = 60.0,
     max_connections: int = 10000,
     drain_timeout: float = 30.0,
 ) -> int:
@@ -56,6 +57,7 @@ def serve(
         header_timeout: seconds a client gets to send a request's head.
         body_timeout: seconds a client gets to send a request's body.
         keepalive_timeout: seconds an idle connection stays open.
+        write_timeout: seconds a client that stops reading keeps its response.
         max_connections: open connections at most (per worker).
         drain_timeout: seconds requests in flight get to finish after SIGTERM.
     """
@@ -87,6 +89,7 @@ def serve(
             header_timeout=header_timeout,
             body_timeout=body_timeout,
             keepalive_timeout=keepalive_timeout,
+            write_timeout=write_timeout,
             max_connections=max_connections,
             drain_timeout=drain_timeout,
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import http
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import attrs
@@ -67,6 +68,9 @@ class ServerLimits(Record):
     max_requests_per_connection: int = attrs.field(default=10000, validator=ge(1))
     max_connections: int = attrs.field(default=10000, validator=ge(1))
     """Open connections at most; past it a new connection gets 503 and is closed."""
+    write_timeout: float = attrs.field(default=60.0, validator=gt(0))
+    """Seconds a response write may wait for a client that does not read; then the
+    connection (and its upstream call) ends."""
     drain_timeout: float = attrs.field(default=30.0, validator=ge(0))
     """On drain, seconds requests in flight get to finish before they are cancelled."""
 
@@ -95,13 +99,15 @@ class Responder:
     """Writes one response: :meth:`send` a whole one, or :meth:`start`, :meth:`write` and
     :meth:`finish` a chunked stream. The head goes out with the first body bytes."""
 
-    __slots__ = ("_head", "_stream", "closing", "keep_alive", "started")
+    __slots__ = ("_head", "_stream", "_write_timeout", "keep_alive", "started")
 
-    def __init__(self, stream: trio.abc.Stream, keep_alive: bool) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, keep_alive: bool, write_timeout: float = math.inf
+    ) -> None:
         self._stream = stream
+        self._write_timeout = write_timeout
         self.keep_alive = keep_alive
         """Whether the connection may carry another request after this one."""
-        self.closing = False
         self.started = False
         """True once any byte of the response was handed to the stream."""
         self._head: bytes | None = None
@@ -119,7 +125,7 @@ class Responder:
         """Send a complete response with ``content-length``."""
         head = self._head_bytes(status, headers, b"content-length: %d\r\n" % len(body))
         self.started = True
-        await self._stream.send_all(head + body)
+        await self._send(head + body)
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """Begin a chunked response; the head is sent with the first :meth:`write`."""
@@ -135,7 +141,7 @@ class Responder:
             self._head = None
             chunk = head + chunk
         self.started = True
-        await self._stream.send_all(chunk)
+        await self._send(chunk)
 
     async def finish(self, data: bytes = b"") -> None:
         """Send ``data`` (if any) and the last chunk."""
@@ -145,7 +151,16 @@ class Responder:
             self._head = None
             out = head + out
         self.started = True
-        await self._stream.send_all(out)
+        await self._send(out)
+
+    async def _send(self, data: bytes) -> None:
+        """Send ``data``; a client that takes none of it for ``write_timeout`` seconds is
+        treated as gone (:class:`trio.BrokenResourceError`), so it cannot hold its upstream
+        call and connection by not reading."""
+        with trio.move_on_after(self._write_timeout) as scope:
+            await self._stream.send_all(data)
+        if scope.cancelled_caught:
+            raise trio.BrokenResourceError("the client stopped reading")
 
 
 class _Rejected(Exception):
@@ -391,7 +406,7 @@ class _Connection:
         Nothing the handler raises ends the server: a client gone mid-write ends this
         connection; a bug is logged and answered with 500 if no response had started.
         """
-        responder = Responder(self.stream, keep_alive)
+        responder = Responder(self.stream, keep_alive, self.limits.write_timeout)
         server = self.server
         server.active += 1
         failed = False
