@@ -118,3 +118,43 @@ def test_serve_refuses_bad_settings(capsys):
     assert "--workers must be at least 1" in capsys.readouterr().err
     assert main(["serve", "--alias", "nonsense"]) == 2
     assert "NAME=provider:model" in capsys.readouterr().err
+
+
+def test_sigterm_lets_a_stream_in_flight_finish(tmp_path):
+    from .helpers import sim_process
+
+    with sim_process("--tps", "20", "--output-tokens", "30") as sim_url:
+        config = tmp_path / "config.json"
+        config.write_text(
+            json.dumps(
+                {
+                    "ledger": {"persist": False},
+                    "providers": {"slow": {"protocol": "openai", "base_url": sim_url}},
+                }
+            )
+        )
+        proc, url = _serve("--no-auth", "--config", str(config))
+        body = {
+            "model": "slow:sim-small",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        try:
+            with (
+                httpx.Client(timeout=20) as client,
+                client.stream("POST", f"{url}/v1/chat/completions", json=body) as reply,
+            ):
+                lines = reply.iter_lines()
+                assert next(line for line in lines if line.startswith("data: "))
+                proc.send_signal(signal.SIGTERM)
+                rest = list(lines)
+            assert [line for line in rest if line][-1] == "data: [DONE]"
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"{url}/health", timeout=5)
+        finally:
+            try:  # the one SIGTERM drains and exits; a second one would kill at once
+                out, _ = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+        assert proc.returncode == 0, out
