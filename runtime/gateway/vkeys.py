@@ -7,6 +7,10 @@ plain hash is as good as a slow one: there is nothing to guess). The file is JSO
 atomically with mode 0600; a running gateway reloads it when it changes, so ``sluice keys
 revoke`` takes effect there within :data:`RELOAD_INTERVAL` seconds.
 
+A budget belongs to the key's name, like its ledger tag: a revoked name issued again continues
+both (its spending so far counts, and a running gateway keeps the budget it first saw for the
+name until it restarts).
+
 Provider keys are a different thing (``sluice keys set``) and never leave the gateway.
 """
 
