@@ -237,3 +237,29 @@ async def test_a_keys_budget_counts_what_the_ledger_holds_from_earlier_runs(auto
             "/v1/chat/completions", chat_body(max_tokens=50), token=tokens["lee"]
         )
         assert status == 200
+
+
+async def test_workers_sharing_a_redis_store_share_each_keys_rate_limit(redis_url):
+    """Two gateways (as two workers would be) on one Redis store and prefix: a key with
+    rpm 3 gets three calls in all, wherever they land; its 4th call gets 429."""
+    import uuid
+
+    config = {"ledger": {"persist": False}, "store": redis_url, "store_prefix": uuid.uuid4().hex}
+    ring, tokens = _ring(mia={"rpm": 3}, noa={"rpm": 3})
+    with trio.fail_after(30):
+        async with (
+            gateway_harness(keys=ring, config=config) as first,
+            gateway_harness(keys=ring, config=config) as second,
+        ):
+            statuses = []
+            for gw in (first, second, first, second):
+                status, headers, _ = await gw.call(
+                    "/v1/chat/completions", chat_body(), token=tokens["mia"]
+                )
+                statuses.append(status)
+            assert statuses == [200, 200, 200, 429]
+            assert 1 <= int(headers["retry-after"]) <= 60
+            status, _, _ = await second.call(
+                "/v1/chat/completions", chat_body(), token=tokens["noa"]
+            )
+            assert status == 200

@@ -331,7 +331,7 @@ class Gateway:
                     retry=False,
                 )
                 return
-            reservation = held
+            reservation = held if isinstance(held, Reservation) else None
         result: ChatResult | None = None
         try:
             stream = body.get("stream") is True

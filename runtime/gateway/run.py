@@ -7,13 +7,17 @@ in flight finish -- before the runtime shuts down.
 
 ``workers > 1`` (:func:`serve_workers`) starts that many processes, each with its own runtime
 and its own socket on the same port (``SO_REUSEPORT``: the kernel spreads connections over
-them). Virtual keys are shared through the key file (each worker reloads it when it changes);
-per-key quotas and budgets are per process until the Redis quota store is plugged in (pass
-``quota_store``), so with N workers a key may get up to N times its limits.
+them). Virtual keys are shared through the key file (each worker reloads it when it changes).
+With a shared store in the config (``store = "redis://..."`` or ``$SLUICE_STORE``) the
+providers' quotas and every key's own rpm/tpm windows are counted in Redis, across workers and
+hosts; without one each worker counts alone, so with N workers a key may get up to N times
+its limits. A key's budget is kept by each process's budget book (charged at start with what
+the ledger holds for its tag), not in the shared store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import signal
@@ -63,9 +67,18 @@ async def open_gateway(
     gateway on it, with every budgeted key's account open and charged with what the ledger
     already holds for its tag."""
     from .._runtime import open_runtime
+    from ..limits.shared import open_quota_store, store_url
 
     config = _with_budget_book(config if config is not None else config_from_env())
-    async with open_runtime(config, **runtime_options) as rt:
+    environ = runtime_options.get("environ")
+    async with contextlib.AsyncExitStack() as stack:
+        if quota_store is None and store_url(config, environ) is not None:
+            # One shared store for the providers' quotas and the keys' own windows, so every
+            # worker (and host) with this store and prefix counts each key's calls together.
+            quota_store = await stack.enter_async_context(open_quota_store(config, environ))
+        rt = await stack.enter_async_context(
+            open_runtime(config, quota_store=quota_store, **runtime_options)
+        )
         gateway = Gateway(
             rt, keys=keys, settings=settings, quota_store=quota_store, metrics=metrics
         )
