@@ -58,11 +58,19 @@ def wait_until(predicate: Any, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def idle(stats: sluice.RuntimeStatistics) -> bool:
+    """Nothing in flight anywhere: calls, attempts, and the RateLimiter's slots."""
+    return (
+        stats.calls_in_flight == 0
+        and set(stats.attempts_in_flight.values()) <= {0}
+        and all(q.open_streams == 0 and q.pending == 0 for q in stats.quotas.values())
+    )
+
+
 def assert_idle(rt: sluice.sync.Runtime) -> None:
-    wait_until(lambda: rt.statistics().calls_in_flight == 0)
-    stats = rt.statistics()
-    assert set(stats.attempts_in_flight.values()) <= {0}
-    assert all(q.open_streams == 0 and q.pending == 0 for q in stats.quotas.values())
+    # A call ends before its attempt's settlement reaches the RateLimiter (a tell, delivered
+    # without waiting): wait for every count, not only the calls.
+    wait_until(lambda: idle(rt.statistics()))
 
 
 def interrupt_main_thread_when(predicate: Any) -> threading.Thread:
