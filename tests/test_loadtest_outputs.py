@@ -186,3 +186,26 @@ def test_the_summary_shows_sessions(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "sessions: 3 of 3 complete (2 turns), TTFT p50 by turn: " in printed
     assert "output tokens: server reported" not in printed  # they agree: nothing to say
+
+
+@virtual_deadline(600)
+async def test_a_warm_up_by_duration_sends_until_its_time_is_up(autojump_clock, nursery):
+    # Each warm-up request takes the 0.3 s TTFT; a 1 s warm-up sends at 0, 0.3, 0.6 and 0.9.
+    config = SimulatorConfig(ttft=0.3, output_tokens=1000)
+    test = LoadTest(
+        model=MODEL,
+        shape=OpenLoop.at_rate(10, arrival="constant"),
+        requests=5,
+        workload=Workload(input_tokens=Lengths("fixed", 3), output_tokens=Lengths("fixed", 2)),
+        warmup=0,
+        warmup_seconds=1.0,
+    )
+    transport = memory_transport(SimulatorApp(config), nursery)
+    runtime_config = loadtest_config(RuntimeConfig(), "sim", respect_limits=False)
+    async with sluice.open_runtime(runtime_config, transport=transport) as rt:
+        run = await run_load(rt, test)
+    await transport.aclose()
+    assert [round(r.sent, 9) for r in run.warmup] == [0.0, 0.3, 0.6, 0.9]
+    assert all(r.warmup and r.ok for r in run.warmup)
+    assert run.aggregates["requests"]["total"] == 5  # the warm-up is in no aggregate
+    assert [round(r.scheduled, 9) for r in run.records] == [0.0, 0.1, 0.2, 0.3, 0.4]
