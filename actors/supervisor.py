@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
-from sluice.backoff import retry_delay
-from sluice.breaker import CircuitBreaker
+from sluice.breaker import NO_TICKET, CircuitBreaker, Ticket
 from sluice.config import RetryConfig
 from sluice.errors import (
     CallError,
@@ -40,12 +39,7 @@ from sluice.errors import (
     CircuitOpen,
     ConnectionFailed,
     InternalError,
-    Overloaded,
-    ProtocolError,
-    RateLimited,
-    ServerError,
     SluiceError,
-    StreamBroken,
     ToolCallError,
 )
 from sluice.events import (
@@ -77,6 +71,15 @@ from sluice.messages import ChatRequest, ChatResult, Timings, Usage
 from sluice.providers.registry import ResolvedProvider
 from sluice.record import Record
 from sluice.retry_budget import RetryBudget
+from sluice.retry_policy import (
+    CallState,
+    Fail,
+    after_failure,
+    blames_backend,
+    call_state,
+    describe,
+    when_blocked,
+)
 from sluice.tools.correct import NO_CORRECTIONS, Corrections
 
 from .rate_limiter import RateLimiterHandle
@@ -94,16 +97,44 @@ log = logging.getLogger("sluice.supervisor")
 Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
 """A provider's resolved settings and its actor's mailbox."""
 
-# Failures that say the backend is unhealthy, and so count against its circuit breaker.
-_BACKEND_FAILURES = (
-    ServerError,
-    Overloaded,
-    CallTimeout,
-    ConnectionFailed,
-    StreamBroken,
-    ProtocolError,
-)
 _LOST_ATTEMPTS_MAX = 3
+
+
+@attrs.frozen(eq=False)
+class _Correct:
+    """The reply broke the tool contract in a way a correction can fix: try again with it."""
+
+    error: CallError
+    delivered: int
+    corrections: Corrections
+
+
+@attrs.frozen(eq=False)
+class _Lost:
+    """The attempt's actor crashed without an answer, after ``delivered`` deltas."""
+
+    delivered: int
+
+
+@attrs.frozen(eq=False)
+class _WaitedOut:
+    """A waiting call reached its ``max_wait`` while it waited for admission."""
+
+
+_WAITED_OUT = _WaitedOut()
+
+
+def _circuit_open(route: Call, breaker: CircuitBreaker, wait: float) -> CircuitOpen:
+    """The error for a call the breaker refuses: when it lets a probe through, and the
+    failures that opened it (never a bare "open")."""
+    name = f"{route.provider.name}:{route.model}"
+    when = f"open for another {wait:.1f} s" if wait > 0 else "a probe call is testing it"
+    causes = breaker.causes()
+    why = f"; last failure: {causes[-1]}" if causes else ""
+    return CircuitOpen(
+        f"{name} failed repeatedly; its circuit breaker is {when}{why}", retry_after=wait
+    )
+
 
 Preparer: TypeAlias = "Callable[[ChatRequest, ResolvedProvider], Prepared | None]"
 """Prepares a request's tools for a provider's backend; None for a request without tools.
@@ -136,13 +167,16 @@ class SupervisorPeers(Record):
     prepare: Preparer = default_preparer
     """Prepares the caller's request again when a call falls back to another model."""
 
-    def breaker(self, provider: ResolvedProvider) -> CircuitBreaker | None:
+    def breaker(self, provider: ResolvedProvider, model: str) -> CircuitBreaker | None:
+        """The breaker for ``model`` of ``provider``: one per model unless the provider's
+        config scopes it to the whole provider. Keyed ``provider:model`` or ``provider``."""
         config = provider.breaker
         if config is None:
             return None
-        found = self.breakers.get(provider.name)
+        key = provider.name if config.scope == "provider" else f"{provider.name}:{model}"
+        found = self.breakers.get(key)
         if found is None:
-            found = self.breakers[provider.name] = CircuitBreaker(
+            found = self.breakers[key] = CircuitBreaker(
                 min_failures=config.min_failures,
                 failure_rate=config.failure_rate,
                 window=config.window,
@@ -247,7 +281,7 @@ class _CallRun:
                     await self._fail(self._fix(error, route))
                     return
             self.models_tried.append(f"{route.provider.name}:{route.model}")
-            outcome = await self._through_model(route)
+            outcome = await self._through_model(route, last=index + 1 == len(chain))
             if isinstance(outcome, ChatResult):
                 await peers.ledger.record(
                     RecordCall(
@@ -292,123 +326,201 @@ class _CallRun:
         )
         await self._emit(Failed(self.call.call_id, error))
 
-    async def _through_model(self, route: Call) -> ChatResult | tuple[CallError, int] | None:
-        """Attempts against one model until a result, a final error, or the consumer leaving."""
+    async def _through_model(
+        self, route: Call, last: bool
+    ) -> ChatResult | tuple[CallError, int] | None:
+        """Attempts against one model until a result, a final error, or the consumer leaving.
+
+        The decisions are :mod:`sluice.retry_policy`'s; this loop carries them out. ``last``:
+        no fallback model follows, so a call in ``wait`` mode waits out an open breaker here
+        instead of moving on.
+        """
         peers, call = self.peers, self.call
-        breaker = peers.breaker(route.provider)
+        breaker = peers.breaker(route.provider, route.model)
+        waits = call.request.waits and last
         lost = 0
         corrections = NO_CORRECTIONS
+        retrying: CallError | None = None
+        """The failure being retried: the next attempt must first spend the retry budget."""
+        last_error: CallError | None = None
+        """The last failure of a waiting call: what it ends with when its wait runs out."""
         while True:
             now = trio.current_time()
-            if breaker is not None and not breaker.allow(now):
-                wait = breaker.retry_in(now)
-                self.attempt += 1
-                error: CallError = CircuitOpen(
-                    f"{route.provider.name} failed repeatedly; its circuit breaker is open for"
-                    f" another {wait:.1f} s",
-                    retry_after=wait,
-                )
-                return self._fix(error, route), 0
-            self.attempt += 1
-            self.pending.append(Queued(call.call_id, self.attempt, now))
-            admission = None
-            with trio.CancelScope(deadline=call.deadline) as waiting:
-                call.control.watch(waiting)  # a consumer that leaves stops the wait
-                try:
-                    admission = await peers.limiter.acquire(
-                        route.provider.quota_key(route.model),
-                        route.provider.rate_limit,
-                        call.cost,
-                        call.request.priority,
-                        budget=BudgetClaim(route.provider.name, route.model, call.request.tag),
+            if waits and last_error is not None and now >= self._state(waits).wait_until:
+                return last_error, 0
+            if retrying is not None and not peers.budget.try_retry(now):
+                blocked = when_blocked(self._state(waits), retrying, peers.budget.free_in(now), now)
+                if isinstance(blocked, Fail):
+                    return blocked.error, 0
+                await trio.sleep(blocked.delay)
+                continue
+            retrying = None
+            ticket = NO_TICKET
+            if breaker is not None:
+                admitted = breaker.admit(now)
+                if admitted is None:
+                    wait = breaker.retry_in(now)
+                    error = self._fix(_circuit_open(route, breaker, wait), route)
+                    free_in = (
+                        wait if wait > 0 else peers.retry.wait_poll * (0.5 + peers.rng.random())
                     )
-                except CallError as refused:
-                    if breaker is not None:
-                        breaker.record(True, trio.current_time())  # not the backend's fault
-                    return self._fix(refused, route), 0
-                finally:
-                    call.control.unwatch(waiting)
-            if call.abandoned:
-                if admission is not None:
-                    await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
-                return None
-            if admission is None:
-                error = CallTimeout(
-                    "the call's total deadline passed while it waited for admission",
-                    timeout_kind="total",
-                )
-                return self._fix(error, route), 0
-            self.pending.append(
-                Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
-            )
-            if admission.at > now:
-                # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
-                # with the first chunk, saving the consumer two wake-ups per call.
-                try:
-                    await self._emit()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
-                    raise
-            progress = AttemptProgress(lead=self.pending)
-            self.pending = []
-            sent = route
-            if corrections.messages:
-                assert route.prepared is not None
-                sent = attrs.evolve(route, request=corrections.apply(route.prepared))
-            outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
-            self.pending = progress.lead  # what the provider did not deliver (no first chunk)
-            match outcome:
-                case AttemptSucceeded():
-                    if breaker is not None:
-                        breaker.record(True, trio.current_time())
-                    try:
-                        output = self._finalize(route, outcome.output)
-                    except ToolCallError as exc:
-                        error = self._fix(exc, route)
-                        delivered = progress.delivered
-                        assert route.prepared is not None
-                        if not self._may_correct(corrections, exc, route.prepared, delivered):
-                            return error, delivered
-                        corrections = corrections.add(exc, route.prepared)
-                        self.corrected += 1
-                        reset = (
-                            [StreamReset(call.call_id, self.attempt, error.message)]
-                            if delivered
-                            else []
-                        )
-                        await self._emit(*reset, Retrying(call.call_id, self.attempt, 0.0, error))
-                        continue
-                    return self._result(route, outcome, output, admission.at)
-                case ConsumerGone():
-                    return None
-                case None:
+                    blocked = when_blocked(self._state(waits), error, free_in, now)
+                    if isinstance(blocked, Fail):
+                        self.attempt += 1
+                        return attrs.evolve(blocked.error, attempt=self.attempt), 0
+                    last_error = error
+                    await trio.sleep(blocked.delay)
+                    continue
+                ticket = admitted
+            with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
+                self.attempt += 1
+                step = await self._attempt(route, ticket, corrections, waits)
+            match step:
+                case ChatResult() | None:
+                    return step
+                case _WaitedOut():
+                    if last_error is not None:
+                        return last_error, 0
+                    error = CallTimeout(
+                        f"the call waited longer than its max_wait ({call.request.max_wait} s)"
+                        " for admission",
+                        timeout_kind="total",
+                    )
+                    return self._fix(error, route), 0
+                case _Correct(error=error, delivered=delivered, corrections=corrections):
+                    self.corrected += 1
+                    reset = (
+                        [StreamReset(call.call_id, self.attempt, error.message)]
+                        if delivered
+                        else []
+                    )
+                    await self._emit(*reset, Retrying(call.call_id, self.attempt, 0.0, error))
+                    continue
+                case _Lost(delivered=delivered):
                     # The attempt's actor crashed and took the attempt with it: resubmit it
                     # (a bounded number of times), telling the consumer to discard its deltas.
                     lost += 1
                     error = ConnectionFailed("the attempt was lost when its actor crashed")
                     if lost > _LOST_ATTEMPTS_MAX:
-                        return self._fix(error, route), progress.delivered
-                    if progress.delivered:
+                        return self._fix(error, route), delivered
+                    if delivered:
                         await put(
                             call.events, (StreamReset(call.call_id, self.attempt, error.message),)
                         )
                     continue
-                case AttemptFailed(error=error, delivered=delivered):
-                    if call.abandoned:
-                        # A correction attempt runs on a copy of the call, which never sees
-                        # abandon(): its provider reports the cancellation as a failure.
-                        return None
-                    if breaker is not None and isinstance(error, _BACKEND_FAILURES):
-                        breaker.record(False, trio.current_time())
-                    delay = self._retry_delay(error, delivered)
-                    if delay is None:
-                        return error, delivered
+                case (error, delivered):
+                    last_error = error
+                    now = trio.current_time()
+                    decision = after_failure(
+                        self._state(waits), error, delivered, now, peers.retry, peers.rng
+                    )
+                    if isinstance(decision, Fail):
+                        return decision.error, delivered
+                    delay = decision.delay
+                    if not peers.budget.try_retry(now):
+                        blocked = when_blocked(
+                            self._state(waits), error, peers.budget.free_in(now), now
+                        )
+                        if isinstance(blocked, Fail):
+                            return blocked.error, delivered
+                        retrying = error  # it still has to spend the budget after this wait
+                        delay = max(delay, blocked.delay)
                     events: list[CallEvent] = []
                     if delivered:
                         events.append(StreamReset(call.call_id, self.attempt, error.message))
                     events.append(Retrying(call.call_id, self.attempt, delay, error))
                     await self._emit(*events)
                     await trio.sleep(delay)
+
+    def _state(self, waits: bool) -> CallState:
+        call = self.call
+        state = call_state(
+            call.request,
+            self.peers.retry,
+            self.attempt - self.corrected,
+            call.submitted_at,
+            call.deadline,
+        )
+        return state if waits or not state.waits else attrs.evolve(state, waits=False)
+
+    async def _attempt(
+        self, route: Call, ticket: Ticket, corrections: Corrections, waits: bool
+    ) -> ChatResult | tuple[CallError, int] | _Correct | _Lost | _WaitedOut | None:
+        """Admission and one attempt, with ``ticket`` given its verdict on the backend when
+        there is one. None: the consumer left."""
+        peers, call = self.peers, self.call
+        now = trio.current_time()
+        self.pending.append(Queued(call.call_id, self.attempt, now))
+        admission = None
+        state = self._state(waits)
+        with trio.CancelScope(deadline=state.wait_until if waits else call.deadline) as waiting:
+            call.control.watch(waiting)  # a consumer that leaves stops the wait
+            try:
+                admission = await peers.limiter.acquire(
+                    route.provider.quota_key(route.model),
+                    route.provider.rate_limit,
+                    call.cost,
+                    call.request.priority,
+                    budget=BudgetClaim(route.provider.name, route.model, call.request.tag),
+                )
+            except CallError as refused:
+                return self._fix(refused, route), 0
+            finally:
+                call.control.unwatch(waiting)
+        if call.abandoned:
+            if admission is not None:
+                await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
+            return None
+        if admission is None:
+            if trio.current_time() < call.deadline:
+                return _WAITED_OUT
+            error: CallError = CallTimeout(
+                "the call's total deadline passed while it waited for admission",
+                timeout_kind="total",
+            )
+            return self._fix(error, route), 0
+        self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
+        if admission.at > now:
+            # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
+            # with the first chunk, saving the consumer two wake-ups per call.
+            try:
+                await self._emit()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
+                raise
+        progress = AttemptProgress(lead=self.pending)
+        self.pending = []
+        sent = route
+        if corrections.messages:
+            assert route.prepared is not None
+            sent = attrs.evolve(route, request=corrections.apply(route.prepared))
+        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
+        self.pending = progress.lead  # what the provider did not deliver (no first chunk)
+        match outcome:
+            case AttemptSucceeded():
+                ticket.succeeded(trio.current_time())
+                try:
+                    output = self._finalize(route, outcome.output)
+                except ToolCallError as exc:
+                    error = self._fix(exc, route)
+                    delivered = progress.delivered
+                    assert route.prepared is not None
+                    if not self._may_correct(corrections, exc, route.prepared, delivered):
+                        return error, delivered
+                    return _Correct(error, delivered, corrections.add(exc, route.prepared))
+                return self._result(route, outcome, output, admission.at)
+            case ConsumerGone():
+                return None
+            case None:
+                return _Lost(progress.delivered)
+            case AttemptFailed(error=error, delivered=delivered):
+                if call.abandoned:
+                    # A correction attempt runs on a copy of the call, which never sees
+                    # abandon(): its provider reports the cancellation as a failure.
+                    return None
+                if blames_backend(error):
+                    ticket.failed(trio.current_time(), describe(error))
+                return error, delivered
 
     def _finalize(self, route: Call, output: AttemptOutput) -> AttemptOutput:
         """The attempt's output with its tool calls recovered, repaired and checked.
@@ -436,27 +548,6 @@ class _CallRun:
         if delivered and call.request.on_partial == "fail":
             return False
         return trio.current_time() < call.deadline
-
-    def _retry_delay(self, error: CallError, delivered: int) -> float | None:
-        """The backoff before the next attempt, or None when the call should stop here."""
-        policy, call = self.peers.retry, self.call
-        attempts = self.attempt - self.corrected  # correction retries have their own limit
-        if not error.retryable or attempts >= policy.max_attempts:
-            return None
-        if delivered and call.request.on_partial == "fail":
-            return None
-        if isinstance(error, CallTimeout) and error.timeout_kind == "total":
-            return None
-        retry_after = error.retry_after if isinstance(error, RateLimited) else None
-        if retry_after is not None and retry_after > policy.max_retry_after:
-            return None
-        now = trio.current_time()
-        delay = retry_delay(attempts, policy, self.peers.rng, retry_after)
-        if now + delay >= call.deadline:
-            return None
-        if not self.peers.budget.try_retry(now):
-            return None
-        return delay
 
     def _result(
         self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float

@@ -1,29 +1,90 @@
-"""A circuit breaker per provider endpoint: stop sending to a backend that keeps failing.
+"""A circuit breaker per backend: stop sending to a backend that keeps failing.
 
 Closed: calls flow. It opens when, over the last ``window`` seconds, at least ``min_failures``
 attempts failed and failures make up at least ``failure_rate`` of the attempts STARTED in that
 window. Counting against attempts started (not outcomes seen) matters under concurrency: fast
 failures arrive before slow successes, so a streak of outcomes says little about the backend.
-Open: calls fail fast (or fall back) for ``open_for`` seconds. Half-open: one probe attempt
+Open: calls fail fast, fall back or wait for ``open_for`` seconds. Half-open: one probe attempt
 goes through; its success closes the breaker, its failure opens it again.
 
+Admission is a :class:`Ticket` that always settles: :meth:`CircuitBreaker.admit` hands one out,
+and leaving its ``with`` block without a verdict (a 429, a bad request, an empty reply, an
+admission timeout, the consumer leaving, a cancellation, a crash) settles it as "no verdict",
+which frees the probe slot. So no exit path can leave the breaker half-open with a probe that
+never ends, refusing every call until the process restarts.
+
 Only failures that say something about the backend count (server errors, overloads, timeouts,
-broken connections); a bad request or a 429 does not (the caller decides what to record).
+broken connections); a bad request or a 429 does not (the caller decides which verdict to give).
+
+Memory is bounded by ``window`` times the attempt rate: both logs are trimmed as they are
+appended to, so each append does amortized constant work whatever happened before.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-__all__ = ["CircuitBreaker"]
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["NO_TICKET", "CircuitBreaker", "Ticket"]
 
 State = Literal["closed", "open", "half_open"]
+
+_CAUSES_KEPT = 3
+_CAUSE_CHARS = 300
+
+
+class Ticket:
+    """One admitted attempt; settle it once with :meth:`succeeded`, :meth:`failed` or by leaving
+    its ``with`` block (no verdict). Settling twice is a no-op, so exits may overlap safely."""
+
+    __slots__ = ("_breaker", "_epoch", "probe", "settled")
+
+    def __init__(self, breaker: CircuitBreaker | None, epoch: int, probe: bool) -> None:
+        self._breaker = breaker
+        self._epoch = epoch
+        self.probe = probe
+        self.settled = breaker is None
+
+    def succeeded(self, now: float) -> None:
+        breaker = self._breaker
+        if not self.settled and breaker is not None:
+            self.settled = True
+            breaker._settle(self, True, now, None)
+
+    def failed(self, now: float, cause: str) -> None:
+        """The backend failed this attempt; ``cause`` says how (kept for error messages)."""
+        breaker = self._breaker
+        if not self.settled and breaker is not None:
+            self.settled = True
+            breaker._settle(self, False, now, cause)
+
+    def release(self) -> None:
+        """The attempt ended without a verdict on the backend: only frees the probe slot."""
+        breaker = self._breaker
+        if not self.settled and breaker is not None:
+            self.settled = True
+            breaker._settle(self, None, 0.0, None)
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
 
 
 class CircuitBreaker:
     __slots__ = (
+        "_causes",
+        "_epoch",
         "_failures",
         "_opened_at",
         "_probing",
@@ -48,8 +109,12 @@ class CircuitBreaker:
         self.open_for = open_for
         self._started: deque[float] = deque()
         self._failures: deque[float] = deque()
+        self._causes: deque[str] = deque(maxlen=_CAUSES_KEPT)
         self._opened_at = -math.inf
         self._probing = False
+        self._epoch = 0
+        """Changes whenever the breaker opens or closes, so that verdicts of attempts admitted
+        in an earlier state are ignored."""
 
     def state(self, now: float) -> State:
         if self._opened_at == -math.inf:
@@ -58,16 +123,21 @@ class CircuitBreaker:
             return "open"
         return "half_open"
 
-    def allow(self, now: float) -> bool:
-        """May an attempt start now? In half-open state only the first asker (the probe) may."""
+    def admit(self, now: float) -> Ticket | None:
+        """A ticket for an attempt starting now, or None when the breaker refuses it. In the
+        half-open state only the first asker (the probe) gets one until the probe settles."""
         state = self.state(now)
         if state == "closed":
-            self._started.append(now)
-            return True
+            started = self._started
+            started.append(now)
+            horizon = now - self.window
+            while started[0] <= horizon:
+                started.popleft()
+            return Ticket(self, self._epoch, probe=False)
         if state == "open" or self._probing:
-            return False
+            return None
         self._probing = True
-        return True
+        return Ticket(self, self._epoch, probe=True)
 
     def retry_in(self, now: float) -> float:
         """Seconds until the breaker lets a probe through (0 when it is not open)."""
@@ -75,28 +145,59 @@ class CircuitBreaker:
             return 0.0
         return self._opened_at + self.open_for - now
 
-    def record(self, ok: bool, now: float) -> None:
-        """The outcome of an attempt that :meth:`allow` let through."""
-        if self._opened_at != -math.inf:
-            if self._probing:  # outcomes of attempts let through before it opened are ignored
-                self._probing = False
-                if ok:
-                    self._close()
-                else:
-                    self._opened_at = now
+    def probing(self) -> bool:
+        """Whether a probe is out now (then others wait for its verdict)."""
+        return self._probing
+
+    def causes(self) -> tuple[str, ...]:
+        """The last failures recorded (oldest first): what opened or keeps it open."""
+        return tuple(self._causes)
+
+    def sizes(self) -> tuple[int, int]:
+        """Lengths of the internal logs (attempts started, failures): for memory tests."""
+        return len(self._started), len(self._failures)
+
+    def _settle(self, ticket: Ticket, ok: bool | None, now: float, cause: str | None) -> None:
+        if ticket.probe:
+            self._probing = False
+            if ok is None:
+                return  # no verdict: the next asker probes
+            if ok:
+                self._close()
+            else:
+                self._remember(cause)
+                self._open(now)
             return
-        if ok:
-            return
-        self._failures.append(now)
+        if ok is None or ok or ticket._epoch != self._epoch or self._opened_at != -math.inf:
+            return  # no verdict, a success, or an attempt admitted before the breaker opened
+        self._remember(cause)
+        failures = self._failures
+        failures.append(now)
         horizon = now - self.window
-        for times in (self._started, self._failures):
-            while times and times[0] <= horizon:
-                times.popleft()
-        failures = len(self._failures)
-        if failures >= self.min_failures and failures >= self.failure_rate * len(self._started):
-            self._opened_at = now
+        while failures[0] <= horizon:
+            failures.popleft()
+        started = self._started
+        while started and started[0] <= horizon:
+            started.popleft()
+        count = len(failures)
+        if count >= self.min_failures and count >= self.failure_rate * len(started):
+            self._open(now)
+
+    def _remember(self, cause: str | None) -> None:
+        if cause:
+            self._causes.append(cause[:_CAUSE_CHARS])
+
+    def _open(self, now: float) -> None:
+        self._opened_at = now
+        self._epoch += 1
 
     def _close(self) -> None:
         self._opened_at = -math.inf
+        self._epoch += 1
         self._started.clear()
         self._failures.clear()
+        self._causes.clear()
+
+
+NO_TICKET = Ticket(None, 0, probe=False)
+"""The ticket of an attempt to a backend without a breaker: already settled, so a no-op."""

@@ -295,6 +295,7 @@ def _strings(value: str | Iterable[str]) -> tuple[str, ...]:
 _NUMBER = (int, float)
 _PRIORITIES = ("interactive", "batch", "background")
 _ON_PARTIAL = ("restart", "fail")
+_FAILURE_MODES = (None, "fail_fast", "wait")
 
 
 def _is(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -324,6 +325,7 @@ def _check_request(request: ChatRequest) -> None:
         ("deadlines", Deadlines, "a Deadlines", False),
         ("extra_body", Mapping, "a mapping", False),
         ("response_cache", bool, "a bool", True),
+        ("max_wait", _NUMBER, "a number of seconds", True),
     )
     for name, expected, what, optional in checks:
         value = getattr(request, name)
@@ -335,7 +337,11 @@ def _check_request(request: ChatRequest) -> None:
                 raise TypeError(
                     f"ChatRequest.{name}[{index}]: expected a string, got {_type_name(item)}"
                 )
-    for name, choices in (("priority", _PRIORITIES), ("on_partial", _ON_PARTIAL)):
+    for name, choices in (
+        ("priority", _PRIORITIES),
+        ("on_partial", _ON_PARTIAL),
+        ("failure_mode", _FAILURE_MODES),
+    ):
         value = getattr(request, name)
         if value not in choices:
             raise ValueError(
@@ -401,6 +407,15 @@ class ChatRequest(Record):
     fallbacks: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     """Models (``provider:model``) to try in order when this one fails in a way a fallback can
     help (overloaded, context too long, circuit open, content filtered; see ``RetryConfig``)."""
+    failure_mode: Literal["fail_fast", "wait"] | None = None
+    """What an open circuit breaker, a spent retry budget or a cooldown does to this call:
+    ``fail_fast`` fails it at once; ``wait`` delays it, so it ends only with a result, an error
+    retrying cannot fix, its attempt limit (``RetryConfig.wait_max_attempts``) or its deadline
+    (``max_wait`` or the total deadline). None: ``wait`` for batch and background priority,
+    ``fail_fast`` for interactive calls."""
+    max_wait: float | None = None
+    """In ``wait`` mode, seconds after submission past which the call stops waiting and fails
+    with the error that kept it waiting (None: only the total deadline limits it)."""
     on_partial: Literal["restart", "fail"] = "restart"
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
@@ -439,6 +454,8 @@ class ChatRequest(Record):
             and (self.response_format is None or type(self.response_format) is ResponseFormat)
             and self.priority in _PRIORITIES
             and self.on_partial in _ON_PARTIAL
+            and self.failure_mode in _FAILURE_MODES
+            and (self.max_wait is None or type(self.max_wait) in _NUMBER)
             and type(self.deadlines) is Deadlines
             and type(self.extra_body) is dict
             and (not self.stop or all(type(s) is str for s in self.stop))
@@ -449,6 +466,14 @@ class ChatRequest(Record):
     @property
     def provider(self) -> str:
         return split_model(self.model)[0]
+
+    @property
+    def waits(self) -> bool:
+        """Whether this call waits out open breakers and spent retry budgets (see
+        ``failure_mode``)."""
+        if self.failure_mode is not None:
+            return self.failure_mode == "wait"
+        return self.priority != "interactive"
 
     @property
     def model_name(self) -> str:

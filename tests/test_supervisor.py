@@ -192,16 +192,16 @@ async def test_breaker_opens_fails_fast_probes_and_closes(autojump_clock):
         for _ in range(5):
             with pytest.raises(sluice.ServerError):
                 await rt.chat("sim:sim-small", "hi")
-        assert (await rt.statistics()).breakers == {"sim": "open"}
+        assert (await rt.statistics()).breakers == {"sim:sim-small": "open"}
         with pytest.raises(sluice.CircuitOpen) as fast:
             await rt.chat("sim:sim-small", "hi")
         assert fast.value.retry_after == 10.0
         assert app.chat_requests_seen == 5  # failed fast: nothing sent
         await trio.sleep(10)
-        assert (await rt.statistics()).breakers == {"sim": "half_open"}
+        assert (await rt.statistics()).breakers == {"sim:sim-small": "half_open"}
         probe = await rt.chat("sim:sim-small", "hi")  # the probe succeeds and closes it
         assert probe.finish_reason == "stop"
-        assert (await rt.statistics()).breakers == {"sim": "closed"}
+        assert (await rt.statistics()).breakers == {"sim:sim-small": "closed"}
         await rt.chat("sim:sim-small", "hi")
     assert app.chat_requests_seen == 7
 

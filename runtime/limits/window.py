@@ -4,7 +4,8 @@ Each admission is kept with its time and amount until it leaves the window, so "
 ``limit`` units in any interval of ``period`` seconds" holds exactly, not by buckets. An
 admission's amount can be settled later (a token estimate replaced by the real count): the
 difference is refunded to (or charged against) the window while the admission is still inside
-it. Memory is one small object per admission still in the window.
+it. Memory is one small object per admission still in the window: every append first drops
+the admissions that left it, so the size is bounded by the admission rate times ``period``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Window:
 
     def add(self, amount: int, now: float) -> WindowEntry:
         """Count ``amount`` units admitted at ``now``; keep the entry to settle it later."""
+        self.expire(now)  # trimmed as it grows: memory stays within the window's rate
         entry = WindowEntry(now, amount)
         self._entries.append(entry)
         self.used += amount
@@ -83,6 +85,7 @@ class Window:
         Used for usage a provider reports that we did not admit ourselves; the entry is placed
         in time order so expiry stays a pop from the left.
         """
+        self.expire(now)
         entry = WindowEntry(now + after - self.period, amount)
         entries = self._entries
         index = len(entries)

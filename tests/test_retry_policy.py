@@ -1,0 +1,72 @@
+"""The Supervisor's decisions, pure and synchronous: what a call does after a failed attempt,
+and whether it waits or fails when a breaker or the retry budget blocks it."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import sluice
+from sluice import ChatRequest, RetryConfig
+from sluice.retry_policy import Fail, Retry, Wait, after_failure, call_state, when_blocked
+
+POLICY = RetryConfig(base_delay=0.5, max_delay=8.0, jitter=0.0, max_attempts=4)
+RNG = random.Random(0)
+BOOM = sluice.ServerError("boom", status=500)
+
+
+def state(priority="interactive", attempts=1, **request):
+    r = ChatRequest(model="sim:sim-small", messages="hi", priority=priority, **request)
+    return call_state(r, POLICY, attempts, submitted_at=0.0, deadline=math.inf)
+
+
+def test_failure_mode_defaults_follow_the_priority():
+    assert not state().waits
+    assert state("batch").waits and state("background").waits
+    assert state("batch", failure_mode="fail_fast").waits is False
+    assert state(failure_mode="wait").waits
+
+
+def test_retry_backs_off_then_stops_at_the_attempt_limit():
+    assert after_failure(state(attempts=1), BOOM, 0, 0.0, POLICY, RNG) == Retry(0.5)
+    assert after_failure(state(attempts=3), BOOM, 0, 0.0, POLICY, RNG) == Retry(2.0)
+    assert after_failure(state(attempts=4), BOOM, 0, 0.0, POLICY, RNG) == Fail(BOOM)
+
+
+def test_a_waiting_call_gets_its_own_attempt_limit():
+    patient = RetryConfig(max_attempts=2, wait_max_attempts=10, jitter=0.0)
+    r = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
+    assert call_state(r, patient, 1, 0.0, math.inf).max_attempts == 10
+    assert call_state(r, RetryConfig(max_attempts=2), 1, 0.0, math.inf).max_attempts == 2
+
+
+def test_fatal_errors_partial_output_and_total_timeouts_stop():
+    bad = sluice.BadRequest("no", status=400)
+    assert after_failure(state(), bad, 0, 0.0, POLICY, RNG) == Fail(bad)
+    strict = state(on_partial="fail")
+    assert after_failure(strict, BOOM, 3, 0.0, POLICY, RNG) == Fail(BOOM)
+    total = sluice.CallTimeout("late", timeout_kind="total")
+    assert after_failure(state(), total, 0, 0.0, POLICY, RNG) == Fail(total)
+
+
+def test_a_long_provider_wait_fails_fast_calls_but_not_waiting_ones():
+    limited = sluice.RateLimited("slow", status=429, retry_after=300.0)
+    assert after_failure(state(), limited, 0, 0.0, POLICY, RNG) == Fail(limited)
+    assert after_failure(state("batch"), limited, 0, 0.0, POLICY, RNG) == Retry(300.0)
+
+
+def test_a_backoff_past_max_wait_fails_with_the_last_error():
+    s = state("batch", max_wait=10.0)
+    assert s.wait_until == 10.0
+    assert after_failure(s, BOOM, 0, 9.0, POLICY, RNG) == Retry(0.5)
+    assert after_failure(s, BOOM, 0, 9.6, POLICY, RNG) == Fail(BOOM)
+
+
+def test_blocked_calls_fail_fast_or_wait_until_their_deadline():
+    opened = sluice.CircuitOpen("open; last failure: HTTP 502: <html>", retry_after=7.0)
+    assert when_blocked(state(), opened, 7.0, 0.0) == Fail(opened)
+    assert when_blocked(state("batch"), opened, 7.0, 0.0) == Wait(7.0)
+    s = state("batch", max_wait=5.0)
+    assert when_blocked(s, opened, 7.0, 0.0) == Wait(5.0)  # looks again at its deadline
+    assert when_blocked(s, opened, 7.0, 5.0) == Fail(opened)
+    assert when_blocked(state("batch"), opened, math.inf, 0.0) == Fail(opened)

@@ -1,0 +1,279 @@
+"""The breaker through the whole runtime on virtual time: every exit of a probe frees it, the
+breaker is per model, interactive calls fail fast while waiting calls wait, errors name the
+real cause, the retry budget caps an outage, and the logs stay bounded over 100,000 calls."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+import trio.testing
+
+import sluice
+from sluice import ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
+from sluice.config import BreakerConfig, ProviderConfig
+from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+
+from .helpers import virtual_deadline
+from .test_supervisor import CrashingTransport
+
+BREAKER = BreakerConfig(min_failures=5, open_for=10.0)
+ONE_ATTEMPT = RetryConfig(max_attempts=1, wait_max_attempts=1, jitter=0.0)
+PATIENT = RetryConfig(max_attempts=1, wait_max_attempts=50, jitter=0.0)
+
+
+def config(
+    *,
+    retry: RetryConfig = ONE_ATTEMPT,
+    breaker: BreakerConfig | None = BREAKER,
+    rate_limit: RateLimitConfig | None = None,
+) -> RuntimeConfig:
+    sim = ProviderConfig(breaker=breaker, rate_limit=rate_limit or RateLimitConfig())
+    return RuntimeConfig(providers={"sim": sim}, retry=retry)
+
+
+async def open_breaker(rt: sluice.Runtime, model: str = "sim:sim-small") -> None:
+    for _ in range(5):
+        with pytest.raises(sluice.ServerError):
+            await rt.chat(model, "hi")
+    assert (await rt.statistics()).breakers[model] == "open"
+
+
+async def probe_then_recover(rt: sluice.Runtime, app: SimulatorApp, sent_before: int) -> None:
+    """The next call after a probe that ended without a verdict probes again, and closes it
+    (once the probe's call has wound down: a few scheduler ticks after its consumer left)."""
+    await trio.testing.wait_all_tasks_blocked()
+    result = await rt.chat("sim:sim-small", "hi")
+    assert result.finish_reason == "stop"
+    assert (await rt.statistics()).breakers == {"sim:sim-small": "closed"}
+    assert app.chat_requests_seen == sent_before + 1
+
+
+@pytest.mark.parametrize(
+    ("directive", "error"),
+    [
+        ("429:retry_after=1", sluice.RateLimited),
+        ("400", sluice.BadRequest),
+    ],
+)
+@virtual_deadline(120)
+async def test_a_probe_answered_without_a_verdict_frees_the_breaker(
+    autojump_clock, directive, error
+):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5 + (directive,)))
+    async with sluice.open_runtime(config(), transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        await trio.sleep(10)
+        request = ChatRequest(model="sim:sim-small", messages="hi")
+        with pytest.raises(error):
+            await rt.chat(request)
+        assert (await rt.statistics()).breakers == {"sim:sim-small": "half_open"}
+        await probe_then_recover(rt, app, 6)
+
+
+@virtual_deadline(120)
+async def test_a_probe_whose_consumer_leaves_frees_the_breaker(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5, tokens_per_second=1, output_tokens=10))
+    async with sluice.open_runtime(config(), transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        await trio.sleep(10)
+        async with rt.stream("sim:sim-small", "hi") as call:
+            async for event in call:
+                if isinstance(event, sluice.TextDelta):
+                    break  # the consumer leaves mid-stream
+        await probe_then_recover(rt, app, 6)
+
+
+@virtual_deadline(120)
+async def test_a_cancelled_probe_frees_the_breaker(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5 + ("stall:30",)))
+    async with sluice.open_runtime(config(), transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        await trio.sleep(10)
+        with trio.move_on_after(1.0) as gave_up:
+            await rt.chat("sim:sim-small", "hi")
+        assert gave_up.cancelled_caught
+        await probe_then_recover(rt, app, 6)
+
+
+@virtual_deadline(300)
+async def test_a_probe_that_times_out_in_admission_frees_the_breaker(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5))
+    cfg = config(rate_limit=RateLimitConfig(requests_per_minute=5))
+    async with sluice.open_runtime(cfg, transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        await trio.sleep(10)
+        late = ChatRequest(model="sim:sim-small", messages="hi", deadlines=Deadlines(total=1.0))
+        with pytest.raises(sluice.CallTimeout, match="waited for admission"):
+            await rt.chat(late)
+        await probe_then_recover(rt, app, 5)
+
+
+@virtual_deadline(120)
+async def test_a_probe_lost_with_its_crashed_actor_frees_the_breaker(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5))
+    transport = CrashingTransport(mock_transport(app), crash_on={6})
+    async with sluice.open_runtime(config(), transport=transport) as rt:
+        await open_breaker(rt)
+        await trio.sleep(10)
+        result = await rt.chat("sim:sim-small", "hi")  # lost once, resubmitted as a new probe
+        assert result.finish_reason == "stop" and result.attempts == 2
+        assert (await rt.statistics()).breakers == {"sim:sim-small": "closed"}
+
+
+@virtual_deadline(120)
+async def test_the_breaker_is_per_model_unless_scoped_to_the_provider(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5))
+    async with sluice.open_runtime(config(), transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        assert (await rt.chat("sim:sim-large", "hi")).finish_reason == "stop"
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5))
+    whole = BreakerConfig(min_failures=5, open_for=10.0, scope="provider")
+    async with sluice.open_runtime(config(breaker=whole), transport=mock_transport(app)) as rt:
+        for _ in range(5):
+            with pytest.raises(sluice.ServerError):
+                await rt.chat("sim:sim-small", "hi")
+        with pytest.raises(sluice.CircuitOpen):
+            await rt.chat("sim:sim-large", "hi")
+        assert (await rt.statistics()).breakers == {"sim": "open"}
+
+
+def bad_gateway(request: httpx.Request) -> httpx.Response:
+    html = "<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    return httpx.Response(502, text=html, headers={"content-type": "text/html"})
+
+
+@virtual_deadline(120)
+async def test_interactive_calls_fail_fast_naming_the_cause_while_waiting_calls_wait(
+    autojump_clock,
+):
+    down = True
+    healthy = mock_transport(SimulatorConfig())
+
+    class Flaky(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if down:
+                return bad_gateway(request)
+            return await healthy.handle_async_request(request)
+
+    async with sluice.open_runtime(config(retry=PATIENT), transport=Flaky()) as rt:
+        await open_breaker(rt)
+        started = trio.current_time()
+        with pytest.raises(sluice.CircuitOpen) as fast:
+            await rt.chat("sim:sim-small", "hi")
+        assert trio.current_time() == started  # failed at once
+        assert "HTTP 502: <html><head><title>502 Bad Gateway" in fast.value.message
+        assert "open for another 10.0 s" in fast.value.message
+        results = []
+
+        async def batch_call() -> None:
+            request = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
+            results.append(await rt.chat(request))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(batch_call)
+            await trio.sleep(25)  # probes at 10 and 20 fail; the calls keep waiting
+            assert results == []
+            down = False
+        assert [r.finish_reason for r in results] == ["stop"] * 3
+        assert trio.current_time() - started >= 25
+
+
+@virtual_deadline(300)
+async def test_a_waiting_call_ends_at_max_wait_with_the_real_cause(autojump_clock):
+    transport = httpx.MockTransport(bad_gateway)
+    async with sluice.open_runtime(config(retry=PATIENT), transport=transport) as rt:
+        await open_breaker(rt)
+        started = trio.current_time()
+        request = ChatRequest(
+            model="sim:sim-small", messages="hi", failure_mode="wait", max_wait=30
+        )
+        with pytest.raises(sluice.CircuitOpen) as caught:
+            await rt.chat(request)
+    assert trio.current_time() - started == 30.0
+    assert "HTTP 502: <html><head><title>502 Bad Gateway" in caught.value.message
+
+
+@virtual_deadline(600)
+async def test_waiting_calls_retry_at_the_budget_rate_during_a_total_outage(autojump_clock):
+    """No breaker: 50 waiting calls against a backend failing everything for 120 s. The
+    backend sees the 50 first attempts plus at most the budget's allowance: ratio x firsts in
+    an interval + min_per_second x (120 s + one interval) = 0.2 x 50 + 0.5 x 130 = 75."""
+    app = SimulatorApp(SimulatorConfig(rate_500=1.0))
+    policy = RetryConfig(
+        wait_max_attempts=100,
+        base_delay=0.1,
+        max_delay=1.0,
+        budget_ratio=0.2,
+        budget_min_per_second=0.5,
+        budget_interval=10.0,
+    )
+    async with sluice.open_runtime(
+        config(retry=policy, breaker=None), transport=mock_transport(app)
+    ) as rt:
+        requests = [
+            ChatRequest(model="sim:sim-small", messages=f"q{i}", failure_mode="wait", max_wait=120)
+            for i in range(50)
+        ]
+        async with rt.map(requests, max_in_flight=50) as outcomes:
+            errors = [o.error async for o in outcomes]
+    assert all(isinstance(e, sluice.ServerError) for e in errors), {type(e) for e in errors}
+    retries = app.chat_requests_seen - 50
+    assert 0.5 * 120 <= retries <= 0.2 * 50 + 0.5 * 130  # the refill rate, not 50 x attempts
+
+
+COMPLETION = {
+    "id": "r1",
+    "object": "chat.completion",
+    "model": "sim-small",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+async def answer_after_08s(request: httpx.Request) -> httpx.Response:
+    await trio.sleep(0.8)
+    return httpx.Response(200, json=COMPLETION)
+
+
+@pytest.mark.parametrize(("calls", "read_statistics"), [(100_000, False), (10_000, True)])
+@virtual_deadline(100_000)
+async def test_breaker_and_budget_logs_stay_within_window_times_rate(
+    autojump_clock, calls, read_statistics
+):
+    """Successful calls at 125 calls/s of virtual time (100 in flight, 0.8 s each): 100,000
+    with no ``statistics()`` call at all (reads used to be what trimmed the logs), and 10,000
+    that read them every 1,000 calls."""
+    rate = 125.0
+    breaker = BreakerConfig(window=30.0)
+    policy = RetryConfig(budget_interval=10.0)
+    cfg = config(retry=policy, breaker=breaker)
+    largest = [0, 0]
+    async with sluice.open_runtime(cfg, transport=httpx.MockTransport(answer_after_08s)) as rt:
+        peers = rt._peers
+        assert peers is not None
+
+        def measure() -> None:
+            for b in peers.breakers.values():
+                largest[0] = max(largest[0], b.sizes()[0])
+            largest[1] = max(largest[1], peers.budget.sizes()[0])
+
+        requests = (
+            ChatRequest(model="sim:sim-small", messages="hi", stream=False) for _ in range(calls)
+        )
+        done = 0
+        async with rt.map(requests, max_in_flight=100) as outcomes:
+            async for outcome in outcomes:
+                assert outcome.result is not None, outcome.error
+                done += 1
+                if done % 1000 == 0:
+                    measure()
+                    if read_statistics:
+                        await rt.statistics()
+        measure()
+    assert done == calls
+    assert 0 < largest[0] <= breaker.window * rate + 100  # + the calls in flight
+    assert 0 < largest[1] <= policy.budget_interval * rate + 100
