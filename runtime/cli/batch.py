@@ -2,7 +2,8 @@
 
 Progress goes to stderr: a live display on a terminal, else one plain line every
 ``--log-interval`` seconds. The summary goes to stdout and to ``OUT.summary.json``. The first
-Ctrl-C stops admitting lines and lets the calls in flight finish; a second cancels them.
+Ctrl-C (or a SIGTERM, as schedulers send) stops admitting lines and lets the calls in flight
+finish; a second Ctrl-C cancels them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import trio
 from cyclopts import Parameter
@@ -28,9 +29,33 @@ if TYPE_CHECKING:
 
     from ..jobs.batch import BatchProgress
 
-__all__ = ["batch"]
+__all__ = ["batch", "parse_duration"]
 
 _LIVE_INTERVAL = 0.5
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: the exit status schedulers expect from a process they terminated."""
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``30``, ``30s``, ``500ms``, ``2m`` or ``1h``.
+
+    Raises:
+        ConfigError: not a positive duration.
+    """
+    raw = text.strip().lower()
+    number, scale = raw, 1.0
+    for unit in ("ms", "s", "m", "h"):
+        if raw.endswith(unit):
+            number, scale = raw[: -len(unit)], _UNITS[unit]
+            break
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"--max-wait {text!r} is not a duration: write e.g. 30s, 500ms, 2m")
+    return seconds
 
 
 def _live_display(stack: ExitStack) -> Callable[[BatchProgress], None]:
@@ -73,8 +98,20 @@ def _log_lines(p: BatchProgress) -> None:
     print(f"sluice batch: {format_progress(p)}", file=sys.stderr, flush=True)
 
 
-async def _on_ctrl_c(signals: AsyncIterator[int], interrupt: BatchInterrupt) -> None:
-    async for _ in signals:
+async def _on_ctrl_c(
+    signals: AsyncIterator[int], interrupt: BatchInterrupt, terminated: list[bool]
+) -> None:
+    async for signum in signals:
+        if signum == signal.SIGTERM:
+            terminated[0] = True
+            if not interrupt.draining:
+                print(
+                    "sluice: terminated: no new lines; the calls in flight finish",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                interrupt.drain()
+            continue
         if not interrupt.draining:
             print(
                 "sluice: stopping: no new lines; the calls in flight finish"
@@ -116,6 +153,8 @@ async def batch(
     no_stream: Annotated[bool, Parameter(negative="")] = False,
     store: str | None = None,
     metrics_port: int | None = None,
+    retry_errors: Literal["retriable", "all", "none"] = "retriable",
+    max_wait: str | None = None,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -124,11 +163,13 @@ async def batch(
     line. An output file that already holds lines is refused unless --resume (continue it) or
     --overwrite (replace it); an output that is the input is always refused. A custom_id that
     appears twice in the input, an unknown provider or a missing key stop the command before
-    any call. Progress goes to stderr; the summary to
-    stdout and to OUT.summary.json. Ctrl-C stops admitting lines and lets the calls in flight
-    finish; a second Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every
-    line succeeded (or some failed and --allow-failures was given), 1 when a line failed or
-    the output could not be written, 2 for bad arguments or input, 130 when interrupted.
+    any call. Progress goes to stderr; the summary to stdout and to OUT.summary.json. Calls
+    wait out an open breaker or a spent retry budget instead of failing (up to --max-wait).
+    Ctrl-C or SIGTERM stops admitting lines and lets the calls in flight finish; a second
+    Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every line succeeded (or
+    some failed and --allow-failures was given), 1 when a line failed or the output could not
+    be written, 2 for bad arguments or input, 130 when interrupted by Ctrl-C, 143 after a
+    SIGTERM.
 
     Args:
         input_file: the JSONL input (custom_id, method, url, body per line).
@@ -148,9 +189,16 @@ async def batch(
             run resumed under the same job keeps its job budget.
         resume: keep the existing output (a torn last line is cut off), skip the lines it
             already answers and append the rest; with no output yet, simply start. The same
-            command line serves the first run and every resume.
+            command line serves the first run and every resume. Error lines are done again
+            as --retry-errors says.
         overwrite: replace an output file that already holds lines (without it, and without
             --resume, such a file is refused so no paid-for result is lost).
+        retry_errors: with --resume, which error lines to do again: retriable (timeouts,
+            429, 5xx, broken streams, refused connections, an open breaker, waits past
+            --max-wait; terminal ones such as 400, 401/403 or a bad input line are kept), all,
+            or none.
+        max_wait: how long a line's call may wait out a failing backend (30s, 2m, ...)
+            before its error line is written; default: until its attempts run out.
         ordered: write the output in input order (at most --max-in-flight lines held).
         shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
             processes or hosts can split one file (each with its own output).
@@ -178,6 +226,7 @@ async def batch(
             resume=resume,
             overwrite=overwrite,
         )
+        wait_limit = None if max_wait is None else parse_duration(max_wait)
         shard_of = None if shard is None else parse_shard(shard)
         if model is not None:
             check_model(model)
@@ -205,12 +254,13 @@ async def batch(
     usage_error: ConfigError | None = None
     summary = BatchSummary()
     interrupt = BatchInterrupt()
+    terminated = [False]
     with ExitStack() as stack:
         live = sys.stderr.isatty()
         progress = _live_display(stack) if live else _log_lines
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_on_ctrl_c, signals, interrupt)
+                nursery.start_soon(_on_ctrl_c, signals, interrupt, terminated)
                 try:
                     summary = await run_batch(
                         input_file,
@@ -231,6 +281,8 @@ async def batch(
                         progress_interval=_LIVE_INTERVAL if live else log_interval,
                         interrupt=interrupt,
                         preflight=preflight,
+                        retry_errors=retry_errors,
+                        max_wait=wait_limit,
                     )
                 except OSError as exc:
                     io_error = exc
@@ -245,6 +297,8 @@ async def batch(
         return EXIT_FAILED
     print(format_summary(summary, str(output)), flush=True)
     print(f"  summary: {summary_path(str(output))}", flush=True)
+    if terminated[0]:
+        return EXIT_TERMINATED
     if summary.interrupted:
         return EXIT_INTERRUPTED
     if summary.failed and not allow_failures:

@@ -35,11 +35,11 @@ from ..errors import ConfigError
 from ..messages import split_model
 from .batch_limits import BatchLimits, apply_limits
 from .batch_lines import (
-    REDO_CODE,
     Answered,
     BadLine,
     InputLine,
     LineSplitter,
+    RetryErrors,
     Shard,
     custom_id_of,
     error_code,
@@ -152,6 +152,8 @@ class _Run:
     interrupted: Interrupted | None = None
     stream: bool = True
     """Calls stream (slot freed at the first token, mid-stream breaks retried) unless False."""
+    max_wait: float | None = None
+    """How long each call may wait out an open breaker or a spent retry budget."""
     final: BatchSummary | None = None
     """The summary once the run has ended."""
 
@@ -254,10 +256,14 @@ async def _read_requests(
                         with trio.CancelScope(shield=True):
                             await run.emit(seq, data, item.code, failed=1)
                         continue
-                    # Batch work yields to interactive calls sharing the quota, and its usage is
-                    # booked under the job.
+                    # Batch work yields to interactive calls sharing the quota, waits out
+                    # outages instead of failing fast, and its usage is booked under the job.
                     request = attrs.evolve(
-                        item.request, priority="batch", tag=item.request.tag or run.tag
+                        item.request,
+                        priority="batch",
+                        tag=item.request.tag or run.tag,
+                        failure_mode="wait",
+                        max_wait=run.max_wait,
                     )
                     run.pending[index] = (seq, item, trio.current_time())
                     try:
@@ -315,18 +321,20 @@ def _open_output(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "wb")
 
 
-def _scan_for_resume(path: str | os.PathLike[str]) -> tuple[BinaryIO | None, Answered]:
+def _scan_for_resume(
+    path: str | os.PathLike[str], retry_errors: RetryErrors
+) -> tuple[BinaryIO | None, Answered]:
     """The existing output opened to append to (None when there is none) and what it holds.
 
-    Nothing is changed yet: the torn tail is cut by :func:`_cut_torn_tail` once the input has
-    passed its check.
+    Nothing is changed yet: the torn tail is cut by :func:`_cut_torn_tail` (or the error lines
+    to redo dropped by :func:`_drop_redone`) once the input has passed its check.
     """
     try:
         out = open(path, "r+b")  # noqa: SIM115 (closed by run_batch)
     except FileNotFoundError:
         return None, Answered(frozenset(), frozenset(), 0)
     try:
-        return out, scan_output(out)
+        return out, scan_output(out, retry_errors)
     except BaseException:
         out.close()
         raise
@@ -339,7 +347,10 @@ def _cut_torn_tail(out: BinaryIO, keep: int) -> None:
 
 def _drop_redone(out: BinaryIO, path: str | os.PathLike[str], answered: Answered) -> BinaryIO:
     """The output without the error lines a resume does again (``answered.redo``), written to
-    a temporary file that replaces it (a crash leaves the old file whole); open to append."""
+    a temporary file that replaces it, synced first: the file on disk is always the old one or
+    the new one whole. Killed before the rename, the old output stands and the next resume
+    starts over; after it, the dropped lines are simply not answered yet, and the next resume
+    does them. Returns the new file, opened to append to."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(prefix=".resume-", dir=folder)
     try:
@@ -352,8 +363,7 @@ def _drop_redone(out: BinaryIO, path: str | os.PathLike[str], answered: Answered
                 left -= len(raw)
                 if raw.startswith(b"{") and custom_id_of(raw) in answered.redo:
                     data = orjson.loads(raw)
-                    error = data.get("error")
-                    if isinstance(error, dict) and error.get("code") == REDO_CODE:
+                    if isinstance(data.get("error"), dict):
                         continue
                 copy.write(raw)
             copy.flush()
@@ -465,6 +475,8 @@ async def run_batch(
     write_summary: bool = True,
     stream: bool = True,
     preflight: Callable[[set[str]], None] | None = None,
+    retry_errors: RetryErrors = "retriable",
+    max_wait: float | None = None,
 ) -> BatchSummary:
     """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
 
@@ -519,6 +531,14 @@ async def run_batch(
         preflight: called with the providers the lines name once the input has been checked,
             before the output is opened or any call made; it raises ``ConfigError`` to stop
             the run (the CLI checks keys and base URLs there).
+        retry_errors: with ``resume``, which error lines of the existing output are done
+            again: ``retriable`` (timeouts, 429, 5xx, broken streams, refused connections, an
+            open breaker, waits past ``max_wait``), ``all`` or ``none``. The output is
+            rewritten without them atomically (a new file renamed over it) before the run
+            appends, so a crash at any moment loses no line; ``summary.redone`` counts them.
+        max_wait: seconds a line's call may wait out an open breaker, a spent retry budget or
+            a cooldown before it fails with the error that kept it waiting (every batch call
+            waits rather than failing fast; None: no limit but the attempt limit).
 
     Returns:
         The final counts, also when interrupted (``summary.interrupted`` says how).
@@ -556,7 +576,7 @@ async def run_batch(
     out: BinaryIO | None = None
     answered = None
     if resume:
-        out, answered = await trio.to_thread.run_sync(_scan_for_resume, output)
+        out, answered = await trio.to_thread.run_sync(_scan_for_resume, output, retry_errors)
     try:
         check = InputCheck(model=model, shard=shard, answered=answered)
         duplicate = await trio.to_thread.run_sync(_check_input, input, check)
@@ -578,7 +598,10 @@ async def run_batch(
             shard=shard,
             window=trio.Semaphore(max_in_flight) if ordered else None,
             stream=stream,
+            max_wait=max_wait,
         )
+        if answered is not None and answered.redo:
+            run.count(redone=len(answered.redo))
         if runtime is not None:
             await _run_on(
                 runtime, run, input, model, max_in_flight, progress, progress_interval, interrupt

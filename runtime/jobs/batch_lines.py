@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from ..messages import ChatResult
 
 __all__ = [
+    "RETRY_ERRORS",
     "Answered",
+    "RetryErrors",
     "BadLine",
     "InputLine",
     "LineSplitter",
@@ -46,6 +48,7 @@ __all__ = [
     "parse_shard",
     "scan_output",
     "parse_input_line",
+    "redo_line",
     "render_bad_line",
     "render_error_line",
     "render_result_line",
@@ -254,16 +257,69 @@ class Answered:
     """Bytes of the file to keep: everything up to the end of the last whole line. A torn
     last line (no newline, or not valid JSON) lies past this offset."""
     redo: frozenset[str] = frozenset()
-    """custom_ids whose line is an error of the shared quota store (``StoreUnavailable``):
-    the call was never sent, so a resume drops that line and does the call again."""
+    """custom_ids whose error line a resume drops and does again: a shared quota store's
+    error (``StoreUnavailable``: the call was never sent) always, and the errors its
+    ``retry_errors`` selects (see :func:`redo_line`)."""
 
 
-def scan_output(lines: Iterable[bytes]) -> Answered:
+RetryErrors = Literal["retriable", "all", "none"]
+"""Which error lines a resume does again: those whose error may pass (the default), all of
+them, or none."""
+RETRY_ERRORS: tuple[RetryErrors, ...] = ("retriable", "all", "none")
+
+# Error codes of lines without an HTTP status whose error may pass: sluice's retryable error
+# classes, an open breaker, and error types providers send inside a stream.
+_RETRIABLE_CODES = frozenset(
+    {
+        "RateLimited",
+        "Overloaded",
+        "ServerError",
+        "ConnectionFailed",
+        "StreamBroken",
+        "ProtocolError",
+        "EmptyResponse",
+        "CallTimeout",
+        "CircuitOpen",
+        "overloaded_error",
+        "server_error",
+        "api_error",
+        "rate_limit_exceeded",
+        "rate_limit_error",
+    }
+)
+
+
+def redo_line(data: dict[str, Any], mode: RetryErrors) -> bool:
+    """Whether a resume does this output line again.
+
+    Success lines are kept. ``retriable`` redoes error lines whose error may pass: a 408,
+    409, 429 or 5xx status, or with no reply a timeout, a refused or broken connection, a
+    broken stream, an open breaker or a wait past ``max_wait``. It keeps terminal ones: other
+    4xx (bad request, authentication, not found), content filtered, a spent budget, a bad
+    input line. ``all`` redoes every error line, ``none`` none.
+    """
+    error = data.get("error")
+    if not isinstance(error, dict) or mode == "none":
+        return False
+    if mode == "all":
+        return True
+    response = data.get("response")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    if isinstance(status, int) and status >= 400:
+        return status in (408, 409, 429) or status >= 500
+    return error.get("code") in _RETRIABLE_CODES
+
+
+def scan_output(lines: Iterable[bytes], mode: RetryErrors = "none") -> Answered:
     """Read an output file's lines (each with its ``\\n``, as iterating a binary file gives).
 
     Only the last line may be torn: one without a newline or that is not valid JSON is left
     out of ``keep``. A line before it that is not a JSON object with a ``custom_id`` means the
     file is not a batch output.
+
+    Error lines with a custom_id that ``mode`` selects (:func:`redo_line`), and those of a
+    shared quota store that failed, go to ``Answered.redo`` instead of the answered ids (an
+    error line without a custom_id is a bad input line: it is kept).
 
     Raises:
         ConfigError: a line other than the last is not a batch output line.
@@ -289,7 +345,8 @@ def scan_output(lines: Iterable[bytes]) -> Answered:
         custom_id = data["custom_id"]
         error = data.get("error")
         if isinstance(custom_id, str):
-            if isinstance(error, dict) and error.get("code") == REDO_CODE:
+            failed = isinstance(error, dict)
+            if failed and (error.get("code") == REDO_CODE or redo_line(data, mode)):
                 redo.add(custom_id)
             else:
                 ids.add(custom_id)

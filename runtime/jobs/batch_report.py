@@ -97,6 +97,8 @@ class BatchSummary:
     """Summed over successful calls."""
     skipped: int = 0
     """Lines already answered in the output file (``resume``); not run again."""
+    redone: int = 0
+    """Error lines of an earlier run that this resume did again (``retry_errors``)."""
     todo: int = 0
     """Lines this run had to answer (in its shard, not already answered), from the check
     before the run."""
@@ -205,6 +207,7 @@ def format_summary(s: BatchSummary, output: str) -> str:
         f" -> {output}",
         f"  ok {s.ok}, failed {s.failed}"
         + (f", skipped {s.skipped} (already answered)" if s.skipped else "")
+        + (f", redone {s.redone} (error lines tried again)" if s.redone else "")
         + (f", not done {s.left} (run again with --resume)" if s.interrupted else ""),
     ]
     if s.errors:
@@ -236,7 +239,13 @@ def summary_json(s: BatchSummary, *, input: str, output: str) -> dict[str, Any]:
         "interrupted": s.interrupted,
         "lines": s.lines,
         "todo": s.todo,
-        "status": {"ok": s.ok, "failed": s.failed, "skipped": s.skipped, "not_done": s.left},
+        "status": {
+            "ok": s.ok,
+            "failed": s.failed,
+            "skipped": s.skipped,
+            "redone": s.redone,
+            "not_done": s.left,
+        },
         "errors": dict(sorted(s.errors.items())),
         "calls": s.calls,
         "tokens": {

@@ -1,0 +1,187 @@
+"""A plain OpenAI-compatible chat server for outage tests, independent of sluice.
+
+Written on the standard library only (``http.server`` in a thread), so the faults it injects
+do not go through the simulator's own fault code: a test that passes against it says sluice
+copes with a server it has never seen. It streams ``echo: <prompt>`` in three SSE chunks, and
+per request either answers, or (with probability ``fault_rate``) injects one of: 429, 500,
+529, a disconnect after the first chunk, or a stall longer than the client's first-token
+deadline. ``down`` turns the whole server into an outage: ``"502"`` answers an nginx-style
+HTML 502 page, ``"reset"`` resets every connection without a reply.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+FAULTS = ("429", "500", "529", "disconnect", "stall")
+BAD_GATEWAY = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n"
+    b"</html>\r\n"
+)
+
+
+class FaultyServer:
+    """Start with ``with FaultyServer(...) as server:``; ``server.url`` is its ``/v1`` base."""
+
+    def __init__(self, *, fault_rate: float = 0.0, stall: float = 3.0, seed: int = 0) -> None:
+        self.fault_rate = fault_rate
+        self.stall = stall
+        self.down: Literal["502", "reset"] | None = None
+        self.requests = 0
+        """Chat requests received (every one, answered or not)."""
+        self.faults: dict[str, int] = {}
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._httpd.handle_error = lambda request, address: None  # resets we caused ourselves
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> FaultyServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+
+    def _choose(self) -> str:
+        with self._lock:
+            self.requests += 1
+            if self.down is not None:
+                choice = f"down_{self.down}"
+            elif self._rng.random() < self.fault_rate:
+                choice = self._rng.choice(FAULTS)
+            else:
+                choice = "ok"
+            self.faults[choice] = self.faults.get(choice, 0) + 1
+            return choice
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                choice = server._choose()
+                try:
+                    self._answer(choice, body)
+                except OSError:
+                    self.close_connection = True  # the client gave up (a stall): fine
+
+            def _answer(self, choice: str, body: dict) -> None:
+                if choice == "down_reset":
+                    self._reset()
+                    return
+                if choice == "down_502":
+                    self._plain(502, BAD_GATEWAY, "text/html")
+                    return
+                if choice in ("429", "500", "529"):
+                    error = {"error": {"message": f"injected {choice}", "type": "injected"}}
+                    self._plain(int(choice), json.dumps(error).encode(), "application/json")
+                    return
+                if choice == "stall":
+                    time.sleep(server.stall)
+                    self.close_connection = True
+                    return
+                prompt = body["messages"][-1]["content"]
+                text = f"echo: {prompt}"
+                pieces = [text[:5], text[5:10], text[10:]]
+                if not body.get("stream"):
+                    self._plain(200, json.dumps(completion(text)).encode(), "application/json")
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for index, piece in enumerate(pieces):
+                    self._chunk(chunk_event({"content": piece}, None))
+                    if choice == "disconnect" and index == 0:
+                        self._reset()
+                        return
+                self._chunk(chunk_event({}, "stop"))
+                usage = {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+                self._chunk(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+                self._chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _plain(self, status: int, data: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                self.wfile.flush()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _reset(self) -> None:
+                """Close with a TCP reset: no reply, not even a clean end of stream."""
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
+                self.connection.close()
+
+        return Handler
+
+
+def chunk_event(delta: dict, finish: str | None) -> bytes:
+    data = {
+        "id": "chatcmpl-faulty",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def completion(text: str) -> dict:
+    return {
+        "id": "chatcmpl-faulty",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6},
+    }
+
+
+def input_lines(n: int) -> Iterator[bytes]:
+    for i in range(n):
+        body = {"model": "m", "messages": [{"role": "user", "content": f"line {i}"}]}
+        line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions"}
+        yield json.dumps({**line, "body": body}).encode() + b"\n"
