@@ -1,7 +1,11 @@
-"""What survives faults: completed and failed calls, retries and goodput at 0, 10 and 30 % faults.
+"""What survives faults, in both failure modes: completed and failed calls, requests sent per
+call, retries and goodput at 10, 25 and 40 % faults.
 
-    python -m benchmarks.chaos                          # 2000 calls x 3 levels (~1 min)
-    python -m benchmarks.chaos --calls 200 --concurrency 20 --levels 0,0.2
+    python -m benchmarks.chaos                          # 2000 calls x 3 levels x 2 modes
+    python -m benchmarks.chaos --calls 200 --concurrency 20 --levels 0,0.2 --modes wait
+
+Each level runs once per failure mode (``--modes``): ``fail_fast`` (an open breaker or a spent
+retry budget fails the call) and ``wait`` (they delay it; ``--wait-max-attempts`` attempts).
 
 For each fault level, a fresh simulator (in this process, real clock) and a fresh runtime;
 ``--calls`` streamed calls through ``rt.map(max_in_flight=--concurrency)``. The simulator
@@ -58,8 +62,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=200, help="calls in flight (200)")
     p.add_argument(
         "--levels",
-        default="0,0.1,0.3",
-        help="comma-separated shares of requests that fail (0,0.1,0.3)",
+        default="0.1,0.25,0.4",
+        help="comma-separated shares of requests that fail (0.1,0.25,0.4)",
+    )
+    p.add_argument(
+        "--modes",
+        default="fail_fast,wait",
+        help="comma-separated failure modes to run each level in (fail_fast,wait)",
+    )
+    p.add_argument(
+        "--wait-max-attempts",
+        type=int,
+        default=16,
+        help="RetryConfig.wait_max_attempts: the attempt limit of waiting calls (16)",
     )
     p.add_argument(
         "--mix",
@@ -108,6 +123,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--levels must be shares between 0 and 1")
     if sum(a.weights.values()) <= 0:
         p.error("--mix needs a positive weight")
+    a.failure_modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not a.failure_modes or set(a.failure_modes) - {"fail_fast", "wait"}:
+        p.error("--modes must list fail_fast and/or wait")
+    if a.wait_max_attempts < 1:
+        p.error("--wait-max-attempts must be at least 1")
     if a.calls < 1 or a.concurrency < 1:
         p.error("--calls and --concurrency must be at least 1")
     return a
@@ -156,7 +176,7 @@ async def _quiet(rt: sluice.Runtime, within: float) -> dict[str, int]:
         await trio.sleep(0.01)
 
 
-async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
+async def run_level(a: argparse.Namespace, level: float, mode: str) -> dict[str, Any]:
     from sluice.simulator import SimulatorApp, serve_simulator
 
     app = SimulatorApp(sim_config(a, level))
@@ -171,7 +191,11 @@ async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
 
     def requests() -> Iterator[sluice.ChatRequest]:
         for _ in range(a.calls):
-            yield sluice.ChatRequest(model=f"{PROVIDER}:{MODEL}", messages=PROMPT)
+            yield sluice.ChatRequest(
+                model=f"{PROVIDER}:{MODEL}",
+                messages=PROMPT,
+                failure_mode="wait" if mode == "wait" else "fail_fast",
+            )
 
     async with trio.open_nursery() as services:
         port = await services.start(serve_simulator, app)
@@ -185,7 +209,8 @@ async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
                     api_key=sluice.Secret(API_KEY),
                     rate_limit=limits,
                 )
-            }
+            },
+            retry=sluice.RetryConfig(wait_max_attempts=a.wait_max_attempts),
         )
         async with sluice.open_runtime(config, rng=random.Random(a.seed)) as rt:
             busy0 = machine_busy_s()
@@ -227,6 +252,7 @@ async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
     common = texts.most_common(1)[0][1] if texts else 0
     return {
         "fault_rate": level,
+        "mode": mode,
         "calls": a.calls,
         "finished": finished,
         "completed": ok,
@@ -241,6 +267,7 @@ async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
         "ledger_calls": ledger.calls if ledger else 0,
         "ledger_failures": ledger.failures if ledger else 0,
         "server_requests": server_requests,
+        "requests_per_call": round(server_requests / a.calls, 3),
         "goodput_calls_per_s": round(ok / wall, 1) if wall else None,
         "goodput_output_tokens_per_s": round(output_tokens / wall, 1) if wall else None,
         "output_tokens": output_tokens,
@@ -266,20 +293,23 @@ async def run_level(a: argparse.Namespace, level: float) -> dict[str, Any]:
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     levels = []
     for level in a.fault_levels:
-        result = await run_level(a, level)
-        print(
-            f"# {level:.0%} faults: {result['completed']} completed, {result['failed']} failed, "
-            f"{result['retries']} retries, {result['goodput_calls_per_s']} calls/s, "
-            f"{result['wall_s']:.1f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        levels.append(result)
+        for mode in a.failure_modes:
+            result = await run_level(a, level, mode)
+            print(
+                f"# {level:.0%} faults, {mode}: {result['completed']} completed,"
+                f" {result['failed']} failed, {result['requests_per_call']} requests/call,"
+                f" {result['goodput_calls_per_s']} calls/s, {result['wall_s']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            levels.append(result)
     return {
         "benchmark": "chaos",
         "calls": a.calls,
         "concurrency": a.concurrency,
         "mix": a.weights,
+        "modes": a.failure_modes,
+        "wait_max_attempts": a.wait_max_attempts,
         "retry_after": a.retry_after,
         "cooldown_jitter": (
             a.cooldown_jitter

@@ -80,7 +80,15 @@ def test_chaos_benchmark_ends_every_call_once() -> None:
         *("--ttft", "0.005", "--tokens-per-second", "0", "--max-seconds", "30"),
     )
     assert report["ok"] is True
-    clean, faulty = report["levels"]
+    levels = report["levels"]
+    assert [(lv["fault_rate"], lv["mode"]) for lv in levels] == [
+        (0.0, "fail_fast"),
+        (0.0, "wait"),
+        (0.3, "fail_fast"),
+        (0.3, "wait"),
+    ]
+    assert all(lv["requests_per_call"] >= 1 for lv in levels)
+    clean, faulty = levels[0], levels[2]
     assert clean["completed"] == 60 and clean["failed"] == 0 and clean["retries"] == 0
     for level in (clean, faulty):
         assert level["finished"] == 60 and level["ended_twice"] == 0

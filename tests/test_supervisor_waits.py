@@ -277,3 +277,18 @@ async def test_breaker_and_budget_logs_stay_within_window_times_rate(
     assert done == calls
     assert 0 < largest[0] <= breaker.window * rate + 100  # + the calls in flight
     assert 0 < largest[1] <= policy.budget_interval * rate + 100
+
+
+@virtual_deadline(60)
+async def test_an_abandoned_stream_appears_in_the_ledger(autojump_clock):
+    sim = SimulatorConfig(tokens_per_second=10, output_tokens=20)
+    async with sluice.open_runtime(config(), transport=mock_transport(sim)) as rt:
+        async with rt.stream("sim:sim-small", "hi") as call:
+            async for event in call:
+                if isinstance(event, sluice.TextDelta):
+                    break  # the consumer leaves after the first delta
+        await trio.testing.wait_all_tasks_blocked()
+        totals = (await rt.ledger_totals())["sim:sim-small"]
+    assert totals.calls == 0  # not a call that ended (see test_runtime), but billed:
+    assert (totals.usage_records, totals.estimated) == (1, 1)  # what it generated, estimated
+    assert totals.input_tokens > 0 and totals.output_tokens >= 1
