@@ -345,6 +345,8 @@ class _CallRun:
         last_error: CallError | None = None
         """The last failure of a waiting call: what it ends with when its wait runs out."""
         while True:
+            if call.abandoned:
+                return None  # the consumer left while the call waited
             now = trio.current_time()
             if waits and last_error is not None and now >= self._state(waits).wait_until:
                 return last_error, 0
@@ -352,7 +354,7 @@ class _CallRun:
                 blocked = when_blocked(self._state(waits), retrying, peers.budget.free_in(now), now)
                 if isinstance(blocked, Fail):
                     return blocked.error, 0
-                await trio.sleep(blocked.delay)
+                await self._pause(blocked.delay)
                 continue
             retrying = None
             ticket = NO_TICKET
@@ -369,7 +371,7 @@ class _CallRun:
                         self.attempt += 1
                         return attrs.evolve(blocked.error, attempt=self.attempt), 0
                     last_error = error
-                    await trio.sleep(blocked.delay)
+                    await self._pause(blocked.delay)
                     continue
                 ticket = admitted
             with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
@@ -430,7 +432,18 @@ class _CallRun:
                         events.append(StreamReset(call.call_id, self.attempt, error.message))
                     events.append(Retrying(call.call_id, self.attempt, delay, error))
                     await self._emit(*events)
-                    await trio.sleep(delay)
+                    await self._pause(delay)
+
+    async def _pause(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less if the consumer leaves meanwhile (a waiting call
+        may pause for long: an abandoned one must not linger)."""
+        control = self.call.control
+        with trio.CancelScope(deadline=trio.current_time() + delay) as pause:
+            control.watch(pause)
+            try:
+                await trio.sleep_forever()
+            finally:
+                control.unwatch(pause)
 
     def _state(self, waits: bool) -> CallState:
         call = self.call
@@ -452,8 +465,10 @@ class _CallRun:
         now = trio.current_time()
         self.pending.append(Queued(call.call_id, self.attempt, now))
         admission = None
-        state = self._state(waits)
-        with trio.CancelScope(deadline=state.wait_until if waits else call.deadline) as waiting:
+        # A waiting call stops waiting for admission at its max_wait (computed only then: this
+        # is every call's path).
+        deadline = self._state(waits).wait_until if waits else call.deadline
+        with trio.CancelScope(deadline=deadline) as waiting:
             call.control.watch(waiting)  # a consumer that leaves stops the wait
             try:
                 admission = await peers.limiter.acquire(

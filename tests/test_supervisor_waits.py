@@ -292,3 +292,15 @@ async def test_an_abandoned_stream_appears_in_the_ledger(autojump_clock):
     assert totals.calls == 0  # not a call that ended (see test_runtime), but billed:
     assert (totals.usage_records, totals.estimated) == (1, 1)  # what it generated, estimated
     assert totals.input_tokens > 0 and totals.output_tokens >= 1
+
+
+@virtual_deadline(120)
+async def test_a_waiting_call_whose_consumer_leaves_ends_at_once(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(script=("500",) * 5))
+    async with sluice.open_runtime(config(retry=PATIENT), transport=mock_transport(app)) as rt:
+        await open_breaker(rt)
+        request = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
+        with trio.move_on_after(2.0):
+            await rt.chat(request)  # waits for the breaker; its caller gives up at 2 s
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await rt.statistics()).calls_in_flight == 0  # not lingering until the probe
