@@ -345,8 +345,9 @@ def scan_output(lines: Iterable[bytes], mode: RetryErrors = "none") -> Answered:
         custom_id = data["custom_id"]
         error = data.get("error")
         if isinstance(custom_id, str):
-            failed = isinstance(error, dict)
-            if failed and (error.get("code") == REDO_CODE or redo_line(data, mode)):
+            if isinstance(error, dict) and (
+                error.get("code") == REDO_CODE or redo_line(data, mode)
+            ):
                 redo.add(custom_id)
             else:
                 ids.add(custom_id)
