@@ -119,7 +119,7 @@ class CircuitBreaker:
     def state(self, now: float) -> State:
         if self._opened_at == -math.inf:
             return "closed"
-        if now - self._opened_at < self.open_for:
+        if now < self._opened_at + self.open_for:  # the same sum as retry_in: no rounding gap
             return "open"
         return "half_open"
 
