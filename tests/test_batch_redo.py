@@ -22,12 +22,60 @@ from sluice.jobs.batch import run_batch
 from sluice.jobs.batch_lines import redo_line
 
 from .helpers import SLUICE, sim_process
-from .test_batch_resume import read_output, request_line, write_input
-from .test_batch_signals import count_lines, start, wait_for_lines, whole_lines
-from .test_batch_signals import write_input as write_many
 
 GUARD = 30
 TIMEOUT = 60
+
+
+def request_line(custom_id: str, content: str) -> str:
+    body = {"model": "sim:sim-small", "messages": [{"role": "user", "content": content}]}
+    line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
+    return orjson.dumps({**line, "body": body}).decode()
+
+
+def write_input(tmp_path, lines):
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    return source
+
+
+def write_many(path, n: int):
+    path.write_text("".join(request_line(f"req-{i}", f"{i}") + "\n" for i in range(n)))
+    return path
+
+
+def read_output(path):
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def whole_lines(path) -> list[dict]:
+    """Every line of ``path``: each must be complete JSON."""
+    data = path.read_bytes() if path.exists() else b""
+    assert data == b"" or data.endswith(b"\n")
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+def count_lines(path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def start(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [SLUICE, "batch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def wait_for_lines(proc: subprocess.Popen[bytes], out, n: int) -> int:
+    """Poll until ``out`` holds ``n`` lines; return how many it holds then."""
+    deadline = time.monotonic() + TIMEOUT
+    while (found := count_lines(out)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the batch made no progress"
+        time.sleep(0.005)
+    return found
 
 
 def ok_line(custom_id: str) -> bytes:

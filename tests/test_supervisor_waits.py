@@ -15,7 +15,22 @@ from sluice.config import BreakerConfig, ProviderConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
-from .test_supervisor import CrashingTransport
+
+
+class CrashingTransport(httpx.AsyncBaseTransport):
+    """Raises a bug-like exception on chosen requests: a crash injected through a parameter."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, crash_on: set[int]) -> None:
+        self.inner = inner
+        self.crash_on = crash_on
+        self.seen = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen += 1
+        if self.seen in self.crash_on:
+            raise RuntimeError(f"injected crash on request {self.seen}")
+        return await self.inner.handle_async_request(request)
+
 
 BREAKER = BreakerConfig(min_failures=5, open_for=10.0)
 ONE_ATTEMPT = RetryConfig(max_attempts=1, wait_max_attempts=1, jitter=0.0)
