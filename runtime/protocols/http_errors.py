@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["error_for_status", "excerpt", "parse_retry_after", "provider_wait"]
 
-_SECONDS = re.compile(r"\s*\d+(?:\.\d*)?\s*")
+# HTTP's whitespace only: ``\s`` would admit characters (U+001F...) that float() refuses.
+_SECONDS = re.compile(r"[ \t]*\d+(?:\.\d*)?[ \t]*")
 
 # Wording providers use when the prompt does not fit: OpenAI and vLLM ("maximum context
 # length", code context_length_exceeded), Anthropic ("prompt is too long"), Gemini ("exceeds
