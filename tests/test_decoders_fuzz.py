@@ -256,3 +256,11 @@ def test_recorded_streams_with_one_value_swapped(
 @given(which=st.integers(min_value=0), new=json_values)
 def test_recorded_bodies_with_one_value_swapped(case: Case, which: int, new: Any) -> None:
     run_whole(_protocol(case), _mutate(case.body(), which, new))
+
+
+def test_a_retry_after_with_a_control_character_is_ignored_not_a_crash() -> None:
+    """Found by the error-decoder fuzz test: ``\\s`` matched U+001F, which float() refuses."""
+    from sluice.protocols.http_errors import parse_retry_after
+
+    assert parse_retry_after({"retry-after": "0\x1f"}, 0.0) is None
+    assert parse_retry_after({"retry-after": " 12 "}, 0.0) == 12.0
