@@ -250,6 +250,12 @@ class ProviderConfig(Record):
     connect_timeout: float = attrs.field(default=10.0, validator=gt(0))
     max_connections: int = attrs.field(default=2048, validator=ge(1))
     """Connections to this provider at most (its keep-alive pool's size)."""
+    api_version: str | None = None
+    """Azure OpenAI's ``api-version`` (``"2024-10-21"``): requests go to the deployment API,
+    ``{base_url}/openai/deployments/{model}/chat/completions?api-version=...``, with the key in
+    an ``api-key`` header, and the model name is the deployment's name. ``base_url`` is then the
+    resource's root (``https://NAME.openai.azure.com``). Leave it unset for Azure's ``/openai/v1``
+    API, which takes OpenAI's paths."""
     transport: Literal["fast", "httpx"] = "fast"
     """The hot path's HTTP client: sluice's own trio HTTP/1.1 client, or httpx (HTTP/2,
     SOCKS/HTTPS proxies and anything else the fast one does not cover)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -41,7 +42,7 @@ from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
 from .wire import to_json
 
-__all__ = ["build_body", "build_request", "merge_extra"]
+__all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
 
 def build_request(
@@ -54,7 +55,9 @@ def build_request(
 ) -> HttpRequest:
     """``POST {base_url}/chat/completions`` for ``request``.
 
-    ``base_url`` already holds the version prefix (``https://api.openai.com/v1``). Headers:
+    ``base_url`` already holds the version prefix (``https://api.openai.com/v1``); with
+    ``quirks.azure_api_version`` it is an Azure resource's root and the deployment-style path
+    and ``api-version`` query are added (see :class:`~.quirks.RequestQuirks`). Headers:
     ``content-type``, ``accept`` (``text/event-stream`` when streaming), ``authorization`` when
     ``api_key`` is given, then ``headers``, which replace defaults of the same name.
     ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
@@ -70,10 +73,20 @@ def build_request(
             merged[name.lower()] = value
     return HttpRequest(
         method="POST",
-        url=base_url.rstrip("/") + "/chat/completions",
+        url=chat_url(base_url, request.model_name, quirks),
         headers=tuple(merged.items()),
         body=orjson.dumps(build_body(request, quirks), default=to_json),
     )
+
+
+def chat_url(base_url: str, model: str, quirks: RequestQuirks | None = None) -> str:
+    """Where a chat request for ``model`` goes: OpenAI's path, or Azure's deployment path."""
+    root = base_url.rstrip("/")
+    version = quirks.azure_api_version if quirks is not None else None
+    if version is None:
+        return root + "/chat/completions"
+    deployment = quote(model, safe="")
+    return f"{root}/openai/deployments/{deployment}/chat/completions?api-version={quote(version)}"
 
 
 def build_body(request: ChatRequest, quirks: RequestQuirks | None = None) -> dict[str, Any]:

@@ -45,6 +45,10 @@ class RequestQuirks(Record):
     max_tokens_field: str = "max_tokens"
     """The name ``max_tokens`` is sent under (OpenAI's newer models want
     ``max_completion_tokens``)."""
+    azure_api_version: str | None = None
+    """Azure OpenAI's deployment API: requests go to
+    ``{base_url}/openai/deployments/{model}/chat/completions?api-version={this}``, where the
+    model name is the deployment's name. None: ``{base_url}/chat/completions``."""
 
     @property
     def changes_nothing(self) -> bool:

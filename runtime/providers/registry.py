@@ -184,11 +184,17 @@ def resolve_provider(
     if definition is None and user.base_url is None:
         raise ConfigError(_unknown(name, plugins))
     protocol = user.protocol or (definition.protocol if definition else "openai")
+    if user.api_version is not None and protocol != "openai":
+        raise ConfigError(
+            f"providers.{name}.api_version is Azure OpenAI's deployment API, which speaks the "
+            f"openai protocol, not {protocol!r}: drop api_version or set protocol = \"openai\""
+        )
     base_url = _base_url(name, definition, user, env, protocol)
     custom_url = definition is None or user.base_url is not None
     auth: AuthStyle = (
         user.auth
         or (definition.auth_style if definition and definition.protocol == protocol else None)
+        or ("api-key" if user.api_version is not None else None)
         or DEFAULT_AUTH[protocol]
     )
     key, source = (
@@ -377,6 +383,8 @@ def _quirks(
             if getattr(override, a.name) is not None
         }
         quirks = attrs.evolve(quirks, **changes)
+    if user.api_version is not None:
+        quirks = attrs.evolve(quirks, azure_api_version=user.api_version)
     return quirks
 
 

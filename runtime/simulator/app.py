@@ -7,6 +7,8 @@ quotas) live in their own modules; this one only sequences them and waits.
 
 Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
 ``POST /v1/completions`` (OpenAI text completions), ``POST /v1/embeddings``,
+``POST /openai/deployments/{name}/chat/completions`` (Azure OpenAI's deployment API: OpenAI's
+route, the deployment's name as the model),
 ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``). Anything
 else is a 404 with an OpenAI-style error body. The generation routes share the latency model,
 the fault directives, the fault dice and the quotas; only the wire format differs
@@ -28,8 +30,10 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, TypeAlias, assert_never
+from urllib.parse import unquote
 
 import attrs
+import orjson
 import trio
 
 from ..errors import StoreUnavailable
@@ -169,6 +173,9 @@ class SimulatorApp:
             response = await self._generate(COMPLETIONS, headers, body, request_id)
         elif route == "/v1/embeddings" and method == "POST":
             response = await self._embed(body, request_id)
+        elif method == "POST" and (deployment := azure_deployment(route)) is not None:
+            body = with_model(body, deployment)
+            response = await self._generate(OPENAI, headers, body, request_id)
         else:
             response = self._other(method, route, request_id)
         if self._quota is not None and self._shared_quota is None:
@@ -514,3 +521,28 @@ def _header(headers: Headers, name: bytes) -> str | None:
         if key_b.lower() == name:
             return value.decode("latin-1") if isinstance(value, bytes) else value
     return None
+
+
+_AZURE_PREFIX = "/openai/deployments/"
+_AZURE_SUFFIX = "/chat/completions"
+
+
+def azure_deployment(route: str) -> str | None:
+    """The deployment named by an Azure OpenAI chat path, or None for any other path."""
+    if not (route.startswith(_AZURE_PREFIX) and route.endswith(_AZURE_SUFFIX)):
+        return None
+    name = unquote(route[len(_AZURE_PREFIX) : -len(_AZURE_SUFFIX)])
+    return name if name and "/" not in name else None
+
+
+def with_model(body: bytes, model: str) -> bytes:
+    """``body`` with its ``model`` set to ``model`` (Azure names the model in the path). A body
+    that is not a JSON object is left for the request parser to refuse."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if not isinstance(parsed, dict):
+        return body
+    parsed["model"] = model
+    return orjson.dumps(parsed)
