@@ -20,9 +20,11 @@ from ._runtime import open_runtime as open_runtime
 from .config import BreakerConfig as BreakerConfig
 from .config import BudgetConfig as BudgetConfig
 from .config import CacheConfig as CacheConfig
+from .config import Deployment as Deployment
 from .config import LedgerConfig as LedgerConfig
 from .config import MetricsConfig as MetricsConfig
 from .config import ModelConfig as ModelConfig
+from .config import ModelGroup as ModelGroup
 from .config import PriceConfig as PriceConfig
 from .config import ProviderConfig as ProviderConfig
 from .config import QuirksConfig as QuirksConfig
@@ -157,6 +159,7 @@ __all__ = [
     "ContentFiltered",
     "ContextTooLong",
     "Deadlines",
+    "Deployment",
     "EmptyResponse",
     "Failed",
     "FallingBack",
@@ -172,6 +175,7 @@ __all__ = [
     "MetricsConfig",
     "Message",
     "ModelConfig",
+    "ModelGroup",
     "NotFound",
     "Overloaded",
     "PriceConfig",

@@ -437,6 +437,9 @@ class ChatRequest(Record):
     message). ``True`` means ``{"system", "last_message"}``. Honoured by the Anthropic protocol
     (``cache_control`` blocks); ignored by protocols that cache prompts on their own (OpenAI)
     or not per request (Gemini, Ollama)."""
+    affinity_key: str | None = None
+    """For a model group with ``affinity = "key"``: calls with the same key go to the same
+    deployment while it is usable (a conversation's turns hit one provider's prompt cache)."""
 
     def __attrs_post_init__(self) -> None:
         # The common case costs a few exact type tests; anything else gets the full check,

@@ -81,7 +81,7 @@ def test_an_unknown_key_names_its_path_the_valid_keys_and_a_close_match(tmp_path
     assert text.startswith(f"{path}: invalid config:")
     assert "unknown key 'base_ulr' (did you mean 'base_url'?)" in text
     assert "@ $.providers['openai']" in text
-    assert "valid keys: api_key, api_key_env, auth, base_url," in text
+    assert "valid keys: api_key, api_key_env, api_version, auth, base_url," in text
     with pytest.raises(
         ConfigError,
         match=r"unknown key 'retyr' \(did you mean 'retry'\?\); valid keys: .*stream_buffer.* @ \$",
