@@ -47,6 +47,7 @@ from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
 from .record import Record
 from .retry_budget import RetryBudget
+from .routing import Routing
 
 if TYPE_CHECKING:
     import httpx
@@ -411,6 +412,7 @@ class Runtime:
         environ: Mapping[str, str] | None,
         simulator_config: SimulatorConfig,
         observer: Observer | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.config = config
         self._observer = observer
@@ -431,6 +433,9 @@ class Runtime:
         """Opened with the runtime when the config enables it, else by the first call that
         opts in (``response_cache=True``)."""
         self._cache_by_default = config.cache.enabled
+        self._routing = Routing(config.groups, rng or random.Random())
+        """Model groups' routing state; the Supervisor reports attempts' ends to it."""
+        self._group_specs: dict[str, tuple[ResolvedProvider, ...]] = {}
 
     async def _route(
         self, model: str
@@ -478,6 +483,10 @@ class Runtime:
         """Start ``request``: its stream, and the call (None when the response cache answered;
         the stream then already holds the replay)."""
         assert self._providers is not None
+        group = None
+        failover = 0
+        if ":" not in request.model:
+            request, group, failover = await self._place_in_group(request)
         provider_name, model = split_model(request.model)
         spec, mailbox = await self._providers.get(provider_name)
         call_id = f"c{next(self._ids)}"
@@ -526,6 +535,42 @@ class Runtime:
         if self._observer is not None:
             self._observer.call_started(call)
         return CallStream(call_id, receive, on_result), call
+
+    async def _place_in_group(self, request: ChatRequest) -> tuple[ChatRequest, str, int]:
+        """``request`` for model group ``request.model``, sent to the deployment its strategy
+        chooses with the group's other deployments as failover targets ahead of the request's
+        own fallbacks; the group's name; how many deployments lead the chain.
+
+        Raises:
+            ConfigError: no group has that name (a bare name is not ``provider:model``).
+        """
+        name = request.model
+        group = self.config.groups.get(name)
+        if group is None:
+            known = ", ".join(repr(g) for g in sorted(self.config.groups)) or "none is configured"
+            raise ConfigError(
+                f"model {name!r} is neither 'provider:model' (e.g. 'openai:gpt-4o-mini') nor a "
+                f"model group (groups: {known})"
+            )
+        routing = self._routing
+        specs = self._group_specs.get(name)
+        if specs is None:
+            assert self._providers is not None
+            found = [
+                (await self._providers.get(split_model(d.model)[0]))[0] for d in group.deployments
+            ]
+            specs = self._group_specs[name] = tuple(found)
+            routing.add(name, [spec.rate_limit for spec in specs])
+        models = [split_model(d.model)[1] for d in group.deployments]
+        peers = self._peers
+        now = trio.current_time()
+
+        def blocked(i: int) -> bool:
+            return peers is not None and peers.breaker_open(specs[i], models[i], now)
+
+        order = routing.order(name, request, now, blocked)
+        placed = attrs.evolve(request, model=order[0], fallbacks=(*order[1:], *request.fallbacks))
+        return placed, name, len(order)
 
     async def _open_cache(self) -> ResponseCache:
         from .cache import ResponseCache  # only a runtime that caches loads the cache
@@ -913,6 +958,7 @@ async def open_runtime(
         environ=environ,
         simulator_config=simulator,
         observer=observer,
+        rng=rng,
     )
     on_restart = observer.actor_restarted
     try:

@@ -17,14 +17,25 @@ import math
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
+from .errors import RateLimited
+
 if TYPE_CHECKING:
     import random
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
+
+    from .errors import CallError
 
     from .config import ModelGroup, RateLimitConfig
     from .messages import ChatRequest
 
-__all__ = ["MAX_AFFINITIES", "PREFIX_CHARS", "GroupRouter", "affinity_key", "request_capacity"]
+__all__ = [
+    "MAX_AFFINITIES",
+    "PREFIX_CHARS",
+    "GroupRouter",
+    "Routing",
+    "affinity_key",
+    "request_capacity",
+]
 
 MAX_AFFINITIES = 10_000
 """Affinity keys remembered per group, least recently used dropped first."""
@@ -218,3 +229,81 @@ class GroupRouter:
         """Deployment ``i`` answered 429: pass it over until ``until`` (trio time)."""
         if until > self.cool_until[i]:
             self.cool_until[i] = until
+
+
+class Routing:
+    """The routers of one runtime's model groups, and the calls each has placed.
+
+    The runtime asks :meth:`order` when it submits a call to a group (which counts the call on
+    its first deployment); the Supervisor reports :meth:`moved` when a call fails over to another
+    deployment and :meth:`finished` when it ends, so the counts of calls in flight stay exact
+    on every exit path.
+    """
+
+    __slots__ = ("_cooldowns", "_rng", "groups", "routers")
+
+    def __init__(self, groups: Mapping[str, ModelGroup], rng: random.Random) -> None:
+        self.groups = groups
+        self.routers: dict[str, GroupRouter] = {}
+        self._cooldowns: dict[str, list[float]] = {}
+        self._rng = rng
+
+    def add(
+        self, name: str, limits: Sequence[RateLimitConfig]
+    ) -> GroupRouter:
+        """The router of group ``name``, made from its deployments' rate limits (in order)."""
+        group = self.groups[name]
+        capacities = [
+            request_capacity(limit, d.weight)
+            for limit, d in zip(limits, group.deployments, strict=True)
+        ]
+        router = self.routers[name] = GroupRouter(group, capacities, self._rng)
+        self._cooldowns[name] = [limit.default_cooldown for limit in limits]
+        return router
+
+    def order(
+        self,
+        name: str,
+        request: ChatRequest,
+        now: float,
+        blocked: Callable[[int], bool] | None = None,
+    ) -> tuple[str, ...]:
+        """Every deployment of group ``name``, in the order the call should try them: the
+        strategy's choice first, then the others it would choose next, then those unusable
+        now (cooling down, breaker open) so a call that may wait still has somewhere to go.
+        The first is counted as in flight."""
+        router = self.routers[name]
+        key = affinity_key(request, router.group.affinity)
+        order: list[int] = []
+        while True:
+            chosen = router.choose(
+                now, blocked=blocked, exclude=order, affinity=None if order else key
+            )
+            if chosen is None:
+                break
+            order.append(chosen)
+        order.extend(i for i in range(len(router.models)) if i not in order)
+        router.started(order[0], now)
+        return tuple(router.models[i] for i in order)
+
+    def moved(self, name: str, left: str, to: str, now: float, error: CallError | None) -> None:
+        """A call left deployment ``left`` (after ``error``) for ``to``."""
+        self._ended(name, left, None, error, now)
+        router = self.routers[name]
+        router.started(router.index(to), now)
+
+    def finished(
+        self, name: str, model: str, ttft: float | None, error: CallError | None, now: float
+    ) -> None:
+        """A call of group ``name`` ended on ``model``; ``ttft`` if it got a first token."""
+        self._ended(name, model, ttft, error, now)
+
+    def _ended(
+        self, name: str, model: str, ttft: float | None, error: CallError | None, now: float
+    ) -> None:
+        router = self.routers[name]
+        i = router.index(model)
+        router.ended(i, ttft)
+        if isinstance(error, RateLimited):
+            wait = error.retry_after
+            router.cool(i, now + (wait if wait is not None else self._cooldowns[name][i]))
