@@ -80,6 +80,7 @@ from sluice.retry_policy import (
     describe,
     when_blocked,
 )
+from sluice.routing import Routing
 from sluice.tools.correct import NO_CORRECTIONS, Corrections
 
 from .rate_limiter import RateLimiterHandle
@@ -166,6 +167,19 @@ class SupervisorPeers(Record):
     """Calls being supervised now (one mutable cell, read by the runtime's statistics)."""
     prepare: Preparer = default_preparer
     """Prepares the caller's request again when a call falls back to another model."""
+    routing: Routing | None = None
+    """Model groups' routing state: told when a group's call moves or ends."""
+
+    def breaker_state(self, provider: ResolvedProvider, model: str, now: float) -> str:
+        """``closed``, ``open`` or ``half_open`` for ``model`` of ``provider`` (``closed``
+        when it has no breaker)."""
+        breaker = self.breaker(provider, model)
+        return "closed" if breaker is None else breaker.state(now)
+
+    def breaker_open(self, provider: ResolvedProvider, model: str, now: float) -> bool:
+        """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open)."""
+        breaker = self.breaker(provider, model)
+        return breaker is not None and breaker.state(now) == "open"
 
     def breaker(self, provider: ResolvedProvider, model: str) -> CircuitBreaker | None:
         """The breaker for ``model`` of ``provider``: one per model unless the provider's
@@ -249,6 +263,10 @@ class _CallRun:
         self.corrected = 0
         """Correction retries so far, over every model (they do not count as transport
         attempts)."""
+        self.deployment = call.request.model
+        """A group's call: the deployment it is counted on (it moves on failover)."""
+        self.backend_ttft: float | None = None
+        """Admission to first token of the winning attempt (the backend's own latency)."""
 
     async def _emit(self, *events: CallEvent) -> None:
         """Send the pending events and ``events`` to the consumer as one batch."""
@@ -268,6 +286,19 @@ class _CallRun:
         )
 
     async def run(self) -> None:
+        if self.call.group is None:
+            await self._run()
+            return
+        # A group's call is counted in flight on its deployment until it ends, on every path.
+        try:
+            await self._run()
+        finally:
+            assert self.peers.routing is not None
+            self.peers.routing.finished(
+                self.call.group, self.deployment, self.backend_ttft, None, trio.current_time()
+            )
+
+    async def _run(self) -> None:
         call, peers = self.call, self.peers
         peers.budget.first_attempt(trio.current_time())
         route = call
@@ -281,7 +312,10 @@ class _CallRun:
                     await self._fail(self._fix(error, route))
                     return
             self.models_tried.append(f"{route.provider.name}:{route.model}")
-            outcome = await self._through_model(route, last=index + 1 == len(chain))
+            fails_over = index + 1 < call.failover
+            outcome = await self._through_model(
+                route, last=index + 1 == len(chain), fails_over=fails_over
+            )
             if isinstance(outcome, ChatResult):
                 await peers.ledger.record(
                     RecordCall(
@@ -293,7 +327,13 @@ class _CallRun:
             if outcome is None:
                 return  # the consumer left
             error, delivered = outcome
-            if index + 1 < len(chain) and error.kind in peers.retry.fallback_on:
+            moves = fails_over and (error.retryable or error.kind in peers.retry.fallback_on)
+            if moves or (index + 1 < len(chain) and error.kind in peers.retry.fallback_on):
+                if index + 1 < call.failover:
+                    assert peers.routing is not None and call.group is not None
+                    now = trio.current_time()
+                    peers.routing.moved(call.group, model, chain[index + 1], now, error)
+                    self.deployment = chain[index + 1]
                 events: list[CallEvent] = []
                 if delivered:
                     events.append(StreamReset(call.call_id, self.attempt, error.message))
@@ -327,13 +367,14 @@ class _CallRun:
         await self._emit(Failed(self.call.call_id, error))
 
     async def _through_model(
-        self, route: Call, last: bool
+        self, route: Call, last: bool, fails_over: bool = False
     ) -> ChatResult | tuple[CallError, int] | None:
         """Attempts against one model until a result, a final error, or the consumer leaving.
 
         The decisions are :mod:`sluice.retry_policy`'s; this loop carries them out. ``last``:
         no fallback model follows, so a call in ``wait`` mode waits out an open breaker here
-        instead of moving on.
+        instead of moving on. ``fails_over``: another deployment of the call's group follows,
+        so a retryable failure returns at once for the call to move there.
         """
         peers, call = self.peers, self.call
         breaker = peers.breaker(route.provider, route.model)
@@ -411,6 +452,8 @@ class _CallRun:
                         )
                     continue
                 case (error, delivered):
+                    if fails_over and error.retryable:
+                        return error, delivered
                     last_error = error
                     now = trio.current_time()
                     decision = after_failure(
@@ -571,6 +614,8 @@ class _CallRun:
         call = self.call
         now = trio.current_time()
         first = outcome.first_token_at
+        if first is not None:
+            self.backend_ttft = first - admitted_at
         return ChatResult(
             call_id=call.call_id,
             provider=route.provider.name,

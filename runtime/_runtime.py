@@ -47,7 +47,7 @@ from .providers.codec import provider_codec
 from .providers.registry import ResolvedProvider, resolve_provider
 from .record import Record
 from .retry_budget import RetryBudget
-from .routing import Routing
+from .routing import DeploymentStatistics, Routing
 
 if TYPE_CHECKING:
     import httpx
@@ -175,6 +175,8 @@ class RuntimeStatistics(Record):
     retry_budget_available: float
     breakers: Mapping[str, str]
     """Per provider: ``closed``, ``open`` or ``half_open``."""
+    groups: Mapping[str, tuple[DeploymentStatistics, ...]] = attrs.field(factory=dict)
+    """Per model group used so far: its deployments, in the configured order."""
 
 
 @attrs.frozen(repr=False)
@@ -482,11 +484,22 @@ class Runtime:
     ) -> tuple[CallStream, Call | None]:
         """Start ``request``: its stream, and the call (None when the response cache answered;
         the stream then already holds the replay)."""
+        if ":" in request.model:
+            return await self._start(request, quiet)
+        placed, group, failover = await self._place_in_group(request)
+        submitted = False
+        try:
+            stream, call = await self._start(placed, quiet, group, failover)
+            submitted = call is not None
+            return stream, call
+        finally:
+            if not submitted:  # the Supervisor never got it: it will not report its end
+                self._routing.finished(group, placed.model, None, None, trio.current_time())
+
+    async def _start(
+        self, request: ChatRequest, quiet: bool, group: str | None = None, failover: int = 0
+    ) -> tuple[CallStream, Call | None]:
         assert self._providers is not None
-        group = None
-        failover = 0
-        if ":" not in request.model:
-            request, group, failover = await self._place_in_group(request)
         provider_name, model = split_model(request.model)
         spec, mailbox = await self._providers.get(provider_name)
         call_id = f"c{next(self._ids)}"
@@ -525,6 +538,8 @@ class Runtime:
             cost=estimate_cost(request, spec.rate_limit.expected_output_tokens),
             quiet=quiet,
             prepared=prepared,
+            group=group,
+            failover=failover,
         )
         try:
             await put(self._supervisor, Submit(call))
@@ -559,8 +574,10 @@ class Runtime:
             found = [
                 (await self._providers.get(split_model(d.model)[0]))[0] for d in group.deployments
             ]
-            specs = self._group_specs[name] = tuple(found)
-            routing.add(name, [spec.rate_limit for spec in specs])
+            # Another call may have made the router while this one waited for the providers.
+            specs = self._group_specs.setdefault(name, tuple(found))
+            if name not in routing.routers:
+                routing.add(name, [spec.rate_limit for spec in specs])
         models = [split_model(d.model)[1] for d in group.deployments]
         peers = self._peers
         now = trio.current_time()
@@ -716,13 +733,24 @@ class Runtime:
         """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
         assert self._providers is not None and self._peers is not None
         now = trio.current_time()
+        peers = self._peers
         return RuntimeStatistics(
-            calls_in_flight=self._peers.in_flight[0],
+            calls_in_flight=peers.in_flight[0],
             attempts_in_flight=self._providers.in_flight(),
             quotas=await self._limiter.statistics(),
-            retry_budget_available=self._peers.budget.available(now),
-            breakers={name: b.state(now) for name, b in self._peers.breakers.items()},
+            retry_budget_available=peers.budget.available(now),
+            breakers={name: b.state(now) for name, b in peers.breakers.items()},
+            groups=self._routing.statistics(
+                now, lambda p, m: peers.breaker_state(self._group_spec(p), m, now)
+            ),
         )
+
+    def _group_spec(self, provider: str) -> ResolvedProvider:
+        for specs in self._group_specs.values():
+            for spec in specs:
+                if spec.name == provider:
+                    return spec
+        raise KeyError(provider)
 
     @property
     def metrics(self) -> Metrics | None:
@@ -1003,6 +1031,7 @@ async def open_runtime(
                     budget,
                     catch_bugs=catch_bugs,
                     prepare=rt._prepare,
+                    routing=rt._routing,
                 )
                 async with trio.open_nursery() as front:
                     await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")

@@ -100,6 +100,11 @@ class Call(Record):
     is the caller's request); None for a request without tools, which is sent as it is."""
     control: CallControl = attrs.field(factory=lambda: CallControl())
     """Shared by every copy of the call (fallback and correction routes are copies)."""
+    group: str | None = None
+    """The model group the caller named, when it named one (see :mod:`sluice.routing`)."""
+    failover: int = 0
+    """How many of the request's models (``model``, then ``fallbacks``) are deployments of
+    ``group``: a retryable failure on one moves the call to the next at once."""
 
     @property
     def abandoned(self) -> bool:

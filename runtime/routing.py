@@ -17,20 +17,23 @@ import math
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
+import attrs
+
 from .errors import RateLimited
+from .record import Record
 
 if TYPE_CHECKING:
     import random
     from collections.abc import Callable, Collection, Mapping, Sequence
 
-    from .errors import CallError
-
     from .config import ModelGroup, RateLimitConfig
+    from .errors import CallError
     from .messages import ChatRequest
 
 __all__ = [
     "MAX_AFFINITIES",
     "PREFIX_CHARS",
+    "DeploymentStatistics",
     "GroupRouter",
     "Routing",
     "affinity_key",
@@ -231,6 +234,24 @@ class GroupRouter:
             self.cool_until[i] = until
 
 
+@attrs.frozen(repr=False)
+class DeploymentStatistics(Record):
+    """A snapshot of one deployment of a model group."""
+
+    model: str
+    """``provider:model``."""
+    in_flight: int
+    """Calls placed on it and not ended (queued for admission included)."""
+    calls: int
+    """Calls placed on it so far (first placements and failovers)."""
+    ttft: float | None
+    """Moving average of admission to first token, in seconds (None before its first)."""
+    cooling_left: float
+    """Seconds it is still passed over after a 429."""
+    breaker: str
+    """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
+
+
 class Routing:
     """The routers of one runtime's model groups, and the calls each has placed.
 
@@ -248,9 +269,7 @@ class Routing:
         self._cooldowns: dict[str, list[float]] = {}
         self._rng = rng
 
-    def add(
-        self, name: str, limits: Sequence[RateLimitConfig]
-    ) -> GroupRouter:
+    def add(self, name: str, limits: Sequence[RateLimitConfig]) -> GroupRouter:
         """The router of group ``name``, made from its deployments' rate limits (in order)."""
         group = self.groups[name]
         capacities = [
@@ -297,6 +316,28 @@ class Routing:
     ) -> None:
         """A call of group ``name`` ended on ``model``; ``ttft`` if it got a first token."""
         self._ended(name, model, ttft, error, now)
+
+    def statistics(
+        self, now: float, breaker: Callable[[str, str], str]
+    ) -> dict[str, tuple[DeploymentStatistics, ...]]:
+        """Every used group's deployments; ``breaker(provider, model)`` gives breaker states."""
+        out: dict[str, tuple[DeploymentStatistics, ...]] = {}
+        for name, router in self.routers.items():
+            rows = []
+            for i, model in enumerate(router.models):
+                provider, _, bare = model.partition(":")
+                rows.append(
+                    DeploymentStatistics(
+                        model=model,
+                        in_flight=router.in_flight[i],
+                        calls=router.picks[i],
+                        ttft=router.ttft[i],
+                        cooling_left=max(0.0, router.cool_until[i] - now),
+                        breaker=breaker(provider, bare),
+                    )
+                )
+            out[name] = tuple(rows)
+        return out
 
     def _ended(
         self, name: str, model: str, ttft: float | None, error: CallError | None, now: float

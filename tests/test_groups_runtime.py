@@ -7,6 +7,7 @@ import bisect
 from collections import Counter, defaultdict
 
 import httpx
+import orjson
 import pytest
 import trio
 
@@ -20,6 +21,7 @@ from sluice import (
     RetryConfig,
     RuntimeConfig,
 )
+from sluice.cli import main
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
@@ -136,14 +138,18 @@ async def test_traffic_leaves_a_failing_deployment_and_comes_back_after_it_recov
             return counts
 
         assert set(await wave(60)) == {f"{h}:sim-small" for h in HOSTS}
+        await trio.sleep(10.0)  # the healthy wave's attempts leave the breaker's window
         fleet.failing.add("d2")
         before = len(fleet.arrivals["d2"])
-        await wave(60)  # d2 fails, the calls fail over, its breaker opens
+        failing = await wave(60)  # d2 fails, its calls fail over, its breaker opens
         during = len(fleet.arrivals["d2"])
+        # It opens at its 4th failure (min_failures, every attempt failing); at most the 8
+        # calls in flight had been placed on it meanwhile.
+        assert during - before <= 4 + 8
+        assert "d2:sim-small" not in failing  # no call ended there: each failed over
         later = await wave(60)
         assert "d2:sim-small" not in later  # passed over while its breaker is open
         assert len(fleet.arrivals["d2"]) - during <= 2  # at most the breaker's probes
-        assert during - before <= 10
         fleet.failing.discard("d2")
         await trio.sleep(10.0)
         recovered = await wave(90)
@@ -210,7 +216,39 @@ async def test_affinity_keeps_a_conversation_on_one_deployment(autojump_clock):
                     ChatRequest(model="fast", messages=f"{user} {turn}", affinity_key=user)
                 )
                 where[user].add(result.models_tried[-1])
+        stats = (await rt.statistics()).groups["fast"]
     assert all(len(places) == 1 for places in where.values())
+    assert [d.model for d in stats] == [f"{h}:sim-small" for h in HOSTS]
+    assert sum(d.calls for d in stats) == 40
+    assert all(d.in_flight == 0 and d.breaker == "closed" for d in stats)
+
+
+@virtual_deadline(60)
+async def test_every_exit_path_gives_back_the_in_flight_count(autojump_clock):
+    """Abandoned streams, failures, cache hits and bad requests: nothing stays counted."""
+    fleet = Fleet({h: SimulatorConfig(seed=i) for i, h in enumerate(HOSTS)})
+    fleet.failing.update(HOSTS)  # every deployment fails: calls fail over, then fail
+    config = RuntimeConfig(
+        providers=providers(breaker=None), groups=group(), retry=RetryConfig(max_attempts=1)
+    )
+    async with sluice.open_runtime(config, transport=fleet.transport(), environ={}) as rt:
+        for i in range(5):
+            with pytest.raises(sluice.Overloaded):
+                await rt.chat(ChatRequest(model="fast", messages=f"f{i}"))
+        fleet.failing.clear()
+        for i in range(5):  # a stream left after its first event
+            async with rt.stream(ChatRequest(model="fast", messages=f"s{i}")) as call:
+                async for _event in call:
+                    break
+        cached = ChatRequest(model="fast", messages="same", response_cache=True)
+        await rt.chat(cached)
+        await rt.chat(cached)  # answered by the cache: never reaches the Supervisor
+        with pytest.raises(sluice.ConfigError):
+            await rt.chat(ChatRequest(model="fast", messages="hi", tool_choice="required"))
+        await trio.sleep(1.0)
+        stats = (await rt.statistics()).groups["fast"]
+    assert [d.in_flight for d in stats] == [0, 0, 0]
+    assert sum(d.calls for d in stats) >= 5 * 3 + 5 + 1
 
 
 async def test_an_unknown_model_name_without_a_colon_names_the_groups():
@@ -220,3 +258,34 @@ async def test_an_unknown_model_name_without_a_colon_names_the_groups():
             await rt.chat(ChatRequest(model="fats", messages="hi"))
 
 
+def test_providers_list_shows_groups_and_whether_each_deployment_can_be_used(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    path = tmp_path / "config.toml"
+    path.write_text(
+        """
+[providers.east]
+base_url = "http://east.example/v1"
+[[groups.fast.deployments]]
+model = "east:gpt-4o-mini"
+weight = 2
+[[groups.fast.deployments]]
+model = "openai:gpt-4o-mini"
+[[groups.fast.deployments]]
+model = "nowhere:x"
+"""
+    )
+    assert main(["providers", "list", "--json", "--config", str(path)]) == 0
+    (group_row,) = orjson.loads(capsys.readouterr().out)["groups"]
+    assert group_row["name"] == "fast" and group_row["strategy"] == "least-busy"
+    assert [(d["model"], d["status"]) for d in group_row["deployments"]] == [
+        ("east:gpt-4o-mini", "ok"),
+        ("openai:gpt-4o-mini", "key missing"),
+        ("nowhere:x", "unknown provider"),
+    ]
+    assert main(["providers", "list", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "group fast (least-busy, affinity none):" in out
+    assert "  east:gpt-4o-mini  weight 2  ok" in out

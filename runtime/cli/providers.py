@@ -21,7 +21,7 @@ from ..providers.registry import ResolvedProvider, known_providers, resolve_prov
 from ._common import EXIT_FAILED, EXIT_OK, build_config, report_error
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
     from ..providers.definition import ProviderDefinition
     from ..transport.base import HotTransport
@@ -95,6 +95,32 @@ def _row(
     return row
 
 
+def _group_rows(config: RuntimeConfig, providers: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each model group with its deployments and whether each can be used: its provider is
+    known and has the key it needs (``ok``), or what is wrong."""
+    out = []
+    for name, group in sorted(config.groups.items()):
+        deployments = []
+        for d in group.deployments:
+            provider = providers.get(d.model.partition(":")[0])
+            if provider is None:
+                status = "unknown provider"
+            elif provider["key"] == "missing":
+                status = "key missing"
+            else:
+                status = "ok"
+            deployments.append({"model": d.model, "weight": d.weight, "status": status})
+        out.append(
+            {
+                "name": name,
+                "strategy": group.strategy,
+                "affinity": group.affinity,
+                "deployments": deployments,
+            }
+        )
+    return out
+
+
 @providers_app.command(name="list")
 async def list_(*, as_json: _Json = False, config: Path | None = None) -> int:
     """List every provider: builtins, plugins and the config's custom ones.
@@ -118,13 +144,18 @@ async def list_(*, as_json: _Json = False, config: Path | None = None) -> int:
         for name, (source, definition) in known_providers(run_config, plugins).items()
     ]
     problems = [str(p) for p in plugins.problems]
+    groups = _group_rows(run_config, {r["id"]: r for r in rows})
     if as_json:
-        _print_json({"providers": rows, "problems": problems})
+        _print_json({"providers": rows, "groups": groups, "problems": problems})
         return EXIT_OK
     width = max(len(r["id"]) for r in rows)
     for r in rows:
         url = r["base_url"] or "(set base_url)"
         print(f"{r['id']:<{width}}  {r['protocol']:<9}  key: {r['key']:<22}  {url}")
+    for g in groups:
+        print(f"group {g['name']} ({g['strategy']}, affinity {g['affinity']}):")
+        for d in g["deployments"]:
+            print(f"  {d['model']}  weight {d['weight']:g}  {d['status']}")
     for problem in problems:
         print(f"sluice: warning: {problem}", file=sys.stderr)
     return EXIT_OK
