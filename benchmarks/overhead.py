@@ -83,9 +83,12 @@ SIDES = (
     "sluice_aio",
     "sluice_sync",
     "sluice_observed",
+    "sluice_group",
 )
 """Every side, in the order of the first round."""
 DOORS = ("aio", "sync")
+GROUP = "bench_group"
+"""``--group N``: a model group of N deployments (provider entries at the same server)."""
 """``--api`` values that measure a front door next to the trio API (the ``sluice`` side then
 runs the same per-call pattern as the door: ``async with rt.stream``, every event read)."""
 AIOHTTP_SIDE = Path(__file__).resolve().with_name("_aiohttp_side.py")
@@ -171,6 +174,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-seconds", type=float, default=600.0, help="cap on one phase; the rest fail"
     )
     p.add_argument(
+        "--group",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure sluice_group: the same calls to a model group of N deployments "
+        "(N provider entries at the same server, least-busy routing)",
+    )
+    p.add_argument(
         "--observed",
         action="store_true",
         help="also measure sluice_observed: the runtime with metrics and tracing on",
@@ -197,7 +208,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.sides = [
             side
             for side in SIDES
-            if not side.startswith(("sluice_aio", "sluice_sync", "sluice_observed"))
+            if not side.startswith(("sluice_aio", "sluice_sync", "sluice_observed", "sluice_group"))
         ]
         a.sides += doors
         if not aiohttp_available():
@@ -218,6 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.sides = [side for side in SIDES if side in a.sides]
     if a.observed and "sluice_observed" not in a.sides:
         a.sides.append("sluice_observed")
+    if a.group < 0:
+        p.error("--group must not be negative")
+    if a.group and "sluice_group" not in a.sides:
+        a.sides.append("sluice_group")
+    if "sluice_group" in a.sides and not a.group:
+        p.error("--only sluice_group: give --group N")
     return a
 
 
@@ -372,10 +389,24 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 transport=transport,  # type: ignore[arg-type]
             )
 
+        deployments = [f"{GROUP}{i}" for i in range(a.group)]
         config = sluice.RuntimeConfig(
-            providers={PROVIDER: provider("fast"), PROVIDER_HTTPX: provider("httpx")}
+            providers={
+                PROVIDER: provider("fast"),
+                PROVIDER_HTTPX: provider("httpx"),
+                **{name: provider("fast") for name in deployments},
+            },
+            groups=(
+                {GROUP: sluice.ModelGroup(deployments=[f"{d}:{MODEL}" for d in deployments])}
+                if deployments
+                else {}
+            ),
         )
-        models = {"sluice": f"{PROVIDER}:{MODEL}", "sluice_httpx": f"{PROVIDER_HTTPX}:{MODEL}"}
+        models = {
+            "sluice": f"{PROVIDER}:{MODEL}",
+            "sluice_httpx": f"{PROVIDER_HTTPX}:{MODEL}",
+            "sluice_group": GROUP,
+        }
         bare = BareClient(base_url, MODEL, a.concurrency, per_worker=a.bare_pool == "perworker")
         child = None
         if "aiohttp" in a.sides:
@@ -513,6 +544,9 @@ def _report(
         "ratio": _round(ratio(s_cpu, b_cpu), 3),
         "ratio_aiohttp": _round(ratio(s_cpu, cpu["aiohttp"]), 3),
         "ratio_httpx": _round(ratio(cpu["sluice_httpx"], b_cpu), 3),
+        "sluice_group_cpu_s_per_1k": _round(cpu["sluice_group"]),
+        "ratio_group": _round(ratio(cpu["sluice_group"], s_cpu), 3),
+        "group_deployments": a.group,
         "sluice_overhead_ms_per_call": _round(s_cpu - b_cpu if s_cpu and b_cpu else None),
         "sluice_cpu_s_per_1k_min": _round(low("sluice")),
         "sluice_httpx_cpu_s_per_1k_min": _round(low("sluice_httpx")),

@@ -310,3 +310,15 @@ def test_overhead_benchmark_measures_metrics_and_tracing_in_the_same_run() -> No
     assert report["sides"] == ["sluice", "sluice_observed"]
     assert report["errors"] == 0 and report["texts_match"] is True
     assert report["sluice_observed_cpu_s_per_1k"] > 0 and report["observed_ratio"] > 0
+def test_overhead_benchmark_measures_a_model_group_beside_one_provider() -> None:
+    report = _run_benchmark(
+        "benchmarks.overhead",
+        *("--sim", "--calls", "30", "--concurrency", "6", "--repeat", "1"),
+        *("--only", "sluice,sluice_group", "--group", "3"),
+        timeout=120,
+    )
+    assert report["errors"] == 0, report["first_errors"]
+    assert report["sides"] == ["sluice", "sluice_group"]
+    assert report["group_deployments"] == 3
+    assert report["sluice_group_cpu_s_per_1k"] > 0 and report["ratio_group"] > 0
+    assert report["texts_match"] is True
