@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import trio
@@ -118,7 +118,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     with tempfile.TemporaryDirectory() as folder:
         path = Path(args.db) if args.db else Path(folder) / "ledger.sqlite3"
-        store = await _CountingStore.open(path)
+        store = cast("_CountingStore", await _CountingStore.open(path))
         try:
             out["sqlite"] = await phase(
                 args.events, args.keys, args.tasks, args.calls_every, store, args.flush_interval

@@ -202,8 +202,9 @@ def nginx_limits(run_dir: str | None) -> dict[str, Any] | None:
     if isinstance(wc, int):
         caps.append(wc * (wp if isinstance(wp, int) else 1))
     files = [w.get("max_open_files") for w in workers]
-    if files and all(isinstance(n, int) for n in files):
-        caps.append(sum(files))
+    counts = [n for n in files if isinstance(n, int)]
+    if files and len(counts) == len(files):
+        caps.append(sum(counts))
     # Each worker also holds its listening socket, log files and a few more descriptors.
     found["connection_cap"] = min(caps) if caps else None
     return found

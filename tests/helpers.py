@@ -41,7 +41,7 @@ def virtual_deadline(
     return decorate
 
 
-def memory_transport(app, nursery: trio.Nursery):  # type: ignore[no-untyped-def]
+def memory_transport(app, nursery: trio.Nursery):
     """sluice's own HTTP/1.1 transport, connected to a simulator app over in-memory streams.
 
     Every connection the pool opens is a ``memory_stream_pair`` whose server end is served by

@@ -4,6 +4,8 @@ loopback with the real clock)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 import trio
@@ -151,7 +153,7 @@ async def test_max_pending_frees_a_slot_at_the_first_token(clock, nursery, tmp_p
 
 async def test_the_options_reach_the_runtime_it_opens(tmp_path):
     source = write_input(tmp_path / "in.jsonl", 3, max_tokens=5)
-    seen = []
+    seen: list[Any] = []
     with trio.fail_after(30):
         summary = await run_batch(
             source,

@@ -109,7 +109,8 @@ def _run_json(*args: str, timeout: float = 120) -> dict:
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
     lines = done.stdout.decode().strip().splitlines()
     assert len(lines) == 1, lines
-    return orjson.loads(lines[0])
+    parsed: dict[Any, Any] = orjson.loads(lines[0])
+    return parsed
 
 
 def test_overhead_benchmark_measures_every_side_on_paced_streams() -> None:

@@ -216,7 +216,7 @@ def test_results_are_frozen_so_no_hit_can_change_another():
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         first.message = Message.assistant("changed")  # type: ignore[misc]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        first.message.content[0].text = "changed"  # type: ignore[misc]
+        first.message.content[0].text = "changed"  # type: ignore[misc,union-attr]
     assert isinstance(first.message.content, tuple)
     second = cache.get("k", "c2")
     assert second is not None and second.text == "Hello"

@@ -61,6 +61,7 @@ def test_a_toml_file_loads_every_section(tmp_path):
     assert openai.models["gpt-4o"].params == {"temperature": 0.5}
     corp = config.providers["corp"]
     assert corp.protocol == "anthropic" and corp.auth == "bearer"
+    assert corp.quirks is not None
     assert corp.quirks.echo_reasoning_content is False and corp.quirks.omit_tool_choice is None
 
 

@@ -35,9 +35,16 @@ def mode(path):
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+def revealed(store: KeyStore, name: str) -> str:
+    """The plaintext of a key that must be stored."""
+    secret = store.get(name)
+    assert secret is not None, f"no key {name!r} stored"
+    return secret.reveal()
+
+
 def test_a_key_round_trips_and_the_file_holds_no_plaintext(store):
     store.set("openai", KEY)
-    assert store.get("openai").reveal() == KEY
+    assert revealed(store, "openai") == KEY
     assert store.get("anthropic") is None
     assert store.names() == ["openai"]
     raw = store.path.read_bytes()
@@ -97,7 +104,7 @@ def test_master_key_from_the_environment(tmp_path):
     a.set("openai", KEY)
     assert not (tmp_path / "unused.key").exists()
     b = KeyStore(tmp_path / "k.enc", tmp_path / "unused.key", {"SLUICE_MASTER_KEY": master})
-    assert b.get("openai").reveal() == KEY
+    assert revealed(b, "openai") == KEY
     bad = KeyStore(tmp_path / "k.enc", tmp_path / "unused.key", {"SLUICE_MASTER_KEY": "short"})
     with pytest.raises(KeyStoreError, match="not a Fernet key"):
         bad.get("openai")
@@ -179,7 +186,7 @@ def test_keys_set_list_delete(monkeypatch, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "sk-...ghij" in out and KEY not in out
     default = KeyStore.default({})
-    assert default.get("openai").reveal() == KEY
+    assert revealed(default, "openai") == KEY
     assert mode(default.path) == 0o600 and mode(default.path.parent) == 0o700
 
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek-env-0123456789")
@@ -218,17 +225,21 @@ def test_keys_list_reports_a_key_that_does_not_decrypt(monkeypatch, capsys):
 
 
 def test_keys_set_prompts_without_echo_on_a_terminal(monkeypatch, capsys):
-    prompts = []
+    prompts: list[str] = []
+
+    def getpass(prompt: str) -> str:
+        prompts.append(prompt)
+        return KEY
 
     class Tty(io.StringIO):
         def isatty(self):
             return True
 
     monkeypatch.setattr("sys.stdin", Tty(""))
-    monkeypatch.setattr("getpass.getpass", lambda prompt: prompts.append(prompt) or KEY)
+    monkeypatch.setattr("getpass.getpass", getpass)
     assert main(["keys", "set", "anthropic"]) == 0
     assert prompts == ["API key for anthropic (not shown): "]
-    assert KeyStore.default({}).get("anthropic").reveal() == KEY
+    assert revealed(KeyStore.default({}), "anthropic") == KEY
 
 
 def test_new_master_key_prints_a_usable_key(capsys, tmp_path):
@@ -236,4 +247,4 @@ def test_new_master_key_prints_a_usable_key(capsys, tmp_path):
     master = capsys.readouterr().out.strip()
     store = KeyStore(tmp_path / "k", tmp_path / "m", {"SLUICE_MASTER_KEY": master})
     store.set("x", KEY)
-    assert store.get("x").reveal() == KEY
+    assert revealed(store, "x") == KEY

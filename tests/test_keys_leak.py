@@ -13,7 +13,7 @@ import pytest
 
 import sluice
 from sluice.config import ProviderConfig, RetryConfig, RuntimeConfig, Secret
-from sluice.errors import SluiceError
+from sluice.errors import CallError, SluiceError
 from sluice.providers.keys import KeyStore
 
 from .helpers import sim_process
@@ -42,7 +42,8 @@ def assert_no_key(*texts: str) -> None:
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @pytest.fixture
@@ -184,6 +185,6 @@ async def test_in_process_the_key_is_sent_but_never_logged_or_in_the_error(caplo
         except SluiceError as exc:
             error = exc
     assert sent == [f"Bearer {KEY}"]
-    assert error is not None and error.status == 401
+    assert isinstance(error, CallError) and error.status == 401
     records = "\n".join(f"{r.getMessage()} {r.args!r} {r.__dict__!r}" for r in caplog.records)
     assert_no_key(str(error), repr(error), repr(error.__dict__), caplog.text, records, repr(config))

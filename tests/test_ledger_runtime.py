@@ -21,6 +21,8 @@ from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 from .helpers import virtual_deadline
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sluice.ledger.book import LedgerKey, LedgerTotals
 
 
@@ -179,7 +181,7 @@ class FlakyStore(MemoryLedgerStore):
         super().__init__()
         self.failures = 1
 
-    async def add(self, batch: dict[LedgerKey, LedgerTotals]) -> None:  # type: ignore[override]
+    async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
         if self.failures:
             self.failures -= 1
             raise OSError("disk full")

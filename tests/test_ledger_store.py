@@ -38,7 +38,7 @@ def integrity(path: Path) -> str:
 
 def grand_total(path: Path) -> LedgerTotals:
     rows = read_ledger_file(path)
-    (total,) = summarize(rows, ()) or [None]
+    (total,) = summarize(rows, ()) or [None]  # type: ignore[list-item]
     return total.totals if total is not None else LedgerTotals()
 
 

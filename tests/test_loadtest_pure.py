@@ -66,7 +66,9 @@ def test_burstiness_sets_the_spread_of_gaps():
     for k in (0.25, 1.0, 4.0):
         gaps = gaps_of(take(gamma_offsets(10.0, random.Random(5), burstiness=k), N))
         stats = summarize(gaps)
-        assert stats["std"] / stats["mean"] == pytest.approx(1 / math.sqrt(k), rel=0.1)
+        std, mean = stats["std"], stats["mean"]
+        assert std is not None and mean is not None
+        assert std / mean == pytest.approx(1 / math.sqrt(k), rel=0.1)
 
 
 def test_seeded_schedules_repeat():
@@ -122,8 +124,10 @@ def test_synthetic_workload_is_seeded_and_sized():
     a = [work.item(i, random.Random(4)) for i in range(3)]
     b = [work.item(i, random.Random(4)) for i in range(3)]
     assert a == b
-    assert all(len(item.messages.split()) == 50 and item.max_tokens == 7 for item in a)
-    assert len({item.messages.split()[0] for item in a}) == 3  # no shared prefix
+    texts = [item.messages for item in a]
+    assert all(isinstance(t, str) and len(t.split()) == 50 for t in texts)
+    assert all(item.max_tokens == 7 for item in a)
+    assert len({str(t).split()[0] for t in texts}) == 3  # no shared prefix
 
 
 def test_dataset_prompts(tmp_path):
@@ -137,6 +141,7 @@ def test_dataset_prompts(tmp_path):
     work = Workload(output_tokens=parse_lengths("9"), dataset=prompts)
     first, second, third = (work.item(i, random.Random(0)) for i in range(3))
     assert (first.messages, first.max_tokens) == ("hello", 5)
+    assert not isinstance(second.messages, str)
     assert [m.role for m in second.messages] == ["system", "user"] and second.max_tokens == 9
     assert third.messages == "hello"  # cycles
     path.write_text('{"messages": [{"role": "robot", "content": "x"}]}\n')

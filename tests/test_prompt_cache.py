@@ -3,6 +3,8 @@ nowhere else."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import orjson
 import pytest
@@ -30,7 +32,8 @@ CONVERSATION = (
 def body(request: ChatRequest) -> dict:
     """The request body exactly as it goes on the wire."""
     built = build_request(request, base_url="https://api.anthropic.com/v1", api_key="k")
-    return orjson.loads(built.body)
+    body: dict[Any, Any] = orjson.loads(built.body)
+    return body
 
 
 def request(messages=CONVERSATION, **fields) -> ChatRequest:

@@ -117,7 +117,7 @@ def test_protocols_base_urls_and_auth_styles_of_the_main_builtins():
     assert by_id["ollama"].base_url == "http://127.0.0.1:11434"  # native API, no /v1
     assert by_id["anthropic"].auth_style == "x-api-key"
     assert by_id["gemini"].auth_style == "x-goog-api-key"
-    assert by_id["gemini"].base_url.endswith("/v1beta")
+    assert (by_id["gemini"].base_url or "").endswith("/v1beta")
     assert by_id["azure-openai"].auth_style == "api-key"
     assert by_id["minimax"].protocol == "anthropic"
     assert by_id["vllm"].quirks.omit_tool_choice == {"auto"}
@@ -187,9 +187,9 @@ def test_a_definition_checks_its_id_protocol_and_auth():
     with pytest.raises(ValueError, match="provider id"):
         ProviderDefinition(id="Bad Name", display_name="x", base_url=None)
     with pytest.raises(ValueError, match="protocol"):
-        ProviderDefinition(id="x", display_name="x", base_url=None, protocol="grpc")
+        ProviderDefinition(id="x", display_name="x", base_url=None, protocol="grpc")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="auth"):
-        ProviderDefinition(id="x", display_name="x", base_url=None, auth="basic")
+        ProviderDefinition(id="x", display_name="x", base_url=None, auth="basic")  # type: ignore[arg-type]
 
 
 # Resolving.

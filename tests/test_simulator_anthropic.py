@@ -231,7 +231,7 @@ def test_stream_events_have_the_recorded_shape() -> None:
         )
     )
     ours = encoded_stream() + encoded_stream(tools=[WEATHER], tool_choice={"type": "any"})
-    recorded_shapes = {}
+    recorded_shapes: dict[tuple[Any, Any, Any], Any] = {}
     for name, data in recorded:
         key = (name, data.get("delta", {}).get("type"), data.get("content_block", {}).get("type"))
         recorded_shapes.setdefault(key, _shape(data))

@@ -23,6 +23,7 @@ from sluice.simulator.broken import (
 from sluice.simulator.config import SimulatorConfig
 from sluice.simulator.directives import (
     BrokenJson,
+    Directive,
     Empty,
     Fail,
     Malformed,
@@ -114,7 +115,7 @@ def test_rates_are_drawn_once_per_request_and_only_when_there_are_some() -> None
     state = rng.getstate()
     assert choose_directive(index=0, override=None, script=(), rates=(), rng=rng) == Normal()
     assert rng.getstate() == state
-    rates = [(Reset(), 0.25), (Stall(1.0), 0.25), (Empty(), 0.25)]
+    rates: list[tuple[Directive, float]] = [(Reset(), 0.25), (Stall(1.0), 0.25), (Empty(), 0.25)]
     picks = [
         choose_directive(index=i, override=None, script=(), rates=rates, rng=rng)
         for i in range(4000)

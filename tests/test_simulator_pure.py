@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from sluice.simulator.config import SimulatorConfig
 from sluice.simulator.directives import (
+    Directive,
     Disconnect,
     Fail,
     Normal,
@@ -307,7 +308,7 @@ def test_header_beats_script_which_beats_rates() -> None:
 
 
 def test_random_faults_repeat_for_a_seed_and_follow_the_rates() -> None:
-    rates = [(Fail(429), 0.2), (Fail(500), 0.1), (Disconnect(), 0.1)]
+    rates: list[tuple[Directive, float]] = [(Fail(429), 0.2), (Fail(500), 0.1), (Disconnect(), 0.1)]
 
     def run(seed: int) -> list[Any]:
         rng = random.Random(seed)

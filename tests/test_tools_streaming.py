@@ -11,11 +11,15 @@ import pytest
 
 import sluice
 from sluice import ChatRequest, Completed, Tool, ToolCallDelta
-from sluice.events import ReasoningDelta, TextDelta, UsageReported
+from sluice.events import DeltaEvent, ReasoningDelta, TextDelta, UsageReported
 from sluice.messages import Usage
 from sluice.simulator import SimulatorConfig, mock_transport
 from sluice.tools.repair import parse_partial
-from sluice.tools.streaming import ArgumentStreams, ForcedReplyDeltas, StreamingArguments
+from sluice.tools.streaming import (
+    ArgumentStreams,
+    ForcedReplyDeltas,
+    StreamingArguments,
+)
 
 from .helpers import virtual_deadline
 
@@ -145,7 +149,8 @@ def test_interleaved_calls_are_parsed_apart():
         ToolCallDelta("c1", 0, None, None, '{"x": 1,'),
         ToolCallDelta("c1", 1, None, None, 'ee"}'),
     ]
-    annotated = streams.annotate(events)
+    out = streams.annotate(list[DeltaEvent](events))
+    annotated = [e for e in out if isinstance(e, ToolCallDelta)]
     assert [e.partial_arguments for e in annotated] == [None, {"y": "b"}, {"x": 1}, {"y": "bee"}]
     assert [e.arguments for e in annotated] == [e.arguments for e in events]
     assert streams.annotate([]) == []
@@ -206,7 +211,9 @@ async def test_a_whole_reply_carries_its_arguments_parsed_once(autojump_clock):
 
 def test_a_forced_reply_keeps_every_event_but_its_text():
     shaper = ForcedReplyDeltas()
-    others = [ReasoningDelta("c1", "thinking"), UsageReported("c1", Usage(1, 2))]
+    others: list[DeltaEvent] = [ReasoningDelta("c1", "thinking"), UsageReported("c1", Usage(1, 2))]
     assert shaper.annotate(others) is others  # nothing to drop: the same list, no copy
-    mixed = [TextDelta("c1", '{"name": '), others[0], TextDelta("c1", '"f"}'), others[1]]
+    mixed: list[DeltaEvent] = [
+        TextDelta("c1", '{"name": '), others[0], TextDelta("c1", '"f"}'), others[1]
+    ]
     assert shaper.annotate(mixed) == others
