@@ -11,7 +11,7 @@ against the in-process simulator (``sim:sim-small``, replies at once, 24 tokens)
 
 Part ``rpm``: ``--rpm-lines`` lines (20,000) under ``--rpm`` (18,000 a minute, 300 a second:
 well below what the same box does unlimited, see below). ``--rpm`` spreads the minute evenly:
-``ceil(rpm / 60)`` requests per second (:func:`sluice.jobs.batch_limits.pacing_window`), so the
+``ceil(rpm / 60)`` requests per second (:func:`sluice._jobs.batch_limits.pacing_window`), so the
 first second's requests go at once and the last at ``ceil(lines / per_second) - 1`` seconds.
 Reported: the completion time (``run_batch`` called to returned, in the child), ``lines / rpm``
 in seconds, their ratio (``ratio``; the goal is within 3%), and the ratio to the exact schedule

@@ -5,7 +5,7 @@ writes), so the difference is the server alone: request parsing, framing, the AS
 runs in its own process; the open-loop generator of :mod:`benchmarks.gateway` sends requests
 at ``--rate`` for ``--duration`` seconds, and the server process's CPU time is divided by the
 requests answered. This is the measurement behind serving the gateway with its own h11-style
-loop rather than hypercorn (see ``sluice.gateway.http``).
+loop rather than hypercorn (see ``sluice._gateway.http``).
 
     python3 -m venv /tmp/hc && /tmp/hc/bin/pip install hypercorn trio   # never in .venv
     .venv/bin/python -m benchmarks.gateway_server --hypercorn /tmp/hc/bin/hypercorn --rate 300
@@ -70,7 +70,7 @@ async def _handler(request: Any, respond: Any) -> None:
 
 
 async def _serve_own(port: int) -> None:
-    from sluice.gateway.http import Server
+    from sluice._gateway.http import Server
 
     listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
     await Server(_handler).serve_listener(listeners[0])

@@ -31,13 +31,13 @@ from typing import Any, cast
 import orjson
 import trio
 
-from sluice.actors.tell import MAILBOX_BUFFER
-from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
-from sluice.ledger.book import LedgerBook, LedgerTotals
-from sluice.ledger.prices import PriceTable
-from sluice.ledger.sqlite import SQLiteLedgerStore, read_ledger_file
-from sluice.mail import LedgerMsg, RecordCall, RecordUsage
-from sluice.messages import Usage
+from sluice._ledger.book import LedgerBook, LedgerTotals
+from sluice._ledger.prices import PriceTable
+from sluice._ledger.sqlite import SQLiteLedgerStore, read_ledger_file
+from sluice._mail import LedgerMsg, RecordCall, RecordUsage
+from sluice._messages import Usage
+from sluice.actors._tell import MAILBOX_BUFFER
+from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._harness import versions
 

@@ -51,22 +51,22 @@ import orjson
 import trio
 
 import sluice
-from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.actors.tell import MAILBOX_BUFFER
-from sluice.limits.cost import Cost
-from sluice.limits.store import MemoryQuotaStore, Reservation
-from sluice.mail import RateLimiterMsg, Settle
+from sluice._limits.cost import Cost
+from sluice._limits.store import MemoryQuotaStore, Reservation
+from sluice._mail import RateLimiterMsg, Settle
+from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors._tell import MAILBOX_BUFFER
 from sluice.simulator import SimulatorApp, SimulatorConfig, serve_simulator
-from sluice.simulator.quota import QuotaWindow
+from sluice.simulator._quota import QuotaWindow
 
 from ._harness import API_KEY, machine_busy_s, versions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from sluice.limits.store import TooLarge, WindowSpec
+    from sluice._limits.store import TooLarge, WindowSpec
     from sluice.simulator import SimResponse
-    from sluice.simulator.app import Headers
+    from sluice.simulator._app import Headers
 
 PROVIDER = "bench"
 MODEL = "sim-small"

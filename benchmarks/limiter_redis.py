@@ -1,6 +1,6 @@
 """The RateLimiter over a shared Redis store, in 1, 4 and 16 processes (``limiter.py --store``).
 
-Each process runs the RateLimiter actor with a :class:`~sluice.limits.redis_store.RedisQuotaStore`
+Each process runs the RateLimiter actor with a :class:`~sluice._limits.redis_store.RedisQuotaStore`
 (one EVALSHA per admission; settlements queued and sent with the next admission or by the
 store's flusher) and cycles acquire + release + settle under one shared requests window too
 large ever to block. Reported per process count: admissions per second (all processes
@@ -24,11 +24,11 @@ import orjson
 import trio
 
 import sluice
-from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.actors.tell import MAILBOX_BUFFER
-from sluice.limits.cost import Cost
-from sluice.limits.redis_store import open_redis_store
-from sluice.mail import RateLimiterMsg, Settle
+from sluice._limits.cost import Cost
+from sluice._limits.redis_store import open_redis_store
+from sluice._mail import RateLimiterMsg, Settle
+from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors._tell import MAILBOX_BUFFER
 
 
 async def one_process(url: str, prefix: str, cycles: int, concurrency: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@
     python -m benchmarks.loadtest_client --base-url http://127.0.0.1:18080 --chunks 50 --itl-ms 2
     python -m benchmarks.loadtest_client --sim --start 20 --seconds 1 --max-steps 3
 
-Runs the load-test harness (:func:`sluice.jobs.loadtest.run_load`, the whole runtime, Poisson
+Runs the load-test harness (:func:`sluice._jobs.loadtest.run_load`, the whole runtime, Poisson
 arrivals) against a fast server at increasing request rates, ``--seconds`` per step, and
 measures the harness's own *client lag*: how late each request went out against its schedule.
 The rate is multiplied by ``--factor`` until the lag's p99 exceeds ``--max-lag-ms`` (1 ms),
@@ -31,7 +31,7 @@ import orjson
 import trio
 
 import sluice
-from sluice.jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config, run_load
+from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config, run_load
 
 from ._harness import API_KEY, machine_busy_s, mock_url, versions
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from sluice.tools.repair import RepairError, parse_partial, repair_json
+from sluice._tools.repair import RepairError, parse_partial, repair_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable

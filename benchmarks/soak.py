@@ -86,7 +86,7 @@ def free_port() -> int:
 
 def start_simulator(port: int) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "-c", "import sys; from sluice.cli import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from sluice._cli import main; sys.exit(main())",
         "sim", "--port", str(port), "--ttft", "0.05", "--tps", "400", "--output-tokens", "24",
         "--rate-429", "0.005", "--rate-500", "0.01", "--rate-disconnect", "0.01",
     ]  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 import sluice
-from sluice.jobs.loadtest import (
+from sluice._jobs.loadtest import (
     Lengths,
     LoadTest,
     OpenLoop,
@@ -28,7 +28,7 @@ from sluice.jobs.loadtest import (
     parse_slo,
     run_sweep,
 )
-from sluice.jobs.loadtest.results import results_document, write_report, write_results
+from sluice._jobs.loadtest.results import results_document, write_report, write_results
 from sluice.simulator import SimulatorConfig, serve_simulator
 
 HERE = Path(__file__).resolve().parent

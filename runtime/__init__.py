@@ -8,6 +8,79 @@ call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 import importlib as _importlib
 import typing as _typing
 
+from ._config import BreakerConfig as BreakerConfig
+from ._config import BudgetConfig as BudgetConfig
+from ._config import CacheConfig as CacheConfig
+from ._config import Deployment as Deployment
+from ._config import LedgerConfig as LedgerConfig
+from ._config import MetricsConfig as MetricsConfig
+from ._config import ModelConfig as ModelConfig
+from ._config import ModelGroup as ModelGroup
+from ._config import PriceConfig as PriceConfig
+from ._config import ProviderConfig as ProviderConfig
+from ._config import QuirksConfig as QuirksConfig
+from ._config import RateLimitConfig as RateLimitConfig
+from ._config import RetryConfig as RetryConfig
+from ._config import RuntimeConfig as RuntimeConfig
+from ._config import Secret as Secret
+from ._config import TracingConfig as TracingConfig
+from ._config import WindowLimit as WindowLimit
+from ._config import load_config as load_config
+from ._errors import ActorCrashed as ActorCrashed
+from ._errors import AuthenticationFailed as AuthenticationFailed
+from ._errors import BadRequest as BadRequest
+from ._errors import BudgetExceeded as BudgetExceeded
+from ._errors import CallError as CallError
+from ._errors import CallTimeout as CallTimeout
+from ._errors import CircuitOpen as CircuitOpen
+from ._errors import ConfigError as ConfigError
+from ._errors import ConnectionFailed as ConnectionFailed
+from ._errors import ContentFiltered as ContentFiltered
+from ._errors import ContextTooLong as ContextTooLong
+from ._errors import EmptyResponse as EmptyResponse
+from ._errors import FatalError as FatalError
+from ._errors import InternalError as InternalError
+from ._errors import NotFound as NotFound
+from ._errors import Overloaded as Overloaded
+from ._errors import ProtocolError as ProtocolError
+from ._errors import RateLimited as RateLimited
+from ._errors import RetryableError as RetryableError
+from ._errors import RuntimeClosed as RuntimeClosed
+from ._errors import ServerError as ServerError
+from ._errors import SluiceError as SluiceError
+from ._errors import StoreUnavailable as StoreUnavailable
+from ._errors import StreamBroken as StreamBroken
+from ._errors import TooLargeForQuota as TooLargeForQuota
+from ._errors import ToolCallError as ToolCallError
+from ._events import Admitted as Admitted
+from ._events import CallEvent as CallEvent
+from ._events import Completed as Completed
+from ._events import Failed as Failed
+from ._events import FallingBack as FallingBack
+from ._events import FirstToken as FirstToken
+from ._events import Queued as Queued
+from ._events import ReasoningDelta as ReasoningDelta
+from ._events import Retrying as Retrying
+from ._events import StreamReset as StreamReset
+from ._events import TextDelta as TextDelta
+from ._events import ToolCallDelta as ToolCallDelta
+from ._events import UsageReported as UsageReported
+from ._messages import ChatRequest as ChatRequest
+from ._messages import ChatResult as ChatResult
+from ._messages import Deadlines as Deadlines
+from ._messages import FilePart as FilePart
+from ._messages import ImagePart as ImagePart
+from ._messages import Message as Message
+from ._messages import ReasoningPart as ReasoningPart
+from ._messages import ResponseFormat as ResponseFormat
+from ._messages import SpecificTool as SpecificTool
+from ._messages import TextPart as TextPart
+from ._messages import Timings as Timings
+from ._messages import Tool as Tool
+from ._messages import ToolCall as ToolCall
+from ._messages import ToolResultPart as ToolResultPart
+from ._messages import Usage as Usage
+
 # The runtime module imports the actors, which import sluice's submodules (never this package
 # root), so this import order has no cycle.
 from ._runtime import CallStream as CallStream
@@ -17,102 +90,30 @@ from ._runtime import ProviderHealth as ProviderHealth
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
-from .config import BreakerConfig as BreakerConfig
-from .config import BudgetConfig as BudgetConfig
-from .config import CacheConfig as CacheConfig
-from .config import Deployment as Deployment
-from .config import LedgerConfig as LedgerConfig
-from .config import MetricsConfig as MetricsConfig
-from .config import ModelConfig as ModelConfig
-from .config import ModelGroup as ModelGroup
-from .config import PriceConfig as PriceConfig
-from .config import ProviderConfig as ProviderConfig
-from .config import QuirksConfig as QuirksConfig
-from .config import RateLimitConfig as RateLimitConfig
-from .config import RetryConfig as RetryConfig
-from .config import RuntimeConfig as RuntimeConfig
-from .config import Secret as Secret
-from .config import TracingConfig as TracingConfig
-from .config import WindowLimit as WindowLimit
-from .config import load_config as load_config
-from .errors import ActorCrashed as ActorCrashed
-from .errors import AuthenticationFailed as AuthenticationFailed
-from .errors import BadRequest as BadRequest
-from .errors import BudgetExceeded as BudgetExceeded
-from .errors import CallError as CallError
-from .errors import CallTimeout as CallTimeout
-from .errors import CircuitOpen as CircuitOpen
-from .errors import ConfigError as ConfigError
-from .errors import ConnectionFailed as ConnectionFailed
-from .errors import ContentFiltered as ContentFiltered
-from .errors import ContextTooLong as ContextTooLong
-from .errors import EmptyResponse as EmptyResponse
-from .errors import FatalError as FatalError
-from .errors import InternalError as InternalError
-from .errors import NotFound as NotFound
-from .errors import Overloaded as Overloaded
-from .errors import ProtocolError as ProtocolError
-from .errors import RateLimited as RateLimited
-from .errors import RetryableError as RetryableError
-from .errors import RuntimeClosed as RuntimeClosed
-from .errors import ServerError as ServerError
-from .errors import SluiceError as SluiceError
-from .errors import StoreUnavailable as StoreUnavailable
-from .errors import StreamBroken as StreamBroken
-from .errors import TooLargeForQuota as TooLargeForQuota
-from .errors import ToolCallError as ToolCallError
-from .events import Admitted as Admitted
-from .events import CallEvent as CallEvent
-from .events import Completed as Completed
-from .events import Failed as Failed
-from .events import FallingBack as FallingBack
-from .events import FirstToken as FirstToken
-from .events import Queued as Queued
-from .events import ReasoningDelta as ReasoningDelta
-from .events import Retrying as Retrying
-from .events import StreamReset as StreamReset
-from .events import TextDelta as TextDelta
-from .events import ToolCallDelta as ToolCallDelta
-from .events import UsageReported as UsageReported
-from .messages import ChatRequest as ChatRequest
-from .messages import ChatResult as ChatResult
-from .messages import Deadlines as Deadlines
-from .messages import FilePart as FilePart
-from .messages import ImagePart as ImagePart
-from .messages import Message as Message
-from .messages import ReasoningPart as ReasoningPart
-from .messages import ResponseFormat as ResponseFormat
-from .messages import SpecificTool as SpecificTool
-from .messages import TextPart as TextPart
-from .messages import Timings as Timings
-from .messages import Tool as Tool
-from .messages import ToolCall as ToolCall
-from .messages import ToolResultPart as ToolResultPart
-from .messages import Usage as Usage
-from .tools.capabilities import CapabilityOverride as CapabilityOverride
-from .tools.capabilities import ToolCapabilities as ToolCapabilities
-from .tools.capabilities import ToolOptions as ToolOptions
+from ._tools.capabilities import CapabilityOverride as CapabilityOverride
+from ._tools.capabilities import ToolCapabilities as ToolCapabilities
+from ._tools.capabilities import ToolOptions as ToolOptions
 
 if _typing.TYPE_CHECKING:
-    from .gateway import serve as serve
-    from .jobs.batch import BatchInterrupt as BatchInterrupt
-    from .jobs.batch import BatchProgress as BatchProgress
-    from .jobs.batch import BatchSummary as BatchSummary
-    from .jobs.batch import run_batch as run_batch
-    from .observe.records import AttemptRecord as AttemptRecord
-    from .observe.records import CallRecord as CallRecord
-    from .observe.records import Hooks as Hooks
+    from ._gateway import serve as serve
+    from ._jobs.batch import BatchInterrupt as BatchInterrupt
+    from ._jobs.batch import BatchProgress as BatchProgress
+    from ._jobs.batch import BatchSummary as BatchSummary
+    from ._jobs.batch import run_batch as run_batch
+    from ._observe.records import AttemptRecord as AttemptRecord
+    from ._observe.records import CallRecord as CallRecord
+    from ._observe.records import Hooks as Hooks
 
 # Loaded on first use, so that `import sluice` stays light for programs that only make calls.
 _LAZY = {
-    "BatchInterrupt": "sluice.jobs.batch",
-    "BatchProgress": "sluice.jobs.batch",
-    "BatchSummary": "sluice.jobs.batch",
-    "run_batch": "sluice.jobs.batch",
-    "serve": "sluice.gateway",
-    "AttemptRecord": "sluice.observe.records",
-    "CallRecord": "sluice.observe.records",
-    "Hooks": "sluice.observe.records",
+    "BatchInterrupt": "sluice._jobs.batch",
+    "BatchProgress": "sluice._jobs.batch",
+    "BatchSummary": "sluice._jobs.batch",
+    "run_batch": "sluice._jobs.batch",
+    "serve": "sluice._gateway",
+    "AttemptRecord": "sluice._observe.records",
+    "CallRecord": "sluice._observe.records",
+    "Hooks": "sluice._observe.records",
 }
 
 

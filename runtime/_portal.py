@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
-from .errors import RuntimeClosed
+from ._errors import RuntimeClosed
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

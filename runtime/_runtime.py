@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from sluice.actors.provider import ProviderContext, run_provider
-from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.actors.restart import run_restarting
-from sluice.actors.supervisor import SupervisorPeers, run_supervisor
-from sluice.actors.tell import MAILBOX_BUFFER, put, take
-from sluice.actors.token_ledger import TokenLedgerHandle, run_token_ledger
+from sluice.actors._provider import ProviderContext, run_provider
+from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors._restart import run_restarting
+from sluice.actors._supervisor import SupervisorPeers, run_supervisor
+from sluice.actors._tell import MAILBOX_BUFFER, put, take
+from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
-from .config import RuntimeConfig, config_from_env
-from .errors import ConfigError, RuntimeClosed, SluiceError
-from .events import CallEvent, Completed, Failed
-from .ledger.setup import open_ledger
-from .limits.cost import estimate_cost
-from .mail import (
+from ._config import RuntimeConfig, config_from_env
+from ._errors import ConfigError, RuntimeClosed, SluiceError
+from ._events import CallEvent, Completed, Failed
+from ._ledger.setup import open_ledger
+from ._limits.cost import estimate_cost
+from ._mail import (
     Call,
     EventBatch,
     KeyStatistics,
@@ -42,26 +42,26 @@ from .mail import (
     Submit,
     SupervisorMsg,
 )
-from .messages import ChatRequest, ChatResult, Deadlines, Message, split_model
-from .providers.codec import provider_codec
-from .providers.registry import ResolvedProvider, resolve_provider
-from .record import Record
-from .retry_budget import RetryBudget
-from .routing import DeploymentStatistics, Routing
+from ._messages import ChatRequest, ChatResult, Deadlines, Message, split_model
+from ._record import Record
+from ._retry_budget import RetryBudget
+from ._routing import DeploymentStatistics, Routing
+from .providers._codec import provider_codec
+from .providers._registry import ResolvedProvider, resolve_provider
 
 if TYPE_CHECKING:
     import httpx
 
-    from .cache import ResponseCache
-    from .ledger.store import LedgerStore
-    from .limits.store import QuotaStore
-    from .observe.metrics import Metrics
-    from .observe.observer import Observer
-    from .observe.records import Hooks
-    from .simulator.config import SimulatorConfig
-    from .tools.capabilities import ToolCapabilities
-    from .tools.preparation import Prepared
-    from .transport.base import HotTransport
+    from ._cache import ResponseCache
+    from ._ledger.store import LedgerStore
+    from ._limits.store import QuotaStore
+    from ._observe.metrics import Metrics
+    from ._observe.observer import Observer
+    from ._observe.records import Hooks
+    from ._tools.capabilities import ToolCapabilities
+    from ._tools.preparation import Prepared
+    from .simulator._config import SimulatorConfig
+    from .transport._base import HotTransport
 
 __all__ = [
     "CallStream",
@@ -471,7 +471,7 @@ class Runtime:
             and request.parallel_tool_calls is None
         ):
             return None
-        from .tools.preparation import prepare  # only calls with tools load it
+        from ._tools.preparation import prepare  # only calls with tools load it
 
         caps = self._tool_capabilities(spec, split_model(request.model)[1])
         try:
@@ -590,7 +590,7 @@ class Runtime:
         return placed, name, len(order)
 
     async def _open_cache(self) -> ResponseCache:
-        from .cache import ResponseCache  # only a runtime that caches loads the cache
+        from ._cache import ResponseCache  # only a runtime that caches loads the cache
 
         try:
             cache = await ResponseCache.open(self.config.cache)
@@ -871,7 +871,7 @@ class Runtime:
 
 def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
     """A stream that holds a cache hit's events, ready to be read."""
-    from .cache import replay_events
+    from ._cache import replay_events
 
     send, receive = trio.open_memory_channel[EventBatch](1)
     send.send_nowait(replay_events(hit, quiet=quiet))
@@ -921,9 +921,9 @@ async def open_runtime(
         quota_store: where the RateLimiter keeps windows and cooldowns (in memory by default;
             a shared store lets several processes share one account's limits).
         ledger_store: where the TokenLedger keeps its rows across runs, instead of the SQLite
-            file ``config.ledger`` names (see :mod:`sluice.ledger.setup`).
+            file ``config.ledger`` names (see :mod:`sluice._ledger.setup`).
         hooks: callbacks told about every finished call and attempt, off the hot path
-            (:class:`sluice.observe.Hooks`).
+            (:class:`sluice._observe.Hooks`).
         tracer_provider: the OpenTelemetry tracer provider to trace with when
             ``config.tracing`` is enabled (default: the global one).
 
@@ -934,14 +934,14 @@ async def open_runtime(
 
     With ``config.store`` (or ``$SLUICE_STORE``) naming a Redis URL and no ``quota_store``
     given, quotas, cooldowns and budgets are shared through that Redis (see
-    :mod:`sluice.limits.redis_store`).
+    :mod:`sluice._limits.redis_store`).
     """
     config = config if config is not None else config_from_env()
     if quota_store is None:
-        from .limits.shared import store_url
+        from ._limits.shared import store_url
 
         if store_url(config, environ) is not None:
-            from .limits.shared import open_quota_store
+            from ._limits.shared import open_quota_store
 
             async with open_quota_store(config, environ) as shared, open_runtime(
                 config,
@@ -958,7 +958,7 @@ async def open_runtime(
     ledger_parts = await open_ledger(config.ledger, ledger_store)
     mirror = getattr(quota_store, "ledger_mirror", None)
     if mirror is not None:  # a Redis store: every process's spend also goes there
-        from .ledger.redis import MirroredLedgerStore
+        from ._ledger.redis import MirroredLedgerStore
 
         tee = MirroredLedgerStore(ledger_parts.store, mirror(), close_primary=ledger_parts.owned)
         ledger_parts = attrs.evolve(ledger_parts, store=tee, owned=True)
@@ -970,7 +970,7 @@ async def open_runtime(
     limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
     ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
     supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
-    from .observe.observer import build_observer  # loaded when a runtime opens, not on import
+    from ._observe.observer import build_observer  # loaded when a runtime opens, not on import
 
     observer = build_observer(config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider)
     limiter = RateLimiterHandle(
@@ -1069,13 +1069,13 @@ async def _start_services(rt: Runtime, observer: Observer, services: trio.Nurser
         services.start_soon(_refresh_gauges, rt, name="metrics gauges")
     metrics = rt.config.metrics
     if metrics.port is not None:
-        from .observe.server import serve_metrics
+        from ._observe.server import serve_metrics
 
         rt.metrics_port = await services.start(
             serve_metrics, rt.render_metrics, metrics.host, metrics.port, name="metrics endpoint"
         )
     if observer.logs_changes():
-        from .observe.logs import watch_changes
+        from ._observe.logs import watch_changes
 
         services.start_soon(watch_changes, rt.health, name="health watcher")
 

@@ -28,27 +28,27 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from ._errors import RuntimeClosed, SluiceError
+from ._events import CallEvent, Completed, Failed
 from ._guest import Guest, Pipe, await_host, run_in_trio
 from ._runtime import MapOutcome, RuntimeStatistics, _as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
-from .errors import RuntimeClosed, SluiceError
-from .events import CallEvent, Completed, Failed
 
 if TYPE_CHECKING:
     import datetime as dt
     import os
     from collections.abc import Sequence
 
-    from sluice.actors.token_ledger import TokenLedgerHandle
+    from sluice.actors._token_ledger import TokenLedgerHandle
 
-    from .cache import ResponseCache
-    from .config import RuntimeConfig
-    from .jobs.batch import BatchSummary
-    from .ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
-    from .ledger.budget import BudgetStatus
-    from .mail import EventBatch
-    from .messages import ChatRequest, ChatResult, Message
+    from ._cache import ResponseCache
+    from ._config import RuntimeConfig
+    from ._jobs.batch import BatchSummary
+    from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
+    from ._ledger.budget import BudgetStatus
+    from ._mail import EventBatch
+    from ._messages import ChatRequest, ChatResult, Message
 
 __all__ = ["CallStream", "Ledger", "MapOutcomes", "Runtime", "open_runtime", "run_batch"]
 
@@ -221,7 +221,7 @@ async def _next_request(
 
 class Ledger:
     """The TokenLedger from asyncio (``rt.ledger``): the methods of
-    :class:`sluice.actors.token_ledger.TokenLedgerHandle`."""
+    :class:`sluice.actors._token_ledger.TokenLedgerHandle`."""
 
     def __init__(self, rt: Runtime, handle: TokenLedgerHandle) -> None:
         self._rt = rt
@@ -491,7 +491,7 @@ async def run_batch(
     its own, as :func:`sluice.run_batch` does. Cancelling the awaiting task cancels the batch
     (every line written is whole, and a resume does the rest).
     """
-    from .jobs.batch import run_batch as run_trio_batch
+    from ._jobs.batch import run_batch as run_trio_batch
 
     if runtime is not None:
         assert runtime._trio is not None

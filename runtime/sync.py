@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
+from ._errors import RuntimeClosed, SluiceError
+from ._events import CallEvent, Completed, Failed
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
 from ._runtime import MapOutcome, RuntimeStatistics, _as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
-from .errors import RuntimeClosed, SluiceError
-from .events import CallEvent, Completed, Failed
 
 if TYPE_CHECKING:
     import datetime as dt
@@ -44,15 +44,15 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
     from types import TracebackType
 
-    from sluice.actors.token_ledger import TokenLedgerHandle
+    from sluice.actors._token_ledger import TokenLedgerHandle
 
-    from .cache import ResponseCache
-    from .config import RuntimeConfig
-    from .jobs.batch import BatchSummary
-    from .ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
-    from .ledger.budget import BudgetStatus
-    from .mail import EventBatch
-    from .messages import ChatRequest, ChatResult, Message
+    from ._cache import ResponseCache
+    from ._config import RuntimeConfig
+    from ._jobs.batch import BatchSummary
+    from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
+    from ._ledger.budget import BudgetStatus
+    from ._mail import EventBatch
+    from ._messages import ChatRequest, ChatResult, Message
 
 __all__ = [
     "CallStream",
@@ -536,7 +536,7 @@ def run_batch(
 
     With ``runtime`` the batch runs on it; otherwise it opens its own.
     """
-    from .jobs.batch import run_batch as run_trio_batch
+    from ._jobs.batch import run_batch as run_trio_batch
 
     if runtime is not None:
         batch = functools.partial(run_trio_batch, input, output, runtime=runtime._trio, **options)

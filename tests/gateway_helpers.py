@@ -15,15 +15,15 @@ import trio
 import trio.testing
 
 import sluice
-from sluice.gateway import GatewaySettings, KeyRing, Server, ServerLimits, open_gateway
+from sluice._gateway import GatewaySettings, KeyRing, Server, ServerLimits, open_gateway
 from sluice.simulator import SimulatorApp, SimulatorConfig
-from sluice.simulator.server import serve_connection as serve_simulator_connection
+from sluice.simulator._server import serve_connection as serve_simulator_connection
 from sluice.transport import FastTransport
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from sluice.gateway import Gateway
+    from sluice._gateway import Gateway
 
 CONFIG = {"ledger": {"persist": False}}
 

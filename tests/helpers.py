@@ -50,7 +50,7 @@ def memory_transport(app, nursery: trio.Nursery):
     """
     import trio.testing
 
-    from sluice.simulator.server import serve_connection
+    from sluice.simulator._server import serve_connection
     from sluice.transport import FastTransport
 
     async def open_stream(host: str, port: int) -> trio.abc.Stream:

@@ -15,8 +15,8 @@ import trio
 import trio.testing
 
 from sluice import RetryConfig, RuntimeConfig
-from sluice.config import ProviderConfig, ReplyLimits, Secret
-from sluice.messages import Deadlines
+from sluice._config import ProviderConfig, ReplyLimits, Secret
+from sluice._messages import Deadlines
 
 Behaviour = Callable[[trio.abc.Stream], Awaitable[None]]
 

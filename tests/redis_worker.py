@@ -12,7 +12,7 @@ import trio
 
 import sluice
 from sluice import BudgetExceeded, ChatRequest, RetryConfig, RuntimeConfig
-from sluice.config import BudgetConfig, LedgerConfig
+from sluice._config import BudgetConfig, LedgerConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sluice.simulator import SimResponse, SimulatorApp, SimulatorConfig
-from sluice.simulator.server import serve_connection
+from sluice.simulator._server import serve_connection
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator

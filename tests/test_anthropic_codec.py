@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sluice.errors import (
+from sluice._errors import (
     AuthenticationFailed,
     BadRequest,
     CallError,
@@ -19,8 +19,8 @@ from sluice.errors import (
     ServerError,
     StreamBroken,
 )
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import (
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import (
     ChatRequest,
     ContentPart,
     FilePart,
@@ -34,8 +34,8 @@ from sluice.messages import (
     ToolCall,
     Usage,
 )
-from sluice.protocols import codec_for
-from sluice.protocols.anthropic import AnthropicCodec, AnthropicStreamDecoder
+from sluice._protocols import codec_for
+from sluice._protocols.anthropic import AnthropicCodec, AnthropicStreamDecoder
 
 CODEC = AnthropicCodec()
 BASE = "https://api.anthropic.com/v1"

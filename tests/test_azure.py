@@ -10,9 +10,9 @@ import pytest
 
 import sluice
 from sluice import ChatRequest, ConfigError, ProviderConfig, RuntimeConfig, Secret
-from sluice.protocols.openai_request import build_body
-from sluice.providers.codec import provider_codec
-from sluice.providers.registry import resolve_provider
+from sluice._protocols.openai_request import build_body
+from sluice.providers._codec import provider_codec
+from sluice.providers._registry import resolve_provider
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import sim_process, virtual_deadline

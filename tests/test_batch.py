@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from sluice import ConfigError, RetryConfig, RuntimeConfig, open_runtime
-from sluice.jobs.batch import BatchProgress, run_batch
+from sluice._jobs.batch import BatchProgress, run_batch
 from sluice.simulator import SimulatorConfig
 
 GUARD = 30

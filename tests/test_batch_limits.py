@@ -12,8 +12,8 @@ import trio
 
 import sluice
 from sluice import ConfigError, ProviderConfig, RateLimitConfig, RuntimeConfig, WindowLimit
-from sluice.jobs.batch import run_batch
-from sluice.jobs.batch_limits import BatchLimits, apply_limits, pacing_window
+from sluice._jobs.batch import run_batch
+from sluice._jobs.batch_limits import BatchLimits, apply_limits, pacing_window
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline
@@ -204,7 +204,7 @@ async def test_limits_with_an_open_runtime_are_refused(tmp_path):
 
 
 def test_the_command_refuses_a_bad_limit_before_any_call(tmp_path, capsys, monkeypatch):
-    from sluice.cli import main
+    from sluice._cli import main
 
     monkeypatch.delenv("SLUICE_CONFIG", raising=False)
     source = write_input(tmp_path / "in.jsonl", 1)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.errors import ConfigError, ServerError, StreamBroken
-from sluice.jobs.batch_lines import (
+from sluice._errors import ConfigError, ServerError, StreamBroken
+from sluice._jobs.batch_lines import (
     BadLine,
     InputLine,
     LineSplitter,
@@ -17,7 +17,7 @@ from sluice.jobs.batch_lines import (
     render_error_line,
     render_result_line,
 )
-from sluice.messages import ChatResult, Message, Usage
+from sluice._messages import ChatResult, Message, Usage
 
 
 def split_all(data: bytes, cuts: list[int]) -> list[tuple[int, bytes]]:
@@ -195,7 +195,7 @@ def test_error_without_a_reply_has_no_response_and_uses_the_class_name():
 
 
 def test_scan_output_marks_store_errors_for_redoing_and_keeps_other_errors():
-    from sluice.jobs.batch_lines import scan_output
+    from sluice._jobs.batch_lines import scan_output
 
     store_error = {"code": "StoreUnavailable", "message": "line 1: the quota store does not answer"}
     other_error = {"code": "RateLimited", "message": "line 2: 429"}

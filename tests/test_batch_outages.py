@@ -14,7 +14,7 @@ import time
 import orjson
 import pytest
 
-from sluice.cli import main
+from sluice._cli import main
 
 from .faulty_server import FaultyServer, input_lines
 

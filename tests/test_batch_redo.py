@@ -17,9 +17,9 @@ import pytest
 import trio
 
 from sluice import RuntimeConfig, open_runtime
-from sluice.cli import main
-from sluice.jobs.batch import run_batch
-from sluice.jobs.batch_lines import redo_line
+from sluice._cli import main
+from sluice._jobs.batch import run_batch
+from sluice._jobs.batch_lines import redo_line
 
 from .helpers import SLUICE, sim_process
 

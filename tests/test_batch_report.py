@@ -9,9 +9,9 @@ import re
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.jobs.batch_lines import Answered, Shard
-from sluice.jobs.batch_report import (
+from sluice._cli import main
+from sluice._jobs.batch_lines import Answered, Shard
+from sluice._jobs.batch_report import (
     BatchProgress,
     BatchSummary,
     LatencyHistogram,
@@ -20,8 +20,8 @@ from sluice.jobs.batch_report import (
     format_summary,
     summary_path,
 )
-from sluice.jobs.batch_scan import HashSet, InputCheck, find_duplicate
-from sluice.jobs.percentile import percentile
+from sluice._jobs.batch_scan import HashSet, InputCheck, find_duplicate
+from sluice._jobs.percentile import percentile
 
 
 @pytest.fixture(autouse=True)

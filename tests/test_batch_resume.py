@@ -12,9 +12,9 @@ import pytest
 import trio
 
 from sluice import ConfigError, RuntimeConfig, open_runtime
-from sluice.cli import main
-from sluice.jobs.batch import run_batch
-from sluice.jobs.batch_lines import Shard
+from sluice._cli import main
+from sluice._jobs.batch import run_batch
+from sluice._jobs.batch_lines import Shard
 from sluice.simulator import SimulatorConfig
 
 GUARD = 30
@@ -190,8 +190,8 @@ def test_cli_refuses_duplicates_and_bad_shards(tmp_path, capsys):
 async def test_batch_calls_are_booked_under_the_job(tmp_path):
     """Every line's call is tagged with the job id, so the ledger books it there."""
     import sluice
-    from sluice.config import LedgerConfig
-    from sluice.jobs.batch import run_batch
+    from sluice._config import LedgerConfig
+    from sluice._jobs.batch import run_batch
     from sluice.simulator import mock_transport
 
     source = write_input(tmp_path, INPUT)

@@ -1,12 +1,12 @@
-"""Resume, duplicate and shard helpers of sluice.jobs.batch_lines (pure, sync)."""
+"""Resume, duplicate and shard helpers of sluice._jobs.batch_lines (pure, sync)."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
-from sluice.errors import ConfigError
-from sluice.jobs.batch_lines import (
+from sluice._errors import ConfigError
+from sluice._jobs.batch_lines import (
     Answered,
     Shard,
     custom_id_of,

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sluice
-from sluice.breaker import NO_TICKET, CircuitBreaker
-from sluice.retry_budget import RetryBudget
-from sluice.retry_policy import blames_backend, describe
+from sluice._breaker import NO_TICKET, CircuitBreaker
+from sluice._retry_budget import RetryBudget
+from sluice._retry_policy import blames_backend, describe
 
 
 def opened(now: float = 0.0) -> CircuitBreaker:

@@ -23,12 +23,12 @@ from sluice import (
     ToolCallDelta,
     ToolOptions,
 )
-from sluice.cache import LruCache, ResponseCache, replay_events, request_key
-from sluice.cache.sqlite import SQLiteCacheStore
-from sluice.config import config_from_env, load_config
-from sluice.errors import ConfigError
-from sluice.messages import ReasoningPart, TextPart, Timings, Usage
-from sluice.tools import CapabilityOverride
+from sluice._cache import LruCache, ResponseCache, replay_events, request_key
+from sluice._cache.sqlite import SQLiteCacheStore
+from sluice._config import config_from_env, load_config
+from sluice._errors import ConfigError
+from sluice._messages import ReasoningPart, TextPart, Timings, Usage
+from sluice._tools import CapabilityOverride
 
 WEATHER = Tool(
     name="get_weather",
@@ -130,8 +130,8 @@ def test_the_key_is_the_same_in_every_process():
     """Sets (a capability override's modes) are sorted, not hashed: a file outlives a run."""
     code = (
         "from sluice import ChatRequest, ToolOptions\n"
-        "from sluice.tools import CapabilityOverride\n"
-        "from sluice.cache import request_key\n"
+        "from sluice._tools import CapabilityOverride\n"
+        "from sluice._cache import request_key\n"
         "caps = CapabilityOverride(tool_choice=['auto', 'none', 'required', 'specific'])\n"
         "r = ChatRequest(model='sim:x', messages='hi', tool_options=ToolOptions("
         "capabilities=caps))\n"

@@ -28,8 +28,8 @@ from sluice import (
     Tool,
     ToolCallDelta,
 )
-from sluice.cache import request_key
-from sluice.errors import BadRequest, ToolCallError
+from sluice._cache import request_key
+from sluice._errors import BadRequest, ToolCallError
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

@@ -11,7 +11,7 @@ import subprocess
 import orjson
 import pytest
 
-from sluice.cli import main
+from sluice._cli import main
 
 from .helpers import SLUICE, sim_process
 

@@ -4,8 +4,8 @@ still, environment overrides, and errors that name the path and the valid keys."
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.config import (
+from sluice._cli import main
+from sluice._config import (
     ProviderConfig,
     RuntimeConfig,
     config_from_env,
@@ -14,7 +14,7 @@ from sluice.config import (
     load_config,
     load_config_file,
 )
-from sluice.errors import ConfigError
+from sluice._errors import ConfigError
 
 TOML = """
 stream_buffer = 4

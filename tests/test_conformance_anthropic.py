@@ -25,14 +25,14 @@ import attrs
 import orjson
 import pytest
 
-from sluice.errors import CallError, ContextTooLong, Overloaded
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
-from sluice.protocols.anthropic import AnthropicCodec
+from sluice._errors import CallError, ContextTooLong, Overloaded
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import ChatRequest, Message, Tool, ToolCall, Usage
+from sluice._protocols.anthropic import AnthropicCodec
 from tests.conformance import Case, decode_pieces, load_cases, splits
 
 if TYPE_CHECKING:
-    from sluice.protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput
 
 CASES = load_cases(frozenset({"anthropic"}))
 CODEC = AnthropicCodec()

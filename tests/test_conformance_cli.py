@@ -25,8 +25,8 @@ import attrs
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.messages import Usage
+from sluice._cli import main
+from sluice._messages import Usage
 from tests import (
     test_conformance_anthropic,
     test_conformance_gemini,

@@ -30,14 +30,14 @@ import attrs
 import orjson
 import pytest
 
-from sluice.errors import AuthenticationFailed, CallError
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
-from sluice.protocols.gemini import GeminiCodec
+from sluice._errors import AuthenticationFailed, CallError
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import ChatRequest, Message, Tool, ToolCall, Usage
+from sluice._protocols.gemini import GeminiCodec
 from tests.conformance import Case, decode_pieces, load_cases, splits
 
 if TYPE_CHECKING:
-    from sluice.protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput
 
 CASES = load_cases(frozenset({"gemini"}))
 CODEC = GeminiCodec()

@@ -28,14 +28,14 @@ import attrs
 import orjson
 import pytest
 
-from sluice.errors import BadRequest, CallError, StreamBroken
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
-from sluice.protocols.ollama import OllamaCodec
+from sluice._errors import BadRequest, CallError, StreamBroken
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import ChatRequest, Message, Tool, ToolCall, Usage
+from sluice._protocols.ollama import OllamaCodec
 from tests.conformance import Case, load_cases, splits
 
 if TYPE_CHECKING:
-    from sluice.protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput
 
 CASES = load_cases(frozenset({"ollama"}))
 CODEC = OllamaCodec()

@@ -22,14 +22,14 @@ import attrs
 import orjson
 import pytest
 
-from sluice.errors import BadRequest, CallError
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import ChatRequest, Message, Tool, ToolCall, Usage
-from sluice.protocols.openai import OpenAICodec
+from sluice._errors import BadRequest, CallError
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import ChatRequest, Message, Tool, ToolCall, Usage
+from sluice._protocols.openai import OpenAICodec
 from tests.conformance import Case, load_cases, splits
 
 if TYPE_CHECKING:
-    from sluice.protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput
 
 OPENAI_PROTOCOL_PROVIDERS = frozenset(
     {"openai", "openai_compat", "deepseek", "openrouter", "xai", "moonshot", "vllm", "azure"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.config import ReplyLimits, load_config
-from sluice.errors import ConfigError
-from sluice.protocols.decode_shared import (
+from sluice._config import ReplyLimits, load_config
+from sluice._errors import ConfigError
+from sluice._protocols.decode_shared import (
     FOREIGN,
     STREAM,
     WHOLE,

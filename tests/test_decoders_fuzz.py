@@ -3,7 +3,7 @@
 Every decoder (SSE, NDJSON, whole JSON bodies, error bodies, each protocol's stream decoder)
 is fed arbitrary bytes, truncations of the recorded replies in ``tests/conformance_data``, and
 recorded replies with one JSON value swapped for an arbitrary one, cut into arbitrary pieces.
-A decoder may answer with a :class:`~sluice.errors.CallError` (a ``ProtocolError``, a
+A decoder may answer with a :class:`~sluice._errors.CallError` (a ``ProtocolError``, a
 ``StreamBroken``, or the error a reply reported); any other exception is a bug.
 """
 
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.errors import CallError
-from sluice.protocols import codec_for
-from sluice.protocols.sse import SSEDecoder
+from sluice._errors import CallError
+from sluice._protocols import codec_for
+from sluice._protocols.sse import SSEDecoder
 
 from .conformance import Case, load_cases
 
@@ -260,7 +260,7 @@ def test_recorded_bodies_with_one_value_swapped(case: Case, which: int, new: Any
 
 def test_a_retry_after_with_a_control_character_is_ignored_not_a_crash() -> None:
     """Found by the error-decoder fuzz test: ``\\s`` matched U+001F, which float() refuses."""
-    from sluice.protocols.http_errors import parse_retry_after
+    from sluice._protocols.http_errors import parse_retry_after
 
     assert parse_retry_after({"retry-after": "0\x1f"}, 0.0) is None
     assert parse_retry_after({"retry-after": " 12 "}, 0.0) == 12.0

@@ -1,4 +1,4 @@
-"""The error tree drawn in ``sluice.errors``' docstring is the real one: every subclass of
+"""The error tree drawn in ``sluice._errors``' docstring is the real one: every subclass of
 ``SluiceError`` that sluice defines, anywhere, under its real parent, and nothing else."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 from typing import TYPE_CHECKING
 
 import sluice
-import sluice.errors
-from sluice.errors import SluiceError
+import sluice._errors
+from sluice._errors import SluiceError
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -22,7 +22,7 @@ def _drawn() -> dict[str, str | None]:
     """Each class named in the docstring's tree, with the class it is drawn under: the root
     is the block's first line, every other node follows a ``── `` marker, and a node's parent
     is the nearest node above it whose marker sits further left."""
-    doc = sluice.errors.__doc__ or ""
+    doc = sluice._errors.__doc__ or ""
     block = doc.split("::", 1)[1].strip("\n").split("\n\n")[0].splitlines()
     root = block[0].strip()
     parents: dict[str, str | None] = {root: None}

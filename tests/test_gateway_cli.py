@@ -9,7 +9,7 @@ import subprocess
 import httpx
 import pytest
 
-from sluice.cli import main
+from sluice._cli import main
 
 from .helpers import SLUICE
 

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 import sluice
-from sluice.gateway import GatewaySettings, Server, ServerLimits
+from sluice._gateway import GatewaySettings, Server, ServerLimits
 from sluice.simulator import SimulatorConfig
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body

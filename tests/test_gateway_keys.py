@@ -5,9 +5,9 @@ import orjson
 import pytest
 import trio
 
-from sluice.gateway import GatewaySettings, KeyRing, issue_key, revoke_key
-from sluice.gateway.vkeys import hash_token, load_keys, save_keys
-from sluice.ledger.store import MemoryLedgerStore
+from sluice._gateway import GatewaySettings, KeyRing, issue_key, revoke_key
+from sluice._gateway.vkeys import hash_token, load_keys, save_keys
+from sluice._ledger.store import MemoryLedgerStore
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
 from .helpers import virtual_deadline
@@ -198,7 +198,7 @@ async def test_admin_api_only_with_the_admin_token(autojump_clock):
 
 
 def test_issue_refuses_bad_names_and_live_duplicates():
-    from sluice.errors import ConfigError
+    from sluice._errors import ConfigError
 
     key, token = issue_key({}, "judy", now=1.0)
     assert token.startswith("sk-sluice-") and key.token_hash == hash_token(token)

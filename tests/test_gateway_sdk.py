@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import sluice
-from sluice.gateway import GatewaySettings, KeyRing, issue_key
+from sluice._gateway import GatewaySettings, KeyRing, issue_key
 from sluice.simulator import serve_simulator
 
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]

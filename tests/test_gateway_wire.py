@@ -4,7 +4,7 @@ errors into each client protocol's format and status; /metrics is a pluggable ro
 import orjson
 import pytest
 
-from sluice.errors import (
+from sluice._errors import (
     AuthenticationFailed,
     BudgetExceeded,
     ConfigError,
@@ -13,12 +13,12 @@ from sluice.errors import (
     RateLimited,
     ServerError,
 )
-from sluice.events import ToolCallDelta
-from sluice.gateway.anthropic_wire import AnthropicEvents, parse_messages_body, render_message
-from sluice.gateway.errors import call_error_response
-from sluice.gateway.openai_wire import OpenAIChunks
-from sluice.gateway.request_head import HeadError, parse_head
-from sluice.messages import (
+from sluice._events import ToolCallDelta
+from sluice._gateway.anthropic_wire import AnthropicEvents, parse_messages_body, render_message
+from sluice._gateway.errors import call_error_response
+from sluice._gateway.openai_wire import OpenAIChunks
+from sluice._gateway.request_head import HeadError, parse_head
+from sluice._messages import (
     ChatResult,
     ImagePart,
     Message,

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sluice.errors import (
+from sluice._errors import (
     AuthenticationFailed,
     BadRequest,
     CallError,
@@ -18,8 +18,8 @@ from sluice.errors import (
     ServerError,
     StreamBroken,
 )
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import (
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import (
     ChatRequest,
     ContentPart,
     FilePart,
@@ -34,9 +34,9 @@ from sluice.messages import (
     ToolResultPart,
     Usage,
 )
-from sluice.protocols import codec_for
-from sluice.protocols.gemini import GeminiCodec, GeminiStreamDecoder
-from sluice.serde import converter
+from sluice._protocols import codec_for
+from sluice._protocols.gemini import GeminiCodec, GeminiStreamDecoder
+from sluice._serde import converter
 
 CODEC = GeminiCodec()
 BASE = "https://generativelanguage.googleapis.com/v1beta"

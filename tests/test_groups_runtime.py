@@ -21,7 +21,7 @@ from sluice import (
     RetryConfig,
     RuntimeConfig,
 )
-from sluice.cli import main
+from sluice._cli import main
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

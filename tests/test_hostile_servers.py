@@ -17,7 +17,7 @@ import trio
 
 import sluice
 from sluice import ChatRequest
-from sluice.messages import Deadlines
+from sluice._messages import Deadlines
 from sluice.transport import FastTransport, ResponseTimeout
 
 from .helpers import virtual_deadline

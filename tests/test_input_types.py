@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from sluice import ChatRequest, Message, Tool
-from sluice.config import ProviderConfig, config_from_env, load_config
-from sluice.errors import ConfigError
-from sluice.messages import ImagePart, TextPart, ToolCall, ToolResultPart
-from sluice.providers import plugins
-from sluice.providers.definition import ProviderDefinition
+from sluice._config import ProviderConfig, config_from_env, load_config
+from sluice._errors import ConfigError
+from sluice._messages import ImagePart, TextPart, ToolCall, ToolResultPart
+from sluice.providers import _plugins as plugins
+from sluice.providers._definition import ProviderDefinition
 
 # --- ChatRequest ------------------------------------------------------------------------------
 
@@ -222,7 +222,7 @@ def test_a_plugins_key_env_string_is_refused_not_split_into_letters():
     ],
 )
 def test_base_urls_are_http_with_a_host_and_a_real_port(url, problem):
-    from sluice.checks import http_url_problem
+    from sluice._checks import http_url_problem
 
     found = http_url_problem(url)
     assert found is None if problem is None else problem in found

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 
-from sluice.config import Secret
-from sluice.errors import AuthenticationFailed, RateLimited
-from sluice.redact import MASK, redact, redact_error, secrets_of
+from sluice._config import Secret
+from sluice._errors import AuthenticationFailed, RateLimited
+from sluice._redact import MASK, redact, redact_error, secrets_of
 
 from .helpers import SLUICE, clean_env, request_line
 

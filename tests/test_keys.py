@@ -8,12 +8,12 @@ import stat
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.config import ProviderConfig, RuntimeConfig, Secret
-from sluice.errors import ConfigError
-from sluice.providers.keys import KeyStore, KeyStoreError, mask_key, new_master_key
-from sluice.providers.plugins import PluginProviders
-from sluice.providers.registry import resolve_provider
+from sluice._cli import main
+from sluice._config import ProviderConfig, RuntimeConfig, Secret
+from sluice._errors import ConfigError
+from sluice.providers._keys import KeyStore, KeyStoreError, mask_key, new_master_key
+from sluice.providers._plugins import PluginProviders
+from sluice.providers._registry import resolve_provider
 
 KEY = "sk-proj-STORED-0123456789abcdefghij"
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 import sluice
-from sluice.config import ProviderConfig, RetryConfig, RuntimeConfig, Secret
-from sluice.errors import CallError, SluiceError
-from sluice.providers.keys import KeyStore
+from sluice._config import ProviderConfig, RetryConfig, RuntimeConfig, Secret
+from sluice._errors import CallError, SluiceError
+from sluice.providers._keys import KeyStore
 
 from .helpers import sim_process
 
@@ -28,7 +28,7 @@ WRAPPER = """
 import logging, sys
 logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
                     format="LOG %(name)s %(levelname)s %(message)s")
-from sluice.cli import main
+from sluice._cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -86,7 +86,7 @@ def test_closed_port_with_a_key_from_the_environment(env, as_json):
     url = f"http://127.0.0.1:{closed_port()}/v1"
     proc = run_chat(env, "openai:gpt-4o", "hi", "--base-url", url, *(["--json"] if as_json else []))
     assert proc.returncode == 1, proc.stderr
-    assert "LOG sluice.providers.registry DEBUG provider openai" in proc.stderr  # logs captured
+    assert "LOG sluice.providers._registry DEBUG provider openai" in proc.stderr  # logs captured
     if as_json:
         assert orjson.loads(proc.stdout)["error"]["type"] == "ConnectionFailed"
         assert "key from env" in proc.stderr

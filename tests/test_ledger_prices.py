@@ -13,10 +13,10 @@ import datetime as dt
 import attrs
 import pytest
 
-from sluice.errors import BudgetExceeded
-from sluice.ledger.book import LedgerBook, LedgerKey, LedgerTotals, summarize, utc_day
-from sluice.ledger.budget import Budget, BudgetBook, BudgetClaim, BudgetHold
-from sluice.ledger.prices import (
+from sluice._errors import BudgetExceeded
+from sluice._ledger.book import LedgerBook, LedgerKey, LedgerTotals, summarize, utc_day
+from sluice._ledger.budget import Budget, BudgetBook, BudgetClaim, BudgetHold
+from sluice._ledger.prices import (
     SHIPPED_PRICES,
     ModelPrice,
     PriceTable,
@@ -25,12 +25,12 @@ from sluice.ledger.prices import (
     usd_to_micros,
     worst_case_micros,
 )
-from sluice.limits.cost import Cost
-from sluice.messages import Usage
-from sluice.protocols.anthropic import AnthropicCodec
-from sluice.protocols.gemini import GeminiCodec
-from sluice.protocols.ollama import OllamaCodec
-from sluice.protocols.openai import OpenAICodec
+from sluice._limits.cost import Cost
+from sluice._messages import Usage
+from sluice._protocols.anthropic import AnthropicCodec
+from sluice._protocols.gemini import GeminiCodec
+from sluice._protocols.ollama import OllamaCodec
+from sluice._protocols.openai import OpenAICodec
 from tests.conformance import load_cases
 
 CASES = {(c.provider, c.name): c for c in load_cases()}

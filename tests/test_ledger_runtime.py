@@ -14,8 +14,8 @@ import trio
 
 import sluice
 from sluice import BudgetExceeded, ChatRequest, RetryConfig, RuntimeConfig
-from sluice.config import BudgetConfig, LedgerConfig, ProviderConfig
-from sluice.ledger.store import MemoryLedgerStore
+from sluice._config import BudgetConfig, LedgerConfig, ProviderConfig
+from sluice._ledger.store import MemoryLedgerStore
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
@@ -23,7 +23,7 @@ from .helpers import virtual_deadline
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sluice.ledger.book import LedgerKey, LedgerTotals
+    from sluice._ledger.book import LedgerKey, LedgerTotals
 
 
 def config(**ledger: object) -> RuntimeConfig:

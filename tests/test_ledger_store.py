@@ -19,10 +19,10 @@ import pytest
 import trio
 
 import sluice
-from sluice.cli import main
-from sluice.config import LedgerConfig, RuntimeConfig
-from sluice.ledger.book import COUNTERS, LedgerKey, LedgerTotals, summarize
-from sluice.ledger.sqlite import SQLiteLedgerStore, read_ledger_file
+from sluice._cli import main
+from sluice._config import LedgerConfig, RuntimeConfig
+from sluice._ledger.book import COUNTERS, LedgerKey, LedgerTotals, summarize
+from sluice._ledger.sqlite import SQLiteLedgerStore, read_ledger_file
 from sluice.simulator import SimulatorConfig, mock_transport
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
@@ -69,9 +69,9 @@ import sys
 import orjson
 import trio
 import sluice
-from sluice.config import LedgerConfig, RuntimeConfig
-from sluice.ledger.book import COUNTERS
-from sluice.ledger.sqlite import SQLiteLedgerStore
+from sluice._config import LedgerConfig, RuntimeConfig
+from sluice._ledger.book import COUNTERS
+from sluice._ledger.sqlite import SQLiteLedgerStore
 from sluice.simulator import SimulatorConfig, mock_transport
 
 

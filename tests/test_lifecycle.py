@@ -8,7 +8,7 @@ import trio
 
 import sluice
 from sluice import RateLimitConfig, RetryConfig, RuntimeConfig, Secret
-from sluice.config import ProviderConfig
+from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

@@ -2,10 +2,10 @@
 
 import pytest
 
-from sluice.limits.adaptive import AdaptiveLimit
-from sluice.limits.cost import Cost, estimate_cost, estimate_prompt_tokens
-from sluice.limits.headers import Learned, learned_limits, parse_duration
-from sluice.messages import ChatRequest, Message, Tool, Usage
+from sluice._limits.adaptive import AdaptiveLimit
+from sluice._limits.cost import Cost, estimate_cost, estimate_prompt_tokens
+from sluice._limits.headers import Learned, learned_limits, parse_duration
+from sluice._messages import ChatRequest, Message, Tool, Usage
 
 
 @pytest.mark.parametrize(

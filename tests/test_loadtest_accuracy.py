@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.jobs.loadtest import Lengths, Workload
-from sluice.jobs.loadtest.stats import percentile
-from sluice.simulator.latency import draw_generation, request_rng
+from sluice._cli import main
+from sluice._jobs.loadtest import Lengths, Workload
+from sluice._jobs.loadtest.stats import percentile
+from sluice.simulator._latency import draw_generation, request_rng
 
 from .helpers import sim_process
 

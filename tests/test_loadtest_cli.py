@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from sluice.cli import main
+from sluice._cli import main
 
 
 @pytest.fixture(autouse=True)

@@ -20,10 +20,10 @@ import orjson
 import pytest
 
 import sluice
-from sluice.cli import main
-from sluice.cli.loadtest import format_summary
-from sluice.config import RuntimeConfig
-from sluice.jobs.loadtest import (
+from sluice._cli import main
+from sluice._cli.loadtest import format_summary
+from sluice._config import RuntimeConfig
+from sluice._jobs.loadtest import (
     Lengths,
     LoadTest,
     OpenLoop,
@@ -33,7 +33,7 @@ from sluice.jobs.loadtest import (
     run_load,
     run_sweep,
 )
-from sluice.jobs.loadtest.results import results_document
+from sluice._jobs.loadtest.results import results_document
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import SLUICE, memory_transport, sim_process, virtual_deadline

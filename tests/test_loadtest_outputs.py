@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 import sluice
-from sluice.cli import main
-from sluice.config import RuntimeConfig
-from sluice.jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config, run_load
-from sluice.jobs.loadtest.aggregate import TOKEN_RULE
-from sluice.jobs.loadtest.stats import confidence_intervals
+from sluice._cli import main
+from sluice._config import RuntimeConfig
+from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config, run_load
+from sluice._jobs.loadtest.aggregate import TOKEN_RULE
+from sluice._jobs.loadtest.stats import confidence_intervals
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline

@@ -8,17 +8,17 @@ import random
 
 import pytest
 
-from sluice.errors import ConfigError
-from sluice.jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, parse_lengths, parse_slo
-from sluice.jobs.loadtest.aggregate import aggregate, lag_verdict, token_times
-from sluice.jobs.loadtest.arrivals import gamma_offsets, poisson_offsets, ramp_offsets
-from sluice.jobs.loadtest.compare import compare, format_comparison
-from sluice.jobs.loadtest.metrics import Tracker, estimate_tokens, spread_tokens
-from sluice.jobs.loadtest.slo import parse_seconds
-from sluice.jobs.loadtest.stats import percentile, summarize
-from sluice.jobs.loadtest.sweep import judge, parse_sweep
-from sluice.jobs.loadtest.workload import Workload
-from sluice.simulator.latency import GenerationSlots, draw_generation, gamma_draw
+from sluice._errors import ConfigError
+from sluice._jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, parse_lengths, parse_slo
+from sluice._jobs.loadtest.aggregate import aggregate, lag_verdict, token_times
+from sluice._jobs.loadtest.arrivals import gamma_offsets, poisson_offsets, ramp_offsets
+from sluice._jobs.loadtest.compare import compare, format_comparison
+from sluice._jobs.loadtest.metrics import Tracker, estimate_tokens, spread_tokens
+from sluice._jobs.loadtest.slo import parse_seconds
+from sluice._jobs.loadtest.stats import percentile, summarize
+from sluice._jobs.loadtest.sweep import judge, parse_sweep
+from sluice._jobs.loadtest.workload import Workload
+from sluice.simulator._latency import GenerationSlots, draw_generation, gamma_draw
 
 
 def take(iterator, n):
@@ -303,8 +303,8 @@ def test_simulator_latency_model():
 
 
 def test_the_loadtest_runtime_config():
-    from sluice.config import ProviderConfig, RateLimitConfig, RuntimeConfig
-    from sluice.jobs.loadtest import loadtest_config
+    from sluice._config import ProviderConfig, RateLimitConfig, RuntimeConfig
+    from sluice._jobs.loadtest import loadtest_config
 
     limited = RuntimeConfig(
         providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(requests_per_minute=5))}

@@ -7,8 +7,8 @@ import re
 import xml.etree.ElementTree as ET
 
 import sluice
-from sluice.config import RuntimeConfig
-from sluice.jobs.loadtest import (
+from sluice._config import RuntimeConfig
+from sluice._jobs.loadtest import (
     Lengths,
     LoadTest,
     OpenLoop,
@@ -17,9 +17,9 @@ from sluice.jobs.loadtest import (
     loadtest_config,
     run_sweep,
 )
-from sluice.jobs.loadtest.report import CHARTS, SWEEP_CHARTS, render_report
-from sluice.jobs.loadtest.results import results_document
-from sluice.jobs.loadtest.svg import nice_ticks
+from sluice._jobs.loadtest.report import CHARTS, SWEEP_CHARTS, render_report
+from sluice._jobs.loadtest.results import results_document
+from sluice._jobs.loadtest.svg import nice_ticks
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline

@@ -9,8 +9,8 @@ import threading
 import orjson
 import pytest
 
-from sluice.cli import main
-from sluice.jobs.loadtest.prometheus import ScrapeLog, parse_prometheus, summarize_scrapes
+from sluice._cli import main
+from sluice._jobs.loadtest.prometheus import ScrapeLog, parse_prometheus, summarize_scrapes
 
 TEXT = """\
 # HELP vllm:num_requests_running Number of requests running.

@@ -16,9 +16,9 @@ import pytest
 import trio
 
 import sluice
-from sluice.config import RuntimeConfig
-from sluice.errors import ConfigError
-from sluice.jobs.loadtest import (
+from sluice._config import RuntimeConfig
+from sluice._errors import ConfigError
+from sluice._jobs.loadtest import (
     ClosedLoop,
     Lengths,
     LoadTest,
@@ -30,7 +30,7 @@ from sluice.jobs.loadtest import (
     run_load,
     run_sweep,
 )
-from sluice.jobs.loadtest.results import results_document
+from sluice._jobs.loadtest.results import results_document
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline
@@ -217,7 +217,7 @@ async def test_an_unknown_provider_stops_the_run(autojump_clock, nursery):
 
 @virtual_deadline(600)
 async def test_respect_limits_keeps_the_quota_and_queue_wait_shows_it(autojump_clock, nursery):
-    from sluice.config import ProviderConfig, RateLimitConfig
+    from sluice._config import ProviderConfig, RateLimitConfig
 
     # One open stream at a time, calls of 0.5 s, three users at once.
     limited = RuntimeConfig(

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 import sluice
-from sluice.config import RuntimeConfig
-from sluice.errors import ConfigError
-from sluice.jobs.loadtest import (
+from sluice._config import RuntimeConfig
+from sluice._errors import ConfigError
+from sluice._jobs.loadtest import (
     ClosedLoop,
     Lengths,
     LoadTest,
@@ -24,10 +24,10 @@ from sluice.jobs.loadtest import (
     loadtest_config,
     run_load,
 )
-from sluice.jobs.loadtest.arrivals import load_trace_entries
-from sluice.jobs.loadtest.workload import TRACE_BLOCK_TOKENS
+from sluice._jobs.loadtest.arrivals import load_trace_entries
+from sluice._jobs.loadtest.workload import TRACE_BLOCK_TOKENS
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
-from sluice.simulator.text import count_tokens
+from sluice.simulator._text import count_tokens
 
 from .helpers import virtual_deadline
 

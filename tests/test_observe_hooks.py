@@ -8,7 +8,7 @@ import trio
 
 import sluice
 from sluice import CallRecord, Hooks, MetricsConfig, RateLimitConfig, RetryConfig, RuntimeConfig
-from sluice.config import ProviderConfig
+from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

@@ -9,8 +9,8 @@ import trio
 
 import sluice
 from sluice import RateLimitConfig, RetryConfig, RuntimeConfig, Secret
-from sluice.config import ProviderConfig
-from sluice.observe.logs import JsonFormatter
+from sluice._config import ProviderConfig
+from sluice._observe.logs import JsonFormatter
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import sluice
 from sluice import MetricsConfig, RateLimitConfig, RetryConfig, RuntimeConfig, TextDelta
-from sluice.config import ProviderConfig
+from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 MODEL = "sim:sim-small"
@@ -226,7 +226,7 @@ def test_batch_serves_metrics_with_metrics_port(tmp_path):
 
 
 def test_histogram_buckets_are_cumulative_and_a_value_on_a_bound_counts_in_it():
-    from sluice.observe.metrics import Histogram
+    from sluice._observe.metrics import Histogram
 
     h = Histogram("x_seconds", "x", ("k",), (0.1, 1.0))
     for v in (0.05, 0.1, 0.5, 1.0, 3.0):

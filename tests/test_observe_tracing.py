@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import sluice
 from sluice import RateLimitConfig, RetryConfig, RuntimeConfig, TracingConfig
-from sluice.config import ProviderConfig
+from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

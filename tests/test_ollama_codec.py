@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sluice.errors import (
+from sluice._errors import (
     BadRequest,
     ConfigError,
     NotFound,
@@ -16,8 +16,8 @@ from sluice.errors import (
     ServerError,
     StreamBroken,
 )
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import (
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import (
     ChatRequest,
     FilePart,
     ImagePart,
@@ -30,8 +30,8 @@ from sluice.messages import (
     ToolResultPart,
     Usage,
 )
-from sluice.protocols import codec_for
-from sluice.protocols.ollama import OllamaCodec, OllamaStreamDecoder
+from sluice._protocols import codec_for
+from sluice._protocols.ollama import OllamaCodec, OllamaStreamDecoder
 
 CODEC = OllamaCodec()
 BASE = "http://localhost:11434"

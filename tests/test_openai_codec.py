@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sluice.errors import (
+from sluice._errors import (
     AuthenticationFailed,
     BadRequest,
     CallError,
@@ -22,8 +22,8 @@ from sluice.errors import (
     ServerError,
     StreamBroken,
 )
-from sluice.events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from sluice.messages import (
+from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._messages import (
     ChatRequest,
     FilePart,
     ImagePart,
@@ -36,8 +36,8 @@ from sluice.messages import (
     ToolResultPart,
     Usage,
 )
-from sluice.protocols.http_errors import error_for_status, parse_retry_after
-from sluice.protocols.openai import OpenAICodec, OpenAIStreamDecoder
+from sluice._protocols.http_errors import error_for_status, parse_retry_after
+from sluice._protocols.openai import OpenAICodec, OpenAIStreamDecoder
 
 CODEC = OpenAICodec()
 BASE = "https://api.example.com/v1"
@@ -906,6 +906,6 @@ def test_status_below_400_is_a_protocol_error() -> None:
     ],
 )
 def test_provider_wait_reads_every_form(headers, body, wall_now, expected):
-    from sluice.protocols.http_errors import provider_wait
+    from sluice._protocols.http_errors import provider_wait
 
     assert provider_wait(headers, body, wall_now) == expected

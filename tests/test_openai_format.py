@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import ConfigError
-from sluice.jobs.openai_format import parse_chat_body, parse_message, render_chat_completion
-from sluice.messages import (
+from sluice._errors import ConfigError
+from sluice._jobs.openai_format import parse_chat_body, parse_message, render_chat_completion
+from sluice._messages import (
     ChatResult,
     FilePart,
     ImagePart,

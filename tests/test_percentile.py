@@ -7,9 +7,9 @@ import statistics
 
 import pytest
 
-from sluice.jobs.batch_report import LatencyHistogram
-from sluice.jobs.loadtest.stats import percentile as loadtest_percentile
-from sluice.jobs.percentile import interpolate, percentile
+from sluice._jobs.batch_report import LatencyHistogram
+from sluice._jobs.loadtest.stats import percentile as loadtest_percentile
+from sluice._jobs.percentile import interpolate, percentile
 
 
 def test_the_definition_on_small_cases() -> None:

@@ -11,11 +11,11 @@ import pytest
 
 import sluice
 from sluice import ChatRequest, Message, ProviderConfig, RuntimeConfig, Secret, Tool, ToolCall
-from sluice.messages import ReasoningPart, TextPart
-from sluice.protocols import codec_for
-from sluice.protocols.anthropic_request import build_request
+from sluice._messages import ReasoningPart, TextPart
+from sluice._protocols import codec_for
+from sluice._protocols.anthropic_request import build_request
+from sluice._tools import TemporaryMessage
 from sluice.simulator import SimulatorConfig, mock_transport
-from sluice.tools import TemporaryMessage
 
 from .helpers import virtual_deadline
 

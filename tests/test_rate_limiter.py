@@ -8,12 +8,12 @@ import pytest
 import trio
 import trio.testing
 
-from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.config import RateLimitConfig, WindowLimit
-from sluice.errors import RateLimited, TooLargeForQuota
-from sluice.limits.cost import Cost
-from sluice.mail import RateLimiterMsg, Settle
-from sluice.messages import Usage
+from sluice._config import RateLimitConfig, WindowLimit
+from sluice._errors import RateLimited, TooLargeForQuota
+from sluice._limits.cost import Cost
+from sluice._mail import RateLimiterMsg, Settle
+from sluice._messages import Usage
+from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 
 from .helpers import virtual_deadline
 

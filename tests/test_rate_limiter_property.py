@@ -11,10 +11,10 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.actors.rate_limiter import RateLimiterHandle, run_rate_limiter
-from sluice.config import RateLimitConfig, WindowLimit
-from sluice.limits.cost import Cost
-from sluice.mail import RateLimiterMsg, Settle
+from sluice._config import RateLimitConfig, WindowLimit
+from sluice._limits.cost import Cost
+from sluice._mail import RateLimiterMsg, Settle
+from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 
 PERIOD = 10.0
 LIMIT = 20

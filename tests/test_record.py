@@ -8,8 +8,8 @@ from typing import Any
 
 import attrs
 
-from sluice.config import ProviderConfig
-from sluice.messages import ChatRequest, Message, Usage
+from sluice._config import ProviderConfig
+from sluice._messages import ChatRequest, Message, Usage
 
 
 def attrs_repr(value: Any) -> str:

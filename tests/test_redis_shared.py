@@ -16,7 +16,7 @@ import trio
 
 import sluice
 from sluice import RetryConfig, RuntimeConfig, StoreUnavailable
-from sluice.config import LedgerConfig, ProviderConfig, RateLimitConfig, WindowLimit
+from sluice._config import LedgerConfig, ProviderConfig, RateLimitConfig, WindowLimit
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ async def test_a_store_url_that_is_not_redis_is_a_config_error():
 async def test_sluice_ledger_store_shows_every_process_spend(redis_url, tmp_path, capsys):
     """Two runtimes (two processes' worth) record into one Redis; ``sluice ledger --store``
     sums both, while each runtime's own ledger holds only its own calls."""
-    from sluice.cli.ledger import ledger
+    from sluice._cli.ledger import ledger
 
     prefix = f"ledger-{uuid.uuid4().hex}"
     config = shared_config(redis_url, prefix)
@@ -193,8 +193,8 @@ async def test_simulators_sharing_a_redis_quota_behave_as_one_account(redis_url)
     whichever app gets it, is refused with 429 and a Retry-After."""
     import httpx
 
-    from sluice.limits.redis_store import open_redis_store
-    from sluice.simulator.shared_quota import SharedServerQuota
+    from sluice._limits.redis_store import open_redis_store
+    from sluice.simulator._shared_quota import SharedServerQuota
 
     body = {"model": "sim-small", "messages": [{"role": "user", "content": "hi"}]}
     statuses = []

@@ -10,9 +10,9 @@ import uuid
 
 import coredis
 
-from sluice.limits.cost import Cost
-from sluice.limits.redis_store import RedisQuotaStore
-from sluice.limits.store import BudgetAsk, BudgetRefused, Reservation, WindowSpec
+from sluice._limits.cost import Cost
+from sluice._limits.redis_store import RedisQuotaStore
+from sluice._limits.store import BudgetAsk, BudgetRefused, Reservation, WindowSpec
 
 SPECS = (WindowSpec("requests", 2, 10.0),)
 

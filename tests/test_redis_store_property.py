@@ -19,10 +19,10 @@ import coredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.limits.cost import Cost
-from sluice.limits.headers import Learned
-from sluice.limits.redis_store import RedisQuotaStore
-from sluice.limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
+from sluice._limits.cost import Cost
+from sluice._limits.headers import Learned
+from sluice._limits.redis_store import RedisQuotaStore
+from sluice._limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
 
 
 @attrs.frozen

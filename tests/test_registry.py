@@ -9,19 +9,19 @@ import orjson
 import pytest
 
 import sluice
-from sluice.config import ModelConfig, ProviderConfig, QuirksConfig, RuntimeConfig, Secret
-from sluice.errors import ConfigError
-from sluice.messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
-from sluice.protocols import codec_for
-from sluice.protocols.openai import OpenAICodec
-from sluice.protocols.quirks import NO_QUIRKS, RequestQuirks
-from sluice.providers.builtins import BUILTIN_BY_ID, BUILTINS
-from sluice.providers.codec import provider_codec
-from sluice.providers.definition import ProviderDefinition, models
-from sluice.providers.keys import KeyStore
-from sluice.providers.plugins import PluginProviders
-from sluice.providers.registry import BUILTIN_PROVIDERS, resolve_provider
-from sluice.tools import capabilities as caps
+from sluice._config import ModelConfig, ProviderConfig, QuirksConfig, RuntimeConfig, Secret
+from sluice._errors import ConfigError
+from sluice._messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
+from sluice._protocols import codec_for
+from sluice._protocols.openai import OpenAICodec
+from sluice._protocols.quirks import NO_QUIRKS, RequestQuirks
+from sluice._tools import capabilities as caps
+from sluice.providers._builtins import BUILTIN_BY_ID, BUILTINS
+from sluice.providers._codec import provider_codec
+from sluice.providers._definition import ProviderDefinition, models
+from sluice.providers._keys import KeyStore
+from sluice.providers._plugins import PluginProviders
+from sluice.providers._registry import BUILTIN_PROVIDERS, resolve_provider
 
 SPEC_27 = [
     "qwenpaw-local",

@@ -6,18 +6,18 @@ import orjson
 import pytest
 import trio
 
-from sluice.cli import main
-from sluice.config import ProviderConfig, RuntimeConfig, Secret
-from sluice.providers.keys import KeyStore
-from sluice.providers.operations import (
+from sluice._cli import main
+from sluice._config import ProviderConfig, RuntimeConfig, Secret
+from sluice.providers._keys import KeyStore
+from sluice.providers._operations import (
     OperationFailed,
     check_connection,
     check_model,
     list_models,
     open_transport,
 )
-from sluice.providers.plugins import PluginProviders
-from sluice.providers.registry import resolve_provider
+from sluice.providers._plugins import PluginProviders
+from sluice.providers._registry import resolve_provider
 from sluice.simulator import SimulatorConfig, serve_simulator
 from sluice.transport import HttpxTransport
 

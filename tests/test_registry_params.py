@@ -5,9 +5,9 @@ import logging
 import orjson
 import pytest
 
-from sluice.messages import ChatRequest
-from sluice.protocols import codec_for
-from sluice.providers.params import apply_params, map_params, merge_params
+from sluice._messages import ChatRequest
+from sluice._protocols import codec_for
+from sluice.providers._params import apply_params, map_params, merge_params
 
 
 def test_later_layers_win_and_nested_mappings_merge():
@@ -57,7 +57,7 @@ def test_parameters_map_to_each_protocols_names(protocol, expected):
 
 
 def test_rejected_parameters_are_dropped_with_a_debug_log(caplog):
-    caplog.set_level(logging.DEBUG, logger="sluice.providers.params")
+    caplog.set_level(logging.DEBUG, logger="sluice.providers._params")
     assert map_params({"top_k": 3, "seed": 1}, "anthropic", drop=frozenset({"top_k"})) == {}
     text = caplog.text
     assert "top_k dropped: the provider rejects it" in text

@@ -7,16 +7,16 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from sluice.config import RuntimeConfig
-from sluice.errors import ConfigError
-from sluice.providers import plugins
-from sluice.providers.builtins import BUILTIN_BY_ID
-from sluice.providers.keys import KeyStore
-from sluice.providers.registry import known_providers, resolve_provider
+from sluice._config import RuntimeConfig
+from sluice._errors import ConfigError
+from sluice.providers import _plugins as plugins
+from sluice.providers._builtins import BUILTIN_BY_ID
+from sluice.providers._keys import KeyStore
+from sluice.providers._registry import known_providers, resolve_provider
 
 PLUGIN_MODULE = textwrap.dedent(
     """
-    from sluice.providers.definition import ProviderDefinition, models
+    from sluice.providers._definition import ProviderDefinition, models
 
     def providers():
         return [
@@ -114,7 +114,7 @@ def test_a_plugin_provider_resolves_like_a_builtin(plugin_module, tmp_path):
     ],
 )
 def test_a_broken_plugin_is_reported_and_skipped(plugin_module, attr, fragment, caplog):
-    caplog.set_level(logging.WARNING, logger="sluice.providers.plugins")
+    caplog.set_level(logging.WARNING, logger="sluice.providers._plugins")
     loaded = load(
         point("broken", f"{plugin_module}:{attr}"), point("solo", f"{plugin_module}:single")
     )

@@ -8,7 +8,7 @@ import random
 
 import sluice
 from sluice import ChatRequest, RetryConfig
-from sluice.retry_policy import Fail, Retry, Wait, after_failure, call_state, when_blocked
+from sluice._retry_policy import Fail, Retry, Wait, after_failure, call_state, when_blocked
 
 POLICY = RetryConfig(base_delay=0.5, max_delay=8.0, jitter=0.0, max_attempts=4)
 RNG = random.Random(0)

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from sluice import ChatRequest, Message, ModelGroup, RateLimitConfig, WindowLimit
-from sluice.routing import MAX_AFFINITIES, GroupRouter, affinity_key, request_capacity
+from sluice._routing import MAX_AFFINITIES, GroupRouter, affinity_key, request_capacity
 
 A, B, C = "a:m", "b:m", "c:m"
 

@@ -29,7 +29,7 @@ from sluice import (
     StreamReset,
     TextDelta,
 )
-from sluice.config import ProviderConfig
+from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import Recorder, collect, virtual_deadline
@@ -342,8 +342,8 @@ async def test_map_respects_max_in_flight(autojump_clock):
 @virtual_deadline(60)
 async def test_runtime_config_round_trips_through_json():
     cfg = attrs.evolve(config(), stream_buffer=4)
-    raw = sluice.serde.converter.dumps(cfg) if hasattr(sluice, "serde") else None
-    from sluice.serde import converter
+    raw = sluice._serde.converter.dumps(cfg) if hasattr(sluice, "serde") else None
+    from sluice._serde import converter
 
     raw = converter.dumps(cfg)
     assert sluice.load_config(raw) == attrs.evolve(cfg)

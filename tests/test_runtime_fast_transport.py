@@ -9,8 +9,8 @@ import trio.testing
 
 import sluice
 from sluice import ChatRequest, RateLimitConfig, RetryConfig, RuntimeConfig, TextDelta
-from sluice.config import ProviderConfig
-from sluice.events import Admitted, FirstToken, StreamReset
+from sluice._config import ProviderConfig
+from sluice._events import Admitted, FirstToken, StreamReset
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import collect, memory_transport, virtual_deadline

@@ -13,10 +13,10 @@ import trio
 import trio.testing
 
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
-from sluice.simulator.anthropic_request import parse_messages_request
-from sluice.simulator.anthropic_wire import MessageEncoder, message_body, message_events
-from sluice.simulator.reply import plan_reply
-from sluice.simulator.request import RequestError
+from sluice.simulator._anthropic_request import parse_messages_request
+from sluice.simulator._anthropic_wire import MessageEncoder, message_body, message_events
+from sluice.simulator._reply import plan_reply
+from sluice.simulator._request import RequestError
 from tests.conformance import conformance_dir
 
 RECORDED = conformance_dir() / "raw" / "anthropic"

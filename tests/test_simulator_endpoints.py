@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
-from sluice.simulator.latency import draw_generation, request_rng
-from sluice.simulator.text import count_tokens
+from sluice.simulator._latency import draw_generation, request_rng
+from sluice.simulator._text import count_tokens
 
 from .helpers import virtual_deadline
 

@@ -16,8 +16,8 @@ import trio
 import trio.testing
 
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
-from sluice.simulator.broken import KINDS
-from sluice.simulator.transport import RESET_MESSAGE
+from sluice.simulator._broken import KINDS
+from sluice.simulator._transport import RESET_MESSAGE
 
 WALL = 1_700_000_000.0
 MESSAGES = [{"role": "user", "content": "Tell me about rivers."}]

@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.simulator.broken import (
+from sluice.simulator._broken import (
     FALLBACK,
     KINDS,
     applicable_kinds,
     break_json,
     strip_envelope,
 )
-from sluice.simulator.config import SimulatorConfig
-from sluice.simulator.directives import (
+from sluice.simulator._config import SimulatorConfig
+from sluice.simulator._directives import (
     BrokenJson,
     Directive,
     Empty,
@@ -35,10 +35,10 @@ from sluice.simulator.directives import (
     choose_directive,
     parse_directive,
 )
-from sluice.simulator.quota import QuotaWindow, format_duration
-from sluice.simulator.reply import plan_reply
-from sluice.simulator.request import ANY_OBJECT, RequestError, parse_chat_request
-from sluice.simulator.shaping import (
+from sluice.simulator._quota import QuotaWindow, format_duration
+from sluice.simulator._reply import plan_reply
+from sluice.simulator._request import ANY_OBJECT, RequestError, parse_chat_request
+from sluice.simulator._shaping import (
     cut_after,
     half,
     insert_after,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.simulator.config import SimulatorConfig
-from sluice.simulator.directives import (
+from sluice.simulator._config import SimulatorConfig
+from sluice.simulator._directives import (
     Directive,
     Disconnect,
     Fail,
@@ -22,18 +22,18 @@ from sluice.simulator.directives import (
     choose_directive,
     parse_directive,
 )
-from sluice.simulator.reply import plan_reply
-from sluice.simulator.request import RequestError, parse_chat_request
-from sluice.simulator.schema import SchemaError, example_for_schema
-from sluice.simulator.shaping import cut_after, schedule
-from sluice.simulator.text import (
+from sluice.simulator._reply import plan_reply
+from sluice.simulator._request import RequestError, parse_chat_request
+from sluice.simulator._schema import SchemaError, example_for_schema
+from sluice.simulator._shaping import cut_after, schedule
+from sluice.simulator._text import (
     WORDS,
     count_tokens,
     generate_tokens,
     split_fragments,
     split_words,
 )
-from sluice.simulator.wire import (
+from sluice.simulator._wire import (
     DONE,
     ChunkEncoder,
     completion_body,

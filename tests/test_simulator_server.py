@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from sluice.simulator import SimulatorApp, SimulatorConfig, run_simulator, serve_simulator
-from sluice.simulator.server import serve_connection
+from sluice.simulator._server import serve_connection
 
 CHAT = orjson.dumps(
     {

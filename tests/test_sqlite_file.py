@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from sluice.sqlite_file import open_versioned
+from sluice._sqlite_file import open_versioned
 
 CREATE = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER)"
 

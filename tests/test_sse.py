@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.errors import ProtocolError
-from sluice.protocols.sse import SSEDecoder, SSEEvent
+from sluice._errors import ProtocolError
+from sluice._protocols.sse import SSEDecoder, SSEEvent
 
 
 def decode(*pieces: bytes) -> list[SSEEvent]:

@@ -12,9 +12,9 @@ import trio
 
 import sluice
 from sluice import CallError, ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
-from sluice.config import BreakerConfig, ProviderConfig
-from sluice.events import FallingBack, Retrying, StreamReset
-from sluice.limits.store import MemoryQuotaStore
+from sluice._config import BreakerConfig, ProviderConfig
+from sluice._events import FallingBack, Retrying, StreamReset
+from sluice._limits.store import MemoryQuotaStore
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import Recorder, collect, virtual_deadline

@@ -11,7 +11,7 @@ import trio.testing
 
 import sluice
 from sluice import ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
-from sluice.config import BreakerConfig, ProviderConfig
+from sluice._config import BreakerConfig, ProviderConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline

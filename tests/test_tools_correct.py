@@ -14,10 +14,10 @@ from typing import Any
 import attrs
 import pytest
 
-from sluice.errors import ToolCallError
-from sluice.messages import ChatRequest, Message, SpecificTool, Tool, ToolCall
-from sluice.protocols.base import AttemptOutput
-from sluice.tools import (
+from sluice._errors import ToolCallError
+from sluice._messages import ChatRequest, Message, SpecificTool, Tool, ToolCall
+from sluice._protocols.base import AttemptOutput
+from sluice._tools import (
     FULL,
     OLLAMA,
     Corrections,
@@ -31,7 +31,7 @@ from sluice.tools import (
     prepare,
     strip_temporary,
 )
-from sluice.tools.correct import EMPTY_REPLY_NUDGE
+from sluice._tools.correct import EMPTY_REPLY_NUDGE
 
 TOOL_ADD = Tool(
     name="tool_add",

@@ -12,8 +12,8 @@ from typing import Any
 import attrs
 import pytest
 
-from sluice.errors import FatalError, ToolCallError
-from sluice.messages import (
+from sluice._errors import FatalError, ToolCallError
+from sluice._messages import (
     ChatRequest,
     ContentPart,
     FinishReason,
@@ -24,8 +24,8 @@ from sluice.messages import (
     Tool,
     ToolCall,
 )
-from sluice.protocols.base import AttemptOutput
-from sluice.tools import (
+from sluice._protocols.base import AttemptOutput
+from sluice._tools import (
     FULL,
     OLLAMA,
     OPENAI,

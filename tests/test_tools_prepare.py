@@ -7,11 +7,11 @@ from typing import Any
 import attrs
 import pytest
 
-from sluice.errors import ConfigError
-from sluice.messages import ChatRequest, Message, ResponseFormat, SpecificTool, TextPart, Tool
-from sluice.protocols.openai_request import build_body
-from sluice.serde import converter
-from sluice.tools import (
+from sluice._errors import ConfigError
+from sluice._messages import ChatRequest, Message, ResponseFormat, SpecificTool, TextPart, Tool
+from sluice._protocols.openai_request import build_body
+from sluice._serde import converter
+from sluice._tools import (
     ANTHROPIC,
     FULL,
     OLLAMA,
@@ -23,8 +23,8 @@ from sluice.tools import (
     capabilities_for,
     prepare,
 )
-from sluice.tools.capabilities import override_hint
-from sluice.tools.schema import tool_union_schema
+from sluice._tools.capabilities import override_hint
+from sluice._tools.schema import tool_union_schema
 
 A = Tool(name="a", description="Adds.", parameters={"type": "object", "properties": {}})
 B = Tool(name="b", parameters={"type": "object", "properties": {"x": {"type": "integer"}}})
@@ -285,7 +285,7 @@ def test_backend_with_tools_but_no_structured_output_is_downgraded() -> None:
 
 
 def test_system_message_with_other_parts_gets_a_new_text_part() -> None:
-    from sluice.messages import ImagePart
+    from sluice._messages import ImagePart
 
     first = Message("system", (TextPart("x"), ImagePart(url="https://e/i.png")))
     req = attrs.evolve(request("required"), messages=(first, Message.user("hi")))

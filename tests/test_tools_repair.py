@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.tools import repair as repair_module
-from sluice.tools.repair import (
+from sluice._tools import repair as repair_module
+from sluice._tools.repair import (
     MAX_DEPTH,
     PartialJson,
     RepairError,
@@ -250,7 +250,7 @@ size; here their work is counted, which is exact and independent of the machine.
 
 
 def _work(text: str) -> int:
-    """Lines executed in :mod:`sluice.tools.repair` while repairing and partially parsing
+    """Lines executed in :mod:`sluice._tools.repair` while repairing and partially parsing
     ``text``: a deterministic measure of the work done."""
     count = 0
 
@@ -329,7 +329,7 @@ def test_numbers_beyond_float_range_become_null() -> None:
 def test_backticks_inside_json_strings_are_not_a_fence():
     """Found by hypothesis: a key holding a Markdown fence was taken for a fence around the
     JSON, and the partial parse returned the text after it."""
-    from sluice.tools.repair import parse_partial, repair_json
+    from sluice._tools.repair import parse_partial, repair_json
 
     assert parse_partial('{"v": {"```": []}}') == {"v": {"```": []}}
     assert repair_json('{"code": "```py\\nx = 1\\n```"}').value == {"code": "```py\nx = 1\n```"}

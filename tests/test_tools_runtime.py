@@ -30,20 +30,20 @@ from sluice import (
     ToolCall,
     ToolCallDelta,
 )
-from sluice.config import ModelConfig, ProviderConfig, load_config
-from sluice.errors import ConfigError, ToolCallError
-from sluice.serde import converter
-from sluice.simulator import SimulatorConfig, mock_transport
-from sluice.simulator.broken import KINDS
-from sluice.tools import (
+from sluice._config import ModelConfig, ProviderConfig, load_config
+from sluice._errors import ConfigError, ToolCallError
+from sluice._serde import converter
+from sluice._tools import (
     CapabilityOverride,
     ToolOptions,
     correction_messages,
     is_temporary,
     prepare,
 )
-from sluice.tools.capabilities import WITHOUT_TOOLS
-from sluice.tools.correct import EMPTY_REPLY_NUDGE
+from sluice._tools.capabilities import WITHOUT_TOOLS
+from sluice._tools.correct import EMPTY_REPLY_NUDGE
+from sluice.simulator import SimulatorConfig, mock_transport
+from sluice.simulator._broken import KINDS
 
 from .helpers import virtual_deadline
 

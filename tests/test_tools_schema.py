@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from sluice.messages import ChatRequest, Tool
-from sluice.protocols.openai_request import build_body
-from sluice.tools.schema import (
+from sluice._messages import ChatRequest, Tool
+from sluice._protocols.openai_request import build_body
+from sluice._tools.schema import (
     ToolSchemaError,
     inline_refs,
     strict_schema,

@@ -11,15 +11,15 @@ import pytest
 
 import sluice
 from sluice import ChatRequest, Completed, Tool, ToolCallDelta
-from sluice.events import DeltaEvent, ReasoningDelta, TextDelta, UsageReported
-from sluice.messages import Usage
-from sluice.simulator import SimulatorConfig, mock_transport
-from sluice.tools.repair import parse_partial
-from sluice.tools.streaming import (
+from sluice._events import DeltaEvent, ReasoningDelta, TextDelta, UsageReported
+from sluice._messages import Usage
+from sluice._tools.repair import parse_partial
+from sluice._tools.streaming import (
     ArgumentStreams,
     ForcedReplyDeltas,
     StreamingArguments,
 )
+from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
 

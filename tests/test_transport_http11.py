@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.transport.errors import (
+from sluice.transport._errors import (
     ReadError,
     RemoteProtocolError,
     ResponseTooLarge,
     TransportError,
 )
-from sluice.transport.http11 import ResponseHead, ResponseParser, encode_request_head
-from sluice.transport.urls import host_header, split_url
+from sluice.transport._http11 import ResponseHead, ResponseParser, encode_request_head
+from sluice.transport._urls import host_header, split_url
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -621,7 +621,7 @@ def test_a_content_length_with_leading_zeros_is_read_as_decimal() -> None:
 def test_a_decompression_bomb_is_refused_per_piece() -> None:
     import zlib
 
-    from sluice.transport.decoding import MAX_EXPANSION, Decompressor
+    from sluice.transport._decoding import MAX_EXPANSION, Decompressor
 
     bomb = zlib.compress(b"\0" * (MAX_EXPANSION + 1024), 9)
     assert len(bomb) < 100_000

@@ -31,7 +31,7 @@ from .helpers import virtual_deadline
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from sluice.transport.httpx_adapter import HttpxResponse
+    from sluice.transport._httpx_adapter import HttpxResponse
 
 URL = "https://api.test/v1/chat/completions"
 SSE = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.transport.errors import ProxyError
-from sluice.transport.proxy import (
+from sluice.transport._errors import ProxyError
+from sluice.transport._proxy import (
     Proxy,
     environ_proxies,
     no_proxy_matches,

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from sluice.backoff import retry_delay
-from sluice.config import RetryConfig
-from sluice.limits.window import Window
+from sluice._backoff import retry_delay
+from sluice._config import RetryConfig
+from sluice._limits.window import Window
 
 
 def test_window_admits_up_to_the_limit_then_waits_for_the_oldest_to_expire():

@@ -26,16 +26,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .app import SimResponse as SimResponse
-    from .app import SimulatedDisconnect as SimulatedDisconnect
-    from .app import SimulatedReset as SimulatedReset
-    from .app import SimulatorApp as SimulatorApp
-    from .config import SimulatorConfig as SimulatorConfig
-    from .directives import parse_directive as parse_directive
-    from .server import run_simulator as run_simulator
-    from .server import serve_connection as serve_connection
-    from .server import serve_simulator as serve_simulator
-    from .transport import mock_transport as mock_transport
+    from ._app import SimResponse as SimResponse
+    from ._app import SimulatedDisconnect as SimulatedDisconnect
+    from ._app import SimulatedReset as SimulatedReset
+    from ._app import SimulatorApp as SimulatorApp
+    from ._config import SimulatorConfig as SimulatorConfig
+    from ._directives import parse_directive as parse_directive
+    from ._server import run_simulator as run_simulator
+    from ._server import serve_connection as serve_connection
+    from ._server import serve_simulator as serve_simulator
+    from ._transport import mock_transport as mock_transport
 
 __all__ = [
     "SimResponse",
@@ -51,16 +51,16 @@ __all__ = [
 ]
 
 _HOMES = {
-    "SimResponse": "app",
-    "SimulatedDisconnect": "app",
-    "SimulatedReset": "app",
-    "SimulatorApp": "app",
-    "SimulatorConfig": "config",
-    "parse_directive": "directives",
-    "run_simulator": "server",
-    "serve_connection": "server",
-    "serve_simulator": "server",
-    "mock_transport": "transport",
+    "SimResponse": "_app",
+    "SimulatedDisconnect": "_app",
+    "SimulatedReset": "_app",
+    "SimulatorApp": "_app",
+    "SimulatorConfig": "_config",
+    "parse_directive": "_directives",
+    "run_simulator": "_server",
+    "serve_connection": "_server",
+    "serve_simulator": "_server",
+    "mock_transport": "_transport",
 }
 
 

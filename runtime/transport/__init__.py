@@ -16,23 +16,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import HotResponse as HotResponse
-    from .base import HotTransport as HotTransport
-    from .errors import ConnectError as ConnectError
-    from .errors import ConnectTimeout as ConnectTimeout
-    from .errors import ProxyError as ProxyError
-    from .errors import ReadError as ReadError
-    from .errors import RemoteProtocolError as RemoteProtocolError
-    from .errors import ResponseTimeout as ResponseTimeout
-    from .errors import ResponseTooLarge as ResponseTooLarge
-    from .errors import TLSError as TLSError
-    from .errors import TransportError as TransportError
-    from .errors import WriteError as WriteError
-    from .httpx_adapter import HttpxResponse as HttpxResponse
-    from .httpx_adapter import HttpxTransport as HttpxTransport
-    from .pool import FastResponse as FastResponse
-    from .pool import FastTransport as FastTransport
-    from .pool import TransportStatistics as TransportStatistics
+    from ._base import HotResponse as HotResponse
+    from ._base import HotTransport as HotTransport
+    from ._errors import ConnectError as ConnectError
+    from ._errors import ConnectTimeout as ConnectTimeout
+    from ._errors import ProxyError as ProxyError
+    from ._errors import ReadError as ReadError
+    from ._errors import RemoteProtocolError as RemoteProtocolError
+    from ._errors import ResponseTimeout as ResponseTimeout
+    from ._errors import ResponseTooLarge as ResponseTooLarge
+    from ._errors import TLSError as TLSError
+    from ._errors import TransportError as TransportError
+    from ._errors import WriteError as WriteError
+    from ._httpx_adapter import HttpxResponse as HttpxResponse
+    from ._httpx_adapter import HttpxTransport as HttpxTransport
+    from ._pool import FastResponse as FastResponse
+    from ._pool import FastTransport as FastTransport
+    from ._pool import TransportStatistics as TransportStatistics
 
 __all__ = [
     "ConnectError",
@@ -55,23 +55,23 @@ __all__ = [
 ]
 
 _HOMES = {
-    "ConnectError": "errors",
-    "ConnectTimeout": "errors",
-    "FastResponse": "pool",
-    "FastTransport": "pool",
-    "HotResponse": "base",
-    "HotTransport": "base",
-    "HttpxResponse": "httpx_adapter",
-    "HttpxTransport": "httpx_adapter",
-    "ProxyError": "errors",
-    "ReadError": "errors",
-    "RemoteProtocolError": "errors",
-    "ResponseTimeout": "errors",
-    "ResponseTooLarge": "errors",
-    "TLSError": "errors",
-    "TransportError": "errors",
-    "TransportStatistics": "pool",
-    "WriteError": "errors",
+    "ConnectError": "_errors",
+    "ConnectTimeout": "_errors",
+    "FastResponse": "_pool",
+    "FastTransport": "_pool",
+    "HotResponse": "_base",
+    "HotTransport": "_base",
+    "HttpxResponse": "_httpx_adapter",
+    "HttpxTransport": "_httpx_adapter",
+    "ProxyError": "_errors",
+    "ReadError": "_errors",
+    "RemoteProtocolError": "_errors",
+    "ResponseTimeout": "_errors",
+    "ResponseTooLarge": "_errors",
+    "TLSError": "_errors",
+    "TransportError": "_errors",
+    "TransportStatistics": "_pool",
+    "WriteError": "_errors",
 }
 
 

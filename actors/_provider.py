@@ -1,0 +1,602 @@
+"""The ProviderActor: one per backend; sends each admitted attempt and streams its reply.
+
+It owns the backend's HTTP client (and so its connection pool) and its protocol codec. For each
+``StartAttempt`` it starts one task that sends the request, decodes the reply as it arrives, and
+pushes every batch of decoded events straight into the consumer's stream (one hop). It releases
+the attempt's pending slot at the first chunk, reports usage to the TokenLedger, and answers the
+Supervisor with exactly one ``AttemptOutcome``. Expected failures become typed errors in that
+outcome; only bugs propagate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from sluice._config import ReplyLimits
+from sluice._errors import (
+    CallError,
+    CallTimeout,
+    ConnectionFailed,
+    Overloaded,
+    ProtocolError,
+    RateLimited,
+    StreamBroken,
+)
+from sluice._events import (
+    CallEvent,
+    DeltaEvent,
+    FirstToken,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
+from sluice._mail import (
+    AttemptFailed,
+    AttemptOutcome,
+    AttemptSucceeded,
+    ConsumerGone,
+    ProviderMsg,
+    RecordUsage,
+    Settle,
+    StartAttempt,
+)
+from sluice._messages import Usage
+from sluice._protocols.base import AttemptOutput, Codec
+from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
+from sluice._record import Record
+from sluice._redact import redact_error, secrets_of
+from sluice.providers._registry import ResolvedProvider
+from sluice.transport._base import HotTransport
+from sluice.transport._errors import (
+    ConnectError,
+    ConnectTimeout,
+    ProxyError,
+    ResponseTimeout,
+    ResponseTooLarge,
+    TransportError,
+)
+
+from ._rate_limiter import RateLimiterHandle
+from ._tell import put, take
+from ._token_ledger import TokenLedgerHandle
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sluice._mail import Call
+    from sluice._observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
+    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas
+    from sluice.transport._base import HotResponse
+
+__all__ = ["ProviderContext", "run_provider"]
+
+_MAX_ERROR_BODY = 64 * 1024
+_SNIPPET_BODY = 4096
+_CHARS_PER_TOKEN = 4
+
+
+@attrs.frozen(eq=False, repr=False)
+class ProviderContext(Record):
+    """What one ProviderActor works with. Built by the runtime."""
+
+    spec: ResolvedProvider
+    base_url: str
+    transport: HotTransport
+    codec: Codec
+    limiter: RateLimiterHandle
+    ledger: TokenLedgerHandle
+    in_flight: list[int] = attrs.field(factory=lambda: [0])
+    """Attempts running now (one mutable cell, read by the runtime's statistics)."""
+    secrets: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(
+            lambda self: secrets_of(self.spec.api_key, self.spec.headers), takes_self=True
+        ),
+        repr=False,
+    )
+    """The key and secret header values this provider sends: masked in every error."""
+    limits: ReplyLimits = ReplyLimits()
+    """Size and time bounds on every reply (see :class:`sluice._config.ReplyLimits`)."""
+    observer: Observer | None = None
+    """Told when each attempt starts and ends (metrics, traces, hooks, logs)."""
+    current: list[ResolvedProvider] = attrs.field(factory=list)
+    """The provider's settings as last reloaded (``Runtime.reload``), read by each attempt as
+    it starts: a rotated key or a moved endpoint is used by the next attempt. Empty: ``spec``."""
+    reloaded_secrets: list[str] = attrs.field(factory=list, repr=False)
+    """The keys and secret header values of every reload: masked in errors like ``secrets``
+    (an attempt sent with an older key may still be answered after the next reload)."""
+
+    def reload(self, spec: ResolvedProvider) -> None:
+        """Send every attempt from now on with ``spec``'s key, headers and base URL."""
+        self.current[:] = [spec]
+        self.reloaded_secrets.extend(secrets_of(spec.api_key, spec.headers))
+
+
+async def run_provider(
+    inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    ctx: ProviderContext,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve attempts concurrently; return when the inbox closes and every attempt has ended.
+
+    The inbox is not closed here: after a crash the restarter runs this again on it.
+    """
+    sweeping = trio.CancelScope()
+    async with trio.open_nursery() as attempts:
+        if hasattr(ctx.transport, "sweep"):
+            attempts.start_soon(_sweep_idle_connections, ctx.transport, sweeping)
+        task_status.started()
+        while True:
+            try:
+                msg = await take(inbox)
+            except trio.EndOfChannel:
+                sweeping.cancel()  # the attempts still running finish; then we return
+                return
+            attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+
+
+async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> None:
+    """Every keep-alive period, close the pool's connections that have expired idle."""
+    with scope:
+        while True:
+            await trio.sleep(transport.keepalive_expiry)
+            await transport.sweep()
+
+
+async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
+    """Run one attempt and answer with its outcome.
+
+    If this task dies without an outcome (a bug here, or the actor's crash cancelling it), the
+    reply channel is closed unanswered and the Supervisor resubmits the attempt.
+    """
+    ctx.in_flight[0] += 1
+    try:
+        with msg.reply_to:
+            await _answer(ctx, msg)
+    finally:
+        ctx.in_flight[0] -= 1
+
+
+async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
+    attempt = _Attempt(ctx, msg)
+    outcome: AttemptOutcome | None = None
+    observer = ctx.observer
+    watch = observer.attempt_started(msg) if observer is not None else None
+    usage = None
+    try:
+        outcome = await attempt.run()
+    finally:
+        await ctx.limiter.settle(attempt.settlement(outcome))
+        usage = attempt.usage(outcome)
+        if usage is not None:
+            await ctx.ledger.record(usage)
+        if observer is not None and not isinstance(outcome, AttemptFailed):
+            observer.attempt_ended(
+                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+            )
+    if isinstance(outcome, AttemptFailed):
+        call = msg.call
+        # The boundary where server text enters sluice's errors: no key passes it.
+        secrets = ctx.secrets
+        if ctx.reloaded_secrets:
+            secrets = (*secrets, *ctx.reloaded_secrets)
+        error = redact_error(outcome.error, secrets).in_context(
+            call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
+        )
+        outcome = AttemptFailed(error, outcome.delivered)
+        if observer is not None:  # told the redacted error: it goes to logs and hooks
+            observer.attempt_ended(
+                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+            )
+    try:
+        msg.reply_to.send_nowait(outcome)
+    except (trio.BrokenResourceError, trio.WouldBlock):
+        pass  # the Supervisor's call task is gone (runtime shutting down)
+
+
+class _Attempt:
+    """The state of one attempt while it runs: what was delivered, whether the slot is free."""
+
+    def __init__(self, ctx: ProviderContext, msg: StartAttempt) -> None:
+        self.ctx = ctx
+        self.msg = msg
+        self.call = msg.call
+        self.delivered = 0
+        self.chunks = 0
+        self.first_token_at: float | None = None
+        self.headers: dict[str, str] | None = None
+        self.output_chars = 0
+        """Characters of output decoded so far (for an estimate when no usage comes)."""
+        self.usage_seen: Usage | None = None
+        """The last usage the provider reported while streaming."""
+        self.scope = trio.CancelScope()  # replaced by run()
+        self.idle = msg.call.idle_timeout
+        """Seconds a reply may go without progress: the call's idle deadline, else the
+        reply limits' ``read_idle_timeout`` (so some limit holds without configuration)."""
+        self.idle_floor = False
+        """The idle limit in force is the reply limits', not the call's."""
+        if self.idle is None and ctx.limits.read_idle_timeout is not None:
+            self.idle = ctx.limits.read_idle_timeout
+            self.idle_floor = True
+        self.first_floor = False
+        """The deadline before the first chunk is the reply limits' ``read_idle_timeout``,
+        as the call has no first-token deadline (set by :meth:`run`)."""
+        self.arguments = _argument_streams(msg.call)
+        """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
+
+    def _tally(self, events: list[DeltaEvent]) -> None:
+        for event in events:
+            if isinstance(event, TextDelta | ReasoningDelta):
+                self.output_chars += len(event.text)
+            elif isinstance(event, ToolCallDelta):
+                self.output_chars += len(event.arguments) + len(event.name or "")
+            elif isinstance(event, UsageReported):
+                self.usage_seen = event.usage
+
+    def usage(self, outcome: AttemptOutcome | None) -> RecordUsage | None:
+        """What to tell the TokenLedger this attempt used (None: nothing was generated).
+
+        The provider's usage when it reported it whole; otherwise, once output had begun (the
+        attempt broke, was abandoned, or the provider sends no usage), an estimate marked as
+        such: the prompt as the provider counted it or as estimated at admission, and the
+        output decoded so far at about four characters a token, or what the provider reported
+        so far if that is more.
+        """
+        call = self.call
+        if isinstance(outcome, AttemptSucceeded) and outcome.output.usage is not None:
+            usage, estimated = outcome.output.usage, False
+        elif self.first_token_at is None:
+            return None
+        else:
+            seen = self.usage_seen
+            output = -(-self.output_chars // _CHARS_PER_TOKEN)
+            if seen is None:
+                usage, estimated = Usage(call.cost.input_tokens, output), True
+            else:
+                estimated = output > seen.output_tokens or not seen.input_tokens
+                usage = attrs.evolve(
+                    seen,
+                    input_tokens=seen.input_tokens or call.cost.input_tokens,
+                    output_tokens=max(output, seen.output_tokens),
+                )
+        return RecordUsage(
+            self.ctx.spec.name, call.model, usage, call.request.tag, estimated=estimated
+        )
+
+    def settlement(self, outcome: AttemptOutcome | None) -> Settle:
+        """What to tell the RateLimiter when the attempt ends (``None``: it was cancelled).
+
+        Usage settles the token reservation: the reported usage on success; nothing when the
+        attempt failed before its first chunk (the provider generated nothing); otherwise the
+        estimate stands, since the provider may have processed the whole prompt.
+        """
+        ticket = self.msg.ticket
+        usage = None if self.first_token_at is not None else Usage()
+        match outcome:
+            case AttemptSucceeded(output=output):
+                return Settle(ticket, "ok", output.usage, headers=self.headers)
+            case AttemptFailed(error=RateLimited() as error):
+                return Settle(
+                    ticket,
+                    "rate_limited",
+                    usage,
+                    wait=error.retry_after,
+                    quota=error.quota == "quota",
+                    headers=self.headers,
+                )
+            case AttemptFailed(error=Overloaded()):
+                return Settle(ticket, "overloaded", usage, headers=self.headers)
+            case _:
+                return Settle(ticket, "failed", usage, headers=self.headers)
+
+    async def run(self) -> AttemptOutcome:
+        """The attempt, under ONE cancel scope whose deadline moves as the stream goes.
+
+        Until the first chunk it is the first-token deadline, then each read pushes it to the
+        idle deadline, and it never passes the call's total deadline; the consumer cancels it
+        when it leaves (``Call.abandon``), even a quiet consumer that would otherwise only be
+        noticed at the end. When it fires, the time says which deadline it was.
+        """
+        call = self.call
+        now = trio.current_time()
+        first = call.first_token_timeout
+        if first is None:
+            first = self.ctx.limits.read_idle_timeout
+            self.first_floor = first is not None
+        with trio.CancelScope(
+            deadline=min(call.deadline, now + first if first is not None else math.inf)
+        ) as scope:
+            self.scope = scope
+            call.control.watch(scope)
+            try:
+                with _map_transport_errors(self):
+                    return await self._exchange()
+            except CallError as exc:
+                return AttemptFailed(exc, self.delivered)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return ConsumerGone()
+            finally:
+                call.control.unwatch(scope)
+        if call.abandoned:
+            return ConsumerGone()
+        return AttemptFailed(self._timeout(), self.delivered)
+
+    def _timeout(self) -> CallTimeout:
+        """Which deadline fired, told apart by the clock."""
+        call = self.call
+        if trio.current_time() >= call.deadline:
+            return CallTimeout("the call's total deadline passed", timeout_kind="total")
+        if self.first_token_at is None:
+            if self.first_floor:
+                return CallTimeout(
+                    f"no reply for {self.ctx.limits.read_idle_timeout:g} s "
+                    "(reply_limits.read_idle_timeout; no first-token deadline is set)",
+                    timeout_kind="first_token",
+                )
+            if self.headers is None:
+                return CallTimeout(
+                    "no reply before the first-token deadline", timeout_kind="first_token"
+                )
+            return CallTimeout("no first token before the deadline", timeout_kind="first_token")
+        return self._idle_timeout()
+
+    def _idle_timeout(self) -> CallTimeout:
+        if self.idle_floor:
+            return CallTimeout(
+                f"no progress for {self.idle:g} s in the middle of the reply "
+                "(reply_limits.read_idle_timeout)",
+                timeout_kind="idle",
+            )
+        return CallTimeout(
+            f"no data for {self.call.idle_timeout} s in the middle of the stream",
+            timeout_kind="idle",
+        )
+
+    async def _exchange(self) -> AttemptOutcome:
+        ctx, call = self.ctx, self.call
+        spec, base_url = ctx.spec, ctx.base_url
+        if ctx.current:
+            spec = ctx.current[0]
+            base_url = spec.base_url or base_url
+        request = ctx.codec.build_request(
+            call.request,
+            base_url=base_url,
+            api_key=spec.api_key.reveal() if spec.api_key else None,
+            headers=spec.headers,
+        )
+        response = await ctx.transport.send(
+            request.method, request.url, request.headers, request.body
+        )
+        self.headers = headers = response.headers
+        try:
+            request_id = headers.get("x-request-id") or headers.get("request-id")
+            if response.status >= 400:
+                return await self._error_reply(response)
+            # Read the reply as it came, whatever was asked: a server may answer a streamed
+            # request with one JSON completion (decoded whole: one request, one generation
+            # billed), or a base URL may point at a web site (a terminal error).
+            content_type = headers.get("content-type")
+            form = reply_form(content_type)
+            if form is None:
+                form = STREAM if call.request.stream else None
+            if form is STREAM:
+                output = await self._read_stream(response)
+            elif form is FOREIGN:
+                snippet = await _read_all(response, _SNIPPET_BODY)
+                raise foreign_reply(
+                    response.status,
+                    content_type or "",
+                    snippet[:_SNIPPET_BODY],
+                    headers.get("location"),
+                )
+            else:
+                output = await self._read_body(response)
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+        return AttemptSucceeded(output, self.first_token_at, request_id)
+
+    async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
+        body = b""
+        with trio.CancelScope() as reading:
+            # Reading the error body must not turn the error into a timeout: if the deadline
+            # fires meanwhile, decode what arrived.
+            reading.deadline = self.scope.deadline
+            body = await _read_all(response, _MAX_ERROR_BODY)
+        headers = self.headers or {}
+        error = self.ctx.codec.decode_error(
+            response.status, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
+        )
+        verdict = headers.get("x-should-retry")
+        if verdict in ("true", "false"):
+            error = attrs.evolve(error, should_retry=verdict == "true")
+        return AttemptFailed(error, 0)
+
+    async def _first_chunk(self) -> list[CallEvent]:
+        """Note the first chunk: free the pending slot and build the FirstToken event."""
+        now = trio.current_time()
+        self.first_token_at = now
+        await self.ctx.limiter.release(self.msg.ticket)
+        call = self.call
+        progress = self.msg.progress
+        batch: list[CallEvent] = progress.lead
+        progress.lead = []
+        batch.append(FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at))
+        return batch
+
+    async def _read_stream(self, response: HotResponse) -> AttemptOutput:
+        call = self.call
+        limits = self.ctx.limits
+        decoder = self.ctx.codec.stream_decoder(
+            call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
+        events_out = None if call.quiet else call.events
+        progress = self.msg.progress
+        idle = self.idle
+        scope = self.scope
+        total = call.deadline
+        read = response.read_some
+        left = limits.max_stream_bytes
+        while data := await read():
+            left -= len(data)
+            if left < 0:
+                raise too_large("the streamed reply", limits.max_stream_bytes, "max_stream_bytes")
+            events = decoder.feed(data)
+            if not events:
+                continue
+            self._tally(events)
+            if self.arguments is not None:
+                events = self.arguments.annotate(events)
+            batch: list[CallEvent] | list[DeltaEvent] = events
+            if self.first_token_at is None:
+                batch = await self._first_chunk()
+                batch.extend(events)
+                if idle is None:
+                    scope.deadline = total
+            if events_out is not None:
+                # One hop per network read; no checkpoint of our own while the consumer keeps
+                # up (the next read is one), and backpressure when its buffer fills.
+                await put(events_out, batch)
+                self.delivered += len(events)
+                progress.delivered = self.delivered
+            if idle is not None:
+                scope.deadline = min(total, trio.current_time() + idle)
+        try:
+            return decoder.finish()
+        except StreamBroken as exc:
+            raise attrs.evolve(exc, events_delivered=self.delivered) from None
+
+    async def _whole_body(self, response: HotResponse) -> bytes:
+        """The whole body, at most ``max_body_bytes`` of it.
+
+        A whole reply is the model's first token, so the first-token deadline (or the reply
+        limits' ``read_idle_timeout`` standing in for it) bounds its reading: some servers
+        send the head at once and the body only when the generation is done.
+
+        Raises:
+            ProtocolError: the body is larger than the limit (terminal, not retried).
+        """
+        limit = self.ctx.limits.max_body_bytes
+        headers = response.headers
+        length = headers.get("content-length")
+        if (
+            length is not None
+            and "content-encoding" not in headers
+            and length.isdigit()
+            and int(length) > limit
+        ):
+            raise too_large("the reply body", limit, "max_body_bytes")
+        pieces: list[bytes] = []
+        size = 0
+        while piece := await response.read_some():
+            pieces.append(piece)
+            size += len(piece)
+            if size > limit:
+                raise too_large("the reply body", limit, "max_body_bytes")
+        return b"".join(pieces)
+
+    def _decode_as_stream(self, body: bytes, error: ProtocolError) -> AttemptOutput:
+        """A whole body that is no JSON document: decoded as a stream if it is one (a server
+        that labels its stream ``application/json``), else ``error`` stands."""
+        limits = self.ctx.limits
+        decoder = self.ctx.codec.stream_decoder(
+            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
+        try:
+            decoder.feed(body)
+            return decoder.finish()
+        except CallError:
+            raise error from None
+
+    async def _read_body(self, response: HotResponse) -> AttemptOutput:
+        body = await self._whole_body(response)
+        codec = self.ctx.codec
+        try:
+            output = codec.decode_body(body)
+        except ProtocolError as exc:
+            output = self._decode_as_stream(body, exc)
+        deltas = list(_events_from_output(self.call.call_id, output))
+        self._tally(deltas)
+        if self.arguments is not None:
+            deltas = self.arguments.annotate(deltas)
+        batch: list[CallEvent] = await self._first_chunk()
+        if not self.call.quiet:
+            batch.extend(deltas)
+            await put(self.call.events, batch)
+            self.delivered += len(deltas)
+        self.msg.progress.delivered = self.delivered
+        return output
+
+
+def _argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
+    """What shapes the deltas of a call that has tools and a consumer that sees them: parsed
+    partial arguments on its tool-call deltas, or, for a tool call forced through the reply's
+    text, the envelope text withheld. None for every other call (which then pays nothing)."""
+    if call.quiet or call.prepared is None:
+        return None
+    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas  # calls with tools
+
+    return ArgumentStreams() if call.prepared.plan is None else ForcedReplyDeltas()
+
+
+async def _read_all(response: HotResponse, limit: int | None) -> bytes:
+    """The whole body, or its first ``limit`` bytes (then the rest is left unread)."""
+    pieces: list[bytes] = []
+    size = 0
+    while piece := await response.read_some():
+        pieces.append(piece)
+        size += len(piece)
+        if limit is not None and size > limit:
+            break
+    return b"".join(pieces)
+
+
+def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:
+    """The deltas a streamed reply would have carried, for a reply that came whole."""
+    message = output.message
+    if message.reasoning:
+        yield ReasoningDelta(call_id, message.reasoning)
+    if message.text:
+        yield TextDelta(call_id, message.text)
+    for index, tool_call in enumerate(message.tool_calls):
+        yield ToolCallDelta(call_id, index, tool_call.id, tool_call.name, tool_call.arguments)
+    if output.usage is not None:
+        yield UsageReported(call_id, output.usage)
+
+
+@contextmanager
+def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
+    """Turn the transport's exceptions into our error tree: the one place where that happens.
+
+    Timeouts are retried (:class:`CallTimeout`); a reply that broke a size limit is a terminal
+    :class:`ProtocolError`; other malformed HTTP and broken connections are retried as
+    :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
+    proxy or network fault can cause them once.
+    """
+    try:
+        yield
+    except ConnectTimeout as exc:
+        raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
+    except ResponseTimeout as exc:
+        raise CallTimeout(str(exc), timeout_kind="first_token") from exc
+    except ResponseTooLarge as exc:
+        # Terminal: a server that sends an absurd size does so again (see decode_shared).
+        raise ProtocolError(f"the reply broke a size limit: {exc}", should_retry=False) from exc
+    except ProxyError as exc:
+        raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
+    except ConnectError as exc:
+        raise ConnectionFailed(f"could not connect: {exc}") from exc
+    except TransportError as exc:
+        detail = str(exc) or type(exc).__name__
+        if attempt.headers is not None:  # the reply had begun
+            raise StreamBroken(
+                f"the connection broke mid-stream: {detail}", events_delivered=attempt.delivered
+            ) from exc
+        raise ConnectionFailed(f"the connection broke before a reply: {detail}") from exc

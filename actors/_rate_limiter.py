@@ -1,0 +1,627 @@
+"""The RateLimiter: the one admission point for every call.
+
+One task owns every quota key's local state: its wait queues (by priority, with ageing), pending
+slots (held from admission to the attempt's first chunk), open streams (held to the attempt's
+end), its adaptive pending limit, and the spread of admissions after a cooldown. The windows and
+the cooldown itself live in a :class:`~sluice._limits.store.QuotaStore`, so processes sharing an
+account can share them. Keys never block each other.
+
+An attempt is admitted when, for its key: the quota is not exhausted, no cooldown is active,
+its turn in the post-cooldown spread has come, a pending slot and an open-stream slot are free,
+and every window has room for its cost. Its tokens are reserved at admission and settled with
+the real usage when the attempt ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, assert_never
+
+import attrs
+import trio
+
+from sluice._config import RateLimitConfig
+from sluice._errors import (
+    BudgetExceeded,
+    CallError,
+    RateLimited,
+    RuntimeClosed,
+    StoreUnavailable,
+    TooLargeForQuota,
+)
+from sluice._ledger.budget import BudgetBook, BudgetClaim, BudgetHold
+from sluice._ledger.prices import format_usd
+from sluice._limits.adaptive import AdaptiveLimit
+from sluice._limits.cost import Cost
+from sluice._limits.headers import learned_limits
+from sluice._limits.queue import WaitQueues
+from sluice._limits.store import (
+    BudgetAsk,
+    BudgetRefused,
+    MemoryQuotaStore,
+    QuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
+from sluice._mail import (
+    Acquire,
+    Admission,
+    GetLimiterStats,
+    KeyStatistics,
+    RateLimiterMsg,
+    Refusal,
+    Release,
+    Relimit,
+    Settle,
+    Signal,
+    Withdraw,
+)
+from sluice._messages import Usage
+from sluice._record import Record
+
+from ._tell import put, take, tell
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Iterator
+
+    from sluice._limits.queue import Priority
+
+__all__ = ["RateLimiterHandle", "run_rate_limiter"]
+
+_NOTHING = Cost(0, 0, 0)
+_NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
+"""The hold of an attempt no budget applies to (settling it changes nothing)."""
+_LEARN_EVERY = 0.25
+_ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
+
+
+@attrs.define(eq=False, repr=False)
+class _Key(Record):
+    name: str
+    limits: RateLimitConfig
+    specs: tuple[WindowSpec, ...]
+    waiters: WaitQueues[Acquire]
+    adaptive: AdaptiveLimit | None
+    pending: int = 0
+    open_streams: int = 0
+    cooldown_end: float = -math.inf
+    cooldown_wait: float = 0.0
+    spread_armed: bool = False
+    spread: deque[float] = attrs.field(factory=deque)
+    exhausted_until: float = -math.inf
+    exhausted_error: CallError | None = None
+    wake: float = math.inf
+    learn_after: float = -math.inf
+
+    def pending_limit(self) -> int | None:
+        if self.adaptive is not None:
+            return self.adaptive.current
+        return self.limits.max_pending
+
+
+@attrs.define(eq=False, repr=False)
+class _Ticket(Record):
+    key: _Key
+    reservation: Reservation
+    admitted_at: float
+    pending: bool = True
+    hold: BudgetHold | None = None
+    shared_hold: str = ""
+    """The id of the shared store's budget reservation, if it took one."""
+
+
+def _new_key(name: str, limits: RateLimitConfig) -> _Key:
+    specs = tuple(WindowSpec(w.dimension, w.limit, w.per) for w in limits.window_limits())
+    adaptive = None
+    if limits.adaptive and limits.max_pending is not None:
+        adaptive = AdaptiveLimit(limits.max_pending)
+    return _Key(name, limits, specs, WaitQueues(limits.aging), adaptive)
+
+
+def _relimit(key: _Key, limits: RateLimitConfig) -> None:
+    """Give ``key`` new limits; what it holds (slots, windows' use, cooldown) stays."""
+    fresh = _new_key(key.name, limits)
+    if (
+        fresh.adaptive is None
+        or key.adaptive is None
+        or limits.max_pending != key.limits.max_pending
+    ):
+        key.adaptive = fresh.adaptive  # a learned adaptive limit stays if the cap did
+    key.limits, key.specs = limits, fresh.specs
+
+
+def _refuse(waiter: Acquire, error: CallError) -> None:
+    try:
+        waiter.reply_to.send_nowait(Refusal(error))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+        pass  # the asker has gone
+
+
+async def run_rate_limiter(
+    inbox: trio.MemoryReceiveChannel[RateLimiterMsg],
+    rng: random.Random,
+    store: QuotaStore | None = None,
+    ticket_numbers: Iterator[int] | None = None,
+    budget: BudgetBook | None = None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve admissions until every sender of ``inbox`` is closed.
+
+    Guarantees: every ``Acquire`` gets exactly one ``Admission`` or ``Refusal``, unless its
+    asker left first, in which case it consumes nothing (its reservation is refunded in full);
+    a ticket's pending slot is freed by its first ``Release`` or its ``Settle``; the actor never
+    awaits anything but its inbox and the store, so a slow asker cannot stall it.
+
+    If the actor ends for any reason (a crash included), every queued asker's reply channel is
+    closed, so nobody waits on an answer that cannot come; the handle then asks again (a
+    restarted limiter) or reports the runtime closed. ``ticket_numbers`` outlives a restart, so
+    a ticket of the crashed instance can never free a slot of the new one.
+
+    ``budget`` (outliving restarts too) adds spending budgets to the same decision: an
+    ``Acquire`` that names a ``budget`` claim is admitted only when its worst-case cost fits
+    every budget it falls under, waits while it fits only after attempts in flight settle, and
+    is refused with ``BudgetExceeded`` when it can never fit (see :mod:`sluice._ledger.budget`).
+    ``Settle`` charges the real usage and refunds the rest of the reservation.
+    """
+    if budget is not None:
+        budget.charge_outstanding()  # a crashed instance's tickets will never be settled
+    limiter = _Limiter(
+        store if store is not None else MemoryQuotaStore(),
+        rng,
+        ticket_numbers if ticket_numbers is not None else itertools.count(1),
+        budget,
+    )
+    task_status.started()
+    try:
+        await limiter.serve(inbox)
+    finally:
+        limiter.abandon_waiters()
+
+
+class _Limiter:
+    """The RateLimiter's state; only its actor task touches it."""
+
+    def __init__(
+        self,
+        store: QuotaStore,
+        rng: random.Random,
+        numbers: Iterator[int],
+        budget: BudgetBook | None = None,
+    ) -> None:
+        self.store = store
+        self.rng = rng
+        self.numbers = numbers
+        self.keys: dict[str, _Key] = {}
+        self.tickets: dict[int, _Ticket] = {}
+        self.timers: list[tuple[float, int, _Key]] = []  # (wake time, tie-breaker, key)
+        self.timer_ids = itertools.count()
+        self.budget = budget
+        self.budget_waiting: set[_Key] = set()
+        """Keys whose first waiter fits its budgets only once attempts in flight settle."""
+
+    async def serve(self, inbox: trio.MemoryReceiveChannel[RateLimiterMsg]) -> None:
+        wake_at = math.inf
+        keys, timers = self.keys, self.timers
+        while True:
+            msg: RateLimiterMsg | None = None
+            try:
+                if wake_at == math.inf:
+                    msg = await take(inbox)
+                else:
+                    try:
+                        msg = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        with trio.move_on_at(wake_at):
+                            msg = await inbox.receive()
+            except trio.EndOfChannel:
+                return
+            now = trio.current_time()
+            touched: _Key | None = None
+            match msg:
+                case None:
+                    pass
+                case Acquire(key=name):
+                    touched = keys.get(name)
+                    if touched is None:
+                        touched = keys[name] = _new_key(name, msg.limits)
+                    touched.waiters.push(msg)
+                case Withdraw(acquire=acquire):
+                    withdrawn = keys.get(acquire.key)
+                    if withdrawn is not None and withdrawn.waiters.remove(acquire):
+                        touched = withdrawn  # the waiters behind it may fit now
+                case Release(ticket=number):
+                    ticket = self.tickets.get(number)
+                    if ticket is not None and ticket.pending:
+                        ticket.pending = False
+                        ticket.key.pending -= 1
+                        touched = ticket.key
+                        await self.store.redate(ticket.reservation, now)
+                case Settle():
+                    touched = await self.settle(msg, now)
+                    if self.budget_waiting and touched is not None:
+                        await self._pump_budget_waiting(touched, now)
+                case GetLimiterStats(reply_to=reply_to):
+                    try:
+                        reply_to.send_nowait(self.statistics(now))
+                    except (trio.BrokenResourceError, trio.WouldBlock):
+                        pass
+                case Relimit(limits=by_provider):
+                    for key in list(keys.values()):
+                        new = by_provider.get(key.name.partition(":")[0])
+                        if new is not None and new != key.limits:
+                            _relimit(key, new)
+                            await self.pump(key, now)
+                case _:
+                    assert_never(msg)
+            if touched is not None:
+                await self.pump(touched, now)
+            while timers and timers[0][0] <= now:
+                when, _, key = heapq.heappop(timers)
+                if key.wake == when:
+                    await self.pump(key, now)
+            wake_at = timers[0][0] if timers else math.inf
+
+    async def _pump_budget_waiting(self, settled: _Key, now: float) -> None:
+        """A settlement may have refunded budget: look again at keys waiting on budget."""
+        waiting, self.budget_waiting = self.budget_waiting, set()
+        for key in waiting:
+            if key is not settled:
+                await self.pump(key, now)
+
+    def _hold_budget(self, waiter: Acquire) -> BudgetHold | CallError | None:
+        """The waiter's budget reservation: a hold, an error (never fits), None (wait)."""
+        if self.budget is None or waiter.budget is None:
+            return _NO_HOLD
+        return self.budget.hold(waiter.budget, waiter.cost)
+
+    def _budget_ask(self, hold: BudgetHold) -> BudgetAsk | None:
+        """The shared store's side of a budget hold: the same amounts, the same accounts."""
+        if not hold.accounts or self.budget is None:
+            return None
+        return BudgetAsk(
+            uuid.uuid4().hex,
+            hold.micros,
+            hold.tokens,
+            tuple(
+                (self.budget.shared_name(a), a.budget.max_micros, a.budget.max_tokens)
+                for a in hold.accounts
+            ),
+        )
+
+    def _release_budget(self, hold: BudgetHold) -> None:
+        if self.budget is not None:
+            self.budget.release(hold)
+
+    def abandon_waiters(self) -> None:
+        for key in self.keys.values():
+            while (waiter := key.waiters.peek(math.inf)) is not None:
+                key.waiters.pop(waiter)
+                waiter.reply_to.close()
+
+    async def pump(self, key: _Key, now: float) -> None:
+        """Admit the key's waiters that fit now; schedule the key's next look."""
+        wake = await self._admit(key, now)
+        key.wake = wake
+        if wake < math.inf:
+            heapq.heappush(self.timers, (wake, next(self.timer_ids), key))
+
+    async def _admit(self, key: _Key, now: float) -> float:
+        """Admit what fits; return when to look again (inf: only a message can help)."""
+        store, waiters = self.store, key.waiters
+        if key.exhausted_error is not None:
+            if now < key.exhausted_until:
+                while (waiter := waiters.peek(now)) is not None:
+                    waiters.pop(waiter)
+                    _refuse(waiter, key.exhausted_error)
+                return math.inf
+            key.exhausted_error = None
+        if not waiters:
+            return math.inf
+        left = await store.cooldown_left(key.name, now)
+        if left > 0:
+            return now + left
+        if key.spread_armed:
+            key.spread_armed = False
+            jitter = min(key.limits.cooldown_jitter, key.cooldown_wait)
+            if jitter > 0:
+                start = min(now, key.cooldown_end)
+                offsets = sorted(self.rng.uniform(0.0, jitter) for _ in range(len(waiters)))
+                key.spread = deque(start + offset for offset in offsets)
+        while (waiter := waiters.peek(now)) is not None:
+            if key.spread and key.spread[0] > now:
+                return key.spread[0]
+            limit = key.pending_limit()
+            if limit is not None and key.pending >= limit:
+                return math.inf
+            cap = key.limits.max_open_streams
+            if cap is not None and key.open_streams >= cap:
+                return math.inf
+            hold = self._hold_budget(waiter)
+            if hold is None:
+                self.budget_waiting.add(key)
+                return math.inf
+            if isinstance(hold, CallError):
+                waiters.pop(waiter)
+                _refuse(waiter, hold)
+                continue
+            ask = None
+            try:
+                if store.shared:
+                    ask = self._budget_ask(hold)
+                    caps = (key.limits.max_pending, key.limits.max_open_streams)
+                    reserved = await store.reserve(
+                        key.name, key.specs, waiter.cost, now, caps=caps, budget=ask
+                    )
+                else:
+                    reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
+            except StoreUnavailable as exc:
+                self._release_budget(hold)
+                waiters.pop(waiter)
+                _refuse(waiter, exc)
+                continue
+            if not isinstance(reserved, Reservation):
+                self._release_budget(hold)
+            if isinstance(reserved, TooLarge):
+                waiters.pop(waiter)
+                _refuse(waiter, _too_large(reserved))
+                continue
+            if isinstance(reserved, BudgetRefused):
+                waiters.pop(waiter)
+                _refuse(waiter, _budget_refused(reserved))
+                continue
+            if not isinstance(reserved, Reservation):
+                return now + reserved
+            waiters.pop(waiter)
+            if key.spread:
+                key.spread.popleft()
+            number = next(self.numbers)
+            try:
+                waiter.reply_to.send_nowait(Admission(number, now))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                await store.settle(reserved, _NOTHING)  # the asker left: refund everything
+                await store.end(reserved)
+                self._release_budget(hold)
+                if ask is not None:
+                    await store.settle_budget(ask.hold, 0, 0)
+                continue
+            shared_hold = ask.hold if ask is not None else ""
+            self.tickets[number] = _Ticket(key, reserved, now, hold=hold, shared_hold=shared_hold)
+            key.pending += 1
+            key.open_streams += 1
+        key.spread.clear()
+        return math.inf
+
+    async def settle(self, msg: Settle, now: float) -> _Key | None:
+        ticket = self.tickets.pop(msg.ticket, None)
+        if ticket is None:
+            return None
+        key = ticket.key
+        if ticket.pending:
+            key.pending -= 1
+            if not msg.unused:  # a reply (an error, say) proves the request arrived
+                await self.store.redate(ticket.reservation, now)
+        key.open_streams -= 1
+        if msg.unused:  # it never went out: refund everything, the request included
+            await self.store.settle(ticket.reservation, _NOTHING)
+        elif msg.usage is not None:
+            await self.store.settle(ticket.reservation, Cost.from_usage(msg.usage))
+        await self.store.end(ticket.reservation)
+        if self.budget is not None and ticket.hold is not None:
+            usage = Usage() if msg.unused else msg.usage
+            if ticket.shared_hold:
+                micros, tokens = self.budget.charge(ticket.hold, usage)
+                await self.store.settle_budget(ticket.shared_hold, micros, tokens)
+            self.budget.settle(ticket.hold, usage)
+        if (
+            msg.headers
+            and key.limits.learn_from_headers
+            and (now >= key.learn_after or msg.signal == "rate_limited")
+        ):
+            # Limits change slowly: reading them from every reply would cost more than it
+            # tells, so read at most every _LEARN_EVERY seconds per key, and on every 429.
+            key.learn_after = now + _LEARN_EVERY
+            learned = learned_limits(msg.headers, time.time())
+            if learned:
+                try:
+                    await self.store.learn(key.name, key.specs, learned, now)
+                except StoreUnavailable:
+                    pass  # the limits stay as they were; the next reply tells them again
+        signal: Signal = msg.signal
+        match signal:
+            case "ok":
+                if key.adaptive is not None:
+                    key.adaptive.on_success()
+            case "rate_limited":
+                await self._rate_limited(key, msg, ticket.admitted_at, now)
+            case "overloaded":
+                if key.adaptive is not None:
+                    key.adaptive.on_congestion(ticket.admitted_at, now)
+            case "failed":
+                pass
+            case _:
+                assert_never(signal)
+        return key
+
+    async def _rate_limited(self, key: _Key, msg: Settle, admitted_at: float, now: float) -> None:
+        limits = key.limits
+        wait = msg.wait if msg.wait is not None else limits.default_cooldown
+        if msg.quota or wait > limits.max_cooldown:
+            key.exhausted_until = now + min(wait, limits.max_cooldown)
+            reason = (
+                "the provider says the account's quota is exhausted"
+                if msg.quota
+                else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
+                f" ({limits.max_cooldown:g} s)"
+            )
+            key.exhausted_error = RateLimited(
+                f"{reason}; calls under {key.name!r} fail until it resets",
+                status=429,
+                retry_after=wait,
+                quota="quota",
+            )
+            return
+        try:
+            left = await self.store.cooldown(key.name, wait, now)
+        except StoreUnavailable:
+            left = wait  # this process pauses; admissions elsewhere fail until Redis answers
+        key.cooldown_end = max(key.cooldown_end, now + left)
+        # Spread the waiters over at most as long as the pause itself (a 0.2 s Retry-After
+        # must not hold the queue for half a second), and do not restart a spread under way.
+        if not key.spread:
+            key.spread_armed = True
+            key.cooldown_wait = left
+        if key.adaptive is not None:
+            key.adaptive.on_congestion(admitted_at, now)
+            key.adaptive.on_cooldown()
+
+    def statistics(self, now: float) -> dict[str, KeyStatistics]:
+        return {
+            key.name: KeyStatistics(
+                key=key.name,
+                queued=key.waiters.depth(),
+                pending=key.pending,
+                open_streams=key.open_streams,
+                pending_limit=key.pending_limit(),
+                windows=self.store.usage(key.name, now),
+                cooldown_left=max(0.0, key.cooldown_end - now),
+                exhausted_left=max(0.0, key.exhausted_until - now)
+                if key.exhausted_error is not None
+                else 0.0,
+            )
+            for key in self.keys.values()
+        }
+
+
+def _budget_refused(refused: BudgetRefused) -> BudgetExceeded:
+    left = (
+        f"${format_usd(max(0, refused.left))}"
+        if refused.unit == "usd"
+        else f"{max(0, refused.left)} tokens"
+    )
+    return BudgetExceeded(
+        f"the shared {refused.account} budget has {left} left, less than this call may cost"
+    )
+
+
+def _too_large(reserved: TooLarge) -> TooLargeForQuota:
+    return TooLargeForQuota(
+        f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')} but the quota"
+        f" allows only {reserved.limit} per {reserved.period:g} s; lower max_tokens or shorten"
+        " the prompt"
+    )
+
+
+@attrs.frozen(eq=False, repr=False)
+class RateLimiterHandle(Record):
+    """What the other actors hold to reach the RateLimiter. Created by the runtime."""
+
+    _mailbox: trio.MemorySendChannel[RateLimiterMsg]
+    on_admitted: Callable[[str, float], None] | None = None
+    """Told each admission's quota key and seconds waited (the admission-wait metric)."""
+
+    async def acquire(
+        self,
+        key: str,
+        limits: RateLimitConfig,
+        cost: Cost,
+        priority: Priority = "interactive",
+        *,
+        budget: BudgetClaim | None = None,
+    ) -> Admission:
+        """Wait until an attempt under ``key`` is admitted.
+
+        If the caller is cancelled while waiting, it leaves the queue and consumes nothing: an
+        admission granted in the meantime is refunded before the cancellation propagates. If
+        the limiter crashes while the caller waits, the caller asks its restarted successor.
+
+        ``budget`` names who the attempt is charged to in the spending budgets, if any apply.
+
+        Raises:
+            CallError: the RateLimiter refused the attempt (too large, quota exhausted,
+                ``BudgetExceeded``).
+            RuntimeClosed: the RateLimiter has stopped.
+        """
+        asked = trio.current_time()
+        for _ in range(_ASK_AGAIN):
+            answer = await self._ask(key, limits, cost, priority, budget)
+            if isinstance(answer, Admission):
+                if self.on_admitted is not None:
+                    self.on_admitted(key, answer.at - asked)
+                return answer
+            if isinstance(answer, Refusal):
+                raise answer.error
+        raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
+
+    async def relimit(self, limits: Mapping[str, RateLimitConfig]) -> None:
+        """Give each provider's quota keys its new limits (``Runtime.reload``)."""
+        await tell(self._mailbox, Relimit(limits))
+
+    async def _ask(
+        self,
+        key: str,
+        limits: RateLimitConfig,
+        cost: Cost,
+        priority: Priority,
+        budget: BudgetClaim | None = None,
+    ) -> Admission | Refusal | None:
+        """One request for admission; None when the limiter ended without answering."""
+        reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
+        msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to, budget)
+        answer: Admission | Refusal | None = None
+        cancelled = False
+        with reply_to, reply:
+            try:
+                await put(self._mailbox, msg)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise RuntimeClosed("the rate limiter has stopped") from exc
+            try:
+                answer = await reply.receive()
+            except trio.EndOfChannel:
+                return None
+            except trio.Cancelled:
+                cancelled = True
+                try:
+                    answer = reply.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    answer = None
+                raise
+            finally:
+                if cancelled:
+                    await self._cancelled(msg, answer)
+        return answer
+
+    async def _cancelled(self, msg: Acquire, answer: Admission | Refusal | None) -> None:
+        if isinstance(answer, Admission):
+            await self.settle(Settle(answer.ticket, "failed", unused=True))
+        elif answer is None:
+            await self._send_shielded(Withdraw(msg))
+
+    async def release(self, ticket: int) -> None:
+        """Free ``ticket``'s pending slot (its first chunk arrived)."""
+        await self._send_shielded(Release(ticket))
+
+    async def settle(self, msg: Settle) -> None:
+        """Report an attempt's end. Shielded: a cancelled attempt still frees its slots."""
+        await self._send_shielded(msg)
+
+    async def statistics(self) -> dict[str, KeyStatistics]:
+        """A snapshot of every quota key."""
+        reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)
+        with reply_to, reply:
+            try:
+                await self._mailbox.send(GetLimiterStats(reply_to))
+                return await reply.receive()
+            except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
+                raise RuntimeClosed("the rate limiter has stopped") from exc
+
+    async def _send_shielded(self, msg: RateLimiterMsg) -> None:
+        await tell(self._mailbox, msg)

@@ -1,0 +1,306 @@
+"""``sluice batch IN.jsonl -o OUT.jsonl``: an OpenAI Batch file through the runtime.
+
+Progress goes to stderr: a live display on a terminal, else one plain line every
+``--log-interval`` seconds. The summary goes to stdout and to ``OUT.summary.json``. The first
+Ctrl-C (or a SIGTERM, as schedulers send) stops admitting lines and lets the calls in flight
+finish; a second Ctrl-C cancels them.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import trio
+from cyclopts import Parameter
+
+from .._errors import ConfigError
+from .._jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchInterrupt, BatchSummary, run_batch
+from .._jobs.batch_lines import parse_shard
+from .._jobs.batch_report import format_duration, format_progress, format_summary, summary_path
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
+from ._preflight import check_batch_paths, check_providers
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from .._jobs.batch import BatchProgress
+
+__all__ = ["batch", "parse_duration"]
+
+_LIVE_INTERVAL = 0.5
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: the exit status schedulers expect from a process they terminated."""
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``30``, ``30s``, ``500ms``, ``2m`` or ``1h``.
+
+    Raises:
+        ConfigError: not a positive duration.
+    """
+    raw = text.strip().lower()
+    number, scale = raw, 1.0
+    for unit in ("ms", "s", "m", "h"):
+        if raw.endswith(unit):
+            number, scale = raw[: -len(unit)], _UNITS[unit]
+            break
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"--max-wait {text!r} is not a duration: write e.g. 30s, 500ms, 2m")
+    return seconds
+
+
+def _live_display(stack: ExitStack) -> Callable[[BatchProgress], None]:
+    """A progress bar over two lines of figures, on stderr (a terminal)."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    bar = Progress(
+        BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}")
+    )
+    task = bar.add_task("starting", total=None)
+    figures = Text()
+    quota = Text(style="dim")
+    stack.enter_context(
+        Live(Group(bar, figures, quota), console=Console(stderr=True), transient=True)
+    )
+
+    def show(p: BatchProgress) -> None:
+        s = p.summary
+        eta = p.eta
+        status = f"ok {s.ok}, failed {s.failed}"
+        if p.draining:
+            status += ", stopping: finishing the calls in flight"
+        elif eta is not None:
+            status += f", ETA {format_duration(eta)}"
+        bar.update(task, completed=s.written, total=s.todo, description=status)
+        figures.plain = (
+            f"in flight {p.in_flight} (queued {p.queued}), {s.tokens_per_second:.0f} tok/s,"
+            f" ${s.cost_usd}"
+        )
+        cooldown = f"cooldown {p.cooldown:.1f}s" if p.cooldown > 0 else ""
+        quota.plain = "; ".join(part for part in (", ".join(p.limits), cooldown) if part)
+
+    return show
+
+
+def _log_lines(p: BatchProgress) -> None:
+    print(f"sluice batch: {format_progress(p)}", file=sys.stderr, flush=True)
+
+
+async def _on_ctrl_c(
+    signals: AsyncIterator[int], interrupt: BatchInterrupt, terminated: list[bool]
+) -> None:
+    async for signum in signals:
+        if signum == signal.SIGTERM:
+            terminated[0] = True
+            if not interrupt.draining:
+                print(
+                    "sluice: terminated: no new lines; the calls in flight finish",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                interrupt.drain()
+            continue
+        if not interrupt.draining:
+            print(
+                "sluice: stopping: no new lines; the calls in flight finish"
+                " (Ctrl-C again cancels them)",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.drain()
+        else:
+            print(
+                "sluice: cancelling the calls in flight; --resume does the rest",
+                file=sys.stderr,
+                flush=True,
+            )
+            interrupt.cancel()
+
+
+async def batch(
+    input_file: Annotated[Path, Parameter(name="INPUT")],
+    /,
+    *,
+    output: Annotated[Path, Parameter(name=["--output", "-o"])],
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    max_pending: int | None = None,
+    budget: float | None = None,
+    config: Path | None = None,
+    job: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    ordered: bool = False,
+    shard: str | None = None,
+    allow_failures: bool = False,
+    log_interval: float = 10.0,
+    no_stream: Annotated[bool, Parameter(negative="")] = False,
+    store: str | None = None,
+    metrics_port: int | None = None,
+    retry_errors: Literal["retriable", "all", "none"] = "retriable",
+    max_wait: str | None = None,
+) -> int:
+    """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
+
+    Every input line gets exactly one output line, in completion order unless --ordered
+    (match them by custom_id); bad lines and failed calls get an error line naming the input
+    line. An output file that already holds lines is refused unless --resume (continue it) or
+    --overwrite (replace it); an output that is the input is always refused. A custom_id that
+    appears twice in the input, an unknown provider or a missing key stop the command before
+    any call. Progress goes to stderr; the summary to stdout and to OUT.summary.json. Calls
+    wait out an open breaker or a spent retry budget instead of failing (up to --max-wait).
+    Ctrl-C or SIGTERM stops admitting lines and lets the calls in flight finish; a second
+    Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every line succeeded (or
+    some failed and --allow-failures was given), 1 when a line failed or the output could not
+    be written, 2 for bad arguments or input, 130 when interrupted by Ctrl-C, 143 after a
+    SIGTERM.
+
+    Args:
+        input_file: the JSONL input (custom_id, method, url, body per line).
+        output: where the output lines go.
+        model: provider:model used for every line instead of body.model. Without it each
+            body.model must be written provider:model (e.g. sim:sim-small).
+        base_url: OpenAI-compatible base URL for --model's provider.
+        api_key: API key for --model's provider.
+        max_in_flight: calls running at once (waiting for the quota included).
+        rpm: requests per minute for each provider called, spread evenly over the minute.
+        tpm: input plus output tokens per minute for each provider called.
+        max_pending: calls per provider waiting for their first token at once.
+        budget: US dollars the job may spend (with --job, over every run of it); once it is
+            spent, the remaining lines get BudgetExceeded error lines.
+        config: a config file (default: the file named by SLUICE_CONFIG, if any).
+        job: the job the ledger records these calls under (default: a new id per run); a
+            run resumed under the same job keeps its job budget.
+        resume: keep the existing output (a torn last line is cut off), skip the lines it
+            already answers and append the rest; with no output yet, simply start. The same
+            command line serves the first run and every resume. Error lines are done again
+            as --retry-errors says.
+        overwrite: replace an output file that already holds lines (without it, and without
+            --resume, such a file is refused so no paid-for result is lost).
+        retry_errors: with --resume, which error lines to do again: retriable (timeouts,
+            429, 5xx, broken streams, refused connections, an open breaker, waits past
+            --max-wait; terminal ones such as 400, 401/403 or a bad input line are kept), all,
+            or none.
+        max_wait: how long a line's call may wait out a failing backend (30s, 2m, ...)
+            before its error line is written; default: until its attempts run out.
+        ordered: write the output in input order (at most --max-in-flight lines held).
+        shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
+            processes or hosts can split one file (each with its own output).
+        allow_failures: exit 0 even when some lines failed (their error lines are written).
+        log_interval: seconds between progress lines when stderr is not a terminal.
+        store: a redis://host:port/db URL: share quotas, cooldowns and budgets with every
+            process using it (default: $SLUICE_STORE, else this process's memory).
+        no_stream: make each call one plain request instead of a stream (calls stream by
+            default: a call's slot frees at its first token, and a stream that breaks is
+            retried). The output lines look the same either way.
+        metrics_port: serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the
+            job runs (docs/metrics.md lists them).
+    """
+    if max_in_flight < 1:
+        return fail("--max-in-flight must be at least 1")
+    if log_interval <= 0:
+        return fail("--log-interval must be positive")
+    if (base_url is not None or api_key is not None) and model is None:
+        return fail("--base-url and --api-key apply to --model's provider: give --model too")
+    try:
+        check_batch_paths(
+            input_file,
+            output,
+            Path(summary_path(str(output))),
+            resume=resume,
+            overwrite=overwrite,
+        )
+        wait_limit = None if max_wait is None else parse_duration(max_wait)
+        shard_of = None if shard is None else parse_shard(shard)
+        if model is not None:
+            check_model(model)
+        run_config = build_config(
+            config_file=config,
+            provider=None if model is None else model.partition(":")[0],
+            base_url=base_url,
+            api_key=api_key,
+            store=store,
+            metrics_port=metrics_port,
+        )
+    except ConfigError as exc:
+        return fail(str(exc))
+
+    def preflight(providers: set[str]) -> None:
+        """After the input check, before the output is opened: the providers, then the
+        output's folder (created only once nothing else stands in the way)."""
+        check_providers(run_config, providers, every=model is not None)
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the folder for {output}: {exc.strerror}") from None
+
+    io_error: OSError | None = None
+    usage_error: ConfigError | None = None
+    summary = BatchSummary()
+    interrupt = BatchInterrupt()
+    terminated = [False]
+    with ExitStack() as stack:
+        live = sys.stderr.isatty()
+        progress = _live_display(stack) if live else _log_lines
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_on_ctrl_c, signals, interrupt, terminated)
+                try:
+                    summary = await run_batch(
+                        input_file,
+                        output,
+                        model=model,
+                        resume=resume,
+                        ordered=ordered,
+                        shard=shard_of,
+                        max_in_flight=max_in_flight,
+                        rpm=rpm,
+                        tpm=tpm,
+                        max_pending=max_pending,
+                        budget=budget,
+                        job=job,
+                        stream=not no_stream,
+                        config=run_config,
+                        progress=progress,
+                        progress_interval=_LIVE_INTERVAL if live else log_interval,
+                        interrupt=interrupt,
+                        preflight=preflight,
+                        retry_errors=retry_errors,
+                        max_wait=wait_limit,
+                    )
+                except OSError as exc:
+                    io_error = exc
+                except ConfigError as exc:
+                    usage_error = exc
+                nursery.cancel_scope.cancel()
+    if usage_error is not None:
+        return fail(str(usage_error))
+    if io_error is not None:
+        name = io_error.filename or output
+        print(f"sluice: error: {name}: {io_error.strerror or io_error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(format_summary(summary, str(output)), flush=True)
+    print(f"  summary: {summary_path(str(output))}", flush=True)
+    if terminated[0]:
+        return EXIT_TERMINATED
+    if summary.interrupted:
+        return EXIT_INTERRUPTED
+    if summary.failed and not allow_failures:
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,277 @@
+"""Every exception sluice raises on purpose.
+
+The tree below names every subclass of :class:`SluiceError` (those defined elsewhere say
+where); ``tests/test_errors_tree.py`` holds it to the classes. ::
+
+    SluiceError
+    ├── ConfigError                 bad config file, key, model string or input
+    │   ├── KeyStoreError           the key store cannot be read or written, or a key in it
+    │   │                           does not decrypt (sluice.providers._keys)
+    │   └── ToolSchemaError         a tool's JSON schema cannot be used (sluice._tools.schema)
+    ├── RuntimeClosed               the runtime (or one of its actors) has stopped
+    ├── ActorCrashed                an actor crashed more often than its restart limit
+    ├── OperationFailed             ``sluice providers check``/``models`` got no usable answer
+    │                               (sluice.providers._operations)
+    └── CallError                   one call failed (call_id, provider, model, attempt,
+        │                           status, error_type, request_id)
+        ├── RetryableError          the Supervisor may try again
+        │   ├── RateLimited         429 (retry_after; quota="quota" is fatal)
+        │   ├── Overloaded          529 and provider "overloaded" bodies
+        │   ├── ServerError         5xx, 408, 409
+        │   ├── ConnectionFailed    could not connect, or the connection dropped before a reply
+        │   ├── StreamBroken        the stream ended early (events_delivered)
+        │   ├── ProtocolError       a malformed stream or body
+        │   ├── EmptyResponse       finished normally with nothing in it
+        │   └── CallTimeout         first token, idle gap or total deadline (kind)
+        └── FatalError              trying again cannot help
+            ├── BadRequest          400, 422, and other 4xx
+            │   └── ContextTooLong
+            ├── AuthenticationFailed 401, 403
+            ├── NotFound            404 (unknown model or endpoint)
+            ├── ContentFiltered
+            ├── ToolCallError       the reply broke the request's tool-call contract
+            │                       (correctable: the Supervisor may retry with a correction)
+            ├── TooLargeForQuota    needs more than a whole rate-limit window
+            ├── CircuitOpen         the provider's breaker is open (retry_after)
+            ├── BudgetExceeded      the spending budget cannot cover the call
+            ├── StoreUnavailable    the shared quota store (Redis) does not answer
+            └── InternalError       a bug in sluice; only the affected call fails
+
+Retryable versus fatal is the first split under ``CallError`` because it is the only question
+the Supervisor asks (a provider's ``x-should-retry`` header, kept in ``should_retry``, overrides
+the class). A bug in sluice is none of these: it propagates as itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "ActorCrashed",
+    "AuthenticationFailed",
+    "BadRequest",
+    "BudgetExceeded",
+    "CallError",
+    "CallTimeout",
+    "CircuitOpen",
+    "ConfigError",
+    "ConnectionFailed",
+    "ContentFiltered",
+    "ContextTooLong",
+    "EmptyResponse",
+    "FatalError",
+    "InternalError",
+    "NotFound",
+    "Overloaded",
+    "ProtocolError",
+    "RateLimited",
+    "RetryableError",
+    "RuntimeClosed",
+    "ServerError",
+    "SluiceError",
+    "StreamBroken",
+    "StoreUnavailable",
+    "TooLargeForQuota",
+    "ToolCallError",
+]
+
+
+class SluiceError(Exception):
+    """Base class: ``except SluiceError`` catches everything sluice raises on purpose."""
+
+
+class ConfigError(SluiceError):
+    """A configuration value, model string or input line is wrong; the message says where."""
+
+
+class RuntimeClosed(SluiceError):
+    """The runtime, or the actor a request needed, has already stopped."""
+
+
+class ActorCrashed(SluiceError):
+    """An actor crashed more often than its restart limit allows; the runtime has stopped."""
+
+
+@attrs.define(eq=False, repr=False)
+class CallError(SluiceError):
+    """One call (or one attempt of it) failed.
+
+    The codec that reads the provider's reply fills ``message``, ``status``, ``error_type`` and
+    ``request_id``; the actors add ``call_id``, ``provider``, ``model`` and ``attempt`` with
+    :meth:`in_context`. Nothing here ever holds an API key or a request body.
+    """
+
+    message: str
+    call_id: str = ""
+    provider: str = ""
+    model: str = ""
+    attempt: int = 0
+    status: int | None = None
+    """HTTP status of the provider's reply, or None when there was no reply."""
+    error_type: str | None = None
+    """The provider's own error type or code (``rate_limit_exceeded``, ``overloaded_error``)."""
+    request_id: str | None = None
+    should_retry: bool | None = None
+    """The provider's own verdict (``x-should-retry``), which wins over the class's."""
+
+    @property
+    def retryable(self) -> bool:
+        """True when the Supervisor may try the call again."""
+        if self.should_retry is not None:
+            return self.should_retry
+        return isinstance(self, RetryableError)
+
+    def in_context(self, *, call_id: str, provider: str, model: str, attempt: int) -> CallError:
+        """Return a copy that names the call and attempt it belongs to."""
+        return attrs.evolve(self, call_id=call_id, provider=provider, model=model, attempt=attempt)
+
+    @property
+    def kind(self) -> str:
+        """The error's class name, as printed by the CLI (``RateLimited``)."""
+        return type(self).__name__
+
+    def __str__(self) -> str:
+        where = f"{self.provider}:{self.model}" if self.provider else ""
+        parts = [p for p in (where, f"HTTP {self.status}" if self.status else "") if p]
+        prefix = f"[{', '.join(parts)}] " if parts else ""
+        return f"{prefix}{self.kind}: {self.message}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.kind}(message={self.message!r}, call_id={self.call_id!r}, "
+            f"provider={self.provider!r}, model={self.model!r}, attempt={self.attempt}, "
+            f"status={self.status!r}, error_type={self.error_type!r})"
+        )
+
+
+class RetryableError(CallError):
+    """A failure that may pass: the Supervisor may try the call again."""
+
+
+@attrs.define(eq=False, repr=False)
+class RateLimited(RetryableError):
+    """The provider answered 429."""
+
+    retry_after: float | None = None
+    """Seconds the provider asked us to wait, when it said."""
+    quota: Literal["rate", "quota"] = "rate"
+    """``rate``: a limit per window, worth waiting for. ``quota``: the account's quota is
+    exhausted (``insufficient_quota``, a daily cap, or a wait beyond the maximum), so the
+    call fails fast instead of waiting."""
+
+    @property
+    def retryable(self) -> bool:
+        if self.should_retry is not None:
+            return self.should_retry
+        return self.quota == "rate"
+
+
+class Overloaded(RetryableError):
+    """The provider is overloaded (HTTP 529 or an ``overloaded`` error body)."""
+
+
+class ServerError(RetryableError):
+    """The provider failed on its side (5xx), or asked for a retry (408, 409)."""
+
+
+class ConnectionFailed(RetryableError):
+    """No reply: the connection could not be made or dropped before the reply began."""
+
+
+@attrs.define(eq=False, repr=False)
+class StreamBroken(RetryableError):
+    """The reply stream ended before it was complete."""
+
+    events_delivered: int = 0
+
+
+class ProtocolError(RetryableError):
+    """The provider sent something that is not valid for its protocol."""
+
+
+@attrs.define(eq=False, repr=False)
+class CallTimeout(RetryableError):
+    """A deadline passed."""
+
+    timeout_kind: Literal["connect", "first_token", "idle", "total"] = "total"
+
+
+class FatalError(CallError):
+    """Trying the same call again cannot help."""
+
+
+class BadRequest(FatalError):
+    """The provider rejected the request (400, 422 or another 4xx)."""
+
+
+class ContextTooLong(BadRequest):
+    """The prompt and requested output do not fit the model's context window."""
+
+
+class AuthenticationFailed(FatalError):
+    """The provider did not accept the credentials (401 or 403)."""
+
+
+class NotFound(FatalError):
+    """The model or endpoint does not exist (404)."""
+
+
+class ContentFiltered(FatalError):
+    """The provider refused to answer because of its content policy."""
+
+
+class TooLargeForQuota(FatalError):
+    """The call needs more than a whole rate-limit window allows: it could never be admitted."""
+
+
+@attrs.define(eq=False, repr=False)
+class CircuitOpen(FatalError):
+    """The provider's circuit breaker is open after repeated failures; calls fail fast."""
+
+    retry_after: float | None = None
+    """Seconds until the breaker lets a probe call through."""
+
+
+class BudgetExceeded(FatalError):
+    """The call's worst-case cost does not fit the remaining budget; it was not sent."""
+
+
+class StoreUnavailable(FatalError):
+    """The shared quota store (Redis) did not answer and ``on_store_error`` is ``"fail"``:
+    the call was not sent (a batch line with this error is redone by ``--resume``)."""
+
+
+class EmptyResponse(RetryableError):
+    """The provider finished normally but sent no text and no tool call."""
+
+
+class InternalError(FatalError):
+    """A bug in sluice ended this call (and only this call); the traceback is in the log."""
+
+
+@attrs.define(eq=False, repr=False)
+class ToolCallError(FatalError):
+    """The reply broke the tool-call contract of the request, or held nothing at all.
+
+    Sending the same request again cannot help, so transport retries never repeat it; the
+    Supervisor may instead retry with a correction (:mod:`sluice._tools.correct`) while
+    ``correctable`` is true. ``message`` is for the developer and names a fix where one exists;
+    ``feedback`` is the text a correction shows the model.
+    """
+
+    reason: str = "invalid_call"
+    """What went wrong: ``empty_reply``, ``unparseable``, ``invalid_call``, ``malformed_arguments``,
+    ``missing_arguments``, ``unknown_tool``, ``tool_choice_none``, ``wrong_tool``,
+    ``no_tool_call``, ``too_many_calls`` or ``truncated``."""
+    tool_name: str | None = None
+    """The tool the offending call named, when there was one."""
+    generated: str = ""
+    """What the model produced (its text, or the offending calls as JSON); may be empty."""
+    feedback: str = ""
+    """The problem in words for the model, without the developer's fix."""
+    available_tools: tuple[str, ...] = ()
+    """The request's tool names, in declaration order."""
+    correctable: bool = True
+    """False when a correction cannot help (the reply was cut off by ``max_tokens``)."""

@@ -1,0 +1,160 @@
+"""Events a call's stream yields, in order.
+
+``Queued``, ``Admitted``, then for each attempt ``FirstToken`` and the deltas (``TextDelta``,
+``ReasoningDelta``, ``ToolCallDelta``, ``UsageReported``); a retry emits ``Retrying`` and a
+move to a fallback model ``FallingBack`` (each preceded by ``StreamReset`` when deltas of the
+failed attempt were already delivered, so the consumer can discard them); then exactly one of
+``Completed`` or ``Failed``.
+
+Deltas decoded from one network read travel together as one batch; the stream hands them to
+the consumer one by one. A call answered from the response cache yields only its deltas and
+``Completed`` (nothing was queued, admitted or sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import attrs
+
+from ._errors import CallError
+from ._messages import ChatResult, Usage
+from ._record import Record
+
+__all__ = [
+    "Admitted",
+    "CallEvent",
+    "Completed",
+    "DeltaEvent",
+    "Failed",
+    "FallingBack",
+    "FirstToken",
+    "Queued",
+    "ReasoningDelta",
+    "Retrying",
+    "StreamReset",
+    "TextDelta",
+    "ToolCallDelta",
+    "UsageReported",
+]
+
+
+@attrs.frozen(repr=False)
+class Queued(Record):
+    """The call waits for admission."""
+
+    call_id: str
+    attempt: int
+    at: float
+
+
+@attrs.frozen(repr=False)
+class Admitted(Record):
+    """The RateLimiter let this attempt through; ``waited`` is its time in the queue."""
+
+    call_id: str
+    attempt: int
+    at: float
+    waited: float
+
+
+@attrs.frozen(repr=False)
+class FirstToken(Record):
+    """The attempt's first chunk arrived; ``ttft`` is measured from submit."""
+
+    call_id: str
+    attempt: int
+    at: float
+    ttft: float
+
+
+@attrs.frozen(slots=True, repr=False)
+class TextDelta(Record):
+    call_id: str
+    text: str
+
+
+@attrs.frozen(slots=True, repr=False)
+class ReasoningDelta(Record):
+    call_id: str
+    text: str
+
+
+@attrs.frozen(slots=True, repr=False)
+class ToolCallDelta(Record):
+    """A fragment of tool call ``index``: ``id`` and ``name`` arrive once, arguments in pieces."""
+
+    call_id: str
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+    partial_arguments: Mapping[str, Any] | None = None
+    """The arguments streamed so far, parsed (what is still open closed; numbers and literals
+    that may still grow left out), for a call whose request has tools; None when nothing
+    parses yet or the arguments are not an object. Shared with later deltas of the same call:
+    read it, do not change it."""
+
+
+@attrs.frozen(repr=False)
+class UsageReported(Record):
+    """The provider reported the attempt's token usage."""
+
+    call_id: str
+    usage: Usage
+
+
+@attrs.frozen(repr=False)
+class StreamReset(Record):
+    """Discard every delta received so far: attempt ``attempt`` failed after output began."""
+
+    call_id: str
+    attempt: int
+    reason: str
+
+
+@attrs.frozen(repr=False)
+class Retrying(Record):
+    """Attempt ``attempt`` failed with ``error``; the next begins after ``delay`` seconds."""
+
+    call_id: str
+    attempt: int
+    delay: float
+    error: CallError
+
+
+@attrs.frozen(repr=False)
+class FallingBack(Record):
+    """The call moves from ``from_model`` to its next fallback ``to_model`` after ``error``."""
+
+    call_id: str
+    from_model: str
+    to_model: str
+    error: CallError
+
+
+@attrs.frozen(repr=False)
+class Completed(Record):
+    call_id: str
+    result: ChatResult
+
+
+@attrs.frozen(repr=False)
+class Failed(Record):
+    call_id: str
+    error: CallError
+
+
+DeltaEvent: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta | UsageReported
+CallEvent: TypeAlias = (
+    Queued
+    | Admitted
+    | FirstToken
+    | DeltaEvent
+    | StreamReset
+    | Retrying
+    | FallingBack
+    | Completed
+    | Failed
+)

@@ -1,0 +1,574 @@
+"""The gateway: HTTP requests in the OpenAI or Anthropic format, calls on one runtime.
+
+Each chat request is read once into a :class:`~sluice._messages.ChatRequest` (so any client
+protocol reaches any provider protocol), tagged with the caller's virtual key, checked against
+that key's own quota, and sent through ``rt.stream``. A streamed reply goes out chunk by chunk
+as the runtime's event batches arrive (one write per batch); the response head waits for the
+first output, so a call that fails before any output gets a proper error status rather than a
+broken stream. Gateway calls set ``on_partial="fail"``: once a client has seen output, a failed
+attempt cannot be taken back, so it ends the stream with an error event instead of a retry.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models``,
+``GET /health``, ``GET /metrics`` (when a renderer is plugged in), and with an admin token
+``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import orjson
+import trio
+
+from .._errors import ConfigError, SluiceError
+from .._events import Completed, Failed, ReasoningDelta, TextDelta, ToolCallDelta
+from .._jobs.openai_format import parse_chat_body
+from .._limits.cost import Cost, estimate_cost
+from .._limits.store import (
+    BudgetRefused,
+    MemoryQuotaStore,
+    QuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
+from .._record import Record
+from . import anthropic_wire, openai_wire
+from .errors import Wire, call_error_response, error_response
+from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._messages import ChatRequest, ChatResult
+    from .._runtime import Runtime
+    from .http import Request, Responder
+
+__all__ = ["Gateway", "GatewaySettings"]
+
+_JSON = (b"content-type", b"application/json")
+_SSE = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+_KEY_PERIOD = 60.0
+_ENDS = (Completed, Failed)
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class GatewaySettings(Record):
+    """How the gateway names models and who may call it."""
+
+    default_provider: str | None = None
+    """A model named without ``provider:`` goes to this provider (else it is refused)."""
+    aliases: Mapping[str, str] = attrs.field(factory=dict)
+    """Client-facing model names mapped to ``provider:model``."""
+    require_key: bool = True
+    """Refuse requests without a valid virtual key (False: an open gateway, for loopback)."""
+    admin_token_hash: str | None = None
+    """SHA-256 of the admin token; None turns the admin API off."""
+    expected_output_tokens: int = 1024
+    """Output tokens a key's tokens-per-minute reserves for a call that sets no max_tokens."""
+
+
+class Gateway:
+    """Answers gateway requests with one runtime. See the module docstring."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        keys: KeyRing | None = None,
+        settings: GatewaySettings | None = None,
+        quota_store: QuotaStore | None = None,
+        metrics: Callable[[], bytes] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rt = rt
+        self.keys = keys if keys is not None else KeyRing(None)
+        self.settings = settings if settings is not None else GatewaySettings()
+        self.quotas: QuotaStore = quota_store if quota_store is not None else MemoryQuotaStore()
+        self.metrics = metrics
+        """Renders ``/metrics`` (Prometheus text); None answers 404 there."""
+        self._wall_clock = wall_clock
+        self._ids = secrets.token_hex(4)
+        self._count = 0
+        self._protocols: dict[str, str] = {}
+        self._budgeted: set[str] = set()
+        self.draining = False
+        self._pid = os.getpid()
+        """Tells workers apart in ``/health``."""
+
+    # ---- dispatch -----------------------------------------------------------------------
+
+    async def handle(self, request: Request, respond: Responder) -> None:
+        """Answer one request (the :class:`~sluice._gateway.http.Server` handler)."""
+        path = request.path
+        method = request.method
+        if path == b"/v1/chat/completions" and method == b"POST":
+            await self._chat(request, respond, "openai")
+        elif path == b"/v1/messages" and method == b"POST":
+            await self._chat(request, respond, "anthropic")
+        elif path == b"/v1/models" and method == b"GET":
+            await self._models(request, respond)
+        elif path == b"/health" and method == b"GET":
+            status = 503 if self.draining else 200
+            state = b"draining" if self.draining else b"ok"
+            body = b'{"status":"%s","pid":%d}' % (state, self._pid)
+            await respond.send(status, [_JSON], body)
+        elif path == b"/metrics" and method == b"GET" and self.metrics is not None:
+            await respond.send(
+                200, [(b"content-type", b"text/plain; version=0.0.4")], self.metrics()
+            )
+        elif path.startswith(b"/admin/keys") and self.settings.admin_token_hash is not None:
+            await self._admin(request, respond)
+        else:
+            wire = _wire_of(request)
+            await _send_error(
+                respond,
+                wire,
+                404,
+                f"no route {method.decode()} {path.decode('latin-1')}",
+                "invalid_request_error",
+                "not_found_error",
+            )
+
+    # ---- keys and quotas ------------------------------------------------------------------
+
+    def _authenticate(self, request: Request) -> VirtualKey | str | None:
+        """The caller's key; None on an open gateway with no key given; else why not (str)."""
+        token = _token(request)
+        self.keys.refresh(trio.current_time())
+        if token is None:
+            if not self.settings.require_key:
+                return None
+            return "missing API key: send a virtual key as 'Authorization: Bearer KEY'"
+        key = self.keys.lookup(token)
+        if key is None:
+            if not self.settings.require_key:
+                return None
+            return "invalid or revoked API key"
+        self._ensure_budget(key)
+        return key
+
+    def _ensure_budget(self, key: VirtualKey) -> None:
+        if key.budget_usd is None or key.name in self._budgeted:
+            return
+        book = self.rt.ledger.budget_book
+        if book is None:
+            return  # refused at start: serve() always opens a budget book
+        from .._ledger.budget import Budget
+        from .._ledger.prices import usd_to_micros
+
+        book.add(Budget(scope="tag", tag=key.name, max_micros=usd_to_micros(key.budget_usd)))
+        self._budgeted.add(key.name)
+
+    def charge_spent(self, spent: Mapping[str, tuple[int, int]]) -> None:
+        """Open the budget accounts of every budgeted key, charged with what the ledger holds
+        for its tag (``{name: (micros, tokens)}``): budgets outlive restarts."""
+        from .._ledger.budget import Budget
+        from .._ledger.prices import usd_to_micros
+
+        book = self.rt.ledger.budget_book
+        if book is None:
+            return
+        for key in self.keys.by_name.values():
+            if key.budget_usd is None or key.name in self._budgeted:
+                continue
+            micros, tokens = spent.get(key.name, (0, 0))
+            book.add(
+                Budget(scope="tag", tag=key.name, max_micros=usd_to_micros(key.budget_usd)),
+                spent_micros=micros,
+                spent_tokens=tokens,
+            )
+            self._budgeted.add(key.name)
+
+    async def _reserve(
+        self, key: VirtualKey, request: ChatRequest
+    ) -> Reservation | TooLarge | float | None:
+        specs = []
+        if key.rpm is not None:
+            specs.append(WindowSpec("requests", key.rpm, _KEY_PERIOD))
+        if key.tpm is not None:
+            specs.append(WindowSpec("total_tokens", key.tpm, _KEY_PERIOD))
+        if not specs:
+            return None
+        cost = (
+            estimate_cost(request, self.settings.expected_output_tokens)
+            if key.tpm is not None
+            else Cost()
+        )
+        got = await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
+        assert not isinstance(got, BudgetRefused)  # only a reserve that asks a budget gets it
+        return got
+
+    # ---- chat -----------------------------------------------------------------------------
+
+    def _resolve_model(self, name: Any, wire: Wire) -> str:
+        if not isinstance(name, str) or not name:
+            raise ConfigError("model: required, a string")
+        alias = self.settings.aliases.get(name)
+        if alias is not None:
+            return alias
+        if ":" in name:
+            return name
+        if self.settings.default_provider is not None:
+            return f"{self.settings.default_provider}:{name}"
+        raise ConfigError(
+            f"model {name!r} names no provider; write it as 'provider:model' "
+            f"(for example 'sim:{name}')"
+        )
+
+    def _protocol(self, provider: str) -> str:
+        found = self._protocols.get(provider)
+        if found is None:
+            from ..providers._registry import resolve_provider
+
+            spec = resolve_provider(provider, self.rt.config, self.rt._environ)
+            found = self._protocols[provider] = spec.protocol
+        return found
+
+    def _parse(self, body: Any, model: str, wire: Wire, key: VirtualKey | None) -> ChatRequest:
+        if wire == "openai":
+            request = parse_chat_body(body, model=model, path="body")
+        else:
+            request = anthropic_wire.parse_messages_body(body, model=model)
+        changes: dict[str, Any] = {"on_partial": "fail", "stream": True}
+        if key is not None:
+            changes["tag"] = key.name
+        if request.extra_body and self._protocol(request.provider) != wire:
+            # Parameters of the client's protocol mean nothing (or an error) to another.
+            changes["extra_body"] = {}
+        return attrs.evolve(request, **changes)
+
+    async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
+        key = self._authenticate(request)
+        if isinstance(key, str):
+            await _send_error(
+                respond,
+                wire,
+                401,
+                key,
+                "invalid_request_error",
+                "authentication_error",
+                code="invalid_api_key",
+            )
+            return
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            await _send_error(
+                respond,
+                wire,
+                400,
+                "the request body is not valid JSON",
+                "invalid_request_error",
+                "invalid_request_error",
+            )
+            return
+        if not isinstance(body, dict):
+            await _send_error(
+                respond,
+                wire,
+                400,
+                "the request body must be a JSON object",
+                "invalid_request_error",
+                "invalid_request_error",
+            )
+            return
+        shown = body.get("model")
+        shown = shown if isinstance(shown, str) else ""
+        try:
+            model = self._resolve_model(shown, wire)
+            if key is not None and not key.allows(model):
+                await _send_error(
+                    respond,
+                    wire,
+                    403,
+                    f"key {key.name!r} may not call {model}",
+                    "invalid_request_error",
+                    "permission_error",
+                    code="model_not_allowed",
+                )
+                return
+            chat_request = self._parse(body, model, wire, key)
+        except ConfigError as exc:
+            await _send_error(
+                respond, wire, 400, str(exc), "invalid_request_error", "invalid_request_error"
+            )
+            return
+        reservation = None
+        if key is not None:
+            held = await self._reserve(key, chat_request)
+            if isinstance(held, float):
+                await _send_error(
+                    respond,
+                    wire,
+                    429,
+                    f"key {key.name!r} is over its rate limit; retry in {held:.1f}s",
+                    "requests",
+                    "rate_limit_error",
+                    code="rate_limit_exceeded",
+                    retry_after=held,
+                )
+                return
+            if isinstance(held, TooLarge):
+                await _send_error(
+                    respond,
+                    wire,
+                    429,
+                    f"this request needs {held.amount} {held.dimension.replace('_', ' ')}, more"
+                    f" than key {key.name!r} may use per minute ({held.limit})",
+                    "tokens",
+                    "rate_limit_error",
+                    code="rate_limit_exceeded",
+                    retry=False,
+                )
+                return
+            reservation = held if isinstance(held, Reservation) else None
+        result: ChatResult | None = None
+        try:
+            stream = body.get("stream") is True
+            if stream:
+                result = await self._stream(respond, chat_request, wire, shown, body)
+            else:
+                result = await self._complete(respond, chat_request, wire, shown)
+        finally:
+            if reservation is not None:
+                actual = Cost.from_usage(result.usage) if result is not None else Cost()
+                with trio.CancelScope(shield=True):
+                    await self.quotas.settle(reservation, actual)
+
+    def _next_id(self) -> str:
+        self._count += 1
+        return f"{self._ids}{self._count}"
+
+    async def _complete(
+        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str
+    ) -> ChatResult | None:
+        try:
+            result = await self.rt.chat(request)
+        except SluiceError as exc:
+            await respond.send(*call_error_response(wire, exc))
+            return None
+        if wire == "openai":
+            body = openai_wire.render_completion(
+                result,
+                completion_id=f"chatcmpl-{self._next_id()}",
+                model=shown,
+                created=int(self._wall_clock()),
+            )
+        else:
+            body = anthropic_wire.render_message(
+                result, model=shown, message_id=f"msg_{self._next_id()}"
+            )
+        await respond.send(200, [_JSON], body)
+        return result
+
+    async def _stream(
+        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str, body: Any
+    ) -> ChatResult | None:
+        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents
+        if wire == "openai":
+            encoder = openai_wire.OpenAIChunks(
+                f"chatcmpl-{self._next_id()}",
+                shown,
+                int(self._wall_clock()),
+                include_usage=openai_wire.stream_options(body),
+            )
+            opening = encoder.role()
+        else:
+            encoder = anthropic_wire.AnthropicEvents(f"msg_{self._next_id()}", shown)
+            opening = encoder.start()
+        # Output waits in ``pending`` until its batch is written; the batch that ends the
+        # call goes out with the finish (one write, not two).
+        pending = [opening]
+        started = False
+        try:
+            async with self.rt.stream(request) as call:
+                while (batch := await call.next_events()) is not None:
+                    for event in batch:
+                        kind = type(event)
+                        if kind is TextDelta:
+                            pending.append(encoder.text(event.text))  # type: ignore[union-attr]
+                        elif kind is ToolCallDelta:
+                            pending.append(encoder.tool_call(event))  # type: ignore[arg-type]
+                        elif kind is ReasoningDelta:
+                            pending.append(encoder.reasoning(event.text))  # type: ignore[union-attr]
+                    if type(batch[-1]) in _ENDS or len(pending) == (0 if started else 1):
+                        continue
+                    if not started:
+                        respond.start(200, _SSE)
+                        started = True
+                    await respond.write(b"".join(pending))
+                    pending = []
+        except SluiceError as exc:  # the request was refused before it was sent
+            await respond.send(*call_error_response(wire, exc))
+            return None
+        result, error = call.result, call.error
+        if result is not None:
+            if not started:
+                respond.start(200, _SSE)
+            await respond.finish(b"".join(pending) + encoder.finish(result))
+            return result
+        assert error is not None
+        if not started and len(pending) == 1:  # no output at all: a plain error response
+            await respond.send(*call_error_response(wire, error))
+            return None
+        if not started:
+            respond.start(200, _SSE)
+        await respond.finish(b"".join(pending) + encoder.error(call_error_response(wire, error)[2]))
+        return None
+
+    # ---- models and admin -----------------------------------------------------------------
+
+    def _model_names(self, key: VirtualKey | None) -> list[str]:
+        names = set(self.settings.aliases)
+        for provider, config in self.rt.config.providers.items():
+            names.update(f"{provider}:{model}" for model in config.models)
+        if key is not None:
+            names.update(m for m in key.models if not m.endswith(":*"))
+        return sorted(
+            n for n in names if key is None or key.allows(self.settings.aliases.get(n, n))
+        )
+
+    async def _models(self, request: Request, respond: Responder) -> None:
+        wire = _wire_of(request)
+        key = self._authenticate(request)
+        if isinstance(key, str):
+            await _send_error(
+                respond,
+                wire,
+                401,
+                key,
+                "invalid_request_error",
+                "authentication_error",
+                code="invalid_api_key",
+            )
+            return
+        names = self._model_names(key)
+        if wire == "anthropic":
+            data: dict[str, Any] = {
+                "data": [
+                    {
+                        "type": "model",
+                        "id": n,
+                        "display_name": n,
+                        "created_at": "1970-01-01T00:00:00Z",
+                    }
+                    for n in names
+                ],
+                "has_more": False,
+                "first_id": names[0] if names else None,
+                "last_id": names[-1] if names else None,
+            }
+        else:
+            data = {
+                "object": "list",
+                "data": [
+                    {"id": n, "object": "model", "created": 0, "owned_by": n.partition(":")[0]}
+                    for n in names
+                ],
+            }
+        await respond.send(200, [_JSON], orjson.dumps(data))
+
+    async def _admin(self, request: Request, respond: Responder) -> None:
+        token = _token(request)
+        expected = self.settings.admin_token_hash
+        assert expected is not None
+        if token is None or not hmac.compare_digest(hash_token(token), expected):
+            await _send_error(
+                respond,
+                "openai",
+                401,
+                "the admin API needs the admin token",
+                "invalid_request_error",
+                "authentication_error",
+            )
+            return
+        self.keys.refresh(trio.current_time())
+        path = request.path.decode("latin-1")
+        try:
+            if path == "/admin/keys" and request.method == b"GET":
+                listed = [k.public() for k in self.keys.by_name.values()]
+                await respond.send(200, [_JSON], orjson.dumps({"keys": listed}))
+            elif path == "/admin/keys" and request.method == b"POST":
+                spec = orjson.loads(request.body)
+                if not isinstance(spec, dict):
+                    raise ConfigError("the body must be an object")
+                key, secret = issue_key(
+                    self.keys.by_name,
+                    str(spec.get("name", "")),
+                    rpm=spec.get("rpm"),
+                    tpm=spec.get("tpm"),
+                    budget_usd=spec.get("budget_usd"),
+                    models=spec.get("models") or (),
+                    now=self._wall_clock(),
+                )
+                self.keys.put(key)
+                await respond.send(200, [_JSON], orjson.dumps({**key.public(), "key": secret}))
+            elif path.startswith("/admin/keys/") and request.method == b"DELETE":
+                key = revoke_key(self.keys.by_name, path.removeprefix("/admin/keys/"))
+                self.keys.put(key)
+                await respond.send(200, [_JSON], orjson.dumps(key.public()))
+            else:
+                await _send_error(
+                    respond,
+                    "openai",
+                    404,
+                    f"no admin route {request.method.decode()} {path}",
+                    "invalid_request_error",
+                    "not_found_error",
+                )
+        except (ConfigError, orjson.JSONDecodeError, TypeError) as exc:
+            await _send_error(
+                respond, "openai", 400, str(exc), "invalid_request_error", "invalid_request_error"
+            )
+
+
+def _token(request: Request) -> str | None:
+    for name, value in request.headers:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token:
+                return token.strip().decode("latin-1")
+        elif name == b"x-api-key" and value:
+            return value.decode("latin-1")
+    return None
+
+
+def _wire_of(request: Request) -> Wire:
+    """Anthropic clients send ``anthropic-version``; everyone else gets OpenAI's format."""
+    return "anthropic" if request.header(b"anthropic-version") is not None else "openai"
+
+
+async def _send_error(
+    respond: Responder,
+    wire: Wire,
+    status: int,
+    message: str,
+    openai_type: str,
+    anthropic_type: str,
+    *,
+    code: str | None = None,
+    retry_after: float | None = None,
+    retry: bool = True,
+) -> None:
+    await respond.send(
+        *error_response(
+            wire,
+            status,
+            message,
+            openai_type=openai_type,
+            anthropic_type=anthropic_type,
+            code=code,
+            retry_after=retry_after,
+            retry=retry,
+        )
+    )

@@ -1,0 +1,688 @@
+"""Run an OpenAI Batch JSONL file through a runtime: one output line per input line.
+
+::
+
+    input file ──chunks──▶ reader task ──valid requests──▶ rt.map ──outcomes──▶ output file
+                                └──────────── bad lines ─────────────────────▶ output file
+
+Before the run, one pass over the input checks that no custom_id appears twice and counts the
+lines to do (:mod:`sluice._jobs.batch_scan`). The input is then read as a stream (never loaded
+whole) and the calls run concurrently through ``Runtime.map``, so memory stays bounded by
+``max_in_flight``. Each output line is written whole and flushed as soon as it is known, in
+completion order (key results by ``custom_id``), or in input order with ``ordered``.
+``resume`` appends to an interrupted run's output, ``shard`` keeps the lines whose custom_id
+hashes into one shard, and a :class:`BatchInterrupt` stops a run early without ever cutting a
+line. Limits and the budget go onto the runtime's own RateLimiter and ledger
+(:mod:`sluice._jobs.batch_limits`). Line parsing and rendering (:mod:`sluice._jobs.batch_lines`)
+and reporting (:mod:`sluice._jobs.batch_report`) are pure; this module only moves bytes and
+tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+import time
+from typing import TYPE_CHECKING, BinaryIO
+
+import attrs
+import orjson
+import trio
+
+from .._errors import ConfigError
+from .._messages import split_model
+from .batch_limits import BatchLimits, apply_limits
+from .batch_lines import (
+    Answered,
+    BadLine,
+    InputLine,
+    LineSplitter,
+    RetryErrors,
+    Shard,
+    custom_id_of,
+    error_code,
+    parse_input_line,
+    parse_shard,
+    render_bad_line,
+    render_error_line,
+    render_result_line,
+    scan_output,
+)
+from .batch_report import (
+    BatchProgress,
+    BatchSummary,
+    Interrupted,
+    LatencyHistogram,
+    summary_json,
+    summary_path,
+)
+from .batch_scan import InputCheck, find_duplicate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .._config import RuntimeConfig
+    from .._messages import ChatRequest
+    from .._runtime import MapOutcomes, Runtime
+
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "BatchInterrupt",
+    "BatchProgress",
+    "BatchSummary",
+    "run_batch",
+]
+
+DEFAULT_MAX_IN_FLIGHT = 256
+_READ_SIZE = 1 << 16
+_PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
+
+
+@attrs.define(eq=False)
+class BatchInterrupt:
+    """Stops a running batch early; the CLI calls it on Ctrl-C. Create it, pass it to
+    :func:`run_batch`, call its methods from any task of the same trio run.
+
+    Either way every line written is whole, and a resume does the lines not written.
+    """
+
+    _drain: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _cancel: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def drain(self) -> None:
+        """Admit no more lines; the calls in flight finish and their lines are written."""
+        self._drain.set()
+
+    def cancel(self) -> None:
+        """Admit no more lines and cancel the calls in flight (their lines are not written)."""
+        self._drain.set()
+        self._cancel.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._drain.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+
+def _line_id() -> str:
+    return f"batch_req_{secrets.token_hex(12)}"
+
+
+def _append(out: BinaryIO, data: bytes) -> None:
+    out.write(data)
+    out.flush()
+
+
+@attrs.define
+class _Run:
+    """State shared by the reader task and the outcome loop (one trio thread, one lock)."""
+
+    out: BinaryIO
+    started: float
+    todo: int
+    answered: Answered | None = None
+    shard: Shard | None = None
+    window: trio.Semaphore | None = None
+    """Ordered runs only: one token per line read but not yet written (see :meth:`emit`)."""
+    lock: trio.Lock = attrs.Factory(trio.Lock)
+    flush_lock: trio.Lock = attrs.Factory(trio.Lock)
+    counts: dict[str, int] = attrs.Factory(dict)
+    errors: dict[str, int] = attrs.Factory(dict)
+    latency: LatencyHistogram = attrs.Factory(LatencyHistogram)
+    pending: dict[int, tuple[int, InputLine, float]] = attrs.Factory(dict)
+    """Lines handed to rt.map, keyed by their position in its input, until they finish; the
+    value holds the line's sequence number (its place among the lines this run writes) and
+    when it was handed over."""
+    held: dict[int, tuple[bytes, dict[str, int], str | None]] = attrs.Factory(dict)
+    """Ordered runs only: finished lines waiting for an earlier one, by sequence number."""
+    next_read: int = 0
+    next_write: int = 0
+    io_error: OSError | None = None
+    """The first read or write error; it ends the run."""
+    tag: str | None = None
+    """Recorded on every call without a tag of its own (the job id), for the ledger."""
+    job: str = ""
+    cost_baseline: int = 0
+    """What the ledger held for the job when the run started, in micro-dollars."""
+    interrupted: Interrupted | None = None
+    stream: bool = True
+    """Calls stream (slot freed at the first token, mid-stream breaks retried) unless False."""
+    max_wait: float | None = None
+    """How long each call may wait out an open breaker or a spent retry budget."""
+    final: BatchSummary | None = None
+    """The summary once the run has ended."""
+
+    def summary(self, job_cost: int | None = None) -> BatchSummary:
+        latency: dict[str, float] = {}
+        if self.latency.count:
+            for name, p in _PERCENTILES:
+                latency[name] = self.latency.percentile(p) or 0.0
+            latency["max"] = self.latency.high
+        job_cost = self.cost_baseline if job_cost is None else job_cost
+        return BatchSummary(
+            elapsed=trio.current_time() - self.started,
+            todo=self.todo,
+            errors=dict(sorted(self.errors.items(), key=lambda item: -item[1])),
+            latency=latency,
+            cost_micros=job_cost - self.cost_baseline,
+            job_cost_micros=job_cost,
+            interrupted=self.interrupted,
+            job=self.job,
+            **self.counts,
+        )
+
+    def count(self, **counts: int) -> None:
+        for key, n in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+
+    async def write(self, data: bytes, counts: dict[str, int], error: str | None) -> None:
+        """Append one whole line and flush it, then count it."""
+        async with self.lock:
+            # A cancelled caller still waits for the thread, so a line is never cut in half.
+            await trio.to_thread.run_sync(_append, self.out, data)
+        self.count(**counts)
+        if error is not None:
+            self.errors[error] = self.errors.get(error, 0) + 1
+
+    async def emit(self, seq: int, data: bytes, error: str | None = None, **counts: int) -> None:
+        """Write line number ``seq`` of this run: at once, or in order for ordered runs.
+
+        Ordered: the line is held until every earlier one is written. Holding never blocks
+        the caller beyond the write itself, so rt.map's slots are never kept busy by the
+        buffer; the reader's ``window`` (max_in_flight tokens, one per line read but not
+        written) is what bounds it.
+        """
+        if self.window is None:
+            await self.write(data, counts, error)
+            return
+        self.held[seq] = (data, counts, error)
+        async with self.flush_lock:
+            while self.next_write in self.held:
+                await self.write(*self.held.pop(self.next_write))
+                self.next_write += 1
+                self.window.release()
+
+    def wanted(self, lineno: int, custom_id: str | None) -> bool:
+        """False for a line outside this shard or already answered (counted as skipped)."""
+        if self.shard is not None and not self.shard.holds(custom_id):
+            return False
+        answered = self.answered
+        if answered is not None and (
+            custom_id in answered.custom_ids
+            if custom_id is not None
+            else lineno in answered.linenos
+        ):
+            self.count(skipped=1)
+            return False
+        return True
+
+
+async def _read_requests(
+    run: _Run,
+    infile: BinaryIO,
+    model: str | None,
+    requests: trio.MemorySendChannel[ChatRequest],
+    cancel_scope: trio.CancelScope,
+) -> None:
+    """Send each valid line's request to ``requests`` and write each bad line at once.
+
+    An I/O error stops the run: it is kept in ``run.io_error`` and ``cancel_scope`` is
+    cancelled, so :func:`run_batch` raises it as itself rather than inside a group. Being
+    cancelled (a drain) stops the reading between lines: a line handed over is handed over
+    whole, and a bad line being written is written.
+    """
+    try:
+        async with requests:
+            splitter = LineSplitter()
+            index = 0
+            while True:
+                chunk = await trio.to_thread.run_sync(infile.read, _READ_SIZE)
+                for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
+                    item = parse_input_line(raw, lineno, model=model, stream=run.stream)
+                    if item is None or not run.wanted(lineno, item.custom_id):
+                        continue
+                    if run.window is not None:
+                        await run.window.acquire()
+                    run.count(lines=1)
+                    seq = run.next_read
+                    run.next_read += 1
+                    if isinstance(item, BadLine):
+                        data = render_bad_line(item, line_id=_line_id())
+                        with trio.CancelScope(shield=True):
+                            await run.emit(seq, data, item.code, failed=1)
+                        continue
+                    # Batch work yields to interactive calls sharing the quota, waits out
+                    # outages instead of failing fast, and its usage is booked under the job.
+                    request = attrs.evolve(
+                        item.request,
+                        priority="batch",
+                        tag=item.request.tag or run.tag,
+                        failure_mode="wait",
+                        max_wait=run.max_wait,
+                    )
+                    run.pending[index] = (seq, item, trio.current_time())
+                    try:
+                        await requests.send(request)
+                    except trio.Cancelled:
+                        # Not handed over (a cancelled send delivers nothing): forget the line.
+                        del run.pending[index]
+                        run.count(lines=-1)
+                        raise
+                    index += 1
+                if not chunk:
+                    return
+    except OSError as exc:
+        run.io_error = exc
+        cancel_scope.cancel()
+
+
+async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
+    async for outcome in outcomes:
+        seq, line, handed_at = run.pending.pop(outcome.index)
+        run.latency.add(trio.current_time() - handed_at)
+        result, error = outcome.result, outcome.error
+        if result is not None:
+            data = render_result_line(
+                line.custom_id, result, line_id=_line_id(), created=int(time.time())
+            )
+            usage = result.usage
+            await run.emit(
+                seq,
+                data,
+                ok=1,
+                calls=1,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+            )
+        else:
+            assert error is not None  # MapOutcome holds exactly one of result and error
+            data = render_error_line(line.custom_id, line.lineno, error, line_id=_line_id())
+            await run.emit(seq, data, error_code(error), failed=1, calls=1)
+
+
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """One file by path, link or inode (writing the output would empty the input)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _open_input(path: str | os.PathLike[str]) -> BinaryIO:
+    return open(path, "rb")
+
+
+def _open_output(path: str | os.PathLike[str]) -> BinaryIO:
+    return open(path, "wb")
+
+
+def _scan_for_resume(
+    path: str | os.PathLike[str], retry_errors: RetryErrors
+) -> tuple[BinaryIO | None, Answered]:
+    """The existing output opened to append to (None when there is none) and what it holds.
+
+    Nothing is changed yet: the torn tail is cut by :func:`_cut_torn_tail` (or the error lines
+    to redo dropped by :func:`_drop_redone`) once the input has passed its check.
+    """
+    try:
+        out = open(path, "r+b")  # noqa: SIM115 (closed by run_batch)
+    except FileNotFoundError:
+        return None, Answered(frozenset(), frozenset(), 0)
+    try:
+        return out, scan_output(out, retry_errors)
+    except BaseException:
+        out.close()
+        raise
+
+
+def _cut_torn_tail(out: BinaryIO, keep: int) -> None:
+    out.seek(keep)
+    out.truncate()
+
+
+def _drop_redone(out: BinaryIO, path: str | os.PathLike[str], answered: Answered) -> BinaryIO:
+    """The output without the error lines a resume does again (``answered.redo``), written to
+    a temporary file that replaces it, synced first: the file on disk is always the old one or
+    the new one whole. Killed before the rename, the old output stands and the next resume
+    starts over; after it, the dropped lines are simply not answered yet, and the next resume
+    does them. Returns the new file, opened to append to."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=".resume-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as copy:
+            out.seek(0)
+            left = answered.keep
+            for raw in out:
+                if left <= 0:
+                    break
+                left -= len(raw)
+                if raw.startswith(b"{") and custom_id_of(raw) in answered.redo:
+                    data = orjson.loads(raw)
+                    if isinstance(data.get("error"), dict):
+                        continue
+                copy.write(raw)
+            copy.flush()
+            os.fsync(copy.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    out.close()
+    fresh = open(path, "r+b")  # noqa: SIM115 (closed by run_batch)
+    fresh.seek(0, os.SEEK_END)
+    return fresh
+
+
+def _check_input(path: str | os.PathLike[str], check: InputCheck) -> str | None:
+    """Feed the whole input to ``check``; a message for the first duplicated custom_id, else
+    None. A second pass runs only when two custom_ids hashed alike."""
+    with open(path, "rb") as infile:
+        splitter = LineSplitter()
+        while True:
+            chunk = infile.read(_READ_SIZE)
+            for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
+                check.add(lineno, raw)
+            if not chunk:
+                break
+        if not check.suspects:
+            return None
+        infile.seek(0)
+        splitter = LineSplitter()
+        first: dict[str, int] = {}
+        while True:
+            chunk = infile.read(_READ_SIZE)
+            lines = splitter.feed(chunk) if chunk else splitter.close()
+            found = find_duplicate(lines, check.suspects, first)
+            if found is not None or not chunk:
+                return found
+
+
+def _write_summary(path: str, data: bytes) -> None:
+    """Replace ``path`` at once: a reader never sees half a summary."""
+    partial = f"{path}.partial"
+    with open(partial, "wb") as f:
+        f.write(data)
+    os.replace(partial, path)
+
+
+async def _job_cost(rt: Runtime) -> int:
+    """Micro-dollars the ledger holds for the runtime's job (earlier runs' rows included)."""
+    job = rt.ledger.job
+    return sum(row.cost_micros for key, row in await rt.ledger.rows() if key.job == job)
+
+
+async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
+    stats = await rt.statistics()
+    limits = []
+    queued = 0
+    cooldown = 0.0
+    for name, key in sorted(stats.quotas.items()):
+        queued += sum(key.queued.values())
+        cooldown = max(cooldown, key.cooldown_left)
+        for window, (used, limit) in key.windows.items():
+            limits.append(f"{name} {window} {used}/{limit}")
+        if key.pending_limit is not None:
+            limits.append(f"{name} pending {key.pending}/{key.pending_limit}")
+    return BatchProgress(
+        summary=run.summary(await _job_cost(rt)),
+        # A line handed to rt.map may still wait for one of its max_in_flight slots, and the
+        # runtime may carry other callers' calls: only calls of this run that started count.
+        in_flight=min(len(run.pending), stats.calls_in_flight),
+        queued=queued,
+        cooldown=cooldown,
+        limits=tuple(limits),
+        draining=draining,
+    )
+
+
+async def _report_progress(
+    rt: Runtime,
+    run: _Run,
+    progress: Callable[[BatchProgress], None],
+    interval: float,
+    interrupt: BatchInterrupt,
+) -> None:
+    while True:
+        await trio.sleep(interval)
+        progress(await _snapshot(rt, run, interrupt.draining))
+
+
+async def run_batch(
+    input: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    model: str | None = None,
+    resume: bool = False,
+    ordered: bool = False,
+    shard: Shard | str | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    max_pending: int | None = None,
+    budget: float | None = None,
+    job: str | None = None,
+    config: RuntimeConfig | None = None,
+    runtime: Runtime | None = None,
+    progress: Callable[[BatchProgress], None] | None = None,
+    progress_interval: float = 1.0,
+    interrupt: BatchInterrupt | None = None,
+    write_summary: bool = True,
+    stream: bool = True,
+    preflight: Callable[[set[str]], None] | None = None,
+    retry_errors: RetryErrors = "retriable",
+    max_wait: float | None = None,
+) -> BatchSummary:
+    """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
+
+    Guarantees: every non-blank input line gets exactly one output line, written whole and
+    flushed when its call finishes (completion order unless ``ordered``). A line that is not
+    JSON, lacks ``custom_id`` or has an invalid body gets an error line naming its line number;
+    a call that fails (a budget refusal included) gets an error line too. Neither stops the
+    run. Before anything is written the input is read once to check that no custom_id appears
+    twice. An existing output file is replaced, unless ``resume``; an output that is the
+    input (same path, link or inode) is refused. Unless interrupted, the run
+    ends with every line answered; interrupted, every line written is whole and a resume does
+    the rest.
+
+    Args:
+        input: the JSONL input, read as a stream.
+        output: where output lines go. With ``write_summary`` the JSON summary goes next to
+            it: ``OUT.jsonl`` gives ``OUT.summary.json``.
+        model: a ``provider:model`` that replaces every line's ``body.model``. Without it each
+            body's model must be written ``provider:model``.
+        resume: keep the existing output (a torn last line is cut off), skip every input
+            line it already answers and append the rest. With no output file yet the run
+            simply starts. Across any number of interrupted runs and resumes the output holds
+            one line per input line.
+        ordered: write lines in input order. A finished line is held until every earlier
+            one is written; at most ``max_in_flight`` lines are read but not yet written, so
+            the buffer holds fewer than ``max_in_flight`` lines and never blocks a call.
+        shard: process only the lines whose custom_id hashes into this shard (a
+            :class:`~sluice._jobs.batch_lines.Shard` or ``"i/n"``); the others get no output
+            line here.
+        max_in_flight: calls running at once (waiting for the quota included).
+        rpm: requests per minute for each provider the batch calls, spread evenly over the
+            minute (see :func:`~sluice._jobs.batch_limits.pacing_window`).
+        tpm: input plus output tokens per minute for each provider the batch calls.
+        max_pending: calls per provider waiting for their first chunk at once.
+        budget: US dollars this job may spend (earlier runs of the same ``job`` count); a
+            call that could pass it fails unsent with ``BudgetExceeded``, so once it is spent
+            the remaining lines become error lines.
+        job: the job the ledger books the calls under (default: a new id per runtime); a
+            resume under the same job keeps its budget.
+        config: the runtime config (default: as :func:`sluice.open_runtime` finds it); the
+            limits above are laid over it.
+        runtime: run on this open runtime instead of opening one. Its config is fixed, so
+            ``rpm``, ``tpm``, ``max_pending``, ``budget``, ``job`` and ``config`` must then
+            be left unset (put them in that runtime's config).
+        progress: called every ``progress_interval`` seconds with a snapshot, and once at
+            the end.
+        interrupt: lets another task stop the run early (see :class:`BatchInterrupt`).
+        write_summary: write the JSON summary file.
+        stream: calls stream (the default: a slot frees at the first token, and a stream
+            that breaks mid-way is retried); False sends each as one plain request. Output
+            lines have the same shape either way, whatever a body's own ``stream`` says.
+        preflight: called with the providers the lines name once the input has been checked,
+            before the output is opened or any call made; it raises ``ConfigError`` to stop
+            the run (the CLI checks keys and base URLs there).
+        retry_errors: with ``resume``, which error lines of the existing output are done
+            again: ``retriable`` (timeouts, 429, 5xx, broken streams, refused connections, an
+            open breaker, waits past ``max_wait``), ``all`` or ``none``. The output is
+            rewritten without them atomically (a new file renamed over it) before the run
+            appends, so a crash at any moment loses no line; ``summary.redone`` counts them.
+        max_wait: seconds a line's call may wait out an open breaker, a spent retry budget or
+            a cooldown before it fails with the error that kept it waiting (every batch call
+            waits rather than failing fast; None: no limit but the attempt limit).
+
+    Returns:
+        The final counts, also when interrupted (``summary.interrupted`` says how).
+
+    Raises:
+        ConfigError: ``model`` is not written ``provider:model``, a limit or ``shard`` is
+            invalid, limits were given with ``runtime``, a custom_id appears twice in the
+            input (the message names both lines), or (``resume``) the existing output is not
+            a batch output.
+        OSError: the input cannot be opened or read, or the output cannot be written.
+    """
+    if _same_file(input, output):
+        raise ConfigError(f"the output {output} is the input file {input}: give another output")
+    if model is not None:
+        try:
+            split_model(model)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if max_in_flight < 1:
+        raise ConfigError("max_in_flight must be at least 1")
+    try:
+        limits = BatchLimits(rpm=rpm, tpm=tpm, max_pending=max_pending, budget=budget)
+    except ValueError as exc:
+        raise ConfigError(f"invalid batch limit: {exc}") from None
+    if runtime is not None and (limits.any_set or job is not None or config is not None):
+        raise ConfigError(
+            "rpm, tpm, max_pending, budget, job and config configure the runtime run_batch"
+            " opens; with runtime=, set them in that runtime's config"
+        )
+    if isinstance(shard, str):
+        shard = parse_shard(shard)
+    interrupt = interrupt if interrupt is not None else BatchInterrupt()
+    started = trio.current_time()
+
+    out: BinaryIO | None = None
+    answered = None
+    if resume:
+        out, answered = await trio.to_thread.run_sync(_scan_for_resume, output, retry_errors)
+    try:
+        check = InputCheck(model=model, shard=shard, answered=answered)
+        duplicate = await trio.to_thread.run_sync(_check_input, input, check)
+        if duplicate is not None:
+            raise ConfigError(duplicate)
+        if preflight is not None:
+            preflight(check.providers)
+        if out is not None and answered is not None:
+            await trio.to_thread.run_sync(_cut_torn_tail, out, answered.keep)
+            if answered.redo:
+                out = await trio.to_thread.run_sync(_drop_redone, out, output, answered)
+        else:
+            out = await trio.to_thread.run_sync(_open_output, output)
+        run = _Run(
+            out=out,
+            started=started,
+            todo=check.todo,
+            answered=answered,
+            shard=shard,
+            window=trio.Semaphore(max_in_flight) if ordered else None,
+            stream=stream,
+            max_wait=max_wait,
+        )
+        if answered is not None and answered.redo:
+            run.count(redone=len(answered.redo))
+        if runtime is not None:
+            await _run_on(
+                runtime, run, input, model, max_in_flight, progress, progress_interval, interrupt
+            )
+        else:
+            from .._config import config_from_env
+            from .._runtime import open_runtime
+
+            base = config if config is not None else config_from_env()
+            if job is not None:
+                base = attrs.evolve(base, ledger=attrs.evolve(base.ledger, job=job))
+            async with open_runtime(apply_limits(base, limits, check.providers)) as rt:
+                await _run_on(
+                    rt, run, input, model, max_in_flight, progress, progress_interval, interrupt
+                )
+    finally:
+        if out is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(out.close)
+    summary = run.final
+    assert summary is not None  # _run_on returned normally
+    if write_summary:
+        data = orjson.dumps(
+            summary_json(summary, input=os.fspath(input), output=os.fspath(output)),
+            option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
+        )
+        await trio.to_thread.run_sync(_write_summary, summary_path(os.fspath(output)), data)
+    return summary
+
+
+async def _run_on(
+    rt: Runtime,
+    run: _Run,
+    input: str | os.PathLike[str],
+    model: str | None,
+    max_in_flight: int,
+    progress: Callable[[BatchProgress], None] | None,
+    progress_interval: float,
+    interrupt: BatchInterrupt,
+) -> None:
+    """The run proper, on an open runtime; leaves the final summary in ``run.final``."""
+    run.job = rt.ledger.job
+    run.tag = rt.ledger.job or None
+    run.cost_baseline = await _job_cost(rt)
+    infile = await trio.to_thread.run_sync(_open_input, input)
+    try:
+        requests_send, requests = trio.open_memory_channel["ChatRequest"](0)
+        async with trio.open_nursery() as nursery:
+            reader = trio.CancelScope()
+            calls = trio.CancelScope()
+
+            async def watch() -> None:
+                await interrupt._drain.wait()
+                reader.cancel()
+                await interrupt._cancel.wait()
+                calls.cancel()
+
+            async def read() -> None:
+                with reader:
+                    await _read_requests(run, infile, model, requests_send, nursery.cancel_scope)
+
+            if progress is not None:
+                nursery.start_soon(
+                    _report_progress, rt, run, progress, progress_interval, interrupt
+                )
+            nursery.start_soon(watch)
+            nursery.start_soon(read)
+            with calls:
+                try:
+                    async with requests, rt.map(requests, max_in_flight=max_in_flight) as outcomes:
+                        await _write_outcomes(run, outcomes)
+                except OSError as exc:
+                    run.io_error = run.io_error or exc
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(infile.close)
+    if run.io_error is not None:
+        raise run.io_error
+    if interrupt.draining and run.todo > run.counts.get("ok", 0) + run.counts.get("failed", 0):
+        run.interrupted = "cancelled" if interrupt.cancelled else "drained"
+    run.final = run.summary(await _job_cost(rt))
+    if progress is not None:
+        progress(await _snapshot(rt, run, interrupt.draining))

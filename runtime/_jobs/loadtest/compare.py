@@ -1,0 +1,174 @@
+"""``sluice loadtest compare A.json B.json [C.json ...]``: the differences between results
+files. Two files give a change and a verdict per number; more give a table of every run side by
+side, each with its change against the first (the baseline) and the best run of each row
+marked. Pure apart from :func:`load_results`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import orjson
+
+from ..._errors import ConfigError
+from .results import FORMAT
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+__all__ = ["Difference", "compare", "format_comparison", "format_many", "load_results"]
+
+# (label, path in the document, unit, lower is better)
+_ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
+    ("requests ok", ("aggregates", "requests", "ok"), "", False),
+    ("requests failed", ("aggregates", "requests", "failed"), "", True),
+    ("error rate", ("aggregates", "requests", "error_rate"), "%", True),
+    ("TTFT p50", ("aggregates", "ttft", "p50"), "ms", True),
+    ("TTFT p99", ("aggregates", "ttft", "p99"), "ms", True),
+    ("TTST p50", ("aggregates", "ttst", "p50"), "ms", True),
+    ("ITL p50", ("aggregates", "itl", "p50"), "ms", True),
+    ("ITL p99", ("aggregates", "itl", "p99"), "ms", True),
+    ("TPOT p50", ("aggregates", "tpot", "p50"), "ms", True),
+    ("E2E p50", ("aggregates", "e2e", "p50"), "ms", True),
+    ("E2E p95", ("aggregates", "e2e", "p95"), "ms", True),
+    ("E2E p99", ("aggregates", "e2e", "p99"), "ms", True),
+    ("requests/s", ("aggregates", "throughput", "requests_per_s"), "/s", False),
+    ("output tokens/s", ("aggregates", "throughput", "output_tokens_per_s"), "/s", False),
+    ("goodput requests/s", ("aggregates", "goodput", "requests_per_s"), "/s", False),
+    ("client lag p99", ("aggregates", "client_lag", "p99"), "ms", True),
+    ("saturation rate", ("sweep", "saturation_rate"), "/s", False),
+)
+
+
+@attrs.frozen
+class Difference:
+    label: str
+    a: float | None
+    b: float | None
+    unit: str
+    lower_is_better: bool
+
+    @property
+    def change(self) -> float | None:
+        """Relative change from A to B (0.1 is +10 %), None when it cannot be told."""
+        if self.a is None or self.b is None or self.a == 0:
+            return None
+        return (self.b - self.a) / abs(self.a)
+
+    @property
+    def verdict(self) -> str:
+        """``better``, ``worse`` or ``same`` for B against A (within 1 %)."""
+        if self.a is None or self.b is None or self.a == self.b:
+            return "same"
+        change = self.change
+        if change is not None and abs(change) < 0.01:
+            return "same"
+        return "better" if (self.b < self.a) == self.lower_is_better else "worse"
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A results file.
+
+    Raises:
+        ConfigError: it cannot be read, is not JSON, or is not a sluice loadtest results file.
+    """
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a sluice loadtest results file ({FORMAT})")
+    return data
+
+
+def _get(document: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    value: Any = document
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+    """Every headline number of ``a`` and ``b`` side by side (rows both lack are left out)."""
+    rows = []
+    for label, path, unit, lower in _ROWS:
+        va, vb = _get(a, path), _get(b, path)
+        if va is None and vb is None:
+            continue
+        rows.append(Difference(label, va, vb, unit, lower))
+    return rows
+
+
+def _show(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "ms":
+        return f"{value * 1000:.2f} ms"
+    if unit == "%":
+        return f"{value * 100:.2f} %"
+    if unit == "/s":
+        return f"{value:.2f}/s"
+    return f"{value:g}"
+
+
+def format_comparison(rows: Sequence[Difference], name_a: str, name_b: str) -> str:
+    """A plain-text table: metric, A, B, change, verdict for B."""
+    table = [("metric", name_a, name_b, "change", "B is")]
+    for row in rows:
+        change = row.change
+        table.append(
+            (
+                row.label,
+                _show(row.a, row.unit),
+                _show(row.b, row.unit),
+                "-" if change is None else f"{change * 100:+.1f} %",
+                row.verdict,
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    lines = [
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+            for i, cell in enumerate(line)
+        ).rstrip()
+        for line in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_many(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    """A plain-text table of every headline number of every run: the first run's value, then
+    each other run's with its change against the first; ``*`` marks the best run of a row."""
+    table = [("metric", *names)]
+    for label, path, unit, lower in _ROWS:
+        values = [_get(document, path) for document in documents]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        best = min(known) if lower else max(known)
+        base = values[0]
+        cells = []
+        for index, value in enumerate(values):
+            cell = _show(value, unit)
+            if index and value is not None and base:
+                cell += f" ({(value - base) / abs(base) * 100:+.1f} %)"
+            if value == best and len(known) > 1 and min(known) != max(known):
+                cell += " *"
+            cells.append(cell)
+        table.append((label, *cells))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+            for i, cell in enumerate(line)
+        ).rstrip()
+        for line in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,650 @@
+"""The load-test run loop: sends requests through a runtime on the planned schedule and
+measures each one. The only module of the package with tasks and a clock.
+
+Open loop: one scheduler task sleeps until each request's due time and starts it in its own
+task, never waiting for earlier requests (a client-side ``max_in_flight`` cap is the one
+exception, and the wait it causes is counted as lag). Closed loop: ``concurrency`` user tasks,
+each sending its next request when its last one ends. Either way every request records when
+it was due and when it really went out, so a client that cannot keep up is caught, not
+silently turned into a lighter load (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..._errors import CallError, ConfigError, SluiceError
+from ..._events import (
+    Admitted,
+    ReasoningDelta,
+    StreamReset,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
+from ..._messages import ChatRequest, Deadlines, Message
+from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
+from .arrivals import ClosedLoop, LoadShape, OpenLoop
+from .endpoints import ENDPOINTS, DirectTarget, call_endpoint
+from .metrics import RequestRecord, Tracker
+from .slo import Slo
+from .stats import percentile
+from .workload import WorkItem, Workload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..._runtime import Runtime
+
+__all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
+
+SPIN_MARGIN = 0.0012
+"""On the real clock, the scheduler sleeps until this many seconds before a request is due and
+then yields in a loop until it is. trio's sleeps end in epoll's whole milliseconds (rounded up),
+so a plain ``sleep_until`` sends up to a millisecond late; the short spin makes the send time
+precise to tens of microseconds, for about half a millisecond of CPU per request on an idle
+client (other tasks run during the spin)."""
+
+
+def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be above 0, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class LoadTest:
+    """One load test: what to call, how hard, for how long, and what counts as good.
+
+    At least one of ``duration`` and ``requests`` bounds the run; with both, whichever is
+    reached first ends the sending. Requests already sent are always waited for (each within
+    ``timeout``), so a run always ends by itself.
+    """
+
+    model: str
+    shape: LoadShape
+    duration: float | None = attrs.field(default=None, validator=_positive_or_none)
+    """Seconds during which requests are sent."""
+    requests: int | None = attrs.field(default=None, validator=_positive_or_none)
+    workload: Workload = Workload()
+    seed: int = 0
+    slos: tuple[Slo, ...] = ()
+    max_lag: float = DEFAULT_MAX_LAG
+    """Send-lag p99 (seconds) beyond which the run is marked invalid."""
+    max_error_rate: float = attrs.field(
+        default=DEFAULT_MAX_ERROR_RATE, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+    """Fraction of failed requests beyond which the run is marked invalid."""
+    timeout: float | None = attrs.field(default=600.0, validator=_positive_or_none)
+    """Deadline of each request, queueing included."""
+    warmup: int = attrs.field(default=1, validator=attrs.validators.ge(0))
+    """Warm-up requests sent one after another before the clock starts (0 for none): the
+    first call to a provider starts its actor, loads its codec and opens a connection, which
+    would otherwise make the first scheduled request late. They are like the workload's own
+    requests but drawn from a generator of their own and named apart (``w0``, ``w1``, ...
+    where the measured ones say ``r0``, ``r1``, ...), so the measured requests are the same
+    with or without a warm-up, and a simulator that keys its seeded latency draws on the
+    request's content gives them the same draws. Their records are kept, marked ``warmup``,
+    and left out of every aggregate."""
+    endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(ENDPOINTS))
+    """``chat`` through the runtime (any protocol), or ``completions``/``embeddings`` sent
+    straight to the provider's base URL (:mod:`.endpoints`)."""
+    embedding_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Inputs per embeddings request."""
+    warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
+    """Warm up for this many seconds instead (requests one after another, at least one when
+    above 0); with both, the warm-up ends when either is reached."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.duration is None and self.requests is None:
+            raise ValueError("bound the run with a duration or a request count")
+
+    def describe(self) -> dict[str, Any]:
+        """The test as plain data, for the results file."""
+        shape = self.shape
+        return {
+            "model": self.model,
+            "load": shape.describe,
+            "rate": shape.rate if isinstance(shape, OpenLoop) else None,
+            "concurrency": shape.concurrency if isinstance(shape, ClosedLoop) else None,
+            "max_in_flight": shape.max_in_flight if isinstance(shape, OpenLoop) else None,
+            "duration_s": self.duration,
+            "requests": self.requests,
+            "workload": self.workload.describe(),
+            "seed": self.seed,
+            "slos": [slo.describe() for slo in self.slos],
+            "max_lag_s": self.max_lag,
+            "timeout_s": self.timeout,
+            "warmup": self.warmup,
+            "warmup_seconds": self.warmup_seconds,
+            "endpoint": self.endpoint,
+            "embedding_batch": self.embedding_batch if self.endpoint == "embeddings" else None,
+            "max_error_rate": self.max_error_rate,
+        }
+
+
+@attrs.frozen
+class Progress:
+    """A live snapshot for a progress display."""
+
+    elapsed: float
+    sent: int
+    finished: int
+    failed: int
+    in_flight: int
+    ttft_p50: float | None
+    lag_p99: float | None
+
+
+@attrs.frozen
+class RunResult:
+    """A finished run: every request's record (in the order they were due) and the
+    aggregates."""
+
+    test: LoadTest
+    records: tuple[RequestRecord, ...]
+    aggregates: dict[str, Any]
+    started_at: float
+    """Wall-clock (epoch) time the run began, for the results file."""
+    warmup: tuple[RequestRecord, ...] = ()
+    """The warm-up requests' records (in no aggregate)."""
+    interrupted: str | None = None
+    """``"drained"`` or ``"cancelled"`` when an :class:`Interrupt` ended the run early."""
+
+
+class Interrupt:
+    """Ends runs early from outside (the CLI's Ctrl-C handler).
+
+    :meth:`drain` stops sending: no new request starts, the ones in flight finish and are
+    recorded. :meth:`cancel` also cancels the ones in flight; each is recorded as a failure of
+    type ``Cancelled``, so every request sent has exactly one record. A run that ends either
+    way returns its results with ``interrupted`` set, and they are marked invalid.
+    """
+
+    def __init__(self) -> None:
+        self.state: str | None = None
+        self._sending: set[trio.CancelScope] = set()
+        self._running: set[trio.CancelScope] = set()
+
+    def drain(self) -> None:
+        self.state = self.state or "drained"
+        for scope in self._sending:
+            scope.cancel()
+
+    def cancel(self) -> None:
+        self.state = "cancelled"
+        for scope in (*self._sending, *self._running):
+            scope.cancel()
+
+    def watch(self, sending: trio.CancelScope, running: trio.CancelScope) -> None:
+        """Scopes of a run starting now (cancelled at once when the interrupt came first)."""
+        self._sending.add(sending)
+        self._running.add(running)
+        if self.state is not None:
+            sending.cancel()
+        if self.state == "cancelled":
+            running.cancel()
+
+
+class _Run:
+    """The mutable state of one run; :func:`run_load` is its only user."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        test: LoadTest,
+        on_send: Callable[[], None] | None,
+        interrupt: Interrupt | None = None,
+        direct: tuple[DirectTarget, Any] | None = None,
+    ) -> None:
+        self.rt = rt
+        self.direct = direct
+        """The target and httpx client of a completions or embeddings test."""
+        self.test = test
+        self.on_send = on_send
+        self.t0 = 0.0
+        self.records: list[RequestRecord] = []
+        self.sent = 0
+        self.in_flight = 0
+        self.work_rng = random.Random(f"{test.seed}:workload")
+        self.deadlines = Deadlines(total=test.timeout)
+        self.fatal: ConfigError | None = None
+        self.spin = _real_clock()  # before the clock starts: it imports trio.testing
+        self.scope = trio.CancelScope()
+        self.sending = trio.CancelScope()
+        """Cancelled to stop sending while the requests in flight finish."""
+        self.interrupt = interrupt
+        if interrupt is not None:
+            interrupt.watch(self.sending, self.scope)
+
+    def due(self, index: int, offset: float) -> bool:
+        test = self.test
+        if test.requests is not None and index >= test.requests:
+            return False
+        return test.duration is None or offset < test.duration
+
+    async def open_loop(self, shape: OpenLoop) -> None:
+        cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
+        rng = random.Random(f"{self.test.seed}:arrivals")
+        spin = self.spin
+        now = trio.current_time
+        async with trio.open_nursery() as nursery:
+            with self.sending:
+                for index, offset in enumerate(shape.schedule(rng)):
+                    if not self.due(index, offset):
+                        break
+                    scheduled = self.t0 + offset
+                    if spin:
+                        await trio.sleep_until(scheduled - SPIN_MARGIN)
+                        while now() < scheduled:
+                            await trio.lowlevel.checkpoint()
+                    else:
+                        await trio.sleep_until(scheduled)
+                    if cap is not None:
+                        await cap.acquire()
+                    if self.test.workload.turns > 1:
+                        turns = self.session_items(index)
+                        nursery.start_soon(self.session, index, scheduled, turns, cap)
+                        continue
+                    item = self.test.workload.item(index, self.work_rng)
+                    nursery.start_soon(self.one, index, scheduled, item, cap)
+
+    async def closed_loop(self, shape: ClosedLoop) -> None:
+        counter = itertools.count()
+
+        async def user() -> None:
+            while True:
+                scheduled = trio.current_time()
+                if self.sending.cancel_called:
+                    return
+                index = next(counter)
+                if not self.due(index, scheduled - self.t0):
+                    return
+                if self.test.workload.turns > 1:
+                    await self.session(index, scheduled, self.session_items(index), None)
+                    continue
+                item = self.test.workload.item(index, self.work_rng)
+                await self.one(index, scheduled, item, None)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(shape.concurrency):
+                nursery.start_soon(user)
+
+    def session_items(self, session: int) -> list[WorkItem]:
+        """The new user message of each turn of ``session``, drawn now (in session order, so
+        the content does not depend on how the sessions interleave)."""
+        turns = self.test.workload.turns
+        return [
+            self.test.workload.item(session * turns + turn, self.work_rng) for turn in range(turns)
+        ]
+
+    async def session(
+        self,
+        session: int,
+        scheduled: float,
+        turns: list[WorkItem],
+        cap: trio.Semaphore | None,
+    ) -> None:
+        """One multi-turn conversation: each turn sends every earlier message and reply and
+        its own new message, as soon as the previous turn's reply ended (its ``scheduled``
+        time is then that end, so only the first turn can lag). A failed turn ends the
+        session: the conversation has no reply to build on."""
+        history: list[Message] = []
+        try:
+            for turn, item in enumerate(turns):
+                if turn and self.sending.cancel_called:
+                    return
+                text = item.messages if isinstance(item.messages, str) else ""
+                history.append(Message.user(text))
+                asked = attrs.evolve(item, messages=tuple(history))
+                reply = await self.one(
+                    session * len(turns) + turn,
+                    scheduled if turn == 0 else trio.current_time(),
+                    asked,
+                    None,
+                    session=session,
+                    turn=turn,
+                )
+                if reply is None:
+                    return
+                history.append(Message.assistant(reply))
+        finally:
+            if cap is not None:
+                cap.release()
+
+    async def one(
+        self,
+        index: int,
+        scheduled: float,
+        item: WorkItem,
+        cap: trio.Semaphore | None,
+        *,
+        warmup: bool = False,
+        session: int | None = None,
+        turn: int | None = None,
+    ) -> str | None:
+        """Send ``item`` and record it; return the reply's text, None when it failed."""
+        if self.direct is not None:
+            return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
+        t0 = self.t0
+        now = trio.current_time
+        sent = now()
+        tracker = Tracker(index, scheduled - t0, sent - t0, lag=sent - scheduled)
+        if self.on_send is not None:
+            self.on_send()
+        self.sent += 1
+        self.in_flight += 1
+        request = ChatRequest(
+            model=self.test.model,
+            messages=item.messages,
+            max_tokens=item.max_tokens,
+            deadlines=self.deadlines,
+        )
+        usage_seen = False
+        described: dict[str, Any] = {
+            "requested_output_tokens": item.max_tokens,
+            "requested_input_tokens": item.input_tokens,
+            "warmup": warmup,
+            "session": session,
+            "turn": turn,
+        }
+        try:
+            async with self.rt.stream(request) as call:
+                async for event in call:
+                    match event:
+                        case TextDelta(text=text) | ReasoningDelta(text=text):
+                            tracker.chunk(now() - t0, text)
+                        case ToolCallDelta(arguments=text):
+                            tracker.chunk(now() - t0, text)
+                        case Admitted(waited=waited):
+                            tracker.queue_wait = waited
+                        case UsageReported():
+                            usage_seen = True
+                        case StreamReset():
+                            tracker.reset()
+                end = now() - t0
+                result, error = call.result, call.error
+        except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
+            self.fatal = self.fatal or exc
+            self.scope.cancel(reason="the load test cannot call its model")
+            return None
+        except SluiceError as exc:  # the call could not be submitted
+            end, result, error = now() - t0, None, exc
+        except trio.Cancelled:  # an interrupt cancelled the run: still one record each
+            self.records.append(
+                tracker.finish(
+                    now() - t0,
+                    input_tokens=None,
+                    output_tokens=None,
+                    ok=False,
+                    error_type="Cancelled",
+                    error="cancelled by an interrupt",
+                    **described,
+                )
+            )
+            raise
+        finally:
+            self.in_flight -= 1
+            if cap is not None:
+                cap.release()
+        if result is not None:
+            usage = result.usage
+            reported = usage_seen or usage.output_tokens > 0
+            record = tracker.finish(
+                end,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens if reported else None,
+                ok=True,
+                attempts=result.attempts,
+                request_id=result.request_id,
+                **described,
+            )
+        else:
+            record = tracker.finish(
+                end,
+                input_tokens=None,
+                output_tokens=None,
+                ok=False,
+                **_error_fields(error),
+                **described,
+            )
+        self.records.append(record)
+        return result.text if result is not None else None
+
+    async def one_direct(
+        self,
+        index: int,
+        scheduled: float,
+        item: WorkItem,
+        cap: trio.Semaphore | None,
+        *,
+        warmup: bool,
+    ) -> str | None:
+        """:meth:`one` for a completions or embeddings test (:mod:`.endpoints`)."""
+        assert self.direct is not None
+        target, client = self.direct
+        t0 = self.t0
+        sent = trio.current_time()
+        tracker = Tracker(index, scheduled - t0, sent - t0, lag=sent - scheduled)
+        if self.on_send is not None:
+            self.on_send()
+        self.sent += 1
+        self.in_flight += 1
+        embeddings = self.test.endpoint == "embeddings"
+        described: dict[str, Any] = {
+            "requested_output_tokens": None if embeddings else item.max_tokens,
+            "requested_input_tokens": item.input_tokens,
+            "warmup": warmup,
+            "inputs": self.test.embedding_batch if embeddings else None,
+        }
+        try:
+            outcome = await call_endpoint(
+                client,
+                target,
+                "embeddings" if embeddings else "completions",
+                item,
+                tracker,
+                lambda: trio.current_time() - t0,
+                batch=self.test.embedding_batch,
+            )
+        except trio.Cancelled:
+            self.records.append(
+                tracker.finish(
+                    trio.current_time() - t0,
+                    input_tokens=None,
+                    output_tokens=None,
+                    ok=False,
+                    error_type="Cancelled",
+                    error="cancelled by an interrupt",
+                    **described,
+                )
+            )
+            raise
+        finally:
+            self.in_flight -= 1
+            if cap is not None:
+                cap.release()
+        self.records.append(
+            tracker.finish(
+                trio.current_time() - t0,
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                ok=outcome.ok,
+                status=outcome.status,
+                error_type=outcome.error_type,
+                error=outcome.error,
+                **described,
+            )
+        )
+        return outcome.text if outcome.ok else None
+
+    def progress(self) -> Progress:
+        records = self.records
+        recent = records[-500:]
+        ttfts = sorted(r.ttft for r in recent if r.ttft is not None)
+        lags = sorted(r.lag for r in recent)
+        return Progress(
+            elapsed=trio.current_time() - self.t0,
+            sent=self.sent,
+            finished=len(records),
+            failed=sum(1 for r in records if not r.ok),
+            in_flight=self.in_flight,
+            ttft_p50=percentile(ttfts, 50) if ttfts else None,
+            lag_p99=percentile(lags, 99) if lags else None,
+        )
+
+
+async def _warm_up(run: _Run) -> list[RequestRecord]:
+    """Send the warm-up requests one after another (see :attr:`LoadTest.warmup`) and return
+    their records. A usage problem (unknown provider, no key) stops the test."""
+    test = run.test
+    if not test.warmup and not test.warmup_seconds:
+        return []
+    rng = random.Random(f"{test.seed}:warmup")
+    run.t0 = start = trio.current_time()
+    count = test.warmup if test.warmup else None
+    index = 0
+    scope = trio.CancelScope()
+    if run.interrupt is not None:
+        run.interrupt.watch(scope, scope)
+    with scope:
+        while count is None or index < count:
+            elapsed = trio.current_time() - start
+            timed_out = bool(test.warmup_seconds and index and elapsed >= test.warmup_seconds)
+            if run.fatal is not None or timed_out:
+                break
+            item = test.workload.item(index, rng, prefix="w")
+            await run.one(index, trio.current_time(), item, None, warmup=True)
+            index += 1
+    if run.fatal is not None:
+        raise run.fatal
+    warm = run.records
+    run.records = []
+    run.sent = 0
+    return warm
+
+
+def _real_clock() -> bool:
+    """True unless the run is on a test clock, where a spin would never see time pass."""
+    from trio.testing import MockClock
+
+    return not isinstance(trio.lowlevel.current_clock(), MockClock)
+
+
+def _error_fields(error: SluiceError | None) -> dict[str, Any]:
+    if error is None:
+        return {"error_type": "RuntimeClosed", "error": "the call ended without a result"}
+    if isinstance(error, CallError):
+        return {
+            "status": error.status,
+            "error_type": error.error_type or error.kind,
+            "error": error.message,
+            "attempts": max(error.attempt, 1),
+        }
+    return {"error_type": type(error).__name__, "error": str(error)}
+
+
+async def run_load(
+    rt: Runtime,
+    test: LoadTest,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    progress_interval: float = 1.0,
+    on_send: Callable[[], None] | None = None,
+    interrupt: Interrupt | None = None,
+    direct: DirectTarget | None = None,
+) -> RunResult:
+    """Run ``test`` through ``rt`` and return every record with the aggregates.
+
+    Raises:
+        ConfigError: the model cannot be called at all (unknown provider, no API key).
+
+    Args:
+        progress: called every ``progress_interval`` seconds with a :class:`Progress`, and
+            once at the end.
+        on_send: called in each request's task just before it is sent (after its lag is
+            fixed); tests use it to starve the client on purpose.
+        interrupt: ends the run early when told to (the results then say so).
+        direct: where a completions or embeddings test sends (``test.endpoint`` other than
+            chat needs it).
+    """
+    if test.endpoint != "chat" and direct is None:
+        raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
+    if direct is None:
+        return await _run_load(rt, test, progress, progress_interval, on_send, interrupt, None)
+    import httpx
+
+    async with httpx.AsyncClient(timeout=test.timeout) as client:
+        return await _run_load(
+            rt, test, progress, progress_interval, on_send, interrupt, (direct, client)
+        )
+
+
+async def _run_load(
+    rt: Runtime,
+    test: LoadTest,
+    progress: Callable[[Progress], None] | None,
+    progress_interval: float,
+    on_send: Callable[[], None] | None,
+    interrupt: Interrupt | None,
+    direct: tuple[DirectTarget, Any] | None,
+) -> RunResult:
+    run = _Run(rt, test, on_send, interrupt, direct)
+    warm = await _warm_up(run)
+    started_at = time.time()
+    run.t0 = trio.current_time()
+    with run.scope:
+        await _drive(run, progress, progress_interval)
+    if run.fatal is not None:
+        raise run.fatal
+    if progress is not None:
+        progress(run.progress())
+    records = tuple(sorted(run.records, key=lambda r: (r.scheduled, r.index)))
+    aggregates = aggregate(
+        records, slos=test.slos, max_lag=test.max_lag, max_error_rate=test.max_error_rate
+    )
+    aggregates["offered_rate"] = _offered(test, records)
+    stopped = None if interrupt is None else interrupt.state
+    if stopped is not None:
+        why = f"interrupted (Ctrl-C, {stopped}): partial results of the requests sent so far"
+        aggregates["valid"] = False
+        aggregates["invalid_reason"] = "; ".join(
+            r for r in (why, aggregates["invalid_reason"]) if r
+        )
+    return RunResult(test, records, aggregates, started_at, tuple(warm), stopped)
+
+
+async def _drive(
+    run: _Run, progress: Callable[[Progress], None] | None, progress_interval: float
+) -> None:
+    async with trio.open_nursery() as nursery:
+        if progress is not None:
+
+            async def tick() -> None:
+                while True:
+                    await trio.sleep(progress_interval)
+                    progress(run.progress())
+
+            nursery.start_soon(tick)
+        shape = run.test.shape
+        if isinstance(shape, OpenLoop):
+            await run.open_loop(shape)
+        else:
+            await run.closed_loop(shape)
+        nursery.cancel_scope.cancel()
+
+
+def _offered(test: LoadTest, records: tuple[RequestRecord, ...]) -> float | None:
+    """Requests per second the schedule asked for (None for a closed loop)."""
+    if not isinstance(test.shape, OpenLoop) or not records:
+        return None
+    if test.shape.rate is not None:
+        return test.shape.rate
+    span = records[-1].scheduled - records[0].scheduled
+    return (len(records) - 1) / span if span > 0 and math.isfinite(span) else None

@@ -1,0 +1,321 @@
+"""The ledger's books: counters per provider, model, tag, job and UTC day. Pure, no trio.
+
+Every usage record and every call end lands in one row keyed by :class:`LedgerKey`, and in a
+second map of the changes not yet written to the store (``dirty``), so a flush hands over only
+the increments. Stores add increments rather than overwrite totals, so several processes can
+share one store, and a flush that fails is merged back to be written with the next one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
+
+import attrs
+
+from .._record import Record
+from .prices import PriceTable, format_usd
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from .._messages import Usage
+
+__all__ = [
+    "COUNTERS",
+    "DIMENSIONS",
+    "Dimension",
+    "LedgerBook",
+    "LedgerKey",
+    "LedgerSummary",
+    "LedgerTotals",
+    "parse_day",
+    "summarize",
+    "utc_day",
+]
+
+Dimension: TypeAlias = Literal["provider", "model", "tag", "job", "day"]
+DIMENSIONS: tuple[Dimension, ...] = ("provider", "model", "tag", "job", "day")
+
+
+class LedgerKey(NamedTuple):
+    """Where one record is counted. ``tag`` and ``job`` are ``""`` when there is none."""
+
+    day: str
+    """UTC date, ``YYYY-MM-DD``."""
+    provider: str
+    model: str
+    tag: str
+    job: str
+
+
+@attrs.define(repr=False)
+class LedgerTotals(Record):
+    """Counters for one row (or any sum of rows). All integers; cost in micro-dollars."""
+
+    calls: int = 0
+    """Calls that ended (with a result or for good)."""
+    failures: int = 0
+    """Calls that ended without a result."""
+    attempts: int = 0
+    """Attempts of the calls that ended (the first one and every retry)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    retries: int = 0
+    """Attempts beyond the first, over the calls that ended."""
+    cost_micros: int = 0
+    """What the priced usage records cost; unpriced ones add nothing here."""
+    usage_records: int = 0
+    """Attempts whose usage was recorded (succeeded, or failed after output began)."""
+    unpriced: int = 0
+    """Usage records of models with no known price (their cost is unknown, not zero)."""
+    estimated: int = 0
+    """Usage records estimated by sluice because the provider never reported usage."""
+
+    def add(self, other: LedgerTotals) -> None:
+        """Add ``other``'s counters to these."""
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def copy(self) -> LedgerTotals:
+        return attrs.evolve(self)
+
+    @property
+    def cost_usd(self) -> str:
+        """The known cost in dollars, exact (``"0.012345"``)."""
+        return format_usd(self.cost_micros)
+
+
+COUNTERS: tuple[str, ...] = tuple(a.name for a in attrs.fields(LedgerTotals))
+
+
+def utc_day(wall: float) -> str:
+    """The UTC date of the epoch time ``wall``, ``YYYY-MM-DD``."""
+    return dt.datetime.fromtimestamp(wall, dt.UTC).date().isoformat()
+
+
+def parse_day(value: str | dt.date | None) -> str | None:
+    """``value`` as ``YYYY-MM-DD`` (a date, or text in that form); None stays None.
+
+    Raises:
+        ValueError: text that is not a date.
+    """
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        return (
+            value.astimezone(dt.UTC).date().isoformat()
+            if value.tzinfo
+            else value.date().isoformat()
+        )
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    try:
+        return dt.date.fromisoformat(value.strip()).isoformat()
+    except ValueError:
+        raise ValueError(f"not a date (YYYY-MM-DD): {value!r}") from None
+
+
+class LedgerBook:
+    """All rows, plus the increments not yet flushed. Owned by the TokenLedger actor.
+
+    Args:
+        prices: prices usage records with; an unknown price counts the record as unpriced.
+        job: the job (run id) of records that do not name one.
+    """
+
+    def __init__(self, prices: PriceTable, job: str) -> None:
+        self.prices = prices
+        self.job = job
+        self.rows: dict[LedgerKey, LedgerTotals] = {}
+        self.dirty: dict[LedgerKey, LedgerTotals] = {}
+        self._day_number = -1
+        self._day = ""
+        self.dirty_since: float | None = None
+        """``time.monotonic()`` when the oldest increment not yet taken was recorded (the
+        ledger's write lag, for metrics); None while nothing is waiting."""
+        self._taken_since: float | None = None
+
+    def _today(self, wall: float) -> str:
+        number = int(wall // 86400)
+        if number != self._day_number:
+            self._day_number, self._day = number, utc_day(wall)
+        return self._day
+
+    def _rows(self, key: LedgerKey) -> tuple[LedgerTotals, LedgerTotals]:
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = LedgerTotals()
+        delta = self.dirty.get(key)
+        if delta is None:
+            if not self.dirty and self.dirty_since is None:
+                self.dirty_since = time.monotonic()
+            delta = self.dirty[key] = LedgerTotals()
+        return row, delta
+
+    def record_usage(
+        self,
+        provider: str,
+        model: str,
+        usage: Usage,
+        *,
+        wall: float,
+        tag: str | None = None,
+        job: str | None = None,
+        estimated: bool = False,
+    ) -> int | None:
+        """Count one attempt's usage; return its cost in micro-dollars (None: unpriced)."""
+        key = LedgerKey(self._today(wall), provider, model, tag or "", job or self.job)
+        cost = self.prices.cost(provider, model, usage)
+        for t in self._rows(key):
+            t.input_tokens += usage.input_tokens
+            t.output_tokens += usage.output_tokens
+            t.cache_read_tokens += usage.cache_read_tokens
+            t.cache_write_tokens += usage.cache_write_tokens
+            t.reasoning_tokens += usage.reasoning_tokens
+            t.usage_records += 1
+            if cost is None:
+                t.unpriced += 1
+            else:
+                t.cost_micros += cost
+            if estimated:
+                t.estimated += 1
+        return cost
+
+    def record_call(
+        self,
+        provider: str,
+        model: str,
+        ok: bool,
+        attempts: int,
+        *,
+        wall: float,
+        tag: str | None = None,
+        job: str | None = None,
+    ) -> None:
+        """Count one call's end."""
+        key = LedgerKey(self._today(wall), provider, model, tag or "", job or self.job)
+        for t in self._rows(key):
+            t.calls += 1
+            t.failures += 0 if ok else 1
+            t.attempts += attempts
+            t.retries += max(0, attempts - 1)
+
+    def load(self, rows: Iterable[tuple[LedgerKey, LedgerTotals]]) -> None:
+        """Add rows read from the store (already flushed, so not dirty)."""
+        for key, totals in rows:
+            row = self.rows.get(key)
+            if row is None:
+                self.rows[key] = totals.copy()
+            else:
+                row.add(totals)
+
+    def take_dirty(self) -> dict[LedgerKey, LedgerTotals]:
+        """The increments since the last take; the book starts a new batch."""
+        batch, self.dirty = self.dirty, {}
+        self._taken_since, self.dirty_since = self.dirty_since, None
+        return batch
+
+    def restore_dirty(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
+        """Put back a batch whose write failed, to go out with the next one."""
+        if batch:
+            taken, now = self._taken_since, self.dirty_since
+            self.dirty_since = taken if now is None or (taken is not None and taken < now) else now
+        for key, delta in batch.items():
+            found = self.dirty.get(key)
+            if found is None:
+                self.dirty[key] = delta
+            else:
+                found.add(delta)
+
+    def by_model(self) -> dict[str, LedgerTotals]:
+        """Totals per ``provider:model`` over every tag, job and day."""
+        out: dict[str, LedgerTotals] = {}
+        for key, row in self.rows.items():
+            name = f"{key.provider}:{key.model}"
+            found = out.get(name)
+            if found is None:
+                out[name] = row.copy()
+            else:
+                found.add(row)
+        return out
+
+    def spent_by_job(self, job: str) -> tuple[int, int]:
+        """(micro-dollars, tokens) recorded so far under ``job``."""
+        micros = tokens = 0
+        for key, row in self.rows.items():
+            if key.job == job:
+                micros += row.cost_micros
+                tokens += row.input_tokens + row.output_tokens
+        return micros, tokens
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class LedgerSummary(Record):
+    """One group of a :func:`summarize`: the group's key and its summed counters.
+
+    A dimension the summary is not grouped by is None. Grouping by ``model`` sets ``provider``
+    too (a model is known by its provider).
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    tag: str | None = None
+    job: str | None = None
+    day: str | None = None
+    totals: LedgerTotals
+
+    def group(self) -> dict[str, str]:
+        """The grouped dimensions and their values."""
+        return {name: value for name in DIMENSIONS if (value := getattr(self, name)) is not None}
+
+    def as_dict(self) -> dict[str, str | int]:
+        """Group values, every counter, and ``cost_usd`` as exact decimal text."""
+        out: dict[str, str | int] = dict(self.group())
+        for name in COUNTERS:
+            out[name] = getattr(self.totals, name)
+        out["cost_usd"] = self.totals.cost_usd
+        return out
+
+
+def summarize(
+    rows: Iterable[tuple[LedgerKey, LedgerTotals]],
+    by: Sequence[Dimension] = ("provider", "model"),
+    *,
+    since: str | dt.date | None = None,
+    until: str | dt.date | None = None,
+) -> list[LedgerSummary]:
+    """Sum ``rows`` per group of the ``by`` dimensions, days from ``since`` to ``until``
+    inclusive (UTC dates). ``by=()`` gives one grand total (none when nothing matched).
+    Groups come sorted by their key.
+
+    Raises:
+        ValueError: an unknown dimension, or a date that is not one.
+    """
+    wanted = set(by)
+    unknown = wanted - set(DIMENSIONS)
+    if unknown:
+        raise ValueError(
+            f"cannot group by {', '.join(sorted(unknown))}; choose from {', '.join(DIMENSIONS)}"
+        )
+    if "model" in wanted:
+        wanted.add("provider")
+    first, last = parse_day(since), parse_day(until)
+    groups: dict[tuple[str | None, ...], LedgerTotals] = {}
+    for key, row in rows:
+        if (first is not None and key.day < first) or (last is not None and key.day > last):
+            continue
+        group = tuple(getattr(key, name) if name in wanted else None for name in DIMENSIONS)
+        found = groups.get(group)
+        if found is None:
+            groups[group] = row.copy()
+        else:
+            found.add(row)
+    return [
+        LedgerSummary(**dict(zip(DIMENSIONS, group, strict=True)), totals=totals)
+        for group, totals in sorted(groups.items(), key=lambda item: [v or "" for v in item[0]])
+    ]

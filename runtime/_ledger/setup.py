@@ -1,0 +1,160 @@
+"""Turning a :class:`~sluice._config.LedgerConfig` into the ledger's parts, for ``open_runtime``.
+
+Which file the ledger is kept in, first match wins: ``ledger.path`` in the config; the
+environment variable ``SLUICE_LEDGER_DB`` (a path, or ``off`` for none); the platform's user
+data folder. ``ledger.persist = false`` keeps nothing on disk. A file named in the config or
+the environment that cannot be opened is a :class:`~sluice._errors.ConfigError`; the default
+file failing to open only turns persistence off, with a warning, so a read-only home folder
+never stops a program from running.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from .._errors import ConfigError
+from .._record import Record
+from .book import LedgerBook
+from .budget import Budget, BudgetBook
+from .prices import ModelPrice, PriceTable, usd_to_micros
+from .store import LedgerStore
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .._config import LedgerConfig
+    from .sqlite import SQLiteLedgerStore
+
+__all__ = ["LEDGER_DB_ENV", "LedgerSetup", "ledger_path", "new_job_id", "open_ledger"]
+
+log = logging.getLogger("sluice._ledger")
+
+LEDGER_DB_ENV = "SLUICE_LEDGER_DB"
+_OFF = frozenset({"off", "none", "0", "false", "no", ""})
+
+
+def new_job_id(wall: float | None = None) -> str:
+    """A fresh job id: the UTC start time and a random suffix (``20251130T120000Z-3f9a1c``)."""
+    moment = dt.datetime.now(dt.UTC) if wall is None else dt.datetime.fromtimestamp(wall, dt.UTC)
+    return f"{moment:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def ledger_path(config: LedgerConfig, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The ledger file ``config`` asks for, or None for no persistence."""
+    if not config.persist:
+        return None
+    if config.path is not None:
+        return Path(config.path).expanduser()
+    env = os.environ if environ is None else environ
+    value = env.get(LEDGER_DB_ENV)
+    if value is not None:
+        return None if value.strip().lower() in _OFF else Path(value).expanduser()
+    from .sqlite import default_ledger_path
+
+    return default_ledger_path()
+
+
+def price_table(config: LedgerConfig) -> PriceTable:
+    """The shipped prices with the config's laid over them.
+
+    Raises:
+        ConfigError: a price key is not ``provider:model``.
+    """
+    overrides = {
+        name: ModelPrice.usd(p.input, p.output, p.cache_read, p.cache_write)
+        for name, p in config.prices.items()
+    }
+    try:
+        return PriceTable(overrides)
+    except ValueError as exc:
+        raise ConfigError(f"ledger.prices: {exc}") from None
+
+
+@attrs.frozen(eq=False, repr=False)
+class LedgerSetup(Record):
+    """The ledger's parts for one runtime."""
+
+    book: LedgerBook
+    store: LedgerStore | None
+    owned: bool
+    """The runtime opened ``store`` and closes it."""
+    budgets: BudgetBook | None
+    flush_interval: float
+
+    async def aclose(self) -> None:
+        if self.owned and self.store is not None:
+            await self.store.aclose()
+
+
+async def open_ledger(
+    config: LedgerConfig,
+    store: LedgerStore | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LedgerSetup:
+    """Open the store (``store`` if given, else the file the config names), load its rows
+    into a new book, and build the budgets (a ``job`` budget starts with what the store
+    holds for the job).
+
+    Raises:
+        ConfigError: the config's or the environment's ledger file cannot be opened or read,
+            or a price key is malformed.
+    """
+    import sqlite3  # here, not at import: `import sluice` should not load the database
+
+    from .sqlite import default_ledger_path
+
+    prices = price_table(config)
+    book = LedgerBook(prices, config.job or new_job_id())
+    owned = False
+    if store is None:
+        path = ledger_path(config, environ)
+        if path is not None:
+            store = await _open_file(path, explicit=path != default_ledger_path())
+            owned = store is not None
+    if store is not None:
+        try:
+            book.load(await store.load())
+        except (OSError, sqlite3.Error) as exc:
+            if owned:
+                with trio.CancelScope(shield=True):
+                    await store.aclose()
+            raise ConfigError(f"cannot read the ledger: {exc}") from None
+    budgets = None
+    if config.budgets:
+        budgets = BudgetBook(
+            [
+                Budget(
+                    scope=b.scope,
+                    tag=b.tag,
+                    max_micros=None if b.max_usd is None else usd_to_micros(b.max_usd),
+                    max_tokens=b.max_tokens,
+                )
+                for b in config.budgets
+            ],
+            prices,
+            job=book.job,
+            spent_by_job=book.spent_by_job(book.job),
+        )
+    return LedgerSetup(book, store, owned, budgets, config.flush_interval)
+
+
+async def _open_file(path: Path, *, explicit: bool) -> SQLiteLedgerStore | None:
+    import sqlite3
+
+    from .sqlite import SQLiteLedgerStore
+
+    try:
+        return await SQLiteLedgerStore.open(path)
+    except (OSError, sqlite3.Error) as exc:
+        if explicit:
+            raise ConfigError(f"cannot open the ledger file {path}: {exc}") from None
+        log.warning("cannot open the ledger file %s (%s); usage is not kept on disk", path, exc)
+        return None

@@ -1,0 +1,139 @@
+"""The ledger in a local SQLite file (WAL), written in batches from a worker thread.
+
+One table, one row per (day, provider, model, tag, job), integer counters. A batch is added in
+one transaction (``INSERT ... ON CONFLICT DO UPDATE SET n = n + excluded.n``), so a process
+killed at any moment leaves the file with whole batches only: SQLite's journal rolls back a
+half-written transaction at the next open, and ``PRAGMA integrity_check`` stays ``ok``. With
+``synchronous=NORMAL`` a committed batch survives the process being killed; only a power cut
+may lose the last batches (never corrupt the file). Several processes may share one file:
+they add increments, and SQLite serializes their writes (``busy_timeout``).
+
+The blocking calls run in ``trio.to_thread.run_sync``, one at a time, never on the trio thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._sqlite_file import open_versioned
+from .book import COUNTERS, LedgerKey, LedgerTotals
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping
+
+__all__ = ["SQLiteLedgerStore", "default_ledger_path", "read_ledger_file"]
+
+_SCHEMA_VERSION = 1
+_KEYS = ("day", "provider", "model", "tag", "job")
+_COLUMNS = ", ".join((*_KEYS, *COUNTERS))
+_CREATE = f"""
+CREATE TABLE IF NOT EXISTS ledger (
+    day TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    job TEXT NOT NULL,
+    {", ".join(f"{name} INTEGER NOT NULL DEFAULT 0" for name in COUNTERS)},
+    PRIMARY KEY (day, provider, model, tag, job)
+) WITHOUT ROWID
+"""
+_UPSERT = (
+    f"INSERT INTO ledger ({_COLUMNS}) VALUES ({', '.join('?' * (len(_KEYS) + len(COUNTERS)))})"
+    f" ON CONFLICT ({', '.join(_KEYS)}) DO UPDATE SET "
+    + ", ".join(f"{name} = {name} + excluded.{name}" for name in COUNTERS)
+)
+_SELECT = f"SELECT {_COLUMNS} FROM ledger"
+
+
+def default_ledger_path() -> Path:
+    """``<user data dir>/sluice/ledger.sqlite3`` (``~/.local/share/sluice`` on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("sluice")) / "ledger.sqlite3"
+
+
+def _connect(given: str | os.PathLike[str]) -> tuple[Path, sqlite3.Connection]:
+    return open_versioned(given, create=_CREATE, version=_SCHEMA_VERSION, what="ledger")
+
+
+def _rows(db: sqlite3.Connection) -> list[tuple[LedgerKey, LedgerTotals]]:
+    out = []
+    width = len(_KEYS)
+    for record in db.execute(_SELECT):
+        counters = dict(zip(COUNTERS, record[width:], strict=True))
+        out.append((LedgerKey(*record[:width]), LedgerTotals(**counters)))
+    return out
+
+
+def _add(db: sqlite3.Connection, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
+    params = [(*key, *(getattr(delta, name) for name in COUNTERS)) for key, delta in batch.items()]
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.executemany(_UPSERT, params)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def read_ledger_file(path: str | os.PathLike[str]) -> list[tuple[LedgerKey, LedgerTotals]]:
+    """Every row of the ledger file at ``path`` (blocking; for the command line).
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        sqlite3.DatabaseError: the file is not a sluice ledger.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ledger file at {path}")
+    db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
+    try:
+        return _rows(db)
+    finally:
+        db.close()
+
+
+class SQLiteLedgerStore:
+    """A :class:`~sluice._ledger.store.LedgerStore` in one SQLite file. Open with :meth:`open`."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = db
+        self._one = trio.CapacityLimiter(1)
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> SQLiteLedgerStore:
+        """Open (creating it and its folder if needed) the ledger file at ``path``.
+
+        Raises:
+            OSError: the folder cannot be made, the file cannot be opened (or is not a
+                SQLite database), or it holds a newer ledger schema.
+        """
+        where, db = await trio.to_thread.run_sync(_connect, path)
+        return cls(where, db)
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise OSError(f"the ledger file {self.path} is closed")
+        return self._db
+
+    async def load(self) -> list[tuple[LedgerKey, LedgerTotals]]:
+        return await trio.to_thread.run_sync(_rows, self._conn(), limiter=self._one)
+
+    async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
+        if not batch:
+            return
+        try:
+            await trio.to_thread.run_sync(_add, self._conn(), batch, limiter=self._one)
+        except sqlite3.Error as exc:
+            raise OSError(f"writing the ledger file {self.path} failed: {exc}") from exc
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await trio.to_thread.run_sync(db.close, limiter=self._one)

@@ -1,0 +1,155 @@
+"""Reading what providers say about their limits: wait times and the limits themselves.
+
+Pure functions over response headers (names in lower case) and error bodies. Two header
+families are understood: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+(also sent by many compatible servers; resets are durations like ``6ms`` or ``1m30s``) and
+Anthropic's ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,
+reset}`` (resets are RFC 3339 times).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from .._record import Record
+
+__all__ = [
+    "Dimension",
+    "Learned",
+    "learned_limits",
+    "parse_duration",
+    "reset_wait",
+    "retry_info_wait",
+]
+
+Dimension: TypeAlias = Literal["requests", "input_tokens", "output_tokens", "total_tokens"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ms|h|m|s)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Seconds in a duration like ``6ms``, ``20s``, ``1m30s``, ``1h2m3.5s`` or a bare number.
+
+    None for anything else (empty, negative, garbage).
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        return value if math.isfinite(value) and value >= 0 else None
+    position, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != position:
+            return None
+        total += float(match.group(1)) * _UNIT[match.group(2)]
+        position = match.end()
+    return total if position == len(text) and position > 0 else None
+
+
+def _rfc3339_wait(text: str | None, wall_now: float) -> float | None:
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - wall_now)
+
+
+@attrs.frozen(repr=False)
+class Learned(Record):
+    """One dimension of a limit, as a provider reported it."""
+
+    dimension: Dimension
+    limit: int | None
+    remaining: int | None
+    reset: float | None
+    """Seconds until ``remaining`` is back to ``limit`` (None: not said)."""
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+_OPENAI: tuple[tuple[str, Dimension], ...] = (
+    ("requests", "requests"),
+    ("tokens", "total_tokens"),
+)
+_ANTHROPIC: tuple[tuple[str, Dimension], ...] = (
+    ("requests", "requests"),
+    ("tokens", "total_tokens"),
+    ("input-tokens", "input_tokens"),
+    ("output-tokens", "output_tokens"),
+)
+
+
+def learned_limits(headers: Mapping[str, str], wall_now: float) -> list[Learned]:
+    """Every limit the headers report; empty when they report none."""
+    found: list[Learned] = []
+    for name, dimension in _OPENAI:
+        limit = _int(headers.get(f"x-ratelimit-limit-{name}"))
+        remaining = _int(headers.get(f"x-ratelimit-remaining-{name}"))
+        reset = parse_duration(headers.get(f"x-ratelimit-reset-{name}"))
+        if limit is None and remaining is None and reset is None:
+            continue
+        found.append(Learned(dimension, limit, remaining, reset))
+    for name, dimension in _ANTHROPIC:
+        prefix = f"anthropic-ratelimit-{name}"
+        limit = _int(headers.get(f"{prefix}-limit"))
+        remaining = _int(headers.get(f"{prefix}-remaining"))
+        reset = _rfc3339_wait(headers.get(f"{prefix}-reset"), wall_now)
+        if limit is None and remaining is None and reset is None:
+            continue
+        found.append(Learned(dimension, limit, remaining, reset))
+    return found
+
+
+def reset_wait(headers: Mapping[str, str], wall_now: float) -> float | None:
+    """How long a 429 says to wait through its reset headers, when it has no Retry-After.
+
+    Takes the reset of each exhausted dimension (remaining 0), or, when none is reported as
+    exhausted, the longest reset given.
+    """
+    learned = learned_limits(headers, wall_now)
+    exhausted = [x.reset for x in learned if x.remaining == 0 and x.reset is not None]
+    if exhausted:
+        return max(exhausted)
+    resets = [x.reset for x in learned if x.reset is not None]
+    return max(resets) if resets else None
+
+
+def retry_info_wait(body: Any) -> float | None:
+    """The ``retryDelay`` of a Google ``RetryInfo`` detail in an error body, in seconds."""
+    error = body.get("error") if isinstance(body, Mapping) else None
+    details = error.get("details") if isinstance(error, Mapping) else None
+    if not isinstance(details, list):
+        return None
+    for detail in details:
+        if (
+            isinstance(detail, Mapping)
+            and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo")
+            and isinstance(detail.get("retryDelay"), str)
+        ):
+            return parse_duration(detail["retryDelay"])
+    return None

@@ -1,0 +1,267 @@
+"""Where a quota's shared state lives: its windows and its cooldown.
+
+The RateLimiter keeps what is local to one process (queues, pending slots, open streams,
+adaptive limits) and asks a :class:`QuotaStore` for what several processes sharing one
+provider account must agree on. :class:`MemoryQuotaStore`, the one store here, serves one
+process. A store that several processes share (on a Redis server, say) would implement the
+same protocol, atomically per call and on its server's clock: which is why the protocol speaks
+in waits, not absolute times.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import attrs
+
+from .._record import Record
+from .cost import Cost
+from .headers import Dimension, Learned
+from .window import Window, WindowEntry
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "BudgetAsk",
+    "BudgetRefused",
+    "MemoryQuotaStore",
+    "QuotaStore",
+    "Reservation",
+    "TooLarge",
+    "WindowSpec",
+]
+
+
+@attrs.frozen(repr=False)
+class WindowSpec(Record):
+    """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
+
+    dimension: Dimension
+    limit: int
+    period: float
+
+
+@attrs.frozen(eq=False, repr=False)
+class Reservation(Record):
+    """Units taken from a key's windows for one attempt, to settle when it ends."""
+
+    key: str
+    cost: Cost
+    entries: tuple[tuple[tuple[Dimension, float], WindowEntry], ...]
+    ref: str = ""
+    """A shared store's id for the reservation ("" for the in-memory store)."""
+    slots: tuple[tuple[str, str], ...] = ()
+    """A shared store's windows the reservation was taken from: (dimension, period)."""
+
+
+@attrs.frozen(repr=False)
+class TooLarge(Record):
+    """The cost exceeds a whole window: waiting can never admit it."""
+
+    dimension: Dimension
+    amount: int
+    limit: int
+    period: float
+
+
+@attrs.frozen(repr=False)
+class BudgetAsk(Record):
+    """A budget reservation to take in the same step as the quota's."""
+
+    hold: str
+    """A unique id for the reservation."""
+    micros: int
+    tokens: int
+    accounts: tuple[tuple[str, int | None, int | None], ...]
+    """(account name, max micro-dollars, max tokens) of every budget the call falls under."""
+
+
+@attrs.frozen(repr=False)
+class BudgetRefused(Record):
+    """The shared budget can never cover the call (spending only grows)."""
+
+    account: str
+    unit: Literal["usd", "tokens"]
+    left: int
+
+
+def _amount(cost: Cost, dimension: Dimension) -> int:
+    if dimension == "requests":
+        return cost.requests
+    if dimension == "input_tokens":
+        return cost.input_tokens
+    if dimension == "output_tokens":
+        return cost.output_tokens
+    return cost.total_tokens
+
+
+class QuotaStore(Protocol):
+    shared: bool
+    """True for a store several processes share: it also enforces the pending and
+    open-stream caps (``caps``) and the budgets (``budget``) across them."""
+
+    async def reserve(
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
+        """Take ``cost`` from every window of ``key`` if all have room.
+
+        Returns the reservation; or the seconds to wait before it could fit; or TooLarge.
+        Nothing is taken unless everything fits (all or nothing). A shared store also checks
+        the cooldown, the (pending, open-stream) ``caps`` and the ``budget`` in the same step
+        (BudgetRefused: the budget can never cover it); an unshared one ignores both, the
+        RateLimiter enforcing them in its process.
+
+        Raises:
+            StoreUnavailable: a shared store did not answer.
+        """
+        ...
+
+    async def end(self, reservation: Reservation) -> None:
+        """The reservation's attempt is over (after its settle, if any): free what it held
+        beyond the windows (a shared store's pending and open-stream slots)."""
+        ...
+
+    async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
+        """Charge a shared budget reservation what its attempt spent (``micros`` None: all
+        it reserved). Only a shared store takes budget reservations."""
+        ...
+
+    async def settle(self, reservation: Reservation, actual: Cost) -> None:
+        """Replace the reserved amounts by what the attempt really used."""
+        ...
+
+    async def redate(self, reservation: Reservation, now: float) -> None:
+        """Count the reservation from ``now``: its request has reached the provider."""
+        ...
+
+    async def cooldown(self, key: str, seconds: float, now: float) -> float:
+        """Pause ``key`` for at least ``seconds``; return the seconds left of the pause."""
+        ...
+
+    async def cooldown_left(self, key: str, now: float) -> float:
+        """Seconds left of ``key``'s pause (0 when there is none)."""
+        ...
+
+    async def learn(
+        self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
+    ) -> None:
+        """Tighten ``key``'s windows to what the provider reported."""
+        ...
+
+    def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
+        """``{"dimension/period": (used, limit)}`` per window of ``key``, for statistics."""
+        ...
+
+
+_LEARNED_PERIOD = 60.0  # providers report per-minute limits in their headers
+
+
+class MemoryQuotaStore:
+    """The quota state of one process. Not shared: each runtime has its own."""
+
+    shared = False
+
+    def __init__(self) -> None:
+        self._windows: dict[str, dict[tuple[Dimension, float], Window]] = {}
+        self._cooldowns: dict[str, float] = {}
+
+    def _key_windows(
+        self, key: str, specs: Sequence[WindowSpec]
+    ) -> dict[tuple[Dimension, float], Window]:
+        windows = self._windows.get(key)
+        if windows is None:
+            windows = self._windows[key] = {
+                (s.dimension, s.period): Window(s.limit, s.period) for s in specs
+            }
+        return windows
+
+    async def reserve(
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
+        windows = self._key_windows(key, specs)
+        ready_at = now
+        for (dimension, _), window in windows.items():
+            amount = _amount(cost, dimension)
+            if not window.fits_ever(amount):
+                return TooLarge(dimension, amount, window.limit, window.period)
+            ready_at = max(ready_at, window.next_free(amount, now))
+        if ready_at > now:
+            return ready_at - now
+        entries = tuple(
+            (slot, window.add(_amount(cost, slot[0]), now)) for slot, window in windows.items()
+        )
+        return Reservation(key, cost, entries)
+
+    async def end(self, reservation: Reservation) -> None:
+        pass  # slots are the RateLimiter's in one process
+
+    async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
+        pass  # budgets are the RateLimiter's BudgetBook in one process
+
+    async def settle(self, reservation: Reservation, actual: Cost) -> None:
+        windows = self._windows.get(reservation.key, {})
+        for slot, entry in reservation.entries:
+            window = windows.get(slot)
+            if window is not None:
+                window.settle(entry, _amount(actual, slot[0]))
+
+    async def redate(self, reservation: Reservation, now: float) -> None:
+        windows = self._windows.get(reservation.key, {})
+        for slot, entry in reservation.entries:
+            window = windows.get(slot)
+            if window is not None:
+                window.redate(entry, now)
+
+    async def cooldown(self, key: str, seconds: float, now: float) -> float:
+        until = max(self._cooldowns.get(key, -math.inf), now + seconds)
+        self._cooldowns[key] = until
+        return until - now
+
+    async def cooldown_left(self, key: str, now: float) -> float:
+        return max(0.0, self._cooldowns.get(key, -math.inf) - now)
+
+    async def learn(
+        self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
+    ) -> None:
+        windows = self._key_windows(key, specs)
+        for item in learned:
+            slot = (item.dimension, _LEARNED_PERIOD)
+            window = windows.get(slot)
+            if window is None:
+                if item.limit is None or item.limit < 1:
+                    continue
+                window = windows[slot] = Window(item.limit, _LEARNED_PERIOD)
+            elif item.limit is not None and 1 <= item.limit < window.limit:
+                window.limit = item.limit
+            if item.remaining is not None:
+                believed = window.remaining(now)
+                extra = believed - item.remaining
+                if extra > 0:
+                    # The provider counts more than we did (other clients of the account, or
+                    # requests it saw before we started). Count the difference until its reset.
+                    reset = item.reset if item.reset is not None else window.period
+                    window.add_expiring(extra, now, min(reset, window.period))
+
+    def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
+        windows = self._windows.get(key, {})
+        out: dict[str, tuple[int, int]] = {}
+        for (dimension, period), window in windows.items():
+            window.expire(now)
+            out[f"{dimension}/{period:g}s"] = (window.used, window.limit)
+        return out

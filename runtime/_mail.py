@@ -1,0 +1,358 @@
+"""Messages the actors send each other. All are frozen attrs classes, and the messages are
+compared by identity (``eq=False``): a message is one event sent once, never a value to
+compare, and each generated ``__eq__``/``__hash__`` pair would only add to the cost of
+``import sluice``. Snapshots they carry (:class:`KeyStatistics`) are values.
+
+Each actor has one mailbox union (``RateLimiterMsg``, ``ProviderMsg``, ``LedgerMsg``,
+``SupervisorMsg``) that it dispatches with ``match`` and ``assert_never``. Requests that need an
+answer carry a ``reply_to`` channel the asker made; actors answer with ``send_nowait`` and treat
+a closed ``reply_to`` (the asker was cancelled) as normal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import attrs
+import trio
+
+from ._config import RateLimitConfig
+from ._errors import CallError
+from ._events import CallEvent
+from ._ledger.book import LedgerKey, LedgerTotals
+from ._ledger.budget import BudgetClaim
+from ._limits.cost import Cost
+from ._limits.queue import Priority
+from ._messages import ChatRequest, Usage
+from ._protocols.base import AttemptOutput
+from ._record import Record
+from .providers._registry import ResolvedProvider
+
+if TYPE_CHECKING:
+    # Only a type here: Call is never structured by cattrs, and importing the tool layer's
+    # schema code for every `import sluice` would cost more than the whole actor system.
+    from ._tools.preparation import Prepared  # noqa: TC004
+
+__all__ = [
+    "Acquire",
+    "Admission",
+    "GetLimiterStats",
+    "KeyStatistics",
+    "Refusal",
+    "Relimit",
+    "Settle",
+    "Signal",
+    "Withdraw",
+    "AttemptFailed",
+    "AttemptOutcome",
+    "AttemptProgress",
+    "AttemptSucceeded",
+    "Call",
+    "ConsumerGone",
+    "EventBatch",
+    "FlushLedger",
+    "GetLedgerRows",
+    "GetTotals",
+    "LedgerMsg",
+    "LedgerTotals",
+    "ProviderMsg",
+    "RateLimiterMsg",
+    "RecordCall",
+    "RecordUsage",
+    "Release",
+    "StartAttempt",
+    "Submit",
+    "SupervisorMsg",
+]
+
+EventBatch: TypeAlias = Sequence[CallEvent]
+"""Events travel to the consumer in batches: every event decoded from one network read."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class Call(Record):
+    """One submitted call, as the actors see it. Created by the runtime, never by users."""
+
+    call_id: str
+    request: ChatRequest
+    """The request this route sends: the caller's, or its prepared form (see ``prepared``);
+    a correction retry sends a copy with the correction appended."""
+    provider: ResolvedProvider
+    provider_mailbox: trio.MemorySendChannel[ProviderMsg]
+    model: str
+    """The model name without the provider prefix."""
+    events: trio.MemorySendChannel[EventBatch]
+    """The consumer's stream. Providers push deltas here; the Supervisor owns and closes it."""
+    submitted_at: float
+    deadline: float
+    """Absolute trio time at which the whole call fails (``inf`` for none)."""
+    first_token_timeout: float | None
+    idle_timeout: float | None
+    cost: Cost
+    """The reservation each attempt asks the RateLimiter for."""
+    quiet: bool = False
+    """The consumer wants only the final ``Completed`` or ``Failed`` (``Runtime.chat`` and
+    ``Runtime.map``): nothing else is sent, so a call costs its consumer one wake-up, and a
+    restarted attempt has nothing to retract."""
+    prepared: Prepared | None = None
+    """How the request's tools were prepared for this route's backend (``prepared.original``
+    is the caller's request); None for a request without tools, which is sent as it is."""
+    control: CallControl = attrs.field(factory=lambda: CallControl())
+    """Shared by every copy of the call (fallback and correction routes are copies)."""
+    group: str | None = None
+    """The model group the caller named, when it named one (see :mod:`sluice._routing`)."""
+    failover: int = 0
+    """How many of the request's models (``model``, then ``fallbacks``) are deployments of
+    ``group``: a retryable failure on one moves the call to the next at once."""
+
+    @property
+    def abandoned(self) -> bool:
+        return self.control.abandoned
+
+    def abandon(self) -> None:
+        """The consumer left: stop whatever the call is waiting on. Harmless once it ended."""
+        self.control.abandon()
+
+
+@attrs.define(eq=False, repr=False)
+class CallControl(Record):
+    """Lets a consumer that leaves stop its call wherever it is: queued, or mid-attempt.
+
+    Whoever waits on the call's behalf (the Supervisor at admission, the provider during an
+    attempt) runs under a scope from :meth:`scope`, which :meth:`abandon` cancels.
+    """
+
+    abandoned: bool = False
+    scopes: list[trio.CancelScope] = attrs.field(factory=list)
+
+    def abandon(self) -> None:
+        self.abandoned = True
+        for scope in self.scopes:
+            scope.cancel()
+
+    def watch(self, scope: trio.CancelScope) -> None:
+        """Register ``scope`` (cancelled at once if the call is already abandoned)."""
+        if self.abandoned:
+            scope.cancel()
+        self.scopes.append(scope)
+
+    def unwatch(self, scope: trio.CancelScope) -> None:
+        self.scopes.remove(scope)
+
+
+# RateLimiter ------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class Admission(Record):
+    """An attempt may go. ``ticket`` names its slots and reservation until settled."""
+
+    ticket: int
+    at: float
+
+
+@attrs.frozen(eq=False, repr=False)
+class Refusal(Record):
+    """The attempt can never be admitted (or not before the quota resets): fail the call."""
+
+    error: CallError
+
+
+@attrs.frozen(eq=False, repr=False)
+class Acquire(Record):
+    """Ask for admission under quota key ``key``; the answer arrives on ``reply_to``."""
+
+    key: str
+    limits: RateLimitConfig
+    cost: Cost
+    priority: Priority
+    enqueued_at: float
+    reply_to: trio.MemorySendChannel[Admission | Refusal]
+    budget: BudgetClaim | None = None
+    """Who to charge in the spending budgets (None: no budget applies)."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class Withdraw(Record):
+    """The asker of ``acquire`` gave up while queued: take it out of the queue."""
+
+    acquire: Acquire
+
+
+@attrs.frozen(eq=False, repr=False)
+class Release(Record):
+    """Free the pending slot of ``ticket``: its first chunk arrived. Twice is harmless."""
+
+    ticket: int
+
+
+Signal: TypeAlias = Literal["ok", "rate_limited", "overloaded", "failed"]
+
+
+@attrs.frozen(eq=False, repr=False)
+class Settle(Record):
+    """Attempt ``ticket`` ended: free its slots and settle its reservation.
+
+    ``usage`` replaces the token estimate (None: keep it, the attempt may have used it all).
+    ``signal`` feeds the cooldown and the adaptive limit; ``wait`` is the provider's wait for a
+    429; ``quota`` marks a 429 that means the quota is exhausted; ``headers`` are the reply's
+    headers, read for learned limits.
+    """
+
+    ticket: int
+    signal: Signal
+    usage: Usage | None = None
+    wait: float | None = None
+    quota: bool = False
+    headers: Mapping[str, str] | None = None
+    unused: bool = False
+    """The attempt never went out (its caller left first): refund everything."""
+
+
+@attrs.frozen(repr=False)
+class KeyStatistics(Record):
+    """A snapshot of one quota key."""
+
+    key: str
+    queued: Mapping[Priority, int]
+    """Waiting calls per priority."""
+    pending: int
+    open_streams: int
+    pending_limit: int | None
+    """The pending-slot limit in force (adaptive or configured); None for unlimited."""
+    windows: Mapping[str, tuple[int, int]]
+    """``{"dimension/period": (used, limit)}``."""
+    cooldown_left: float
+    exhausted_left: float
+
+
+@attrs.frozen(eq=False, repr=False)
+class GetLimiterStats(Record):
+    reply_to: trio.MemorySendChannel[dict[str, KeyStatistics]]
+
+
+@attrs.frozen(eq=False, repr=False)
+class Relimit(Record):
+    """The config was reloaded: each provider's quota keys take its new limits now (a key
+    otherwise keeps the limits it was created with, whatever a later ``Acquire`` carries)."""
+
+    limits: Mapping[str, RateLimitConfig]
+    """Per provider name."""
+
+
+RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterStats | Relimit
+
+
+# ProviderActor ----------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class AttemptSucceeded(Record):
+    output: AttemptOutput
+    first_token_at: float | None
+    request_id: str | None
+
+
+@attrs.frozen(eq=False, repr=False)
+class AttemptFailed(Record):
+    error: CallError
+    delivered: int
+    """Delta events of this attempt that already reached the consumer's stream."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class ConsumerGone(Record):
+    """The consumer closed its stream; the attempt was abandoned."""
+
+
+AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone
+
+
+@attrs.define(eq=False, repr=False)
+class AttemptProgress(Record):
+    """Written by the ProviderActor while the attempt runs, read by the Supervisor if the
+    attempt is lost (its actor crashed) and no outcome arrives."""
+
+    delivered: int = 0
+    lead: list[CallEvent] = attrs.field(factory=list)
+    """Events the Supervisor has not sent yet (Queued, Admitted): the provider puts them in
+    front of its first batch and empties this list; whatever is left, the Supervisor sends."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class StartAttempt(Record):
+    call: Call
+    """The call as routed for this attempt (a fallback routes it to another model)."""
+    attempt: int
+    ticket: int
+    progress: AttemptProgress
+    reply_to: trio.MemorySendChannel[AttemptOutcome]
+
+
+ProviderMsg: TypeAlias = StartAttempt
+
+
+# TokenLedger ------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class RecordUsage(Record):
+    """Tokens one attempt used (successful or not)."""
+
+    provider: str
+    model: str
+    usage: Usage
+    tag: str | None = None
+    job: str | None = None
+    """None: the runtime's job."""
+    estimated: bool = False
+    """sluice estimated ``usage``: the provider never reported it (the attempt broke or was
+    abandoned after output began, or the provider sends no usage)."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class RecordCall(Record):
+    """A call ended: ``ok`` with a result, or failed for good."""
+
+    provider: str
+    model: str
+    ok: bool
+    attempts: int
+    tag: str | None = None
+    job: str | None = None
+
+
+@attrs.frozen(eq=False, repr=False)
+class GetTotals(Record):
+    """Ask for the totals per ``provider:model``."""
+
+    reply_to: trio.MemorySendChannel[dict[str, LedgerTotals]]
+
+
+@attrs.frozen(eq=False, repr=False)
+class GetLedgerRows(Record):
+    """Ask for a copy of every row (all days, tags and jobs)."""
+
+    reply_to: trio.MemorySendChannel[list[tuple[LedgerKey, LedgerTotals]]]
+
+
+@attrs.frozen(eq=False, repr=False)
+class FlushLedger(Record):
+    """Write what is not yet stored now; ``reply_to`` is closed once it is written."""
+
+    reply_to: trio.MemorySendChannel[None]
+
+
+LedgerMsg: TypeAlias = RecordUsage | RecordCall | GetTotals | GetLedgerRows | FlushLedger
+
+
+# Supervisor -------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False, repr=False)
+class Submit(Record):
+    call: Call
+
+
+SupervisorMsg: TypeAlias = Submit

@@ -1,0 +1,298 @@
+"""The one place the runtime tells about calls and attempts: metrics, traces, hooks, logs.
+
+The runtime calls :meth:`Observer.call_started` at submit and :meth:`Observer.call_ended` when
+the consumer has the call's end (or left); each ProviderActor calls
+:meth:`Observer.attempt_started` and :meth:`Observer.attempt_ended` around every attempt. Each
+part is optional and costs nothing when off; every method is synchronous, allocates little and
+never raises into a call (a hook's work is queued, see :mod:`.hooks`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from sluice._errors import ConfigError
+from sluice._mail import AttemptFailed, AttemptSucceeded
+from sluice._messages import Usage
+
+from .records import AttemptRecord, CallRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice._config import RuntimeConfig
+    from sluice._errors import SluiceError
+    from sluice._ledger.book import LedgerBook
+    from sluice._ledger.prices import PriceTable
+    from sluice._mail import AttemptOutcome, Call, RecordUsage, StartAttempt
+    from sluice._messages import ChatResult
+
+    from .hooks import HookRunner
+    from .metrics import Metrics
+    from .records import Hooks, Outcome
+    from .tracing import Tracer
+
+__all__ = ["Observer", "build_observer"]
+
+log = logging.getLogger("sluice.calls")
+
+
+class _AttemptWatch:
+    __slots__ = ("span", "started")
+
+    def __init__(self, span: Any, started: float) -> None:
+        self.span = span
+        self.started = started
+
+
+class Observer:
+    """Hands what calls and attempts did to the parts that are on."""
+
+    def __init__(
+        self,
+        prices: PriceTable | None,
+        *,
+        metrics: Metrics | None = None,
+        tracer: Tracer | None = None,
+        hooks: HookRunner | None = None,
+    ) -> None:
+        self.prices = prices
+        self.metrics = metrics
+        self.tracer = tracer
+        self.hooks = hooks
+        self.last_errors: dict[str, tuple[float, str]] = {}
+        """Per provider: when (trio's clock) and what its last failed attempt was."""
+        self._watch = metrics is not None or tracer is not None or hooks is not None
+
+    def _cost(self, provider: str, model: str, usage: Any) -> int | None:
+        return None if self.prices is None else self.prices.cost(provider, model, usage)
+
+    # calls ---------------------------------------------------------------------------------
+
+    def call_started(self, call: Call) -> None:
+        if self.tracer is not None:
+            self.tracer.call_started(call)
+
+    def call_ended(self, call: Call, result: ChatResult | None, error: SluiceError | None) -> None:
+        outcome: Outcome = (
+            "ok" if result is not None else "error" if error is not None else "abandoned"
+        )
+        if outcome == "error" and log.isEnabledFor(logging.INFO):
+            log.info(
+                "call %s to %s:%s failed: %s", call.call_id, call.provider.name, call.model, error
+            )
+        if not self._watch:
+            return
+        now = trio.current_time()
+        if result is not None:
+            provider, model = result.provider, result.model
+            duration = result.timings.total
+        else:
+            provider = getattr(error, "provider", None) or call.provider.name
+            model = getattr(error, "model", None) or call.model
+            duration = now - call.submitted_at
+        error_type = type(error).__name__ if error is not None else ""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.calls.inc((provider, model, outcome, error_type))
+            metrics.duration.observe((provider, model, outcome), duration)
+            if result is not None and result.timings.time_to_first_token is not None:
+                metrics.ttft.observe((provider, model), result.timings.time_to_first_token)
+        if self.tracer is not None:
+            self.tracer.call_ended(call, outcome, result, error)
+        if self.hooks is not None and self.hooks.hooks.on_call_end is not None:
+            request = call.request
+            usage = result.usage if result is not None else None
+            cost = None if usage is None else self._cost(provider, model, usage)
+            self.hooks.call_ended(
+                CallRecord(
+                    call_id=call.call_id,
+                    provider=provider,
+                    model=model,
+                    tag=request.tag,
+                    priority=request.priority,
+                    stream=request.stream,
+                    messages=len(request.messages),
+                    tools=len(request.tools or ()),
+                    outcome=outcome,
+                    result=result,
+                    error=error,
+                    usage=usage if usage is not None else _ZERO,
+                    cost_usd=None if cost is None else cost / 1_000_000,
+                    attempts=result.attempts if result is not None else _attempts(error),
+                    submitted_at=call.submitted_at,
+                    duration=duration,
+                    time_to_first_token=(
+                        result.timings.time_to_first_token if result is not None else None
+                    ),
+                    queued=result.timings.queued if result is not None else None,
+                )
+            )
+
+    # attempts ------------------------------------------------------------------------------
+
+    def attempt_started(self, msg: StartAttempt) -> _AttemptWatch | None:
+        if msg.attempt > 1 and log.isEnabledFor(logging.INFO):
+            call = msg.call
+            log.info(
+                "call %s: retry, attempt %d to %s:%s",
+                call.call_id,
+                msg.attempt,
+                call.provider.name,
+                call.model,
+            )
+        if not self._watch:
+            return None
+        span = self.tracer.attempt_started(msg.call, msg.attempt) if self.tracer else None
+        return _AttemptWatch(span, trio.current_time())
+
+    def attempt_ended(
+        self,
+        watch: _AttemptWatch | None,
+        msg: StartAttempt,
+        outcome: AttemptOutcome | None,
+        first_token_at: float | None,
+        usage: RecordUsage | None,
+        delivered: int,
+    ) -> None:
+        call = msg.call
+        provider, model = call.provider.name, call.model
+        error: SluiceError | None = None
+        result: Outcome
+        if isinstance(outcome, AttemptSucceeded):
+            result = "ok"
+        elif isinstance(outcome, AttemptFailed):
+            result = "error"
+            error = outcome.error
+            self.last_errors[provider] = (
+                trio.current_time(),
+                f"{type(error).__name__}: {error.message}",
+            )
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "call %s attempt %d to %s:%s failed: %s: %s%s",
+                    call.call_id,
+                    msg.attempt,
+                    provider,
+                    model,
+                    type(error).__name__,
+                    error.message,
+                    f" (stream reset after {delivered} deltas)" if delivered else "",
+                )
+        else:
+            result = "abandoned"
+        if watch is None:
+            return
+        now = trio.current_time()
+        cost = None if usage is None else self._cost(provider, model, usage.usage)
+        metrics = self.metrics
+        if metrics is not None:
+            error_type = type(error).__name__ if error is not None else ""
+            metrics.attempts.inc((provider, model, result, error_type))
+            if usage is not None:
+                metrics.usage(provider, model, usage.usage, cost)
+                out = usage.usage.output_tokens
+                if result == "ok" and first_token_at is not None and out > 1:
+                    metrics.itl.observe((provider, model), (now - first_token_at) / (out - 1))
+        if self.tracer is not None and watch.span is not None:
+            self.tracer.attempt_ended(
+                watch.span, call, result, error, usage.usage if usage else None, delivered
+            )
+        if self.hooks is not None and self.hooks.hooks.on_attempt_end is not None:
+            self.hooks.attempt_ended(
+                AttemptRecord(
+                    call_id=call.call_id,
+                    attempt=msg.attempt,
+                    provider=provider,
+                    model=model,
+                    outcome=result,
+                    error=error,
+                    usage=usage.usage if usage is not None else None,
+                    cost_usd=None if cost is None else cost / 1_000_000,
+                    started_at=watch.started,
+                    duration=now - watch.started,
+                    time_to_first_token=(
+                        None if first_token_at is None else first_token_at - watch.started
+                    ),
+                    delivered=delivered,
+                )
+            )
+
+    def admitted(self, key: str, waited: float) -> None:
+        """An attempt under quota key ``key`` was admitted after ``waited`` seconds."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.admission_wait.observe((key,), waited)
+
+    def logs_changes(self) -> bool:
+        """Whether to watch breakers and cooldowns for log lines: ``sluice`` logs at INFO."""
+        return logging.getLogger("sluice").isEnabledFor(logging.INFO)
+
+    def extra_gauges(self, book: LedgerBook | None) -> Callable[[], dict[str, float]]:
+        """What the metrics read at scrape time besides the runtime's statistics."""
+
+        def read() -> dict[str, float]:
+            hooks = self.hooks
+            since = book.dirty_since if book is not None else None
+            return {
+                "hook_drops": hooks.dropped if hooks is not None else 0,
+                "hook_errors": hooks.failed if hooks is not None else 0,
+                "ledger_lag": 0.0 if since is None else max(0.0, time.monotonic() - since),
+            }
+
+        return read
+
+    def actor_restarted(self, name: str) -> None:
+        if self.metrics is not None:
+            # Provider actors are named "provider NAME": one label value per provider.
+            self.metrics.restarts.inc((name,))
+
+
+def _attempts(error: SluiceError | None) -> int:
+    attempt = getattr(error, "attempt", 0)
+    return attempt if isinstance(attempt, int) else 0
+
+
+_ZERO = Usage()
+
+
+def build_observer(
+    config: RuntimeConfig,
+    book: LedgerBook,
+    store: object | None,
+    hooks: Hooks | None,
+    tracer_provider: Any,
+) -> Observer:
+    """The observer ``config`` asks for; ``prometheus_client`` and ``opentelemetry`` are
+    imported only when metrics or tracing are on.
+
+    Raises:
+        ConfigError: tracing is enabled but ``opentelemetry-api`` is not installed.
+    """
+    metrics = None
+    if config.metrics.active:
+        from .metrics import Metrics
+
+        metrics = Metrics()
+    tracer = None
+    if config.tracing.enabled:
+        try:
+            from .tracing import Tracer
+        except ImportError:
+            raise ConfigError(
+                "tracing.enabled needs opentelemetry-api: pip install 'sluice[otel]'"
+            ) from None
+        tracer = Tracer(tracer_provider)
+    runner = None
+    if hooks is not None and (hooks.on_call_end is not None or hooks.on_attempt_end is not None):
+        from .hooks import HookRunner
+
+        runner = HookRunner(hooks)
+    observer = Observer(book.prices, metrics=metrics, tracer=tracer, hooks=runner)
+    if metrics is not None:
+        metrics.gauges.extra = observer.extra_gauges(book if store is not None else None)
+    return observer

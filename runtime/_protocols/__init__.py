@@ -1,0 +1,43 @@
+"""Wire protocol codecs: pure request building and reply decoding, one module per protocol."""
+
+from __future__ import annotations
+
+from .._errors import ConfigError
+from .base import AttemptOutput, Codec, HttpRequest, StreamDecoder
+from .quirks import RequestQuirks
+
+__all__ = [
+    "AttemptOutput",
+    "Codec",
+    "HttpRequest",
+    "RequestQuirks",
+    "StreamDecoder",
+    "codec_for",
+]
+
+PROTOCOLS = ("openai", "anthropic", "gemini", "ollama")
+
+
+def codec_for(protocol: str, *, quirks: RequestQuirks | None = None) -> Codec:
+    """The codec for ``protocol``; ``quirks`` (OpenAI protocol only) adapt its request bodies.
+
+    Raises:
+        ConfigError: no such protocol.
+    """
+    if protocol == "openai":
+        from .openai import OpenAICodec
+
+        return OpenAICodec(quirks)
+    if protocol == "anthropic":
+        from .anthropic import AnthropicCodec
+
+        return AnthropicCodec()
+    if protocol == "gemini":
+        from .gemini import GeminiCodec
+
+        return GeminiCodec()
+    if protocol == "ollama":
+        from .ollama import OllamaCodec
+
+        return OllamaCodec()
+    raise ConfigError(f"unknown protocol {protocol!r}; known protocols: {', '.join(PROTOCOLS)}")

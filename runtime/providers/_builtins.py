@@ -1,0 +1,515 @@
+"""The builtin providers: the 27 of QwenPaw's registry, a few more, and ``sim``.
+
+Base URLs carry the protocol's version prefix, because the codecs append only the operation
+(``/chat/completions``, ``/messages``, ``/models/{m}:generateContent``, ``/api/chat``). Tool
+capabilities follow :func:`sluice._tools.capabilities.capabilities_for` for the names it knows
+and the protocol's assumption for the others, so the two never disagree about an OpenAI-
+protocol provider. Quirks are set only where a server is known to need them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from .._protocols.quirks import RequestQuirks
+from .._tools.capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI, WITHOUT_TOOLS
+from ._definition import ModelInfo, ProviderDefinition, models
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["BUILTINS", "BUILTIN_BY_ID"]
+
+STRICT_OPENAI: Final = RequestQuirks(echo_reasoning_content=False)
+"""Servers that validate message fields and reject ``reasoning_content``."""
+OPENAI_QUIRKS: Final = RequestQuirks(
+    echo_reasoning_content=False, max_tokens_field="max_completion_tokens"
+)
+"""OpenAI's own API: reasoning models refuse ``max_tokens``; every model takes
+``max_completion_tokens``."""
+VLLM_QUIRKS: Final = RequestQuirks(omit_tool_choice=frozenset({"auto"}))
+"""vLLM refuses ``tool_choice: "auto"`` unless started with ``--enable-auto-tool-choice``
+(and ``auto`` is its default anyway)."""
+
+_CODING_PLAN_MODELS = models(
+    "qwen3.6-plus",
+    "qwen3.5-plus",
+    "glm-5",
+    "glm-4.7",
+    "MiniMax-M2.5",
+    "kimi-k2.5",
+    "qwen3-max-2026-01-23",
+    "qwen3-coder-next",
+    "qwen3-coder-plus",
+)
+_ZHIPU_MODELS = models(
+    "glm-5", "glm-5.1", "glm-5-turbo", "glm-5v-turbo", vision={"glm-5v-turbo"}, reasoning=True
+)
+_KIMI_MODELS = models(
+    "kimi-k2.5",
+    "kimi-k2-0905-preview",
+    "kimi-k2-0711-preview",
+    "kimi-k2-turbo-preview",
+    "kimi-k2-thinking",
+    "kimi-k2-thinking-turbo",
+    vision={"kimi-k2.5"},
+    reasoning={"kimi-k2.5", "kimi-k2-thinking", "kimi-k2-thinking-turbo"},
+)
+_MINIMAX_MODELS = models(
+    "MiniMax-M2.5",
+    "MiniMax-M2.5-highspeed",
+    "MiniMax-M2.7",
+    "MiniMax-M2.7-highspeed",
+    reasoning=True,
+)
+_DOUBAO_CODE = (
+    "doubao-seed-2-0-code-preview-260215",
+    "doubao-seed-2-0-pro-260215",
+    "doubao-seed-2-0-lite-260428",
+    "doubao-seed-code-preview-251028",
+)
+
+
+def _openai_compatible(
+    id: str,
+    name: str,
+    base_url: str | None,
+    key_env: str | tuple[str, ...] = (),
+    *,
+    model_list: tuple[ModelInfo, ...] = (),
+    **more: object,
+) -> ProviderDefinition:
+    keys = (key_env,) if isinstance(key_env, str) else key_env
+    return ProviderDefinition(
+        id=id,
+        display_name=name,
+        protocol="openai",
+        base_url=base_url,
+        key_env=keys,
+        models=model_list,
+        **more,  # type: ignore[arg-type]
+    )
+
+
+BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
+    # The 27 of provider-layer.md section 8, in its order.
+    _openai_compatible(
+        "qwenpaw-local",
+        "QwenPaw Local",
+        None,
+        needs_key=False,
+        local=True,
+        aliases=("copaw-local",),
+    ),
+    ProviderDefinition(
+        id="ollama",
+        display_name="Ollama",
+        protocol="ollama",
+        base_url="http://127.0.0.1:11434",
+        base_url_env="OLLAMA_HOST",
+        key_env=("OLLAMA_API_KEY",),
+        needs_key=False,
+        local=True,
+        capabilities=OLLAMA,
+    ),
+    _openai_compatible(
+        "lmstudio", "LM Studio", "http://localhost:1234/v1", needs_key=False, local=True
+    ),
+    _openai_compatible(
+        "openrouter",
+        "OpenRouter",
+        "https://openrouter.ai/api/v1",
+        "OPENROUTER_API_KEY",
+        key_prefix="sk-or-v1-",
+        headers={"X-Title": "sluice"},
+    ),
+    _openai_compatible(
+        "modelscope",
+        "ModelScope",
+        "https://api-inference.modelscope.cn/v1",
+        "MODELSCOPE_API_KEY",
+        key_prefix="ms",
+        model_list=models(
+            "Qwen/Qwen3.5-122B-A10B", "ZhipuAI/GLM-5", vision={"Qwen/Qwen3.5-122B-A10B"}
+        ),
+    ),
+    _openai_compatible(
+        "dashscope",
+        "DashScope",
+        "https://dashscope.aliyuncs.com/compatible-mode/v1",
+        "DASHSCOPE_API_KEY",
+        key_prefix="sk",
+        regions={
+            "intl": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
+            "us": "https://dashscope-us.aliyuncs.com/compatible-mode/v1",
+        },
+        model_list=models(
+            "qwen3-max",
+            "qwen3-235b-a22b-thinking-2507",
+            "deepseek-v3.2",
+            reasoning={"qwen3-235b-a22b-thinking-2507"},
+        ),
+    ),
+    _openai_compatible(
+        "aliyun-codingplan",
+        "Aliyun Coding Plan (China)",
+        "https://coding.dashscope.aliyuncs.com/v1",
+        "ALIYUN_CODINGPLAN_API_KEY",
+        key_prefix="sk-sp",
+        lists_models=False,
+        model_list=_CODING_PLAN_MODELS,
+    ),
+    _openai_compatible(
+        "aliyun-codingplan-intl",
+        "Aliyun Coding Plan (International)",
+        "https://coding-intl.dashscope.aliyuncs.com/v1",
+        "ALIYUN_CODINGPLAN_API_KEY",
+        key_prefix="sk-sp",
+        lists_models=False,
+        model_list=_CODING_PLAN_MODELS,
+    ),
+    _openai_compatible(
+        "aliyun-tokenplan",
+        "Aliyun Token Plan",
+        "https://token-plan.cn-beijing.maas.aliyuncs.com/compatible-mode/v1",
+        "ALIYUN_TOKENPLAN_API_KEY",
+        key_prefix="sk-sp",
+        lists_models=False,
+        model_list=models("qwen3.6-plus", "glm-5", "MiniMax-M2.5", "deepseek-v3.2", "kimi-k2.5"),
+    ),
+    _openai_compatible(
+        "opencode",
+        "OpenCode",
+        "https://opencode.ai/zen/v1",
+        "OPENCODE_API_KEY",
+        needs_key=False,
+        regions={"go": "https://opencode.ai/zen/go/v1"},
+        model_list=models(
+            "big-pickle",
+            "nemotron-3-super-free",
+            "glm-5.1",
+            "glm-5",
+            "kimi-k2.5",
+            "kimi-k2.6",
+            "deepseek-v4-pro",
+            "deepseek-v4-flash",
+            "mimo-v2.5",
+            "mimo-v2.5-pro",
+            "qwen3.6-plus",
+            "qwen3.5-plus",
+        ),
+    ),
+    _openai_compatible(
+        "openai",
+        "OpenAI",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        key_prefix="sk-",
+        capabilities=OPENAI,
+        quirks=OPENAI_QUIRKS,
+        drop_params=frozenset({"top_k"}),
+        model_list=models(
+            "gpt-5.2",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5-nano",
+            "gpt-4.1",
+            "gpt-4.1-mini",
+            "gpt-4.1-nano",
+            "o3",
+            "o4-mini",
+            "gpt-4o",
+            "gpt-4o-mini",
+            vision=True,
+            reasoning={"gpt-5.2", "gpt-5", "gpt-5-mini", "gpt-5-nano", "o3", "o4-mini"},
+        ),
+    ),
+    _openai_compatible(
+        "azure-openai",
+        "Azure OpenAI",
+        None,  # https://RESOURCE.openai.azure.com/openai/v1, from the config
+        "AZURE_OPENAI_API_KEY",
+        auth="api-key",
+        quirks=OPENAI_QUIRKS,
+        drop_params=frozenset({"top_k"}),
+        model_list=models(
+            "gpt-5-chat",
+            "gpt-5-mini",
+            "gpt-5-nano",
+            "gpt-4.1",
+            "gpt-4.1-mini",
+            "gpt-4.1-nano",
+            "gpt-4o",
+            "gpt-4o-mini",
+            vision=True,
+            reasoning={"gpt-5-mini", "gpt-5-nano"},
+        ),
+    ),
+    ProviderDefinition(
+        id="anthropic",
+        display_name="Anthropic",
+        protocol="anthropic",
+        base_url="https://api.anthropic.com/v1",
+        key_env=("ANTHROPIC_API_KEY",),
+        key_prefix="sk-ant-",
+        capabilities=ANTHROPIC,
+        models=models(
+            "claude-sonnet-4-5",
+            "claude-opus-4-5",
+            "claude-haiku-4-5",
+            vision=True,
+            reasoning=True,
+        ),
+    ),
+    ProviderDefinition(
+        id="gemini",
+        display_name="Google Gemini",
+        protocol="gemini",
+        base_url="https://generativelanguage.googleapis.com/v1beta",
+        key_env=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+        capabilities=GEMINI,
+        models=models(
+            "gemini-3.1-pro-preview",
+            "gemini-3-flash-preview",
+            "gemini-3.1-flash-lite-preview",
+            "gemini-2.5-pro",
+            "gemini-2.5-flash",
+            "gemini-2.5-flash-lite",
+            "gemini-2.0-flash",
+            vision=True,
+            reasoning={
+                "gemini-3.1-pro-preview",
+                "gemini-3-flash-preview",
+                "gemini-3.1-flash-lite-preview",
+                "gemini-2.5-pro",
+                "gemini-2.5-flash",
+                "gemini-2.5-flash-lite",
+            },
+        ),
+    ),
+    _openai_compatible(
+        "deepseek",
+        "DeepSeek",
+        "https://api.deepseek.com",
+        "DEEPSEEK_API_KEY",
+        key_prefix="sk-",
+        model_list=models(
+            "deepseek-chat",
+            "deepseek-reasoner",
+            "deepseek-v4-flash",
+            "deepseek-v4-pro",
+            reasoning={"deepseek-reasoner", "deepseek-v4-flash", "deepseek-v4-pro"},
+        ),
+    ),
+    _openai_compatible(
+        "kimi-cn",
+        "Kimi (China)",
+        "https://api.moonshot.cn/v1",
+        "MOONSHOT_API_KEY",
+        model_list=_KIMI_MODELS,
+    ),
+    _openai_compatible(
+        "kimi-intl",
+        "Kimi (International)",
+        "https://api.moonshot.ai/v1",
+        "MOONSHOT_API_KEY",
+        model_list=_KIMI_MODELS,
+    ),
+    ProviderDefinition(
+        id="minimax-cn",
+        display_name="MiniMax (China)",
+        protocol="anthropic",
+        base_url="https://api.minimaxi.com/anthropic/v1",
+        key_env=("MINIMAX_API_KEY",),
+        lists_models=False,
+        models=_MINIMAX_MODELS,
+    ),
+    ProviderDefinition(
+        id="minimax",
+        display_name="MiniMax (International)",
+        protocol="anthropic",
+        base_url="https://api.minimax.io/anthropic/v1",
+        key_env=("MINIMAX_API_KEY",),
+        lists_models=False,
+        models=_MINIMAX_MODELS,
+    ),
+    _openai_compatible(
+        "zhipu-cn",
+        "Zhipu (BigModel)",
+        "https://open.bigmodel.cn/api/paas/v4",
+        ("ZHIPUAI_API_KEY", "ZHIPU_API_KEY"),
+        model_list=_ZHIPU_MODELS,
+    ),
+    _openai_compatible(
+        "zhipu-cn-codingplan",
+        "Zhipu Coding Plan (BigModel)",
+        "https://open.bigmodel.cn/api/coding/paas/v4",
+        ("ZHIPUAI_API_KEY", "ZHIPU_API_KEY"),
+        lists_models=False,
+        model_list=_ZHIPU_MODELS,
+    ),
+    _openai_compatible(
+        "zhipu-intl",
+        "Zhipu (Z.AI)",
+        "https://api.z.ai/api/paas/v4",
+        ("ZAI_API_KEY",),
+        model_list=_ZHIPU_MODELS,
+    ),
+    _openai_compatible(
+        "zhipu-intl-codingplan",
+        "Zhipu Coding Plan (Z.AI)",
+        "https://api.z.ai/api/coding/paas/v4",
+        ("ZAI_API_KEY",),
+        lists_models=False,
+        model_list=_ZHIPU_MODELS,
+    ),
+    _openai_compatible(
+        "siliconflow-cn",
+        "SiliconFlow (China)",
+        "https://api.siliconflow.cn/v1",
+        "SILICONFLOW_API_KEY",
+        key_prefix="sk-",
+    ),
+    _openai_compatible(
+        "siliconflow-intl",
+        "SiliconFlow (International)",
+        "https://api.siliconflow.com/v1",
+        "SILICONFLOW_API_KEY",
+        key_prefix="sk-",
+    ),
+    _openai_compatible(
+        "volcengine-cn",
+        "Volcano Engine",
+        "https://ark.cn-beijing.volces.com/api/v3",
+        "ARK_API_KEY",
+        model_list=models(
+            *_DOUBAO_CODE,
+            "glm-4-7-251222",
+            "deepseek-v3-2-251201",
+            "doubao-seed-1-8-251228",
+            "doubao-seed-2-0-mini-260428",
+            "doubao-seed-character-251128",
+        ),
+    ),
+    _openai_compatible(
+        "volcengine-cn-codingplan",
+        "Volcano Engine Coding Plan",
+        "https://ark.cn-beijing.volces.com/api/coding/v3",
+        "ARK_API_KEY",
+        lists_models=False,
+        model_list=models(
+            *_DOUBAO_CODE,
+            "glm-5.1",
+            "minimax-m2.7",
+            "kimi-k2.6",
+            "kimi-k2.5",
+            "glm-4-7-251222",
+            "deepseek-v3-2-251201",
+        ),
+    ),
+    # Further hosted OpenAI-compatible services.
+    _openai_compatible(
+        "groq",
+        "Groq",
+        "https://api.groq.com/openai/v1",
+        "GROQ_API_KEY",
+        key_prefix="gsk_",
+        quirks=STRICT_OPENAI,
+        model_list=models(
+            "llama-3.3-70b-versatile",
+            "llama-3.1-8b-instant",
+            "openai/gpt-oss-120b",
+            "openai/gpt-oss-20b",
+            reasoning={"openai/gpt-oss-120b", "openai/gpt-oss-20b"},
+        ),
+    ),
+    _openai_compatible(
+        "together",
+        "Together AI",
+        "https://api.together.xyz/v1",
+        "TOGETHER_API_KEY",
+        model_list=models(
+            "meta-llama/Llama-3.3-70B-Instruct-Turbo",
+            "deepseek-ai/DeepSeek-V3",
+            "Qwen/Qwen2.5-72B-Instruct-Turbo",
+        ),
+    ),
+    _openai_compatible(
+        "fireworks",
+        "Fireworks AI",
+        "https://api.fireworks.ai/inference/v1",
+        "FIREWORKS_API_KEY",
+        key_prefix="fw_",
+        model_list=models(
+            "accounts/fireworks/models/llama-v3p3-70b-instruct",
+            "accounts/fireworks/models/deepseek-v3",
+        ),
+    ),
+    _openai_compatible(
+        "mistral",
+        "Mistral AI",
+        "https://api.mistral.ai/v1",
+        "MISTRAL_API_KEY",
+        quirks=STRICT_OPENAI,
+        drop_params=frozenset({"top_k"}),
+        model_list=models(
+            "mistral-large-latest",
+            "mistral-medium-latest",
+            "mistral-small-latest",
+            "codestral-latest",
+            "magistral-medium-latest",
+            vision={"mistral-medium-latest", "mistral-small-latest"},
+            reasoning={"magistral-medium-latest"},
+        ),
+    ),
+    _openai_compatible(
+        "xai",
+        "xAI",
+        "https://api.x.ai/v1",
+        "XAI_API_KEY",
+        key_prefix="xai-",
+        model_list=models(
+            "grok-4",
+            "grok-3",
+            "grok-3-mini",
+            vision={"grok-4"},
+            reasoning={"grok-4", "grok-3-mini"},
+        ),
+    ),
+    # Local servers.
+    _openai_compatible(
+        "vllm",
+        "vLLM",
+        "http://localhost:8000/v1",
+        "VLLM_API_KEY",
+        needs_key=False,
+        local=True,
+        quirks=VLLM_QUIRKS,
+    ),
+    _openai_compatible(
+        "llamacpp",
+        "llama.cpp server",
+        "http://127.0.0.1:8080/v1",
+        "LLAMA_API_KEY",
+        needs_key=False,
+        local=True,
+    ),
+    # The simulator the runtime starts in-process (base URL filled in at start). Its models
+    # named ...notools act as a server without tool support (sluice.simulator._request).
+    _openai_compatible(
+        "sim",
+        "sluice simulator",
+        None,
+        needs_key=False,
+        local=True,
+        in_process=True,
+        capabilities=FULL,
+        model_capabilities={"notools": WITHOUT_TOOLS},
+        model_list=models("sim-small"),
+    ),
+)
+
+BUILTIN_BY_ID: Final[Mapping[str, ProviderDefinition]] = {
+    name: d for d in BUILTINS for name in (d.id, *d.aliases)
+}
+"""Every builtin by id and by alias."""

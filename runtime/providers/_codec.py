@@ -1,0 +1,86 @@
+"""The codec a provider's requests go through: its protocol's, with its quirks and parameters.
+
+:func:`provider_codec` is what the runtime asks for when it starts a provider. A provider
+without parameters gets its protocol's codec itself (with the provider's quirks), so the hot
+path pays nothing for this layer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._protocols import codec_for
+from .._protocols.decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
+from ._params import apply_params
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .._errors import CallError
+    from .._messages import ChatRequest
+    from .._protocols.base import AttemptOutput, Codec, HttpRequest, StreamDecoder
+    from ._registry import ResolvedProvider
+
+__all__ = ["ParamsCodec", "provider_codec"]
+
+
+def provider_codec(spec: ResolvedProvider) -> Codec:
+    """The codec for ``spec``: its protocol's, adapted by its quirks, applying its parameters
+    (provider -> model -> call, see :func:`sluice.providers._params.apply_params`)."""
+    quirks = None if spec.quirks.changes_nothing else spec.quirks
+    codec = codec_for(spec.protocol, quirks=quirks)
+    if not spec.params and not spec.model_params and not spec.drop_params:
+        return codec
+    return ParamsCodec(codec, spec.protocol, spec.params, spec.model_params, spec.drop_params)
+
+
+class ParamsCodec:
+    """A codec that lays a provider's and its models' parameters under each request."""
+
+    __slots__ = ("_drop", "_inner", "_model_params", "_params", "_protocol")
+
+    def __init__(
+        self,
+        inner: Codec,
+        protocol: str,
+        params: Mapping[str, Any],
+        model_params: Mapping[str, Mapping[str, Any]],
+        drop: frozenset[str],
+    ) -> None:
+        self._inner = inner
+        self._protocol = protocol
+        self._params = params
+        self._model_params = model_params
+        self._drop = drop
+
+    def build_request(
+        self,
+        request: ChatRequest,
+        *,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpRequest:
+        request = apply_params(
+            request,
+            self._protocol,
+            provider=self._params,
+            model=self._model_params.get(request.model_name),
+            drop=self._drop,
+        )
+        return self._inner.build_request(
+            request, base_url=base_url, api_key=api_key, headers=headers
+        )
+
+    def stream_decoder(
+        self, call_id: str, *, max_line: int = MAX_LINE_BYTES, max_event: int = MAX_EVENT_BYTES
+    ) -> StreamDecoder:
+        return self._inner.stream_decoder(call_id, max_line=max_line, max_event=max_event)
+
+    def decode_body(self, body: bytes) -> AttemptOutput:
+        return self._inner.decode_body(body)
+
+    def decode_error(
+        self, status: int, headers: Mapping[str, str], body: bytes, *, wall_now: float
+    ) -> CallError:
+        return self._inner.decode_error(status, headers, body, wall_now=wall_now)

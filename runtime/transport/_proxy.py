@@ -1,0 +1,153 @@
+"""Which HTTP proxy (if any) a request goes through: explicit, or from the environment.
+
+Pure functions over an environment snapshot. The fast transport supports plain ``http://``
+proxies only: a CONNECT tunnel for ``https`` targets, absolute-form requests for ``http``
+targets, and Basic credentials from the proxy URL. Any other proxy scheme (``https://``,
+``socks5://``...) raises :class:`ProxyError` when a request would use it, with a message that
+names the supported scheme and the fallback (``transport = "httpx"``).
+
+Environment rules (those of curl and httpx): ``https_proxy`` for https targets, ``http_proxy``
+for http targets, ``all_proxy`` for both, the lower-case name winning over the upper-case one;
+``no_proxy`` lists hosts that go direct: ``*`` for all, a name matching itself and its
+subdomains (``example.com`` or ``.example.com``), an optional ``:port``, an IP address or an
+IP network in CIDR form.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ._errors import ProxyError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["Proxy", "environ_proxies", "no_proxy_matches", "parse_proxy_url", "select_proxy"]
+
+_VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "no_proxy")
+
+
+@attrs.frozen
+class Proxy:
+    """An ``http://`` proxy to send requests through."""
+
+    host: str
+    port: int
+    authorization: str | None = attrs.field(default=None, repr=False)
+    """The ``Proxy-Authorization`` header value, from credentials in the proxy URL."""
+
+
+def environ_proxies(environ: Mapping[str, str]) -> dict[str, str]:
+    """The proxy settings in ``environ``: lower-case variable names, empty values dropped."""
+    found: dict[str, str] = {}
+    for name in _VARIABLES:
+        value = environ.get(name) or environ.get(name.upper())
+        if value and value.strip():
+            found[name] = value.strip()
+    return found
+
+
+def parse_proxy_url(url: str) -> Proxy:
+    """Parse ``http://[user:password@]host[:port]`` (a missing scheme means ``http``).
+
+    Raises:
+        ProxyError: another scheme, or a malformed URL. The message never repeats credentials.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "http", url
+    scheme = scheme.lower()
+    if scheme != "http":
+        raise ProxyError(
+            f"proxy scheme {scheme + '://'!r} is not supported by the fast transport (it "
+            'supports http:// proxies); set transport = "httpx" for this provider instead'
+        )
+    authority = rest.split("/", 1)[0]
+    userinfo, at, hostport = authority.rpartition("@")
+    authorization = None
+    if at:
+        import base64
+        from urllib.parse import unquote
+
+        user, _, password = userinfo.partition(":")
+        token = f"{unquote(user)}:{unquote(password)}".encode()
+        authorization = "Basic " + base64.b64encode(token).decode("ascii")
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        tail = hostport[close + 1 :] if close > 0 else "?"
+        host, port_text = hostport[1:close], tail[1:]
+        if tail and not tail.startswith(":"):
+            host = ""
+    else:
+        host, _, port_text = hostport.partition(":")
+    if not host or (port_text and not (port_text.isascii() and port_text.isdigit())):
+        raise ProxyError("the proxy URL is malformed (expected http://host:port)")
+    port = int(port_text) if port_text else 80
+    if not 0 < port < 65536:
+        raise ProxyError("the proxy URL has an invalid port")
+    return Proxy(host.lower(), port, authorization)
+
+
+def no_proxy_matches(no_proxy: str, host: str, port: int) -> bool:
+    """Whether ``host:port`` is exempt from proxying under a ``no_proxy`` value."""
+    host = host.lower().strip("[]")
+    for raw in no_proxy.replace(" ", ",").split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if "/" in entry:
+            if _in_network(host, entry):
+                return True
+            continue
+        entry_port: int | None = None
+        if entry.startswith("["):
+            close = entry.find("]")
+            rest = entry[close + 1 :] if close > 0 else ""
+            entry = entry[1:close] if close > 0 else entry
+            if rest.startswith(":") and rest[1:].isdigit():
+                entry_port = int(rest[1:])
+        elif entry.count(":") == 1:
+            name, _, port_text = entry.partition(":")
+            if port_text.isdigit():
+                entry, entry_port = name, int(port_text)
+        if entry_port is not None and entry_port != port:
+            continue
+        entry = entry.removeprefix("*").removeprefix(".")
+        if host == entry or host.endswith("." + entry):
+            return True
+    return False
+
+
+def _in_network(host: str, cidr: str) -> bool:
+    import ipaddress  # only when no_proxy holds a network
+
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return False
+
+
+def select_proxy(
+    scheme: str, host: str, port: int, *, explicit: str | None, settings: Mapping[str, str]
+) -> Proxy | None:
+    """The proxy for a target origin, or None to connect directly.
+
+    ``explicit`` (a proxy URL given to the transport) wins over the environment ``settings``
+    (from :func:`environ_proxies`); ``no_proxy`` applies to both.
+
+    Raises:
+        ProxyError: the chosen proxy URL is unsupported or malformed.
+    """
+    no_proxy = settings.get("no_proxy")
+    if no_proxy and no_proxy_matches(no_proxy, host, port):
+        return None
+    url = explicit
+    if url is None:
+        url = settings.get(f"{scheme}_proxy") or settings.get("all_proxy")
+    if not url:
+        return None
+    return parse_proxy_url(url)
