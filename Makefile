@@ -27,6 +27,7 @@ redis-server:
 
 lint: $(STAMP)
 	$(BIN)/ruff check runtime actors tests benchmarks
+	$(BIN)/lint-imports
 
 # Strict for the package, a looser stated profile for tests and benchmarks (pyproject.toml).
 typecheck: $(STAMP)

@@ -8,6 +8,10 @@ call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 import importlib as _importlib
 import typing as _typing
 
+from ._capabilities import CapabilityOverride as CapabilityOverride
+from ._capabilities import StructuredOutput as StructuredOutput
+from ._capabilities import ToolCapabilities as ToolCapabilities
+from ._capabilities import ToolOptions as ToolOptions
 from ._config import BreakerConfig as BreakerConfig
 from ._config import BudgetConfig as BudgetConfig
 from ._config import CacheConfig as CacheConfig
@@ -20,7 +24,9 @@ from ._config import PriceConfig as PriceConfig
 from ._config import ProviderConfig as ProviderConfig
 from ._config import QuirksConfig as QuirksConfig
 from ._config import RateLimitConfig as RateLimitConfig
+from ._config import ReplyLimits as ReplyLimits
 from ._config import RetryConfig as RetryConfig
+from ._config import RoutingStrategy as RoutingStrategy
 from ._config import RuntimeConfig as RuntimeConfig
 from ._config import Secret as Secret
 from ._config import TracingConfig as TracingConfig
@@ -65,21 +71,30 @@ from ._events import StreamReset as StreamReset
 from ._events import TextDelta as TextDelta
 from ._events import ToolCallDelta as ToolCallDelta
 from ._events import UsageReported as UsageReported
+from ._limits.queue import Priority as Priority
+from ._mail import EventBatch as EventBatch
+from ._mail import KeyStatistics as KeyStatistics
+from ._messages import CacheBreakpoint as CacheBreakpoint
 from ._messages import ChatRequest as ChatRequest
 from ._messages import ChatResult as ChatResult
+from ._messages import ContentPart as ContentPart
 from ._messages import Deadlines as Deadlines
 from ._messages import FilePart as FilePart
+from ._messages import FinishReason as FinishReason
 from ._messages import ImagePart as ImagePart
 from ._messages import Message as Message
 from ._messages import ReasoningPart as ReasoningPart
 from ._messages import ResponseFormat as ResponseFormat
+from ._messages import Role as Role
 from ._messages import SpecificTool as SpecificTool
 from ._messages import TextPart as TextPart
 from ._messages import Timings as Timings
 from ._messages import Tool as Tool
 from ._messages import ToolCall as ToolCall
+from ._messages import ToolChoice as ToolChoice
 from ._messages import ToolResultPart as ToolResultPart
 from ._messages import Usage as Usage
+from ._routing import DeploymentStatistics as DeploymentStatistics
 
 # The runtime module imports the actors, which import sluice's submodules (never this package
 # root), so this import order has no cycle.
@@ -90,22 +105,57 @@ from ._runtime import ProviderHealth as ProviderHealth
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import open_runtime as open_runtime
-from ._tools.capabilities import CapabilityOverride as CapabilityOverride
-from ._tools.capabilities import ToolCapabilities as ToolCapabilities
-from ._tools.capabilities import ToolOptions as ToolOptions
+from .actors._token_ledger import TokenLedgerHandle as TokenLedgerHandle
+from .providers._definition import AuthStyle as AuthStyle
 
 if _typing.TYPE_CHECKING:
+    from ._cache.response import CacheStatistics as CacheStatistics
+    from ._cache.response import ResponseCache as ResponseCache
     from ._gateway import serve as serve
+    from ._gateway.app import GatewaySettings as GatewaySettings
+    from ._gateway.http import ServerLimits as ServerLimits
+    from ._gateway.vkeys import KeyRing as KeyRing
+    from ._gateway.vkeys import VirtualKey as VirtualKey
     from ._jobs.batch import BatchInterrupt as BatchInterrupt
     from ._jobs.batch import BatchProgress as BatchProgress
     from ._jobs.batch import BatchSummary as BatchSummary
     from ._jobs.batch import run_batch as run_batch
+    from ._jobs.batch_lines import RetryErrors as RetryErrors
+    from ._jobs.batch_lines import Shard as Shard
+    from ._jobs.batch_report import Interrupted as Interrupted
+    from ._ledger.book import Dimension as Dimension
+    from ._ledger.book import LedgerKey as LedgerKey
+    from ._ledger.book import LedgerSummary as LedgerSummary
+    from ._ledger.book import LedgerTotals as LedgerTotals
+    from ._ledger.budget import BudgetStatus as BudgetStatus
+    from ._observe.metrics import Metrics as Metrics
+    from ._observe.records import AttemptHook as AttemptHook
     from ._observe.records import AttemptRecord as AttemptRecord
+    from ._observe.records import CallHook as CallHook
     from ._observe.records import CallRecord as CallRecord
     from ._observe.records import Hooks as Hooks
+    from ._observe.records import Outcome as Outcome
 
 # Loaded on first use, so that `import sluice` stays light for programs that only make calls.
 _LAZY = {
+    "CacheStatistics": "sluice._cache.response",
+    "VirtualKey": "sluice._gateway.vkeys",
+    "AttemptHook": "sluice._observe.records",
+    "CallHook": "sluice._observe.records",
+    "Outcome": "sluice._observe.records",
+    "BudgetStatus": "sluice._ledger.budget",
+    "Dimension": "sluice._ledger.book",
+    "LedgerKey": "sluice._ledger.book",
+    "LedgerSummary": "sluice._ledger.book",
+    "LedgerTotals": "sluice._ledger.book",
+    "Interrupted": "sluice._jobs.batch_report",
+    "RetryErrors": "sluice._jobs.batch_lines",
+    "Shard": "sluice._jobs.batch_lines",
+    "GatewaySettings": "sluice._gateway.app",
+    "KeyRing": "sluice._gateway.vkeys",
+    "ServerLimits": "sluice._gateway.http",
+    "Metrics": "sluice._observe.metrics",
+    "ResponseCache": "sluice._cache.response",
     "BatchInterrupt": "sluice._jobs.batch",
     "BatchProgress": "sluice._jobs.batch",
     "BatchSummary": "sluice._jobs.batch",
@@ -135,7 +185,9 @@ def __getattr__(name: str) -> _typing.Any:
 __all__ = [
     "ActorCrashed",
     "Admitted",
+    "AttemptHook",
     "AttemptRecord",
+    "AuthStyle",
     "AuthenticationFailed",
     "BadRequest",
     "BatchInterrupt",
@@ -144,9 +196,13 @@ __all__ = [
     "BreakerConfig",
     "BudgetConfig",
     "BudgetExceeded",
+    "BudgetStatus",
+    "CacheBreakpoint",
     "CacheConfig",
+    "CacheStatistics",
     "CallError",
     "CallEvent",
+    "CallHook",
     "CallRecord",
     "CallStream",
     "CallTimeout",
@@ -158,28 +214,43 @@ __all__ = [
     "ConfigError",
     "ConnectionFailed",
     "ContentFiltered",
+    "ContentPart",
     "ContextTooLong",
     "Deadlines",
     "Deployment",
+    "DeploymentStatistics",
+    "Dimension",
     "EmptyResponse",
+    "EventBatch",
     "Failed",
     "FallingBack",
     "FatalError",
     "FilePart",
+    "FinishReason",
     "FirstToken",
+    "GatewaySettings",
     "Hooks",
     "ImagePart",
     "InternalError",
+    "Interrupted",
+    "KeyRing",
+    "KeyStatistics",
     "LedgerConfig",
+    "LedgerKey",
+    "LedgerSummary",
+    "LedgerTotals",
     "MapOutcome",
     "MapOutcomes",
-    "MetricsConfig",
     "Message",
+    "Metrics",
+    "MetricsConfig",
     "ModelConfig",
     "ModelGroup",
     "NotFound",
+    "Outcome",
     "Overloaded",
     "PriceConfig",
+    "Priority",
     "ProtocolError",
     "ProviderConfig",
     "ProviderHealth",
@@ -189,35 +260,46 @@ __all__ = [
     "RateLimited",
     "ReasoningDelta",
     "ReasoningPart",
+    "ReplyLimits",
+    "ResponseCache",
     "ResponseFormat",
     "RetryConfig",
+    "RetryErrors",
     "RetryableError",
     "Retrying",
+    "Role",
+    "RoutingStrategy",
     "Runtime",
     "RuntimeClosed",
     "RuntimeConfig",
     "RuntimeStatistics",
     "Secret",
     "ServerError",
+    "ServerLimits",
+    "Shard",
     "SluiceError",
     "SpecificTool",
+    "StoreUnavailable",
     "StreamBroken",
     "StreamReset",
-    "StoreUnavailable",
+    "StructuredOutput",
     "TextDelta",
     "TextPart",
     "Timings",
+    "TokenLedgerHandle",
     "TooLargeForQuota",
-    "TracingConfig",
     "Tool",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallError",
     "ToolCapabilities",
+    "ToolChoice",
     "ToolOptions",
     "ToolResultPart",
+    "TracingConfig",
     "Usage",
     "UsageReported",
+    "VirtualKey",
     "WindowLimit",
     "load_config",
     "open_runtime",

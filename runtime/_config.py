@@ -22,13 +22,12 @@ import attrs
 import orjson
 from attrs.validators import ge, gt, le, optional
 
+from ._capabilities import CapabilityOverride
 from ._checks import check_env_name, check_http_url
 from ._errors import ConfigError
 from ._messages import Deadlines
-from ._protocols.decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from ._record import Record
 from ._serde import EnvText, format_validation_error, get_converter
-from ._tools.capabilities import CapabilityOverride
 
 __all__ = [
     "BreakerConfig",
@@ -56,6 +55,13 @@ __all__ = [
     "load_config_file",
 ]
 
+
+MAX_LINE_BYTES = 32 * 1024 * 1024
+"""Default cap on one line of a streamed reply (an SSE line, an NDJSON line).
+
+Generous: an image returned inline as base64 fits in one line."""
+MAX_EVENT_BYTES = 32 * 1024 * 1024
+"""Default cap on the data of one SSE event (all its ``data:`` lines together)."""
 
 @attrs.frozen(repr=False)
 class Secret:

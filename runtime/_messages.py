@@ -14,6 +14,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import orjson
 
+from ._capabilities import ToolOptions
 from ._record import Record
 
 __all__ = [
@@ -255,7 +256,7 @@ def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Messa
         if isinstance(item, Message):
             out.append(item)
         elif isinstance(item, Mapping):
-            from ._jobs.openai_format import parse_message  # only for dict input
+            from ._openai_format import parse_message  # only for dict input
 
             out.append(parse_message(item, f"ChatRequest.messages[{index}]"))
         else:
@@ -277,7 +278,7 @@ def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
         if isinstance(item, Tool):
             out.append(item)
         elif isinstance(item, Mapping):
-            from ._jobs.openai_format import parse_tool  # only for dict input
+            from ._openai_format import parse_tool  # only for dict input
 
             out.append(parse_tool(item, f"ChatRequest.tools[{index}]"))
         else:
@@ -423,7 +424,7 @@ class ChatRequest(Record):
     tool_options: ToolOptions | None = None
     """How this call's tool calls are prepared, checked and corrected (forcing through
     structured output, repair, the correction limit, a capability override for this call);
-    None for the defaults. See :class:`sluice._tools.ToolOptions`."""
+    None for the defaults. See :class:`sluice.ToolOptions`."""
     response_cache: bool | None = None
     """Whether this call uses the runtime's response cache: None follows
     ``RuntimeConfig.cache.enabled``; True uses it even when the config leaves it off; False
@@ -558,8 +559,3 @@ class ChatResult(Record):
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return self.message.tool_calls
-
-
-# The tool layer imports this module (for SpecificTool and ToolChoice), so ToolOptions is bound
-# last, once every name above exists; ChatRequest's annotation resolves through it (cattrs).
-from ._tools.capabilities import ToolOptions  # noqa: E402

@@ -53,12 +53,12 @@ if TYPE_CHECKING:
     import httpx
 
     from ._cache import ResponseCache
+    from ._capabilities import ToolCapabilities
     from ._ledger.store import LedgerStore
     from ._limits.store import QuotaStore
     from ._observe.metrics import Metrics
     from ._observe.observer import Observer
     from ._observe.records import Hooks
-    from ._tools.capabilities import ToolCapabilities
     from ._tools.preparation import Prepared
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from sluice._errors import ConfigError
-from sluice._jobs.openai_format import parse_chat_body, parse_message, render_chat_completion
 from sluice._messages import (
     ChatResult,
     FilePart,
@@ -20,6 +19,7 @@ from sluice._messages import (
     ToolResultPart,
     Usage,
 )
+from sluice._openai_format import parse_chat_body, parse_message, render_chat_completion
 
 
 def body(**fields):

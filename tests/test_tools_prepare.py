@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 import pytest
 
+from sluice._capabilities import override_hint
 from sluice._errors import ConfigError
 from sluice._messages import ChatRequest, Message, ResponseFormat, SpecificTool, TextPart, Tool
 from sluice._protocols.openai_request import build_body
@@ -23,7 +24,6 @@ from sluice._tools import (
     capabilities_for,
     prepare,
 )
-from sluice._tools.capabilities import override_hint
 from sluice._tools.schema import tool_union_schema
 
 A = Tool(name="a", description="Adds.", parameters={"type": "object", "properties": {}})

@@ -30,6 +30,7 @@ from sluice import (
     ToolCall,
     ToolCallDelta,
 )
+from sluice._capabilities import WITHOUT_TOOLS
 from sluice._config import ModelConfig, ProviderConfig, load_config
 from sluice._errors import ConfigError, ToolCallError
 from sluice._serde import converter
@@ -40,7 +41,6 @@ from sluice._tools import (
     is_temporary,
     prepare,
 )
-from sluice._tools.capabilities import WITHOUT_TOOLS
 from sluice._tools.correct import EMPTY_REPLY_NUDGE
 from sluice.simulator import SimulatorConfig, mock_transport
 from sluice.simulator._broken import KINDS

@@ -13,8 +13,8 @@ from cyclopts import Parameter
 
 from .._errors import ConfigError, SluiceError
 from .._events import StreamReset, TextDelta
-from .._jobs.openai_format import parse_tool
 from .._messages import ChatRequest, ChatResult, Message, Tool
+from .._openai_format import parse_tool
 from .._runtime import Runtime, open_runtime
 from ._common import (
     EXIT_INTERRUPTED,

@@ -28,7 +28,6 @@ import trio
 
 from .._errors import ConfigError, SluiceError
 from .._events import Completed, Failed, ReasoningDelta, TextDelta, ToolCallDelta
-from .._jobs.openai_format import parse_chat_body
 from .._limits.cost import Cost, estimate_cost
 from .._limits.store import (
     BudgetRefused,
@@ -38,6 +37,7 @@ from .._limits.store import (
     TooLarge,
     WindowSpec,
 )
+from .._openai_format import parse_chat_body
 from .._record import Record
 from . import anthropic_wire, openai_wire
 from .errors import Wire, call_error_response, error_response

@@ -1,8 +1,8 @@
 """The OpenAI chat-completions wire format, as the gateway serves it. Pure: no I/O, no clock.
 
-Requests are read by the batch job's parser (:func:`sluice._jobs.openai_format.parse_chat_body`),
+Requests are read by the batch job's parser (:func:`sluice._openai_format.parse_chat_body`),
 so a body means the same in a batch file and at the gateway. Replies: a ``chat.completion``
-object (:func:`~sluice._jobs.openai_format.render_chat_completion`), or a stream of
+object (:func:`~sluice._openai_format.render_chat_completion`), or a stream of
 ``chat.completion.chunk`` events in OpenAI's order -- a role chunk, the content, reasoning and
 tool-call deltas, a finish chunk, then (with ``stream_options.include_usage``) a usage chunk
 with empty ``choices``, and ``data: [DONE]``. With ``include_usage`` every chunk carries
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._jobs.openai_format import render_chat_completion
+from .._openai_format import render_chat_completion
 
 if TYPE_CHECKING:
     from .._events import ToolCallDelta

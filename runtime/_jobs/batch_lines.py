@@ -27,7 +27,7 @@ import orjson
 
 from .._errors import CallError, ConfigError
 from .._messages import ChatRequest
-from .openai_format import parse_chat_body, render_chat_completion
+from .._openai_format import parse_chat_body, render_chat_completion
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

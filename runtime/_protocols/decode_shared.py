@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import orjson
 
+from .._config import MAX_EVENT_BYTES, MAX_LINE_BYTES  # the defaults live with ReplyLimits
 from .._errors import ProtocolError
 
 __all__ = [
@@ -25,12 +26,6 @@ __all__ = [
     "too_large",
 ]
 
-MAX_LINE_BYTES = 32 * 1024 * 1024
-"""Default cap on one line of a streamed reply (an SSE line, an NDJSON line).
-
-Generous: an image returned inline as base64 fits in one line."""
-MAX_EVENT_BYTES = 32 * 1024 * 1024
-"""Default cap on the data of one SSE event (all its ``data:`` lines together)."""
 
 
 def count(value: object) -> int:

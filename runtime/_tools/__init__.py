@@ -15,17 +15,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .capabilities import ALL_MODES as ALL_MODES
-    from .capabilities import ANTHROPIC as ANTHROPIC
-    from .capabilities import FULL as FULL
-    from .capabilities import GEMINI as GEMINI
-    from .capabilities import OLLAMA as OLLAMA
-    from .capabilities import OPENAI as OPENAI
-    from .capabilities import OPENAI_COMPATIBLE_CUSTOM as OPENAI_COMPATIBLE_CUSTOM
-    from .capabilities import CapabilityOverride as CapabilityOverride
-    from .capabilities import ToolCapabilities as ToolCapabilities
-    from .capabilities import ToolOptions as ToolOptions
-    from .capabilities import capabilities_for as capabilities_for
+    from .._capabilities import ALL_MODES as ALL_MODES
+    from .._capabilities import ANTHROPIC as ANTHROPIC
+    from .._capabilities import FULL as FULL
+    from .._capabilities import GEMINI as GEMINI
+    from .._capabilities import OLLAMA as OLLAMA
+    from .._capabilities import OPENAI as OPENAI
+    from .._capabilities import OPENAI_COMPATIBLE_CUSTOM as OPENAI_COMPATIBLE_CUSTOM
+    from .._capabilities import CapabilityOverride as CapabilityOverride
+    from .._capabilities import ToolCapabilities as ToolCapabilities
+    from .._capabilities import ToolOptions as ToolOptions
+    from .._capabilities import capabilities_for as capabilities_for
     from .correct import Corrections as Corrections
     from .correct import TemporaryMessage as TemporaryMessage
     from .correct import correction_messages as correction_messages
@@ -84,37 +84,37 @@ __all__ = [
 # Each name is imported from its module on first use, so `import sluice` does not load this
 # package's heavier modules (schemas, repair, storage) until a call needs them.
 _HOMES = {
-    "ALL_MODES": "capabilities",
-    "ANTHROPIC": "capabilities",
-    "FULL": "capabilities",
-    "GEMINI": "capabilities",
-    "OLLAMA": "capabilities",
-    "OPENAI": "capabilities",
-    "OPENAI_COMPATIBLE_CUSTOM": "capabilities",
-    "CapabilityOverride": "capabilities",
-    "ToolCapabilities": "capabilities",
-    "ToolOptions": "capabilities",
-    "ToolSchemaError": "schema",
-    "capabilities_for": "capabilities",
-    "Corrections": "correct",
-    "TemporaryMessage": "correct",
-    "correction_messages": "correct",
-    "is_temporary": "correct",
-    "strip_temporary": "correct",
-    "finalize": "finalization",
-    "ForcePlan": "preparation",
-    "Prepared": "preparation",
-    "prepare": "preparation",
-    "PartialJson": "repair",
-    "Repaired": "repair",
-    "RepairError": "repair",
-    "parse_partial": "repair",
-    "repair_arguments": "repair",
-    "repair_json": "repair",
-    "inline_refs": "schema",
-    "strict_schema": "schema",
-    "tool_union_schema": "schema",
-    "StreamingArguments": "streaming",
+    "ALL_MODES": "sluice._capabilities",
+    "ANTHROPIC": "sluice._capabilities",
+    "FULL": "sluice._capabilities",
+    "GEMINI": "sluice._capabilities",
+    "OLLAMA": "sluice._capabilities",
+    "OPENAI": "sluice._capabilities",
+    "OPENAI_COMPATIBLE_CUSTOM": "sluice._capabilities",
+    "CapabilityOverride": "sluice._capabilities",
+    "ToolCapabilities": "sluice._capabilities",
+    "ToolOptions": "sluice._capabilities",
+    "ToolSchemaError": "sluice._tools.schema",
+    "capabilities_for": "sluice._capabilities",
+    "Corrections": "sluice._tools.correct",
+    "TemporaryMessage": "sluice._tools.correct",
+    "correction_messages": "sluice._tools.correct",
+    "is_temporary": "sluice._tools.correct",
+    "strip_temporary": "sluice._tools.correct",
+    "finalize": "sluice._tools.finalization",
+    "ForcePlan": "sluice._tools.preparation",
+    "Prepared": "sluice._tools.preparation",
+    "prepare": "sluice._tools.preparation",
+    "PartialJson": "sluice._tools.repair",
+    "Repaired": "sluice._tools.repair",
+    "RepairError": "sluice._tools.repair",
+    "parse_partial": "sluice._tools.repair",
+    "repair_arguments": "sluice._tools.repair",
+    "repair_json": "sluice._tools.repair",
+    "inline_refs": "sluice._tools.schema",
+    "strict_schema": "sluice._tools.schema",
+    "tool_union_schema": "sluice._tools.schema",
+    "StreamingArguments": "sluice._tools.streaming",
 }
 
 
@@ -122,7 +122,7 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 

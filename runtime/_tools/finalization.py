@@ -29,10 +29,10 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import orjson
 
+from .._capabilities import ToolChoiceMode, override_hint
 from .._errors import ToolCallError
 from .._messages import ContentPart, Message, SpecificTool, ToolCall
 from .._protocols.base import AttemptOutput
-from .capabilities import ToolChoiceMode, override_hint
 from .preparation import ForcePlan, Prepared, reply_shape
 from .repair import RepairError, repair_arguments, repair_json
 

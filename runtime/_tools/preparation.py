@@ -30,9 +30,9 @@ from typing import Any, Literal
 import attrs
 import orjson
 
+from .._capabilities import ToolCapabilities, ToolOptions, choice_mode
 from .._errors import ConfigError
 from .._messages import ChatRequest, Message, ResponseFormat, SpecificTool, TextPart, Tool
-from .capabilities import ToolCapabilities, ToolOptions, choice_mode
 from .schema import tool_union_schema, union_response_format
 
 __all__ = ["ForcePlan", "Prepared", "prepare", "reply_shape"]

@@ -2,7 +2,7 @@
 
 Base URLs carry the protocol's version prefix, because the codecs append only the operation
 (``/chat/completions``, ``/messages``, ``/models/{m}:generateContent``, ``/api/chat``). Tool
-capabilities follow :func:`sluice._tools.capabilities.capabilities_for` for the names it knows
+capabilities follow :func:`sluice._capabilities.capabilities_for` for the names it knows
 and the protocol's assumption for the others, so the two never disagree about an OpenAI-
 protocol provider. Quirks are set only where a server is known to need them.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from .._capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI, WITHOUT_TOOLS
 from .._protocols.quirks import RequestQuirks
-from .._tools.capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI, WITHOUT_TOOLS
 from ._definition import ModelInfo, ProviderDefinition, models
 
 if TYPE_CHECKING:

@@ -15,16 +15,16 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .._checks import check_env_name, check_env_names, check_http_url
-from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Record
-from .._tools.capabilities import (
+from .._capabilities import (
     ANTHROPIC,
     GEMINI,
     OLLAMA,
     OPENAI_COMPATIBLE_CUSTOM,
     ToolCapabilities,
 )
+from .._checks import check_env_name, check_env_names, check_http_url
+from .._protocols.quirks import NO_QUIRKS, RequestQuirks
+from .._record import Record
 
 __all__ = [
     "AUTH_STYLES",

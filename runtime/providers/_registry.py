@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from .._capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
 from .._config import (
     BreakerConfig,
     ProviderConfig,
@@ -27,7 +28,6 @@ from .._errors import ConfigError
 from .._messages import Deadlines
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
 from .._record import Record
-from .._tools.capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
 from ._builtins import BUILTIN_BY_ID, BUILTINS
 from ._definition import (
     DEFAULT_AUTH,

@@ -26,18 +26,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._app import Headers as Headers
     from ._app import SimResponse as SimResponse
     from ._app import SimulatedDisconnect as SimulatedDisconnect
     from ._app import SimulatedReset as SimulatedReset
     from ._app import SimulatorApp as SimulatorApp
     from ._config import SimulatorConfig as SimulatorConfig
+    from ._directives import Directive as Directive
     from ._directives import parse_directive as parse_directive
+    from ._server import Draining as Draining
     from ._server import run_simulator as run_simulator
     from ._server import serve_connection as serve_connection
     from ._server import serve_simulator as serve_simulator
     from ._transport import mock_transport as mock_transport
 
 __all__ = [
+    "Directive",
+    "Draining",
+    "Headers",
     "SimResponse",
     "SimulatedDisconnect",
     "SimulatedReset",
@@ -51,6 +57,9 @@ __all__ = [
 ]
 
 _HOMES = {
+    "Headers": "_app",
+    "Draining": "_server",
+    "Directive": "_directives",
     "SimResponse": "_app",
     "SimulatedDisconnect": "_app",
     "SimulatedReset": "_app",

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 from attrs.validators import deep_iterable, ge, gt, instance_of, optional
 
-from .._tools.capabilities import WITHOUT_TOOLS, ToolCapabilities
+from .._capabilities import WITHOUT_TOOLS, ToolCapabilities
 from ._directives import parse_directive
 
 __all__ = ["DEFAULT_MODELS", "SimulatorConfig"]

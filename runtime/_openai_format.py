@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from .._errors import ConfigError
-from .._messages import (
+from ._errors import ConfigError
+from ._messages import (
     ChatRequest,
     ChatResult,
     ContentPart,

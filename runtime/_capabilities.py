@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, get_args
 import attrs
 from attrs.validators import ge
 
-from .._messages import SpecificTool, ToolChoice
-from .._record import Record
+from ._record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from ._messages import ToolChoice
 
 __all__ = [
     "ALL_MODES",
@@ -66,7 +67,9 @@ def _optional_modes(value: Iterable[str] | None) -> frozenset[ToolChoiceMode] | 
 
 def choice_mode(choice: ToolChoice) -> ToolChoiceMode:
     """The mode a ``tool_choice`` value uses (``specific`` for a named tool)."""
-    return "specific" if isinstance(choice, SpecificTool) else choice
+    # A named tool is the one choice that is not a plain string (a SpecificTool): testing for
+    # the string keeps this module free of the chat model, which imports it.
+    return choice if isinstance(choice, str) else "specific"
 
 
 @attrs.frozen(kw_only=True, repr=False)
