@@ -952,6 +952,8 @@ async def open_runtime(
                 catch_bugs=catch_bugs,
                 quota_store=shared,
                 ledger_store=ledger_store,
+                hooks=hooks,
+                tracer_provider=tracer_provider,
             ) as rt:
                 yield rt
             return

@@ -106,3 +106,16 @@ async def test_call_records_hold_a_summary_and_never_the_key(autojump_clock):
     assert record.outcome == "ok" and record.error is None
     assert record.usage == result.usage and record.duration == result.timings.total
     assert "sk-very-secret" not in repr(record)
+
+
+async def test_hooks_still_run_when_the_quotas_live_in_redis(redis_url):
+    """A store named by the config (not passed in) reopens the runtime over it: the hooks (and
+    the tracer) must come along, not be dropped on the way."""
+    records: list[CallRecord] = []
+    cfg = RuntimeConfig(store=redis_url, store_prefix="hooks-through-redis")
+    with trio.fail_after(30):
+        async with sluice.open_runtime(
+            cfg, transport=mock_transport(), hooks=Hooks(on_call_end=records.append)
+        ) as rt:
+            result = await rt.chat("sim:sim-small", "hello")
+    assert [r.call_id for r in records] == [result.call_id]

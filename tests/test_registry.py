@@ -15,7 +15,7 @@ from sluice._messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
 from sluice._protocols import codec_for
 from sluice._protocols.openai import OpenAICodec
 from sluice._protocols.quirks import NO_QUIRKS, RequestQuirks
-from sluice._tools import capabilities as caps
+from sluice import _capabilities as caps
 from sluice.providers._builtins import BUILTIN_BY_ID, BUILTINS
 from sluice.providers._codec import provider_codec
 from sluice.providers._definition import ProviderDefinition, models
