@@ -25,6 +25,7 @@ class AioDoor:
 
     def __init__(self, config: sluice.RuntimeConfig, *, uvloop: bool = False) -> None:
 
+        self.loop: asyncio.AbstractEventLoop
         if uvloop:
             import uvloop as _uvloop
 

@@ -38,11 +38,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 _END = b"0\r\n\r\n"
@@ -182,7 +185,9 @@ def sluice_gateway(upstream: str, workers: int, scratch: Path):
 
 
 @contextlib.contextmanager
-def litellm_proxy(litellm: str, upstream: str, workers: int, scratch: Path, port: int):
+def litellm_proxy(
+    litellm: str, upstream: str, workers: int, scratch: Path, port: int
+) -> Iterator[tuple[int, int, str, str]]:
     config = scratch / f"litellm-{workers}.yaml"
     config.write_text(
         "model_list:\n"

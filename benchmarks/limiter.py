@@ -64,7 +64,7 @@ from ._harness import API_KEY, machine_busy_s, versions
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from sluice._limits.store import TooLarge, WindowSpec
+    from sluice._limits.store import BudgetAsk, BudgetRefused, TooLarge, WindowSpec
     from sluice.simulator import SimResponse
     from sluice.simulator._app import Headers
 
@@ -229,9 +229,16 @@ class RecordingStore(MemoryQuotaStore):
         self._of: dict[int, int] = {}
 
     async def reserve(
-        self, key: str, specs: Sequence[WindowSpec], cost: Cost, now: float
-    ) -> Reservation | TooLarge | float:
-        reserved = await super().reserve(key, specs, cost, now)
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
+        reserved = await super().reserve(key, specs, cost, now, caps=caps, budget=budget)
         if isinstance(reserved, Reservation) and cost.requests:
             number = next(self._ids)
             self.admitted[number] = now

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import trio
@@ -71,7 +71,9 @@ def _server_cpu(url: str) -> float:
 
         async with coredis.Redis.from_url(url, decode_responses=True) as client:
             info = await client.info("cpu")
-            return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+            sys_s = cast("str | float", info["used_cpu_sys"])
+            user_s = cast("str | float", info["used_cpu_user"])
+            return float(sys_s) + float(user_s)
 
     return trio.run(read)
 

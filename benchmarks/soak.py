@@ -121,7 +121,9 @@ def open_fds() -> int:
 
 def trio_tasks() -> int:
     count = 0
-    pending = [trio.lowlevel.current_root_task()]
+    root = trio.lowlevel.current_root_task()
+    assert root is not None  # called from inside trio.run
+    pending = [root]
     while pending:
         task = pending.pop()
         count += 1

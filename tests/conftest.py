@@ -35,7 +35,7 @@ def _no_ledger_file(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def redis_url(tmp_path_factory: pytest.TempPathFactory):
     """A ``redis-server`` shared by the session's tests (each test uses its own key prefix)."""
     from tests.redis_server import RedisServer
 
@@ -46,7 +46,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
 
 
 @pytest.fixture
-def redis_server(tmp_path):  # type: ignore[no-untyped-def]
+def redis_server(tmp_path):
     """A ``redis-server`` of the test's own, which the test may stop and start again."""
     from tests.redis_server import RedisServer
 

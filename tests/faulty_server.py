@@ -31,6 +31,11 @@ BAD_GATEWAY = (
 )
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """Resets we caused ourselves: nothing to report."""
+
+
 class FaultyServer:
     """Start with ``with FaultyServer(...) as server:``; ``server.url`` is its ``/v1`` base."""
 
@@ -43,14 +48,14 @@ class FaultyServer:
         self.faults: dict[str, int] = {}
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
-        self._httpd.handle_error = lambda request, address: None  # resets we caused ourselves
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}/v1"
 
     def __enter__(self) -> FaultyServer:

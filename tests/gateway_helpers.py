@@ -45,7 +45,9 @@ class Harness:
 
         self.client = FastTransport(open_stream=open_stream, max_connections=1000)
 
-    def connect(self) -> trio.testing.MemoryStapledStream:  # type: ignore[type-arg]
+    def connect(
+        self,
+    ) -> trio.StapledStream[trio.testing.MemorySendStream, trio.testing.MemoryReceiveStream]:
         """A new raw connection to the gateway."""
         client, server = trio.testing.memory_stream_pair()
         self.nursery.start_soon(self.server.serve_connection, server)

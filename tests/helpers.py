@@ -123,8 +123,9 @@ class Recorder(httpx.AsyncBaseTransport):
         response = await self.inner.handle_async_request(request)
         index = len(self.closed_early)
         self.closed_early.append(False)
-        inner = response.stream
-        assert isinstance(inner, httpx.AsyncByteStream)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        inner: httpx.AsyncByteStream = stream
         recorder = self
 
         class Stream(httpx.AsyncByteStream):

@@ -36,7 +36,10 @@ def test_the_request_names_the_deployment_the_version_and_sends_the_key_as_api_k
     spec = resolve_provider("azure-openai", azure(), environ={})
     request = ChatRequest(model="azure-openai:gpt-4o-prod", messages="hi", max_tokens=5)
     built = provider_codec(spec).build_request(
-        request, base_url=spec.base_url or "", api_key=spec.api_key, headers=spec.headers
+        request,
+        base_url=spec.base_url or "",
+        api_key=spec.api_key.reveal() if spec.api_key else None,
+        headers=spec.headers,
     )
     assert built.method == "POST"
     assert (
@@ -55,7 +58,10 @@ def test_a_deployment_name_is_quoted_into_the_path():
     spec = resolve_provider("azure-openai", azure(), environ={})
     request = ChatRequest(model="azure-openai:my deploy", messages="hi")
     built = provider_codec(spec).build_request(
-        request, base_url=spec.base_url or "", api_key=spec.api_key, headers=spec.headers
+        request,
+        base_url=spec.base_url or "",
+        api_key=spec.api_key.reveal() if spec.api_key else None,
+        headers=spec.headers,
     )
     assert "/openai/deployments/my%20deploy/chat/completions?" in built.url
 
@@ -66,7 +72,10 @@ def test_without_api_version_the_v1_api_keeps_openai_paths():
     )
     request = ChatRequest(model="azure-openai:gpt-4o", messages="hi")
     built = provider_codec(spec).build_request(
-        request, base_url=spec.base_url or "", api_key=spec.api_key, headers=spec.headers
+        request,
+        base_url=spec.base_url or "",
+        api_key=spec.api_key.reveal() if spec.api_key else None,
+        headers=spec.headers,
     )
     assert built.url == f"{ROOT}/openai/v1/chat/completions"
     assert dict(built.headers)["api-key"] == KEY

@@ -107,7 +107,7 @@ def test_an_outage_mid_batch_is_waited_out_within_the_budget(tmp_path, capsys, d
         def break_it() -> None:
             while server.requests < 100:
                 time.sleep(0.01)
-            server.down = down  # type: ignore[assignment]
+            server.down = down
             before = server.requests
             time.sleep(outage)
             seen.append(server.requests - before)

@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import time
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
@@ -22,6 +23,9 @@ from sluice._jobs.batch import run_batch
 from sluice._jobs.batch_lines import redo_line
 
 from .helpers import SLUICE, sim_process
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 GUARD = 30
 TIMEOUT = 60
@@ -55,7 +59,7 @@ def whole_lines(path) -> list[dict]:
     return [orjson.loads(line) for line in data.splitlines()]
 
 
-def count_lines(path) -> int:
+def count_lines(path: Path) -> int:
     try:
         return path.read_bytes().count(b"\n")
     except FileNotFoundError:
@@ -80,7 +84,7 @@ def wait_for_lines(proc: subprocess.Popen[bytes], out, n: int) -> int:
 
 def ok_line(custom_id: str) -> bytes:
     body = {"object": "chat.completion", "choices": [{"message": {"content": "old"}}]}
-    data = {"id": "batch_req_old", "custom_id": custom_id, "error": None}
+    data: dict[str, Any] = {"id": "batch_req_old", "custom_id": custom_id, "error": None}
     data["response"] = {"status_code": 200, "request_id": None, "body": body}
     return orjson.dumps(data) + b"\n"
 

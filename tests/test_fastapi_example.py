@@ -87,7 +87,7 @@ async def _client(http: httpx.AsyncClient, base: str, i: int) -> dict[str, Any] 
     params: dict[str, Any] = {"prompt": f"client {i}"}
     if not leaver:
         params["max_tokens"] = 20
-    texts = []
+    texts: list[str] = []
     async with http.stream("GET", f"{base}/chat", params=params) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")

@@ -6,7 +6,7 @@ import pytest
 import trio
 
 from sluice._gateway import GatewaySettings, KeyRing, issue_key, revoke_key
-from sluice._gateway.vkeys import hash_token, load_keys, save_keys
+from sluice._gateway.vkeys import VirtualKey, hash_token, load_keys, save_keys
 from sluice._ledger.store import MemoryLedgerStore
 
 from .gateway_helpers import ANTHROPIC, chat_body, gateway_harness, messages_body
@@ -14,7 +14,8 @@ from .helpers import virtual_deadline
 
 
 def _ring(**specs):
-    keys, tokens = {}, {}
+    keys: dict[str, VirtualKey] = {}
+    tokens: dict[str, str] = {}
     for name, limits in specs.items():
         key, token = issue_key(keys, name, now=0.0, **limits)
         keys[name] = key

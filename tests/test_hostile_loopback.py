@@ -29,7 +29,7 @@ MiB = 1024 * 1024
 class Loopback:
     """A raw TCP server on 127.0.0.1 that runs ``behaviour`` on each connection."""
 
-    def __init__(self, behaviour) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, behaviour) -> None:
         self.behaviour = behaviour
         self.sent = 0
         self.requests = 0
@@ -78,7 +78,7 @@ async def endless_line(server: Loopback, stream: trio.SocketStream) -> None:
         await server.send(stream, block)
 
 
-def sends(data: bytes):  # type: ignore[no-untyped-def]
+def sends(data: bytes):
     async def behaviour(server: Loopback, stream: trio.SocketStream) -> None:
         await server.send(stream, data)
         await trio.sleep(30)

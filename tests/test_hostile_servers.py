@@ -10,6 +10,7 @@ are not.
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 import orjson
 import pytest
@@ -211,7 +212,8 @@ async def test_an_endless_line_is_refused_at_its_limit_and_not_retried(
 ):
     server = Hostile(nursery, endless_line(prefix))
     transport = FastTransport(open_stream=server.open_stream, trust_env=False)
-    cfg = hostile_config(**{limit: 2 * MiB})
+    limits: dict[str, Any] = {limit: 2 * MiB}
+    cfg = hostile_config(**limits)
     async with sluice.open_runtime(cfg, transport=transport) as rt:
         error = await call(rt)
     assert isinstance(error, sluice.ProtocolError)

@@ -193,7 +193,10 @@ def test_a_plugins_key_env_string_is_refused_not_split_into_letters():
         )
     with pytest.raises(ValueError, match="key_env: expected a list of environment variable"):
         ProviderDefinition(
-            id="acme", display_name="Acme", base_url="https://a.example/v1", key_env="ACME_KEY"
+            id="acme",
+            display_name="Acme",
+            base_url="https://a.example/v1",
+            key_env="ACME_KEY",  # type: ignore[arg-type]
         )
     with pytest.raises(ValueError, match="'_' is not an environment variable name"):
         ProviderDefinition(
@@ -225,7 +228,10 @@ def test_base_urls_are_http_with_a_host_and_a_real_port(url, problem):
     from sluice._checks import http_url_problem
 
     found = http_url_problem(url)
-    assert found is None if problem is None else problem in found
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 import pytest
 import trio
@@ -12,6 +14,9 @@ from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 MODEL = "sim:sim-small"
 
@@ -120,7 +125,7 @@ async def test_drain_stops_new_calls_and_waits_for_those_in_flight(autojump_cloc
     ):
         if True:
             for i in range(5):
-                nursery.start_soon(lambda i=i: _append(results, rt.chat(MODEL, f"call {i}")))
+                nursery.start_soon(_append, results, rt.chat(MODEL, f"call {i}"))
             await trio.sleep(0.5)
             assert not await rt.drain(timeout=1.0)  # the calls need about 3 s
             assert rt.draining
@@ -133,7 +138,7 @@ async def test_drain_stops_new_calls_and_waits_for_those_in_flight(autojump_cloc
             assert (await rt.statistics()).calls_in_flight == 0
 
 
-async def _append(results: list, call) -> None:
+async def _append(results: list[sluice.ChatResult], call: Awaitable[sluice.ChatResult]) -> None:
     results.append(await call)
 
 

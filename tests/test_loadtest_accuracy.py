@@ -28,7 +28,7 @@ import os
 import random
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
@@ -105,7 +105,8 @@ def run(tmp_path, url: str, name: str, *flags: str) -> dict:
         ]
     )
     assert code == 0
-    return orjson.loads(out.read_bytes())
+    report: dict[Any, Any] = orjson.loads(out.read_bytes())
+    return report
 
 
 def prompts(seed: int, count: int) -> list[str]:

@@ -298,6 +298,7 @@ def test_sim_second_ctrl_c_exits_at_once(tmp_path):
         proc.send_signal(signal.SIGINT)
         # A drain of 600 s, a stream of 100 s: returning at all shows it did not wait.
         assert proc.wait(timeout=TIMEOUT) == 130
+        assert proc.stderr is not None
         assert "exiting now" in proc.stderr.read()
         with pytest.raises(httpx.HTTPError):
             list(lines)

@@ -7,6 +7,7 @@ the simulator."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import httpx
 import orjson
@@ -49,8 +50,9 @@ async def run_recorded(test: LoadTest, config: SimulatorConfig | None = None):
     return run, seen
 
 
-def words(body: dict) -> list[str]:
-    return body["messages"][-1]["content"].split()
+def words(body: dict[str, Any]) -> list[str]:
+    content: str = body["messages"][-1]["content"]
+    return content.split()
 
 
 @virtual_deadline(600)
@@ -69,7 +71,7 @@ async def test_multi_turn_sessions_carry_the_history(autojump_clock):
     by_key = {(r.session, r.turn): r for r in run.records}
     assert sorted(by_key) == [(s, t) for s in range(4) for t in range(3)]
     # Each body extends an earlier one of the same session by the reply and a new message.
-    by_first = {}
+    by_first: dict[str, list[list[dict[str, Any]]]] = {}
     for body in seen:
         messages = body["messages"]
         by_first.setdefault(messages[0]["content"], []).append(messages)

@@ -17,19 +17,22 @@ from sluice.simulator import SimulatorConfig, mock_transport
 MODEL = "sim:sim-small"
 
 
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    found = {}
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def samples(text: str) -> Samples:
+    found: Samples = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             found[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return found
 
 
-def value(found, name: str, **labels: str) -> float:
+def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def total(found, name: str, **labels: str) -> float:
+def total(found: Samples, name: str, **labels: str) -> float:
     """Sum over every sample of ``name`` whose labels include ``labels``."""
     return sum(
         v

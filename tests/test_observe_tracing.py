@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 import trio.lowlevel
@@ -18,6 +20,28 @@ from sluice._config import ProviderConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.util.types import AnyValue
+
+
+def attrs(item: ReadableSpan | Event) -> Mapping[str, AnyValue]:
+    """A span's or an event's attributes, which the SDK always records (never ``None``)."""
+    assert item.attributes is not None
+    return item.attributes
+
+
+def start(span: ReadableSpan) -> int:
+    assert span.start_time is not None
+    return span.start_time
+
+
+def end(span: ReadableSpan) -> int:
+    assert span.end_time is not None
+    return span.end_time
 
 
 def tracing() -> tuple[object, InMemorySpanExporter]:
@@ -44,13 +68,15 @@ async def test_a_call_retried_once_is_one_span_with_two_attempt_children(autojum
 
     spans = exporter.get_finished_spans()
     (call,) = [s for s in spans if s.parent is None]
-    attempts = sorted((s for s in spans if s.parent is not None), key=lambda s: s.start_time)
+    attempts = sorted((s for s in spans if s.parent is not None), key=start)
     assert len(spans) == 3 and len(attempts) == 2
-    assert all(s.parent.span_id == call.context.span_id for s in attempts)
-    assert all(s.context.trace_id == call.context.trace_id for s in attempts)
+    assert call.context is not None
+    assert all(s.parent is not None and s.parent.span_id == call.context.span_id for s in attempts)
+    trace_id = call.context.trace_id
+    assert all(s.context is not None and s.context.trace_id == trace_id for s in attempts)
 
     assert call.name == "chat sim-small" and call.kind is SpanKind.CLIENT
-    a = call.attributes
+    a = attrs(call)
     assert a["gen_ai.operation.name"] == "chat"
     assert a["gen_ai.system"] == "sim"
     assert a["gen_ai.request.model"] == "sim-small"
@@ -63,20 +89,20 @@ async def test_a_call_retried_once_is_one_span_with_two_attempt_children(autojum
     assert a["sluice.call_id"] == result.call_id
     assert call.status.status_code is StatusCode.UNSET
     assert [e.name for e in call.events] == ["sluice.retry"]
-    assert call.events[0].attributes["error.type"] == "ServerError"
-    assert call.events[0].attributes["sluice.attempt"] == 2
+    assert attrs(call.events[0])["error.type"] == "ServerError"
+    assert attrs(call.events[0])["sluice.attempt"] == 2
 
     first, second = attempts
     assert first.name == "attempt 1" and second.name == "attempt 2"
-    assert first.attributes["error.type"] == "ServerError"
-    assert first.attributes["sluice.outcome"] == "error"
+    assert attrs(first)["error.type"] == "ServerError"
+    assert attrs(first)["sluice.outcome"] == "error"
     assert first.status.status_code is StatusCode.ERROR
-    assert second.attributes["sluice.outcome"] == "ok"
-    assert "gen_ai.usage.output_tokens" not in second.attributes  # the call span has it
-    assert "error.type" not in second.attributes
+    assert attrs(second)["sluice.outcome"] == "ok"
+    assert "gen_ai.usage.output_tokens" not in attrs(second)  # the call span has it
+    assert "error.type" not in attrs(second)
     # The retry waited out its backoff between the two attempts, inside the call's span.
-    assert call.start_time <= first.start_time < first.end_time < second.start_time
-    assert second.end_time <= call.end_time
+    assert start(call) <= start(first) < end(first) < start(second)
+    assert end(second) <= end(call)
 
 
 @virtual_deadline(60)
@@ -93,12 +119,12 @@ async def test_a_stream_reset_and_a_failed_call_show_on_the_call_span(autojump_c
         with pytest.raises(sluice.BadRequest):
             await rt.chat("sim:sim-small", "bad")
     roots = [s for s in exporter.get_finished_spans() if s.parent is None]
-    reset, failed = sorted(roots, key=lambda s: s.start_time)
+    reset, failed = sorted(roots, key=start)
     assert [e.name for e in reset.events] == ["sluice.stream_reset", "sluice.retry"]
-    assert reset.events[0].attributes["error.type"] == "StreamBroken"
+    assert attrs(reset.events[0])["error.type"] == "StreamBroken"
     assert failed.status.status_code is StatusCode.ERROR
-    assert failed.attributes["error.type"] == "BadRequest"
-    assert failed.attributes["sluice.outcome"] == "error"
+    assert attrs(failed)["error.type"] == "BadRequest"
+    assert attrs(failed)["sluice.outcome"] == "error"
 
 
 async def test_tracing_off_by_default_starts_no_span(autojump_clock):

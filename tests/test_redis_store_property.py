@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import uuid
+from typing import cast
 
 import attrs
 import coredis
@@ -22,7 +23,14 @@ from hypothesis import strategies as st
 from sluice._limits.cost import Cost
 from sluice._limits.headers import Learned
 from sluice._limits.redis_store import RedisQuotaStore
-from sluice._limits.store import MemoryQuotaStore, QuotaStore, Reservation, TooLarge, WindowSpec
+from sluice._limits.store import (
+    BudgetRefused,
+    MemoryQuotaStore,
+    QuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 
 
 @attrs.frozen
@@ -113,7 +121,7 @@ async def replay(store: QuotaStore, workload: Workload) -> list[tuple[object, ..
         elif kind == "redate":
             await store.redate(data, now)  # type: ignore[arg-type]
         elif kind == "end":
-            reservation, actual = data  # type: ignore[misc]
+            reservation, actual = cast("tuple[Reservation, Cost | None]", data)
             await store.settle(reservation, actual if actual is not None else Cost(0, 0, 0))
             await store.end(reservation)
         elif kind == "retry" and data != retry_at:
@@ -131,6 +139,7 @@ async def replay(store: QuotaStore, workload: Workload) -> list[tuple[object, ..
                 log.append(("too large", index, now, got.dimension, got.amount, got.limit))
                 waiting.pop(0)
                 continue
+            assert not isinstance(got, BudgetRefused)  # the replay asks no budget
             if not isinstance(got, Reservation):
                 retry_at = now + got
                 heapq.heappush(events, (retry_at, next(seq), "retry", retry_at))

@@ -9,13 +9,13 @@ import orjson
 import pytest
 
 import sluice
+from sluice import _capabilities as caps
 from sluice._config import ModelConfig, ProviderConfig, QuirksConfig, RuntimeConfig, Secret
 from sluice._errors import ConfigError
 from sluice._messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
 from sluice._protocols import codec_for
 from sluice._protocols.openai import OpenAICodec
 from sluice._protocols.quirks import NO_QUIRKS, RequestQuirks
-from sluice import _capabilities as caps
 from sluice.providers._builtins import BUILTIN_BY_ID, BUILTINS
 from sluice.providers._codec import provider_codec
 from sluice.providers._definition import ProviderDefinition, models

@@ -46,7 +46,7 @@ def test_least_busy_spreads_ties_evenly():
 def test_weighted_follows_the_weights():
     g = ModelGroup(
         deployments=[{"model": A, "weight": 1}, {"model": B, "weight": 3}], strategy="weighted"
-    )  # type: ignore[list-item]
+    )
     r = GroupRouter(g, [(1.0, 60.0, None)] * 2, random.Random(1))
     counts = Counter(r.choose(0.0) for _ in range(4000))
     assert counts[1] / 4000 == pytest.approx(0.75, abs=0.03)
@@ -82,7 +82,7 @@ def test_lowest_latency_moves_when_the_fastest_slows_down():
 def test_most_headroom_picks_the_largest_share_left_of_the_window():
     g = ModelGroup(deployments=[A, B], strategy="most-headroom")
     r = GroupRouter(g, [(1.0, 60.0, 60), (2.0, 60.0, 120)], random.Random(0))
-    picks = Counter()
+    picks: Counter[int] = Counter()
     for t in range(90):
         i = r.choose(float(t) / 10)
         assert i is not None

@@ -153,7 +153,9 @@ async def test_disconnect_after_three_chunks_resets_the_stream_then_completes(au
     after = [e for e in events[reset_at:] if isinstance(e, TextDelta)]
     assert len(before) == 2  # the 3rd data chunk is the role chunk + 2 words of text
     assert kinds[reset_at + 1] == "Retrying"
-    assert isinstance(events[reset_at + 1].error, sluice.StreamBroken)
+    retrying = events[reset_at + 1]
+    assert isinstance(retrying, Retrying)
+    assert isinstance(retrying.error, sluice.StreamBroken)
     assert kinds[-1] == "Completed"
     result = call.result
     assert result is not None and result.attempts == 2

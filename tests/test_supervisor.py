@@ -4,6 +4,7 @@ and budget, deadlines, mid-stream restarts, fallbacks, the circuit breaker, cras
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import attrs
 import httpx
@@ -14,10 +15,22 @@ import sluice
 from sluice import CallError, ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
 from sluice._config import BreakerConfig, ProviderConfig
 from sluice._events import FallingBack, Retrying, StreamReset
-from sluice._limits.store import MemoryQuotaStore
+from sluice._limits.store import (
+    BudgetAsk,
+    BudgetRefused,
+    MemoryQuotaStore,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 from .helpers import Recorder, collect, virtual_deadline
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sluice._limits.cost import Cost
 
 NO_JITTER = RetryConfig(jitter=0.0)
 
@@ -262,11 +275,20 @@ class CrashingStore(MemoryQuotaStore):
         self.crash_on = crash_on
         self.calls = 0
 
-    async def reserve(self, key, specs, cost, now):
+    async def reserve(
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        *,
+        caps: tuple[int | None, int | None] = (None, None),
+        budget: BudgetAsk | None = None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
         self.calls += 1
         if self.calls in self.crash_on:
             raise RuntimeError("injected limiter crash")
-        return await super().reserve(key, specs, cost, now)
+        return await super().reserve(key, specs, cost, now, caps=caps, budget=budget)
 
 
 @virtual_deadline(60)

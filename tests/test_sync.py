@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -209,7 +209,7 @@ def test_ctrl_c_in_the_block_stops_the_calls_in_flight_and_the_thread(
     sim: WatchedSimulator,
 ) -> None:
     pool = ThreadPoolExecutor(8)
-    calls = []
+    calls: list[Future[sluice.ChatResult]] = []
 
     def interrupted() -> None:
         with sluice.sync.open_runtime(config(sim)) as rt:
