@@ -123,6 +123,15 @@ class GroupRouter:
     def index(self, model: str) -> int:
         return self.models.index(model)
 
+    def usable(self, now: float, blocked: Callable[[int], bool] | None = None) -> list[int]:
+        """The deployments not cooling down and not ``blocked``, in the group's order."""
+        cool = self.cool_until
+        return [
+            i
+            for i in range(len(self.models))
+            if now >= cool[i] and not (blocked is not None and blocked(i))
+        ]
+
     def choose(
         self,
         now: float,
@@ -130,6 +139,7 @@ class GroupRouter:
         blocked: Callable[[int], bool] | None = None,
         exclude: Collection[int] = (),
         affinity: str | None = None,
+        candidates: list[int] | None = None,
     ) -> int | None:
         """The deployment for the next attempt, or None when none is usable.
 
@@ -137,13 +147,8 @@ class GroupRouter:
         down after a 429, and not ``blocked`` (its circuit breaker is open). With an
         ``affinity`` key, the deployment that key went to last, while it stays usable.
         """
-        candidates = [
-            i
-            for i in range(len(self.models))
-            if i not in exclude
-            and now >= self.cool_until[i]
-            and not (blocked is not None and blocked(i))
-        ]
+        if candidates is None:
+            candidates = [i for i in self.usable(now, blocked) if i not in exclude]
         if not candidates:
             return None
         if affinity is not None:
@@ -288,22 +293,27 @@ class Routing:
         blocked: Callable[[int], bool] | None = None,
     ) -> tuple[str, ...]:
         """Every deployment of group ``name``, in the order the call should try them: the
-        strategy's choice first, then the others it would choose next, then those unusable
-        now (cooling down, breaker open) so a call that may wait still has somewhere to go.
-        The first is counted as in flight."""
+        strategy's choice first, then the other usable ones in the group's order after it (each
+        failover goes to the next, so failovers spread), then those unusable now (cooling down,
+        breaker open) so that a call that may wait still has somewhere to go. The first is
+        counted as in flight. One strategy decision per call: this is on every call's path."""
         router = self.routers[name]
-        key = affinity_key(request, router.group.affinity)
-        order: list[int] = []
-        while True:
-            chosen = router.choose(
-                now, blocked=blocked, exclude=order, affinity=None if order else key
-            )
-            if chosen is None:
-                break
-            order.append(chosen)
-        order.extend(i for i in range(len(router.models)) if i not in order)
-        router.started(order[0], now)
-        return tuple(router.models[i] for i in order)
+        key = (
+            affinity_key(request, router.group.affinity)
+            if router.group.affinity != "none"
+            else None
+        )
+        usable = router.usable(now, blocked)
+        chosen = router.choose(now, affinity=key, candidates=usable)
+        n = len(router.models)
+        if chosen is None:  # none usable: the first one's breaker or cooldown decides
+            chosen = 0
+        # The other usable ones from the choice on, so failovers spread; then the unusable.
+        rest = [(chosen + k) % n for k in range(1, n)]
+        order = [chosen, *(i for i in rest if i in usable), *(i for i in rest if i not in usable)]
+        router.started(chosen, now)
+        models = router.models
+        return tuple(models[i] for i in order)
 
     def moved(self, name: str, left: str, to: str, now: float, error: CallError | None) -> None:
         """A call left deployment ``left`` (after ``error``) for ``to``."""

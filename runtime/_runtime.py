@@ -586,8 +586,7 @@ class Runtime:
             return peers is not None and peers.breaker_open(specs[i], models[i], now)
 
         order = routing.order(name, request, now, blocked)
-        placed = attrs.evolve(request, model=order[0], fallbacks=(*order[1:], *request.fallbacks))
-        return placed, name, len(order)
+        return _routed(request, order), name, len(order)
 
     async def _open_cache(self) -> ResponseCache:
         from ._cache import ResponseCache  # only a runtime that caches loads the cache
@@ -867,6 +866,24 @@ class Runtime:
         file held when the runtime started); ``ledger.snapshot`` groups any other way."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
         return totals
+
+
+def _routed(request: ChatRequest, order: tuple[str, ...]) -> ChatRequest:
+    """``request`` sent to ``order[0]`` with the rest of ``order`` ahead of its own fallbacks.
+
+    A copy with two fields replaced, not ``attrs.evolve`` (which runs every converter and
+    validator of the request again, about 19 µs, most of a model group's cost per call) nor
+    ``copy.copy`` (15 µs): the values are ``provider:model`` strings the config checked.
+    """
+    routed = object.__new__(ChatRequest)
+    for name in _REQUEST_FIELDS:
+        object.__setattr__(routed, name, getattr(request, name))
+    object.__setattr__(routed, "model", order[0])
+    object.__setattr__(routed, "fallbacks", (*order[1:], *request.fallbacks))
+    return routed
+
+
+_REQUEST_FIELDS = tuple(a.name for a in attrs.fields(ChatRequest))
 
 
 def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
