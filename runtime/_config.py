@@ -27,7 +27,7 @@ from ._checks import check_env_name, check_http_url
 from ._errors import ConfigError
 from ._messages import Deadlines
 from ._record import Record
-from ._serde import EnvText, format_validation_error, get_converter
+from ._serde import EnvText, Secret, format_validation_error, get_converter
 
 __all__ = [
     "BreakerConfig",
@@ -62,21 +62,6 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 Generous: an image returned inline as base64 fits in one line."""
 MAX_EVENT_BYTES = 32 * 1024 * 1024
 """Default cap on the data of one SSE event (all its ``data:`` lines together)."""
-
-@attrs.frozen(repr=False)
-class Secret:
-    """An API key. Its repr and str never show the value; only :meth:`reveal` does."""
-
-    _value: str
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('********')"
-
-    __str__ = __repr__
-
 
 @attrs.frozen(kw_only=True, repr=False)
 class WindowLimit(Record):

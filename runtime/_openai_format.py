@@ -13,23 +13,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-import orjson
-
-from ._errors import ConfigError
+# The message and tool parsers (and their checks) live with the chat model, which takes OpenAI
+# dicts itself; this module renders and parses whole request and response bodies.
 from ._messages import (
     ChatRequest,
     ChatResult,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
     ResponseFormat,
     SpecificTool,
-    TextPart,
-    Tool,
-    ToolCall,
     ToolChoice,
+    _expect_dict,
+    _expect_list,
+    _expect_str,
+    _fail,
+    _integer,
+    _number,
+    parse_message,
+    parse_tool,
     split_model,
 )
 
@@ -37,6 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = ["parse_chat_body", "parse_message", "parse_tool", "render_chat_completion"]
+
+# The message and tool parsers live with the chat model, which takes OpenAI dicts itself.
 
 # Body keys that map onto ChatRequest fields (or are deliberately dropped); every other key is
 # passed through to the provider in ``extra_body``.
@@ -62,212 +63,6 @@ _MAPPED_KEYS = frozenset(
 )
 
 _OPENAI_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter"})
-
-
-def _fail(path: str, problem: str) -> ConfigError:
-    return ConfigError(f"{path}: {problem}")
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _expect_str(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, f"expected a string, got {_type_name(value)}")
-    return value
-
-
-def _expect_dict(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(path, f"expected an object, got {_type_name(value)}")
-    return value
-
-
-def _expect_list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _fail(path, f"expected an array, got {_type_name(value)}")
-    return value
-
-
-def _number(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"expected a number, got {_type_name(value)}")
-    return float(value)
-
-
-def _integer(value: Any, path: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, f"expected an integer, got {_type_name(value)}")
-    return value
-
-
-# ---- request body -> ChatRequest -------------------------------------------------------------
-
-
-def _text_of(content: Any, path: str) -> str:
-    """Content that may only hold text: a string or an array of ``text`` parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    texts = []
-    for i, part in enumerate(_expect_list(content, path)):
-        p = _expect_dict(part, f"{path}[{i}]")
-        if p.get("type") != "text":
-            raise _fail(
-                f"{path}[{i}].type", f"only 'text' parts are allowed here, got {p.get('type')!r}"
-            )
-        texts.append(_expect_str(p.get("text"), f"{path}[{i}].text"))
-    return "".join(texts)
-
-
-def _user_part(part: Any, path: str) -> ContentPart:
-    p = _expect_dict(part, path)
-    kind = p.get("type")
-    if kind == "text":
-        return TextPart(_expect_str(p.get("text"), f"{path}.text"))
-    if kind == "image_url":
-        image = p.get("image_url")
-        if isinstance(image, str):  # some clients send the URL directly
-            return ImagePart(url=image)
-        img = _expect_dict(image, f"{path}.image_url")
-        detail = img.get("detail")
-        if detail not in (None, "auto", "low", "high"):
-            raise _fail(f"{path}.image_url.detail", "expected 'auto', 'low' or 'high'")
-        return ImagePart(url=_expect_str(img.get("url"), f"{path}.image_url.url"), detail=detail)
-    if kind == "file":
-        f = _expect_dict(p.get("file"), f"{path}.file")
-        data, file_id = f.get("file_data"), f.get("file_id")
-        if data is None and file_id is None:
-            raise _fail(f"{path}.file", "needs 'file_data' or 'file_id'")
-        media_type = None
-        if isinstance(data, str) and data.startswith("data:") and ";base64," in data:
-            header, _, data = data.partition(";base64,")
-            media_type = header.removeprefix("data:") or None
-        return FilePart(
-            data=None if data is None else _expect_str(data, f"{path}.file.file_data"),
-            media_type=media_type,
-            name=None
-            if f.get("filename") is None
-            else _expect_str(f["filename"], f"{path}.file.filename"),
-            file_id=None if file_id is None else _expect_str(file_id, f"{path}.file.file_id"),
-        )
-    raise _fail(f"{path}.type", f"unsupported content part type {kind!r}")
-
-
-def _user_content(content: Any, path: str) -> tuple[ContentPart, ...]:
-    if isinstance(content, str):
-        return (TextPart(content),)
-    return tuple(_user_part(p, f"{path}[{i}]") for i, p in enumerate(_expect_list(content, path)))
-
-
-def _tool_call(value: Any, path: str) -> ToolCall:
-    call = _expect_dict(value, path)
-    if call.get("type", "function") != "function":
-        raise _fail(
-            f"{path}.type", f"only 'function' tool calls are supported, got {call.get('type')!r}"
-        )
-    fn = _expect_dict(call.get("function"), f"{path}.function")
-    arguments = fn.get("arguments", "{}")
-    if not isinstance(arguments, str):  # tolerate an already parsed object
-        arguments = orjson.dumps(arguments).decode()
-    return ToolCall(
-        id=_expect_str(call.get("id"), f"{path}.id"),
-        name=_expect_str(fn.get("name"), f"{path}.function.name"),
-        arguments=arguments,
-    )
-
-
-def _assistant(msg: Mapping[str, Any], path: str) -> Message:
-    parts: list[ContentPart] = []
-    reasoning = msg.get("reasoning_content")
-    if reasoning:
-        parts.append(ReasoningPart(text=_expect_str(reasoning, f"{path}.reasoning_content")))
-    content = msg.get("content")
-    if isinstance(content, list):
-        for i, part in enumerate(content):
-            p = _expect_dict(part, f"{path}.content[{i}]")
-            where = f"{path}.content[{i}]"
-            if p.get("type") == "text":
-                parts.append(TextPart(_expect_str(p.get("text"), f"{where}.text")))
-            elif p.get("type") == "refusal":
-                parts.append(TextPart(_expect_str(p.get("refusal"), f"{where}.refusal")))
-            else:
-                raise _fail(f"{where}.type", f"expected 'text' or 'refusal', got {p.get('type')!r}")
-    elif content is not None:
-        parts.append(TextPart(_expect_str(content, f"{path}.content")))
-    calls = msg.get("tool_calls") or []
-    for i, call in enumerate(_expect_list(calls, f"{path}.tool_calls")):
-        parts.append(_tool_call(call, f"{path}.tool_calls[{i}]"))
-    return Message("assistant", tuple(parts))
-
-
-def parse_message(value: Any, path: str = "message") -> Message:
-    """Read one OpenAI chat message dict.
-
-    ``developer`` is read as ``system``. Unknown keys on a message (``name``) are ignored.
-
-    Raises:
-        ConfigError: the role is missing or unknown, or a field has the wrong shape.
-    """
-    msg = _expect_dict(value, path)
-    role = msg.get("role")
-    if role in ("system", "developer"):
-        return Message.system(_text_of(msg.get("content"), f"{path}.content"))
-    if role == "user":
-        if "content" not in msg:
-            raise _fail(f"{path}.content", "a user message needs content")
-        return Message("user", _user_content(msg["content"], f"{path}.content"))
-    if role == "assistant":
-        return _assistant(msg, path)
-    if role == "tool":
-        return Message.tool(
-            _expect_str(msg.get("tool_call_id"), f"{path}.tool_call_id"),
-            _text_of(msg.get("content"), f"{path}.content"),
-        )
-    raise _fail(
-        f"{path}.role",
-        f"expected 'system', 'developer', 'user', 'assistant' or 'tool', got {role!r}",
-    )
-
-
-def parse_tool(value: Any, path: str = "tool") -> Tool:
-    """Read one OpenAI-format tool (``{"type": "function", "function": {...}}``).
-
-    Raises:
-        ConfigError: naming the field whose shape is wrong.
-    """
-    t = _expect_dict(value, path)
-    if t.get("type", "function") != "function":
-        raise _fail(f"{path}.type", f"only 'function' tools are supported, got {t.get('type')!r}")
-    fn = _expect_dict(t.get("function"), f"{path}.function")
-    strict = fn.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise _fail(f"{path}.function.strict", "expected a boolean")
-    parameters = fn.get("parameters", {"type": "object", "properties": {}})
-    return Tool(
-        name=_expect_str(fn.get("name"), f"{path}.function.name"),
-        description=_expect_str(fn.get("description", ""), f"{path}.function.description"),
-        parameters=_expect_dict(parameters, f"{path}.function.parameters"),
-        strict=strict,
-    )
 
 
 def _tool_choice(value: Any, path: str) -> ToolChoice | None:

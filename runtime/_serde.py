@@ -29,12 +29,33 @@ if TYPE_CHECKING:
 
     from cattrs.preconf.orjson import OrjsonConverter
 
-__all__ = ["EnvText", "format_validation_error", "get_converter", "unknown_keys_message"]
+__all__ = [
+    "EnvText",
+    "Secret",
+    "format_validation_error",
+    "get_converter",
+    "unknown_keys_message",
+]
 # ``converter`` is served lazily by __getattr__ below (kept for ``from sluice._serde import
 # converter``).
 
 _converter: OrjsonConverter | None = None
 
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """An API key. Its repr and str never show the value; only :meth:`reveal` does."""
+
+    _value: str
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
 
 def get_converter() -> OrjsonConverter:
     """The converter, built on first use: ``import sluice`` does not pay for cattrs."""
@@ -80,8 +101,6 @@ def _structure_tool_choice(value: Any, _: Any) -> Any:
 def _build() -> OrjsonConverter:
     from cattrs.preconf.orjson import make_converter
     from cattrs.strategies import configure_union_passthrough
-
-    from ._config import Secret
 
     converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
     converter.register_structure_hook(ContentPart, _structure_part)
@@ -150,8 +169,6 @@ def _no_string_for_a_list(type_: Any, converter: Any) -> Any:
 
 
 def _structure_secret(value: Any, _: Any) -> Any:
-    from ._config import Secret
-
     if not isinstance(value, str):
         raise ValueError("an API key must be a string")
     return Secret(str(value))

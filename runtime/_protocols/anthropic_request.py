@@ -52,8 +52,8 @@ from .._messages import (
     Tool,
     ToolCall,
     ToolResultPart,
+    is_temporary,
 )
-from .._tools.correct import is_temporary
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import arguments_object, to_json

@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._messages import ChatRequest, Message
+from .._messages import ChatRequest, TemporaryMessage, is_temporary, strip_temporary
 from .._record import Record
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
 
     from .._errors import ToolCallError
     from .preparation import Prepared
@@ -36,24 +35,6 @@ __all__ = [
 ]
 
 EMPTY_REPLY_NUDGE = "Your previous reply was empty. Please answer my last message again, in full."
-
-
-@attrs.frozen(repr=False)
-class TemporaryMessage(Message):
-    """A message added for one correction retry; it never belongs to the caller's history.
-
-    It is a :class:`~sluice._messages.Message` in every other way, so codecs send it as usual.
-    It never equals a plain ``Message`` with the same content.
-    """
-
-
-def is_temporary(message: Message) -> bool:
-    return isinstance(message, TemporaryMessage)
-
-
-def strip_temporary(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """``messages`` without the temporary ones, in the same order."""
-    return tuple(m for m in messages if not isinstance(m, TemporaryMessage))
 
 
 def correction_messages(error: ToolCallError, prepared: Prepared) -> tuple[TemporaryMessage, ...]:
