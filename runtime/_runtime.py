@@ -222,6 +222,21 @@ class MapOutcomes:
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
 
+    async def next_batch(self) -> list[MapOutcome] | None:
+        """The next outcome and every other one already there (one wake-up for a burst);
+        None once every request has its outcome. For the front doors, which pass outcomes to
+        another event loop or thread in batches."""
+        receive = self._receive
+        try:
+            batch = [await take(receive)]
+        except trio.EndOfChannel:
+            return None
+        while True:
+            try:
+                batch.append(receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return batch
+
 
 class _Providers:
     """Starts one ProviderActor per backend on first use, in the infrastructure nursery."""

@@ -175,14 +175,7 @@ async def _map_task(
     try:
         with outcomes._scope:
             async with rt.map(requests, max_in_flight=max_in_flight) as inner:
-                receive = inner._receive
-                async for first in inner:
-                    batch = [first]
-                    while True:
-                        try:
-                            batch.append(receive.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
+                while (batch := await inner.next_batch()) is not None:
                     await pipe.put(batch)
     except Exception as exc:
         outcomes._error = exc
