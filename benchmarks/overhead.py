@@ -171,6 +171,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="write cProfile stats of the measured sluice (fast transport) phases to PATH",
     )
     p.add_argument(
+        "--cprofile-side",
+        default="sluice",
+        metavar="SIDE",
+        help="the side --cprofile profiles (default sluice; e.g. sluice_observed)",
+    )
+    p.add_argument(
         "--max-seconds", type=float, default=600.0, help="cap on one phase; the rest fail"
     )
     p.add_argument(
@@ -185,6 +191,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--observed",
         action="store_true",
         help="also measure sluice_observed: the runtime with metrics and tracing on",
+    )
+    p.add_argument(
+        "--observe",
+        choices=("both", "metrics", "tracing", "tracing-api"),
+        default="both",
+        help="what sluice_observed turns on: both (default), metrics or tracing alone, or "
+        "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK)",
     )
     a = p.parse_args(argv)
     if a.calls < 1 or a.concurrency < 1 or a.repeat < 1:
@@ -240,20 +253,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @asynccontextmanager
 async def _observed_runtime(
-    wanted: bool, config: sluice.RuntimeConfig
+    wanted: bool, config: sluice.RuntimeConfig, observe: str
 ) -> AsyncIterator[sluice.Runtime | None]:
-    """A runtime like the ``sluice`` side's with metrics and tracing on (None if not wanted)."""
+    """A runtime like the ``sluice`` side's with what ``observe`` names on (None if not
+    wanted)."""
     if not wanted:
         yield None
         return
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import NoOpTracerProvider
 
     observed = attrs.evolve(
         config,
-        metrics=sluice.MetricsConfig(enabled=True),
-        tracing=sluice.TracingConfig(enabled=True),
+        metrics=sluice.MetricsConfig(enabled=observe in ("both", "metrics")),
+        tracing=sluice.TracingConfig(enabled=observe != "metrics"),
     )
-    async with sluice.open_runtime(observed, tracer_provider=TracerProvider()) as rt:
+    # "tracing-api": sluice's own tracing work with the API's no-op provider, without the SDK's.
+    provider = NoOpTracerProvider() if observe == "tracing-api" else TracerProvider()
+    async with sluice.open_runtime(observed, tracer_provider=provider) as rt:
         yield rt
 
 
@@ -427,7 +444,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 door = await trio.to_thread.run_sync(open_door, api, config, a.concurrency)
             async with (
                 sluice.open_runtime(config) as rt,
-                _observed_runtime("sluice_observed" in sides, config) as rt_observed,
+                _observed_runtime("sluice_observed" in sides, config, a.observe) as rt_observed,
             ):
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
@@ -456,7 +473,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     model = models.get(side, models["sluice"])
                     runtime = rt_observed if side == "sluice_observed" else rt
                     assert runtime is not None
-                    profile = profiler if side == "sluice" and label != "warm-up" else None
+                    profile = profiler if side == a.cprofile_side and label != "warm-up" else None
 
                     async def body(tally: Any) -> None:
                         if profile is not None:
@@ -558,6 +575,7 @@ def _report(
         "aiohttp_calls_per_s": _round(rate["aiohttp"], 1),
         "sluice_observed_cpu_s_per_1k": _round(cpu["sluice_observed"]),
         "observed_ratio": _round(ratio(cpu["sluice_observed"], s_cpu), 3),
+        "observe": a.observe if "sluice_observed" in a.sides else None,
         "observed_ratio_per_round": per_round("sluice_observed", "sluice"),
         "ratio_per_round": per_round("sluice", "bare"),
         "ratio_aiohttp_per_round": per_round("sluice", "aiohttp"),

@@ -100,9 +100,16 @@ async def test_a_call_retried_once_is_one_span_with_two_attempt_children(autojum
     assert attrs(second)["sluice.outcome"] == "ok"
     assert "gen_ai.usage.output_tokens" not in attrs(second)  # the call span has it
     assert "error.type" not in attrs(second)
-    # The retry waited out its backoff between the two attempts, inside the call's span.
-    assert start(call) <= start(first) < end(first) < start(second)
-    assert end(second) <= end(call)
+
+    # The spans carry trio's clock: the retry waited out its backoff between the two attempts,
+    # inside the call's span, and the second attempt streamed for as long as the server took.
+    def at(t: int) -> float:
+        return round((t - start(call)) / 1e9, 6)
+
+    # The 500 came at once; the backoff was 0.5 s; TTFT 0.2 s and 5 gaps of 20 ms followed.
+    assert [at(start(first)), at(end(first))] == [0.0, 0.0]
+    assert [at(start(second)), at(end(second)), at(end(call))] == [0.5, 0.8, 0.8]
+    assert at(call.events[0].timestamp) == 0.5
 
 
 @virtual_deadline(60)
@@ -135,3 +142,29 @@ async def test_tracing_off_by_default_starts_no_span(autojump_clock):
         await rt.chat("sim:sim-small", "hi")
         await trio.lowlevel.checkpoint()
     assert exporter.get_finished_spans() == ()
+
+
+@virtual_deadline(60)
+async def test_the_call_span_is_a_child_of_the_submitters_span_and_a_left_stream_ends_it(
+    autojump_clock,
+):
+    provider, exporter = tracing()
+    sim = SimulatorConfig(ttft=0.1, tokens_per_second=10, output_tokens=20)
+    config = RuntimeConfig(tracing=TracingConfig(enabled=True))
+    tracer = provider.get_tracer("app")  # type: ignore[attr-defined]
+    async with sluice.open_runtime(
+        config, transport=mock_transport(sim), tracer_provider=provider
+    ) as rt:
+        with tracer.start_as_current_span("request handler") as outer:
+            async with rt.stream("sim:sim-small", "tell me a story") as call:
+                async for _ in call:
+                    break  # leave after the first delta: the attempt is still streaming
+            await trio.sleep(1)  # the provider notices and stops; nothing more is traced
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"request handler", "chat sim-small", "attempt 1"}
+    chat, attempt = spans["chat sim-small"], spans["attempt 1"]
+    assert chat.parent is not None and chat.parent.span_id == outer.get_span_context().span_id
+    assert attrs(chat)["sluice.outcome"] == "abandoned"
+    assert attrs(attempt)["sluice.outcome"] == "abandoned"
+    assert end(attempt) == end(chat)
+    assert round((end(chat) - start(chat)) / 1e9, 6) == 0.1  # left at the first delta

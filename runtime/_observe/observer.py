@@ -87,14 +87,13 @@ class Observer:
             )
         if not self._watch:
             return
-        now = trio.current_time()
         if result is not None:
             provider, model = result.provider, result.model
             duration = result.timings.total
         else:
             provider = getattr(error, "provider", None) or call.provider.name
             model = getattr(error, "model", None) or call.model
-            duration = now - call.submitted_at
+            duration = trio.current_time() - call.submitted_at
         error_type = type(error).__name__ if error is not None else ""
         metrics = self.metrics
         if metrics is not None:
@@ -148,7 +147,9 @@ class Observer:
         if not self._watch:
             return None
         span = self.tracer.attempt_started(msg.call, msg.attempt) if self.tracer else None
-        return _AttemptWatch(span, trio.current_time())
+        # Clock reads cost a trio lookup each: only a hook's record needs the start time.
+        timed = self.hooks is not None and self.hooks.hooks.on_attempt_end is not None
+        return _AttemptWatch(span, trio.current_time() if timed else 0.0)
 
     def attempt_ended(
         self,
@@ -187,7 +188,6 @@ class Observer:
             result = "abandoned"
         if watch is None:
             return
-        now = trio.current_time()
         cost = None if usage is None else self._cost(provider, model, usage.usage)
         metrics = self.metrics
         if metrics is not None:
@@ -197,12 +197,14 @@ class Observer:
                 metrics.usage(provider, model, usage.usage, cost)
                 out = usage.usage.output_tokens
                 if result == "ok" and first_token_at is not None and out > 1:
-                    metrics.itl.observe((provider, model), (now - first_token_at) / (out - 1))
+                    itl = (trio.current_time() - first_token_at) / (out - 1)
+                    metrics.itl.observe((provider, model), itl)
         if self.tracer is not None and watch.span is not None:
             self.tracer.attempt_ended(
                 watch.span, call, result, error, usage.usage if usage else None, delivered
             )
         if self.hooks is not None and self.hooks.hooks.on_attempt_end is not None:
+            now = trio.current_time()
             self.hooks.attempt_ended(
                 AttemptRecord(
                     call_id=call.call_id,

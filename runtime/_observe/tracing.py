@@ -1,18 +1,30 @@
 """OpenTelemetry traces: one span per call, a child span per attempt, GenAI attributes.
 
-Loaded only when tracing is enabled (and ``opentelemetry-api`` installed). The call span starts
-at submit and ends when the consumer has the call's end; each attempt's span runs from the
-provider taking it to its outcome. What happened between attempts shows as events on the call
-span, told apart by the previous attempt's outcome: ``sluice.retry`` (it failed),
-``sluice.stream_reset`` (it failed after deltas reached the consumer), ``sluice.fallback``
-(the next attempt goes to another model) and ``sluice.correction`` (it succeeded, but its tool
-calls broke the request's contract).
+Loaded only when tracing is enabled (and ``opentelemetry-api`` installed). The call span runs
+from submit to the consumer having the call's end; each attempt's span from the provider taking
+it to its outcome. What happened between attempts shows as events on the call span, told apart
+by the previous attempt's outcome: ``sluice.retry`` (it failed), ``sluice.stream_reset`` (it
+failed after deltas reached the consumer), ``sluice.fallback`` (the next attempt goes to another
+model) and ``sluice.correction`` (it succeeded, but its tool calls broke the request's contract).
+
+The spans are made when the call ends, with the start and end times the call recorded on
+trio's clock (converted to the wall clock then): while a call runs, the tracer keeps a few
+numbers per attempt and nothing of the SDK's. That is the cheap way to trace. An SDK span is a
+dozen objects that, held for a call's life, survive the garbage collector's young generations and
+make its full collections more frequent; made and ended in one go they die young. The exported
+spans are the same; what differs is that a span processor's ``on_start`` sees each span at the
+call's end, not at its start. The trace's parent is the OpenTelemetry context current where the
+call was submitted. An attempt still running when its call ends (the consumer left) ends with it,
+as ``abandoned``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
+import trio
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -26,20 +38,45 @@ if TYPE_CHECKING:
 __all__ = ["Tracer"]
 
 
-class _CallTrace:
-    __slots__ = ("context", "last_error", "last_model", "last_ok", "span")
+class _Attempt:
+    """What one attempt did, on trio's clock, until its call's spans are made."""
 
-    def __init__(self, span: Any) -> None:
-        self.span = span
-        self.context = trace.set_span_in_context(span)
-        """The parent of the call's attempt spans (made once per call)."""
-        self.last_model: str | None = None
-        self.last_ok = False
-        self.last_error: SluiceError | None = None
+    __slots__ = (
+        "delivered",
+        "ended",
+        "error",
+        "model",
+        "number",
+        "outcome",
+        "request_model",
+        "started",
+        "usage",
+    )
+
+    def __init__(self, number: int, call: Call, started: float) -> None:
+        self.number = number
+        self.model = f"{call.provider.name}:{call.model}"
+        """``provider:model``: an attempt to another one than the last is a fallback."""
+        self.request_model = call.model
+        self.started = started
+        self.ended: float | None = None
+        self.outcome: Outcome = "abandoned"
+        self.error: SluiceError | None = None
+        self.usage: Usage | None = None
+        self.delivered = 0
+
+
+class _CallTrace:
+    __slots__ = ("attempts", "parent")
+
+    def __init__(self, parent: Any) -> None:
+        self.parent = parent
+        """The OpenTelemetry context where the call was submitted (its span's parent)."""
+        self.attempts: list[_Attempt] = []
 
 
 class Tracer:
-    """Keeps the open call spans, by call id, until each call ends."""
+    """Keeps what each open call's attempts did, by call id, and traces the call at its end."""
 
     def __init__(self, provider: Any = None) -> None:
         self._tracer = trace.get_tracer("sluice", tracer_provider=provider)
@@ -49,84 +86,32 @@ class Tracer:
         return len(self._calls)
 
     def call_started(self, call: Call) -> None:
-        request = call.request
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.system": call.provider.name,
-            "gen_ai.request.model": call.model,
-            "sluice.call_id": call.call_id,
-        }
-        if request.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
-        if request.top_p is not None:
-            attributes["gen_ai.request.top_p"] = request.top_p
-        span = self._tracer.start_span(
-            f"chat {call.model}", kind=SpanKind.CLIENT, attributes=attributes
-        )
-        self._calls[call.call_id] = _CallTrace(span)
+        self._calls[call.call_id] = _CallTrace(otel_context.get_current())
 
-    def attempt_started(self, call: Call, attempt: int) -> Any:
-        """The attempt's span (a child of its call's), after the events the previous
-        attempt's outcome implies; None for a call not traced."""
+    def attempt_started(self, call: Call, attempt: int) -> _Attempt | None:
+        """The attempt's record, to hand back to :meth:`attempt_ended`; None for a call not
+        traced."""
         state = self._calls.get(call.call_id)
         if state is None:
             return None
-        parent = state.span
-        model = f"{call.provider.name}:{call.model}"
-        if attempt > 1:
-            if state.last_model is not None and state.last_model != model:
-                parent.add_event("sluice.fallback", {"from": state.last_model, "to": model})
-            elif state.last_ok:
-                parent.add_event("sluice.correction", {"sluice.attempt": attempt})
-            else:
-                error = state.last_error
-                parent.add_event(
-                    "sluice.retry",
-                    {
-                        "sluice.attempt": attempt,
-                        "error.type": type(error).__name__ if error is not None else "",
-                    },
-                )
-        state.last_model = model
-        # Few attributes: the SDK validates each one; the call's span holds the rest.
-        return self._tracer.start_span(
-            f"attempt {attempt}",
-            context=state.context,
-            kind=SpanKind.CLIENT,
-            attributes={"gen_ai.request.model": call.model, "sluice.attempt": attempt},
-        )
+        record = _Attempt(attempt, call, trio.current_time())
+        state.attempts.append(record)
+        return record
 
     def attempt_ended(
         self,
-        span: Any,
+        record: _Attempt,
         call: Call,
         outcome: Outcome,
         error: SluiceError | None,
         usage: Usage | None,
         delivered: int,
     ) -> None:
-        state = self._calls.get(call.call_id)
-        if state is not None:
-            state.last_ok = outcome == "ok"
-            state.last_error = error
-            if error is not None and delivered:
-                state.span.add_event(
-                    "sluice.stream_reset",
-                    {"sluice.events_delivered": delivered, "error.type": type(error).__name__},
-                )
-        # One set_attributes: the SDK takes a lock per call.
-        # The winning attempt's usage is on the call's span; a lost attempt's is only here.
-        attributes: dict[str, Any] = {"sluice.outcome": outcome}
-        if usage is not None and outcome != "ok":
-            attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
-            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
-        if error is not None:
-            attributes["error.type"] = type(error).__name__
-            span.set_status(Status(StatusCode.ERROR, str(error)))
-        span.set_attributes(attributes)
-        span.end()
+        record.ended = trio.current_time()
+        record.outcome = outcome
+        record.error = error
+        record.usage = usage
+        record.delivered = delivered
 
     def call_ended(
         self,
@@ -138,19 +123,112 @@ class Tracer:
         state = self._calls.pop(call.call_id, None)
         if state is None:
             return
-        span = state.span
-        attributes: dict[str, Any] = {"sluice.outcome": outcome}
-        if result is not None:
-            attributes["gen_ai.response.model"] = result.model
-            if result.provider != call.provider.name:
-                attributes["sluice.provider"] = result.provider
-            attributes["gen_ai.response.finish_reasons"] = (result.finish_reason,)
-            if result.request_id:
-                attributes["gen_ai.response.id"] = result.request_id
-            attributes["gen_ai.usage.input_tokens"] = result.usage.input_tokens
-            attributes["gen_ai.usage.output_tokens"] = result.usage.output_tokens
+        now = trio.current_time()
+        offset = time.time_ns() - int(now * 1e9)
+
+        def wall(t: float) -> int:
+            return int(t * 1e9) + offset
+
+        span = self._tracer.start_span(
+            f"chat {call.model}",
+            context=state.parent,
+            kind=SpanKind.CLIENT,
+            attributes=_call_attributes(call, outcome, result, error),
+            start_time=wall(call.submitted_at),
+        )
+        parent = trace.set_span_in_context(span)
+        previous: _Attempt | None = None
+        for attempt in state.attempts:
+            if previous is not None:
+                _between(span, previous, attempt, wall(attempt.started))
+            ended = now if attempt.ended is None else attempt.ended
+            if attempt.error is not None and attempt.delivered:
+                span.add_event(
+                    "sluice.stream_reset",
+                    {
+                        "sluice.events_delivered": attempt.delivered,
+                        "error.type": type(attempt.error).__name__,
+                    },
+                    timestamp=wall(ended),
+                )
+            child = self._tracer.start_span(
+                f"attempt {attempt.number}",
+                context=parent,
+                kind=SpanKind.CLIENT,
+                attributes=_attempt_attributes(attempt),
+                start_time=wall(attempt.started),
+            )
+            if attempt.error is not None:
+                child.set_status(Status(StatusCode.ERROR, str(attempt.error)))
+            child.end(end_time=wall(ended))
+            previous = attempt
         if error is not None:
-            attributes["error.type"] = type(error).__name__
             span.set_status(Status(StatusCode.ERROR, str(error)))
-        span.set_attributes(attributes)
-        span.end()
+        span.end(end_time=wall(now))
+
+
+def _between(span: Any, previous: _Attempt, attempt: _Attempt, at: int) -> None:
+    """The event on the call's span that says why ``attempt`` followed ``previous``."""
+    if previous.model != attempt.model:
+        span.add_event("sluice.fallback", {"from": previous.model, "to": attempt.model}, at)
+    elif previous.outcome == "ok":
+        span.add_event("sluice.correction", {"sluice.attempt": attempt.number}, at)
+    else:
+        error = previous.error
+        span.add_event(
+            "sluice.retry",
+            {
+                "sluice.attempt": attempt.number,
+                "error.type": type(error).__name__ if error is not None else "",
+            },
+            at,
+        )
+
+
+def _call_attributes(
+    call: Call, outcome: Outcome, result: ChatResult | None, error: SluiceError | None
+) -> dict[str, Any]:
+    """The call span's attributes: the request's, then what came of it (GenAI conventions)."""
+    request = call.request
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.system": call.provider.name,
+        "gen_ai.request.model": call.model,
+        "sluice.call_id": call.call_id,
+        "sluice.outcome": outcome,
+    }
+    if request.max_tokens is not None:
+        attributes["gen_ai.request.max_tokens"] = request.max_tokens
+    if request.temperature is not None:
+        attributes["gen_ai.request.temperature"] = request.temperature
+    if request.top_p is not None:
+        attributes["gen_ai.request.top_p"] = request.top_p
+    if result is not None:
+        attributes["gen_ai.response.model"] = result.model
+        if result.provider != call.provider.name:
+            attributes["sluice.provider"] = result.provider
+        attributes["gen_ai.response.finish_reasons"] = (result.finish_reason,)
+        if result.request_id:
+            attributes["gen_ai.response.id"] = result.request_id
+        attributes["gen_ai.usage.input_tokens"] = result.usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = result.usage.output_tokens
+    if error is not None:
+        attributes["error.type"] = type(error).__name__
+    return attributes
+
+
+def _attempt_attributes(attempt: _Attempt) -> dict[str, Any]:
+    """Few attributes (the SDK checks each one): the call's span holds the rest. The winning
+    attempt's usage is on the call's span; a lost attempt's is only here."""
+    attributes: dict[str, Any] = {
+        "gen_ai.request.model": attempt.request_model,
+        "sluice.attempt": attempt.number,
+        "sluice.outcome": attempt.outcome,
+    }
+    usage = attempt.usage
+    if usage is not None and attempt.outcome != "ok":
+        attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+    if attempt.error is not None:
+        attributes["error.type"] = type(attempt.error).__name__
+    return attributes
