@@ -371,9 +371,15 @@ class _Attempt:
             api_key=spec.api_key.reveal() if spec.api_key else None,
             headers=spec.headers,
         )
-        response = await ctx.transport.send(
-            request.method, request.url, request.headers, request.body
-        )
+        phases = call.phases
+        if phases is None:
+            response = await ctx.transport.send(
+                request.method, request.url, request.headers, request.body
+            )
+        else:
+            response = await ctx.transport.send(
+                request.method, request.url, request.headers, request.body, phases=phases
+            )
         self.headers = headers = response.headers
         try:
             request_id = headers.get("x-request-id") or headers.get("request-id")

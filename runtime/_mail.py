@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     # Only a type here: Call is never structured by cattrs, and importing the tool layer's
     # schema code for every `import sluice` would cost more than the whole actor system.
     from ._tools.preparation import Prepared  # noqa: TC004
+    from .transport._phases import HttpPhases  # noqa: TC004 (the same: only a type here)
 
 __all__ = [
     "Acquire",
@@ -105,6 +106,10 @@ class Call(Record):
     failover: int = 0
     """How many of the request's models (``model``, then ``fallbacks``) are deployments of
     ``group``: a retryable failure on one moves the call to the next at once."""
+    phases: HttpPhases | None = None
+    """Where the caller wants each attempt's HTTP phases noted (the load tester); the
+    provider hands it to its transport, which starts it over for every request it sends.
+    Shared by every copy of the call; None, the usual case, costs nothing."""
 
     @property
     def abandoned(self) -> bool:

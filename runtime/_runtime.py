@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from ._tools.preparation import Prepared
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport
+    from .transport._phases import HttpPhases
 
 __all__ = [
     "CallStream",
@@ -495,16 +496,16 @@ class Runtime:
             raise ConfigError(f"{request.model}: {exc}") from None
 
     async def _submit(
-        self, request: ChatRequest, *, quiet: bool = False
+        self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
     ) -> tuple[CallStream, Call | None]:
         """Start ``request``: its stream, and the call (None when the response cache answered;
-        the stream then already holds the replay)."""
+        the stream then already holds the replay). ``phases``: see :meth:`_stream`."""
         if ":" in request.model:
-            return await self._start(request, quiet)
+            return await self._start(request, quiet, phases=phases)
         placed, group, failover = await self._place_in_group(request)
         submitted = False
         try:
-            stream, call = await self._start(placed, quiet, group, failover)
+            stream, call = await self._start(placed, quiet, group, failover, phases)
             submitted = call is not None
             return stream, call
         finally:
@@ -512,7 +513,12 @@ class Runtime:
                 self._routing.finished(group, placed.model, None, None, trio.current_time())
 
     async def _start(
-        self, request: ChatRequest, quiet: bool, group: str | None = None, failover: int = 0
+        self,
+        request: ChatRequest,
+        quiet: bool,
+        group: str | None = None,
+        failover: int = 0,
+        phases: HttpPhases | None = None,
     ) -> tuple[CallStream, Call | None]:
         assert self._providers is not None
         provider_name, model = split_model(request.model)
@@ -555,6 +561,7 @@ class Runtime:
             prepared=prepared,
             group=group,
             failover=failover,
+            phases=phases,
         )
         try:
             await put(self._supervisor, Submit(call))
@@ -638,6 +645,25 @@ class Runtime:
             ConfigError: the model names an unknown provider, or one without a key.
         """
         stream, call = await self._submit(_as_request(request, messages, fields))
+        try:
+            with stream._receive:
+                yield stream
+        finally:
+            if call is not None:
+                call.abandon()
+                if self._observer is not None:
+                    self._observer.call_ended(call, stream.result, stream.error)
+
+    @asynccontextmanager
+    async def _stream(
+        self, request: ChatRequest, phases: HttpPhases | None = None
+    ) -> AsyncIterator[CallStream]:
+        """:meth:`stream`, and with ``phases`` the transport notes each attempt's HTTP phases
+        there (connect, time to headers, receive, connection reused; the last attempt's
+        stay). For the load tester: not public, since only sluice's own transport fills it
+        in, and a call answered from the response cache leaves it empty. (Its body is
+        :meth:`stream`'s, not a wrapper around it: one generator less per ordinary call.)"""
+        stream, call = await self._submit(request, phases=phases)
         try:
             with stream._receive:
                 yield stream

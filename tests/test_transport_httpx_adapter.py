@@ -16,6 +16,7 @@ import trio.testing
 from sluice.transport import (
     ConnectError,
     ConnectTimeout,
+    HttpPhases,
     HttpxTransport,
     ProxyError,
     ReadError,
@@ -296,3 +297,18 @@ async def test_a_head_that_never_comes_meets_the_head_timeout(autojump_clock):
         with pytest.raises(ResponseTimeout, match=r"did not arrive within 12\.5 s"):
             await transport.send("POST", URL, (), b"{}")
     assert trio.current_time() == 12.5
+
+
+async def test_httpx_says_nothing_of_its_phases_rather_than_guessing() -> None:
+    # httpx reports neither when it connected nor whether it reused a connection: the
+    # record is started over (a stale one from an earlier request would mislead) and its
+    # phases stay unknown.
+    transport, client = transport_for(lambda request: httpx.Response(200, content=b"ok"))
+    phases = HttpPhases()
+    phases.reused, phases.sent, phases.headers = True, 1.0, 2.0
+    async with client:
+        response = await transport.send("POST", URL, (), b"{}", phases=phases)
+        assert await read_all(response) == [b"ok"]
+    assert phases.started is not None
+    assert phases.reused is None
+    assert (phases.connect, phases.time_to_headers, phases.receive) == (None, None, None)

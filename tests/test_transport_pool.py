@@ -21,6 +21,7 @@ from sluice.transport import (
     ConnectError,
     ConnectTimeout,
     FastTransport,
+    HttpPhases,
     ProxyError,
     ReadError,
     RemoteProtocolError,
@@ -721,3 +722,162 @@ async def test_sweep_closes_connections_idle_past_their_expiry(autojump_clock, n
         await transport.sweep()
         assert transport.statistics().idle == 0
         await transport.aclose()
+
+
+# -- HTTP phases, noted only when the caller asks -----------------------------------------------
+
+CONNECT_DELAY, THINK, TRICKLE = 0.05, 0.2, 0.1
+
+
+def slow_connect(server: Server) -> Callable[[str, int], Awaitable[trio.abc.Stream]]:
+    """``server.open_stream`` that takes ``CONNECT_DELAY`` seconds, as a TCP handshake would."""
+
+    async def open_stream(host: str, port: int) -> trio.abc.Stream:
+        await trio.sleep(CONNECT_DELAY)
+        return await server.open_stream(host, port)
+
+    return open_stream
+
+
+def thinking_server(*, requests_per_connection: int = 1000) -> Handler:
+    """Answers each request after ``THINK`` s with its head, then two chunks ``TRICKLE`` s
+    apart, the last one ``TRICKLE`` s after that; closes after ``requests_per_connection``."""
+
+    async def handler(peer: Peer) -> None:
+        for _ in range(requests_per_connection):
+            if await peer.request() is None:
+                return
+            await trio.sleep(THINK)
+            await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            await trio.sleep(TRICKLE)
+            await peer.send(chunked(SSE)[: -len(b"0\r\n\r\n")])
+            await trio.sleep(TRICKLE)
+            await peer.send(b"0\r\n\r\n")
+
+    return handler
+
+
+async def measured(transport: FastTransport, phases: HttpPhases) -> bytes:
+    response = await transport.send("POST", URL, HEADERS, b"{}", phases=phases)
+    return await read_all(response)
+
+
+@virtual_deadline(10)
+async def test_phases_of_a_new_then_a_reused_connection(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    server = Server(nursery, thinking_server())
+    transport = FastTransport(open_stream=slow_connect(server), trust_env=False)
+    first, second = HttpPhases(), HttpPhases()
+    start = trio.current_time()
+    assert await measured(transport, first) == SSE
+    assert first.started == start and first.pool_wait == 0
+    assert first.reused is False
+    assert first.connect == pytest.approx(CONNECT_DELAY, abs=1e-9)
+    assert first.sent == first.connected
+    assert first.time_to_headers == pytest.approx(THINK, abs=1e-9)
+    assert first.receive == pytest.approx(2 * TRICKLE, abs=1e-9)
+    assert first.done == trio.current_time()
+
+    assert await measured(transport, second) == SSE
+    assert second.reused is True
+    assert second.connect is None  # nothing was opened
+    assert second.connected == second.connecting == second.started
+    assert second.time_to_headers == pytest.approx(THINK, abs=1e-9)
+    assert second.receive == pytest.approx(2 * TRICKLE, abs=1e-9)
+    assert len(server.peers) == 1
+    assert "reused=True connect=- headers=200.000ms receive=200.000ms" in repr(second)
+
+
+@virtual_deadline(10)
+async def test_a_request_without_a_record_touches_no_earlier_record(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    # The record rides on the connection until its body ends; a later request on the same
+    # connection that asked for none must find it gone, not stamp its own end on it.
+    server = Server(nursery, thinking_server())
+    transport = FastTransport(open_stream=slow_connect(server), trust_env=False)
+    phases = HttpPhases()
+    await measured(transport, phases)
+    ended = phases.done
+    assert await fetch(transport) == SSE
+    assert phases.done == ended
+    assert phases.receive == pytest.approx(2 * TRICKLE, abs=1e-9)
+
+
+@virtual_deadline(10)
+async def test_a_stale_pooled_connection_replaced_counts_as_a_new_one(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    server = Server(nursery, thinking_server(requests_per_connection=1))
+    transport = FastTransport(open_stream=slow_connect(server), trust_env=False)
+    await measured(transport, HttpPhases())
+    await trio.testing.wait_all_tasks_blocked()  # the server has closed the pooled one
+    phases = HttpPhases()
+    await measured(transport, phases)
+    assert len(server.peers) == 2
+    assert phases.reused is False
+    assert phases.connect == pytest.approx(CONNECT_DELAY, abs=1e-9)
+    assert phases.time_to_headers == pytest.approx(THINK, abs=1e-9)
+
+
+@virtual_deadline(10)
+async def test_waiting_for_a_connection_slot_is_not_connect_time(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    server = Server(nursery, thinking_server())
+    transport = FastTransport(open_stream=slow_connect(server), trust_env=False, max_connections=1)
+    first, second = HttpPhases(), HttpPhases()
+    async with trio.open_nursery() as calls:
+        calls.start_soon(measured, transport, first)
+        await trio.testing.wait_all_tasks_blocked()
+        calls.start_soon(measured, transport, second)
+    # The second waited for the first's whole exchange, then reused its connection.
+    assert second.pool_wait == pytest.approx(CONNECT_DELAY + THINK + 2 * TRICKLE, abs=1e-9)
+    assert second.reused is True and second.connect is None
+    assert first.reused is False and first.connect == pytest.approx(CONNECT_DELAY, abs=1e-9)
+
+
+@virtual_deadline(10)
+async def test_phases_of_failed_and_bodyless_responses(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    async def cut_mid_body(peer: Peer) -> None:
+        await peer.request()
+        await trio.sleep(THINK)
+        await peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf")
+
+    transport = Server(nursery, cut_mid_body).transport()
+    broken = HttpPhases()
+    with pytest.raises(ReadError):
+        await measured(transport, broken)
+    assert broken.time_to_headers == pytest.approx(THINK, abs=1e-9)
+    assert broken.done is None and broken.receive is None  # the body never ended
+
+    head_only = HttpPhases()
+    transport = Server(nursery, keep_alive(b"HTTP/1.1 204 No Content\r\n\r\n")).transport()
+    response = await transport.send("GET", URL, (), b"", phases=head_only)
+    assert head_only.receive == 0  # released with its head
+    await response.aclose()
+
+    refused = HttpPhases()
+    with pytest.raises(ConnectError):
+        await transport.send("GET", "ftp://nowhere/", (), b"", phases=refused)
+    assert refused.reused is None and refused.connect is None
+
+
+@virtual_deadline(10)
+async def test_a_record_reused_for_another_request_starts_over(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    server = Server(nursery, thinking_server())
+    transport = FastTransport(open_stream=slow_connect(server), trust_env=False)
+    phases = HttpPhases()
+    await measured(transport, phases)
+    assert phases.reused is False
+    await trio.sleep(1)
+    response = await transport.send("POST", URL, HEADERS, b"{}", phases=phases)
+    assert phases.reused is True and phases.connect is None
+    assert phases.done is None and phases.receive is None  # this one's body is still due
+    await read_all(response)
+    assert phases.receive == pytest.approx(2 * TRICKLE, abs=1e-9)

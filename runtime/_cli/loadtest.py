@@ -78,6 +78,15 @@ def format_summary(document: dict[str, Any]) -> str:
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
     lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    reuse = agg.get("http_reuse")
+    if reuse and reuse["measured"]:
+        connect, headers, receive = agg["http_connect"], agg["http_headers"], agg["http_receive"]
+        lines.append(
+            f"  HTTP: connect p50 {_ms(connect['p50'])} p99 {_ms(connect['p99'])} "
+            f"({reuse['new']} new), headers p50 {_ms(headers['p50'])} p99 {_ms(headers['p99'])},"
+            f" receive p50 {_ms(receive['p50'])} p99 {_ms(receive['p99'])}, "
+            f"{reuse['fraction'] * 100:.1f} % reused"
+        )
     counts, lengths = agg.get("token_counts"), agg.get("output_length")
     if counts and counts["requests_differing"]:
         lines.append(

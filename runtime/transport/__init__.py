@@ -4,6 +4,9 @@
 * :class:`HttpxTransport` (:mod:`.httpx_adapter`): the same interface over ``httpx.AsyncClient``,
   the fallback for what the fast one does not cover (HTTP/2, SOCKS or HTTPS proxies, custom
   auth flows), and a baseline to compare against.
+* :class:`HttpPhases` (:mod:`.phases`): an optional per-request record of where the time went
+  on the wire (connect, time to headers, receive, connection reused), filled by the fast
+  transport when a caller passes one to ``send``.
 
 Both implement :class:`HotTransport` (:mod:`.base`) and raise only :class:`TransportError` and
 its subclasses (:mod:`.errors`). Importing this package is cheap: each name is imported from
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from ._errors import WriteError as WriteError
     from ._httpx_adapter import HttpxResponse as HttpxResponse
     from ._httpx_adapter import HttpxTransport as HttpxTransport
+    from ._phases import HttpPhases as HttpPhases
     from ._pool import FastResponse as FastResponse
     from ._pool import FastTransport as FastTransport
     from ._pool import TransportStatistics as TransportStatistics
@@ -41,6 +45,7 @@ __all__ = [
     "FastTransport",
     "HotResponse",
     "HotTransport",
+    "HttpPhases",
     "HttpxResponse",
     "HttpxTransport",
     "ProxyError",
@@ -61,6 +66,7 @@ _HOMES = {
     "FastTransport": "_pool",
     "HotResponse": "_base",
     "HotTransport": "_base",
+    "HttpPhases": "_phases",
     "HttpxResponse": "_httpx_adapter",
     "HttpxTransport": "_httpx_adapter",
     "ProxyError": "_errors",

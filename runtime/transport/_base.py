@@ -7,7 +7,10 @@ reach what the fast client does not cover). The ProviderActor only ever sees thi
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ._phases import HttpPhases
 
 __all__ = ["HotResponse", "HotTransport"]
 
@@ -43,9 +46,20 @@ class HotTransport(Protocol):
     """Sends requests for one provider endpoint."""
 
     async def send(
-        self, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes
+        self,
+        method: str,
+        url: str,
+        headers: tuple[tuple[str, str], ...],
+        body: bytes,
+        *,
+        phases: HttpPhases | None = None,
     ) -> HotResponse:
         """Send a request and wait for the response head.
+
+        ``phases``, when given, is started over (:meth:`HttpPhases.begin`) and filled with
+        whatever moments of the exchange the transport can observe; the rest stay None. The
+        runtime passes it only for calls that asked for one, so a transport written before
+        it existed keeps working for every other call.
 
         Raises:
             TransportError (or a subclass): could not connect, or the connection broke first.

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import AsyncIterator
 
+    from ._phases import HttpPhases
+
 __all__ = ["HttpxResponse", "HttpxTransport"]
 
 # A chain that keeps yielding buffered data without ever reaching an await is drained this
@@ -174,13 +176,23 @@ class HttpxTransport:
         self._client = client
 
     async def send(
-        self, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes
+        self,
+        method: str,
+        url: str,
+        headers: tuple[tuple[str, str], ...],
+        body: bytes,
+        *,
+        phases: HttpPhases | None = None,
     ) -> HttpxResponse:
         """Send a request and wait for the response head (see ``HotTransport.send``).
 
         Asks for ``accept-encoding: gzip, deflate`` unless ``headers`` set it, since those are
-        the codings :meth:`HttpxResponse.read_some` decodes.
+        the codings :meth:`HttpxResponse.read_some` decodes. httpx does not say when it
+        connected or whether it reused a connection, so ``phases`` is only started over:
+        its phases stay unknown (None) rather than estimated.
         """
+        if phases is not None:
+            phases.begin(trio.current_time())
         if not any(name.lower() == "accept-encoding" for name, _ in headers):
             headers = (*headers, ("accept-encoding", "gzip, deflate"))
         client = self._client

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from ._http11 import ResponseHead
+    from ._phases import HttpPhases
     from ._proxy import Proxy
 
 __all__ = ["FastResponse", "FastTransport", "TransportStatistics"]
@@ -83,7 +84,7 @@ class _StaleConnection(Exception):
 
 
 class _Connection:
-    __slots__ = ("drained", "fd", "idle_since", "parser", "raw_fd", "stream")
+    __slots__ = ("drained", "fd", "idle_since", "parser", "phases", "raw_fd", "stream")
 
     def __init__(self, stream: trio.abc.Stream, max_head_size: int) -> None:
         self.stream = stream
@@ -94,6 +95,9 @@ class _Connection:
         """The socket itself when nothing sits between it and us (no TLS), else -1."""
         self.drained = True
         """The last read emptied the socket (or a request was just sent)."""
+        self.phases: HttpPhases | None = None
+        """The record of the request in flight, when its caller asked for one: the end of
+        its body is noted there when the connection is released."""
 
     async def receive(self, size: int) -> bytes | bytearray:
         """The next bytes the server sent; ``b""`` at end-of-file.
@@ -315,13 +319,22 @@ class FastTransport:
         return TransportStatistics(connections=idle + busy, idle=idle, in_use=busy, waiters=waiters)
 
     async def send(
-        self, method: str, url: str, headers: tuple[tuple[str, str], ...], body: bytes
+        self,
+        method: str,
+        url: str,
+        headers: tuple[tuple[str, str], ...],
+        body: bytes,
+        *,
+        phases: HttpPhases | None = None,
     ) -> FastResponse:
         """Send a request and wait for the head of its final response.
 
         The caller must :meth:`FastResponse.aclose` the response (or read it to the end).
         Interim 1xx responses are skipped; a response without a body (HEAD, 204, 304) has
-        already given its connection back when this returns.
+        already given its connection back when this returns. With ``phases``, the moments
+        of the exchange are noted there as they happen (:class:`~.phases.HttpPhases`): the
+        connection (and whether it was reused), the request sent, the head parsed, and the
+        end of the body once it is read; without, none of that work is done.
 
         Raises:
             ConnectError, TLSError, ProxyError, ConnectTimeout: no connection could be opened
@@ -336,6 +349,8 @@ class FastTransport:
         """
         if self._closed:
             raise trio.ClosedResourceError("the transport is closed")
+        if phases is not None:
+            phases.begin(trio.current_time())
         route = self._routes.get(url)
         if route is None:
             route = self._route(url)
@@ -362,7 +377,7 @@ class FastTransport:
         try:
             if self._closed:
                 raise trio.ClosedResourceError("the transport is closed")
-            conn, response_head = await self._roundtrip(pool, method, data, rest)
+            conn, response_head = await self._roundtrip(pool, method, data, rest, phases)
         except BaseException:
             slots.release()
             raise
@@ -422,9 +437,15 @@ class FastTransport:
     # -- connections ------------------------------------------------------------------------
 
     async def _roundtrip(
-        self, pool: _Pool, method: str, data: bytes, rest: bytes
+        self, pool: _Pool, method: str, data: bytes, rest: bytes, phases: HttpPhases | None
     ) -> tuple[_Connection, ResponseHead]:
+        if phases is not None:
+            phases.connecting = trio.current_time()
         conn, reused = await self._checkout(pool)
+        if phases is not None:
+            phases.connected = trio.current_time()
+            phases.reused = reused
+            conn.phases = phases
         try:
             return conn, await self._exchange(conn, method, data, rest, reused)
         except _StaleConnection:
@@ -436,6 +457,10 @@ class FastTransport:
         # why sending once more on a new connection is connection management, not a retry.
         await self._close(pool, conn)
         conn = await self._open(pool)
+        if phases is not None:
+            phases.connected = trio.current_time()
+            phases.reused = False
+            conn.phases = phases
         try:
             return conn, await self._exchange(conn, method, data, rest, False)
         except BaseException:
@@ -457,12 +482,17 @@ class FastTransport:
                 raise _StaleConnection from exc
             raise WriteError("the connection broke while sending the request") from exc
         conn.drained = True  # the reply takes a round trip at least: wait before reading
+        phases = conn.phases
+        if phases is not None:
+            phases.sent = trio.current_time()
         received = False
         begun = math.inf  # when the first byte of the head being read came (inf: none yet)
         timeout = self._head_timeout
         while True:
             head = parser.read_head()
             if head is not None:
+                if phases is not None:
+                    phases.headers = trio.current_time()
                 return head
             if timeout is not None and parser.buffered:
                 # Part of a head is here and the rest is not: from now on the head must be
@@ -542,6 +572,10 @@ class FastTransport:
     async def _release(self, pool: _Pool, conn: _Connection) -> None:
         """A response ended: pool its connection if reusable, else close it; free the slot."""
         pool.busy -= 1
+        phases = conn.phases
+        if phases is not None:
+            phases.done = trio.current_time()
+            conn.phases = None
         try:
             if conn.parser.reusable and not self._closed:
                 conn.idle_since = trio.current_time()

@@ -2,7 +2,8 @@
 error rates, goodput under SLOs and the verdict on the client's own lag. Pure.
 
 Every duration is in seconds. The dict returned by :func:`aggregate` is what the results file
-holds under ``aggregates``.
+holds under ``aggregates``; ``http_connect``, ``http_headers``, ``http_receive`` and
+``http_reuse`` summarize the HTTP phases sluice's transport noted per request.
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def aggregate(
         "sessions": _sessions(records),
         "token_counts": _token_counts(ok),
         "queue_wait": summarize([r.queue_wait for r in records]),
+        **_http_phases(ok),
         "client_lag": lag | {"max_allowed": max_lag},
         "throughput": {
             "elapsed_s": elapsed,
@@ -199,6 +201,25 @@ def _sessions(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
         "complete": len(complete),
         "duration": summarize([max(r.end for r in g) - min(r.sent for r in g) for g in complete]),
         "per_turn": turns,
+    }
+
+
+def _http_phases(ok: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The HTTP phases of the ok requests, as sluice's transport measured them: connect time
+    over the requests that opened a connection, time to response headers and receive time
+    over every measured request, and how many reused a kept-alive connection."""
+    measured = [r for r in ok if r.http_reused is not None]
+    reused = sum(1 for r in measured if r.http_reused)
+    return {
+        "http_connect": summarize([x for r in measured if (x := r.http_connect) is not None]),
+        "http_headers": summarize([x for r in measured if (x := r.http_headers) is not None]),
+        "http_receive": summarize([x for r in measured if (x := r.http_receive) is not None]),
+        "http_reuse": {
+            "measured": len(measured),
+            "reused": reused,
+            "new": len(measured) - reused,
+            "fraction": reused / len(measured) if measured else None,
+        },
     }
 
 

@@ -118,6 +118,19 @@ class RequestRecord:
     error_type: str | None = None
     error: str | None = None
     attempts: int = 1
+    http_connect: float | None = None
+    """Seconds to open the connection the request went out on (DNS, TCP, TLS), as sluice's
+    transport measured it; None when it reused a pooled connection, or when nothing was
+    measured (see ``http_reused``)."""
+    http_headers: float | None = None
+    """Seconds from the request being written to the response's headers being parsed (the
+    server's wait, its time to first byte and the network)."""
+    http_receive: float | None = None
+    """Seconds from the response's headers to the last byte of its body."""
+    http_reused: bool | None = None
+    """Whether the request reused a kept-alive connection; None when the phases were not
+    measured (the httpx transport, ``--endpoint completions``/``embeddings``, a reply from
+    the response cache). With retries, these four describe the last attempt."""
 
     @property
     def first_token_at(self) -> float | None:

@@ -75,10 +75,13 @@ def _latency_table(agg: dict[str, Any]) -> str:
         ("e2e", "end-to-end latency"),
         ("queue_wait", "queue wait (client)"),
         ("client_lag", "client send lag"),
+        ("http_connect", "HTTP connect (new connections)"),
+        ("http_headers", "HTTP request sent to headers"),
+        ("http_receive", "HTTP headers to last byte"),
     ):
         s = agg.get(key)
-        if s is None:  # a results file from before the metric existed
-            continue
+        if s is None or (key.startswith("http_") and not s["count"]):
+            continue  # a results file from before the metric existed, or nothing measured
         cells = [escape(label), str(s["count"]), _ms(s["mean"])]
         cells += [_ms(s[n]) for n in names] + [_ms(s["max"])]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
@@ -294,6 +297,15 @@ def render_report(document: dict[str, Any]) -> str:
                 f"{counts['server_reported']} / {counts['client_counted']} "
                 f"({counts['requests_differing']} requests differ; client rule: "
                 f"{counts['client_rule']})",
+            )
+        )
+    reuse = agg.get("http_reuse")
+    if reuse and reuse["measured"]:
+        summary.append(
+            (
+                "HTTP connections reused",
+                f"{reuse['reused']} of {reuse['measured']} requests "
+                f"({reuse['fraction'] * 100:.1f} %), {reuse['new']} opened a connection",
             )
         )
     parts.append("<h2>Requests and throughput</h2>" + _kv_table(summary))

@@ -158,6 +158,10 @@ _REQUEST_COLUMNS = (
     "client_output_tokens",
     "attempts",
     "request_id",
+    "http_connect",
+    "http_headers",
+    "http_receive",
+    "http_reused",
 )
 
 
@@ -186,7 +190,8 @@ def requests_csv(document: dict[str, Any]) -> str:
 
 def aggregates_csv(document: dict[str, Any]) -> str:
     """The latency summaries as CSV: one row per metric (count, mean, percentiles, and the
-    bootstrap confidence bounds when there are), then the throughput figures."""
+    bootstrap confidence bounds when there are), then the throughput figures, then how many
+    requests reused a connection."""
     agg = document["aggregates"]
     metrics = [k for k, v in agg.items() if isinstance(v, dict) and "p50" in v]
     flat: dict[str, dict[str, Any]] = {}
@@ -203,6 +208,11 @@ def aggregates_csv(document: dict[str, Any]) -> str:
     rows.append([])
     rows.append(["throughput", "value"])
     rows += [[k, v] for k, v in agg["throughput"].items()]
+    reuse = agg.get("http_reuse")
+    if reuse is not None:  # results from before the transport measured HTTP phases have none
+        rows.append([])
+        rows.append(["http_reuse", "value"])
+        rows += [[k, v] for k, v in reuse.items()]
     return _csv(rows)
 
 

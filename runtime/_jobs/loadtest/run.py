@@ -30,6 +30,7 @@ from ..._events import (
     UsageReported,
 )
 from ..._messages import ChatRequest, Deadlines, Message
+from ...transport._phases import HttpPhases
 from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
 from .arrivals import ClosedLoop, LoadShape, OpenLoop
 from .endpoints import ENDPOINTS, DirectTarget, call_endpoint
@@ -354,8 +355,9 @@ class _Run:
             "session": session,
             "turn": turn,
         }
+        phases = HttpPhases()
         try:
-            async with self.rt.stream(request) as call:
+            async with self.rt._stream(request, phases) as call:
                 async for event in call:
                     match event:
                         case TextDelta(text=text) | ReasoningDelta(text=text):
@@ -386,6 +388,7 @@ class _Run:
                     error_type="Cancelled",
                     error="cancelled by an interrupt",
                     **described,
+                    **_http_fields(phases),
                 )
             )
             raise
@@ -393,6 +396,7 @@ class _Run:
             self.in_flight -= 1
             if cap is not None:
                 cap.release()
+        described |= _http_fields(phases)
         if result is not None:
             usage = result.usage
             reported = usage_seen or usage.output_tokens > 0
@@ -535,6 +539,16 @@ def _real_clock() -> bool:
     from trio.testing import MockClock
 
     return not isinstance(trio.lowlevel.current_clock(), MockClock)
+
+
+def _http_fields(phases: HttpPhases) -> dict[str, Any]:
+    """The record's ``http_*`` fields from what the transport noted."""
+    return {
+        "http_connect": phases.connect,
+        "http_headers": phases.time_to_headers,
+        "http_receive": phases.receive,
+        "http_reused": phases.reused,
+    }
 
 
 def _error_fields(error: SluiceError | None) -> dict[str, Any]:
