@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2 * KEEPALIVE_EXPIRY + 1,
         help="seconds to wait after the load before the last sample: past the pool's"
         " keep-alive expiry and its next sweep (11)",
+    )
+    p.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trace Python allocations and print the N places whose memory grew most between"
+        " the start of the fit and the end (slows the run; 0: off)",
     )
     a = p.parse_args(argv)
     if a.minutes <= 0 or a.rate <= 0 or a.sample_every <= 0:
@@ -218,6 +227,7 @@ async def sample(rt: sluice.Runtime, t0: float, phase: str) -> dict[str, Any]:
         "fds": open_fds(),
         "tasks": trio_tasks(),
         "gc_objects": len(gc.get_objects()),
+        "py_blocks": sys.getallocatedblocks(),
         "calls": stats.calls_in_flight,
         "attempts": sum(stats.attempts_in_flight.values()),
         "pending": sum(q.pending for q in quotas),
@@ -243,8 +253,8 @@ def slope_mb_per_hour(points: list[tuple[float, float]]) -> float | None:
 
 
 COLUMNS = (
-    "t", "phase", "rss_mb", "fds", "tasks", "gc_objects", "calls", "attempts", "pending",
-    "streams", "queued", "quota_keys", "metrics_lines",
+    "t", "phase", "rss_mb", "fds", "tasks", "gc_objects", "py_blocks", "calls", "attempts",
+    "pending", "streams", "queued", "quota_keys", "metrics_lines",
 )  # fmt: skip
 
 
@@ -294,10 +304,15 @@ async def _soak(a: argparse.Namespace, port: int, folder: Path) -> dict[str, Any
         load = Load(rt)
         t0 = trio.current_time()
 
+        fit_from = max(a.warmup, seconds / 3)
+        snapshots: list[tracemalloc.Snapshot] = []
+
         async def sampler() -> None:
             while True:
                 await trio.sleep(a.sample_every)
                 samples.append(await sample(rt, t0, "load"))
+                if a.tracemalloc and not snapshots and samples[-1]["t"] >= fit_from:
+                    snapshots.append(tracemalloc.take_snapshot())
                 print(table(samples[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
 
         samples.append(await sample(rt, t0, "start"))
@@ -306,6 +321,8 @@ async def _soak(a: argparse.Namespace, port: int, folder: Path) -> dict[str, Any
             for i in range(10):
                 nursery.start_soon(load.one, i)
         samples.append(await sample(rt, t0, "baseline"))
+        if a.tracemalloc:
+            tracemalloc.start(8)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sampler)
             await load.run(seconds, a.rate, a.burst, a.burst_every)
@@ -313,10 +330,11 @@ async def _soak(a: argparse.Namespace, port: int, folder: Path) -> dict[str, Any
         samples.append(await sample(rt, t0, "drained"))
         await trio.sleep(a.idle_wait)
         samples.append(await sample(rt, t0, "idle"))
+        if snapshots:
+            _print_growth(snapshots[0], tracemalloc.take_snapshot(), a.tracemalloc)
         ledger = (await rt.ledger_totals()).get(MODEL)
         hook_stats = rt.hook_statistics()
     # The fit: the last two thirds of the load (the last 20 minutes of 30), after warm-up.
-    fit_from = max(a.warmup, seconds / 3)
     fit = [s for s in samples if s["phase"] == "load" and s["t"] >= fit_from]
     baseline = samples[1]
     final = samples[-1]
@@ -340,6 +358,15 @@ async def _soak(a: argparse.Namespace, port: int, folder: Path) -> dict[str, Any
         "tasks_final": final["tasks"],
         "statistics_zero": stats_zero,
     }
+
+
+def _print_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, n: int) -> None:
+    """The ``n`` allocation sites whose live memory grew most, with their stacks."""
+    print(f"# Python memory that grew from the start of the fit to the end (top {n}):")
+    for stat in after.compare_to(before, "traceback")[:n]:
+        print(f"#   {stat.size_diff / 1024:+.1f} KiB in {stat.count_diff:+d} blocks")
+        for line in stat.traceback.format()[-8:]:
+            print(f"#     {line}")
 
 
 def _round(value: float | None) -> float | None:

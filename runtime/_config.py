@@ -509,6 +509,10 @@ class RuntimeConfig(Record):
     groups: Mapping[str, ModelGroup] = attrs.field(factory=dict, validator=_group_names)
     """Model groups by name: a call whose model is a group's name goes to one of its
     deployments (see :class:`ModelGroup`). A name holds no ``:``."""
+    trim_memory_every: float | None = attrs.field(default=60.0, validator=optional(gt(0.0)))
+    """Seconds between giving the C allocator's free memory back to the system (glibc's
+    ``malloc_trim``; elsewhere nothing), so that a long-running process's RSS follows what it
+    uses instead of its highest peak. None: never (an application with its own policy)."""
 
 
 def load_config(

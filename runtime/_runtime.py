@@ -436,6 +436,8 @@ class Runtime:
         self._observer = observer
         self._draining = False
         self.metrics_port: int | None = None
+        self._trims = [0]
+        """How many times the memory trimmer has run (see :mod:`._memory`)."""
         """The port of the metrics endpoint, once it listens (``config.metrics.port``)."""
         self._supervisor = supervisor
         self._limiter = limiter
@@ -1121,8 +1123,15 @@ async def open_runtime(
 
 
 async def _start_services(rt: Runtime, observer: Observer, services: trio.Nursery) -> None:
-    """The observability tasks the config asks for: the hook runner, the metrics endpoint,
-    and the watcher that logs breaker and cooldown changes (when ``sluice`` logs at INFO)."""
+    """The housekeeping and observability tasks the config asks for: the memory trimmer, the
+    hook runner, the metrics endpoint, and the watcher that logs breaker and cooldown changes
+    (when ``sluice`` logs at INFO)."""
+    if rt.config.trim_memory_every is not None:
+        from ._memory import trim_memory_forever
+
+        services.start_soon(
+            trim_memory_forever, rt.config.trim_memory_every, rt._trims, name="memory trim"
+        )
     if observer.hooks is not None:
         services.start_soon(observer.hooks.run, name="hooks")
     if observer.metrics is not None:
