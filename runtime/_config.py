@@ -475,6 +475,11 @@ class TracingConfig(Record):
     """Trace through the global tracer provider (or the one given to ``open_runtime``)."""
 
 
+def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"'{attribute.name}' must be above 0 or null, got {value!r}")
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RuntimeConfig(Record):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
@@ -509,7 +514,7 @@ class RuntimeConfig(Record):
     groups: Mapping[str, ModelGroup] = attrs.field(factory=dict, validator=_group_names)
     """Model groups by name: a call whose model is a group's name goes to one of its
     deployments (see :class:`ModelGroup`). A name holds no ``:``."""
-    trim_memory_every: float | None = attrs.field(default=60.0, validator=optional(gt(0.0)))
+    trim_memory_every: float | None = attrs.field(default=60.0, validator=_positive_or_none)
     """Seconds between giving the C allocator's free memory back to the system (glibc's
     ``malloc_trim``; elsewhere nothing), so that a long-running process's RSS follows what it
     uses instead of its highest peak. None: never (an application with its own policy)."""
