@@ -264,3 +264,45 @@ async def test_workers_sharing_a_redis_store_share_each_keys_rate_limit(redis_ur
                 "/v1/chat/completions", chat_body(), token=tokens["noa"]
             )
             assert status == 200
+
+
+async def test_workers_sharing_a_redis_store_share_each_keys_budget(redis_url):
+    """Two gateways (two runtimes, as two workers) on one Redis store and prefix: what a key
+    spends through one counts against its budget in the other, and once the shared spend
+    leaves too little, both refuse it in the client's own format."""
+    import uuid
+
+    config = {"ledger": {"persist": False}, "store": redis_url, "store_prefix": uuid.uuid4().hex}
+    ring, tokens = _ring(kim={"budget_usd": 0.001}, lee={"budget_usd": 0.001})
+    body = chat_body(max_tokens=50)
+    with trio.fail_after(30):
+        async with (
+            gateway_harness(keys=ring, config=config) as first,
+            gateway_harness(keys=ring, config=config) as second,
+        ):
+            # kim spends through the first gateway alone until its budget refuses...
+            alone = 0
+            while (
+                status := (await first.call("/v1/chat/completions", body, token=tokens["kim"]))[0]
+            ) == 200:
+                alone += 1
+            assert status == 429 and alone >= 3
+            # ...and the second gateway, where kim spent nothing, refuses it too.
+            status, _, raw = await second.call("/v1/chat/completions", body, token=tokens["kim"])
+            assert status == 429
+            assert "budget" in orjson.loads(raw)["error"]["message"]
+            status, _, raw = await second.call(
+                "/v1/messages", messages_body(max_tokens=50), token=tokens["kim"], headers=ANTHROPIC
+            )
+            assert status == 400
+            assert orjson.loads(raw)["error"]["type"] == "invalid_request_error"
+            # lee spends the same budget alternating between the two: the same number of
+            # calls in all, not twice as many.
+            calls = 0
+            for gw in [first, second] * alone * 2:
+                status, _, _ = await gw.call("/v1/chat/completions", body, token=tokens["lee"])
+                if status != 200:
+                    break
+                calls += 1
+            assert status == 429 and calls == alone
+            assert first.sim.chat_requests_seen + second.sim.chat_requests_seen == 2 * alone

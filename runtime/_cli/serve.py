@@ -47,7 +47,8 @@ def serve(
         host: address to listen on.
         port: port to listen on (0 picks a free one).
         workers: processes serving the port (SO_REUSEPORT); they share quotas and the
-            keys' rpm/tpm through the config's store (redis://...), else each counts alone.
+            keys' rpm/tpm and budgets through the config's store (redis://...), else each
+            counts alone.
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
         keys_file: the virtual key file (default: gateway-keys.json in the user data folder).
         no_auth: serve without keys (for loopback only).

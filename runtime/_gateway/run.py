@@ -9,10 +9,13 @@ in flight finish -- before the runtime shuts down.
 and its own socket on the same port (``SO_REUSEPORT``: the kernel spreads connections over
 them). Virtual keys are shared through the key file (each worker reloads it when it changes).
 With a shared store in the config (``store = "redis://..."`` or ``$SLUICE_STORE``) the
-providers' quotas and every key's own rpm/tpm windows are counted in Redis, across workers and
-hosts; without one each worker counts alone, so with N workers a key may get up to N times
-its limits. A key's budget is kept by each process's budget book (charged at start with what
-the ledger holds for its tag), not in the shared store.
+providers' quotas, every key's own rpm/tpm windows and every key's budget are counted in
+Redis, across workers and hosts; without one each worker counts alone, so with N workers a key
+may get up to N times its limits and its budget. A key's budget is an account ``tag:NAME`` of
+each runtime's budget book (charged at start with what the ledger holds for its tag); with a
+shared store the runtime's rate limiter also reserves every call's worst case from the same
+account in the store, in the same atomic step as the quota (see :mod:`sluice._ledger.budget`),
+so what one worker spends counts against the key in all of them.
 """
 
 from __future__ import annotations
