@@ -115,6 +115,7 @@ async def gateway_harness(
             **runtime_options,
         ) as gateway:
             server = Server(gateway.handle, limits)
+            gateway.server = server
             harness = Harness(gateway, server, app, nursery)
             harness_box.append(harness)
             try:

@@ -69,8 +69,9 @@ def test_serve_with_a_key_file_then_sigterm_drains_and_exits(tmp_path, capsys):
     assert main(["keys", "issue", "svc", "--keys-file", str(path), "--json"]) == 0
     token = json.loads(capsys.readouterr().out)["key"]
     body = {"model": "sim:sim-small", "messages": [{"role": "user", "content": "hi"}]}
-    proc, url = _serve("--keys-file", str(path))
+    proc, url = _serve("--keys-file", str(path), "--no-metrics")
     try:
+        assert httpx.get(f"{url}/metrics", timeout=20).status_code == 404
         reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=20)
         assert reply.status_code == 401
         assert reply.json()["error"]["code"] == "invalid_api_key"
@@ -103,7 +104,11 @@ def test_two_workers_share_one_port():
                 "/v1/chat/completions",
                 json={"model": "sim:sim-small", "messages": [{"role": "user", "content": "hi"}]},
             )
-        assert reply.status_code == 200
+            assert reply.status_code == 200
+            # Each worker serves its own process's registry, its own /health counted in it.
+            scraped = client.get("/metrics")
+            assert scraped.status_code == 200
+            assert 'sluice_gateway_requests_total{route="/health",status="200"}' in scraped.text
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)

@@ -229,6 +229,9 @@ def test_errors_in_each_clients_format(error, openai_status, anthropic_status, a
 @virtual_deadline(10)
 async def test_metrics_is_a_pluggable_route(autojump_clock):
     async with gateway_harness() as gw:
+        status, _, body = await gw.call("/metrics", None, method="GET")
+        assert status == 200 and b"sluice_gateway_requests_total" in body  # the default
+        gw.gateway.metrics = None
         status, _, _ = await gw.call("/metrics", None, method="GET")
         assert status == 404
         gw.gateway.metrics = lambda: b"sluice_calls_total 3\n"

@@ -25,6 +25,7 @@ def serve(
     config: Path | None = None,
     keys_file: Path | None = None,
     no_auth: Annotated[bool, Parameter(name="--no-auth", negative=())] = False,
+    no_metrics: Annotated[bool, Parameter(name="--no-metrics", negative=())] = False,
     default_provider: str | None = None,
     alias: list[str] | None = None,
     max_body_mb: float = 16.0,
@@ -40,8 +41,9 @@ def serve(
     Point an SDK's base_url at http://HOST:PORT/v1 (OpenAI) or http://HOST:PORT (Anthropic)
     and use a virtual key (sluice keys issue NAME) as its API key. Models are named
     provider:model (sim:sim-small, anthropic:claude-sonnet-4-5), or by --alias. The admin API
-    (/admin/keys) is on when SLUICE_ADMIN_KEY holds an admin token. SIGTERM drains: no new
-    connections, requests in flight finish.
+    (/admin/keys) is on when SLUICE_ADMIN_KEY holds an admin token. GET /metrics serves the
+    runtime's Prometheus metrics and the gateway's own (with --workers, each worker its own
+    process's). SIGTERM drains: no new connections, requests in flight finish.
 
     Args:
         host: address to listen on.
@@ -52,6 +54,7 @@ def serve(
         config: the config file (default: SLUICE_CONFIG, else the platform's config.toml).
         keys_file: the virtual key file (default: gateway-keys.json in the user data folder).
         no_auth: serve without keys (for loopback only).
+        no_metrics: keep the runtime's metrics off and serve no /metrics.
         default_provider: provider for model names without a provider: prefix.
         alias: NAME=provider:model, a client-facing model name (repeatable).
         max_body_mb: largest request body, in MiB.
@@ -119,6 +122,7 @@ def serve(
                 keys_file=str(keys_path),
                 settings=settings,
                 limits=limits,
+                metrics=not no_metrics,
             )
             return serve_workers(options, workers, on_ready=banner)
 
@@ -132,6 +136,7 @@ def serve(
                         keys=ring,
                         settings=settings,
                         limits=limits,
+                        metrics=not no_metrics,
                         handle_signals=True,
                         task_status=task_status,
                     )

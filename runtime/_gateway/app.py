@@ -9,8 +9,9 @@ broken stream. Gateway calls set ``on_partial="fail"``: once a client has seen o
 attempt cannot be taken back, so it ends the stream with an error event instead of a retry.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (when a renderer is plugged in), and with an admin token
-``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``.
+``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry, with the gateway's own
+series in it: requests by route and status, open connections; see :mod:`.metrics`), and with
+an admin token ``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``.
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ from .errors import Wire, call_error_response, error_response
 from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from .._messages import ChatRequest, ChatResult
     from .._runtime import Runtime
-    from .http import Request, Responder
+    from .http import Request, Responder, Server
+
+    Renderer = Callable[[], bytes | Awaitable[bytes]]
 
 __all__ = ["Gateway", "GatewaySettings"]
 
@@ -57,6 +60,8 @@ _SSE = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
 ]
+_PROMETHEUS = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
 _KEY_PERIOD = 60.0
 _ENDS = (Completed, Failed)
 
@@ -87,15 +92,29 @@ class Gateway:
         keys: KeyRing | None = None,
         settings: GatewaySettings | None = None,
         quota_store: QuotaStore | None = None,
-        metrics: Callable[[], bytes] | None = None,
+        metrics: Renderer | bool = True,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.rt = rt
         self.keys = keys if keys is not None else KeyRing(None)
         self.settings = settings if settings is not None else GatewaySettings()
         self.quotas: QuotaStore = quota_store if quota_store is not None else MemoryQuotaStore()
-        self.metrics = metrics
-        """Renders ``/metrics`` (Prometheus text); None answers 404 there."""
+        self.requests: dict[tuple[str, int], int] = {}
+        """Requests answered, per (route, status); 499: the client left before a response."""
+        self.server: Server | None = None
+        """The HTTP server in front, once one is (its connections show in the metrics)."""
+        if rt.metrics is not None:
+            from .metrics import GatewayCollector
+
+            rt.metrics.registry.register(GatewayCollector(self))
+        self.metrics: Renderer | None
+        if metrics is True:
+            self.metrics = rt.render_metrics if rt.metrics is not None else None
+        else:
+            self.metrics = metrics or None
+        """Renders ``/metrics`` (Prometheus text, or an awaitable of it); None answers 404.
+        By default the runtime's own registry (when its metrics are on), which holds the
+        gateway's series too."""
         self._wall_clock = wall_clock
         self._ids = secrets.token_hex(4)
         self._count = 0
@@ -108,36 +127,59 @@ class Gateway:
     # ---- dispatch -----------------------------------------------------------------------
 
     async def handle(self, request: Request, respond: Responder) -> None:
-        """Answer one request (the :class:`~sluice._gateway.http.Server` handler)."""
+        """Answer one request (the :class:`~sluice._gateway.http.Server` handler), counted in
+        :attr:`requests` by route and status."""
         path = request.path
         method = request.method
-        if path == b"/v1/chat/completions" and method == b"POST":
-            await self._chat(request, respond, "openai")
-        elif path == b"/v1/messages" and method == b"POST":
-            await self._chat(request, respond, "anthropic")
-        elif path == b"/v1/models" and method == b"GET":
-            await self._models(request, respond)
-        elif path == b"/health" and method == b"GET":
-            status = 503 if self.draining else 200
-            state = b"draining" if self.draining else b"ok"
-            body = b'{"status":"%s","pid":%d}' % (state, self._pid)
-            await respond.send(status, [_JSON], body)
-        elif path == b"/metrics" and method == b"GET" and self.metrics is not None:
-            await respond.send(
-                200, [(b"content-type", b"text/plain; version=0.0.4")], self.metrics()
-            )
-        elif path.startswith(b"/admin/keys") and self.settings.admin_token_hash is not None:
-            await self._admin(request, respond)
-        else:
-            wire = _wire_of(request)
-            await _send_error(
-                respond,
-                wire,
-                404,
-                f"no route {method.decode()} {path.decode('latin-1')}",
-                "invalid_request_error",
-                "not_found_error",
-            )
+        route = "other"
+        try:
+            if path == b"/v1/chat/completions" and method == b"POST":
+                route = "/v1/chat/completions"
+                await self._chat(request, respond, "openai")
+            elif path == b"/v1/messages" and method == b"POST":
+                route = "/v1/messages"
+                await self._chat(request, respond, "anthropic")
+            elif path == b"/v1/models" and method == b"GET":
+                route = "/v1/models"
+                await self._models(request, respond)
+            elif path == b"/health" and method == b"GET":
+                route = "/health"
+                status = 503 if self.draining else 200
+                state = b"draining" if self.draining else b"ok"
+                body = b'{"status":"%s","pid":%d}' % (state, self._pid)
+                await respond.send(status, [_JSON], body)
+            elif path == b"/metrics" and method == b"GET" and self.metrics is not None:
+                route = "/metrics"
+                text = self.metrics()
+                if not isinstance(text, bytes):
+                    text = await text
+                await respond.send(200, [_PROMETHEUS], text)
+            elif path.startswith(b"/admin/keys") and self.settings.admin_token_hash is not None:
+                route = "/admin/keys"
+                await self._admin(request, respond)
+            else:
+                wire = _wire_of(request)
+                await _send_error(
+                    respond,
+                    wire,
+                    404,
+                    f"no route {method.decode()} {path.decode('latin-1')}",
+                    "invalid_request_error",
+                    "not_found_error",
+                )
+        except BaseException as exc:
+            status = respond.status
+            if not status:  # no response: the client left (499, as nginx says), or a bug
+                gone = not isinstance(exc, Exception) or isinstance(exc, _GONE)
+                status = 499 if gone else 500
+            self._counted(route, status)
+            raise
+        self._counted(route, respond.status)
+
+    def _counted(self, route: str, status: int) -> None:
+        requests = self.requests
+        key = (route, status)
+        requests[key] = requests.get(key, 0) + 1
 
     # ---- keys and quotas ------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ class Responder:
     """Writes one response: :meth:`send` a whole one, or :meth:`start`, :meth:`write` and
     :meth:`finish` a chunked stream. The head goes out with the first body bytes."""
 
-    __slots__ = ("_head", "_stream", "_write_timeout", "keep_alive", "started")
+    __slots__ = ("_head", "_stream", "_write_timeout", "keep_alive", "started", "status")
 
     def __init__(
         self, stream: trio.abc.Stream, keep_alive: bool, write_timeout: float = math.inf
@@ -110,6 +110,8 @@ class Responder:
         """Whether the connection may carry another request after this one."""
         self.started = False
         """True once any byte of the response was handed to the stream."""
+        self.status = 0
+        """The response's status once :meth:`send` or :meth:`start` chose it (0 before)."""
         self._head: bytes | None = None
 
     def _head_bytes(self, status: int, headers: list[tuple[bytes, bytes]], extra: bytes) -> bytes:
@@ -125,11 +127,13 @@ class Responder:
         """Send a complete response with ``content-length``."""
         head = self._head_bytes(status, headers, b"content-length: %d\r\n" % len(body))
         self.started = True
+        self.status = status
         await self._send(head + body)
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """Begin a chunked response; the head is sent with the first :meth:`write`."""
         self._head = self._head_bytes(status, headers, _CHUNKED)
+        self.status = status
 
     async def write(self, data: bytes) -> None:
         """Send ``data`` as one chunk (with the head, the first time)."""
@@ -187,6 +191,9 @@ class Server:
         self.active = 0
         """Requests being answered now."""
         self.draining = False
+        self.refused: dict[int, int] = {}
+        """Per status, requests (or connections, past the cap) refused before reaching the
+        handler: malformed, too large, too slow, over the connection cap."""
         self._idle: set[trio.CancelScope] = set()
         self._done = trio.Event()
         self._done.set()
@@ -235,6 +242,7 @@ class Server:
                 await trio.aclose_forcefully(stream)
 
     async def _refuse(self, stream: trio.abc.Stream) -> None:
+        self.refused[503] = self.refused.get(503, 0) + 1
         headers, body = self._reject_body(503, "the gateway is at its connection limit")
         head = _STATUS_LINES[503] + b"".join(b"%s: %s\r\n" % p for p in headers)
         head += b"content-length: %d\r\n" % len(body) + _CLOSE + b"\r\n"
@@ -423,7 +431,7 @@ class _Connection:
                     )
                     failed = True
                     if not responder.started:
-                        await self._send_error(500, "internal error in the gateway")
+                        await self._send_error(500, "internal error in the gateway", refusal=False)
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
@@ -449,7 +457,12 @@ class _Connection:
             self.buffer += data
             await trio.sleep_forever()
 
-    async def _send_error(self, status: int, message: str) -> None:
+    async def _send_error(self, status: int, message: str, *, refusal: bool = True) -> None:
+        """Answer ``status`` and close; ``refusal``: count it in ``Server.refused`` (the
+        request never reached the handler)."""
+        if refusal:
+            refused = self.server.refused
+            refused[status] = refused.get(status, 0) + 1
         headers, body = self.server._reject_body(status, message)
         head = (_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status) + b"".join(
             b"%s: %s\r\n" % p for p in headers

@@ -37,7 +37,7 @@ from .http import Server, ServerLimits
 from .vkeys import KeyRing
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
     from pathlib import Path
 
     from .._limits.store import QuotaStore
@@ -62,17 +62,23 @@ async def open_gateway(
     *,
     keys: KeyRing | None = None,
     settings: GatewaySettings | None = None,
-    metrics: Callable[[], bytes] | None = None,
+    metrics: Callable[[], bytes | Awaitable[bytes]] | bool = True,
     quota_store: QuotaStore | None = None,
     **runtime_options: Any,
 ) -> AsyncIterator[Gateway]:
     """Open a runtime (``runtime_options`` go to :func:`sluice.open_runtime`) and yield a
     gateway on it, with every budgeted key's account open and charged with what the ledger
-    already holds for its tag."""
+    already holds for its tag.
+
+    ``metrics``: True (the default) turns the runtime's metrics on and serves its registry at
+    ``GET /metrics``; False serves no ``/metrics``; a callable renders it instead.
+    """
     from .._limits.shared import open_quota_store, store_url
     from .._runtime import open_runtime
 
     config = _with_budget_book(config if config is not None else config_from_env())
+    if metrics is True and not config.metrics.active:
+        config = attrs.evolve(config, metrics=attrs.evolve(config.metrics, enabled=True))
     environ = runtime_options.get("environ")
     async with contextlib.AsyncExitStack() as stack:
         if quota_store is None and store_url(config, environ) is not None:
@@ -130,7 +136,7 @@ async def serve(
     keys: KeyRing | Path | None = None,
     settings: GatewaySettings | None = None,
     limits: ServerLimits | None = None,
-    metrics: Callable[[], bytes] | None = None,
+    metrics: Callable[[], bytes | Awaitable[bytes]] | bool = True,
     quota_store: QuotaStore | None = None,
     reuse_port: bool = False,
     handle_signals: bool = False,
@@ -143,6 +149,8 @@ async def serve(
     Reports the bound port through ``task_status`` (``port=0`` picks one), so
     ``port = await nursery.start(sluice.serve, config)`` returns once connections are taken.
     ``keys``: a :class:`KeyRing`, or the key file's path (reloaded when it changes).
+    ``metrics``: as :func:`open_gateway` (by default ``GET /metrics`` serves the runtime's
+    registry, gateway series included; with several workers, each its own process's).
     ``runtime_options`` go to :func:`sluice.open_runtime` (``transport``, ``simulator``...).
     """
     ring = keys if isinstance(keys, KeyRing) or keys is None else KeyRing(keys)
@@ -158,6 +166,7 @@ async def serve(
         **runtime_options,
     ) as gateway:
         server = Server(gateway.handle, limits, reject=_reject_json)
+        gateway.server = server
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve_listener, listener)
             if handle_signals:
@@ -194,6 +203,7 @@ class WorkerOptions:
     keys_file: str | None
     settings: GatewaySettings
     limits: ServerLimits
+    metrics: bool = True
 
 
 def _worker_main(options: WorkerOptions, ready: Any) -> None:
@@ -209,6 +219,7 @@ def _worker_main(options: WorkerOptions, ready: Any) -> None:
         "keys": keys,
         "settings": options.settings,
         "limits": options.limits,
+        "metrics": options.metrics,
         "reuse_port": True,
         "handle_signals": True,
     }
