@@ -14,9 +14,15 @@
 """
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings
+
+# A suite started in the background by a non-interactive shell (``make test &``) inherits
+# SIGINT ignored, and Python then keeps it ignored: the Ctrl-C tests need Python's own handler.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # In CI, property tests run a fixed, derandomized set of examples: a red build then always
 # means a change broke something, never that a new random example turned up an old bug
