@@ -21,7 +21,7 @@ from .vkeys import issue, issued, revoke
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["app", "main"]
+__all__ = ["app", "console_main", "main"]
 
 
 app = App(
@@ -54,6 +54,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # cyclopts exits on parse errors, --help, --version and Ctrl-C
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def console_main() -> int:
+    """The ``sluice`` console script: :func:`main` in a process of its own, so with the
+    garbage collector set for a service (:mod:`sluice._gc`). ``main`` itself, called from
+    someone's program or a test, leaves the collector alone."""
+    from .._gc import tune_for_service
+
+    tune_for_service()
+    return main()
 
 
 def _run(argv: Sequence[str] | None) -> int:

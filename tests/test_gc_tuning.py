@@ -1,0 +1,39 @@
+"""The ``sluice`` command (a process of its own) sets the garbage collector for a service;
+``main`` called in someone's process leaves it alone."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+from sluice._cli import main
+from sluice._gc import YOUNG_THRESHOLD
+
+_PROBE = (
+    "import gc, sys; from sluice._cli import {entry} as entry; sys.argv = ['sluice', "
+    "'--version']; code = entry(); print(gc.get_threshold()[0], gc.get_freeze_count() > 0)"
+)
+
+
+def probe(entry: str) -> tuple[int, bool]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(entry=entry)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    young, frozen = done.stdout.split()[-2:]
+    return int(young), frozen == "True"
+
+
+def test_the_console_script_freezes_startup_objects_and_collects_young_objects_less_often():
+    assert probe("console_main") == (YOUNG_THRESHOLD, True)
+
+
+def test_main_in_someone_elses_process_leaves_the_collector_alone():
+    assert probe("main") == (700, False)
+    before = gc.get_threshold()
+    assert main(["--version"]) == 0
+    assert gc.get_threshold() == before
