@@ -2,6 +2,7 @@
 slow clients are cut off, limits hold, keep-alive and drain behave. Virtual time over memory
 streams, except the idle-connections test, which needs real sockets."""
 
+import functools
 import resource
 import socket
 
@@ -317,3 +318,49 @@ async def test_a_client_that_stops_reading_is_cut_off_after_the_write_timeout(au
         await trio.sleep(0.1)
         assert (await gw.gateway.rt.statistics()).calls_in_flight == 0
         assert gw.server.connections == 0
+
+
+async def _serve_on_loopback(nursery, server: Server) -> int:
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.serve_connection, 0, host="127.0.0.1")
+    )
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_over_a_real_socket_big_responses_arrive_whole_and_a_non_reader_is_cut_off():
+    """Responses go straight to the socket while it takes them; what it does not take goes
+    the usual way, so a body far larger than the socket's buffer arrives byte for byte, and a
+    client that stops reading is still cut off after the write timeout."""
+    big = bytes(range(256)) * (16 * 1024 * 4)  # 16 MiB
+    ended: list[type[BaseException]] = []
+    cut_off = trio.Event()
+
+    async def handler(request, respond):
+        try:
+            if request.path == b"/stream":
+                respond.start(200, [(b"content-type", b"application/octet-stream")])
+                await respond.write(big)
+                await respond.finish(b"end")
+            else:
+                await respond.send(200, [(b"content-type", b"application/octet-stream")], big)
+        except BaseException as exc:
+            ended.append(type(exc))
+            cut_off.set()
+            raise
+
+    server = Server(handler, ServerLimits(write_timeout=0.5))
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await _serve_on_loopback(nursery, server)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                reply = await client.get("/whole")
+                assert reply.status_code == 200 and reply.content == big
+                reply = await client.get("/stream")
+                assert reply.status_code == 200 and reply.content == big + b"end"
+            # A client that sends a request and never reads its response.
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(b"GET /whole HTTP/1.1\r\nhost: a\r\n\r\n")
+            await cut_off.wait()
+            assert ended == [trio.BrokenResourceError]
+            await stream.aclose()
+            nursery.cancel_scope.cancel()

@@ -281,13 +281,18 @@ class Gateway:
             request = parse_chat_body(body, model=model, path="body")
         else:
             request = anthropic_wire.parse_messages_body(body, model=model)
-        changes: dict[str, Any] = {"on_partial": "fail", "stream": True}
+        # The request was built just now and nobody else holds it: its fields are set in
+        # place (attrs.evolve would run every converter and validator again, ~10 us), with
+        # values of the types ChatRequest checks.
+        setattr_ = object.__setattr__
+        setattr_(request, "on_partial", "fail")
+        setattr_(request, "stream", True)
         if key is not None:
-            changes["tag"] = key.name
+            setattr_(request, "tag", key.name)
         if request.extra_body and self._protocol(request.provider) != wire:
             # Parameters of the client's protocol mean nothing (or an error) to another.
-            changes["extra_body"] = {}
-        return attrs.evolve(request, **changes)
+            setattr_(request, "extra_body", {})
+        return request
 
     async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
         key = self._authenticate(request)
