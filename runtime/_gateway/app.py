@@ -387,7 +387,10 @@ class Gateway:
             else:
                 result = await self._complete(respond, chat_request, wire, shown)
         finally:
-            if reservation is not None:
+            # Settling replaces the reserved tokens by the real ones (a call counts as one
+            # request whatever its end): a key without tokens per minute, which reserved
+            # none, has nothing to settle.
+            if reservation is not None and reservation.cost.total_tokens:
                 actual = Cost.from_usage(result.usage) if result is not None else Cost()
                 with trio.CancelScope(shield=True):
                     await self.quotas.settle(reservation, actual)
