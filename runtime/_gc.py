@@ -14,11 +14,15 @@ took about 17% of sluice's CPU. Two standard remedies, as long-running Python se
   reference counting before a collection comes (only reference cycles wait for one), so
   collections become rare and promote little. The memory cost is bounded: at most that many
   objects' worth of garbage cycles waits for the next collection.
+
+``SLUICE_GC=default`` in the environment keeps CPython's own settings (to compare, or for an
+operator with a policy of their own).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 
 __all__ = ["tune_for_service"]
 
@@ -26,7 +30,10 @@ YOUNG_THRESHOLD = 10_000
 
 
 def tune_for_service() -> None:
-    """Freeze what exists now and raise the young-generation threshold (never lower it)."""
+    """Freeze what exists now and raise the young-generation threshold (never lower it),
+    unless ``SLUICE_GC=default``."""
+    if os.environ.get("SLUICE_GC") == "default":
+        return
     gc.freeze()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)

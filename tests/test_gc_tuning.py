@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 
@@ -16,9 +17,10 @@ _PROBE = (
 )
 
 
-def probe(entry: str) -> tuple[int, bool]:
+def probe(entry: str, **environ: str) -> tuple[int, bool]:
     done = subprocess.run(
         [sys.executable, "-c", _PROBE.format(entry=entry)],
+        env={**os.environ, **environ},
         capture_output=True,
         text=True,
         timeout=60,
@@ -30,6 +32,7 @@ def probe(entry: str) -> tuple[int, bool]:
 
 def test_the_console_script_freezes_startup_objects_and_collects_young_objects_less_often():
     assert probe("console_main") == (YOUNG_THRESHOLD, True)
+    assert probe("console_main", SLUICE_GC="default") == (700, False)
 
 
 def test_main_in_someone_elses_process_leaves_the_collector_alone():

@@ -223,6 +223,9 @@ def _worker_main(options: WorkerOptions, ready: Any) -> None:
         "reuse_port": True,
         "handle_signals": True,
     }
+    from .._gc import tune_for_service
+
+    tune_for_service()  # a worker is a process sluice owns, like the sluice command's
     try:
         trio.run(_serve_and_report, config, kwargs, ready)
     except KeyboardInterrupt:
