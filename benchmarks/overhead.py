@@ -199,6 +199,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="what sluice_observed turns on: both (default), metrics or tracing alone, or "
         "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK)",
     )
+    p.add_argument(
+        "--trace-sample",
+        type=float,
+        default=1.0,
+        metavar="RATIO",
+        help="the SDK sampler's ratio for sluice_observed (ParentBased(TraceIdRatioBased)); "
+        "1.0 (default) records every call",
+    )
     a = p.parse_args(argv)
     if a.calls < 1 or a.concurrency < 1 or a.repeat < 1:
         p.error("--calls, --concurrency and --repeat must be at least 1")
@@ -253,7 +261,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @asynccontextmanager
 async def _observed_runtime(
-    wanted: bool, config: sluice.RuntimeConfig, observe: str
+    wanted: bool, config: sluice.RuntimeConfig, observe: str, sample: float
 ) -> AsyncIterator[sluice.Runtime | None]:
     """A runtime like the ``sluice`` side's with what ``observe`` names on (None if not
     wanted)."""
@@ -269,7 +277,12 @@ async def _observed_runtime(
         tracing=sluice.TracingConfig(enabled=observe != "metrics"),
     )
     # "tracing-api": sluice's own tracing work with the API's no-op provider, without the SDK's.
-    provider = NoOpTracerProvider() if observe == "tracing-api" else TracerProvider()
+    if observe == "tracing-api":
+        provider: Any = NoOpTracerProvider()
+    else:
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
     async with sluice.open_runtime(observed, tracer_provider=provider) as rt:
         yield rt
 
@@ -444,7 +457,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 door = await trio.to_thread.run_sync(open_door, api, config, a.concurrency)
             async with (
                 sluice.open_runtime(config) as rt,
-                _observed_runtime("sluice_observed" in sides, config, a.observe) as rt_observed,
+                _observed_runtime(
+                    "sluice_observed" in sides, config, a.observe, a.trace_sample
+                ) as rt_observed,
             ):
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
@@ -576,6 +591,7 @@ def _report(
         "sluice_observed_cpu_s_per_1k": _round(cpu["sluice_observed"]),
         "observed_ratio": _round(ratio(cpu["sluice_observed"], s_cpu), 3),
         "observe": a.observe if "sluice_observed" in a.sides else None,
+        "trace_sample": a.trace_sample if "sluice_observed" in a.sides else None,
         "observed_ratio_per_round": per_round("sluice_observed", "sluice"),
         "ratio_per_round": per_round("sluice", "bare"),
         "ratio_aiohttp_per_round": per_round("sluice", "aiohttp"),

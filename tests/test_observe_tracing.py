@@ -168,3 +168,20 @@ async def test_the_call_span_is_a_child_of_the_submitters_span_and_a_left_stream
     assert attrs(attempt)["sluice.outcome"] == "abandoned"
     assert end(attempt) == end(chat)
     assert round((end(chat) - start(chat)) / 1e9, 6) == 0.1  # left at the first delta
+
+
+@virtual_deadline(60)
+async def test_a_trace_the_sampler_leaves_out_records_no_attempt_either(autojump_clock):
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sim = SimulatorConfig(script=("500",))
+    config = RuntimeConfig(retry=RetryConfig(jitter=0.0), tracing=TracingConfig(enabled=True))
+    async with sluice.open_runtime(
+        config, transport=mock_transport(sim), tracer_provider=provider
+    ) as rt:
+        result = await rt.chat("sim:sim-small", "hello")
+    assert result.attempts == 2
+    assert exporter.get_finished_spans() == ()

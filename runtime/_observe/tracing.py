@@ -136,6 +136,9 @@ class Tracer:
             attributes=_call_attributes(call, outcome, result, error),
             start_time=wall(call.submitted_at),
         )
+        if not span.is_recording():  # the sampler left this trace out: so are its attempts
+            span.end(end_time=wall(now))
+            return
         parent = trace.set_span_in_context(span)
         previous: _Attempt | None = None
         for attempt in state.attempts:
