@@ -651,10 +651,7 @@ class Runtime:
             with stream._receive:
                 yield stream
         finally:
-            if call is not None:
-                call.abandon()
-                if self._observer is not None:
-                    self._observer.call_ended(call, stream.result, stream.error)
+            self._ended(call, stream)
 
     @asynccontextmanager
     async def _stream(
@@ -670,10 +667,15 @@ class Runtime:
             with stream._receive:
                 yield stream
         finally:
-            if call is not None:
-                call.abandon()
-                if self._observer is not None:
-                    self._observer.call_ended(call, stream.result, stream.error)
+            self._ended(call, stream)
+
+    def _ended(self, call: Call | None, stream: CallStream) -> None:
+        """The consumer is done with ``call`` (None: answered from the cache): stop whatever
+        still runs for it and tell the observer how it ended."""
+        if call is not None:
+            call.abandon()
+            if self._observer is not None:
+                self._observer.call_ended(call, stream.result, stream.error)
 
     async def chat(
         self,
@@ -692,10 +694,7 @@ class Runtime:
             with stream._receive:
                 return await stream.wait()
         finally:
-            if call is not None:
-                call.abandon()
-                if self._observer is not None:
-                    self._observer.call_ended(call, stream.result, stream.error)
+            self._ended(call, stream)
 
     @asynccontextmanager
     async def map(
