@@ -13,7 +13,7 @@ MODULE_LIST := $(VENV)/.modules
 .PHONY: demo test lint typecheck redis-server FORCE
 
 demo: $(STAMP)
-	$(BIN)/sluice batch examples/demo_batch.jsonl -o out/demo_results.jsonl
+	$(BIN)/sluice batch examples/demo_batch.jsonl -o out/demo_results.jsonl --overwrite
 
 test: lint typecheck redis-server
 	$(BIN)/pytest -q
