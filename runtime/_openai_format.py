@@ -130,7 +130,12 @@ def _model(body: Mapping[str, Any], override: str | None, path: str) -> str:
 
 
 def parse_chat_body(
-    body: Any, *, model: str | None = None, stream: bool = True, path: str = "body"
+    body: Any,
+    *,
+    model: str | None = None,
+    stream: bool = True,
+    path: str = "body",
+    fields: Mapping[str, Any] | None = None,
 ) -> ChatRequest:
     """Read a chat-completions request body into a :class:`ChatRequest`.
 
@@ -141,6 +146,8 @@ def parse_chat_body(
         stream: the request's ``stream`` flag; the body's own ``stream`` and
             ``stream_options`` are ignored because the runtime decides how to stream.
         path: the prefix used in error messages.
+        fields: more ``ChatRequest`` fields, set by the caller rather than the body (the
+            gateway's ``tag`` and ``on_partial``): given to the constructor, so checked once.
 
     Returns:
         A request holding every mapped field; keys sluice does not model are passed to the
@@ -187,6 +194,7 @@ def parse_chat_body(
         seed=_integer(b.get("seed"), f"{path}.seed"),
         stream=stream,
         extra_body={k: v for k, v in b.items() if k not in _MAPPED_KEYS},
+        **(fields or {}),
     )
 
 

@@ -243,9 +243,12 @@ def _tool_choice(value: Any, path: str) -> tuple[ToolChoice | None, bool | None]
     raise _fail(f"{path}.type", "expected 'auto', 'any', 'tool' or 'none'")
 
 
-def parse_messages_body(body: Any, *, model: str) -> ChatRequest:
+def parse_messages_body(
+    body: Any, *, model: str, fields: Mapping[str, Any] | None = None
+) -> ChatRequest:
     """Read a messages request body into a :class:`ChatRequest` for ``model``
-    (``provider:model``, already resolved by the caller).
+    (``provider:model``, already resolved by the caller), with the caller's own ``fields``
+    (given to the constructor, so checked once).
 
     Raises:
         ConfigError: a required field is missing (``max_tokens``, ``messages``) or a field
@@ -280,6 +283,7 @@ def parse_messages_body(body: Any, *, model: str) -> ChatRequest:
         max_tokens=max_tokens,
         stop=cast("Any", tuple(_str(s, f"stop_sequences.{i}") for i, s in enumerate(stop))),
         extra_body={k: v for k, v in b.items() if k not in _MAPPED},
+        **(fields or {}),
     )
 
 

@@ -277,21 +277,20 @@ class Gateway:
         return found
 
     def _parse(self, body: Any, model: str, wire: Wire, key: VirtualKey | None) -> ChatRequest:
-        if wire == "openai":
-            request = parse_chat_body(body, model=model, path="body")
-        else:
-            request = anthropic_wire.parse_messages_body(body, model=model)
-        # The request was built just now and nobody else holds it: its fields are set in
-        # place (attrs.evolve would run every converter and validator again, ~10 us), with
-        # values of the types ChatRequest checks.
-        setattr_ = object.__setattr__
-        setattr_(request, "on_partial", "fail")
-        setattr_(request, "stream", True)
+        # The gateway's own fields go to the parser's constructor: checked once, with no
+        # attrs.evolve afterwards (which would run every converter and validator again).
+        # Streamed upstream either way (both parsers' default): the client's own ``stream``
+        # only decides how the reply goes back.
+        fields: dict[str, Any] = {"on_partial": "fail"}
         if key is not None:
-            setattr_(request, "tag", key.name)
+            fields["tag"] = key.name
+        if wire == "openai":
+            request = parse_chat_body(body, model=model, path="body", fields=fields)
+        else:
+            request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
         if request.extra_body and self._protocol(request.provider) != wire:
             # Parameters of the client's protocol mean nothing (or an error) to another.
-            setattr_(request, "extra_body", {})
+            request = attrs.evolve(request, extra_body={})
         return request
 
     async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
