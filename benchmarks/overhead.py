@@ -262,11 +262,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @asynccontextmanager
 async def _observed_runtime(
     wanted: bool, config: sluice.RuntimeConfig, observe: str, sample: float
-) -> AsyncIterator[sluice.Runtime | None]:
-    """A runtime like the ``sluice`` side's with what ``observe`` names on (None if not
-    wanted)."""
+) -> AsyncIterator[tuple[sluice.Runtime | None, Any]]:
+    """A runtime like the ``sluice`` side's with what ``observe`` names on, and its tracer
+    provider (None, None if not wanted)."""
     if not wanted:
-        yield None
+        yield None, None
         return
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import NoOpTracerProvider
@@ -284,7 +284,7 @@ async def _observed_runtime(
 
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
     async with sluice.open_runtime(observed, tracer_provider=provider) as rt:
-        yield rt
+        yield rt, provider
 
 
 class AiohttpChild:
@@ -394,6 +394,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
     profiler = cProfile.Profile() if a.cprofile else None
     aiohttp_version = None
+    replay: float | None = None
     async with trio.open_nursery() as services:
         if a.sim:
             chunks = 20 if a.chunks is None else a.chunks
@@ -459,7 +460,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 sluice.open_runtime(config) as rt,
                 _observed_runtime(
                     "sluice_observed" in sides, config, a.observe, a.trace_sample
-                ) as rt_observed,
+                ) as (rt_observed, tracer_provider),
             ):
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
@@ -488,7 +489,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     model = models.get(side, models["sluice"])
                     runtime = rt_observed if side == "sluice_observed" else rt
                     assert runtime is not None
-                    profile = profiler if side == a.cprofile_side and label != "warm-up" else None
+                    measured = side == a.cprofile_side and label.startswith("round")
+                    profile = profiler if measured else None
 
                     async def body(tally: Any) -> None:
                         if profile is not None:
@@ -515,6 +517,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             f"{result.calls_per_s:.0f} calls/s"
                         )
                     print(f"# round {i + 1}: " + ", ".join(line), file=sys.stderr, flush=True)
+                if "sluice_observed" in sides and a.observe in ("both", "tracing"):
+                    replay = await _sdk_replay(
+                        tracer_provider, lambda n: phase("sluice_observed", n, "capture")
+                    )
         finally:
             await bare.aclose()
             if door is not None:
@@ -525,7 +531,24 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
     if profiler is not None:
         profiler.dump_stats(a.cprofile)
-    return _report(a, base_url, server, chunks, results, warmups, aiohttp_version)
+    report = _report(a, base_url, server, chunks, results, warmups, aiohttp_version)
+    if replay is not None and report["sluice_cpu_s_per_1k"]:
+        report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
+        report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
+    return report
+
+
+async def _sdk_replay(provider: Any, capture: Any) -> float | None:
+    """CPU seconds per call the SDK alone spends making the spans the observed runtime made
+    (see :mod:`benchmarks._otel_replay`): runs a few calls with a collector added to the
+    provider (after the measured rounds, which it would otherwise slow) and replays their
+    spans."""
+    from ._otel_replay import SpanCollector, replay_cost
+
+    collector = SpanCollector(limit=2000)
+    provider.add_span_processor(collector)
+    await capture(500)
+    return replay_cost(collector.spans, provider.sampler)
 
 
 def _report(

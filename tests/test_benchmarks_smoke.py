@@ -311,6 +311,11 @@ def test_overhead_benchmark_measures_metrics_and_tracing_in_the_same_run() -> No
     assert report["sides"] == ["sluice", "sluice_observed"]
     assert report["errors"] == 0 and report["texts_match"] is True
     assert report["sluice_observed_cpu_s_per_1k"] > 0 and report["observed_ratio"] > 0
+    # The SDK's own share, from replaying the spans the observed runtime made.
+    assert 0 < report["otel_sdk_replay_ms_per_call"] < report["sluice_observed_cpu_s_per_1k"]
+    assert report["otel_sdk_replay_share"] > 0
+
+
 def test_overhead_benchmark_measures_a_model_group_beside_one_provider() -> None:
     report = _run_benchmark(
         "benchmarks.overhead",
