@@ -7,8 +7,9 @@ import functools
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import httpx
 import orjson
@@ -84,6 +85,39 @@ def sim_process(*flags: str) -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def start_batch(*args: str) -> subprocess.Popen[bytes]:
+    """``sluice batch ARGS`` in a subprocess, its output piped."""
+    return subprocess.Popen(
+        [SLUICE, "batch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def count_lines(path: Path) -> int:
+    """How many whole lines ``path`` holds (0 before it exists)."""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def whole_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of ``path``, parsed: each must be complete JSON ending in a newline."""
+    data = path.read_bytes() if path.exists() else b""
+    assert data == b"" or data.endswith(b"\n")
+    return [orjson.loads(line) for line in data.splitlines()]
+
+
+def wait_for_lines(proc: subprocess.Popen[bytes], out: Path, n: int, timeout: float = 60) -> int:
+    """Poll (a synchronous test, a real process) until ``out`` holds ``n`` lines; return how
+    many it holds then. Fails if ``proc`` exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while (found := count_lines(out)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the batch made no progress"
+        time.sleep(0.005)
+    return found
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ import random
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pytest
@@ -22,10 +22,7 @@ from sluice._cli import main
 from sluice._jobs.batch import run_batch
 from sluice._jobs.batch_lines import redo_line
 
-from .helpers import SLUICE, sim_process
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from .helpers import SLUICE, count_lines, sim_process, start_batch, wait_for_lines, whole_lines
 
 GUARD = 30
 TIMEOUT = 60
@@ -50,36 +47,6 @@ def write_many(path, n: int):
 
 def read_output(path):
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
-
-
-def whole_lines(path) -> list[dict]:
-    """Every line of ``path``: each must be complete JSON."""
-    data = path.read_bytes() if path.exists() else b""
-    assert data == b"" or data.endswith(b"\n")
-    return [orjson.loads(line) for line in data.splitlines()]
-
-
-def count_lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-def start(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [SLUICE, "batch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-
-
-def wait_for_lines(proc: subprocess.Popen[bytes], out, n: int) -> int:
-    """Poll until ``out`` holds ``n`` lines; return how many it holds then."""
-    deadline = time.monotonic() + TIMEOUT
-    while (found := count_lines(out)) < n:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the batch made no progress"
-        time.sleep(0.005)
-    return found
 
 
 def ok_line(custom_id: str) -> bytes:
@@ -206,7 +173,7 @@ def test_kill_9_during_a_resume_that_redoes_lines_loses_nothing(tmp_path, paced_
     args += ["--model", "local:m", "--base-url", paced_server]
     rng = random.Random(14)
     for attempt in range(4):
-        proc = start(*args)
+        proc = start_batch(*args)
         if attempt == 0:
             time.sleep(rng.uniform(0.0, 0.3))  # early: maybe before the rewrite
         else:
@@ -228,7 +195,7 @@ def test_sigterm_drains_like_the_first_ctrl_c_and_exits_143(tmp_path, paced_serv
     source, out = write_many(tmp_path / "in.jsonl", n), tmp_path / "out.jsonl"
     args = [str(source), "-o", str(out), "--max-in-flight", "16"]
     args += ["--model", "local:m", "--base-url", paced_server]
-    proc = start(*args)
+    proc = start_batch(*args)
     wait_for_lines(proc, out, 20)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=TIMEOUT)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 
-from .helpers import SLUICE, sim_process
+from .helpers import SLUICE, count_lines, sim_process, start_batch, wait_for_lines, whole_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,36 +55,6 @@ def write_input(path: Path, n: int) -> Path:
     return path
 
 
-def whole_lines(path: Path) -> list[dict]:
-    """Every line of ``path``: each must be complete JSON."""
-    data = path.read_bytes() if path.exists() else b""
-    assert data == b"" or data.endswith(b"\n")
-    return [orjson.loads(line) for line in data.splitlines()]
-
-
-def count_lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-def start(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [SLUICE, "batch", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-
-
-def wait_for_lines(proc: subprocess.Popen[bytes], out: Path, n: int) -> int:
-    """Poll until ``out`` holds ``n`` lines; return how many it holds then."""
-    deadline = time.monotonic() + TIMEOUT
-    while (found := count_lines(out)) < n:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the batch made no progress"
-        time.sleep(0.005)
-    return found
-
-
 def paced_args(source: Path, out: Path, url: str) -> list[str]:
     model = ["--model", "sim:sim-small", "--base-url", url, "--api-key", "sk-test"]
     return [str(source), "-o", str(out), "--resume", "--max-in-flight", "4", *model]
@@ -101,7 +71,7 @@ def resume_to_the_end(args: list[str], out: Path, n: int) -> None:
 def test_first_ctrl_c_lets_the_calls_in_flight_finish(tmp_path, paced_server):
     source, out = write_input(tmp_path / "in.jsonl", 16), tmp_path / "out.jsonl"
     args = paced_args(source, out, paced_server)
-    proc = start(*args)
+    proc = start_batch(*args)
     at_signal = wait_for_lines(proc, out, 4)  # the first four; the next four are in flight
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=TIMEOUT)
@@ -121,7 +91,7 @@ def test_first_ctrl_c_lets_the_calls_in_flight_finish(tmp_path, paced_server):
 def test_second_ctrl_c_cancels_the_calls_in_flight(tmp_path, paced_server):
     source, out = write_input(tmp_path / "in.jsonl", 16), tmp_path / "out.jsonl"
     args = paced_args(source, out, paced_server)
-    proc = start(*args)
+    proc = start_batch(*args)
     at_signal = wait_for_lines(proc, out, 4)
     proc.send_signal(signal.SIGINT)
     # The second Ctrl-C only after the first was taken (signals that arrive together are
@@ -155,7 +125,7 @@ def test_kill_9_at_random_moments_then_resume_gives_every_line_once(tmp_path):
     kills = 0
     for _ in range(3):
         before = count_lines(out)
-        proc = start(*args)
+        proc = start_batch(*args)
         # A random point of what is left: some lines written, not all.
         target = before + rng.randint(1, (n - before) * 3 // 4)
         wait_for_lines(proc, out, target)
