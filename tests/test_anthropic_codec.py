@@ -19,7 +19,13 @@ from sluice._errors import (
     ServerError,
     StreamBroken,
 )
-from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._events import (
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from sluice._messages import (
     ChatRequest,
     ContentPart,
@@ -368,6 +374,8 @@ def test_a_stream_of_every_kind_of_block() -> None:
     out, events = decode(body)
     assert events == [
         ReasoningDelta("c", "Let me see."),
+        ReasoningSignature("c", "c2ln"),
+        ReasoningSignature("c", "ZW5j", redacted=True),
         TextDelta("c", "Sure."),
         ToolCallDelta("c", 0, "toolu_9", "f", ""),
         ToolCallDelta("c", 0, None, None, '{"x":'),
@@ -513,7 +521,10 @@ def test_finish_reasons(raw: str, calls: bool, finish: str) -> None:
 )
 def test_an_error_event_mid_stream_raises_its_class(error_type: str, cls: type[CallError]) -> None:
     decoder = AnthropicStreamDecoder("c")
-    assert decoder.feed(sse(START, block(0, type="text", text="Hel"))) == [TextDelta("c", "Hel")]
+    assert decoder.feed(sse(START, block(0, type="text", text="Hel"))) == [
+        UsageReported("c", Usage(10, 0, 0, 0, 0)),
+        TextDelta("c", "Hel"),
+    ]
     error = {"type": "error", "error": {"type": error_type, "message": "went wrong"}}
     with pytest.raises(cls) as raised:
         decoder.feed(sse(error))

@@ -5,7 +5,8 @@ Two requests share a key exactly when the backend would be asked the same questi
 (the call's own, its ``extra_body`` and the provider's and model's ``params`` from the config),
 response format and tool options. Fields that change only how the call is run -- ``stream``,
 ``tag``, ``priority``, ``deadlines``, ``on_partial``, ``response_cache``,
-``cache_breakpoints`` -- are left out, so a streamed call and a one-shot call share answers.
+``cache_breakpoints`` and the ``cache_control`` markers of parts and tools -- are left out, so a
+streamed call and a one-shot call share answers.
 
 The key is the BLAKE2b hash of one canonical JSON text (orjson with sorted keys; attrs values
 as their fields plus their class name; sets sorted), so it is the same in every process and
@@ -36,6 +37,7 @@ def _canonical(value: Any) -> Any:
     """What orjson cannot write itself: attrs values and sets."""
     if attrs.has(type(value)):
         fields = attrs.asdict(value, recurse=False)
+        fields.pop("cache_control", None)  # where the prompt is cached, not what is asked
         fields["~"] = type(value).__name__
         return fields
     if isinstance(value, frozenset | set):

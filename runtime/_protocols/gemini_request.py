@@ -46,7 +46,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, to_json
+from .wire import add_headers, arguments_object, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -81,7 +81,9 @@ def build_request(
     }
     if api_key:
         merged["x-goog-api-key"] = api_key
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(

@@ -40,7 +40,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
-from .wire import to_json
+from .wire import add_headers, to_json
 
 __all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
@@ -68,7 +68,9 @@ def build_request(
     }
     if api_key:
         merged["authorization"] = f"Bearer {api_key}"
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(
