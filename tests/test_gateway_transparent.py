@@ -166,13 +166,15 @@ CACHED_MESSAGES = [
     {
         "role": "assistant",
         "content": [
+            {"type": "thinking", "thinking": "Paris, so weather.", "signature": "EqQBCkYIBxgCKkA"},
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
             {
                 "type": "tool_use",
                 "id": "toolu_01",
                 "name": "get_weather",
                 "input": {"city": "Paris"},
                 "cache_control": EPHEMERAL,
-            }
+            },
         ],
     },
     {
@@ -290,7 +292,7 @@ RECORDED_SIGNATURE = next(
     for e in events_of(THINKING_SSE)
     if e.get("type") == "content_block_delta" and e["delta"]["type"] == "signature_delta"
 )
-THINKING_BODY = {
+THINKING_BODY: dict[str, Any] = {
     "model": "ant:claude-sonnet-4-5",
     "max_tokens": 2048,
     "thinking": {"type": "enabled", "budget_tokens": 1024},
@@ -333,15 +335,24 @@ async def test_the_anthropic_sdk_gets_the_signature_streamed_and_not():
     async with trio.open_nursery() as nursery:
         setup = await _start(nursery)
         setup.upstream.reply(sse_reply(THINKING_SSE), sse_reply(THINKING_SSE))
-        kwargs = {k: v for k, v in THINKING_BODY.items() if k != "model"}
 
         def run() -> tuple[Any, Any]:
             with anthropic.Anthropic(
                 base_url=setup.url, api_key=CLIENT_KEY, max_retries=0, timeout=10
             ) as client:
-                with client.messages.stream(model=THINKING_BODY["model"], **kwargs) as stream:
+                with client.messages.stream(
+                    model="ant:claude-sonnet-4-5",
+                    max_tokens=2048,
+                    thinking={"type": "enabled", "budget_tokens": 1024},
+                    messages=[{"role": "user", "content": "What is 5 + 3?"}],
+                ) as stream:
                     streamed = stream.get_final_message()
-                whole = client.messages.create(model=THINKING_BODY["model"], **kwargs)
+                whole = client.messages.create(
+                    model="ant:claude-sonnet-4-5",
+                    max_tokens=2048,
+                    thinking={"type": "enabled", "budget_tokens": 1024},
+                    messages=[{"role": "user", "content": "What is 5 + 3?"}],
+                )
             return streamed, whole
 
         streamed, whole = await trio.to_thread.run_sync(run)
@@ -443,7 +454,7 @@ def _with_logprobs(sse: bytes) -> tuple[bytes, list[dict[str, Any]]]:
     """The recorded stream with each content chunk's ``logprobs`` filled in, as OpenAI sends
     them when asked (``logprobs: true, top_logprobs: 1``), and the per-chunk values."""
     out = []
-    per_chunk = []
+    per_chunk: list[dict[str, Any]] = []
     for chunk in events_of(sse):
         chunk = copy.deepcopy(chunk)
         choices = chunk["choices"]
@@ -460,7 +471,7 @@ def _with_logprobs(sse: bytes) -> tuple[bytes, list[dict[str, Any]]]:
 
 
 LOGPROBS_SSE, LOGPROBS = _with_logprobs(OPENAI_TEXT_SSE)
-CHAT = {
+CHAT: dict[str, Any] = {
     "model": "oai:gpt-4o-mini",
     "messages": [{"role": "user", "content": "Capital of France?"}],
     "logprobs": True,
@@ -503,7 +514,10 @@ async def test_logprobs_fingerprint_and_tier_survive_non_streamed_and_the_sdk_re
                 base_url=f"{setup.url}/v1", api_key="k", max_retries=0, timeout=10
             ) as client:
                 return client.chat.completions.create(
-                    model=CHAT["model"], messages=CHAT["messages"], logprobs=True, top_logprobs=1
+                    model="oai:gpt-4o-mini",
+                    messages=[{"role": "user", "content": "Capital of France?"}],
+                    logprobs=True,
+                    top_logprobs=1,
                 )
 
         completion = await trio.to_thread.run_sync(run)
@@ -575,7 +589,9 @@ async def test_an_upstream_400_reaches_the_openai_sdk_with_its_param_and_code():
             ) as client:
                 try:
                     client.chat.completions.create(
-                        model=CHAT["model"], messages=CHAT["messages"], temperature=2
+                        model="oai:gpt-4o-mini",
+                        messages=[{"role": "user", "content": "Hi"}],
+                        temperature=2,
                     )
                 except openai.BadRequestError as exc:
                     return exc

@@ -88,7 +88,7 @@ def stop_reason(result: ChatResult) -> str:
     if raw in _ANTHROPIC_STOPS and (
         normalize_finish_reason(raw, bool(result.tool_calls)) == result.finish_reason
     ):
-        return raw  # type: ignore[return-value]
+        return raw
     if result.stop_sequence is not None and result.finish_reason == "stop":
         return "stop_sequence"
     return STOP_REASONS.get(result.finish_reason, "end_turn")
