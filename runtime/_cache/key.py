@@ -3,7 +3,8 @@
 Two requests share a key exactly when the backend would be asked the same question: the same
 ``provider:model`` and fallbacks, messages, tools, ``tool_choice``, generation parameters
 (the call's own, its ``extra_body`` and the provider's and model's ``params`` from the config),
-response format and tool options. Fields that change only how the call is run -- ``stream``,
+response format, tool options and ``extra_headers`` (an ``anthropic-beta`` can change the
+answer). Fields that change only how the call is run -- ``stream``,
 ``tag``, ``priority``, ``deadlines``, ``on_partial``, ``response_cache``,
 ``cache_breakpoints`` and the ``cache_control`` markers of parts and tools -- are left out, so a
 streamed call and a one-shot call share answers.
@@ -81,5 +82,7 @@ def request_key(
         "params": params or {},
         "base_url": base_url,
     }
+    if request.extra_headers:  # a beta header can change the answer; absent, keys stay as they were
+        canonical["extra_headers"] = {k.lower(): v for k, v in request.extra_headers.items()}
     text = orjson.dumps(canonical, default=_canonical, option=_OPTIONS)
     return hashlib.blake2b(text, digest_size=16).hexdigest()
