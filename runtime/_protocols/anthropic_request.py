@@ -85,7 +85,8 @@ def build_request(
 
     ``base_url`` holds the version prefix (``https://api.anthropic.com/v1``). Headers:
     ``content-type``, ``accept``, ``anthropic-version``, ``x-api-key`` when ``api_key`` is
-    given, then ``headers``, which replace defaults of the same name.
+    given, then the request's ``extra_headers`` (see :func:`.wire.add_headers`), then
+    ``headers``, which replace defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol (see the module docstring).

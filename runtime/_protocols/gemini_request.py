@@ -68,7 +68,8 @@ def build_request(
     ``base_url`` holds the version prefix
     (``https://generativelanguage.googleapis.com/v1beta``); a model name may carry its
     ``models/`` prefix. Headers: ``content-type``, ``accept``, ``x-goog-api-key`` when
-    ``api_key`` is given, then ``headers``, which replace defaults of the same name.
+    ``api_key`` is given, then the request's ``extra_headers`` (see
+    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol.

@@ -64,8 +64,9 @@ def build_request(
     ``http://localhost:11434``).
 
     Headers: ``content-type``, ``accept`` (``application/x-ndjson`` when streaming),
-    ``authorization`` when ``api_key`` is given (Ollama's cloud wants one), then ``headers``,
-    which replace defaults of the same name.
+    ``authorization`` when ``api_key`` is given (Ollama's cloud wants one), then the request's
+    ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
+    defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol.

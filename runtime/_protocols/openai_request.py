@@ -59,7 +59,8 @@ def build_request(
     ``quirks.azure_api_version`` it is an Azure resource's root and the deployment-style path
     and ``api-version`` query are added (see :class:`~.quirks.RequestQuirks`). Headers:
     ``content-type``, ``accept`` (``text/event-stream`` when streaming), ``authorization`` when
-    ``api_key`` is given, then ``headers``, which replace defaults of the same name.
+    ``api_key`` is given, then the request's ``extra_headers`` (see
+    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
     ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
     """
     merged = {
