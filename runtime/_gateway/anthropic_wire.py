@@ -403,7 +403,8 @@ class AnthropicEvents:
         self._index = -1
         """The index of the open block; -1 before the first."""
         self._block: str | int | None = None
-        """What the open block holds: ``text``, ``thinking``, or a tool call's index."""
+        """What the open block holds: ``text``, ``thinking`` (``signed`` once its signature
+        came), or a tool call's index."""
         self._tool_blocks: set[int] = set()
 
     def start(self, usage: Usage | None = None) -> bytes:
@@ -470,6 +471,7 @@ class AnthropicEvents:
         out = b""
         if self._block != "thinking":  # a signature with no thinking text before it
             out = self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        self._block = "signed"  # the block is whole: more reasoning opens the next one
         return out + _event(
             b"content_block_delta",
             b'{"type":"content_block_delta","index":%d,"delta":{"type":"signature_delta",'
