@@ -36,6 +36,7 @@ from sluice._events import (
     TextDelta,
     ToolCallDelta,
     UsageReported,
+    signature_events,
 )
 from sluice._mail import (
     AttemptFailed,
@@ -569,6 +570,7 @@ def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEv
     message = output.message
     if message.reasoning:
         yield ReasoningDelta(call_id, message.reasoning)
+    yield from signature_events(call_id, message)
     if message.text:
         yield TextDelta(call_id, message.text)
     for index, tool_call in enumerate(message.tool_calls):

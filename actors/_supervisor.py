@@ -633,6 +633,10 @@ class _CallRun:
             request_id=outcome.request_id or output.response_id,
             models_tried=tuple(self.models_tried),
             corrections=self.corrected,
+            stop_sequence=output.stop_sequence,
+            logprobs=output.logprobs,
+            system_fingerprint=output.system_fingerprint,
+            service_tier=output.service_tier,
         )
 
 

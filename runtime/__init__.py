@@ -66,6 +66,7 @@ from ._events import FallingBack as FallingBack
 from ._events import FirstToken as FirstToken
 from ._events import Queued as Queued
 from ._events import ReasoningDelta as ReasoningDelta
+from ._events import ReasoningSignature as ReasoningSignature
 from ._events import Retrying as Retrying
 from ._events import StreamReset as StreamReset
 from ._events import TextDelta as TextDelta
@@ -259,6 +260,7 @@ __all__ = [
     "RateLimitConfig",
     "RateLimited",
     "ReasoningDelta",
+    "ReasoningSignature",
     "ReasoningPart",
     "ReplyLimits",
     "ResponseCache",

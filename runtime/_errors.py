@@ -112,6 +112,10 @@ class CallError(SluiceError):
     """HTTP status of the provider's reply, or None when there was no reply."""
     error_type: str | None = None
     """The provider's own error type or code (``rate_limit_exceeded``, ``overloaded_error``)."""
+    param: str | None = None
+    """The request field the provider blamed (OpenAI's ``error.param``), when it named one."""
+    code: str | None = None
+    """The provider's own error code (OpenAI's ``error.code``), when it gave one."""
     request_id: str | None = None
     should_retry: bool | None = None
     """The provider's own verdict (``x-should-retry``), which wins over the class's."""

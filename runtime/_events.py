@@ -1,10 +1,10 @@
 """Events a call's stream yields, in order.
 
 ``Queued``, ``Admitted``, then for each attempt ``FirstToken`` and the deltas (``TextDelta``,
-``ReasoningDelta``, ``ToolCallDelta``, ``UsageReported``); a retry emits ``Retrying`` and a
-move to a fallback model ``FallingBack`` (each preceded by ``StreamReset`` when deltas of the
-failed attempt were already delivered, so the consumer can discard them); then exactly one of
-``Completed`` or ``Failed``.
+``ReasoningDelta``, ``ReasoningSignature``, ``ToolCallDelta``, ``UsageReported``); a retry
+emits ``Retrying`` and a move to a fallback model ``FallingBack`` (each preceded by
+``StreamReset`` when deltas of the failed attempt were already delivered, so the consumer can
+discard them); then exactly one of ``Completed`` or ``Failed``.
 
 Deltas decoded from one network read travel together as one batch; the stream hands them to
 the consumer one by one. A call answered from the response cache yields only its deltas and
@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from ._errors import CallError
-from ._messages import ChatResult, Usage
+from ._messages import ChatResult, Message, ReasoningPart, Usage
 from ._record import Record
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "FirstToken",
     "Queued",
     "ReasoningDelta",
+    "ReasoningSignature",
     "Retrying",
     "StreamReset",
     "TextDelta",
@@ -73,12 +74,26 @@ class FirstToken(Record):
 class TextDelta(Record):
     call_id: str
     text: str
+    logprobs: Mapping[str, Any] | None = None
+    """The log probabilities of this piece's tokens as the provider sent them with it (OpenAI's
+    per-chunk ``logprobs`` object); None when the request did not ask for them."""
 
 
 @attrs.frozen(slots=True, repr=False)
 class ReasoningDelta(Record):
     call_id: str
     text: str
+
+
+@attrs.frozen(slots=True, repr=False)
+class ReasoningSignature(Record):
+    """The provider signed the reasoning block streamed so far (Anthropic's ``signature_delta``),
+    or, with ``redacted``, sent a whole reasoning block as opaque data. A client that sends
+    the reasoning back on a later turn must send this with it."""
+
+    call_id: str
+    signature: str
+    redacted: bool = False
 
 
 @attrs.frozen(slots=True, repr=False)
@@ -146,7 +161,9 @@ class Failed(Record):
     error: CallError
 
 
-DeltaEvent: TypeAlias = TextDelta | ReasoningDelta | ToolCallDelta | UsageReported
+DeltaEvent: TypeAlias = (
+    TextDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | UsageReported
+)
 CallEvent: TypeAlias = (
     Queued
     | Admitted
@@ -158,3 +175,13 @@ CallEvent: TypeAlias = (
     | Completed
     | Failed
 )
+
+
+def signature_events(call_id: str, message: Message) -> list[ReasoningSignature]:
+    """The :class:`ReasoningSignature` events of a reply that came whole: one per signed
+    reasoning part, in order (a part without text is a redacted block)."""
+    return [
+        ReasoningSignature(call_id, part.signature, redacted=not part.text)
+        for part in message.content
+        if type(part) is ReasoningPart and part.signature
+    ]

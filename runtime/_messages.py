@@ -58,6 +58,10 @@ class TextPart(Record):
     type: Literal["text"] = "text"
     signature: str | None = attrs.field(default=None, kw_only=True)
     """An opaque provider signature to echo back with this part (Gemini's ``thoughtSignature``)."""
+    cache_control: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    """A prompt-cache marker on this block, as the client wrote it (Anthropic's
+    ``{"type": "ephemeral"}``, with a ``ttl`` or not): the Anthropic protocol sends it on this
+    very block; protocols that cache prompts on their own (OpenAI) leave it out."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -68,6 +72,8 @@ class ImagePart(Record):
     media_type: str | None = None
     detail: Literal["auto", "low", "high"] | None = None
     type: Literal["image"] = "image"
+    cache_control: Mapping[str, Any] | None = None
+    """See :attr:`TextPart.cache_control`."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -79,6 +85,8 @@ class FilePart(Record):
     name: str | None = None
     file_id: str | None = None
     type: Literal["file"] = "file"
+    cache_control: Mapping[str, Any] | None = None
+    """See :attr:`TextPart.cache_control`."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -91,6 +99,8 @@ class ToolCall(Record):
     type: Literal["tool_call"] = "tool_call"
     signature: str | None = None
     """An opaque provider signature to echo back with this call (Gemini's ``thoughtSignature``)."""
+    cache_control: Mapping[str, Any] | None = None
+    """See :attr:`TextPart.cache_control`."""
 
     def parsed_arguments(self) -> Any:
         """The arguments as a JSON value; empty text means ``{}``.
@@ -112,6 +122,8 @@ class ToolResultPart(Record):
     is_error: bool = False
     name: str | None = None
     type: Literal["tool_result"] = "tool_result"
+    cache_control: Mapping[str, Any] | None = None
+    """See :attr:`TextPart.cache_control`."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -202,6 +214,8 @@ class Tool(Record):
         factory=lambda: {"type": "object", "properties": {}}
     )
     strict: bool | None = None
+    cache_control: Mapping[str, Any] | None = None
+    """A prompt-cache marker on this tool definition (see :attr:`TextPart.cache_control`)."""
 
 
 @attrs.frozen(repr=False)
@@ -278,7 +292,6 @@ def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Messa
         if isinstance(item, Message):
             out.append(item)
         elif isinstance(item, Mapping):
-
             out.append(parse_message(item, f"ChatRequest.messages[{index}]"))
         else:
             raise TypeError(
@@ -299,7 +312,6 @@ def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
         if isinstance(item, Tool):
             out.append(item)
         elif isinstance(item, Mapping):
-
             out.append(parse_tool(item, f"ChatRequest.tools[{index}]"))
         else:
             raise TypeError(
@@ -345,6 +357,7 @@ def _check_request(request: ChatRequest) -> None:
         ("tag", str, "a string", True),
         ("deadlines", Deadlines, "a Deadlines", False),
         ("extra_body", Mapping, "a mapping", False),
+        ("extra_headers", Mapping, "a mapping", False),
         ("response_cache", bool, "a bool", True),
         ("max_wait", _NUMBER, "a number of seconds", True),
     )
@@ -441,6 +454,11 @@ class ChatRequest(Record):
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    extra_headers: Mapping[str, str] = attrs.field(factory=dict)
+    """HTTP headers added to this call's provider request (the gateway forwards a client's
+    ``anthropic-beta`` here). The provider's configured headers win over these, and the
+    headers that carry credentials or frame the request (``authorization``, ``x-api-key``,
+    ``content-length``, ...) are never taken from here."""
     tool_options: ToolOptions | None = None
     """How this call's tool calls are prepared, checked and corrected (forcing through
     structured output, repair, the correction limit, a capability override for this call);
@@ -482,6 +500,7 @@ class ChatRequest(Record):
             and (self.max_wait is None or type(self.max_wait) in _NUMBER)
             and type(self.deadlines) is Deadlines
             and type(self.extra_body) is dict
+            and type(self.extra_headers) is dict
             and (not self.stop or all(type(s) is str for s in self.stop))
             and (not self.fallbacks or all(type(f) is str for f in self.fallbacks))
         ):
@@ -567,6 +586,15 @@ class ChatResult(Record):
     cached: bool = False
     """The result came from the response cache: nothing was sent, no quota or tokens were
     used (``usage`` is zero and ``attempts`` 0), and ``message`` is the stored reply."""
+    stop_sequence: str | None = None
+    """The stop sequence that ended the reply, when the provider names it (Anthropic)."""
+    logprobs: Mapping[str, Any] | None = None
+    """Token log probabilities as the provider returned them (OpenAI's ``choices[0].logprobs``
+    object, the pieces of a streamed reply joined), when the request asked for them."""
+    system_fingerprint: str | None = None
+    """The backend configuration the reply came from, as the provider names it (OpenAI)."""
+    service_tier: str | None = None
+    """The service tier that served the reply, as the provider names it (OpenAI)."""
 
     @property
     def text(self) -> str:
@@ -658,11 +686,32 @@ def _text_of(content: Any, path: str) -> str:
     return "".join(texts)
 
 
+def _cache_control(part: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    """A part's ``cache_control`` (the marker LiteLLM and OpenRouter accept in this format)."""
+    marker = part.get("cache_control")
+    return None if marker is None else _expect_dict(marker, f"{path}.cache_control")
+
+
+def _system_content(content: Any, path: str) -> tuple[TextPart, ...]:
+    """A system message's text; one part per text item when an item has ``cache_control``."""
+    if isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("cache_control") is not None for p in content
+    ):
+        _text_of(content, path)  # raises naming the first item that is no text part
+        return tuple(
+            TextPart(p["text"], cache_control=_cache_control(p, f"{path}[{i}]"))
+            for i, p in enumerate(content)
+        )
+    return (TextPart(_text_of(content, path)),)
+
+
 def _user_part(part: Any, path: str) -> ContentPart:
     p = _expect_dict(part, path)
     kind = p.get("type")
     if kind == "text":
-        return TextPart(_expect_str(p.get("text"), f"{path}.text"))
+        return TextPart(
+            _expect_str(p.get("text"), f"{path}.text"), cache_control=_cache_control(p, path)
+        )
     if kind == "image_url":
         image = p.get("image_url")
         if isinstance(image, str):  # some clients send the URL directly
@@ -671,7 +720,11 @@ def _user_part(part: Any, path: str) -> ContentPart:
         detail = img.get("detail")
         if detail not in (None, "auto", "low", "high"):
             raise _fail(f"{path}.image_url.detail", "expected 'auto', 'low' or 'high'")
-        return ImagePart(url=_expect_str(img.get("url"), f"{path}.image_url.url"), detail=detail)
+        return ImagePart(
+            url=_expect_str(img.get("url"), f"{path}.image_url.url"),
+            detail=detail,
+            cache_control=_cache_control(p, path),
+        )
     if kind == "file":
         f = _expect_dict(p.get("file"), f"{path}.file")
         data, file_id = f.get("file_data"), f.get("file_id")
@@ -750,7 +803,7 @@ def parse_message(value: Any, path: str = "message") -> Message:
     msg = _expect_dict(value, path)
     role = msg.get("role")
     if role in ("system", "developer"):
-        return Message.system(_text_of(msg.get("content"), f"{path}.content"))
+        return Message("system", _system_content(msg.get("content"), f"{path}.content"))
     if role == "user":
         if "content" not in msg:
             raise _fail(f"{path}.content", "a user message needs content")
@@ -787,4 +840,5 @@ def parse_tool(value: Any, path: str = "tool") -> Tool:
         description=_expect_str(fn.get("description", ""), f"{path}.function.description"),
         parameters=_expect_dict(parameters, f"{path}.function.parameters"),
         strict=strict,
+        cache_control=_cache_control(t, path),
     )

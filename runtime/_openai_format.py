@@ -213,7 +213,8 @@ def render_chat_completion(result: ChatResult, *, created: int) -> dict[str, Any
     ``content`` is null when the model answered only with tool calls; ``tool_calls`` appears
     only when there are some, and ``reasoning_content`` (the DeepSeek field) only when the
     model showed reasoning. ``finish_reason`` is the normalized one, except that ``other``
-    becomes the provider's own value when it gave one.
+    becomes the provider's own value when it gave one. ``logprobs``, ``service_tier`` and
+    ``system_fingerprint`` are the provider's own (the last two only when it sent them).
 
     Args:
         result: the finished call.
@@ -235,7 +236,7 @@ def render_chat_completion(result: ChatResult, *, created: int) -> dict[str, Any
             for call in result.tool_calls
         ]
     usage = result.usage
-    return {
+    body: dict[str, Any] = {
         "id": f"chatcmpl-{result.call_id}",
         "object": "chat.completion",
         "created": created,
@@ -244,7 +245,7 @@ def render_chat_completion(result: ChatResult, *, created: int) -> dict[str, Any
             {
                 "index": 0,
                 "message": message,
-                "logprobs": None,
+                "logprobs": result.logprobs,
                 "finish_reason": _finish_reason(result),
             }
         ],
@@ -256,3 +257,8 @@ def render_chat_completion(result: ChatResult, *, created: int) -> dict[str, Any
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         },
     }
+    if result.service_tier is not None:
+        body["service_tier"] = result.service_tier
+    if result.system_fingerprint is not None:
+        body["system_fingerprint"] = result.system_fingerprint
+    return body

@@ -19,7 +19,13 @@ from sluice._errors import (
     ServerError,
     StreamBroken,
 )
-from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._events import (
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from sluice._messages import (
     ChatRequest,
     ContentPart,
@@ -368,6 +374,8 @@ def test_a_stream_of_every_kind_of_block() -> None:
     out, events = decode(body)
     assert events == [
         ReasoningDelta("c", "Let me see."),
+        ReasoningSignature("c", "c2ln"),
+        ReasoningSignature("c", "ZW5j", redacted=True),
         TextDelta("c", "Sure."),
         ToolCallDelta("c", 0, "toolu_9", "f", ""),
         ToolCallDelta("c", 0, None, None, '{"x":'),
@@ -513,7 +521,10 @@ def test_finish_reasons(raw: str, calls: bool, finish: str) -> None:
 )
 def test_an_error_event_mid_stream_raises_its_class(error_type: str, cls: type[CallError]) -> None:
     decoder = AnthropicStreamDecoder("c")
-    assert decoder.feed(sse(START, block(0, type="text", text="Hel"))) == [TextDelta("c", "Hel")]
+    assert decoder.feed(sse(START, block(0, type="text", text="Hel"))) == [
+        UsageReported("c", Usage(10, 0, 0, 0, 0)),
+        TextDelta("c", "Hel"),
+    ]
     error = {"type": "error", "error": {"type": error_type, "message": "went wrong"}}
     with pytest.raises(cls) as raised:
         decoder.feed(sse(error))
@@ -605,3 +616,69 @@ def test_error_replies() -> None:
     error = CODEC.decode_error(502, {}, b"<html>Bad gateway</html>", wall_now=0.0)
     assert (type(error), error.message) == (ServerError, "<html>Bad gateway</html>")
     assert CODEC.decode_error(503, {}, b"", wall_now=0.0).message == "HTTP 503 with an empty body"
+
+
+# --- passed through for the gateway (issue 27) ------------------------------------------------
+
+
+def test_a_part_s_own_cache_control_is_sent_on_its_block_and_wins_over_a_breakpoint() -> None:
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    request = ChatRequest(
+        model="anthropic:claude",
+        messages=[
+            Message.system([TextPart("rules"), TextPart("doc", cache_control=hour)]),
+            Message.user([TextPart("q", cache_control=hour), TextPart("more")]),
+        ],
+        tools=[Tool(name="a"), Tool(name="b", cache_control=hour)],
+        cache_breakpoints={"tools", "system", "last_message"},
+    )
+    body = body_of(request)
+    assert body["system"] == [
+        {"type": "text", "text": "rules"},
+        {"type": "text", "text": "doc", "cache_control": hour},
+    ]
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": "q", "cache_control": hour},
+        {"type": "text", "text": "more", "cache_control": {"type": "ephemeral"}},
+    ]
+    assert [t.get("cache_control") for t in body["tools"]] == [None, hour]
+
+
+def test_stop_sequence_is_kept_streamed_and_whole() -> None:
+    stream = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"},
+    }
+    out, _ = decode(sse(START, block(0, type="text", text="a"), stream, STOP))
+    assert (out.raw_finish_reason, out.stop_sequence, out.finish_reason) == (
+        "stop_sequence",
+        "END",
+        "stop",
+    )
+    whole = {
+        "content": [{"type": "text", "text": "a"}],
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "END",
+    }
+    assert CODEC.decode_body(orjson.dumps(whole)).stop_sequence == "END"
+
+
+def test_the_prompt_count_is_reported_with_the_first_output_not_alone() -> None:
+    decoder = AnthropicStreamDecoder("c")
+    assert decoder.feed(sse(START, {"type": "ping"})) == []
+    assert decoder.feed(sse(block(0, type="text", text="Hi"))) == [
+        UsageReported("c", Usage(10, 0, 0, 0, 0)),
+        TextDelta("c", "Hi"),
+    ]
+    assert decoder.feed(sse(delta(0, type="text_delta", text="!"))) == [TextDelta("c", "!")]
+
+
+def test_extra_headers_reach_the_request_but_never_the_key_or_version_it_sets() -> None:
+    request = ChatRequest(
+        model="anthropic:claude",
+        messages="hi",
+        extra_headers={"anthropic-beta": "b1", "x-api-key": "stolen", "content-length": "1"},
+    )
+    headers = dict(CODEC.build_request(request, base_url=BASE, api_key="sk-real").headers)
+    assert (headers["anthropic-beta"], headers["x-api-key"]) == ("b1", "sk-real")
+    assert "content-length" not in headers

@@ -71,6 +71,7 @@ def result(text: str = "Hello", **fields) -> ChatResult:
         {"stop": ["\n"]},
         {"seed": 7},
         {"extra_body": {"top_k": 3}},
+        {"extra_headers": {"anthropic-beta": "context-1m-2025-08-07"}},
         {"fallbacks": ["sim:other"]},
         {"tool_options": ToolOptions(max_corrections=0)},
     ],
@@ -113,6 +114,12 @@ def test_configured_params_and_the_backend_are_part_of_the_key():
         {"on_partial": "fail"},
         {"response_cache": True},
         {"cache_breakpoints": True},
+        {
+            "messages": [
+                Message.system("Be brief."),
+                Message.user([TextPart("Hi", cache_control={"type": "ephemeral"})]),
+            ]
+        },
     ],
     ids=lambda change: next(iter(change)),
 )
@@ -148,9 +155,7 @@ def test_the_key_is_the_same_in_every_process():
         for seed in ("1", "2", "3")
     }
     caps = CapabilityOverride(tool_choice=["auto", "none", "required", "specific"])
-    here = ChatRequest(
-        model="sim:x", messages="hi", tool_options=ToolOptions(capabilities=caps)
-    )
+    here = ChatRequest(model="sim:x", messages="hi", tool_options=ToolOptions(capabilities=caps))
     assert keys == {request_key(here)}
 
 

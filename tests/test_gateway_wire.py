@@ -13,7 +13,7 @@ from sluice._errors import (
     RateLimited,
     ServerError,
 )
-from sluice._events import ToolCallDelta
+from sluice._events import ReasoningSignature, ToolCallDelta
 from sluice._gateway.anthropic_wire import AnthropicEvents, parse_messages_body, render_message
 from sluice._gateway.errors import call_error_response
 from sluice._gateway.openai_wire import OpenAIChunks
@@ -294,3 +294,33 @@ async def test_client_only_parameters_reach_only_a_provider_of_the_same_protocol
         assert same.extra_body == {"user": "u-1", "store": False}
         assert other.extra_body == {}
         assert same.on_partial == "fail" and same.tag is None
+
+
+def test_signatures_close_their_thinking_block_and_redacted_blocks_stand_alone():
+    events = AnthropicEvents("msg_1", "m")
+    out = b"".join(
+        [
+            events.start(Usage(50, 1, 0, 0, 0)),
+            events.reasoning("first"),
+            events.signature(ReasoningSignature("c", "sig-1")),
+            events.reasoning("second"),
+            events.signature(ReasoningSignature("c", "sig-2")),
+            events.signature(ReasoningSignature("c", "opaque", redacted=True)),
+            events.text("answer"),
+        ]
+    )
+    data = [orjson.loads(line[6:]) for line in out.split(b"\n") if line.startswith(b"data: ")]
+    assert data[0]["message"]["usage"]["input_tokens"] == 50
+    blocks = [(d["index"], d["content_block"]) for d in data if d["type"] == "content_block_start"]
+    assert blocks == [
+        (0, {"type": "thinking", "thinking": "", "signature": ""}),
+        (1, {"type": "thinking", "thinking": "", "signature": ""}),
+        (2, {"type": "redacted_thinking", "data": "opaque"}),
+        (3, {"type": "text", "text": ""}),
+    ]
+    signatures = [
+        (d["index"], d["delta"]["signature"])
+        for d in data
+        if d["type"] == "content_block_delta" and d["delta"]["type"] == "signature_delta"
+    ]
+    assert signatures == [(0, "sig-1"), (1, "sig-2")]

@@ -909,3 +909,106 @@ def test_provider_wait_reads_every_form(headers, body, wall_now, expected):
     from sluice._protocols.http_errors import provider_wait
 
     assert provider_wait(headers, body, wall_now) == expected
+
+
+# --- passed through for the gateway (issue 27) ------------------------------------------------
+
+
+def _chunk(delta: dict[str, Any], logprobs: Any = None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+    return b"data: " + orjson.dumps({"id": "c1", "choices": [choice], **extra}) + b"\n\n"
+
+
+def _lp(token: str) -> dict[str, Any]:
+    return {"content": [{"token": token, "logprob": -0.5, "bytes": [], "top_logprobs": []}]}
+
+
+def test_logprobs_go_with_their_chunk_and_join_in_the_output() -> None:
+    decoder = OpenAIStreamDecoder("c")
+    meta = {"system_fingerprint": "fp_1", "service_tier": "default"}
+    events = decoder.feed(
+        _chunk({"role": "assistant", "content": ""}, **meta)
+        + _chunk({"content": "Hel"}, _lp("Hel"), **meta)
+        + _chunk({"content": "lo"}, _lp("lo"), **meta)
+        + _chunk({"content": "!"}, **meta)
+    )
+    assert events == [
+        TextDelta("c", "Hel", _lp("Hel")),
+        TextDelta("c", "lo", _lp("lo")),
+        TextDelta("c", "!"),
+    ]
+    assert decoder.feed(b"data: [DONE]\n\n") == []
+    out = decoder.finish()
+    assert out.logprobs == {"content": _lp("Hel")["content"] + _lp("lo")["content"]}
+    assert (out.system_fingerprint, out.service_tier) == ("fp_1", "default")
+
+
+def test_a_whole_reply_keeps_logprobs_fingerprint_and_tier() -> None:
+    body = {
+        "id": "c1",
+        "system_fingerprint": "fp_2",
+        "service_tier": "flex",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi"},
+                "logprobs": _lp("Hi"),
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    out = CODEC.decode_body(orjson.dumps(body))
+    assert out.logprobs == _lp("Hi")
+    assert (out.system_fingerprint, out.service_tier) == ("fp_2", "flex")
+
+
+def test_an_error_reply_keeps_param_and_code() -> None:
+    body = {
+        "error": {
+            "message": "bad",
+            "type": "invalid_request_error",
+            "param": "tools[0]",
+            "code": "invalid_value",
+        }
+    }
+    error = CODEC.decode_error(400, {}, orjson.dumps(body), wall_now=0.0)
+    assert (error.param, error.code, error.error_type) == (
+        "tools[0]",
+        "invalid_value",
+        "invalid_value",
+    )
+    plain = CODEC.decode_error(400, {}, b'{"error": {"message": "bad"}}', wall_now=0.0)
+    assert (plain.param, plain.code) == (None, None)
+
+
+def test_extra_headers_never_replace_credentials_and_yield_to_configured_ones() -> None:
+    request = ChatRequest(
+        model="openai:gpt-4o",
+        messages="hi",
+        extra_headers={"Authorization": "Bearer stolen", "X-Trace": "t1", "x-team": "a"},
+    )
+    built = CODEC.build_request(request, base_url=BASE, api_key="sk-real", headers={"x-team": "b"})
+    headers = dict(built.headers)
+    assert headers["authorization"] == "Bearer sk-real"
+    assert (headers["x-trace"], headers["x-team"]) == ("t1", "b")
+
+
+def test_cache_control_is_not_sent_to_an_openai_backend() -> None:
+    request = ChatRequest(
+        model="openai:gpt-4o",
+        messages=[
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral"}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "U", "cache_control": {"type": "ephemeral"}}],
+            },
+        ],
+    )
+    body = body_of(request)
+    assert body["messages"] == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+    ]

@@ -3,9 +3,11 @@
 Two requests share a key exactly when the backend would be asked the same question: the same
 ``provider:model`` and fallbacks, messages, tools, ``tool_choice``, generation parameters
 (the call's own, its ``extra_body`` and the provider's and model's ``params`` from the config),
-response format and tool options. Fields that change only how the call is run -- ``stream``,
+response format, tool options and ``extra_headers`` (an ``anthropic-beta`` can change the
+answer). Fields that change only how the call is run -- ``stream``,
 ``tag``, ``priority``, ``deadlines``, ``on_partial``, ``response_cache``,
-``cache_breakpoints`` -- are left out, so a streamed call and a one-shot call share answers.
+``cache_breakpoints`` and the ``cache_control`` markers of parts and tools -- are left out, so a
+streamed call and a one-shot call share answers.
 
 The key is the BLAKE2b hash of one canonical JSON text (orjson with sorted keys; attrs values
 as their fields plus their class name; sets sorted), so it is the same in every process and
@@ -36,6 +38,7 @@ def _canonical(value: Any) -> Any:
     """What orjson cannot write itself: attrs values and sets."""
     if attrs.has(type(value)):
         fields = attrs.asdict(value, recurse=False)
+        fields.pop("cache_control", None)  # where the prompt is cached, not what is asked
         fields["~"] = type(value).__name__
         return fields
     if isinstance(value, frozenset | set):
@@ -79,5 +82,7 @@ def request_key(
         "params": params or {},
         "base_url": base_url,
     }
+    if request.extra_headers:  # a beta header can change the answer; absent, keys stay as they were
+        canonical["extra_headers"] = {k.lower(): v for k, v in request.extra_headers.items()}
     text = orjson.dumps(canonical, default=_canonical, option=_OPTIONS)
     return hashlib.blake2b(text, digest_size=16).hexdigest()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from .._events import CallEvent, Completed, ReasoningDelta, TextDelta
+from .._events import CallEvent, Completed, ReasoningDelta, TextDelta, signature_events
 from .._messages import ChatResult, Timings, Usage
 from .._record import Record
 from .._tools.streaming import whole_call_deltas
@@ -202,6 +202,7 @@ def replay_events(result: ChatResult, *, quiet: bool) -> list[CallEvent]:
     message = result.message
     if message.reasoning:
         events.append(ReasoningDelta(call_id, message.reasoning))
+    events.extend(signature_events(call_id, message))
     if message.text:
         events.append(TextDelta(call_id, message.text))
     events.extend(whole_call_deltas(call_id, message.tool_calls))

@@ -7,14 +7,19 @@ blocks tool calls, ``tool_result`` blocks tool messages, ``thinking`` blocks rea
 with their signature, ``image``/``document`` blocks image and file parts; ``tool_choice``
 ``auto``/``any``/``tool``/``none`` becomes ``auto``/``required``/a named tool/``none``, and
 ``disable_parallel_tool_use`` ``parallel_tool_calls=False``. Other body keys (``thinking``,
-``metadata``, ``top_k``) go to ``extra_body``.
+``metadata``, ``top_k``) go to ``extra_body``. A block's or a tool's ``cache_control`` stays on
+its part or tool (the system prompt keeps one text part per block for that), so it reaches an
+Anthropic upstream exactly where the client put it.
 
 Replies: a ``message`` object (:func:`render_message`) or the event stream Anthropic sends
 (:class:`AnthropicEvents`): ``message_start``, per content block ``content_block_start``, its
-deltas and ``content_block_stop``, then ``message_delta`` (stop reason and usage) and
-``message_stop``. Input tokens are known only at the end here (the upstream may be any
-protocol), so ``message_start`` reports 0 and ``message_delta`` the real counts, which the
-SDK's accumulator takes.
+deltas (a thinking block's ``signature_delta`` included) and ``content_block_stop``, then
+``message_delta`` (stop reason, stop sequence and usage) and ``message_stop``.
+``message_start`` reports the prompt's tokens when the upstream told them before the first
+output (an Anthropic upstream does), else 0; ``message_delta`` always has the real counts,
+which the SDK's accumulator takes. The stop reason is the upstream's own when it is an
+Anthropic one that agrees with the normalized reason (``stop_sequence``, ``pause_turn``, ...),
+else the one :data:`STOP_REASONS` maps the normalized reason to.
 """
 
 from __future__ import annotations
@@ -36,20 +41,23 @@ from .._messages import (
     Tool,
     ToolCall,
     ToolChoice,
+    ToolResultPart,
 )
+from .._protocols.anthropic_decode import normalize_finish_reason
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .._events import ToolCallDelta
+    from .._events import ReasoningSignature, ToolCallDelta
     from .._messages import ChatResult, Usage
 
 __all__ = [
-    "AnthropicEvents",
     "STOP_REASONS",
+    "AnthropicEvents",
     "error_body",
     "parse_messages_body",
     "render_message",
+    "stop_reason",
 ]
 
 STOP_REASONS = {
@@ -59,6 +67,32 @@ STOP_REASONS = {
     "content_filter": "refusal",
 }
 """Anthropic's ``stop_reason`` for each normalized finish reason (``other``: ``end_turn``)."""
+
+_ANTHROPIC_STOPS = frozenset(
+    {
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "tool_use",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+    }
+)
+
+
+def stop_reason(result: ChatResult) -> str:
+    """The ``stop_reason`` for ``result``: the upstream's own when it is Anthropic's and agrees
+    with the normalized reason (tool finalization may have changed that), else the mapped one."""
+    raw = result.raw_finish_reason
+    if raw in _ANTHROPIC_STOPS and (
+        normalize_finish_reason(raw, bool(result.tool_calls)) == result.finish_reason
+    ):
+        return raw
+    if result.stop_sequence is not None and result.finish_reason == "stop":
+        return "stop_sequence"
+    return STOP_REASONS.get(result.finish_reason, "end_turn")
+
 
 _MAPPED = frozenset(
     {
@@ -139,22 +173,32 @@ def _source(block: Mapping[str, Any], path: str) -> tuple[str | None, str | None
     raise _fail(f"{path}.source.type", f"unsupported source type {kind!r}")
 
 
+def _cache_control(block: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    marker = block.get("cache_control")
+    return None if marker is None else _dict(marker, f"{path}.cache_control")
+
+
 def _part(block: Mapping[str, Any], path: str) -> ContentPart | Message:
     kind = block.get("type")
     if kind == "text":
-        return TextPart(_str(block.get("text"), f"{path}.text"))
+        return TextPart(
+            _str(block.get("text"), f"{path}.text"), cache_control=_cache_control(block, path)
+        )
     if kind == "tool_use":
         return ToolCall(
             id=_str(block.get("id"), f"{path}.id"),
             name=_str(block.get("name"), f"{path}.name"),
             arguments=orjson.dumps(block.get("input") or {}).decode(),
+            cache_control=_cache_control(block, path),
         )
     if kind == "tool_result":
-        return Message.tool(
-            _str(block.get("tool_use_id"), f"{path}.tool_use_id"),
-            _result_text(block.get("content"), f"{path}.content"),
+        result = ToolResultPart(
+            tool_call_id=_str(block.get("tool_use_id"), f"{path}.tool_use_id"),
+            content=_result_text(block.get("content"), f"{path}.content"),
             is_error=block.get("is_error") is True,
+            cache_control=_cache_control(block, path),
         )
+        return Message("tool", (result,))
     if kind == "thinking":
         return ReasoningPart(
             text=_str(block.get("thinking", ""), f"{path}.thinking"),
@@ -166,7 +210,7 @@ def _part(block: Mapping[str, Any], path: str) -> ContentPart | Message:
         url, media, data = _source(block, path)
         if url is None:
             url = f"data:{media};base64,{data}"
-        return ImagePart(url=url, media_type=media)
+        return ImagePart(url=url, media_type=media, cache_control=_cache_control(block, path))
     if kind == "document":
         url, media, data = _source(block, path)
         title = block.get("title")
@@ -174,6 +218,7 @@ def _part(block: Mapping[str, Any], path: str) -> ContentPart | Message:
             data=data if url is None else url,
             media_type=media,
             name=title if isinstance(title, str) else None,
+            cache_control=_cache_control(block, path),
         )
     raise _fail(f"{path}.type", f"unsupported content block type {kind!r}")
 
@@ -208,11 +253,16 @@ def _system(value: Any, path: str) -> list[Message]:
         return []
     if isinstance(value, str):
         return [Message.system(value)] if value else []
-    texts = [
-        _str(_dict(b, f"{path}.{i}").get("text"), f"{path}.{i}.text")
-        for i, b in enumerate(_list(value, path))
-    ]
-    return [Message.system("".join(texts))]
+    parts = []
+    for i, b in enumerate(_list(value, path)):
+        block = _dict(b, f"{path}.{i}")
+        parts.append(
+            TextPart(
+                _str(block.get("text"), f"{path}.{i}.text"),
+                cache_control=_cache_control(block, f"{path}.{i}"),
+            )
+        )
+    return [Message.system(parts)] if parts else []
 
 
 def _tool(value: Any, path: str) -> Tool:
@@ -223,6 +273,7 @@ def _tool(value: Any, path: str) -> Tool:
         name=_str(t.get("name"), f"{path}.name"),
         description=_str(description, f"{path}.description"),
         parameters=_dict(schema, f"{path}.input_schema"),
+        cache_control=_cache_control(t, path),
     )
 
 
@@ -304,6 +355,8 @@ def _content(result: ChatResult) -> list[dict[str, Any]]:
                 blocks.append(
                     {"type": "thinking", "thinking": part.text, "signature": part.signature or ""}
                 )
+            elif part.signature:
+                blocks.append({"type": "redacted_thinking", "data": part.signature})
         elif isinstance(part, TextPart):
             if part.text:
                 blocks.append({"type": "text", "text": part.text})
@@ -327,8 +380,8 @@ def render_message(result: ChatResult, *, model: str, message_id: str) -> bytes:
             "role": "assistant",
             "model": model,
             "content": _content(result),
-            "stop_reason": STOP_REASONS.get(result.finish_reason, "end_turn"),
-            "stop_sequence": None,
+            "stop_reason": stop_reason(result),
+            "stop_sequence": result.stop_sequence,
             "usage": _usage(result.usage),
         }
     )
@@ -350,10 +403,12 @@ class AnthropicEvents:
         self._index = -1
         """The index of the open block; -1 before the first."""
         self._block: str | int | None = None
-        """What the open block holds: ``text``, ``thinking``, or a tool call's index."""
+        """What the open block holds: ``text``, ``thinking`` (``signed`` once its signature
+        came), or a tool call's index."""
         self._tool_blocks: set[int] = set()
 
-    def start(self) -> bytes:
+    def start(self, usage: Usage | None = None) -> bytes:
+        """``message_start``, with the prompt's token counts when ``usage`` tells them."""
         message: dict[str, Any] = {
             "id": self.message_id,
             "type": "message",
@@ -367,7 +422,9 @@ class AnthropicEvents:
                 "output_tokens": 0,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,
-            },
+            }
+            if usage is None
+            else _usage(usage),
         }
         return _event(b"message_start", orjson.dumps({"type": "message_start", "message": message}))
 
@@ -387,7 +444,8 @@ class AnthropicEvents:
             b'{"type":"content_block_stop","index":%d}' % self._index,
         )
 
-    def text(self, text: str) -> bytes:
+    def text(self, text: str, logprobs: Mapping[str, Any] | None = None) -> bytes:
+        """A text delta (this format has no log probabilities: ``logprobs`` is not sent)."""
         out = b"" if self._block == "text" else self._open("text", {"type": "text", "text": ""})
         return out + _event(
             b"content_block_delta",
@@ -403,6 +461,21 @@ class AnthropicEvents:
             b"content_block_delta",
             b'{"type":"content_block_delta","index":%d,"delta":{"type":"thinking_delta",'
             b'"thinking":%s}}' % (self._index, orjson.dumps(text)),
+        )
+
+    def signature(self, event: ReasoningSignature) -> bytes:
+        """A thinking block's ``signature_delta``, or a whole ``redacted_thinking`` block."""
+        if event.redacted:
+            block = {"type": "redacted_thinking", "data": event.signature}
+            return self._open("redacted", block) + self._close()
+        out = b""
+        if self._block != "thinking":  # a signature with no thinking text before it
+            out = self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        self._block = "signed"  # the block is whole: more reasoning opens the next one
+        return out + _event(
+            b"content_block_delta",
+            b'{"type":"content_block_delta","index":%d,"delta":{"type":"signature_delta",'
+            b'"signature":%s}}' % (self._index, orjson.dumps(event.signature)),
         )
 
     def tool_call(self, delta: ToolCallDelta) -> bytes:
@@ -432,8 +505,8 @@ class AnthropicEvents:
         delta = {
             "type": "message_delta",
             "delta": {
-                "stop_reason": STOP_REASONS.get(result.finish_reason, "end_turn"),
-                "stop_sequence": None,
+                "stop_reason": stop_reason(result),
+                "stop_sequence": result.stop_sequence,
             },
             "usage": _usage(result.usage),
         }

@@ -28,7 +28,15 @@ import orjson
 import trio
 
 from .._errors import ConfigError, SluiceError
-from .._events import Completed, Failed, ReasoningDelta, TextDelta, ToolCallDelta
+from .._events import (
+    Completed,
+    Failed,
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from .._limits.cost import Cost, estimate_cost
 from .._limits.store import (
     BudgetRefused,
@@ -276,7 +284,9 @@ class Gateway:
             found = self._protocols[provider] = spec.protocol
         return found
 
-    def _parse(self, body: Any, model: str, wire: Wire, key: VirtualKey | None) -> ChatRequest:
+    def _parse(
+        self, body: Any, model: str, wire: Wire, key: VirtualKey | None, http: Request | None = None
+    ) -> ChatRequest:
         # The gateway's own fields go to the parser's constructor: checked once, with no
         # attrs.evolve afterwards (which would run every converter and validator again).
         # Streamed upstream either way (both parsers' default): the client's own ``stream``
@@ -284,6 +294,9 @@ class Gateway:
         fields: dict[str, Any] = {"on_partial": "fail"}
         if key is not None:
             fields["tag"] = key.name
+        forwarded = None if http is None else _anthropic_headers(http)
+        if forwarded and self._protocol(model.partition(":")[0]) == "anthropic":
+            fields["extra_headers"] = forwarded
         if wire == "openai":
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
@@ -343,7 +356,7 @@ class Gateway:
                     code="model_not_allowed",
                 )
                 return
-            chat_request = self._parse(body, model, wire, key)
+            chat_request = self._parse(body, model, wire, key, request)
         except ConfigError as exc:
             await _send_error(
                 respond, wire, 400, str(exc), "invalid_request_error", "invalid_request_error"
@@ -431,13 +444,13 @@ class Gateway:
                 int(self._wall_clock()),
                 include_usage=openai_wire.stream_options(body),
             )
-            opening = encoder.role()
         else:
             encoder = anthropic_wire.AnthropicEvents(f"msg_{self._next_id()}", shown)
-            opening = encoder.start()
         # Output waits in ``pending`` until its batch is written; the batch that ends the
-        # call goes out with the finish (one write, not two).
-        pending = [opening]
+        # call goes out with the finish (one write, not two). ``pending[0]`` is the opening
+        # event, made when the first output is written, with the prompt's token count when
+        # the upstream told it first (Anthropic's message_start carries it).
+        pending = [b""]
         started = False
         try:
             async with self.rt.stream(request) as call:
@@ -445,14 +458,22 @@ class Gateway:
                     for event in batch:
                         kind = type(event)
                         if kind is TextDelta:
-                            pending.append(encoder.text(event.text))  # type: ignore[union-attr]
+                            pending.append(encoder.text(event.text, event.logprobs))  # type: ignore[union-attr]
                         elif kind is ToolCallDelta:
-                            pending.append(encoder.tool_call(event))  # type: ignore[arg-type]
+                            if out := encoder.tool_call(event):  # type: ignore[arg-type]
+                                pending.append(out)
                         elif kind is ReasoningDelta:
                             pending.append(encoder.reasoning(event.text))  # type: ignore[union-attr]
+                        elif kind is ReasoningSignature:
+                            if out := encoder.signature(event):  # type: ignore[arg-type]
+                                pending.append(out)
+                        elif kind is UsageReported and not started:
+                            pending[0] = encoder.start(event.usage)  # type: ignore[union-attr]
                     if type(batch[-1]) in _ENDS or len(pending) == (0 if started else 1):
                         continue
                     if not started:
+                        if not pending[0]:
+                            pending[0] = encoder.start()
                         respond.start(200, _SSE)
                         started = True
                     await respond.write(b"".join(pending))
@@ -461,6 +482,8 @@ class Gateway:
             await respond.send(*call_error_response(wire, exc))
             return None
         result, error = call.result, call.error
+        if not started and not pending[0]:
+            pending[0] = encoder.start(None if result is None else result.usage)
         if result is not None:
             if not started:
                 respond.start(200, _SSE)
@@ -590,6 +613,24 @@ def _token(request: Request) -> str | None:
         elif name == b"x-api-key" and value:
             return value.decode("latin-1")
     return None
+
+
+_NOT_FORWARDED = frozenset({b"anthropic-version"})
+"""``anthropic-*`` request headers the upstream provider sets itself."""
+
+
+def _anthropic_headers(request: Request) -> dict[str, str] | None:
+    """The client's ``anthropic-*`` headers (``anthropic-beta`` and the like) for an Anthropic
+    upstream, except the version, which the provider sets itself; credentials never match."""
+    found: dict[str, str] | None = None
+    for name, value in request.headers:
+        if name[:10] == b"anthropic-" and name not in _NOT_FORWARDED:
+            if found is None:
+                found = {}
+            text = value.decode("latin-1")
+            key = name.decode("latin-1")
+            found[key] = f"{found[key]},{text}" if key in found else text
+    return found
 
 
 def _wire_of(request: Request) -> Wire:

@@ -79,6 +79,7 @@ def error_response(
     openai_type: str,
     anthropic_type: str,
     code: str | None = None,
+    param: str | None = None,
     retry_after: float | None = None,
     retry: bool = True,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -90,7 +91,7 @@ def error_response(
     if not retry:
         headers.append(_NO_RETRY)
     if wire == "openai":
-        body = openai_wire.error_body(message, openai_type, code)
+        body = openai_wire.error_body(message, openai_type, code, param)
     else:
         body = anthropic_wire.error_body(message, anthropic_type)
     return status, headers, body
@@ -105,6 +106,11 @@ def call_error_response(
         status = 400
     retry_after = getattr(exc, "retry_after", None)
     message = exc.message if isinstance(exc, CallError) else str(exc)
+    param = None
+    if isinstance(exc, CallError) and status == 400:
+        # The provider's own words about what was wrong with the request the client sent.
+        param = exc.param
+        code = exc.code or code
     return error_response(
         wire,
         status,
@@ -112,6 +118,7 @@ def call_error_response(
         openai_type=openai_type,
         anthropic_type=anthropic_type,
         code=code,
+        param=param,
         retry_after=retry_after if isinstance(retry_after, int | float) else None,
         retry=not isinstance(exc, BudgetExceeded),
     )

@@ -7,7 +7,9 @@ object (:func:`~sluice._openai_format.render_chat_completion`), or a stream of
 tool-call deltas, a finish chunk, then (with ``stream_options.include_usage``) a usage chunk
 with empty ``choices``, and ``data: [DONE]``. With ``include_usage`` every chunk carries
 ``"usage": null`` before the last, as OpenAI's do. Chunks are built from byte templates made
-once per call: a text delta costs one ``orjson.dumps`` of its text.
+once per call: a text delta costs one ``orjson.dumps`` of its text. A text delta that came with
+``logprobs`` carries them in its chunk; the upstream's ``system_fingerprint`` and
+``service_tier``, known once the reply is complete, go on the finish and usage chunks.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import orjson
 from .._openai_format import render_chat_completion
 
 if TYPE_CHECKING:
-    from .._events import ToolCallDelta
+    from collections.abc import Mapping
+
+    from .._events import ReasoningSignature, ToolCallDelta
     from .._messages import ChatResult, Usage
 
 __all__ = [
@@ -98,8 +102,28 @@ class OpenAIChunks:
         """The first chunk: the assistant role with empty content."""
         return self._delta(b'{"role":"assistant","content":"","refusal":null}')
 
-    def text(self, text: str) -> bytes:
-        return self._delta(b'{"content":%s}' % orjson.dumps(text))
+    def start(self, usage: Usage | None = None) -> bytes:
+        """The opening chunk (:meth:`role`); OpenAI's stream tells no usage before the end."""
+        return self.role()
+
+    @staticmethod
+    def signature(event: ReasoningSignature) -> bytes:
+        """Nothing: this format has no place for a reasoning signature."""
+        return b""
+
+    def text(self, text: str, logprobs: Mapping[str, Any] | None = None) -> bytes:
+        if logprobs is None:
+            return self._delta(b'{"content":%s}' % orjson.dumps(text))
+        return (
+            b'%s,"choices":[{"index":0,"delta":{"content":%s},"logprobs":%s,'
+            % (
+                self._prefix,
+                orjson.dumps(text),
+                orjson.dumps(logprobs),
+            )
+            + b'"finish_reason":null}]'
+            + self._tail
+        )
 
     def reasoning(self, text: str) -> bytes:
         return self._delta(b'{"reasoning_content":%s}' % orjson.dumps(text))
@@ -119,14 +143,19 @@ class OpenAIChunks:
 
     def finish(self, result: ChatResult) -> bytes:
         """The finish chunk, the usage chunk when asked for, and ``[DONE]``."""
+        prefix = self._prefix
+        if result.service_tier is not None:
+            prefix += b',"service_tier":%s' % orjson.dumps(result.service_tier)
+        if result.system_fingerprint is not None:
+            prefix += b',"system_fingerprint":%s' % orjson.dumps(result.system_fingerprint)
         out = b'%s,"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]%s' % (
-            self._prefix,
+            prefix,
             orjson.dumps(_finish_reason(result)),
             self._tail,
         )
         if self._include_usage:
             out += b'%s,"choices":[],"usage":%s}\n\n' % (
-                self._prefix,
+                prefix,
                 orjson.dumps(usage_object(result.usage)),
             )
         return out + b"data: [DONE]\n\n"

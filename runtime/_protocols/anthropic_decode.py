@@ -17,9 +17,14 @@ What the decoders guarantee:
   joined to nothing (a tool without parameters sends one empty fragment), or the block's own
   ``input`` when no fragment came; :class:`ToolCallDelta` indexes count tool calls only
   (0, 1, ...), not content blocks;
-* usage takes the latest value of every field (``message_delta`` repeats them cumulatively)
-  and is reported once, with ``message_delta``, so the first event of a reply is real output;
-  see :func:`normalize_usage` for the mapping.
+* a thinking block's signature (``signature_delta``) is reported as a
+  :class:`ReasoningSignature` when it comes, and a ``redacted_thinking`` block as one with
+  ``redacted`` set, so a stream consumer can send the block back on a later turn;
+* usage takes the latest value of every field (``message_delta`` repeats them cumulatively).
+  The prompt's count from ``message_start`` is reported just before the first delta of real
+  output (in the same batch, so a batch never holds usage alone before output began), and
+  the final usage with ``message_delta``; see :func:`normalize_usage` for the mapping;
+* ``stop_sequence`` (the stop sequence that ended the reply) is kept as the output's own.
 """
 
 from __future__ import annotations
@@ -29,7 +34,14 @@ from typing import Any
 import orjson
 
 from .._errors import BadRequest, CallError, ProtocolError, StreamBroken
-from .._events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from .._events import (
+    DeltaEvent,
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
@@ -173,7 +185,9 @@ class AnthropicStreamDecoder:
         "_raw_usage",
         "_response_id",
         "_sse",
+        "_start_usage",
         "_stop_reason",
+        "_stop_sequence",
         "_usage",
     )
 
@@ -187,6 +201,9 @@ class AnthropicStreamDecoder:
         self._blocks: dict[int, _Block] = {}
         self._calls = 0
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
+        self._start_usage = False
+        """``message_start`` brought usage not yet reported (see the module docstring)."""
         self._raw_usage: dict[str, Any] = {}
         self._usage: Usage | None = None
         self._response_id: str | None = None
@@ -211,6 +228,12 @@ class AnthropicStreamDecoder:
                 self._event(payload, out)
                 if self._done:
                     break
+        if self._start_usage and out:
+            self._start_usage = False
+            usage = normalize_usage(self._raw_usage)
+            if usage != self._usage:
+                self._usage = usage
+                out.insert(0, UsageReported(self._call_id, usage))
         return out
 
     def finish(self) -> AttemptOutput:
@@ -243,6 +266,7 @@ class AnthropicStreamDecoder:
             raw_finish_reason=self._stop_reason,
             usage=normalize_usage(self._raw_usage) if self._raw_usage else None,
             response_id=self._response_id,
+            stop_sequence=self._stop_sequence,
         )
 
     def _event(self, payload: bytes, out: list[DeltaEvent]) -> None:
@@ -269,14 +293,19 @@ class AnthropicStreamDecoder:
             response_id = message.get("id")
             if isinstance(response_id, str) and response_id:
                 self._response_id = response_id
-            self._usage_update(message.get("usage"), payload)
+            if self._usage_update(message.get("usage"), payload):
+                self._start_usage = True
         elif kind == "message_delta":
             delta = event.get("delta")
             if type(delta) is dict:
                 reason = delta.get("stop_reason")
                 if isinstance(reason, str) and reason:
                     self._stop_reason = reason
+                sequence = delta.get("stop_sequence")
+                if isinstance(sequence, str):
+                    self._stop_sequence = sequence
             if self._usage_update(event.get("usage"), payload):
+                self._start_usage = False  # the final usage supersedes the prompt's
                 usage = normalize_usage(self._raw_usage)
                 if usage != self._usage:
                     self._usage = usage
@@ -341,6 +370,7 @@ class AnthropicStreamDecoder:
                 if block is None:
                     block = self._implicit(event, "thinking", payload)
                 block.signature += signature
+                out.append(ReasoningSignature(self._call_id, signature))
         # Other delta types (citations, ...) carry nothing this message model keeps.
 
     def _implicit(self, event: dict[str, Any], kind: str, payload: bytes) -> _Block:
@@ -371,10 +401,12 @@ class AnthropicStreamDecoder:
             signature = content.get("signature")
             if signature and type(signature) is str:
                 block.signature = signature
+                out.append(ReasoningSignature(self._call_id, signature))
         elif kind == "redacted_thinking":
             data = content.get("data")
             if data and type(data) is str:
                 block.signature = data
+                out.append(ReasoningSignature(self._call_id, data, redacted=True))
         elif kind == "tool_use":
             call_id, name = content.get("id"), content.get("name")
             block.id = call_id if isinstance(call_id, str) and call_id else None
@@ -441,6 +473,7 @@ def decode_body(body: bytes) -> AttemptOutput:
                 block.pieces.append(orjson.dumps(arguments).decode())
     reason = reply.get("stop_reason")
     reason = reason if isinstance(reason, str) and reason else None
+    sequence = reply.get("stop_sequence")
     usage = reply.get("usage")
     response_id = reply.get("id")
     return AttemptOutput(
@@ -449,4 +482,5 @@ def decode_body(body: bytes) -> AttemptOutput:
         raw_finish_reason=reason,
         usage=normalize_usage(usage) if type(usage) is dict else None,
         response_id=response_id if isinstance(response_id, str) and response_id else None,
+        stop_sequence=sequence if isinstance(sequence, str) else None,
     )

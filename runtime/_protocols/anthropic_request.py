@@ -28,6 +28,10 @@ message that is not a temporary correction message (``last_message``), so a corr
 reuses the cache of the conversation it corrects. Thinking blocks cannot carry a breakpoint,
 so the last other block of that message does; a tool result can. The API caches nothing for a
 prompt shorter than its minimum (1024 tokens for most models) and says no more about it.
+
+A part or tool that carries its own ``cache_control`` (what a client of the gateway wrote on
+that block) sends it on its block unchanged, and a breakpoint never overwrites it; a system
+prompt with such a part goes as one text block per part, so each marker stays where it was.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, to_json
+from .wire import add_headers, arguments_object, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -81,7 +85,8 @@ def build_request(
 
     ``base_url`` holds the version prefix (``https://api.anthropic.com/v1``). Headers:
     ``content-type``, ``accept``, ``anthropic-version``, ``x-api-key`` when ``api_key`` is
-    given, then ``headers``, which replace defaults of the same name.
+    given, then the request's ``extra_headers`` (see :func:`.wire.add_headers`), then
+    ``headers``, which replace defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol (see the module docstring).
@@ -93,7 +98,9 @@ def build_request(
     }
     if api_key:
         merged["x-api-key"] = api_key
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(
@@ -118,7 +125,7 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
         if "tools" in points:
-            body["tools"][-1]["cache_control"] = {"type": "ephemeral"}
+            body["tools"][-1].setdefault("cache_control", {"type": "ephemeral"})
     choice = _tool_choice(request)
     if choice is not None:
         body["tool_choice"] = choice
@@ -139,16 +146,27 @@ def _system(
     messages: list[Message], points: frozenset[CacheBreakpoint]
 ) -> str | list[dict[str, Any]]:
     texts = []
+    marked = False
     for message in messages:
         for part in message.content:
             if not isinstance(part, TextPart):
                 raise ConfigError(f"a system message can only hold text, not a {part.type} part")
+            marked = marked or part.cache_control is not None
         texts.append(message.text)
-    if len(texts) == 1 and ("system" not in points or not texts[0]):
+    blocks: list[dict[str, Any]]
+    if marked:
+        blocks = [
+            block
+            for message in messages
+            for part in message.content
+            if (block := _block(part, assistant=False)) is not None
+        ]
+    elif len(texts) == 1 and ("system" not in points or not texts[0]):
         return texts[0]
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text} for text in texts if text]
+    else:
+        blocks = [{"type": "text", "text": text} for text in texts if text]
     if blocks and "system" in points:
-        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        blocks[-1].setdefault("cache_control", {"type": "ephemeral"})
     return blocks
 
 
@@ -174,11 +192,18 @@ def _messages(messages: Any, points: frozenset[CacheBreakpoint]) -> list[dict[st
         else:
             out.append({"role": role, "content": blocks})
     if mark is not None:
-        mark["cache_control"] = {"type": "ephemeral"}
+        mark.setdefault("cache_control", {"type": "ephemeral"})
     return out
 
 
 def _block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
+    block = _wire_block(part, assistant=assistant)
+    if block is not None and not isinstance(part, ReasoningPart) and part.cache_control:
+        block["cache_control"] = part.cache_control
+    return block
+
+
+def _wire_block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         # The API rejects empty text blocks.
         return {"type": "text", "text": part.text} if part.text else None
@@ -259,6 +284,8 @@ def _tool(tool: Tool) -> dict[str, Any]:
     if tool.description:
         wire["description"] = tool.description
     wire["input_schema"] = tool.parameters
+    if tool.cache_control:
+        wire["cache_control"] = tool.cache_control
     return wire
 
 

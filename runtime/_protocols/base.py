@@ -8,7 +8,8 @@ output. Error replies go through :meth:`Codec.decode_error`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -16,8 +17,6 @@ from .._messages import ChatRequest, FinishReason, Message, Usage
 from .._record import Record
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from .._errors import CallError
     from .._events import DeltaEvent
 
@@ -45,6 +44,11 @@ class AttemptOutput(Record):
     usage: Usage | None = None
     """None when the provider never reported usage."""
     response_id: str | None = None
+    stop_sequence: str | None = None
+    logprobs: Mapping[str, Any] | None = None
+    system_fingerprint: str | None = None
+    service_tier: str | None = None
+    """These four as :class:`~sluice._messages.ChatResult` holds them."""
 
 
 class StreamDecoder(Protocol):

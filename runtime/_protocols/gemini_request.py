@@ -46,7 +46,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, to_json
+from .wire import add_headers, arguments_object, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -68,7 +68,8 @@ def build_request(
     ``base_url`` holds the version prefix
     (``https://generativelanguage.googleapis.com/v1beta``); a model name may carry its
     ``models/`` prefix. Headers: ``content-type``, ``accept``, ``x-goog-api-key`` when
-    ``api_key`` is given, then ``headers``, which replace defaults of the same name.
+    ``api_key`` is given, then the request's ``extra_headers`` (see
+    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol.
@@ -81,7 +82,9 @@ def build_request(
     }
     if api_key:
         merged["x-goog-api-key"] = api_key
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(

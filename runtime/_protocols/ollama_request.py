@@ -39,7 +39,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, to_json
+from .wire import add_headers, arguments_object, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -64,8 +64,9 @@ def build_request(
     ``http://localhost:11434``).
 
     Headers: ``content-type``, ``accept`` (``application/x-ndjson`` when streaming),
-    ``authorization`` when ``api_key`` is given (Ollama's cloud wants one), then ``headers``,
-    which replace defaults of the same name.
+    ``authorization`` when ``api_key`` is given (Ollama's cloud wants one), then the request's
+    ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
+    defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol.
@@ -76,7 +77,9 @@ def build_request(
     }
     if api_key:
         merged["authorization"] = f"Bearer {api_key}"
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(

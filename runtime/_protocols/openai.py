@@ -8,8 +8,9 @@ instance serves every call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import orjson
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
@@ -73,17 +74,27 @@ class OpenAICodec:
         ``x-request-id`` or ``request-id``; ``retry_after`` from
         :func:`.http_errors.provider_wait`.
         """
-        message, error_type = _error_message(status, body)
-        return error_for_status(
+        message, error_type, fields = _error_message(status, body)
+        error = error_for_status(
             status,
             message,
             error_type=error_type,
             request_id=headers.get("x-request-id") or headers.get("request-id"),
             retry_after=provider_wait(headers, body, wall_now),
         )
+        param, code = fields.get("param"), fields.get("code")
+        if isinstance(param, str) or isinstance(code, str):
+            # Kept verbatim, so a client behind the gateway sees what the provider said.
+            error = attrs.evolve(
+                error,
+                param=param if isinstance(param, str) else None,
+                code=code if isinstance(code, str) else None,
+            )
+        return error
 
 
-def _error_message(status: int, body: bytes) -> tuple[str, str | None]:
+def _error_message(status: int, body: bytes) -> tuple[str, str | None, dict[str, Any]]:
+    """``(message, error_type, the error object or {})`` of an error reply's body."""
     try:
         reply = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -94,8 +105,8 @@ def _error_message(status: int, body: bytes) -> tuple[str, str | None]:
         error = reply.get("error")
         if error:
             message, error_type, _ = error_fields(error)
-            return message, error_type
+            return message, error_type, error if type(error) is dict else {}
         if isinstance(reply.get("message"), str) and reply["message"]:
             message, error_type, _ = error_fields(reply)
-            return message, error_type
-    return excerpt(body) or f"HTTP {status} with an empty body", None
+            return message, error_type, reply
+    return excerpt(body) or f"HTTP {status} with an empty body", None, {}

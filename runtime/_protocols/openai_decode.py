@@ -11,7 +11,10 @@ What the decoders accept beyond OpenAI's own replies, for the servers that copy 
   ``call_<index>``, and arguments that never came are ``"{}"``;
 * usage on a last chunk with empty ``choices`` (OpenAI, xAI), on the finish chunk (DeepSeek) or
   on a chunk after it (OpenRouter); ``usage: null`` is ignored and the last usage wins;
-* a ``refusal`` is the model's answer in words, so it is kept as text.
+* a ``refusal`` is the model's answer in words, so it is kept as text;
+* a choice's ``logprobs`` go out with the chunk's :class:`TextDelta` and, their lists joined,
+  with the output; ``system_fingerprint`` and ``service_tier`` are read from the first chunk
+  and from the chunks that carry the finish reason or usage (the last non-null wins).
 
 Only the choice with index 0 is read. Payloads that break the protocol raise
 :class:`~sluice._errors.ProtocolError`; an ``error`` object raises the :class:`CallError` that
@@ -185,6 +188,8 @@ class OpenAIStreamDecoder:
         "_chunks",
         "_done",
         "_finish_reason",
+        "_logprobs",
+        "_meta",
         "_reasoning",
         "_response_id",
         "_sse",
@@ -205,6 +210,9 @@ class OpenAIStreamDecoder:
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
         self._response_id: str | None = None
+        self._logprobs: dict[str, Any] | None = None
+        self._meta: dict[str, str] = {}
+        """``system_fingerprint`` and ``service_tier``, when the provider sent them."""
 
     @property
     def chunks_seen(self) -> int:
@@ -254,6 +262,9 @@ class OpenAIStreamDecoder:
             raw_finish_reason=self._finish_reason,
             usage=self._usage,
             response_id=self._response_id,
+            logprobs=self._logprobs,
+            system_fingerprint=self._meta.get("system_fingerprint"),
+            service_tier=self._meta.get("service_tier"),
         )
 
     def _read_tail(self) -> None:
@@ -280,6 +291,7 @@ class OpenAIStreamDecoder:
         if error:
             raise error_from_payload(error)
         if self._response_id is None:
+            _read_meta(chunk, self._meta)
             response_id = chunk.get("id")
             if isinstance(response_id, str) and response_id:
                 self._response_id = response_id
@@ -293,6 +305,9 @@ class OpenAIStreamDecoder:
                 if choice.get("index", 0) != 0:
                     continue
                 delta = choice.get("delta")
+                logprobs = choice.get("logprobs")
+                if logprobs:
+                    logprobs = self._join_logprobs(logprobs, payload)
                 if delta:
                     if type(delta) is not dict:
                         raise _malformed("a delta is not an object", payload)
@@ -300,22 +315,48 @@ class OpenAIStreamDecoder:
                     # Most chunks carry nothing but a piece of text: skip the other lookups.
                     if text and len(delta) == 1 and type(text) is str:
                         self._text.append(text)
-                        out.append(TextDelta(self._call_id, text))
+                        out.append(TextDelta(self._call_id, text, logprobs))
                     else:
-                        self._delta(delta, payload, out)
+                        self._delta(delta, payload, out, logprobs)
                 reason = choice.get("finish_reason")
                 if reason:
                     if type(reason) is not str:
                         raise _malformed("finish_reason is not a string", payload)
                     self._finish_reason = reason
+                    _read_meta(chunk, self._meta)
         usage = chunk.get("usage")
         if usage:
+            _read_meta(chunk, self._meta)
             normalized = normalize_usage(usage)
             if normalized != self._usage:
                 self._usage = normalized
                 out.append(UsageReported(self._call_id, normalized))
 
-    def _delta(self, delta: dict[str, Any], payload: bytes, out: list[DeltaEvent]) -> None:
+    def _join_logprobs(self, logprobs: object, payload: bytes) -> dict[str, Any]:
+        """Add a chunk's ``logprobs`` to the reply's (each list extends the one before)."""
+        if type(logprobs) is not dict:
+            raise _malformed("logprobs is not an object", payload)
+        joined = self._logprobs
+        if joined is None:
+            joined = self._logprobs = {}
+        for key, value in logprobs.items():
+            current = joined.get(key)
+            if type(value) is list:
+                if type(current) is list:
+                    current.extend(value)
+                else:
+                    joined[key] = list(value)  # a copy of our own, extended in place
+            elif current is None:
+                joined[key] = value
+        return logprobs
+
+    def _delta(
+        self,
+        delta: dict[str, Any],
+        payload: bytes,
+        out: list[DeltaEvent],
+        logprobs: dict[str, Any] | None = None,
+    ) -> None:
         """Read a delta with more than text in it: reasoning, text, refusal and tool calls."""
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
         if reasoning:
@@ -329,7 +370,8 @@ class OpenAIStreamDecoder:
                 if type(text) is not str:
                     raise _malformed(f"{key} is not a string", payload)
                 self._text.append(text)
-                out.append(TextDelta(self._call_id, text))
+                out.append(TextDelta(self._call_id, text, logprobs))
+                logprobs = None  # once per chunk
         calls = delta.get("tool_calls")
         if calls:
             if type(calls) is not list:
@@ -418,13 +460,27 @@ def decode_body(body: bytes) -> AttemptOutput:
     calls = _body_tool_calls(message.get("tool_calls"), body)
     usage = reply.get("usage")
     response_id = reply.get("id")
+    logprobs = choice.get("logprobs")
+    meta: dict[str, str] = {}
+    _read_meta(reply, meta)
     return AttemptOutput(
         message=_message(reasoning, content + refusal, calls),
         finish_reason=normalize_finish_reason(reason or None, bool(calls)),
         raw_finish_reason=reason or None,
         usage=normalize_usage(usage) if usage else None,
         response_id=response_id if isinstance(response_id, str) and response_id else None,
+        logprobs=logprobs if type(logprobs) is dict else None,
+        system_fingerprint=meta.get("system_fingerprint"),
+        service_tier=meta.get("service_tier"),
     )
+
+
+def _read_meta(reply: dict[str, Any], meta: dict[str, str]) -> None:
+    """Note the reply-level fields sluice passes on (``system_fingerprint``, ``service_tier``)."""
+    for key in ("system_fingerprint", "service_tier"):
+        value = reply.get(key)
+        if isinstance(value, str) and value:
+            meta[key] = value
 
 
 def _body_tool_calls(raw: object, body: bytes) -> list[ToolCall]:

@@ -40,7 +40,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
-from .wire import to_json
+from .wire import add_headers, to_json
 
 __all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
@@ -59,7 +59,8 @@ def build_request(
     ``quirks.azure_api_version`` it is an Azure resource's root and the deployment-style path
     and ``api-version`` query are added (see :class:`~.quirks.RequestQuirks`). Headers:
     ``content-type``, ``accept`` (``text/event-stream`` when streaming), ``authorization`` when
-    ``api_key`` is given, then ``headers``, which replace defaults of the same name.
+    ``api_key`` is given, then the request's ``extra_headers`` (see
+    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
     ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
     """
     merged = {
@@ -68,7 +69,9 @@ def build_request(
     }
     if api_key:
         merged["authorization"] = f"Bearer {api_key}"
-    if headers:
+    if request.extra_headers:
+        add_headers(merged, request.extra_headers, headers)
+    elif headers:
         for name, value in headers.items():
             merged[name.lower()] = value
     return HttpRequest(

@@ -1,4 +1,4 @@
-"""Small pieces every request builder needs: JSON encoding and tool-call arguments."""
+"""Small pieces every request builder needs: JSON encoding, tool-call arguments, headers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,48 @@ from .._errors import ConfigError
 if TYPE_CHECKING:
     from .._messages import ToolCall
 
-__all__ = ["arguments_object", "to_json"]
+__all__ = ["PROTECTED_HEADERS", "add_headers", "arguments_object", "to_json"]
+
+PROTECTED_HEADERS = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "te",
+        "upgrade",
+        "expect",
+    }
+)
+"""Headers a request's ``extra_headers`` never set: credentials and the request's framing."""
+
+
+def add_headers(
+    merged: dict[str, str],
+    extra: Mapping[str, str],
+    configured: Mapping[str, str] | None,
+) -> None:
+    """Add a request's ``extra`` headers to ``merged`` (the codec's own, credentials among
+    them), then the provider's ``configured`` ones, which replace any of the same name.
+
+    Names are lower-cased; an extra header named in :data:`PROTECTED_HEADERS` is dropped, so
+    nothing a caller (a gateway client) sends can replace or add credentials.
+    """
+    for name, value in extra.items():
+        lower = name.lower()
+        if lower not in PROTECTED_HEADERS:
+            merged[lower] = value
+    if configured:
+        for name, value in configured.items():
+            merged[name.lower()] = value
 
 
 def to_json(value: object) -> object:
