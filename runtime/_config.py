@@ -145,6 +145,10 @@ class RetryConfig(Record):
     when it should differ from ``max_attempts`` (None: the same). A call that can wait can
     afford more attempts: against a backend failing 40% of requests, 4 attempts lose 2.6% of
     the calls, 16 lose none in practice."""
+    hidden_retry_window: float = attrs.field(default=1.0, validator=ge(0))
+    """For a call with ``retry_visible=False`` (the gateway's): seconds after submission within
+    which a connection that failed before any reply byte is tried again. Its caller cannot see
+    such a failure, and it waits for the answer, so the window is short."""
     wait_poll: float = attrs.field(default=1.0, validator=gt(0))
     """While a breaker probe is out, how often (seconds, jittered) a waiting call looks again."""
     fallback_on: tuple[str, ...] = (
