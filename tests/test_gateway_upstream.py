@@ -23,12 +23,12 @@ import trio
 import sluice
 from sluice._gateway import GatewaySettings
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-TOOLS = [
+SCHEMA: Any = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS: Any = [
     {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}},
     {"type": "function", "function": {"name": "get_time", "parameters": SCHEMA}},
 ]
-QUESTION = [{"role": "user", "content": "Weather and time in Paris and London?"}]
+QUESTION: Any = [{"role": "user", "content": "Weather and time in Paris and London?"}]
 MODEL = "up:model-x"
 UPSTREAM_MODELS = ("model-x", "model-y")
 
@@ -122,8 +122,8 @@ class Upstream:
                 self.end_headers()
                 events: list[dict[str, Any]] = []
                 for index, (call_id, name, arguments) in enumerate(calls):
-                    head = {"id": call_id, "type": "function", "function": {"name": name}}
-                    head["function"]["arguments"] = ""
+                    function = {"name": name, "arguments": ""}
+                    head = {"id": call_id, "type": "function", "function": function}
                     events.append({"tool_calls": [{"index": index, **head}]})
                     for piece in (arguments[:5], arguments[5:]):  # arguments in fragments
                         fragment = {"index": index, "function": {"arguments": piece}}
@@ -241,7 +241,7 @@ async def test_forced_tool_choices_reach_a_compatible_upstream_as_native_fields(
                             model=MODEL, messages=QUESTION, tools=TOOLS, tool_choice=tool_choice
                         )
                         assert reply.choices[0].finish_reason == "tool_calls"
-                        got = reply.choices[0].message.tool_calls or []
+                        got: Any = reply.choices[0].message.tool_calls or []
                         return [(c.id, c.function.name, c.function.arguments) for c in got]
                     chunks = list(
                         client.chat.completions.create(
@@ -340,14 +340,24 @@ async def test_a_provider_configured_without_required_still_gets_it_emulated():
 # Upstream refusals go back at once ---------------------------------------------------------
 
 
+WARM_THEN_429: list[tuple[Any, ...]] = [
+    ("calls", Upstream.CALLS),
+    ("error", 429, {"retry-after": "7"}),
+]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_an_upstream_429_reaches_the_openai_sdk_at_once_with_its_retry_after(stream):
-    with Upstream([("error", 429, {"retry-after": "7"})]) as upstream:
+    """The gateway's own answer time: the upstream answers at once, so a retry or a backoff
+    on the gateway's side would show (it took 22 s before issue 27)."""
+    with Upstream(WARM_THEN_429) as upstream:
         async with trio.open_nursery() as nursery:
             url = await _gateway(nursery, upstream.url)
 
             def run() -> tuple[openai.RateLimitError, float]:
                 with _openai(url) as client:
+                    # A first call starts the provider and the SDK's client: not measured.
+                    client.chat.completions.create(model=MODEL, messages=QUESTION)
                     started = time.monotonic()
                     try:
                         client.chat.completions.create(
@@ -362,23 +372,25 @@ async def test_an_upstream_429_reaches_the_openai_sdk_at_once_with_its_retry_aft
     assert error.response.headers["retry-after"] == "7"
     assert error.response.headers["retry-after-ms"] == "7000"
     assert "upstream says 429" in error.message
-    assert len(upstream.bodies) == 1
+    assert len(upstream.bodies) == 2  # the warm-up call and the refused one
     assert elapsed < 1.0
 
 
 async def test_an_upstream_429_reaches_the_anthropic_sdk_at_once_with_its_retry_after():
-    with Upstream([("error", 429, {"retry-after": "7"})]) as upstream:
+    with Upstream(WARM_THEN_429) as upstream:
         async with trio.open_nursery() as nursery:
             url = await _gateway(nursery, upstream.url)
 
             def run() -> tuple[anthropic.RateLimitError, float]:
                 with _anthropic(url) as client:
+                    hi: Any = [{"role": "user", "content": "hi"}]
+                    client.messages.create(model=MODEL, max_tokens=64, messages=hi)
                     started = time.monotonic()
                     try:
                         client.messages.create(
                             model=MODEL,
                             max_tokens=64,
-                            messages=[{"role": "user", "content": "hi"}],
+                            messages=hi,
                         )
                     except anthropic.RateLimitError as exc:
                         return exc, time.monotonic() - started
@@ -388,7 +400,7 @@ async def test_an_upstream_429_reaches_the_anthropic_sdk_at_once_with_its_retry_
             nursery.cancel_scope.cancel()
     assert error.response.headers["retry-after"] == "7"
     assert error.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
-    assert len(upstream.bodies) == 1
+    assert len(upstream.bodies) == 2  # the warm-up call and the refused one
     assert elapsed < 1.0
 
 
