@@ -376,6 +376,32 @@ async def test_an_upstream_429_reaches_the_openai_sdk_at_once_with_its_retry_aft
     assert elapsed < 1.0
 
 
+async def test_calls_during_the_upstreams_pause_get_a_429_at_once_without_reaching_it():
+    """After an upstream 429 with Retry-After: 7, the next client is told to come back when
+    the pause ends instead of being held in the gateway for it (and the upstream is not asked)."""
+    with Upstream(WARM_THEN_429) as upstream:
+        async with trio.open_nursery() as nursery:
+            url = await _gateway(nursery, upstream.url)
+
+            def run() -> tuple[openai.RateLimitError, float]:
+                with _openai(url) as client:
+                    client.chat.completions.create(model=MODEL, messages=QUESTION)
+                    with pytest.raises(openai.RateLimitError):
+                        client.chat.completions.create(model=MODEL, messages=QUESTION)
+                    started = time.monotonic()
+                    try:
+                        client.chat.completions.create(model=MODEL, messages=QUESTION)
+                    except openai.RateLimitError as exc:
+                        return exc, time.monotonic() - started
+                raise AssertionError("no RateLimitError")
+
+            error, elapsed = await trio.to_thread.run_sync(run)
+            nursery.cancel_scope.cancel()
+    assert error.response.headers["retry-after"] in ("6", "7")  # what is left of the pause
+    assert len(upstream.bodies) == 2
+    assert elapsed < 1.0
+
+
 async def test_an_upstream_429_reaches_the_anthropic_sdk_at_once_with_its_retry_after():
     with Upstream(WARM_THEN_429) as upstream:
         async with trio.open_nursery() as nursery:
