@@ -444,7 +444,8 @@ class ChatRequest(Record):
     retry_visible: bool = True
     """Retry failures the caller could see and retry on its own: a 429, a 5xx, an overload, a
     timeout. False is for a proxy whose client has retry logic of its own (the gateway): such a
-    failure ends the call at once, carrying the provider's ``retry_after``, and only a
+    failure ends the call at once, carrying the provider's ``retry_after``, a call made while
+    the provider's 429 pause lasts is refused at once with what is left of it, and only a
     connection that failed before any reply byte is tried again, within
     ``RetryConfig.hidden_retry_window`` seconds of submission."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
