@@ -138,6 +138,17 @@ def _relimit(key: _Key, limits: RateLimitConfig) -> None:
     key.limits, key.specs = limits, fresh.specs
 
 
+def _cooling(key: _Key, now: float) -> RateLimited:
+    """The refusal of an ask that will not wait out ``key``'s cooldown."""
+    left = key.cooldown_end - now
+    return RateLimited(
+        f"the provider answered 429 for calls under {key.name!r}; it asked for a pause that"
+        f" ends in {left:.1f} s",
+        status=429,
+        retry_after=left,
+    )
+
+
 def _refuse(waiter: Acquire, error: CallError) -> None:
     try:
         waiter.reply_to.send_nowait(Refusal(error))
@@ -233,7 +244,11 @@ class _Limiter:
                     touched = keys.get(name)
                     if touched is None:
                         touched = keys[name] = _new_key(name, msg.limits)
-                    touched.waiters.push(msg)
+                    if msg.fail_on_cooldown and touched.cooldown_end > now:
+                        _refuse(msg, _cooling(touched, now))
+                        touched = None  # nothing queued, nothing to admit
+                    else:
+                        touched.waiters.push(msg)
                 case Withdraw(acquire=acquire):
                     withdrawn = keys.get(acquire.key)
                     if withdrawn is not None and withdrawn.waiters.remove(acquire):
@@ -536,6 +551,7 @@ class RateLimiterHandle(Record):
         priority: Priority = "interactive",
         *,
         budget: BudgetClaim | None = None,
+        fail_on_cooldown: bool = False,
     ) -> Admission:
         """Wait until an attempt under ``key`` is admitted.
 
@@ -544,6 +560,8 @@ class RateLimiterHandle(Record):
         the limiter crashes while the caller waits, the caller asks its restarted successor.
 
         ``budget`` names who the attempt is charged to in the spending budgets, if any apply.
+        ``fail_on_cooldown``: refuse with ``RateLimited`` while ``key`` cools down after a 429
+        instead of waiting (see :class:`~sluice._mail.Acquire`).
 
         Raises:
             CallError: the RateLimiter refused the attempt (too large, quota exhausted,
@@ -552,7 +570,7 @@ class RateLimiterHandle(Record):
         """
         asked = trio.current_time()
         for _ in range(_ASK_AGAIN):
-            answer = await self._ask(key, limits, cost, priority, budget)
+            answer = await self._ask(key, limits, cost, priority, budget, fail_on_cooldown)
             if isinstance(answer, Admission):
                 if self.on_admitted is not None:
                     self.on_admitted(key, answer.at - asked)
@@ -572,10 +590,13 @@ class RateLimiterHandle(Record):
         cost: Cost,
         priority: Priority,
         budget: BudgetClaim | None = None,
+        fail_on_cooldown: bool = False,
     ) -> Admission | Refusal | None:
         """One request for admission; None when the limiter ended without answering."""
         reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
-        msg = Acquire(key, limits, cost, priority, trio.current_time(), reply_to, budget)
+        msg = Acquire(
+            key, limits, cost, priority, trio.current_time(), reply_to, budget, fail_on_cooldown
+        )
         answer: Admission | Refusal | None = None
         cancelled = False
         with reply_to, reply:

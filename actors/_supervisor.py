@@ -520,6 +520,7 @@ class _CallRun:
                     call.cost,
                     call.request.priority,
                     budget=BudgetClaim(route.provider.name, route.model, call.request.tag),
+                    fail_on_cooldown=not call.request.retry_visible,
                 )
             except CallError as refused:
                 return self._fix(refused, route), 0

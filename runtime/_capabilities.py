@@ -136,10 +136,12 @@ FULL: Final = ToolCapabilities()
 """Everything supported, top-level unions included."""
 OPENAI: Final = ToolCapabilities(top_level_unions=False)
 """OpenAI's API: every mode; a structured-output schema needs an object at its root."""
-OPENAI_COMPATIBLE_CUSTOM: Final = ToolCapabilities(
-    tool_choice=frozenset({"auto", "none", "specific"}), top_level_unions=False
-)
-"""An OpenAI-compatible server at a custom base URL: many reject ``tool_choice="required"``."""
+OPENAI_COMPATIBLE_CUSTOM: Final = ToolCapabilities(top_level_unions=False)
+"""An OpenAI-compatible server at a custom base URL (vLLM, llama.cpp, a hosted compatible API):
+assumed to honour every ``tool_choice`` mode natively, as the protocol defines them, so what the
+caller asked for is sent as it is. One that rejects a mode is told so in the config, for the
+provider (``providers.NAME.tools``) or one model (``providers.NAME.models.MODEL.tools``), and
+sluice then emulates that mode."""
 ANTHROPIC: Final = ToolCapabilities(structured_output="none", top_level_unions=False)
 """Anthropic's Messages API: every mode natively; no structured output is assumed."""
 GEMINI: Final = ToolCapabilities(top_level_unions=False)
@@ -166,7 +168,8 @@ def capabilities_for(provider: str, *, custom_base_url: bool = False) -> ToolCap
     """The known defaults for ``provider``.
 
     ``openai`` at a custom base URL, and any provider without an entry, is taken to be an
-    OpenAI-compatible server (:data:`OPENAI_COMPATIBLE_CUSTOM`).
+    OpenAI-compatible server (:data:`OPENAI_COMPATIBLE_CUSTOM`), which honours every mode until
+    the config says otherwise.
     """
     if provider == "openai" and custom_base_url:
         return OPENAI_COMPATIBLE_CUSTOM
@@ -206,8 +209,8 @@ def _set_literal(modes: Iterable[str]) -> str:
 def override_hint(model: str, caps: ToolCapabilities, mode: ToolChoiceMode) -> str:
     """Text naming the override that stops sending ``mode`` to ``model`` natively.
 
-    ``model`` is ``provider:model``. The two forms shown are the per-call option and the
-    model's entry in the JSON config; both are copyable as they are.
+    ``model`` is ``provider:model``. The three forms shown are the per-call option, the
+    model's entry and the provider's entry in the JSON config; each is copyable as it is.
     """
     provider, _, name = model.partition(":")
     remaining = [m for m in _MODE_ORDER if m in caps.tool_choice and m != mode]
@@ -218,5 +221,7 @@ def override_hint(model: str, caps: ToolCapabilities, mode: ToolChoiceMode) -> s
         f"  per call:  ToolOptions(capabilities=CapabilityOverride("
         f"tool_choice={_set_literal(remaining)}))\n"
         f'  per model: {{"providers": {{"{provider}": {{"models": {{"{name}": '
-        f'{{"tools": {{"tool_choice": {as_json}}}}}}}}}}}}}'
+        f'{{"tools": {{"tool_choice": {as_json}}}}}}}}}}}}}\n'
+        f'  per provider: {{"providers": {{"{provider}": '
+        f'{{"tools": {{"tool_choice": {as_json}}}}}}}}}'
     )

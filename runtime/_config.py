@@ -63,6 +63,7 @@ Generous: an image returned inline as base64 fits in one line."""
 MAX_EVENT_BYTES = 32 * 1024 * 1024
 """Default cap on the data of one SSE event (all its ``data:`` lines together)."""
 
+
 @attrs.frozen(kw_only=True, repr=False)
 class WindowLimit(Record):
     """At most ``limit`` units of ``dimension`` admitted in any ``per`` seconds."""
@@ -144,6 +145,10 @@ class RetryConfig(Record):
     when it should differ from ``max_attempts`` (None: the same). A call that can wait can
     afford more attempts: against a backend failing 40% of requests, 4 attempts lose 2.6% of
     the calls, 16 lose none in practice."""
+    hidden_retry_window: float = attrs.field(default=1.0, validator=ge(0))
+    """For a call with ``retry_visible=False`` (the gateway's): seconds after submission within
+    which a connection that failed before any reply byte is tried again. Its caller cannot see
+    such a failure, and it waits for the answer, so the window is short."""
     wait_poll: float = attrs.field(default=1.0, validator=gt(0))
     """While a breaker probe is out, how often (seconds, jittered) a waiting call looks again."""
     fallback_on: tuple[str, ...] = (
@@ -252,6 +257,14 @@ class ProviderConfig(Record):
     transport: Literal["fast", "httpx"] = "fast"
     """The hot path's HTTP client: sluice's own trio HTTP/1.1 client, or httpx (HTTP/2,
     SOCKS/HTTPS proxies and anything else the fast one does not cover)."""
+    tools: CapabilityOverride | None = None
+    """What every model of this provider can do with tools, over the known defaults (a
+    model's own ``models.MODEL.tools`` and a call's ``ToolOptions.capabilities`` go over this).
+    An OpenAI-compatible server is assumed to honour every ``tool_choice`` mode; for one that
+    rejects ``required``::
+
+        {"providers": {"local": {"tools": {"tool_choice": ["auto", "none", "specific"]}}}}
+    """
     models: Mapping[str, ModelConfig] = attrs.field(factory=dict)
     """Per-model settings, by model name without the provider prefix."""
 

@@ -13,9 +13,9 @@ where); ``tests/test_errors_tree.py`` holds it to the classes. ::
     ├── OperationFailed             ``sluice providers check``/``models`` got no usable answer
     │                               (sluice.providers._operations)
     └── CallError                   one call failed (call_id, provider, model, attempt,
-        │                           status, error_type, request_id)
+        │                           status, error_type, request_id, retry_after)
         ├── RetryableError          the Supervisor may try again
-        │   ├── RateLimited         429 (retry_after; quota="quota" is fatal)
+        │   ├── RateLimited         429 (quota="quota" is fatal)
         │   ├── Overloaded          529 and provider "overloaded" bodies
         │   ├── ServerError         5xx, 408, 409
         │   ├── ConnectionFailed    could not connect, or the connection dropped before a reply
@@ -32,7 +32,7 @@ where); ``tests/test_errors_tree.py`` holds it to the classes. ::
             ├── ToolCallError       the reply broke the request's tool-call contract
             │                       (correctable: the Supervisor may retry with a correction)
             ├── TooLargeForQuota    needs more than a whole rate-limit window
-            ├── CircuitOpen         the provider's breaker is open (retry_after)
+            ├── CircuitOpen         the provider's breaker is open
             ├── BudgetExceeded      the spending budget cannot cover the call
             ├── StoreUnavailable    the shared quota store (Redis) does not answer
             └── InternalError       a bug in sluice; only the affected call fails
@@ -119,6 +119,9 @@ class CallError(SluiceError):
     request_id: str | None = None
     should_retry: bool | None = None
     """The provider's own verdict (``x-should-retry``), which wins over the class's."""
+    retry_after: float | None = None
+    """Seconds the provider asked us to wait before trying again (``Retry-After`` on a 429,
+    503 or 529), or until an open breaker lets a probe through; None when nobody said."""
 
     @property
     def retryable(self) -> bool:
@@ -156,10 +159,8 @@ class RetryableError(CallError):
 
 @attrs.define(eq=False, repr=False)
 class RateLimited(RetryableError):
-    """The provider answered 429."""
+    """The provider answered 429 (``retry_after``: the wait it asked for, when it said)."""
 
-    retry_after: float | None = None
-    """Seconds the provider asked us to wait, when it said."""
     quota: Literal["rate", "quota"] = "rate"
     """``rate``: a limit per window, worth waiting for. ``quota``: the account's quota is
     exhausted (``insufficient_quota``, a daily cap, or a wait beyond the maximum), so the
@@ -232,10 +233,8 @@ class TooLargeForQuota(FatalError):
 
 @attrs.define(eq=False, repr=False)
 class CircuitOpen(FatalError):
-    """The provider's circuit breaker is open after repeated failures; calls fail fast."""
-
-    retry_after: float | None = None
-    """Seconds until the breaker lets a probe call through."""
+    """The provider's circuit breaker is open after repeated failures; calls fail fast
+    (``retry_after``: seconds until the breaker lets a probe call through)."""
 
 
 class BudgetExceeded(FatalError):

@@ -176,6 +176,10 @@ class Acquire(Record):
     reply_to: trio.MemorySendChannel[Admission | Refusal]
     budget: BudgetClaim | None = None
     """Who to charge in the spending budgets (None: no budget applies)."""
+    fail_on_cooldown: bool = False
+    """Refuse at once with :class:`~sluice._errors.RateLimited` (the cooldown's remaining
+    seconds as ``retry_after``) instead of queueing while the key cools down after a 429:
+    for a proxy's call, whose client waits out the provider's Retry-After on its own."""
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -359,6 +359,7 @@ def _check_request(request: ChatRequest) -> None:
         ("extra_body", Mapping, "a mapping", False),
         ("extra_headers", Mapping, "a mapping", False),
         ("response_cache", bool, "a bool", True),
+        ("retry_visible", bool, "a bool", False),
         ("max_wait", _NUMBER, "a number of seconds", True),
     )
     for name, expected, what, optional in checks:
@@ -453,6 +454,13 @@ class ChatRequest(Record):
     on_partial: Literal["restart", "fail"] = "restart"
     """After output was delivered, a failure restarts the request (the consumer gets a
     ``StreamReset``) or fails the call at once."""
+    retry_visible: bool = True
+    """Retry failures the caller could see and retry on its own: a 429, a 5xx, an overload, a
+    timeout. False is for a proxy whose client has retry logic of its own (the gateway): such a
+    failure ends the call at once, carrying the provider's ``retry_after``, a call made while
+    the provider's 429 pause lasts is refused at once with what is left of it, and only a
+    connection that failed before any reply byte is tried again, within
+    ``RetryConfig.hidden_retry_window`` seconds of submission."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
     extra_headers: Mapping[str, str] = attrs.field(factory=dict)
     """HTTP headers added to this call's provider request (the gateway forwards a client's
@@ -496,6 +504,7 @@ class ChatRequest(Record):
             and (self.response_format is None or type(self.response_format) is ResponseFormat)
             and self.priority in _PRIORITIES
             and self.on_partial in _ON_PARTIAL
+            and type(self.retry_visible) is bool
             and self.failure_mode in _FAILURE_MODES
             and (self.max_wait is None or type(self.max_wait) in _NUMBER)
             and type(self.deadlines) is Deadlines

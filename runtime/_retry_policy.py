@@ -11,6 +11,11 @@ Two failure modes (``ChatRequest.failure_mode``):
 - ``wait``: they delay the call instead. It ends only with a result, an error retrying cannot
   fix, its attempt limit, or its wait deadline (``max_wait`` after submission, or the total
   deadline, whichever comes first). The error it ends with is the one that kept it waiting.
+
+A call with ``ChatRequest.retry_visible=False`` (a proxy's, whose client retries on its own)
+is retried only after a failure its caller cannot see: no connection, or one that dropped
+before any reply byte, within ``RetryConfig.hidden_retry_window`` of submission. Anything the
+provider answered goes back at once.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ __all__ = [
     "blames_backend",
     "call_state",
     "describe",
+    "unseen",
     "when_blocked",
 ]
 
@@ -78,6 +84,10 @@ class CallState:
     """When a waiting call gives up: ``min(deadline, submitted + max_wait)``."""
     restart_partial: bool = True
     """``on_partial == "restart"``: a failure after delivered output may still be retried."""
+    retry_visible: bool = True
+    """``ChatRequest.retry_visible``: failures the provider answered may be retried."""
+    hidden_until: float = math.inf
+    """When ``retry_visible`` is off: the time after which no failure is retried at all."""
 
 
 @attrs.frozen
@@ -118,6 +128,10 @@ def call_state(
         deadline=deadline,
         wait_until=wait_until,
         restart_partial=request.on_partial == "restart",
+        retry_visible=request.retry_visible,
+        hidden_until=math.inf
+        if request.retry_visible
+        else submitted_at + policy.hidden_retry_window,
     )
 
 
@@ -134,11 +148,15 @@ def after_failure(
     Stops for an error retrying cannot fix, the attempt limit, output already delivered under
     ``on_partial="fail"``, the total deadline having passed, a provider's wait beyond
     ``max_retry_after`` (``fail_fast`` only: a waiting call waits), and a backoff that would end
-    past the deadline the call may wait until.
+    past the deadline the call may wait until. Without ``retry_visible``, it also stops for
+    every failure but one before the reply began (:func:`unseen`), and for a backoff that would
+    end past the hidden-retry window.
     """
     if not error.retryable or state.attempts >= state.max_attempts:
         return Fail(error)
     if delivered and not state.restart_partial:
+        return Fail(error)
+    if not state.retry_visible and (delivered or not unseen(error)):
         return Fail(error)
     if isinstance(error, CallTimeout) and error.timeout_kind == "total":
         return Fail(error)
@@ -147,9 +165,18 @@ def after_failure(
         return Fail(error)
     delay = retry_delay(state.attempts, policy, rng, retry_after)
     until = state.wait_until if state.waits else state.deadline
-    if now + delay >= until:
+    if now + delay >= min(until, state.hidden_until):
         return Fail(error)
     return Retry(delay)
+
+
+def unseen(error: CallError) -> bool:
+    """Whether ``error`` happened before the provider answered anything: the connection could
+    not be made, or dropped before the reply began, or connecting timed out. A caller that
+    retries on its own sees every other failure, so only these are worth hiding from it."""
+    if isinstance(error, CallTimeout):
+        return error.timeout_kind == "connect"
+    return isinstance(error, ConnectionFailed) and error.status is None
 
 
 def when_blocked(state: CallState, error: CallError, free_in: float, now: float) -> Wait | Fail:

@@ -818,10 +818,13 @@ def test_request_id_header_fallback() -> None:
     assert error_reply(500, b"", {"request-id": "r-9"}).request_id == "r-9"
 
 
-def test_only_rate_limited_keeps_retry_after() -> None:
+def test_every_error_keeps_the_providers_retry_after() -> None:
+    """Issue 27 (it was RateLimited's alone): a 503's or 529's Retry-After reaches a gateway
+    client too."""
     error = error_for_status(503, "busy", retry_after=5.0)
-    assert type(error) is ServerError
-    assert not hasattr(error, "retry_after")
+    assert type(error) is ServerError and error.retry_after == 5.0
+    assert error_for_status(529, "busy", retry_after=2.0).retry_after == 2.0
+    assert error_for_status(500, "oops").retry_after is None
 
 
 @pytest.mark.parametrize(

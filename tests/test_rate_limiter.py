@@ -141,6 +141,27 @@ async def test_a_429_on_one_key_leaves_another_running(autojump_clock, nursery):
 
 
 @virtual_deadline(60)
+async def test_an_ask_that_will_not_wait_out_a_cooldown_is_refused_with_what_is_left(
+    autojump_clock, nursery
+):
+    """A proxy's call (``fail_on_cooldown``) gets the 429 at once, with the seconds left of the
+    provider's pause as retry_after; once the pause is over it is admitted as usual."""
+    limiter = await start_limiter(nursery)
+    limits = RateLimitConfig(cooldown_jitter=0)
+    await admit_and_finish(limiter, "k", limits, signal="rate_limited", wait=7.0)
+    await trio.sleep(2.5)
+    with pytest.raises(RateLimited) as caught:
+        await limiter.acquire("k", limits, ONE, fail_on_cooldown=True)
+    assert trio.current_time() == 2.5  # refused without waiting
+    assert caught.value.retry_after == 4.5 and caught.value.status == 429
+    assert caught.value.retryable  # a rate limit, not an exhausted quota
+    await limiter.acquire("k", limits, ONE)  # an ask that waits, waits
+    assert trio.current_time() == 7.0
+    with trio.fail_after(0.001):
+        await limiter.acquire("k", limits, ONE, fail_on_cooldown=True)
+
+
+@virtual_deadline(60)
 async def test_429_without_a_wait_uses_the_default_cooldown(autojump_clock, nursery):
     limiter = await start_limiter(nursery)
     limits = RateLimitConfig(default_cooldown=7, cooldown_jitter=0)

@@ -10,6 +10,7 @@ import pytest
 
 import sluice
 from sluice import _capabilities as caps
+from sluice._capabilities import CapabilityOverride
 from sluice._config import ModelConfig, ProviderConfig, QuirksConfig, RuntimeConfig, Secret
 from sluice._errors import ConfigError
 from sluice._messages import ChatRequest, Message, ReasoningPart, TextPart, Tool
@@ -129,9 +130,12 @@ def test_protocols_base_urls_and_auth_styles_of_the_main_builtins():
 
 
 def test_capabilities_agree_with_the_tool_layer_presets():
+    refuses_forcing = {"kimi-cn", "kimi-intl"}  # known to refuse a forced tool_choice
     for d in BUILTINS:
-        if d.protocol == "openai":
+        if d.protocol == "openai" and d.id not in refuses_forcing:
             assert d.tool_capabilities == caps.capabilities_for(d.id), d.id
+    for name in refuses_forcing:
+        assert BUILTIN_BY_ID[name].tool_capabilities.tool_choice == {"auto", "none"}
     assert BUILTIN_BY_ID["minimax"].tool_capabilities == caps.ANTHROPIC
     assert BUILTIN_BY_ID["ollama"].tool_capabilities == caps.OLLAMA
     assert BUILTIN_BY_ID["gemini"].tool_capabilities == caps.GEMINI
@@ -171,6 +175,21 @@ def test_model_capability_rules_match_the_longest_suffix_and_only_at_the_own_ser
         key_store=no_store,
     )
     assert elsewhere.tool_capabilities("m-lite") == caps.OPENAI_COMPATIBLE_CUSTOM
+
+
+def test_the_providers_tools_entry_overrides_its_capabilities_and_its_model_rules(no_store):
+    """``providers.NAME.tools`` applies to every model of the provider, rules included, and a
+    model's own entry still goes over it (the runtime applies that one per call)."""
+    no_required = CapabilityOverride(tool_choice={"auto", "none", "specific"})
+    local = resolve(
+        "local", config_with("local", base_url="http://127.0.0.1:9/v1", tools=no_required)
+    )
+    assert local.capabilities.tool_choice == {"auto", "none", "specific"}
+    assert local.capabilities.top_level_unions is False  # the rest stays the protocol's
+    sim = resolve("sim", config_with("sim", tools=CapabilityOverride(parallel_calls=False)))
+    assert sim.tool_capabilities("sim-small") == attrs.evolve(caps.FULL, parallel_calls=False)
+    assert sim.tool_capabilities("sim-notools").native_tools is False
+    assert sim.tool_capabilities("sim-notools").parallel_calls is False
 
 
 def test_models_helper_marks_features_and_refuses_unknown_ids():
@@ -333,6 +352,7 @@ def test_a_custom_base_url_turns_a_builtin_into_a_generic_compatible_server(no_s
     spec = resolve("openai", config_with("openai", base_url="http://127.0.0.1:9/v1"))
     assert spec.custom_base_url and spec.api_key is None  # no key needed there
     assert spec.capabilities == caps.OPENAI_COMPATIBLE_CUSTOM
+    assert "required" in spec.capabilities.tool_choice  # issue 27: assumed, not refused
     assert spec.quirks.max_tokens_field == "max_tokens"
     sim = resolve("sim", config_with("sim", base_url="http://127.0.0.1:9/v1"))
     assert sim.capabilities == caps.FULL

@@ -62,6 +62,39 @@ def test_a_backoff_past_max_wait_fails_with_the_last_error():
     assert after_failure(s, BOOM, 0, 9.6, POLICY, RNG) == Fail(BOOM)
 
 
+def test_a_proxys_call_gives_back_every_failure_its_client_can_see_at_once():
+    """``retry_visible=False`` (the gateway's calls): a 429, a 5xx, an overload, a timeout after
+    the reply began go back at once, Retry-After included, whatever the attempt limit."""
+    proxy = state(retry_visible=False)
+    limited = sluice.RateLimited("slow down", status=429, retry_after=7.0)
+    unavailable = sluice.ServerError("busy", status=503, retry_after=3.0)
+    for error in (
+        limited,
+        unavailable,
+        BOOM,
+        sluice.Overloaded("overloaded", status=529),
+        sluice.CallTimeout("slow", timeout_kind="first_token"),
+        sluice.StreamBroken("cut"),
+    ):
+        assert after_failure(proxy, error, 0, 0.0, POLICY, RNG) == Fail(error)
+    assert after_failure(state(), limited, 0, 0.0, POLICY, RNG) == Retry(7.0)  # the default
+
+
+def test_a_proxys_call_retries_only_unseen_transport_failures_within_its_window():
+    proxy = state(retry_visible=False)
+    assert proxy.hidden_until == POLICY.hidden_retry_window == 1.0
+    refused = sluice.ConnectionFailed("connection refused")
+    connect = sluice.CallTimeout("no connection", timeout_kind="connect")
+    assert after_failure(proxy, refused, 0, 0.0, POLICY, RNG) == Retry(0.5)
+    assert after_failure(proxy, connect, 0, 0.0, POLICY, RNG) == Retry(0.5)
+    # The next backoff (1 s) would end past the window: the failure goes back.
+    later = state(retry_visible=False, attempts=2)
+    assert after_failure(later, refused, 0, 0.3, POLICY, RNG) == Fail(refused)
+    assert after_failure(proxy, refused, 0, 0.5, POLICY, RNG) == Fail(refused)
+    # Output already delivered: the client saw it, nothing is hidden any more.
+    assert after_failure(proxy, refused, 2, 0.0, POLICY, RNG) == Fail(refused)
+
+
 def test_blocked_calls_fail_fast_or_wait_until_their_deadline():
     opened = sluice.CircuitOpen("open; last failure: HTTP 502: <html>", retry_after=7.0)
     assert when_blocked(state(), opened, 7.0, 0.0) == Fail(opened)

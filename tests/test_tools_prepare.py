@@ -173,8 +173,23 @@ def test_openai_required_is_sent_as_required() -> None:
     assert body["tool_choice"] == "required"
 
 
-def test_openai_compatible_custom_base_url_forces_required_through_the_union() -> None:
+@pytest.mark.parametrize("choice", ["required", SpecificTool("b")])
+def test_openai_compatible_custom_base_url_sends_forced_choices_natively(choice: Any) -> None:
+    """Issue 27 (changed from case 77): a server at a custom base URL speaking the OpenAI
+    protocol is taken to honour every mode, so the caller's tools and choice go as they are."""
     caps = capabilities_for("openai", custom_base_url=True)
+    body = wire(request(choice), caps, ToolOptions(allow_parallel=True))
+    assert [t["function"]["name"] for t in body["tools"]] == ["a", "b"]
+    named = {"type": "function", "function": {"name": "b"}}
+    assert body["tool_choice"] == ("required" if choice == "required" else named)
+    assert "response_format" not in body and "parallel_tool_calls" not in body
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_server_configured_without_required_forces_it_through_the_union() -> None:
+    caps = capabilities_for("openai", custom_base_url=True).merged(
+        CapabilityOverride(tool_choice={"auto", "none", "specific"})
+    )
     body = wire(request("required"), caps)
     assert "tools" not in body and "tool_choice" not in body
     schema = tool_union_schema([A, B], top_level_union=False)
@@ -187,9 +202,10 @@ def test_openai_compatible_custom_base_url_forces_required_through_the_union() -
 def test_forced_choice_sends_parallel_false_when_unspecified() -> None:
     """Case 39 last row, for forced choices (ours: auto and unset choices keep the caller's)."""
     assert wire(request("required"), OPENAI)["parallel_tool_calls"] is False
-    assert wire(request("required"), OPENAI, ToolOptions(allow_parallel=True))[
-        "parallel_tool_calls"
-    ]
+    # Allowing several calls is the backends' default: said only when the caller said it.
+    allowed = ToolOptions(allow_parallel=True)
+    assert "parallel_tool_calls" not in wire(request("required"), OPENAI, allowed)
+    assert wire(request("required", parallel_tool_calls=True), OPENAI)["parallel_tool_calls"]
     assert "parallel_tool_calls" not in wire(request("auto"), OPENAI)
     assert wire(request("auto", parallel_tool_calls=False), OPENAI)["parallel_tool_calls"] is False
 
@@ -304,10 +320,11 @@ def test_preparation_is_deterministic_and_keeps_the_original() -> None:
 
 # Capabilities.
 def test_known_defaults() -> None:
-    """Case 77: OpenAI at a custom base URL lacks required; OpenAI needs object roots."""
+    """Case 77, changed by issue 27: OpenAI at a custom base URL is assumed to honour every
+    mode (the config says otherwise for a server that does not); OpenAI needs object roots."""
     assert capabilities_for("openai") == OPENAI
     assert capabilities_for("openai", custom_base_url=True) == OPENAI_COMPATIBLE_CUSTOM
-    assert OPENAI_COMPATIBLE_CUSTOM.tool_choice == {"auto", "none", "specific"}
+    assert OPENAI_COMPATIBLE_CUSTOM.tool_choice == {"auto", "required", "none", "specific"}
     assert not OPENAI.top_level_unions
     assert OLLAMA.tool_choice == frozenset()
     assert OLLAMA.structured_output == "json_schema"

@@ -551,9 +551,15 @@ CUSTOM_URL = "http://127.0.0.1:8000/v1"
     ("model", "providers", "choice", "native"),
     [
         ("openai:gpt-4o-mini", {}, "required", True),
-        ("openai:gpt-4o-mini", {"openai": {"base_url": CUSTOM_URL}}, "required", False),
+        ("openai:gpt-4o-mini", {"openai": {"base_url": CUSTOM_URL}}, "required", True),
         ("openai:gpt-4o-mini", {"openai": {"base_url": CUSTOM_URL}}, "get_weather", True),
-        ("local:qwen", {"local": {"base_url": CUSTOM_URL}}, "required", False),
+        ("local:qwen", {"local": {"base_url": CUSTOM_URL}}, "required", True),
+        (
+            "local:qwen",
+            {"local": {"base_url": CUSTOM_URL, "tools": {"tool_choice": ["auto", "none"]}}},
+            "required",
+            False,
+        ),
         (
             "openai:gpt-4o-mini",
             {"openai": {"models": {"gpt-4o-mini": {"tools": {"tool_choice": ["auto"]}}}}},
@@ -566,8 +572,9 @@ CUSTOM_URL = "http://127.0.0.1:8000/v1"
 async def test_capabilities_come_from_the_registry_and_the_model_entry(
     autojump_clock, model, providers, choice, native
 ):
-    """OpenAI honours every mode; an OpenAI-compatible server at a custom base URL (or a custom
-    provider) lacks ``required``; a model's config entry overrides both."""
+    """OpenAI honours every mode, and so (issue 27: assumed until the config says otherwise)
+    does an OpenAI-compatible server at a custom base URL or a custom provider; the provider's
+    and the model's config entries override that."""
     config = load_config({"providers": providers, "retry": {"jitter": 0.0}})
     wire = Wire(answer_either_way)
     environ = {"OPENAI_API_KEY": "sk-test"}

@@ -7,11 +7,16 @@ as the runtime's event batches arrive (one write per batch); the response head w
 first output, so a call that fails before any output gets a proper error status rather than a
 broken stream. Gateway calls set ``on_partial="fail"``: once a client has seen output, a failed
 attempt cannot be taken back, so it ends the stream with an error event instead of a retry.
+They also set ``retry_visible=False``: the client (an SDK with retry logic of its own) gets an
+upstream's 429 or 503 at once, with its ``Retry-After``; the gateway retries only a connection
+that failed before the reply began, which the client cannot see, for about a second.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models``,
-``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry, with the gateway's own
-series in it: requests by route and status, open connections; see :mod:`.metrics`), and with
-an admin token ``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``.
+Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models`` (aliases,
+groups, configured models and the default provider's; see :mod:`.models`),
+``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry,
+with the gateway's own series in it: requests by route and status, open connections; see
+:mod:`.metrics`), and with an admin token ``GET|POST /admin/keys`` and
+``DELETE /admin/keys/NAME``. A model group's name is called like any model.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import secrets
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import attrs
 import orjson
 import trio
 
+from .._capabilities import ToolOptions
 from .._errors import ConfigError, SluiceError
 from .._events import (
     Completed,
@@ -50,6 +57,7 @@ from .._openai_format import parse_chat_body
 from .._record import Record
 from . import anthropic_wire, openai_wire
 from .errors import Wire, call_error_response, error_response
+from .models import ModelCatalog, ModelEntry, render_list, render_model
 from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 
 if TYPE_CHECKING:
@@ -72,6 +80,9 @@ _PROMETHEUS = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError)
 _KEY_PERIOD = 60.0
 _ENDS = (Completed, Failed)
+_PROXY_TOOLS = ToolOptions(allow_parallel=True)
+"""A client that forces a tool call and leaves ``parallel_tool_calls`` unset gets what the
+upstream does by default: several calls allowed, and no ``parallel_tool_calls`` added."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -123,6 +134,8 @@ class Gateway:
         """Renders ``/metrics`` (Prometheus text, or an awaitable of it); None answers 404.
         By default the runtime's own registry (when its metrics are on), which holds the
         gateway's series too."""
+        self.catalog = ModelCatalog(rt, self.settings.aliases, self.settings.default_provider)
+        """What ``GET /v1/models`` lists (see :mod:`.models`)."""
         self._wall_clock = wall_clock
         self._ids = secrets.token_hex(4)
         self._count = 0
@@ -150,6 +163,9 @@ class Gateway:
             elif path == b"/v1/models" and method == b"GET":
                 route = "/v1/models"
                 await self._models(request, respond)
+            elif path.startswith(b"/v1/models/") and method == b"GET":
+                route = "/v1/models/{id}"
+                await self._models(request, respond, unquote(path[11:].decode("latin-1")))
             elif path == b"/health" and method == b"GET":
                 route = "/health"
                 status = 503 if self.draining else 200
@@ -266,7 +282,7 @@ class Gateway:
         alias = self.settings.aliases.get(name)
         if alias is not None:
             return alias
-        if ":" in name:
+        if ":" in name or name in self.rt.config.groups:
             return name
         if self.settings.default_provider is not None:
             return f"{self.settings.default_provider}:{name}"
@@ -290,8 +306,13 @@ class Gateway:
         # The gateway's own fields go to the parser's constructor: checked once, with no
         # attrs.evolve afterwards (which would run every converter and validator again).
         # Streamed upstream either way (both parsers' default): the client's own ``stream``
-        # only decides how the reply goes back.
-        fields: dict[str, Any] = {"on_partial": "fail"}
+        # only decides how the reply goes back. Tool fields go as the client sent them where
+        # the backend honours them (see _PROXY_TOOLS).
+        fields: dict[str, Any] = {
+            "on_partial": "fail",
+            "retry_visible": False,
+            "tool_options": _PROXY_TOOLS,
+        }
         if key is not None:
             fields["tag"] = key.name
         forwarded = None if http is None else _anthropic_headers(http)
@@ -301,10 +322,18 @@ class Gateway:
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
             request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
-        if request.extra_body and self._protocol(request.provider) != wire:
+        if request.extra_body and any(p != wire for p in self._protocols_of(model)):
             # Parameters of the client's protocol mean nothing (or an error) to another.
             request = attrs.evolve(request, extra_body={})
         return request
+
+    def _protocols_of(self, model: str) -> list[str]:
+        """The protocols ``model`` may be sent in: its provider's, or every deployment's of
+        the group it names."""
+        group = self.rt.config.groups.get(model)
+        if group is None:
+            return [self._protocol(model.partition(":")[0])]
+        return [self._protocol(d.model.partition(":")[0]) for d in group.deployments]
 
     async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
         key = self._authenticate(request)
@@ -500,17 +529,27 @@ class Gateway:
 
     # ---- models and admin -----------------------------------------------------------------
 
-    def _model_names(self, key: VirtualKey | None) -> list[str]:
-        names = set(self.settings.aliases)
-        for provider, config in self.rt.config.providers.items():
-            names.update(f"{provider}:{model}" for model in config.models)
+    async def _model_entries(self, key: VirtualKey | None) -> list[ModelEntry]:
+        """What ``key`` may call, in name order: the catalog's models and the key's own."""
+        found = await self.catalog.entries()
         if key is not None:
-            names.update(m for m in key.models if not m.endswith(":*"))
-        return sorted(
-            n for n in names if key is None or key.allows(self.settings.aliases.get(n, n))
-        )
+            for model in key.models:
+                if not model.endswith(":*"):
+                    found.setdefault(model, ModelEntry(model, model.partition(":")[0]))
+        return [
+            found[n] for n in sorted(found) if key is None or key.allows(self._listed_target(n))
+        ]
 
-    async def _models(self, request: Request, respond: Responder) -> None:
+    def _listed_target(self, name: str) -> str:
+        try:
+            return self._resolve_model(name, "openai")
+        except ConfigError:
+            return name
+
+    async def _models(
+        self, request: Request, respond: Responder, model_id: str | None = None
+    ) -> None:
+        """``GET /v1/models`` (``model_id`` None) or ``GET /v1/models/{model_id}``."""
         wire = _wire_of(request)
         key = self._authenticate(request)
         if isinstance(key, str):
@@ -524,31 +563,23 @@ class Gateway:
                 code="invalid_api_key",
             )
             return
-        names = self._model_names(key)
-        if wire == "anthropic":
-            data: dict[str, Any] = {
-                "data": [
-                    {
-                        "type": "model",
-                        "id": n,
-                        "display_name": n,
-                        "created_at": "1970-01-01T00:00:00Z",
-                    }
-                    for n in names
-                ],
-                "has_more": False,
-                "first_id": names[0] if names else None,
-                "last_id": names[-1] if names else None,
-            }
-        else:
-            data = {
-                "object": "list",
-                "data": [
-                    {"id": n, "object": "model", "created": 0, "owned_by": n.partition(":")[0]}
-                    for n in names
-                ],
-            }
-        await respond.send(200, [_JSON], orjson.dumps(data))
+        entries = await self._model_entries(key)
+        if model_id is None:
+            await respond.send(200, [_JSON], orjson.dumps(render_list(wire, entries)))
+            return
+        entry = next((e for e in entries if e.id == model_id), None)
+        if entry is None:
+            await _send_error(
+                respond,
+                wire,
+                404,
+                f"the model {model_id!r} does not exist or is not served here",
+                "invalid_request_error",
+                "not_found_error",
+                code="model_not_found",
+            )
+            return
+        await respond.send(200, [_JSON], orjson.dumps(render_model(wire, entry)))
 
     async def _admin(self, request: Request, respond: Responder) -> None:
         token = _token(request)

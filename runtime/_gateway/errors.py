@@ -4,7 +4,9 @@ The upstream's own 401/403 is the gateway's credential problem, not the client's
 out as 502 (a client told "401" would think its own key is wrong). A spent budget is 429
 ``insufficient_quota`` for OpenAI clients (what OpenAI sends) and 400 for Anthropic clients
 (what Anthropic sends for a low credit balance), both with ``x-should-retry: false`` so the
-SDKs do not retry what cannot succeed. Every other mapping follows the error class.
+SDKs do not retry what cannot succeed. An upstream 503 stays 503; every other mapping follows
+the error class. A wait the provider asked for (``CallError.retry_after``) goes out as
+``Retry-After`` and ``retry-after-ms``, which both SDKs honour.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .._errors import (
     Overloaded,
     RateLimited,
     RuntimeClosed,
+    ServerError,
     SluiceError,
     TooLargeForQuota,
     ToolCallError,
@@ -54,6 +57,8 @@ def problem_for(exc: SluiceError) -> Problem:
         return 529, "server_error", "overloaded_error", None
     if isinstance(exc, CircuitOpen | RuntimeClosed):
         return 503, "server_error", "api_error", None
+    if isinstance(exc, ServerError) and exc.status == 503:
+        return 503, "server_error", "api_error", None  # unavailable: the client may come back
     if isinstance(exc, CallTimeout):
         return 504, "server_error", "api_error", "timeout"
     if isinstance(exc, AuthenticationFailed):
@@ -104,8 +109,10 @@ def call_error_response(
     status, openai_type, anthropic_type, code = problem_for(exc)
     if isinstance(exc, BudgetExceeded) and wire == "anthropic":
         status = 400
-    retry_after = getattr(exc, "retry_after", None)
-    message = exc.message if isinstance(exc, CallError) else str(exc)
+    if isinstance(exc, CallError):
+        message, retry_after = exc.message, exc.retry_after
+    else:
+        message, retry_after = str(exc), None
     param = None
     if isinstance(exc, CallError) and status == 400:
         # The provider's own words about what was wrong with the request the client sent.
@@ -119,7 +126,7 @@ def call_error_response(
         anthropic_type=anthropic_type,
         code=code,
         param=param,
-        retry_after=retry_after if isinstance(retry_after, int | float) else None,
+        retry_after=retry_after,
         retry=not isinstance(exc, BudgetExceeded),
     )
 

@@ -136,8 +136,8 @@ def error_for_status(
         message: the provider's own message, kept verbatim.
         error_type: the provider's error code or type, if any.
         request_id: the provider's request id, if any.
-        retry_after: seconds to wait, from :func:`parse_retry_after`; only a
-            :class:`RateLimited` keeps it.
+        retry_after: seconds to wait, from :func:`parse_retry_after`, kept on the error
+            (a 503's or 529's goes back to a gateway client as its ``Retry-After``).
     """
     kind = error_type or ""
     lowered = kind.lower()
@@ -161,7 +161,13 @@ def error_for_status(
         cls = ProtocolError
     else:
         cls = _client_error(status, message, kind)
-    return cls(message, status=status, error_type=error_type, request_id=request_id)
+    return cls(
+        message,
+        status=status,
+        error_type=error_type,
+        request_id=request_id,
+        retry_after=retry_after,
+    )
 
 
 def _client_error(status: int | None, message: str, kind: str) -> type[CallError]:

@@ -19,7 +19,9 @@ with tools (a request without tools only loses a dangling ``tool_choice``/``para
 
 Several calls per reply are allowed when the request says ``parallel_tool_calls=True``, or leaves
 it unset while not forcing a call (``ToolOptions.allow_parallel`` decides when it does). Where
-the backend accepts the parameter, a forced choice sends that decision explicitly.
+the backend accepts the parameter, a forced choice that allows one call only sends
+``parallel_tool_calls=false``; allowing several is the backends' default, so a request that left
+the parameter unset and allows them goes without it (a proxy's request goes as it came).
 """
 
 from __future__ import annotations
@@ -196,9 +198,10 @@ def prepare(
             notes.append("tool_choice and parallel_tool_calls left out: the request has no tools")
         return done(tool_choice=None, parallel_tool_calls=None)
 
-    parallel_param = (
-        (parallel if forced else explicit) if caps.parallel_calls and caps.native_tools else None
-    )
+    # A forced choice sends the decision when it holds the reply to one call; allowing several
+    # is every backend's default, so it goes unsaid unless the caller said it.
+    decided = parallel if forced and (explicit is not None or not parallel) else explicit
+    parallel_param = decided if caps.parallel_calls and caps.native_tools else None
     if explicit is not None and parallel_param is None:
         notes.append("parallel_tool_calls left out: the backend does not accept it")
 

@@ -3,15 +3,24 @@
 Base URLs carry the protocol's version prefix, because the codecs append only the operation
 (``/chat/completions``, ``/messages``, ``/models/{m}:generateContent``, ``/api/chat``). Tool
 capabilities follow :func:`sluice._capabilities.capabilities_for` for the names it knows
-and the protocol's assumption for the others, so the two never disagree about an OpenAI-
-protocol provider. Quirks are set only where a server is known to need them.
+and the protocol's assumption for the others (every ``tool_choice`` mode, for an OpenAI-protocol
+server), except where a server is known to refuse a mode (Kimi). Quirks are set only where a
+server is known to need them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from .._capabilities import ANTHROPIC, FULL, GEMINI, OLLAMA, OPENAI, WITHOUT_TOOLS
+from .._capabilities import (
+    ANTHROPIC,
+    FULL,
+    GEMINI,
+    OLLAMA,
+    OPENAI,
+    WITHOUT_TOOLS,
+    ToolCapabilities,
+)
 from .._protocols.quirks import RequestQuirks
 from ._definition import ModelInfo, ProviderDefinition, models
 
@@ -30,6 +39,11 @@ OPENAI_QUIRKS: Final = RequestQuirks(
 VLLM_QUIRKS: Final = RequestQuirks(omit_tool_choice=frozenset({"auto"}))
 """vLLM refuses ``tool_choice: "auto"`` unless started with ``--enable-auto-tool-choice``
 (and ``auto`` is its default anyway)."""
+KIMI_TOOLS: Final = ToolCapabilities(
+    tool_choice=frozenset({"auto", "none"}), structured_output="json_object", top_level_unions=False
+)
+"""Moonshot's API refuses a forced ``tool_choice`` (``required`` or a named tool) while its
+models think, and every Kimi model thinks: a forced call goes through JSON mode instead."""
 
 _CODING_PLAN_MODELS = models(
     "qwen3.6-plus",
@@ -306,6 +320,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         "Kimi (China)",
         "https://api.moonshot.cn/v1",
         "MOONSHOT_API_KEY",
+        capabilities=KIMI_TOOLS,
         model_list=_KIMI_MODELS,
     ),
     _openai_compatible(
@@ -313,6 +328,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         "Kimi (International)",
         "https://api.moonshot.ai/v1",
         "MOONSHOT_API_KEY",
+        capabilities=KIMI_TOOLS,
         model_list=_KIMI_MODELS,
     ),
     ProviderDefinition(

@@ -86,7 +86,8 @@ class ResolvedProvider(Record):
     custom_base_url: bool = False
     """The base URL is the config's, not the builtin's (or the provider is a custom one)."""
     capabilities: ToolCapabilities = OPENAI_COMPATIBLE_CUSTOM
-    """What the backend can do with tools (before per-model overrides)."""
+    """What the backend can do with tools: the known defaults with the config's
+    ``providers.NAME.tools`` applied (before per-model overrides)."""
     model_capabilities: Mapping[str, ToolCapabilities] = attrs.field(factory=dict, repr=False)
     """The definition's rules by model-name suffix (:attr:`ProviderDefinition.model_capabilities`),
     when its capabilities hold here."""
@@ -225,6 +226,9 @@ def resolve_provider(
     )
     model_list = definition.models if definition else ()
     capabilities, model_capabilities = _capabilities(definition, protocol, custom_url)
+    if user.tools is not None:
+        capabilities = capabilities.merged(user.tools)
+        model_capabilities = {k: v.merged(user.tools) for k, v in model_capabilities.items()}
     known = {m.id for m in model_list}
     model_list += tuple(ModelInfo(m) for m in user.models if m not in known)
     return ResolvedProvider(
