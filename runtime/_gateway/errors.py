@@ -5,6 +5,10 @@ out as 502 (a client told "401" would think its own key is wrong). A spent budge
 ``insufficient_quota`` for OpenAI clients (what OpenAI sends) and 400 for Anthropic clients
 (what Anthropic sends for a low credit balance), both with ``x-should-retry: false`` so the
 SDKs do not retry what cannot succeed. Every other mapping follows the error class.
+
+Messages are for the client, so they hold no Python: a tool-call failure's message ends with
+the fix for a developer calling sluice from Python (``ToolOptions(emulate=True)``), which
+means nothing to an HTTP client and is left out.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ def call_error_response(
         status = 400
     retry_after = getattr(exc, "retry_after", None)
     message = exc.message if isinstance(exc, CallError) else str(exc)
+    if isinstance(exc, ToolCallError):
+        message = message.partition("\n")[0]  # the Python fix follows the first line
     return error_response(
         wire,
         status,
