@@ -223,33 +223,28 @@ def _nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-def _deep_bodies(depth: int) -> list[tuple[bytes, dict[str, Any]]]:
-    """Chat bodies with arrays ``depth`` levels deep in the places a gateway reads."""
-    deep = _nested(depth)
-    tool = '{"type":"function","function":{"name":"f","parameters":{"type":"object","x":%s}}}'
-    return (
-        [
-            (CHAT, chat_body(messages=[{"role": "user", "content": "DEEP"}])),
-            (CHAT, chat_body(tools=["TOOL"], tool_choice="auto")),
-            (CHAT, chat_body(metadata={"a": "DEEP"}, stream=True)),
-            (
-                b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\nanthropic-version: 2023-06-01\r\n"
-                b"connection: close\r\n",
-                messages_body(
-                    tools=[{"name": "f", "input_schema": {"type": "object", "x": "DEEP"}}]
-                ),
-            ),
-        ],
-        deep,
-        tool,
-    )
+TOOL = '{"type":"function","function":{"name":"f","parameters":{"type":"object","x":%s}}}'
+ANTHROPIC_HEAD = (
+    b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\nanthropic-version: 2023-06-01\r\n"
+    b"connection: close\r\n"
+)
+DEEP_PLACES: list[tuple[bytes, dict[str, Any]]] = [
+    (CHAT, chat_body(messages=[{"role": "user", "content": "DEEP"}])),
+    (CHAT, chat_body(tools=["TOOL"], tool_choice="auto")),
+    (CHAT, chat_body(metadata={"a": "DEEP"}, stream=True)),
+    (
+        ANTHROPIC_HEAD,
+        messages_body(tools=[{"name": "f", "input_schema": {"type": "object", "x": "DEEP"}}]),
+    ),
+]
+"""Chat bodies with a placeholder where arrays nest deep: places a gateway reads."""
 
 
 @pytest.mark.parametrize("depth", [129, 200, 254, 255, 300, 1023, 1024, 1025, 100_000])
 async def test_deeply_nested_json_is_refused_with_400(gateway, depth):
-    places, deep, tool = _deep_bodies(depth)
-    for head, body in places:
-        text = json.dumps(body).replace('"DEEP"', deep).replace('"TOOL"', tool % deep)
+    deep = _nested(depth)
+    for head, body in DEEP_PLACES:
+        text = json.dumps(body).replace('"DEEP"', deep).replace('"TOOL"', TOOL % deep)
         data = text.encode()
         reply = await gateway.exchange(head + b"content-length: %d\r\n\r\n" % len(data) + data)
         assert _status(reply) == 400, reply[:300]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import orjson
 import pytest
@@ -311,7 +312,7 @@ PYTHON = re.compile(rb"<class |[A-Z][A-Za-z]+\(|\bb'|bytearray|object at 0x|Trac
 """What a Python repr or traceback looks like: ``<class 'int'>``, ``ToolOptions(``,
 ``b'...'``, ``<... object at 0x...>``."""
 
-BAD_BODIES = [
+BAD_BODIES: list[dict[str, Any]] = [
     {"model": 1, "messages": []},
     {"model": "sim:sim-small", "messages": 5},
     {"model": "sim:sim-small", "messages": [{"role": 5, "content": "x"}]},

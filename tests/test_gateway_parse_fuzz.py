@@ -183,8 +183,8 @@ async def _serve_bytes(pieces: list[bytes]) -> tuple[bytes, Server]:
             except trio.BrokenResourceError:
                 break
         await client.send_stream.aclose()
-        while piece := await client.receive_some(65536):
-            reply += piece
+        while received := await client.receive_some(65536):
+            reply += received
     return reply, server
 
 
