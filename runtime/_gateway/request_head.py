@@ -24,7 +24,8 @@ MAX_LENGTH_DIGITS = 20
 """Digits a ``content-length`` may have (h11's cap; 10**20 bytes is no body anyone sends)."""
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
 _REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([^\x00-\x20\x7f]+) HTTP/(1\.[01])")
-_OTHER_VERSION = re.compile(rb"\S+ \S+ HTTP/[0-9.]+")
+_OTHER_VERSION = re.compile(_TOKEN + rb" [^\x00-\x20\x7f]+ HTTP/[0-9]+(?:\.[0-9]+)?")
+"""A well-formed request line of another HTTP version (505); anything else malformed is 400."""
 _FIELD = re.compile(rb"(" + _TOKEN + rb"):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*)")
 _REQUEST_ID = re.compile(rb"[-A-Za-z0-9._:+/=@]{1,128}")
 """A client's ``x-request-id`` that is echoed back: bounded, and nothing a log or a header
