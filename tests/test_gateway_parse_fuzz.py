@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 FUZZ = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_SERVER = settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+"""Fewer examples where each runs a whole server: a few seconds in all."""
 REFUSALS = {400, 408, 413, 431, 501, 505}
 
 VALID_HEAD = (
@@ -219,7 +221,7 @@ PIECES = st.lists(
 )
 
 
-@FUZZ
+@FUZZ_SERVER
 @given(PIECES)
 def test_the_server_refuses_or_closes_on_any_bytes(pieces: list[bytes]) -> None:
     reply, server = trio.run(
@@ -241,7 +243,7 @@ _FIELDS = st.sampled_from(
 ) | st.sampled_from([1, 20, 21, 4300, 4301, 5000]).map(lambda n: b"content-length: " + b"1" * n)
 
 
-@FUZZ
+@FUZZ_SERVER
 @given(
     st.sampled_from([b"GET /x HTTP/1.1", b"POST /x HTTP/1.1", b"POST /x HTTP/1.0", b"X / HTTP/9"]),
     st.lists(_FIELDS | st.binary(max_size=20), max_size=6),
