@@ -282,6 +282,26 @@ async def test_a_bug_ends_one_connection_with_500_a_traceback_and_a_count(autoju
 
 
 @virtual_deadline(10)
+async def test_a_bug_after_the_response_started_closes_the_connection(autojump_clock, caplog):
+    async def handler(request, respond):
+        respond.start(200, [])
+        await respond.write(b"partial")
+        raise RuntimeError("a bug mid-stream")
+
+    server = Server(handler)
+    async with trio.open_nursery() as nursery:
+        client, end = trio.testing.memory_stream_pair()
+        nursery.start_soon(server.serve_connection, end)
+        with caplog.at_level(logging.ERROR, logger="sluice._gateway"):
+            await client.send_all(b"GET /x HTTP/1.1\r\nhost: a\r\n\r\n")
+            reply = await _read_all(client)
+        # The chunked body stops where it was, with no last chunk and no 500 glued on.
+        assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"7\r\npartial\r\n")
+        assert server.internal_errors == 1 and "a bug mid-stream" in caplog.text
+        nursery.cancel_scope.cancel()
+
+
+@virtual_deadline(10)
 async def test_internal_errors_are_a_metric(autojump_clock):
     async with gateway_harness() as gw:
         gw.server.internal_errors = 2
