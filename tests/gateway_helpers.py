@@ -114,7 +114,7 @@ async def gateway_harness(
             catch_bugs=False,
             **runtime_options,
         ) as gateway:
-            server = Server(gateway.handle, limits)
+            server = Server(gateway.handle, limits, vet=gateway.vet)
             gateway.server = server
             harness = Harness(gateway, server, app, nursery)
             harness_box.append(harness)

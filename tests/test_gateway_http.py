@@ -301,6 +301,7 @@ async def test_a_failing_handler_never_ends_the_server(autojump_clock):
         client = await connect()
         await client.send_all(b"GET /ok HTTP/1.1\r\nhost: gw\r\n\r\n")
         assert (await _read_until(client, b"fine")).startswith(b"HTTP/1.1 200 ")
+        assert server.internal_errors == 1  # the bug; a client gone is no error
         nursery.cancel_scope.cancel()
 
 

@@ -276,8 +276,8 @@ def test_heads_parse_like_h11():
         (b"content-length", b"12"),
         (b"content-length", b"12"),
     ]
-    assert head.content_length == 12 and not head.needs_h11
-    assert parse_head(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked").needs_h11
+    assert head.content_length == 12 and not head.chunked and not head.expect_continue
+    assert parse_head(b"POST / HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked").chunked
     assert parse_head(b"GET / HTTP/1.0").http_version == b"1.0"
 
 

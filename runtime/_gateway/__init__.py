@@ -1,6 +1,8 @@
 """``sluice serve``: an OpenAI- and Anthropic-compatible HTTP gateway in front of one runtime.
 
-* :mod:`.http`: the HTTP/1.1 server (h11 on trio) with its limits and graceful drain;
+* :mod:`.http`: the HTTP/1.1 server on trio with its limits and graceful drain; it reads
+  heads with :mod:`.request_head` and chunked bodies with :mod:`.chunked`;
+* :mod:`.json_body`: request bodies as JSON, nesting bounded;
 * :mod:`.app`: routes, virtual-key checks, translation into ``ChatRequest`` and back;
 * :mod:`.openai_wire`, :mod:`.anthropic_wire`: the two client wire formats;
 * :mod:`.vkeys`: virtual keys (hashed tokens with quotas, a budget and allowed models);

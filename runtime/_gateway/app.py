@@ -57,6 +57,7 @@ from .._openai_format import parse_chat_body
 from .._record import Record
 from . import anthropic_wire, openai_wire
 from .errors import Wire, call_error_response, error_response
+from .json_body import BodyError, load_json_body
 from .models import ModelCatalog, ModelEntry, render_list, render_model
 from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 
     from .._messages import ChatRequest, ChatResult
     from .._runtime import Runtime
-    from .http import Request, Responder, Server
+    from .http import Refusal, Request, Responder, Server
 
     Renderer = Callable[[], bytes | Awaitable[bytes]]
 
@@ -83,6 +84,7 @@ _ENDS = (Completed, Failed)
 _PROXY_TOOLS = ToolOptions(allow_parallel=True)
 """A client that forces a tool call and leaves ``parallel_tool_calls`` unset gets what the
 upstream does by default: several calls allowed, and no ``parallel_tool_calls`` added."""
+_CHAT_ROUTES: dict[bytes, Wire] = {b"/v1/chat/completions": "openai", b"/v1/messages": "anthropic"}
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -199,6 +201,27 @@ class Gateway:
             self._counted(route, status)
             raise
         self._counted(route, respond.status)
+
+    def vet(self, request: Request) -> Refusal | None:
+        """The refusal for a chat request whose key is missing or wrong, else None.
+
+        The server asks this before it reads a body the client holds back until
+        ``100 Continue``, so a client without a valid key is told 401 before it sends one.
+        """
+        path = request.path
+        if request.method != b"POST" or path not in _CHAT_ROUTES:
+            return None
+        key = self._authenticate(request)
+        if not isinstance(key, str):
+            return None
+        return error_response(
+            _CHAT_ROUTES[path],
+            401,
+            key,
+            openai_type="invalid_request_error",
+            anthropic_type="authentication_error",
+            code="invalid_api_key",
+        )
 
     def _counted(self, route: str, status: int) -> None:
         requests = self.requests
@@ -349,15 +372,10 @@ class Gateway:
             )
             return
         try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError:
+            body = load_json_body(request.body)
+        except BodyError as exc:
             await _send_error(
-                respond,
-                wire,
-                400,
-                "the request body is not valid JSON",
-                "invalid_request_error",
-                "invalid_request_error",
+                respond, wire, 400, str(exc), "invalid_request_error", "invalid_request_error"
             )
             return
         if not isinstance(body, dict):

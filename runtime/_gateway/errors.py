@@ -7,6 +7,10 @@ out as 502 (a client told "401" would think its own key is wrong). A spent budge
 SDKs do not retry what cannot succeed. An upstream 503 stays 503; every other mapping follows
 the error class. A wait the provider asked for (``CallError.retry_after``) goes out as
 ``Retry-After`` and ``retry-after-ms``, which both SDKs honour.
+
+Messages are for the client, so they hold no Python: a tool-call failure's message ends with
+the fix for a developer calling sluice from Python (``ToolOptions(emulate=True)``), which
+means nothing to an HTTP client and is left out.
 """
 
 from __future__ import annotations
@@ -118,6 +122,8 @@ def call_error_response(
         # The provider's own words about what was wrong with the request the client sent.
         param = exc.param
         code = exc.code or code
+    if isinstance(exc, ToolCallError):
+        message = message.partition("\n")[0]  # the Python fix follows the first line
     return error_response(
         wire,
         status,

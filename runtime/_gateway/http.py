@@ -6,11 +6,23 @@ latency. Measured (``benchmarks/gateway_server.py``, the same 20-chunk streaming
 2-vCPU box): this loop ~0.5 ms of server CPU per request, hypercorn's trio worker ~1.4-1.8 ms,
 and hypercorn fell behind at 200 requests/s; since one reader per connection and direct socket
 writes, ~0.22 ms (21 writes a request). Request heads are parsed by
-:mod:`.request_head` (~17 us against h11's ~100 us; h11 still reads chunked and
-``expect: 100-continue`` requests); responses are framed here, the head written together with
-the first chunk, each write tried on the socket at once (see :meth:`Responder._send`). While a
-response is produced the connection's reader watches the client, so a client that goes away
-cancels its upstream call at once (an ASGI server tells the app only when it next writes).
+:mod:`.request_head` (~17 us against h11's ~100 us), chunked bodies by :mod:`.chunked`;
+responses are framed here, the head written together with the first chunk, each write tried
+on the socket at once (see :meth:`Responder._send`). While a response is produced the
+connection's reader watches the client, so a client that goes away cancels its upstream call
+at once (an ASGI server tells the app only when it next writes).
+
+Every response carries ``x-request-id``: the client's own when it sent a sane one, else one
+made here. A streamed response to an HTTP/1.0 client is not chunked (HTTP/1.0 has no chunks):
+its body runs to the end of the connection. A client that sends ``expect: 100-continue`` gets
+``100 Continue`` only once its head is accepted: its length by the limits, the rest by the
+server's ``vet`` (the gateway checks the API key there), so a refused client never sends its
+body.
+
+Nothing a client sends can end the server: each connection runs behind one barrier that turns
+an unexpected exception (a bug) into a 500 (or a closed connection, once a response has
+started), a log line with its traceback and a count in :attr:`Server.internal_errors`; the
+listener never sees it.
 
 Limits (:class:`ServerLimits`): the size of a request head and body; a header timeout that
 runs from a request's first byte to the end of its head (a client sending one byte a second
@@ -22,22 +34,27 @@ let requests in flight finish (up to ``drain_timeout``) with ``connection: close
 
 from __future__ import annotations
 
+import contextlib
 import http
 import logging
 import math
 import os
+import secrets
 from typing import TYPE_CHECKING
 
 import attrs
-import h11
 import trio
 from attrs.validators import ge, gt
 
 from .._record import Record
-from .request_head import HeadError, parse_head
+from .chunked import ChunkedBody
+from .request_head import Head, HeadError, parse_head
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    Refusal = tuple[int, list[tuple[bytes, bytes]], bytes]
+    """``(status, headers, body)`` of a response that refuses a request."""
 
 log = logging.getLogger("sluice._gateway")
 
@@ -79,12 +96,15 @@ class ServerLimits(Record):
 
 @attrs.frozen(repr=False)
 class Request(Record):
-    """One parsed request. Header names are lower-case (h11 normalizes them)."""
+    """One parsed request. Header names are lower-case."""
 
     method: bytes
     target: bytes
     headers: list[tuple[bytes, bytes]]
     body: bytes
+    request_id: bytes = b""
+    """The ``x-request-id`` its response carries (the client's, or one the server made)."""
+    http_version: bytes = b"1.1"
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -99,9 +119,23 @@ class Request(Record):
 
 class Responder:
     """Writes one response: :meth:`send` a whole one, or :meth:`start`, :meth:`write` and
-    :meth:`finish` a chunked stream. The head goes out with the first body bytes."""
+    :meth:`finish` a stream. The head goes out with the first body bytes, ``x-request-id``
+    in it.
 
-    __slots__ = ("_fd", "_head", "_stream", "_write_timeout", "keep_alive", "started", "status")
+    A stream is chunked, except with ``chunked=False`` (an HTTP/1.0 client): then its body
+    is sent as it is and ends with the connection (``connection: close``)."""
+
+    __slots__ = (
+        "_chunked",
+        "_fd",
+        "_head",
+        "_request_id",
+        "_stream",
+        "_write_timeout",
+        "keep_alive",
+        "started",
+        "status",
+    )
 
     def __init__(
         self,
@@ -109,8 +143,13 @@ class Responder:
         keep_alive: bool,
         write_timeout: float = math.inf,
         fd: int = -1,
+        *,
+        request_id: bytes = b"",
+        chunked: bool = True,
     ) -> None:
         self._stream = stream
+        self._request_id = request_id
+        self._chunked = chunked
         self._fd = fd
         """The socket under ``stream`` (-1: none): writes try it directly first."""
         self._write_timeout = write_timeout
@@ -125,6 +164,8 @@ class Responder:
     def _head_bytes(self, status: int, headers: list[tuple[bytes, bytes]], extra: bytes) -> bytes:
         parts = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status]
         parts.extend(b"%s: %s\r\n" % pair for pair in headers)
+        if self._request_id:
+            parts.append(b"x-request-id: %s\r\n" % self._request_id)
         parts.append(extra)
         if not self.keep_alive:
             parts.append(_CLOSE)
@@ -139,15 +180,19 @@ class Responder:
         await self._send(head + body)
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """Begin a chunked response; the head is sent with the first :meth:`write`."""
-        self._head = self._head_bytes(status, headers, _CHUNKED)
+        """Begin a streamed response; the head is sent with the first :meth:`write`."""
+        if self._chunked:
+            self._head = self._head_bytes(status, headers, _CHUNKED)
+        else:
+            self.keep_alive = False  # the end of the connection ends the body
+            self._head = self._head_bytes(status, headers, b"")
         self.status = status
 
     async def write(self, data: bytes) -> None:
         """Send ``data`` as one chunk (with the head, the first time)."""
         if not data:
             return
-        chunk = b"%x\r\n%s\r\n" % (len(data), data)
+        chunk = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
         head = self._head
         if head is not None:
             self._head = None
@@ -156,8 +201,12 @@ class Responder:
         await self._send(chunk)
 
     async def finish(self, data: bytes = b"") -> None:
-        """Send ``data`` (if any) and the last chunk."""
-        out = b"%x\r\n%s\r\n" % (len(data), data) + _LAST_CHUNK if data else _LAST_CHUNK
+        """Send ``data`` (if any) and the last chunk (unchunked: nothing more, and the
+        connection closes)."""
+        if not self._chunked:
+            out = data
+        else:
+            out = b"%x\r\n%s\r\n" % (len(data), data) + _LAST_CHUNK if data else _LAST_CHUNK
         head = self._head
         if head is not None:
             self._head = None
@@ -208,10 +257,21 @@ class Server:
         limits: ServerLimits | None = None,
         *,
         reject: Callable[[int, str], tuple[list[tuple[bytes, bytes]], bytes]] | None = None,
+        vet: Callable[[Request], Refusal | None] | None = None,
     ) -> None:
+        """``handler`` answers each request; ``reject(status, message)`` gives the headers
+        and body of the server's own refusals (plain text by default); ``vet(request)``,
+        asked about a request whose client waits for ``100 Continue`` (its ``body`` still
+        empty), returns a refusal to send instead, or None to let the body come."""
         self.handler = handler
         self.limits = limits if limits is not None else ServerLimits()
         self._reject_body = reject or _plain_reject
+        self.vet = vet
+        self.internal_errors = 0
+        """Unexpected exceptions (bugs) caught per request or connection, each logged with
+        its traceback."""
+        self._id_prefix = secrets.token_hex(6).encode()
+        self._ids = 0
         self.connections = 0
         """Connections open now."""
         self.active = 0
@@ -258,8 +318,16 @@ class Server:
         self.connections += 1
         if self.connections == 1:
             self._done = trio.Event()
+        connection = _Connection(self, stream)
         try:
-            await _Connection(self, stream).run()
+            await connection.run()
+        except Exception:  # the barrier: a bug ends this connection, never the server
+            self.internal_errors += 1
+            log.exception("the gateway's HTTP server failed on a connection")
+            responder = connection.responder
+            if responder is None or not responder.started:
+                with contextlib.suppress(Exception):
+                    await connection.send_error(500, "internal error in the gateway", False)
         finally:
             self.connections -= 1
             if self.connections == 0:
@@ -267,16 +335,16 @@ class Server:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
 
+    def new_request_id(self) -> bytes:
+        """A request id unique to this server (a random prefix and a count): no per-request
+        randomness to pay for."""
+        self._ids += 1
+        return b"%s-%x" % (self._id_prefix, self._ids)
+
     async def _refuse(self, stream: trio.abc.Stream) -> None:
         self.refused[503] = self.refused.get(503, 0) + 1
         headers, body = self._reject_body(503, "the gateway is at its connection limit")
-        head = _STATUS_LINES[503] + b"".join(b"%s: %s\r\n" % p for p in headers)
-        head += b"content-length: %d\r\n" % len(body) + _CLOSE + b"\r\n"
-        with trio.move_on_after(1):
-            try:
-                await stream.send_all(head + body)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+        await _send_closing(stream, 503, headers, body, self.new_request_id())
         await trio.aclose_forcefully(stream)
 
     async def drain(self) -> None:
@@ -296,12 +364,32 @@ def _plain_reject(status: int, message: str) -> tuple[list[tuple[bytes, bytes]],
     return [(b"content-type", b"text/plain")], message.encode() + b"\n"
 
 
+async def _send_closing(
+    stream: trio.abc.Stream,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    request_id: bytes,
+) -> None:
+    """Send a whole response with ``connection: close``; a client that does not take it
+    within a second, or is gone, is let go."""
+    head = (_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status) + b"".join(
+        b"%s: %s\r\n" % p for p in headers
+    )
+    head += b"x-request-id: %s\r\ncontent-length: %d\r\n" % (request_id, len(body))
+    with trio.move_on_after(1):
+        try:
+            await stream.send_all(head + _CLOSE + b"\r\n" + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
 class _Connection:
     """One connection's request loop, and the one task that reads the client.
 
     Bytes read from the client collect in ``buffer``; a request is taken from its front (the
-    rest, a pipelined request, stays there). Heads are parsed by :func:`parse_head`; a request
-    with ``transfer-encoding`` or ``expect`` is read by h11 instead.
+    rest, a pipelined request, stays there). Heads are parsed by :func:`parse_head`, chunked
+    bodies by :class:`ChunkedBody`.
 
     Only :meth:`_read` receives from the stream, for the connection's whole life: it reads while
     the request loop waits for bytes, and while a response is produced with nothing buffered,
@@ -330,6 +418,10 @@ class _Connection:
         self._arrived = trio.Event()
         self._room: trio.Event | None = None
         """Set by :meth:`_take` to wake the reader paused on a full buffer."""
+        self.request_id = b""
+        """The id of the request being read or answered (its refusals carry it too)."""
+        self.responder: Responder | None = None
+        """The response being written, until it is done (the barrier asks if it started)."""
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -353,10 +445,9 @@ class _Connection:
                 )
                 if not await self._answer(request[0], keep_alive) or not keep_alive:
                     return
+                self.responder = None
         except _Rejected as exc:
-            await self._send_error(exc.status, str(exc))
-        except h11.RemoteProtocolError as exc:
-            await self._send_error(exc.error_status_hint, f"malformed request: {exc}")
+            await self.send_error(exc.status, str(exc))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -414,6 +505,7 @@ class _Connection:
         """The next request and whether its client allows keep-alive; None when the client
         closed (or idled out, or the server drains) between requests."""
         limits = self.limits
+        self.request_id = b""
         buf, self.buffer = self.buffer, b""
         end = buf.find(b"\r\n\r\n")
         if end < 0:
@@ -444,66 +536,73 @@ class _Connection:
             head = parse_head(buf[:end])
         except HeadError as exc:
             raise _Rejected(exc.status, f"malformed request: {exc}") from None
-        if head.needs_h11:
-            self.buffer = buf + self.buffer
-            return await self._read_with_h11()
+        self.request_id = head.request_id or self.server.new_request_id()
         length = head.content_length
         if length > limits.max_body_bytes:
             raise _Rejected(413, f"request body over {limits.max_body_bytes} bytes")
         start = end + 4
-        stop = start + length
-        if len(buf) < stop:
-            body_deadline = trio.current_time() + limits.body_timeout
-            parts = [buf]
-            have = len(buf)
-            while have < stop:
-                data = await self._receive(body_deadline, 408, "request body took too long")
-                if not data:
-                    return None
-                parts.append(data)
-                have += len(data)
-            buf = b"".join(parts)
-        self.buffer = buf[stop:] + self.buffer
+        if head.expect_continue and not await self._continue(head, len(buf) > start):
+            return None
+        if head.chunked:
+            body = await self._read_chunked(buf[start:])
+            if body is None:
+                return None
+        else:
+            stop = start + length
+            if len(buf) < stop:
+                body_deadline = trio.current_time() + limits.body_timeout
+                parts = [buf]
+                have = len(buf)
+                while have < stop:
+                    data = await self._receive(body_deadline, 408, "request body took too long")
+                    if not data:
+                        return None
+                    parts.append(data)
+                    have += len(data)
+                buf = b"".join(parts)
+            self.buffer = buf[stop:] + self.buffer
+            body = buf[start:stop]
         keep_alive = head.http_version == b"1.1" and not any(
             name == b"connection" and b"close" in value.lower() for name, value in head.headers
         )
-        request = Request(head.method, head.target, head.headers, buf[start:stop])
+        request = Request(
+            head.method, head.target, head.headers, body, self.request_id, head.http_version
+        )
         return request, keep_alive
 
-    async def _read_with_h11(self) -> tuple[Request, bool] | None:
-        """Read one request with h11 (chunked bodies, ``100 Continue``)."""
+    async def _continue(self, head: Head, body_sent: bool) -> bool:
+        """Answer a client waiting for ``100 Continue``: the server's ``vet`` refusal (then
+        False: the connection ends, the body unread), else 100 if no body byte has come."""
+        vet = self.server.vet
+        if vet is not None:
+            refusal = vet(Request(head.method, head.target, head.headers, b"", self.request_id))
+            if refusal is not None:
+                status, headers, body = refusal
+                refused = self.server.refused
+                refused[status] = refused.get(status, 0) + 1
+                await _send_closing(self.stream, status, headers, body, self.request_id)
+                return False
+        if not body_sent and (head.chunked or head.content_length):
+            with trio.move_on_after(self.limits.write_timeout) as scope:
+                await self.stream.send_all(_CONTINUE)
+            if scope.cancelled_caught:
+                raise trio.BrokenResourceError("the client stopped reading")
+        return True
+
+    async def _read_chunked(self, data: bytes) -> bytes | None:
+        """The chunked body starting with ``data``; None when the client closed first."""
         limits = self.limits
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
-        conn.receive_data(self.buffer)
-        self.buffer = b""
-        event = conn.next_event()
-        assert isinstance(event, h11.Request), event  # the whole head is in the buffer
-        headers = list(event.headers)
-        if conn.they_are_waiting_for_100_continue:
-            await self.stream.send_all(_CONTINUE)
-        body_deadline = trio.current_time() + limits.body_timeout
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            part: object = conn.next_event()
-            while part is h11.NEED_DATA:
-                data = await self._receive(body_deadline, 408, "request body took too long")
-                conn.receive_data(data)
-                part = conn.next_event()
-            if isinstance(part, h11.EndOfMessage):
-                break
-            if isinstance(part, h11.ConnectionClosed):
-                return None
-            assert isinstance(part, h11.Data), part
-            size += len(part.data)
-            if size > limits.max_body_bytes:
-                raise _Rejected(413, f"request body over {limits.max_body_bytes} bytes")
-            chunks.append(bytes(part.data))
-        self.buffer = bytes(conn.trailing_data[0]) + self.buffer
-        keep_alive = event.http_version == b"1.1" and not any(
-            name == b"connection" and b"close" in value.lower() for name, value in headers
-        )
-        return Request(event.method, event.target, headers, b"".join(chunks)), keep_alive
+        body = ChunkedBody(limits.max_body_bytes, limits.max_header_bytes)
+        deadline = trio.current_time() + limits.body_timeout
+        try:
+            while not body.feed(data):
+                data = await self._receive(deadline, 408, "request body took too long")
+                if not data:
+                    return None
+        except HeadError as exc:
+            raise _Rejected(exc.status, str(exc)) from None
+        self.buffer = body.rest + self.buffer
+        return body.body
 
     async def _answer(self, request: Request, keep_alive: bool) -> bool:
         """Run the handler, cancelled if the client goes away; False when the connection
@@ -512,7 +611,14 @@ class _Connection:
         Nothing the handler raises ends the server: a client gone mid-write ends this
         connection; a bug is logged and answered with 500 if no response had started.
         """
-        responder = Responder(self.stream, keep_alive, self.limits.write_timeout, self.fd)
+        responder = self.responder = Responder(
+            self.stream,
+            keep_alive,
+            self.limits.write_timeout,
+            self.fd,
+            request_id=request.request_id,
+            chunked=request.http_version == b"1.1",
+        )
         server = self.server
         server.active += 1
         failed = False
@@ -527,12 +633,13 @@ class _Connection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     failed = True
                 except Exception:
+                    server.internal_errors += 1
                     log.exception(
                         "the gateway failed to answer %s %r", request.method, request.path
                     )
                     failed = True
                     if not responder.started:
-                        await self._send_error(500, "internal error in the gateway", refusal=False)
+                        await self.send_error(500, "internal error in the gateway", False)
         finally:
             self._responding = None
             server.active -= 1
@@ -540,32 +647,16 @@ class _Connection:
             return False
         return responder.keep_alive
 
-    async def _send_error(self, status: int, message: str, *, refusal: bool = True) -> None:
+    async def send_error(self, status: int, message: str, refusal: bool = True) -> None:
         """Answer ``status`` and close; ``refusal``: count it in ``Server.refused`` (the
         request never reached the handler)."""
+        server = self.server
         if refusal:
-            refused = self.server.refused
-            refused[status] = refused.get(status, 0) + 1
-        headers, body = self.server._reject_body(status, message)
-        head = (_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status) + b"".join(
-            b"%s: %s\r\n" % p for p in headers
+            server.refused[status] = server.refused.get(status, 0) + 1
+        headers, body = server._reject_body(status, message)
+        await _send_closing(
+            self.stream, status, headers, body, self.request_id or server.new_request_id()
         )
-        head += b"content-length: %d\r\n" % len(body) + _CLOSE + b"\r\n"
-        with trio.move_on_after(1):
-            try:
-                await self.stream.send_all(head + body)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 async def serve_connection(server: Server, stream: trio.abc.Stream) -> None:

@@ -24,7 +24,8 @@ __all__ = ["GatewayCollector"]
 
 
 class GatewayCollector(Collector):
-    """``sluice_gateway_*``: requests by route and status, refusals, connections."""
+    """``sluice_gateway_*``: requests by route and status, refusals, internal errors,
+    connections."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -49,6 +50,13 @@ class GatewayCollector(Collector):
         for status, n in sorted(list(server.refused.items()) if server is not None else ()):
             refused.add_metric((str(status),), n)
         yield refused
+        errors = CounterMetricFamily(
+            "sluice_gateway_internal_errors",
+            "Unexpected exceptions (bugs) the HTTP server caught per request or connection;"
+            " each is logged with its traceback.",
+        )
+        errors.add_metric((), server.internal_errors if server is not None else 0)
+        yield errors
         connections = GaugeMetricFamily(
             "sluice_gateway_open_connections", "Client connections open now."
         )

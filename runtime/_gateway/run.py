@@ -165,7 +165,7 @@ async def serve(
         quota_store=quota_store,
         **runtime_options,
     ) as gateway:
-        server = Server(gateway.handle, limits, reject=_reject_json)
+        server = Server(gateway.handle, limits, reject=_reject_json, vet=gateway.vet)
         gateway.server = server
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve_listener, listener)
