@@ -177,7 +177,16 @@ def test_log_lines_and_summary_file(tmp_path, capsys):
     assert summary["input"] == str(source) and summary["output"] == str(out)
     assert summary["job"] == "report-test" and summary["interrupted"] is None
     assert (summary["lines"], summary["todo"], summary["calls"]) == (31, 31, 30)
-    assert summary["status"] == {"ok": 30, "failed": 1, "skipped": 0, "redone": 0, "not_done": 0}
+    assert summary["status"] == {
+        "ok": 30,
+        "failed": 1,
+        "skipped": 0,
+        "redone": 0,
+        "kept_failed": 0,
+        "failed_in_output": 1,
+        "not_done": 0,
+    }
+    assert summary["input_lines"] == 31
     assert summary["errors"] == {"invalid_json_line": 1}
     assert summary["tokens"] == {
         "input": tokens_in,
