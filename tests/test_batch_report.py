@@ -165,7 +165,12 @@ def test_log_lines_and_summary_file(tmp_path, capsys):
         r" \d+ tok/s, \$\d+\.\d{6}(, ETA \w+)?, limit sim requests/60s \d+/1200,"
         r" sim requests/1s \d+/20"
     )
-    assert all(pattern.fullmatch(entry) for entry in logs), logs
+    # A quota shows once a call has reached it: on a slow box a log line may come first.
+    starting = (
+        "sluice batch: 0/31 lines, ok 0, failed 0, in flight 0 (queued 0), 0 tok/s, $0.000000"
+    )
+    assert all(pattern.fullmatch(entry) or entry == starting for entry in logs), logs
+    assert any(pattern.fullmatch(entry) for entry in logs), logs
     assert logs[-1].startswith("sluice batch: 31/31 lines, ok 30, failed 1, in flight 0")
     assert "summary: " + str(tmp_path / "out.summary.json") in captured.out
 

@@ -83,7 +83,7 @@ def _live_display(stack: ExitStack) -> Callable[[BatchProgress], None]:
         eta = p.eta
         status = f"ok {s.ok}, failed {s.failed}"
         if p.draining:
-            status += ", stopping: finishing the calls in flight"
+            status += ", stopping: the admitted calls finish"
         elif eta is not None:
             status += f", ETA {format_duration(eta)}"
         bar.update(task, completed=s.written, total=s.todo, description=status)

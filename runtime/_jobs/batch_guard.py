@@ -242,12 +242,12 @@ class InputRecord:
         return None
 
     def write(self, path: str) -> None:
-        """Replace ``path`` with this record at once (a reader sees the old one or this)."""
+        """Replace ``path`` with this record at once (a reader sees the old one or this).
+        Not synced to disk: neither are the output's lines, which it only has to outlive
+        as long as they do."""
         partial = f"{path}.partial"
         with open(partial, "wb") as f:
             f.write(self.to_json())
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(partial, path)
 
 

@@ -202,7 +202,7 @@ def format_progress(p: BatchProgress) -> str:
     ]
     eta = p.eta
     if p.draining:
-        parts.append("stopping: finishing the calls in flight")
+        parts.append("stopping: the admitted calls finish")
     elif eta is not None:
         parts.append(f"ETA {format_duration(eta)}")
     if p.limits:
