@@ -46,8 +46,11 @@ def clock():
     return trio.testing.MockClock(autojump_threshold=0.02)
 
 
+@pytest.mark.parametrize("ordered", [False, True])
 @virtual_deadline(600)
-async def test_a_drain_withdraws_what_the_rate_limiter_has_not_admitted(clock, nursery, tmp_path):
+async def test_a_drain_withdraws_what_the_rate_limiter_has_not_admitted(
+    clock, nursery, tmp_path, ordered
+):
     # 60 a minute, one a second; each reply takes 2.5 s, so at the drain (t = 4.5 s) five
     # calls were admitted (t = 0..4) and three of them are still streaming.
     app = SimulatorApp(SimulatorConfig(ttft=2.5, output_tokens=4))
@@ -61,12 +64,15 @@ async def test_a_drain_withdraws_what_the_rate_limiter_has_not_admitted(clock, n
 
     async with sluice.open_runtime(config, transport=memory_transport(app, nursery)) as rt:
         nursery.start_soon(drain_later)
-        summary = await run_batch(source, out, runtime=rt, interrupt=interrupt)
+        summary = await run_batch(source, out, runtime=rt, interrupt=interrupt, ordered=ordered)
         assert app.chat_requests_seen == 5  # nothing was sent after the drain
         assert summary.interrupted == "drained"
         assert (summary.ok, summary.failed, summary.left) == (5, 0, N - 5)
         assert summary.elapsed == pytest.approx(4 + 2.5, abs=0.1)  # the admitted ones finished
-        assert len(ids(out)) == 5
+        written = [orjson.loads(line)["custom_id"] for line in out.read_bytes().splitlines()]
+        assert len(written) == 5
+        if ordered:  # a withdrawn line holds back none of those after it
+            assert written == sorted(written, key=lambda custom_id: int(custom_id[1:]))
         saved = orjson.loads((tmp_path / "out.summary.json").read_bytes())
         assert saved["interrupted"] == "drained" and saved["status"]["not_done"] == N - 5
 
