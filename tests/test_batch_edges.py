@@ -72,8 +72,9 @@ def ids(out: Path) -> list[str]:
 
 
 def test_a_second_run_on_the_same_output_is_refused_and_the_first_completes(tmp_path, server):
-    source, out = write_input(tmp_path / "in.jsonl", 20), tmp_path / "out.jsonl"
-    argv = batch_args(source, out, server, "--resume", "--rpm", "240")  # 4 a second: 5 s
+    n = 32  # 4 a second: 8 s, time enough for a second process to start on a loaded box
+    source, out = write_input(tmp_path / "in.jsonl", n), tmp_path / "out.jsonl"
+    argv = batch_args(source, out, server, "--resume", "--rpm", "240")
     first = start(argv, tmp_path)
     wait_for_lines(first, out, 1)
     second = run(argv, tmp_path)
@@ -82,8 +83,8 @@ def test_a_second_run_on_the_same_output_is_refused_and_the_first_completes(tmp_
     assert f"process {first.pid}" in line and "being written" in line
     _, stderr = first.communicate(timeout=TIMEOUT)
     assert first.returncode == 0, stderr.decode()
-    assert ids(out) == sorted(f"r{i}" for i in range(20))  # whole, one line each
-    assert server.requests == 20
+    assert ids(out) == sorted(f"r{i}" for i in range(n))  # whole, one line each
+    assert server.requests == n
     assert not (tmp_path / "out.jsonl.lock").exists()
 
 
