@@ -99,3 +99,20 @@ async def test_an_existing_output_is_replaced_only_when_asked(clock, nursery, tm
         assert app.chat_requests_seen == 0
         await run_batch(source, out, runtime=rt, overwrite=True)
     assert ids(out) == ["r0", "r1", "r2"]
+
+
+@virtual_deadline(600)
+async def test_a_second_writer_through_a_link_is_refused(clock, nursery, tmp_path):
+    from sluice._jobs.batch_guard import OutputLock
+
+    source, out = write_input(tmp_path / "in.jsonl", 1), tmp_path / "out.jsonl"
+    out.write_bytes(b"")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(out)
+    held = OutputLock(str(tmp_path / "out.jsonl.lock"), "output out.jsonl")
+    held.acquire()  # another run writing out.jsonl
+    try:
+        with pytest.raises(ConfigError, match="being written by process"):
+            await run_batch(source, link, resume=True)
+    finally:
+        held.release()

@@ -738,8 +738,7 @@ async def run_batch(
     async with contextlib.AsyncExitStack() as stack:
         guarded = regular_or_missing(name)
         if guarded:
-            lock = OutputLock(lock_path(name), f"output {name}")
-            await trio.to_thread.run_sync(lock.acquire)
+            lock = await trio.to_thread.run_sync(_lock_output, name)
             stack.callback(lock.release)
         elif resume:
             raise ConfigError(f"output {name} is not a file: it cannot be resumed")
@@ -828,6 +827,14 @@ async def run_batch(
             )
             await trio.to_thread.run_sync(_write_summary, summary_path(name), data)
     return summary
+
+
+def _lock_output(name: str) -> OutputLock:
+    """The output's lock, taken. It lies beside the file itself, so two runs that name the
+    output through different links conflict too."""
+    lock = OutputLock(lock_path(os.path.realpath(name)), f"output {name}")
+    lock.acquire()
+    return lock
 
 
 def _size(path: str) -> int:
