@@ -9,7 +9,8 @@ response; leaving ``rt.stream``'s block then abandons the call and cancels its u
 Providers come from ``SLUICE_CONFIG`` (or the defaults); ``sim:`` models need no key.
 
 ``GET /chat?prompt=...&model=...&max_tokens=...`` sends one ``data: {"text": ...}`` event per
-text delta, then ``event: end`` with ``{"finish_reason": ...}`` or ``{"error": ...}``.
+text delta, then ``event: end`` with ``{"finish_reason": ...}`` or ``{"error": ...}`` (also
+when the call could not start: an unknown model or provider, a missing key).
 ``GET /stats`` shows what is in flight.
 """
 
@@ -50,14 +51,18 @@ def create_app(config: sluice.RuntimeConfig | None = None) -> FastAPI:
         request = ChatRequest(model=model, messages=prompt, max_tokens=max_tokens)
 
         async def events() -> AsyncIterator[bytes]:
-            async with rt.stream(request) as call:
-                async for event in call:
-                    if isinstance(event, TextDelta):
-                        yield b"data: " + orjson.dumps({"text": event.text}) + b"\n\n"
-            if call.result is not None:
-                end = {"finish_reason": call.result.finish_reason}
+            try:
+                async with rt.stream(request) as call:
+                    async for event in call:
+                        if isinstance(event, TextDelta):
+                            yield b"data: " + orjson.dumps({"text": event.text}) + b"\n\n"
+            except sluice.SluiceError as exc:  # refused before it started: an unknown model
+                end: dict[str, str | None] = {"error": str(exc)}
             else:
-                end = {"error": str(call.error)}
+                if call.result is not None:
+                    end = {"finish_reason": call.result.finish_reason}
+                else:
+                    end = {"error": str(call.error)}
             yield b"event: end\ndata: " + orjson.dumps(end) + b"\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")

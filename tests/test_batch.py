@@ -106,8 +106,12 @@ async def test_model_override_and_output_replaced(tmp_path):
     out.write_text("old line that must disappear\n" * 10)
     with trio.fail_after(GUARD):
         async with open_runtime(RuntimeConfig()) as rt:
+            # Like the CLI: an output holding lines is kept unless told to replace it.
+            with pytest.raises(ConfigError, match="already holds results"):
+                await run_batch(source, out, runtime=rt, model="sim:sim-large")
+            assert out.read_text() == "old line that must disappear\n" * 10
             summary = await run_batch(
-                source, out, runtime=rt, model="sim:sim-large", max_in_flight=2
+                source, out, runtime=rt, model="sim:sim-large", max_in_flight=2, overwrite=True
             )
     got = read_output(out)
     assert sorted(o["custom_id"] for o in got) == [f"r{i}" for i in range(5)]
@@ -171,9 +175,7 @@ async def test_no_stream_sends_plain_requests_and_writes_the_same_lines(tmp_path
         out = tmp_path / f"out-{stream}.jsonl"
         seen.clear()
         with trio.fail_after(GUARD):
-            async with open_runtime(
-                RuntimeConfig(), transport=httpx.MockTransport(handler)
-            ) as rt:
+            async with open_runtime(RuntimeConfig(), transport=httpx.MockTransport(handler)) as rt:
                 summary = await run_batch(source, out, runtime=rt, stream=stream)
         assert seen == [stream, stream]
         assert (summary.ok, summary.failed) == (2, 0)
@@ -187,7 +189,7 @@ async def test_no_stream_sends_plain_requests_and_writes_the_same_lines(tmp_path
 
 
 async def test_progress_counts_only_calls_that_started(tmp_path):
-    """"in flight" never passes max_in_flight: a line handed to rt.map that still waits for
+    """ "in flight" never passes max_in_flight: a line handed to rt.map that still waits for
     one of its slots is not in flight."""
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(request_line(f"r{i}") for i in range(12)) + "\n")

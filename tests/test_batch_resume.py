@@ -105,7 +105,7 @@ async def test_a_duplicated_custom_id_stops_the_run_before_it_starts(tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"untouched\n")
     with pytest.raises(ConfigError, match="custom_id 'a' appears on line 1 and again on line 3"):
-        await batch(source, out)
+        await batch(source, out, overwrite=True)
     assert out.read_bytes() == b"untouched\n"
 
 

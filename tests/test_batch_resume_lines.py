@@ -23,7 +23,7 @@ def out_line(custom_id, message=None) -> bytes:
 def test_scan_collects_answered_ids_and_keeps_every_whole_line():
     lines = [out_line("a"), out_line("b", "line 2: boom"), out_line(None, "line 7: not JSON")]
     assert scan_output(lines) == Answered(
-        frozenset({"a", "b"}), frozenset({7}), sum(len(x) for x in lines)
+        frozenset({"a", "b"}), frozenset({7}), sum(len(x) for x in lines), kept_failed=2
     )
 
 

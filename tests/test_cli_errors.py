@@ -154,7 +154,7 @@ CASES = [
         0,
         r"batch done: 2 lines written -> out\.jsonl",
         files={"in.jsonl": two_lines(), "out.jsonl": '{"paid": "for"}\n'},
-        changed=frozenset({"out.jsonl", "out.summary.json"}),
+        changed=frozenset({"out.jsonl", "out.summary.json", "out.input.json"}),
         check=_replaced_output,
     ),
     Case(

@@ -132,3 +132,13 @@ def test_200_streaming_clients_through_the_fastapi_example(
         "attempts_in_flight": {"sim": 0},
         "open_streams": {"sim": 0},
     }
+
+
+@pytest.mark.parametrize("model", ["nowhere:m", "no-provider"])
+def test_an_unknown_model_ends_the_stream_with_an_error_event(server: str, model: str) -> None:
+    with httpx.Client(timeout=30) as http:
+        response = http.get(f"{server}/chat", params={"prompt": "hi", "model": model})
+    assert response.status_code == 200
+    assert response.text.startswith("event: end\ndata: "), response.text
+    end = orjson.loads(response.text.split("data: ", 1)[1])
+    assert model.partition(":")[0] in end["error"]

@@ -6,6 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from cyclopts import App, CycloptsError
+from rich.console import Console
 
 from ._common import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, EXIT_USAGE, silence_stdout
 from .batch import batch
@@ -24,10 +25,20 @@ if TYPE_CHECKING:
 __all__ = ["app", "console_main", "main"]
 
 
+class _Console(Console):
+    """Rich's console (which prints ``--help`` and usage), with a closed stdout reported as
+    the closed stdout it is (exit 141, like every command) instead of rich's exit status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 app = App(
     name="sluice",
     help="A trio runtime for LLM API traffic: chat calls, batch jobs and a simulator.",
     backend="trio",
+    console=_Console(),
 )
 app.command(chat)
 app.command(batch)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import orjson
@@ -19,6 +19,8 @@ from .._messages import split_model
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+E = TypeVar("E", bound=BaseException)
 
 __all__ = [
     "EXIT_FAILED",
@@ -31,6 +33,7 @@ __all__ = [
     "error_json",
     "exit_code_for",
     "fail",
+    "leaf",
     "report_error",
     "silence_stdout",
 ]
@@ -60,6 +63,19 @@ def fail(message: str) -> int:
     """Print a usage or config problem to stderr and return :data:`EXIT_USAGE`."""
     print(f"sluice: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def leaf(error: BaseException, kind: type[E]) -> E | None:
+    """The first ``kind`` exception in ``error``, itself or inside (nested) exception groups
+    (trio's nurseries group what their tasks raise); None when there is none."""
+    if isinstance(error, kind):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = leaf(inner, kind)
+            if found is not None:
+                return found
+    return None
 
 
 def check_model(model: str) -> str:

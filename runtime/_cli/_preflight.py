@@ -10,6 +10,7 @@ file as it was. ``chat``, ``batch`` and ``loadtest`` share these functions.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._checks import http_url_problem
@@ -17,7 +18,6 @@ from .._errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from pathlib import Path
 
     from .._config import RuntimeConfig
 
@@ -123,7 +123,15 @@ def check_batch_paths(
     if not input_file.is_file():
         problem = "is not a file" if input_file.exists() else "does not exist"
         raise ConfigError(f"input file {input_file} {problem}")
-    for what, path in (("output", output), ("summary file", summary)):
+    from .._jobs.batch_guard import input_record_path, lock_path
+
+    beside = (
+        ("output", output),
+        ("summary file", summary),
+        ("input record", Path(input_record_path(str(output)))),
+        ("lock file", Path(lock_path(str(output)))),
+    )
+    for what, path in beside:
         if same_file(input_file, path):
             raise ConfigError(
                 f"the {what} {path} is the input file {input_file}: writing it would destroy "

@@ -2,12 +2,15 @@
 
 Progress goes to stderr: a live display on a terminal, else one plain line every
 ``--log-interval`` seconds. The summary goes to stdout and to ``OUT.summary.json``. The first
-Ctrl-C (or a SIGTERM, as schedulers send) stops admitting lines and lets the calls in flight
-finish; a second Ctrl-C cancels them.
+Ctrl-C (or a SIGTERM, as schedulers send) stops spending: no more lines are read, the calls
+the RateLimiter has not admitted are withdrawn, and the admitted ones finish; a second Ctrl-C
+cancels those too. Exit 130 after Ctrl-C, 143 after SIGTERM.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import signal
 import sys
 from contextlib import ExitStack
@@ -80,7 +83,7 @@ def _live_display(stack: ExitStack) -> Callable[[BatchProgress], None]:
         eta = p.eta
         status = f"ok {s.ok}, failed {s.failed}"
         if p.draining:
-            status += ", stopping: finishing the calls in flight"
+            status += ", stopping: the admitted calls finish"
         elif eta is not None:
             status += f", ETA {format_duration(eta)}"
         bar.update(task, completed=s.written, total=s.todo, description=status)
@@ -98,24 +101,32 @@ def _log_lines(p: BatchProgress) -> None:
     print(f"sluice batch: {format_progress(p)}", file=sys.stderr, flush=True)
 
 
+_STOPPING = (
+    "no new lines; calls still waiting for the rate limit are withdrawn, the admitted ones finish"
+)
+
+
 async def _on_ctrl_c(
-    signals: AsyncIterator[int], interrupt: BatchInterrupt, terminated: list[bool]
+    signals: AsyncIterator[int],
+    interrupt: BatchInterrupt,
+    terminated: list[bool],
+    interrupted: list[bool],
 ) -> None:
     async for signum in signals:
         if signum == signal.SIGTERM:
             terminated[0] = True
             if not interrupt.draining:
                 print(
-                    "sluice: terminated: no new lines; the calls in flight finish",
+                    f"sluice: terminated: {_STOPPING}; --resume does the rest",
                     file=sys.stderr,
                     flush=True,
                 )
                 interrupt.drain()
             continue
+        interrupted[0] = True
         if not interrupt.draining:
             print(
-                "sluice: stopping: no new lines; the calls in flight finish"
-                " (Ctrl-C again cancels them)",
+                f"sluice: stopping: {_STOPPING} (Ctrl-C again cancels them too)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -165,17 +176,24 @@ async def batch(
     appears twice in the input, an unknown provider or a missing key stop the command before
     any call. Progress goes to stderr; the summary to stdout and to OUT.summary.json. Calls
     wait out an open breaker or a spent retry budget instead of failing (up to --max-wait).
-    Ctrl-C or SIGTERM stops admitting lines and lets the calls in flight finish; a second
-    Ctrl-C cancels them (--resume does the rest). Exit status: 0 when every line succeeded (or
-    some failed and --allow-failures was given), 1 when a line failed or the output could not
-    be written, 2 for bad arguments or input, 130 when interrupted by Ctrl-C, 143 after a
-    SIGTERM.
+    One run writes an output at a time (a second is refused, naming the first's process), and
+    --resume refuses an output made from another input, --model or --shard (appending lines
+    to the input is fine). Every check (config, keys, quota store, metrics port, budget,
+    input encoding, a probe write to the output's disk) runs before the output is created or
+    changed. Ctrl-C or SIGTERM stops spending: no more lines are read, calls still waiting
+    for the rate limit are withdrawn, admitted calls finish; a second Ctrl-C cancels those too
+    (--resume does the rest). Exit status: 0 when every line of the output succeeded (or some
+    failed and --allow-failures was given), 1 when the output holds error lines (a resume's
+    kept ones included) or could not be written, 2 for bad arguments, config or input (the
+    output untouched), 130 when interrupted by Ctrl-C, 143 after a SIGTERM. An input without
+    request lines gives an empty output, a note on stderr, and status 0.
 
     Args:
         input_file: the JSONL input (custom_id, method, url, body per line).
         output: where the output lines go.
-        model: provider:model used for every line instead of body.model. Without it each
-            body.model must be written provider:model (e.g. sim:sim-small).
+        model: provider:model (or a model group of the config) used for every line instead
+            of body.model. Without it each body.model must be written provider:model (e.g.
+            sim:sim-small) or name a group.
         base_url: OpenAI-compatible base URL for --model's provider.
         api_key: API key for --model's provider.
         max_in_flight: calls running at once (waiting for the quota included).
@@ -216,6 +234,8 @@ async def batch(
         return fail("--max-in-flight must be at least 1")
     if log_interval <= 0:
         return fail("--log-interval must be positive")
+    if budget is not None and not (math.isfinite(budget) and budget >= 0):
+        return fail(f"--budget must be a dollar amount of 0 or more, got {budget}")
     if (base_url is not None or api_key is not None) and model is None:
         return fail("--base-url and --api-key apply to --model's provider: give --model too")
     try:
@@ -228,45 +248,44 @@ async def batch(
         )
         wait_limit = None if max_wait is None else parse_duration(max_wait)
         shard_of = None if shard is None else parse_shard(shard)
-        if model is not None:
-            check_model(model)
         run_config = build_config(
             config_file=config,
-            provider=None if model is None else model.partition(":")[0],
+            provider=None if model is None or ":" not in model else model.partition(":")[0],
             base_url=base_url,
             api_key=api_key,
             store=store,
             metrics_port=metrics_port,
         )
+        if model is not None and model not in run_config.groups:
+            check_model(model)
     except ConfigError as exc:
         return fail(str(exc))
 
     def preflight(providers: set[str]) -> None:
-        """After the input check, before the output is opened: the providers, then the
-        output's folder (created only once nothing else stands in the way)."""
+        """After the input check, before the runtime starts or the output is touched."""
         check_providers(run_config, providers, every=model is not None)
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the folder for {output}: {exc.strerror}") from None
 
     io_error: OSError | None = None
     usage_error: ConfigError | None = None
     summary = BatchSummary()
     interrupt = BatchInterrupt()
     terminated = [False]
+    interrupted = [False]
+    made: str | None = None
     with ExitStack() as stack:
         live = sys.stderr.isatty()
         progress = _live_display(stack) if live else _log_lines
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_on_ctrl_c, signals, interrupt, terminated)
+                nursery.start_soon(_on_ctrl_c, signals, interrupt, terminated, interrupted)
                 try:
+                    made = _make_folder(output)
                     summary = await run_batch(
                         input_file,
                         output,
                         model=model,
                         resume=resume,
+                        overwrite=overwrite,
                         ordered=ordered,
                         shard=shard_of,
                         max_in_flight=max_in_flight,
@@ -290,17 +309,55 @@ async def batch(
                     usage_error = exc
                 nursery.cancel_scope.cancel()
     if usage_error is not None:
+        _unmake_folder(made)
         return fail(str(usage_error))
     if io_error is not None:
         name = io_error.filename or output
         print(f"sluice: error: {name}: {io_error.strerror or io_error}", file=sys.stderr)
         return EXIT_FAILED
+    if summary.input_lines == 0:
+        print(
+            f"sluice: note: {input_file} holds no request lines: nothing to do"
+            f" (the output {output} is empty)",
+            file=sys.stderr,
+        )
     print(format_summary(summary, str(output)), flush=True)
     print(f"  summary: {summary_path(str(output))}", flush=True)
     if terminated[0]:
         return EXIT_TERMINATED
-    if summary.interrupted:
+    if interrupted[0] or summary.interrupted:
         return EXIT_INTERRUPTED
-    if summary.failed and not allow_failures:
+    if summary.failed_in_output and not allow_failures:
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _make_folder(output: Path) -> str | None:
+    """Create the output's folder (and those above it that are missing); return the
+    topmost folder created, None when it existed.
+
+    Raises:
+        ConfigError: it cannot be created.
+    """
+    folder = output.absolute().parent
+    top: Path | None = None
+    while not folder.exists():
+        top, folder = folder, folder.parent
+    if top is None:
+        return None
+    try:
+        output.absolute().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for {output}: {exc.strerror}") from None
+    return str(top)
+
+
+def _unmake_folder(top: str | None) -> None:
+    """Remove the folders :func:`_make_folder` created, if the run left them empty."""
+    if top is None:
+        return
+    for folder, _, _ in sorted(os.walk(top), key=lambda item: -len(item[0])):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return

@@ -22,6 +22,7 @@ from ._common import (
     EXIT_STDOUT_CLOSED,
     build_config,
     check_model,
+    leaf,
     report_error,
     silence_stdout,
 )
@@ -252,7 +253,8 @@ async def chat(
     141 when stdout was closed before the answer was printed (``| head``).
 
     Args:
-        model: provider:model, for example sim:sim-small or openai:gpt-4o-mini.
+        model: provider:model, for example sim:sim-small or openai:gpt-4o-mini, or the name
+            of a model group of the config.
         prompt: the user message; - reads it from standard input.
         system: a system message sent before the prompt.
         as_json: print the result (or the error) as one JSON object.
@@ -268,17 +270,22 @@ async def chat(
             platform's config.toml).
     """
     try:
-        check_model(model)
         run_config = build_config(
             config_file=config,
-            provider=model.partition(":")[0],
+            provider=model.partition(":")[0] if ":" in model else None,
             base_url=base_url,
             api_key=api_key,
         )
+        group = run_config.groups.get(model)
+        if group is None:
+            check_model(model)
+            check_providers(run_config, [model.partition(":")[0]])
+        else:  # a model group: usable while one of its deployments is
+            providers = [d.model.partition(":")[0] for d in group.deployments]
+            check_providers(run_config, providers, every=False)
         if tool_choice is not None and tools is None:
             raise ConfigError("--tool-choice needs --tools FILE.json")
         tool_list = load_tools(tools) if tools is not None else ()
-        check_providers(run_config, [model.partition(":")[0]])
         prompt = _read_prompt(prompt)
     except ConfigError as exc:
         return report_error(exc, as_json=as_json)
@@ -299,6 +306,8 @@ async def chat(
                 nursery.cancel_scope.cancel()
     except* _StdoutClosed:
         closed = True
+    except* ConfigError as group:  # the runtime could not start (a bad or unreachable store)
+        error = leaf(group, ConfigError)
     if closed:
         return EXIT_STDOUT_CLOSED
     if interrupted:

@@ -10,7 +10,7 @@ from typing import Annotated
 from cyclopts import Parameter
 
 from .._errors import ConfigError
-from ._common import EXIT_OK, build_config, fail, report_error
+from ._common import EXIT_OK, build_config, fail, leaf, report_error
 
 __all__ = ["serve"]
 
@@ -74,6 +74,8 @@ def serve(
 
     if workers < 1:
         return fail(f"--workers must be at least 1, got {workers}")
+    if not 0 <= port <= 65535:
+        return fail(f"--port must be between 0 and 65535, got {port}")
     aliases: dict[str, str] = {}
     for item in alias or ():
         name, sep, target = item.partition("=")
@@ -144,10 +146,16 @@ def serve(
                 banner(bound)
 
         trio.run(main)
-    except OSError as exc:
-        return fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    except ConfigError as exc:
-        return report_error(exc, as_json=False)
     except KeyboardInterrupt:
         print("sluice: gateway stopped", file=sys.stderr)
+    except (OSError, ConfigError, BaseExceptionGroup) as exc:
+        # Binding the port or starting the runtime (its quota store) failed: what the
+        # nursery grouped is said in one line.
+        config_error = leaf(exc, ConfigError)
+        if config_error is not None:
+            return report_error(config_error, as_json=False)
+        os_error = leaf(exc, OSError)
+        if os_error is None:
+            raise
+        return fail(f"cannot listen on {host}:{port}: {os_error.strerror or os_error}")
     return EXIT_OK

@@ -21,8 +21,10 @@ tasks.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
+import stat
 import tempfile
 import time
 from typing import TYPE_CHECKING, BinaryIO
@@ -31,8 +33,18 @@ import attrs
 import orjson
 import trio
 
-from .._errors import ConfigError
+from .._errors import ConfigError, SluiceError
+from .._events import Admitted, FallingBack, FirstToken, Queued, Retrying
 from .._messages import split_model
+from .batch_guard import (
+    InputRecord,
+    OutputLock,
+    PrefixHasher,
+    input_record_path,
+    lock_path,
+    probe_output,
+    regular_or_missing,
+)
 from .batch_limits import BatchLimits, apply_limits
 from .batch_lines import (
     Answered,
@@ -61,11 +73,11 @@ from .batch_report import (
 from .batch_scan import InputCheck, find_duplicate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from .._config import RuntimeConfig
-    from .._messages import ChatRequest
-    from .._runtime import MapOutcomes, Runtime
+    from .._messages import ChatRequest, ChatResult
+    from .._runtime import Runtime
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -92,11 +104,13 @@ class BatchInterrupt:
     _cancel: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def drain(self) -> None:
-        """Admit no more lines; the calls in flight finish and their lines are written."""
+        """Stop spending: read no more lines, withdraw every call the RateLimiter has not
+        admitted (and every call waiting to retry), let the admitted calls finish and write
+        their lines. Withdrawn lines are not written: a resume does them."""
         self._drain.set()
 
     def cancel(self) -> None:
-        """Admit no more lines and cancel the calls in flight (their lines are not written)."""
+        """Drain, and cancel the admitted calls too (their lines are not written)."""
         self._drain.set()
         self._cancel.set()
 
@@ -134,16 +148,19 @@ class _Run:
     counts: dict[str, int] = attrs.Factory(dict)
     errors: dict[str, int] = attrs.Factory(dict)
     latency: LatencyHistogram = attrs.Factory(LatencyHistogram)
-    pending: dict[int, tuple[int, InputLine, float]] = attrs.Factory(dict)
-    """Lines handed to rt.map, keyed by their position in its input, until they finish; the
-    value holds the line's sequence number (its place among the lines this run writes) and
-    when it was handed over."""
-    held: dict[int, tuple[bytes, dict[str, int], str | None]] = attrs.Factory(dict)
-    """Ordered runs only: finished lines waiting for an earlier one, by sequence number."""
+    flights: set[_Flight] = attrs.Factory(set)
+    """The calls started and not yet written."""
+    withdrawing: bool = False
+    """Draining: a call not admitted is withdrawn (see :meth:`withdraw`)."""
+    held: dict[int, tuple[bytes, dict[str, int], str | None] | None] = attrs.Factory(dict)
+    """Ordered runs only: finished lines waiting for an earlier one, by sequence number
+    (None for a line withdrawn: nothing to write, but later lines may go)."""
     next_read: int = 0
     next_write: int = 0
     io_error: OSError | None = None
-    """The first read or write error; it ends the run."""
+    """The first read or write error; it ends the run (:meth:`fail_io`)."""
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    """The run's tasks: cancelled when an I/O error ends it."""
     tag: str | None = None
     """Recorded on every call without a tag of its own (the job id), for the ledger."""
     job: str = ""
@@ -156,6 +173,10 @@ class _Run:
     """How long each call may wait out an open breaker or a spent retry budget."""
     final: BatchSummary | None = None
     """The summary once the run has ended."""
+    kept_failed: int = 0
+    """Error lines of earlier runs the output keeps (resume)."""
+    input_lines: int = 0
+    """Non-blank lines in the input."""
 
     def summary(self, job_cost: int | None = None) -> BatchSummary:
         latency: dict[str, float] = {}
@@ -173,6 +194,8 @@ class _Run:
             job_cost_micros=job_cost,
             interrupted=self.interrupted,
             job=self.job,
+            kept_failed=self.kept_failed,
+            input_lines=self.input_lines,
             **self.counts,
         )
 
@@ -201,11 +224,38 @@ class _Run:
             await self.write(data, counts, error)
             return
         self.held[seq] = (data, counts, error)
+        await self._flush_held()
+
+    async def skip(self, seq: int) -> None:
+        """Line number ``seq`` of this run will not be written (withdrawn or cancelled)."""
+        if self.window is not None:
+            self.held[seq] = None
+            await self._flush_held()
+
+    async def _flush_held(self) -> None:
+        assert self.window is not None
         async with self.flush_lock:
             while self.next_write in self.held:
-                await self.write(*self.held.pop(self.next_write))
+                line = self.held.pop(self.next_write)
+                if line is not None:
+                    await self.write(*line)
                 self.next_write += 1
                 self.window.release()
+
+    def fail_io(self, exc: OSError) -> None:
+        """End the run with ``exc`` (the first one stands): :func:`run_batch` raises it as
+        itself rather than inside a group."""
+        if self.io_error is None:
+            self.io_error = exc
+        self.scope.cancel()
+
+    def withdraw(self) -> None:
+        """From now on, withdraw every call that is not admitted: those waiting now at once,
+        the others when they come back to wait (to retry)."""
+        self.withdrawing = True
+        for flight in self.flights:
+            if not flight.admitted:
+                flight.scope.cancel()
 
     def wanted(self, lineno: int, custom_id: str | None) -> bool:
         """False for a line outside this shard or already answered (counted as skipped)."""
@@ -222,70 +272,95 @@ class _Run:
         return True
 
 
-async def _read_requests(
+async def _read_lines(
     run: _Run,
+    rt: Runtime,
     infile: BinaryIO,
     model: str | None,
-    requests: trio.MemorySendChannel[ChatRequest],
-    cancel_scope: trio.CancelScope,
+    groups: Collection[str],
+    calls: trio.Nursery,
+    slots: trio.Semaphore,
 ) -> None:
-    """Send each valid line's request to ``requests`` and write each bad line at once.
+    """Start a call in ``calls`` for each valid line (one of ``slots`` each) and write each
+    bad line at once.
 
-    An I/O error stops the run: it is kept in ``run.io_error`` and ``cancel_scope`` is
-    cancelled, so :func:`run_batch` raises it as itself rather than inside a group. Being
-    cancelled (a drain) stops the reading between lines: a line handed over is handed over
-    whole, and a bad line being written is written.
+    An I/O error stops the run (:meth:`_Run.fail_io`). Being cancelled (a drain) stops the
+    reading between lines: a line started is started whole, and a bad line being written is
+    written.
     """
     try:
-        async with requests:
-            splitter = LineSplitter()
-            index = 0
-            while True:
-                chunk = await trio.to_thread.run_sync(infile.read, _READ_SIZE)
-                for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
-                    item = parse_input_line(raw, lineno, model=model, stream=run.stream)
-                    if item is None or not run.wanted(lineno, item.custom_id):
-                        continue
-                    if run.window is not None:
-                        await run.window.acquire()
+        splitter = LineSplitter()
+        while True:
+            chunk = await trio.to_thread.run_sync(infile.read, _READ_SIZE)
+            for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
+                item = parse_input_line(raw, lineno, model=model, stream=run.stream, groups=groups)
+                if item is None or not run.wanted(lineno, item.custom_id):
+                    continue
+                if run.window is not None:
+                    await run.window.acquire()
+                if isinstance(item, BadLine):
                     run.count(lines=1)
                     seq = run.next_read
                     run.next_read += 1
-                    if isinstance(item, BadLine):
-                        data = render_bad_line(item, line_id=_line_id())
-                        with trio.CancelScope(shield=True):
-                            await run.emit(seq, data, item.code, failed=1)
-                        continue
-                    # Batch work yields to interactive calls sharing the quota, waits out
-                    # outages instead of failing fast, and its usage is booked under the job.
-                    request = attrs.evolve(
-                        item.request,
-                        priority="batch",
-                        tag=item.request.tag or run.tag,
-                        failure_mode="wait",
-                        max_wait=run.max_wait,
-                    )
-                    run.pending[index] = (seq, item, trio.current_time())
-                    try:
-                        await requests.send(request)
-                    except trio.Cancelled:
-                        # Not handed over (a cancelled send delivers nothing): forget the line.
-                        del run.pending[index]
-                        run.count(lines=-1)
-                        raise
-                    index += 1
-                if not chunk:
-                    return
+                    data = render_bad_line(item, line_id=_line_id())
+                    with trio.CancelScope(shield=True):
+                        await run.emit(seq, data, item.code, failed=1)
+                    continue
+                await slots.acquire()
+                run.count(lines=1)
+                seq = run.next_read
+                run.next_read += 1
+                # Batch work yields to interactive calls sharing the quota, waits out
+                # outages instead of failing fast, and its usage is booked under the job.
+                request = attrs.evolve(
+                    item.request,
+                    priority="batch",
+                    tag=item.request.tag or run.tag,
+                    failure_mode="wait",
+                    max_wait=run.max_wait,
+                )
+                calls.start_soon(_call_line, rt, run, seq, item, request, slots)
+            if not chunk:
+                return
     except OSError as exc:
-        run.io_error = exc
-        cancel_scope.cancel()
+        run.fail_io(exc)
 
 
-async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
-    async for outcome in outcomes:
-        seq, line, handed_at = run.pending.pop(outcome.index)
-        run.latency.add(trio.current_time() - handed_at)
-        result, error = outcome.result, outcome.error
+@attrs.define(eq=False)
+class _Flight:
+    """One line's call, from its start until its line is written."""
+
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    """Cancelled to withdraw the call (or, on :meth:`BatchInterrupt.cancel`, with the run's)."""
+    admitted: bool = False
+    """The RateLimiter admitted the call's current attempt: its stream reported ``Admitted``
+    (or the attempt's first chunk), and no retry since."""
+
+
+async def _call_line(
+    rt: Runtime,
+    run: _Run,
+    seq: int,
+    line: InputLine,
+    request: ChatRequest,
+    slots: trio.Semaphore,
+) -> None:
+    """Run one line's call and write its line; a withdrawn call writes nothing."""
+    flight = _Flight()
+    run.flights.add(flight)
+    started = trio.current_time()
+    result: ChatResult | None = None
+    error: SluiceError | None = None
+    try:
+        with flight.scope:
+            if run.withdrawing:
+                flight.scope.cancel()
+            result, error = await _call(rt, request, flight, run)
+        if result is None and error is None:  # withdrawn: the line stays for a resume
+            run.count(lines=-1)
+            await run.skip(seq)
+            return
+        run.latency.add(trio.current_time() - started)
         if result is not None:
             data = render_result_line(
                 line.custom_id, result, line_id=_line_id(), created=int(time.time())
@@ -300,9 +375,40 @@ async def _write_outcomes(run: _Run, outcomes: MapOutcomes) -> None:
                 output_tokens=usage.output_tokens,
             )
         else:
-            assert error is not None  # MapOutcome holds exactly one of result and error
+            assert error is not None
             data = render_error_line(line.custom_id, line.lineno, error, line_id=_line_id())
             await run.emit(seq, data, error_code(error), failed=1, calls=1)
+    except OSError as exc:
+        run.fail_io(exc)
+    finally:
+        run.flights.discard(flight)
+        slots.release()
+
+
+_WAITING = (Queued, Retrying, FallingBack)
+_ADMITTED = (Admitted, FirstToken)
+
+
+async def _call(
+    rt: Runtime, request: ChatRequest, flight: _Flight, run: _Run
+) -> tuple[ChatResult | None, SluiceError | None]:
+    """The call's result or error, following its admission on the way: the stream's
+    ``Admitted`` (or ``FirstToken``) marks the flight admitted, ``Queued``, ``Retrying`` or
+    ``FallingBack`` waiting again, and a waiting flight of a draining run is withdrawn.
+    Leaving the stream abandons the call: a wait for the RateLimiter is withdrawn there."""
+    try:
+        async with rt.stream(request) as call:
+            while (events := await call.next_events()) is not None:
+                for event in events:
+                    if isinstance(event, _ADMITTED):
+                        flight.admitted = True
+                    elif isinstance(event, _WAITING):
+                        flight.admitted = False
+                        if run.withdrawing:
+                            flight.scope.cancel()
+    except SluiceError as exc:
+        return None, exc
+    return call.result, call.error
 
 
 def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -317,8 +423,25 @@ def _open_input(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "rb")
 
 
-def _open_output(path: str | os.PathLike[str]) -> BinaryIO:
-    return open(path, "wb")
+def _open_output(path: str) -> BinaryIO:
+    """The output opened to write from its start, once a probe write showed the disk takes
+    it (:func:`probe_output`): a full disk leaves an existing file as it was and a new one
+    not created."""
+    existed = os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    out = os.fdopen(fd, "wb")
+    try:
+        probe_output(out, path)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            out.seek(0)
+            out.truncate()
+    except BaseException:
+        out.close()
+        if not existed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    return out
 
 
 def _scan_for_resume(
@@ -379,18 +502,21 @@ def _drop_redone(out: BinaryIO, path: str | os.PathLike[str], answered: Answered
     return fresh
 
 
-def _check_input(path: str | os.PathLike[str], check: InputCheck) -> str | None:
-    """Feed the whole input to ``check``; a message for the first duplicated custom_id, else
-    None. A second pass runs only when two custom_ids hashed alike."""
+def _check_input(
+    path: str | os.PathLike[str], check: InputCheck, hasher: PrefixHasher
+) -> str | None:
+    """Feed the whole input to ``check`` and ``hasher``; a message for the first duplicated
+    custom_id, else None. A second pass runs only when two custom_ids hashed alike."""
     with open(path, "rb") as infile:
         splitter = LineSplitter()
         while True:
             chunk = infile.read(_READ_SIZE)
+            hasher.update(chunk)
             for lineno, raw in splitter.feed(chunk) if chunk else splitter.close():
                 check.add(lineno, raw)
             if not chunk:
                 break
-        if not check.suspects:
+        if not check.suspects or check.not_text is not None:
             return None
         infile.seek(0)
         splitter = LineSplitter()
@@ -433,7 +559,7 @@ async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
         summary=run.summary(await _job_cost(rt)),
         # A line handed to rt.map may still wait for one of its max_in_flight slots, and the
         # runtime may carry other callers' calls: only calls of this run that started count.
-        in_flight=min(len(run.pending), stats.calls_in_flight),
+        in_flight=min(len(run.flights), stats.calls_in_flight),
         queued=queued,
         cooldown=cooldown,
         limits=tuple(limits),
@@ -459,6 +585,7 @@ async def run_batch(
     *,
     model: str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     ordered: bool = False,
     shard: Shard | str | None = None,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
@@ -484,22 +611,34 @@ async def run_batch(
     flushed when its call finishes (completion order unless ``ordered``). A line that is not
     JSON, lacks ``custom_id`` or has an invalid body gets an error line naming its line number;
     a call that fails (a budget refusal included) gets an error line too. Neither stops the
-    run. Before anything is written the input is read once to check that no custom_id appears
-    twice. An existing output file is replaced, unless ``resume``; an output that is the
-    input (same path, link or inode) is refused. Unless interrupted, the run
-    ends with every line answered; interrupted, every line written is whole and a resume does
-    the rest.
+    run. Unless interrupted, the run ends with every line answered; interrupted, every line
+    written is whole and a resume does the rest.
+
+    One writer, one input: the output is locked (``OUT.jsonl.lock``, an ``flock`` the kernel
+    drops when the process dies) before it is read or written, so a second run on it is
+    refused; and ``OUT.input.json`` records the input it answers (size and SHA-256, with
+    ``model`` and ``shard``), so a resume with another input is refused. Nothing is touched
+    before every check has passed: the input is read once (no custom_id twice, UTF-8 text,
+    a byte order mark allowed), ``preflight`` runs, the runtime starts (quota store, metrics
+    port), and a probe write shows the output's disk takes data; only then is the output
+    created, cut or replaced. An output that already holds lines is refused unless
+    ``resume`` or ``overwrite``; an output that is the input (same path, link or inode) is
+    refused.
 
     Args:
         input: the JSONL input, read as a stream.
         output: where output lines go. With ``write_summary`` the JSON summary goes next to
             it: ``OUT.jsonl`` gives ``OUT.summary.json``.
-        model: a ``provider:model`` that replaces every line's ``body.model``. Without it each
-            body's model must be written ``provider:model``.
+        model: a ``provider:model`` or a model group of the config that replaces every
+            line's ``body.model``. Without it each body's model must be written
+            ``provider:model`` or name a group.
         resume: keep the existing output (a torn last line is cut off), skip every input
             line it already answers and append the rest. With no output file yet the run
             simply starts. Across any number of interrupted runs and resumes the output holds
-            one line per input line.
+            one line per input line. The input must be the one the output was made from
+            (lines appended to it are fine), with the same ``model`` and ``shard``.
+        overwrite: replace an output that already holds lines (without it, and without
+            ``resume``, such an output is refused: its paid-for results stay).
         ordered: write lines in input order. A finished line is held until every earlier
             one is written; at most ``max_in_flight`` lines are read but not yet written, so
             the buffer holds fewer than ``max_in_flight`` lines and never blocks a call.
@@ -523,7 +662,10 @@ async def run_batch(
             be left unset (put them in that runtime's config).
         progress: called every ``progress_interval`` seconds with a snapshot, and once at
             the end.
-        interrupt: lets another task stop the run early (see :class:`BatchInterrupt`).
+        interrupt: lets another task stop the run early (see :class:`BatchInterrupt`): a
+            drain withdraws the calls the RateLimiter has not admitted (as known from each
+            call's stream: ``Admitted``, or its first chunk) and lets the admitted ones
+            finish.
         write_summary: write the JSON summary file.
         stream: calls stream (the default: a slot frees at the first token, and a stream
             that breaks mid-way is retried); False sends each as one plain request. Output
@@ -544,21 +686,25 @@ async def run_batch(
         The final counts, also when interrupted (``summary.interrupted`` says how).
 
     Raises:
-        ConfigError: ``model`` is not written ``provider:model``, a limit or ``shard`` is
-            invalid, limits were given with ``runtime``, a custom_id appears twice in the
-            input (the message names both lines), or (``resume``) the existing output is not
-            a batch output.
-        OSError: the input cannot be opened or read, or the output cannot be written.
+        ConfigError: ``model`` is neither ``provider:model`` nor a group, a limit (a budget
+            that is not a finite amount) or ``shard`` is invalid, limits were given with
+            ``runtime``, another process writes the output, the output holds lines and
+            neither ``resume`` nor ``overwrite`` was given, the input is not UTF-8 text or a
+            custom_id appears twice in it (the message names both lines), the runtime cannot
+            start, the output's disk refuses the probe write, or (``resume``) the existing
+            output is not a batch output or was made from another input, ``model`` or
+            ``shard``. Each is raised before the output is created or changed.
+        OSError: the input cannot be opened or read, or the output cannot be written once
+            the run is under way.
     """
     if _same_file(input, output):
         raise ConfigError(f"the output {output} is the input file {input}: give another output")
-    if model is not None:
-        try:
-            split_model(model)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+    if resume and overwrite:
+        raise ConfigError("resume keeps the output and overwrite replaces it: give one")
     if max_in_flight < 1:
         raise ConfigError("max_in_flight must be at least 1")
+    if budget is not None and not math.isfinite(budget):
+        raise ConfigError(f"invalid batch limit: budget must be a finite dollar amount: {budget}")
     try:
         limits = BatchLimits(rpm=rpm, tpm=tpm, max_pending=max_pending, budget=budget)
     except ValueError as exc:
@@ -568,28 +714,93 @@ async def run_batch(
             "rpm, tpm, max_pending, budget, job and config configure the runtime run_batch"
             " opens; with runtime=, set them in that runtime's config"
         )
+    if runtime is not None:
+        base = runtime.config
+    else:
+        from .._config import config_from_env
+
+        base = config if config is not None else config_from_env()
+    groups = {
+        name: frozenset(d.model.partition(":")[0] for d in group.deployments)
+        for name, group in base.groups.items()
+    }
+    if model is not None and model not in groups:
+        try:
+            split_model(model)
+        except ValueError as exc:
+            raise ConfigError(f"{exc}, or name a model group of the config") from None
     if isinstance(shard, str):
         shard = parse_shard(shard)
     interrupt = interrupt if interrupt is not None else BatchInterrupt()
     started = trio.current_time()
+    name = os.fspath(output)
 
-    out: BinaryIO | None = None
-    answered = None
-    if resume:
-        out, answered = await trio.to_thread.run_sync(_scan_for_resume, output, retry_errors)
-    try:
-        check = InputCheck(model=model, shard=shard, answered=answered)
-        duplicate = await trio.to_thread.run_sync(_check_input, input, check)
-        if duplicate is not None:
-            raise ConfigError(duplicate)
+    async with contextlib.AsyncExitStack() as stack:
+        guarded = regular_or_missing(name)
+        if guarded:
+            lock = await trio.to_thread.run_sync(_lock_output, name)
+            stack.callback(lock.release)
+        elif resume:
+            raise ConfigError(f"output {name} is not a file: it cannot be resumed")
+        if not resume and not overwrite:
+            size = _size(name) if guarded else 0
+            if size:
+                raise ConfigError(
+                    f"output {name} already holds results ({size} bytes); resume continues"
+                    " it, overwrite replaces it"
+                )
+        out: BinaryIO | None = None
+        answered = None
+        record: InputRecord | None = None
+        if resume:
+            out, answered = await trio.to_thread.run_sync(_scan_for_resume, name, retry_errors)
+            if out is not None:
+                stack.push_async_callback(_close, out)
+                if _size(name):
+                    record = await trio.to_thread.run_sync(
+                        InputRecord.read, input_record_path(name)
+                    )
+        check = InputCheck(model=model, shard=shard, answered=answered, groups=groups)
+        hasher = PrefixHasher(record.size if record is not None else None)
+        problem = await trio.to_thread.run_sync(_check_input, input, check, hasher)
+        if check.not_text is not None:
+            raise ConfigError(
+                f"input file {input} is not UTF-8 text ({check.not_text}): save it as UTF-8"
+            )
+        if problem is not None:
+            raise ConfigError(problem)
+        fingerprint = InputRecord(
+            input=os.fspath(input),
+            size=hasher.size,
+            sha256=hasher.hexdigest(),
+            model=model,
+            shard=None if shard is None else f"{shard.index}/{shard.count}",
+        )
+        if record is not None:
+            mismatch = record.mismatch(fingerprint, hasher.prefix_digest, name)
+            if mismatch is not None:
+                raise ConfigError(mismatch)
         if preflight is not None:
             preflight(check.providers)
+        if runtime is None:
+            if job is not None:
+                base = attrs.evolve(base, ledger=attrs.evolve(base.ledger, job=job))
+            rt = await _enter_runtime(stack, apply_limits(base, limits, check.providers))
+        else:
+            rt = runtime
+        # Every check has passed: only now is the output created, cut or replaced.
         if out is not None and answered is not None:
+            await trio.to_thread.run_sync(probe_output, out, name)
             await trio.to_thread.run_sync(_cut_torn_tail, out, answered.keep)
             if answered.redo:
-                out = await trio.to_thread.run_sync(_drop_redone, out, output, answered)
+                fresh = await trio.to_thread.run_sync(_drop_redone, out, name, answered)
+                stack.push_async_callback(_close, fresh)
+                out = fresh
         else:
-            out = await trio.to_thread.run_sync(_open_output, output)
+            out = await trio.to_thread.run_sync(_open_output, name)
+            stack.push_async_callback(_close, out)
+        if guarded:
+            await trio.to_thread.run_sync(fingerprint.write, input_record_path(name))
         run = _Run(
             out=out,
             started=started,
@@ -599,37 +810,74 @@ async def run_batch(
             window=trio.Semaphore(max_in_flight) if ordered else None,
             stream=stream,
             max_wait=max_wait,
+            kept_failed=answered.kept_failed if answered is not None else 0,
+            input_lines=check.lines,
         )
         if answered is not None and answered.redo:
             run.count(redone=len(answered.redo))
-        if runtime is not None:
-            await _run_on(
-                runtime, run, input, model, max_in_flight, progress, progress_interval, interrupt
-            )
-        else:
-            from .._config import config_from_env
-            from .._runtime import open_runtime
-
-            base = config if config is not None else config_from_env()
-            if job is not None:
-                base = attrs.evolve(base, ledger=attrs.evolve(base.ledger, job=job))
-            async with open_runtime(apply_limits(base, limits, check.providers)) as rt:
-                await _run_on(
-                    rt, run, input, model, max_in_flight, progress, progress_interval, interrupt
-                )
-    finally:
-        if out is not None:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(out.close)
-    summary = run.final
-    assert summary is not None  # _run_on returned normally
-    if write_summary:
-        data = orjson.dumps(
-            summary_json(summary, input=os.fspath(input), output=os.fspath(output)),
-            option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
+        await _run_on(
+            rt, run, input, model, groups, max_in_flight, progress, progress_interval, interrupt
         )
-        await trio.to_thread.run_sync(_write_summary, summary_path(os.fspath(output)), data)
+        summary = run.final
+        assert summary is not None  # _run_on returned normally
+        if write_summary:
+            data = orjson.dumps(
+                summary_json(summary, input=os.fspath(input), output=name),
+                option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
+            )
+            await trio.to_thread.run_sync(_write_summary, summary_path(name), data)
     return summary
+
+
+def _lock_output(name: str) -> OutputLock:
+    """The output's lock, taken. It lies beside the file itself, so two runs that name the
+    output through different links conflict too."""
+    lock = OutputLock(lock_path(os.path.realpath(name)), f"output {name}")
+    lock.acquire()
+    return lock
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+async def _close(f: BinaryIO) -> None:
+    with trio.CancelScope(shield=True):
+        await trio.to_thread.run_sync(f.close)
+
+
+async def _enter_runtime(stack: contextlib.AsyncExitStack, config: RuntimeConfig) -> Runtime:
+    """Open a runtime for the run on ``stack``. What keeps it from starting (a quota store
+    that cannot be reached, a metrics port in use) is a :class:`ConfigError`, found before
+    the output is touched."""
+    from .._runtime import open_runtime
+
+    try:
+        return await stack.enter_async_context(open_runtime(config))
+    except OSError as exc:
+        raise ConfigError(_start_problem(config, exc)) from None
+    except BaseExceptionGroup as group:
+        found, _ = group.split((OSError, ConfigError))
+        if found is None:
+            raise
+        first = found.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        if isinstance(first, ConfigError):
+            raise first from None
+        assert isinstance(first, OSError)
+        raise ConfigError(_start_problem(config, first)) from None
+
+
+def _start_problem(config: RuntimeConfig, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    metrics = config.metrics
+    if metrics.port is not None:
+        return f"cannot serve metrics on {metrics.host}:{metrics.port}: {reason}"
+    return f"cannot start the runtime: {reason}"
 
 
 async def _run_on(
@@ -637,6 +885,7 @@ async def _run_on(
     run: _Run,
     input: str | os.PathLike[str],
     model: str | None,
+    groups: Collection[str],
     max_in_flight: int,
     progress: Callable[[BatchProgress], None] | None,
     progress_interval: float,
@@ -648,34 +897,29 @@ async def _run_on(
     run.cost_baseline = await _job_cost(rt)
     infile = await trio.to_thread.run_sync(_open_input, input)
     try:
-        requests_send, requests = trio.open_memory_channel["ChatRequest"](0)
-        async with trio.open_nursery() as nursery:
-            reader = trio.CancelScope()
-            calls = trio.CancelScope()
+        with run.scope:
+            async with trio.open_nursery() as nursery:
+                reader = trio.CancelScope()
+                calls_scope = trio.CancelScope()
 
-            async def watch() -> None:
-                await interrupt._drain.wait()
-                reader.cancel()
-                await interrupt._cancel.wait()
-                calls.cancel()
+                async def watch() -> None:
+                    await interrupt._drain.wait()
+                    reader.cancel()
+                    run.withdraw()
+                    await interrupt._cancel.wait()
+                    calls_scope.cancel()
 
-            async def read() -> None:
-                with reader:
-                    await _read_requests(run, infile, model, requests_send, nursery.cancel_scope)
-
-            if progress is not None:
-                nursery.start_soon(
-                    _report_progress, rt, run, progress, progress_interval, interrupt
-                )
-            nursery.start_soon(watch)
-            nursery.start_soon(read)
-            with calls:
-                try:
-                    async with requests, rt.map(requests, max_in_flight=max_in_flight) as outcomes:
-                        await _write_outcomes(run, outcomes)
-                except OSError as exc:
-                    run.io_error = run.io_error or exc
-            nursery.cancel_scope.cancel()
+                if progress is not None:
+                    nursery.start_soon(
+                        _report_progress, rt, run, progress, progress_interval, interrupt
+                    )
+                nursery.start_soon(watch)
+                with calls_scope:
+                    async with trio.open_nursery() as calls:
+                        with reader:
+                            slots = trio.Semaphore(max_in_flight)
+                            await _read_lines(run, rt, infile, model, groups, calls, slots)
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(infile.close)

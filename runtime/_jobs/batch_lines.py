@@ -30,7 +30,7 @@ from .._messages import ChatRequest
 from .._openai_format import parse_chat_body, render_chat_completion
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
     from .._errors import SluiceError
     from .._messages import ChatResult
@@ -39,6 +39,7 @@ __all__ = [
     "RETRY_ERRORS",
     "Answered",
     "RetryErrors",
+    "BOM",
     "BadLine",
     "InputLine",
     "LineSplitter",
@@ -54,6 +55,8 @@ __all__ = [
     "render_result_line",
 ]
 
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark."""
 _CHAT_URLS = frozenset({"/v1/chat/completions", "/chat/completions"})
 
 
@@ -85,7 +88,8 @@ class LineSplitter:
 
     Feed chunks in order with :meth:`feed`, then call :meth:`close` once for a last line that
     has no newline. Line numbers count every physical line from 1, blank ones included, so
-    they match what an editor shows. ``\\r\\n`` endings are accepted.
+    they match what an editor shows. ``\\r\\n`` endings are accepted, and a UTF-8 byte order
+    mark opening the stream (as Windows tools write one) is dropped from line 1.
     """
 
     def __init__(self) -> None:
@@ -101,6 +105,8 @@ class LineSplitter:
         self._partial = bytearray(rest)
         out = []
         for line in complete:
+            if not self._lineno:
+                line = line.removeprefix(BOM)
             self._lineno += 1
             out.append((self._lineno, line.removesuffix(b"\r")))
         return out
@@ -109,14 +115,21 @@ class LineSplitter:
         """Return the unterminated last line, if any. Call once, at end of input."""
         if not self._partial:
             return []
-        self._lineno += 1
         line = bytes(self._partial).removesuffix(b"\r")
+        if not self._lineno:
+            line = line.removeprefix(BOM)
+        self._lineno += 1
         self._partial.clear()
         return [(self._lineno, line)]
 
 
 def parse_input_line(
-    raw: bytes, lineno: int, *, model: str | None = None, stream: bool = True
+    raw: bytes,
+    lineno: int,
+    *,
+    model: str | None = None,
+    stream: bool = True,
+    groups: Collection[str] = (),
 ) -> InputLine | BadLine | None:
     """Read one input line.
 
@@ -126,6 +139,9 @@ def parse_input_line(
         model: a ``provider:model`` that replaces every body's ``model``.
         stream: whether the call streams (the body's own ``stream`` never decides: the
             output line has the same shape either way).
+        groups: the model groups the config defines: a body whose ``model`` is one of
+            them is accepted as it is (the runtime routes it to one of the group's
+            deployments); any other model must be written ``provider:model``.
 
     Returns:
         None for a blank line (not a request), else an :class:`InputLine`, or a
@@ -160,6 +176,11 @@ def parse_input_line(
         )
     if "body" not in data:
         return BadLine(lineno, custom_id, "missing_required_parameter", f"{where}: body missing")
+    if model is None and groups:
+        body = data["body"]
+        named = body.get("model") if isinstance(body, dict) else None
+        if isinstance(named, str) and named in groups:
+            model = named
     try:
         request = parse_chat_body(data["body"], model=model, stream=stream)
     except ConfigError as exc:
@@ -256,6 +277,9 @@ class Answered:
     keep: int
     """Bytes of the file to keep: everything up to the end of the last whole line. A torn
     last line (no newline, or not valid JSON) lies past this offset."""
+    kept_failed: int = 0
+    """Error lines the file keeps (not done again): a resume's output still holds them, so the
+    run has failed lines however its own calls end."""
     redo: frozenset[str] = frozenset()
     """custom_ids whose error line a resume drops and does again: a shared quota store's
     error (``StoreUnavailable``: the call was never sent) always, and the errors its
@@ -325,6 +349,8 @@ def scan_output(lines: Iterable[bytes], mode: RetryErrors = "none") -> Answered:
         ConfigError: a line other than the last is not a batch output line.
     """
     ids: set[str] = set()
+    failed: set[str] = set()
+    bad_lines = 0
     redo: set[str] = set()
     linenos: set[int] = set()
     keep = 0
@@ -351,12 +377,21 @@ def scan_output(lines: Iterable[bytes], mode: RetryErrors = "none") -> Answered:
                 redo.add(custom_id)
             else:
                 ids.add(custom_id)
+                if isinstance(error, dict):
+                    failed.add(custom_id)
             continue
         message = error.get("message") if isinstance(error, dict) else None
         match = _LINE_PREFIX.match(message) if isinstance(message, str) else None
         if match is not None:
             linenos.add(int(match.group(1)))
-    return Answered(frozenset(ids), frozenset(linenos), keep, frozenset(redo - ids))
+        bad_lines += isinstance(error, dict)
+    return Answered(
+        frozenset(ids),
+        frozenset(linenos),
+        keep,
+        kept_failed=len(failed) + bad_lines,
+        redo=frozenset(redo - ids),
+    )
 
 
 def custom_id_of(raw: bytes) -> str | None:

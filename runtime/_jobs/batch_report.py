@@ -86,6 +86,8 @@ class BatchSummary:
 
     lines: int = 0
     """Non-blank input lines read; each gets exactly one output line."""
+    input_lines: int = 0
+    """Non-blank lines in the input (0: an empty input)."""
     ok: int = 0
     failed: int = 0
     """Bad input lines plus calls that failed."""
@@ -99,6 +101,9 @@ class BatchSummary:
     """Lines already answered in the output file (``resume``); not run again."""
     redone: int = 0
     """Error lines of an earlier run that this resume did again (``retry_errors``)."""
+    kept_failed: int = 0
+    """Error lines of earlier runs that this resume kept (terminal errors, or
+    ``retry_errors="none"``): the output holds them besides this run's :attr:`failed`."""
     todo: int = 0
     """Lines this run had to answer (in its shard, not already answered), from the check
     before the run."""
@@ -114,14 +119,20 @@ class BatchSummary:
     """Seconds from a call's start to its outcome (waiting for the quota included):
     ``p50``, ``p90``, ``p99``, ``max``; empty without calls."""
     interrupted: Interrupted | None = None
-    """``drained``: stopped admitting lines, the calls in flight finished; ``cancelled``: the
-    calls in flight were cancelled too (not written; a resume does them)."""
+    """``drained``: stopped reading lines and withdrew every call the RateLimiter had not
+    admitted yet (or that waited to retry), while the admitted calls finished; ``cancelled``:
+    the admitted calls were cancelled too. Lines not written stay for a resume."""
     job: str = ""
 
     @property
     def written(self) -> int:
         """Output lines written so far."""
         return self.ok + self.failed
+
+    @property
+    def failed_in_output(self) -> int:
+        """Error lines the output holds at the end: this run's and those a resume kept."""
+        return self.failed + self.kept_failed
 
     @property
     def left(self) -> int:
@@ -157,7 +168,8 @@ class BatchProgress:
     limits: tuple[str, ...] = ()
     """Each quota window in force: ``sim requests/60s 57/60``."""
     draining: bool = False
-    """Admitting no more lines (first Ctrl-C); the calls in flight finish."""
+    """Admitting no more lines (first Ctrl-C): calls not admitted are withdrawn, the admitted
+    ones finish."""
 
     @property
     def eta(self) -> float | None:
@@ -190,7 +202,7 @@ def format_progress(p: BatchProgress) -> str:
     ]
     eta = p.eta
     if p.draining:
-        parts.append("stopping: finishing the calls in flight")
+        parts.append("stopping: the admitted calls finish")
     elif eta is not None:
         parts.append(f"ETA {format_duration(eta)}")
     if p.limits:
@@ -208,6 +220,7 @@ def format_summary(s: BatchSummary, output: str) -> str:
         f"  ok {s.ok}, failed {s.failed}"
         + (f", skipped {s.skipped} (already answered)" if s.skipped else "")
         + (f", redone {s.redone} (error lines tried again)" if s.redone else "")
+        + (f", kept {s.kept_failed} earlier error lines" if s.kept_failed else "")
         + (f", not done {s.left} (run again with --resume)" if s.interrupted else ""),
     ]
     if s.errors:
@@ -238,12 +251,15 @@ def summary_json(s: BatchSummary, *, input: str, output: str) -> dict[str, Any]:
         "job": s.job,
         "interrupted": s.interrupted,
         "lines": s.lines,
+        "input_lines": s.input_lines,
         "todo": s.todo,
         "status": {
             "ok": s.ok,
             "failed": s.failed,
             "skipped": s.skipped,
             "redone": s.redone,
+            "kept_failed": s.kept_failed,
+            "failed_in_output": s.failed_in_output,
             "not_done": s.left,
         },
         "errors": dict(sorted(s.errors.items())),

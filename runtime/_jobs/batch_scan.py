@@ -18,9 +18,26 @@ import orjson
 from .batch_lines import custom_id_of
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
     from .batch_lines import Answered, Shard
 
-__all__ = ["HashSet", "InputCheck", "find_duplicate"]
+__all__ = ["HashSet", "InputCheck", "find_duplicate", "not_text"]
+
+
+def not_text(lineno: int, raw: bytes) -> str | None:
+    """Why line ``lineno`` shows the file is not UTF-8 text, or None when it is text (and
+    merely not JSON). NUL bytes never occur in JSON text: they are how UTF-16 and UTF-32
+    files look when read as UTF-8."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return f"line {lineno} starts with a UTF-16 byte order mark: the file is UTF-16"
+    if b"\x00" in raw:
+        return f"line {lineno} holds NUL bytes: the file looks like UTF-16 or UTF-32"
+    try:
+        raw.decode()
+    except UnicodeDecodeError as exc:
+        return f"line {lineno}: byte {exc.start + 1} ({raw[exc.start]:#04x}) is not UTF-8"
+    return None
 
 
 class HashSet:
@@ -77,6 +94,8 @@ class InputCheck:
         model: ``--model`` (its provider is the only one called), else None.
         shard: only lines of this shard count towards :attr:`todo`.
         answered: lines an existing output answers (``resume``) do not count either.
+        groups: the config's model groups, each with the providers of its deployments: a
+            line (or ``model``) naming a group calls those.
     """
 
     def __init__(
@@ -85,27 +104,44 @@ class InputCheck:
         model: str | None = None,
         shard: Shard | None = None,
         answered: Answered | None = None,
+        groups: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self._shard = shard
         self._answered = answered
+        self._groups = groups or {}
         self._seen = HashSet()
         self.suspects: set[int] = set()
         """Hashes seen twice: a duplicate, or (rarely) two ids with the same hash."""
         self.todo = 0
         """Non-blank lines this run will answer."""
+        self.lines = 0
+        """Non-blank lines in the input."""
+        self.not_text: str | None = None
+        """Why the input is not UTF-8 text (its first such line), else None."""
         self.providers: set[str] = set()
-        """The provider part of every ``provider:model`` the lines name."""
+        """The provider part of every ``provider:model`` the lines name (a group's
+        deployments' providers for a group)."""
         if model is not None:
-            self.providers.add(model.partition(":")[0])
+            self._add_model(model)
         self._model = model
+
+    def _add_model(self, model: str) -> None:
+        group = self._groups.get(model)
+        if group is not None:
+            self.providers.update(group)
+        elif ":" in model:
+            self.providers.add(model.partition(":")[0])
 
     def add(self, lineno: int, raw: bytes) -> None:
         if not raw.strip():
             return
+        self.lines += 1
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
+            if self.not_text is None:
+                self.not_text = not_text(lineno, raw)
         custom_id = data.get("custom_id") if isinstance(data, dict) else None
         if not isinstance(custom_id, str) or not custom_id:
             custom_id = None
@@ -116,8 +152,8 @@ class InputCheck:
         if self._model is None and isinstance(data, dict):
             body = data.get("body")
             model = body.get("model") if isinstance(body, dict) else None
-            if isinstance(model, str) and ":" in model:
-                self.providers.add(model.partition(":")[0])
+            if isinstance(model, str):
+                self._add_model(model)
         if self._shard is not None and not self._shard.holds(custom_id):
             return
         answered = self._answered
