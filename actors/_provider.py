@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import orjson
 import trio
 
 from sluice._config import ReplyLimits
 from sluice._errors import (
+    BadRequest,
     CallError,
     CallTimeout,
     ConnectionFailed,
@@ -366,12 +368,18 @@ class _Attempt:
         if ctx.current:
             spec = ctx.current[0]
             base_url = spec.base_url or base_url
-        request = ctx.codec.build_request(
-            call.request,
-            base_url=base_url,
-            api_key=spec.api_key.reveal() if spec.api_key else None,
-            headers=spec.headers,
-        )
+        try:
+            request = ctx.codec.build_request(
+                call.request,
+                base_url=base_url,
+                api_key=spec.api_key.reveal() if spec.api_key else None,
+                headers=spec.headers,
+            )
+        except orjson.JSONEncodeError as exc:
+            # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
+            # deep, or a value JSON has no form for. That is this call's fault alone; left to
+            # propagate, it would crash the actor and, repeated, end the runtime.
+            raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
         phases = call.phases
         if phases is None:
             response = await ctx.transport.send(

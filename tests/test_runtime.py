@@ -369,3 +369,31 @@ async def test_a_call_abandoned_while_queued_leaves_the_queue_and_is_never_sent(
             assert sum(stats.quotas["sim"].queued.values()) == 0
         assert app.chat_requests_seen == 1
         assert (await rt.statistics()).quotas["sim"].windows == {}
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@virtual_deadline(60)
+async def test_a_request_that_cannot_be_written_as_json_fails_alone(autojump_clock):
+    # orjson reads far deeper JSON than it writes: a body nested past its writing limit once
+    # crashed the provider actor, and a few of them in a row ended the runtime.
+    sim = SimulatorConfig(ttft=0.1, output_tokens=3)
+    deep = ChatRequest(model="sim:sim-small", messages="hi", extra_body={"x": _nested(300)})
+    deep_tool = ChatRequest(
+        model="sim:sim-small",
+        messages="hi",
+        tools=[sluice.Tool(name="t", parameters={"type": "object", "x": _nested(300)})],
+    )
+    async with sluice.open_runtime(config(), transport=mock_transport(sim)) as rt:
+        for _ in range(10):
+            with pytest.raises(sluice.BadRequest, match="cannot be written as JSON"):
+                await rt.chat(deep)
+            with pytest.raises(sluice.ConfigError, match="tool 't'"):
+                await rt.chat(deep_tool)
+        reply = await rt.chat(ChatRequest(model="sim:sim-small", messages="still here?"))
+    assert reply.finish_reason == "stop"

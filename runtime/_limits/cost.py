@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 import orjson
 
+from .._errors import ConfigError
 from .._messages import (
     ChatRequest,
     FilePart,
@@ -70,7 +71,12 @@ def estimate_prompt_tokens(request: ChatRequest) -> int:
                     tokens += _chars(data or "")
     for tool in request.tools:
         tokens += _chars(tool.name) + _chars(tool.description)
-        tokens += _chars(orjson.dumps(dict(tool.parameters)).decode())
+        try:
+            tokens += _chars(orjson.dumps(dict(tool.parameters)).decode())
+        except orjson.JSONEncodeError as exc:
+            raise ConfigError(
+                f"tool {tool.name!r}: its parameters cannot be written as JSON ({exc})"
+            ) from None
     return tokens
 
 
