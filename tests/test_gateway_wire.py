@@ -89,6 +89,9 @@ def test_anthropic_body_becomes_a_chat_request():
     assert request.extra_body == {"top_k": 5}
 
 
+_USER = {"role": "user", "content": "x"}
+
+
 @pytest.mark.parametrize(
     ("body", "where"),
     [
@@ -99,6 +102,9 @@ def test_anthropic_body_becomes_a_chat_request():
             {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "audio"}]}]},
             "messages.0.content.0.type",
         ),
+        ({"max_tokens": 5, "messages": [_USER], "stop_sequences": 7}, "stop_sequences"),
+        ({"max_tokens": 5, "messages": [_USER], "stop_sequences": True}, "stop_sequences"),
+        ({"max_tokens": 5, "messages": [_USER], "stop_sequences": [3]}, "stop_sequences.0"),
     ],
 )
 def test_bad_anthropic_bodies_name_the_field(body, where):

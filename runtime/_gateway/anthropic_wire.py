@@ -317,7 +317,7 @@ def parse_messages_body(
         _tool(t, f"tools.{i}") for i, t in enumerate(_list(b.get("tools") or [], "tools"))
     )
     choice, parallel = _tool_choice(b.get("tool_choice"), "tool_choice")
-    stop = b.get("stop_sequences") or []
+    stop = _list(b.get("stop_sequences") or [], "stop_sequences")
     temperature = b.get("temperature")
     top_p = b.get("top_p")
     for name, value in (("temperature", temperature), ("top_p", top_p)):
