@@ -391,3 +391,41 @@ async def test_a_waiting_call_ends_at_max_wait_with_the_last_retriable_error(aut
     assert len(recorder.sent_at) == 16 and recorder.sent_at[-1] == 95.5
     assert trio.current_time() == 95.5
     assert caught.value.attempt == 16 and "reset" in caught.value.message
+
+
+@virtual_deadline(3600)
+async def test_600_waiting_calls_wait_out_an_outage_at_the_default_budget_rate(autojump_clock):
+    """The defaults (no breaker, to test the budget alone): 600 batch calls, 256 at a time,
+    through 15 s down after the 150th request (502 pages, then resets). Every call succeeds;
+    while down the backend sees at most one request per call in flight plus what the retry
+    budget pays for: its refill (10/s) over the outage and one interval's allowance left from
+    before (10 x 10 s + 20% of the first attempts)."""
+    healthy = mock_transport(SimulatorConfig())
+    seen = {"all": 0, "down": 0}
+    down_at: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen["all"] += 1
+        if seen["all"] == 150:
+            down_at.append(trio.current_time())
+        if down_at and trio.current_time() - down_at[0] < 15.0:
+            seen["down"] += 1
+            if trio.current_time() - down_at[0] < 7.5:
+                return bad_gateway(request)
+            raise httpx.ReadError("[Errno 104] Connection reset by peer")
+        return await healthy.handle_async_request(request)
+
+    policy = RetryConfig()
+    async with sluice.open_runtime(
+        config(retry=policy, breaker=None), transport=httpx.MockTransport(handler)
+    ) as rt:
+        requests = [
+            ChatRequest(model="sim:sim-small", messages=f"q{i}", priority="batch", max_wait=600)
+            for i in range(600)
+        ]
+        async with rt.map(requests, max_in_flight=256) as outcomes:
+            errors = [o.error async for o in outcomes]
+    assert errors == [None] * 600
+    bound = 256 + policy.budget_min_per_second * (15.0 + policy.budget_interval)
+    bound += policy.budget_ratio * 600
+    assert 256 < seen["down"] <= bound, seen
