@@ -331,6 +331,10 @@ def test_a_cap_below_the_minimum_output_is_refused_and_tokens_cap_too() -> None:
     book = BudgetBook([Budget(max_micros=100 + (MIN_CAPPED_OUTPUT - 1) * 4)], PRICES)
     refused = book.hold(GUESSED, Cost(1, 100, 1024))
     assert isinstance(refused, BudgetExceeded) and book.status()[0].refused == 1
+    assert refused.message == (
+        "the global budget has $0.000160 left, less than this call's prompt (100 tokens"
+        f" estimated) and {MIN_CAPPED_OUTPUT} output tokens cost"
+    )
     enough = BudgetBook([Budget(max_micros=100 + MIN_CAPPED_OUTPUT * 4)], PRICES)
     held = enough.hold(GUESSED, Cost(1, 100, 1024))
     assert isinstance(held, BudgetHold) and held.max_output == MIN_CAPPED_OUTPUT

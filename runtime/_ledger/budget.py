@@ -314,18 +314,29 @@ class BudgetBook:
         account: _Account, claim: BudgetClaim, cost: Cost, micros: int, tokens: int
     ) -> BudgetExceeded:
         budget = account.budget
-        if budget.max_micros is not None and micros > budget.max_micros - account.spent_micros:
-            left = budget.max_micros - account.spent_micros
+        if not claim.output_set:
+            left = []
+            if budget.max_micros is not None:
+                left.append(_usd(max(0, budget.max_micros - account.spent_micros)))
+            if budget.max_tokens is not None:
+                left.append(f"{max(0, budget.max_tokens - account.spent_tokens)} tokens")
             return BudgetExceeded(
-                f"the {budget.name} budget has {_usd(max(0, left))} left of"
+                f"the {budget.name} budget has {' and '.join(left)} left, less than this call's"
+                f" prompt ({cost.input_tokens} tokens estimated) and {MIN_CAPPED_OUTPUT} output"
+                " tokens cost"
+            )
+        if budget.max_micros is not None and micros > budget.max_micros - account.spent_micros:
+            micros_left = budget.max_micros - account.spent_micros
+            return BudgetExceeded(
+                f"the {budget.name} budget has {_usd(max(0, micros_left))} left of"
                 f" {_usd(budget.max_micros)}, and this call may cost up to"
                 f" {_usd(micros)} ({cost.input_tokens} prompt tokens estimated,"
                 f" {cost.output_tokens} output tokens at most)"
             )
         assert budget.max_tokens is not None
-        left = budget.max_tokens - account.spent_tokens
+        tokens_left = budget.max_tokens - account.spent_tokens
         return BudgetExceeded(
-            f"the {budget.name} budget has {max(0, left)} tokens left of"
+            f"the {budget.name} budget has {max(0, tokens_left)} tokens left of"
             f" {budget.max_tokens}, and this call may use up to {tokens}"
         )
 
