@@ -400,7 +400,7 @@ class _Limiter:
                 key.spread.popleft()
             number = next(self.numbers)
             try:
-                waiter.reply_to.send_nowait(Admission(number, now))
+                waiter.reply_to.send_nowait(Admission(number, now, hold.max_output))
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
                 await store.settle(reserved, _NOTHING)  # the asker left: refund everything
                 await store.end(reserved)

@@ -519,7 +519,12 @@ class _CallRun:
                     route.provider.rate_limit,
                     call.cost,
                     call.request.priority,
-                    budget=BudgetClaim(route.provider.name, route.model, call.request.tag),
+                    budget=BudgetClaim(
+                        route.provider.name,
+                        route.model,
+                        call.request.tag,
+                        output_set=route.request.max_tokens is not None,
+                    ),
                     fail_on_cooldown=not call.request.retry_visible,
                 )
             except CallError as refused:
@@ -553,6 +558,10 @@ class _CallRun:
         if corrections.messages:
             assert route.prepared is not None
             sent = attrs.evolve(route, request=corrections.apply(route.prepared))
+        if admission.max_tokens is not None:
+            # A budget near its end pays for only this much output (see _ledger.budget).
+            capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
+            sent = attrs.evolve(sent, request=capped)
         outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
         self.pending = progress.lead  # what the provider did not deliver (no first chunk)
         match outcome:

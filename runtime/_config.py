@@ -127,6 +127,8 @@ class RetryConfig(Record):
     """How the Supervisor retries a failed attempt."""
 
     max_attempts: int = attrs.field(default=4, validator=ge(1))
+    """Attempts of a ``fail_fast`` call (an interactive one, by default) before it fails;
+    waiting calls have ``wait_max_attempts``."""
     base_delay: float = attrs.field(default=0.5, validator=ge(0))
     """First backoff; each retry doubles it."""
     max_delay: float = attrs.field(default=8.0, validator=ge(0))
@@ -136,15 +138,20 @@ class RetryConfig(Record):
     """A provider's wait longer than this fails the call instead of waiting."""
     budget_ratio: float = attrs.field(default=0.2, validator=ge(0))
     """Process-wide: retries at most this fraction of recent first attempts (plus the floor)."""
-    budget_min_per_second: float = attrs.field(default=1.0, validator=ge(0))
-    """The floor of the retry budget, so isolated failures are always retried."""
+    budget_min_per_second: float = attrs.field(default=10.0, validator=ge(0))
+    """The floor of the retry budget, so isolated failures are always retried and a backend
+    failing a share of requests at random is still retried at a useful rate (Finagle's and
+    Linkerd's retry budgets use the same floor and ratio). However many calls wait out an
+    outage, the backend sees at most this many retries per second beyond ``budget_ratio``."""
     budget_interval: float = attrs.field(default=10.0, validator=gt(0))
     """The interval the retry budget looks back over."""
     wait_max_attempts: int | None = attrs.field(default=None, validator=optional(ge(1)))
-    """The attempt limit of a call in ``wait`` failure mode (see ``ChatRequest.failure_mode``),
-    when it should differ from ``max_attempts`` (None: the same). A call that can wait can
-    afford more attempts: against a backend failing 40% of requests, 4 attempts lose 2.6% of
-    the calls, 16 lose none in practice."""
+    """The attempt limit of a call in ``wait`` failure mode (see ``ChatRequest.failure_mode``).
+    None (the default): no limit. Nobody waits on such a call, so it retries transient failures
+    (429, 5xx, resets, timeouts, broken streams) until it succeeds or its wait deadline
+    (``max_wait``, or the total deadline) passes; the backoff is capped at ``max_delay`` and the
+    retry budget caps the rate of retries, so an outage brings no storm. ``max_attempts``
+    limits ``fail_fast`` calls only."""
     hidden_retry_window: float = attrs.field(default=1.0, validator=ge(0))
     """For a call with ``retry_visible=False`` (the gateway's): seconds after submission within
     which a connection that failed before any reply byte is tried again. Its caller cannot see

@@ -155,6 +155,9 @@ class Admission(Record):
 
     ticket: int
     at: float
+    max_tokens: int | None = None
+    """The ``max_tokens`` the attempt goes with: a spending budget near its end lowered the
+    guessed output of a call that set none (None: as the call asked)."""
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -444,10 +444,10 @@ class ChatRequest(Record):
     help (overloaded, context too long, circuit open, content filtered; see ``RetryConfig``)."""
     failure_mode: Literal["fail_fast", "wait"] | None = None
     """What an open circuit breaker, a spent retry budget or a cooldown does to this call:
-    ``fail_fast`` fails it at once; ``wait`` delays it, so it ends only with a result, an error
-    retrying cannot fix, its attempt limit (``RetryConfig.wait_max_attempts``) or its deadline
-    (``max_wait`` or the total deadline). None: ``wait`` for batch and background priority,
-    ``fail_fast`` for interactive calls."""
+    ``fail_fast`` fails it at once; ``wait`` delays it and retries retriable failures with no
+    attempt limit (unless ``RetryConfig.wait_max_attempts`` sets one), so it ends only with a
+    result, an error retrying cannot fix, or its deadline (``max_wait`` or the total deadline).
+    None: ``wait`` for batch and background priority, ``fail_fast`` for interactive calls."""
     max_wait: float | None = None
     """In ``wait`` mode, seconds after submission past which the call stops waiting and fails
     with the error that kept it waiting (None: only the total deadline limits it)."""

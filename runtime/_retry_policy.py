@@ -8,8 +8,11 @@ Two failure modes (``ChatRequest.failure_mode``):
 
 - ``fail_fast``: an open breaker or a spent retry budget fails the call at once, with the error
   that stopped it.
-- ``wait``: they delay the call instead. It ends only with a result, an error retrying cannot
-  fix, its attempt limit, or its wait deadline (``max_wait`` after submission, or the total
+- ``wait``: they delay the call instead, and its attempts are not counted against a limit
+  (unless ``RetryConfig.wait_max_attempts`` sets one): nobody waits on such a call, so a run of
+  transient failures or an outage is waited out, the backoff capped at ``max_delay`` and the
+  process-wide retry budget capping the rate of retries. It ends only with a result, an error
+  retrying cannot fix, or its wait deadline (``max_wait`` after submission, or the total
   deadline, whichever comes first). The error it ends with is the one that kept it waiting.
 
 A call with ``ChatRequest.retry_visible=False`` (a proxy's, whose client retries on its own)
@@ -75,7 +78,8 @@ class CallState:
 
     attempts: int
     """Transport attempts so far (correction retries excluded: they have their own limit)."""
-    max_attempts: int
+    max_attempts: int | None
+    """None: no attempt limit (a waiting call without ``wait_max_attempts``)."""
     waits: bool
     """``wait`` failure mode."""
     deadline: float
@@ -114,16 +118,15 @@ class Fail:
 def call_state(
     request: ChatRequest, policy: RetryConfig, attempts: int, submitted_at: float, deadline: float
 ) -> CallState:
-    """The state of a call from its request and the runtime's retry policy."""
+    """The state of a call from its request and the runtime's retry policy: a waiting call's
+    attempts are limited only by ``wait_max_attempts`` (None: not at all)."""
     waits = request.waits
     wait_until = deadline
     if waits and request.max_wait is not None:
         wait_until = min(deadline, submitted_at + request.max_wait)
     return CallState(
         attempts=attempts,
-        max_attempts=(policy.wait_max_attempts or policy.max_attempts)
-        if waits
-        else policy.max_attempts,
+        max_attempts=policy.wait_max_attempts if waits else policy.max_attempts,
         waits=waits,
         deadline=deadline,
         wait_until=wait_until,
@@ -145,14 +148,16 @@ def after_failure(
 ) -> Retry | Fail:
     """After attempt ``state.attempts`` failed with ``error``: retry after a backoff, or stop.
 
-    Stops for an error retrying cannot fix, the attempt limit, output already delivered under
-    ``on_partial="fail"``, the total deadline having passed, a provider's wait beyond
-    ``max_retry_after`` (``fail_fast`` only: a waiting call waits), and a backoff that would end
-    past the deadline the call may wait until. Without ``retry_visible``, it also stops for
-    every failure but one before the reply began (:func:`unseen`), and for a backoff that would
-    end past the hidden-retry window.
+    Stops for an error retrying cannot fix, the attempt limit (a waiting call has none unless
+    configured), output already delivered under ``on_partial="fail"``, the total deadline
+    having passed, a provider's wait beyond ``max_retry_after`` (``fail_fast`` only: a waiting
+    call waits), and a backoff that would end past the deadline the call may wait until.
+    Without ``retry_visible``, it also stops for every failure but one before the reply began
+    (:func:`unseen`), and for a backoff that would end past the hidden-retry window.
     """
-    if not error.retryable or state.attempts >= state.max_attempts:
+    if not error.retryable:
+        return Fail(error)
+    if state.max_attempts is not None and state.attempts >= state.max_attempts:
         return Fail(error)
     if delivered and not state.restart_partial:
         return Fail(error)

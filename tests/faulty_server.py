@@ -4,9 +4,12 @@ Written on the standard library only (``http.server`` in a thread), so the fault
 do not go through the simulator's own fault code: a test that passes against it says sluice
 copes with a server it has never seen. It streams ``echo: <prompt>`` in three SSE chunks, and
 per request either answers, or (with probability ``fault_rate``) injects one of: 429, 500,
-529, a disconnect after the first chunk, or a stall longer than the client's first-token
-deadline. ``down`` turns the whole server into an outage: ``"502"`` answers an nginx-style
-HTML 502 page, ``"reset"`` resets every connection without a reply.
+529, a disconnect after the first chunk, or a stall (the server hangs up after ``stall``
+seconds without a reply). A 429 carries ``retry-after-ms`` when ``retry_after_ms`` is set, as
+OpenAI's and Azure's do; without it the client falls back on its default cooldown. ``down``
+turns the whole server into an outage: ``"502"`` answers an nginx-style HTML 502 page,
+``"reset"`` resets every connection without a reply. Replies report ``completion_tokens``
+output tokens (at most the request's ``max_tokens``), so a test knows what each costs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ BAD_GATEWAY = (
 
 
 class _QuietServer(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """A batch opens hundreds of connections at once: with the default backlog of 5 the
+    kernel drops handshakes, and the client's retransmissions can stall a call for minutes."""
+
     def handle_error(self, request: object, client_address: object) -> None:
         """Resets we caused ourselves: nothing to report."""
 
@@ -39,13 +46,27 @@ class _QuietServer(ThreadingHTTPServer):
 class FaultyServer:
     """Start with ``with FaultyServer(...) as server:``; ``server.url`` is its ``/v1`` base."""
 
-    def __init__(self, *, fault_rate: float = 0.0, stall: float = 3.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        fault_rate: float = 0.0,
+        stall: float = 3.0,
+        seed: int = 0,
+        retry_after_ms: int | None = None,
+        completion_tokens: int = 3,
+    ) -> None:
         self.fault_rate = fault_rate
+        self.completion_tokens = completion_tokens
+        """The output tokens each reply reports, at most the request's ``max_tokens`` (as a
+        real provider bills), so a test can know what every call costs."""
+        self.retry_after_ms = retry_after_ms
         self.stall = stall
         self.down: Literal["502", "reset"] | None = None
         self.requests = 0
         """Chat requests received (every one, answered or not)."""
         self.faults: dict[str, int] = {}
+        self.during_outage = 0
+        """Chat requests received while ``down`` was set."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -71,6 +92,7 @@ class FaultyServer:
         with self._lock:
             self.requests += 1
             if self.down is not None:
+                self.during_outage += 1
                 choice = f"down_{self.down}"
             elif self._rng.random() < self.fault_rate:
                 choice = self._rng.choice(FAULTS)
@@ -106,7 +128,9 @@ class FaultyServer:
                     return
                 if choice in ("429", "500", "529"):
                     error = {"error": {"message": f"injected {choice}", "type": "injected"}}
-                    self._plain(int(choice), json.dumps(error).encode(), "application/json")
+                    hint = server.retry_after_ms if choice == "429" else None
+                    data = json.dumps(error).encode()
+                    self._plain(int(choice), data, "application/json", retry_after_ms=hint)
                     return
                 if choice == "stall":
                     time.sleep(server.stall)
@@ -115,8 +139,14 @@ class FaultyServer:
                 prompt = body["messages"][-1]["content"]
                 text = f"echo: {prompt}"
                 pieces = [text[:5], text[5:10], text[10:]]
+                limit = body.get("max_completion_tokens", body.get("max_tokens"))
+                output = server.completion_tokens
+                output = output if limit is None else min(output, limit)
+                usage = {"prompt_tokens": 3, "completion_tokens": output}
+                usage["total_tokens"] = 3 + output
                 if not body.get("stream"):
-                    self._plain(200, json.dumps(completion(text)).encode(), "application/json")
+                    reply = {**completion(text), "usage": usage}
+                    self._plain(200, json.dumps(reply).encode(), "application/json")
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
@@ -128,15 +158,18 @@ class FaultyServer:
                         self._reset()
                         return
                 self._chunk(chunk_event({}, "stop"))
-                usage = {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
                 self._chunk(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
                 self._chunk(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 
-            def _plain(self, status: int, data: bytes, content_type: str) -> None:
+            def _plain(
+                self, status: int, data: bytes, content_type: str, retry_after_ms: int | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
+                if retry_after_ms is not None:
+                    self.send_header("retry-after-ms", str(retry_after_ms))
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

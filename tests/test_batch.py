@@ -85,7 +85,8 @@ async def test_failed_calls_carry_the_providers_status(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(request_line(f"r{i}") for i in range(3)) + "\n")
     out = tmp_path / "out.jsonl"
-    config = RuntimeConfig(retry=RetryConfig(max_attempts=1))
+    # Batch lines wait out retriable failures with no attempt limit unless one is configured.
+    config = RuntimeConfig(retry=RetryConfig(max_attempts=1, wait_max_attempts=1))
     with trio.fail_after(GUARD):
         async with open_runtime(config, simulator=SimulatorConfig(rate_500=1.0)) as rt:
             summary = await run_batch(source, out, runtime=rt)

@@ -187,7 +187,7 @@ def test_batch_subprocess_writes_one_line_per_input_line(tmp_path):
 def test_batch_with_config_model_and_base_url(tmp_path, capsys, failing_server):
     """--model names the provider that --base-url points at; --config sets the retry policy."""
     config = tmp_path / "config.json"
-    config.write_bytes(orjson.dumps({"retry": {"max_attempts": 1}}))
+    config.write_bytes(orjson.dumps({"retry": {"max_attempts": 1, "wait_max_attempts": 1}}))
     source = tmp_path / "in.jsonl"
     body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x"}]}
     source.write_text(

@@ -101,7 +101,7 @@ def test_an_echoed_key_appears_in_no_stream_and_no_file(echo_server, tmp_path):
         f'[providers.echo]\nbase_url = "{url}"\napi_key = "{KEY}"\n'
         f'[providers.fromenv]\nbase_url = "{url}"\napi_key_env = "ECHO_TEST_KEY"\n'
         f'[providers.stored]\nbase_url = "{url}"\n'
-        "[retry]\nmax_attempts = 1\n"
+        "[retry]\nmax_attempts = 1\nwait_max_attempts = 1\n"
     )
     env = clean_env(tmp_path, ECHO_TEST_KEY=KEY, SLUICE_CONFIG=str(work / "config.toml"))
     stored = run(["keys", "set", "stored"], work, env, stdin=KEY + "\n")

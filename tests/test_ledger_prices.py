@@ -15,7 +15,7 @@ import pytest
 
 from sluice._errors import BudgetExceeded
 from sluice._ledger.book import LedgerBook, LedgerKey, LedgerTotals, summarize, utc_day
-from sluice._ledger.budget import Budget, BudgetBook, BudgetClaim, BudgetHold
+from sluice._ledger.budget import MIN_CAPPED_OUTPUT, Budget, BudgetBook, BudgetClaim, BudgetHold
 from sluice._ledger.prices import (
     SHIPPED_PRICES,
     ModelPrice,
@@ -296,6 +296,52 @@ def test_budget_scopes_tokens_and_unpriced_models() -> None:
     # A tokens-only budget does not need a price.
     only_tokens = BudgetBook([Budget(max_tokens=10)], PRICES)
     assert isinstance(only_tokens.hold(BudgetClaim("ollama", "x"), Cost(1, 5, 5)), BudgetHold)
+
+
+GUESSED = BudgetClaim("sim", "a", None, output_set=False)
+"""A call that set no max_tokens: its 1,024 output tokens are the configured guess."""
+
+
+def test_a_guessed_worst_case_waits_for_calls_in_flight_then_goes_capped() -> None:
+    # sim prices: $1 / M in, $4 / M out. The guess: 100 + 1,024 x 4 = 4,196, past any left.
+    book = BudgetBook([Budget(max_micros=1200)], PRICES)
+    first = book.hold(SIM_A, Cost(1, 100, 100))
+    assert isinstance(first, BudgetHold) and first.max_output is None
+    # It used to be refused here, with the whole budget unspent.
+    assert book.hold(GUESSED, Cost(1, 100, 1024)) is None
+    assert book.settle(first, Usage(100, 25))  # 200 spent, nothing in flight
+    capped = book.hold(GUESSED, Cost(1, 100, 1024))
+    assert isinstance(capped, BudgetHold)
+    assert capped.max_output == (1000 - 100) // 4 == 225  # the most the 1,000 left pays for
+    assert (capped.micros, capped.tokens) == (1000, 325)
+    (status,) = book.status()
+    assert (status.spent_micros, status.reserved_micros, status.left_micros) == (200, 1000, 0)
+    assert book.hold(GUESSED, Cost(1, 100, 1024)) is None  # in flight: it may settle lower
+    # A call that set its own max_tokens can never fit: refused at once, in flight or not.
+    assert isinstance(book.hold(SIM_A, Cost(1, 100, 1024)), BudgetExceeded)
+    assert book.settle(capped, None)  # charged its whole (capped) reservation
+    (status,) = book.status()
+    assert (status.spent_micros, status.reserved_micros) == (1200, 0)  # exactly the budget
+    refused = book.hold(GUESSED, Cost(1, 100, 1024))
+    assert isinstance(refused, BudgetExceeded) and "has $0.000000 left" in refused.message
+
+
+def test_a_cap_below_the_minimum_output_is_refused_and_tokens_cap_too() -> None:
+    # 100 prompt + (MIN_CAPPED_OUTPUT - 1) x 4 left: one output token short of the minimum.
+    book = BudgetBook([Budget(max_micros=100 + (MIN_CAPPED_OUTPUT - 1) * 4)], PRICES)
+    refused = book.hold(GUESSED, Cost(1, 100, 1024))
+    assert isinstance(refused, BudgetExceeded) and book.status()[0].refused == 1
+    assert refused.message == (
+        "the global budget has $0.000160 left, less than this call's prompt (100 tokens"
+        f" estimated) and {MIN_CAPPED_OUTPUT} output tokens cost"
+    )
+    enough = BudgetBook([Budget(max_micros=100 + MIN_CAPPED_OUTPUT * 4)], PRICES)
+    held = enough.hold(GUESSED, Cost(1, 100, 1024))
+    assert isinstance(held, BudgetHold) and held.max_output == MIN_CAPPED_OUTPUT
+    tokens = BudgetBook([Budget(max_tokens=500), Budget(scope="job", max_micros=10**6)], PRICES)
+    held = tokens.hold(GUESSED, Cost(1, 100, 1024))
+    assert isinstance(held, BudgetHold) and held.max_output == 400  # the tighter of the two
+    assert (held.tokens, held.micros) == (500, 100 + 400 * 4)
 
 
 def test_unsettled_holds_are_charged_when_the_limiter_restarts() -> None:

@@ -6,11 +6,15 @@ gives every call a cost. Stores here live in memory; the SQLite file has its own
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
+import httpx
+import orjson
 import pytest
 import trio
+import trio.testing
 
 import sluice
 from sluice import BudgetExceeded, ChatRequest, RetryConfig, RuntimeConfig
@@ -207,3 +211,48 @@ async def test_batches_are_written_every_interval_and_a_failed_one_goes_out_late
         await rt.ledger.flush()
         assert store.batches == 2 and row.calls == 3
     assert "writing the ledger failed" in caplog.text
+
+
+class Bodies(httpx.AsyncBaseTransport):
+    """Records each request's JSON body, then passes it on."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.bodies: list[dict[str, object]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(orjson.loads(request.content))
+        return await self.inner.handle_async_request(request)
+
+
+@virtual_deadline(60)
+async def test_a_guessed_worst_case_waits_withdraws_cleanly_then_goes_capped(autojump_clock):
+    """$0.0012 and the simulator's prices ($1 / M in, $4 / M out). A call with max_tokens=100
+    holds 408 for 5 s; calls without max_tokens reserve the guessed 1,024 output tokens
+    (4,104), which never fits: they wait while it is in flight (they used to be refused),
+    leave without a trace when cancelled, and then go one at a time with max_tokens lowered
+    to what is left."""
+    sim = SimulatorApp(SimulatorConfig(output_tokens=25, ttft=5.0))
+    transport = Bodies(mock_transport(sim))
+    cfg = config(budgets=(BudgetConfig(max_usd=0.0012),))
+    async with sluice.open_runtime(cfg, transport=transport) as rt:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(rt.chat, "sim:sim-small", "hi", max_tokens=100))
+            await trio.sleep(1.0)
+            for _ in range(3):
+                with trio.move_on_after(1.0) as gave_up:
+                    await rt.chat("sim:sim-small", "hi")
+                assert gave_up.cancelled_caught
+            await trio.testing.wait_all_tasks_blocked()  # the last withdrawal is delivered
+            (status,) = rt.ledger.budgets()
+            assert (status.reserved_micros, status.spent_micros, status.refused) == (408, 0, 0)
+            stats = await rt.statistics()
+            assert [sum(q.queued.values()) for q in stats.quotas.values()] == [0]  # withdrawn
+            assert stats.calls_in_flight == 1
+        (status,) = rt.ledger.budgets()
+        assert (status.spent_micros, status.reserved_micros) == (1 + 25 * 4, 0)
+        result = await rt.chat("sim:sim-small", "hi")
+        assert result.usage.output_tokens == 25
+        (status,) = rt.ledger.budgets()
+    assert [body.get("max_tokens") for body in transport.bodies] == [100, (1099 - 8) // 4]
+    assert (status.spent_micros, status.reserved_micros, status.refused) == (202, 0, 0)

@@ -33,11 +33,48 @@ def test_retry_backs_off_then_stops_at_the_attempt_limit():
     assert after_failure(state(attempts=4), BOOM, 0, 0.0, POLICY, RNG) == Fail(BOOM)
 
 
-def test_a_waiting_call_gets_its_own_attempt_limit():
-    patient = RetryConfig(max_attempts=2, wait_max_attempts=10, jitter=0.0)
+def test_a_waiting_call_has_no_attempt_limit_unless_configured():
+    # Changed deliberately (issue 28): a waiting call used to inherit max_attempts when
+    # wait_max_attempts was unset, so an outage longer than a few backoffs failed it.
     r = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
-    assert call_state(r, patient, 1, 0.0, math.inf).max_attempts == 10
-    assert call_state(r, RetryConfig(max_attempts=2), 1, 0.0, math.inf).max_attempts == 2
+    assert call_state(r, RetryConfig(max_attempts=2), 1, 0.0, math.inf).max_attempts is None
+    capped = RetryConfig(max_attempts=2, wait_max_attempts=10, jitter=0.0)
+    assert call_state(r, capped, 1, 0.0, math.inf).max_attempts == 10
+    interactive = ChatRequest(model="sim:sim-small", messages="hi")
+    assert call_state(interactive, capped, 1, 0.0, math.inf).max_attempts == 2
+
+
+def test_a_waiting_call_retries_at_the_capped_backoff_until_its_wait_deadline():
+    s = state("batch", attempts=10_000, max_wait=600.0)
+    assert s.max_attempts is None
+    for error in (
+        BOOM,
+        sluice.ServerError("<html>502 Bad Gateway</html>", status=502),
+        sluice.Overloaded("overloaded", status=529),
+        sluice.RateLimited("slow down", status=429),
+        sluice.ConnectionFailed("connection reset by peer"),
+        sluice.StreamBroken("the stream ended mid-reply"),
+        sluice.CallTimeout("no first token", timeout_kind="first_token"),
+    ):
+        assert after_failure(s, error, 0, 0.0, POLICY, RNG) == Retry(8.0), error
+        assert after_failure(s, error, 2, 591.0, POLICY, RNG) == Retry(8.0)
+        assert after_failure(s, error, 0, 592.0, POLICY, RNG) == Fail(error)  # 600 reached
+    not_found = sluice.NotFound("no such model", status=404)
+    assert after_failure(s, not_found, 0, 0.0, POLICY, RNG) == Fail(not_found)
+    too_long = sluice.ContextTooLong("context too long", status=400)
+    assert after_failure(s, too_long, 0, 0.0, POLICY, RNG) == Fail(too_long)
+    capped = RetryConfig(jitter=0.0, wait_max_attempts=3)
+    r = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
+    assert after_failure(call_state(r, capped, 3, 0.0, math.inf), BOOM, 0, 0.0, capped, RNG) == (
+        Fail(BOOM)
+    )
+
+
+def test_interactive_calls_keep_their_attempt_limit():
+    assert after_failure(state(attempts=3), BOOM, 0, 0.0, POLICY, RNG) == Retry(2.0)
+    assert after_failure(state(attempts=4), BOOM, 0, 0.0, POLICY, RNG) == Fail(BOOM)
+    s = state(failure_mode="fail_fast", priority="batch", attempts=4)
+    assert after_failure(s, BOOM, 0, 0.0, POLICY, RNG) == Fail(BOOM)
 
 
 def test_fatal_errors_partial_output_and_total_timeouts_stop():
@@ -103,3 +140,11 @@ def test_blocked_calls_fail_fast_or_wait_until_their_deadline():
     assert when_blocked(s, opened, 7.0, 0.0) == Wait(5.0)  # looks again at its deadline
     assert when_blocked(s, opened, 7.0, 5.0) == Fail(opened)
     assert when_blocked(state("batch"), opened, math.inf, 0.0) == Fail(opened)
+
+
+def test_the_backoff_of_any_attempt_is_capped_without_overflow():
+    from sluice._backoff import retry_delay
+
+    assert retry_delay(1, POLICY, RNG) == 0.5
+    assert retry_delay(5, POLICY, RNG) == 8.0
+    assert retry_delay(5_000, POLICY, RNG) == 8.0  # 2.0**4999 would overflow a float

@@ -4,6 +4,8 @@ real cause, the retry budget caps an outage, and the logs stay bounded over 100,
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import pytest
 import trio
@@ -14,7 +16,7 @@ from sluice import ChatRequest, Deadlines, RateLimitConfig, RetryConfig, Runtime
 from sluice._config import BreakerConfig, ProviderConfig
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
-from .helpers import virtual_deadline
+from .helpers import Recorder, virtual_deadline
 
 
 class CrashingTransport(httpx.AsyncBaseTransport):
@@ -216,8 +218,7 @@ async def test_waiting_calls_retry_at_the_budget_rate_during_a_total_outage(auto
     backend sees the 50 first attempts plus at most the budget's allowance: ratio x firsts in
     an interval + min_per_second x (120 s + one interval) = 0.2 x 50 + 0.5 x 130 = 75."""
     app = SimulatorApp(SimulatorConfig(rate_500=1.0))
-    policy = RetryConfig(
-        wait_max_attempts=100,
+    policy = RetryConfig(  # no attempt limit: a waiting call has none by default
         base_delay=0.1,
         max_delay=1.0,
         budget_ratio=0.2,
@@ -319,3 +320,112 @@ async def test_a_waiting_call_whose_consumer_leaves_ends_at_once(autojump_clock)
             await rt.chat(request)  # waits for the breaker; its caller gives up at 2 s
         await trio.testing.wait_all_tasks_blocked()
         assert (await rt.statistics()).calls_in_flight == 0  # not lingering until the probe
+
+
+def outage(until: float, resets_from: float) -> httpx.MockTransport:
+    """A backend that answers nginx's 502 page, then resets every connection from
+    ``resets_from``, and answers normally from ``until`` (seconds from now, trio time)."""
+    healthy = mock_transport(SimulatorConfig())
+    start = trio.current_time()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        now = trio.current_time() - start
+        if now < resets_from:
+            return bad_gateway(request)
+        if now < until:
+            raise httpx.ReadError("[Errno 104] Connection reset by peer")
+        return await healthy.handle_async_request(request)
+
+    return httpx.MockTransport(handler)
+
+
+@virtual_deadline(600)
+async def test_a_waiting_call_retries_through_an_outage_past_any_attempt_count(autojump_clock):
+    """The default policy (no jitter, no breaker): a batch call retries a 60 s outage of 502
+    pages and resets at the capped backoff and succeeds on the first attempt after it, while
+    an interactive call still stops at max_attempts."""
+    recorder = Recorder(outage(until=60.0, resets_from=30.0))
+    async with sluice.open_runtime(
+        config(retry=RetryConfig(jitter=0.0), breaker=None), transport=recorder
+    ) as rt:
+        request = ChatRequest(model="sim:sim-small", messages="hi", priority="batch")
+        result = await rt.chat(request)
+        assert result.attempts == 12
+        # 0.5, 1, 2, 4, then capped at 8: the attempt limit (4) no longer ends the call.
+        assert recorder.sent_at == [
+            0.0,
+            0.5,
+            1.5,
+            3.5,
+            7.5,
+            15.5,
+            23.5,
+            31.5,
+            39.5,
+            47.5,
+            55.5,
+            63.5,
+        ]
+        assert trio.current_time() == 63.5
+    recorder = Recorder(outage(until=60.0, resets_from=30.0))
+    async with sluice.open_runtime(
+        config(retry=RetryConfig(jitter=0.0), breaker=None), transport=recorder
+    ) as rt:
+        start = trio.current_time()
+        with pytest.raises(sluice.ServerError) as caught:
+            await rt.chat("sim:sim-small", "hi")
+    assert caught.value.attempt == 4 and caught.value.status == 502
+    assert [t - start for t in recorder.sent_at] == [0.0, 0.5, 1.5, 3.5]
+
+
+@virtual_deadline(900)
+async def test_a_waiting_call_ends_at_max_wait_with_the_last_retriable_error(autojump_clock):
+    recorder = Recorder(outage(until=math.inf, resets_from=30.0))
+    async with sluice.open_runtime(
+        config(retry=RetryConfig(jitter=0.0), breaker=None), transport=recorder
+    ) as rt:
+        request = ChatRequest(model="sim:sim-small", messages="hi", priority="batch", max_wait=100)
+        with pytest.raises(sluice.ConnectionFailed) as caught:
+            await rt.chat(request)
+    # Attempts at 0, 0.5, 1.5, 3.5, 7.5, then every 8 s to 95.5; one more would start past 100.
+    assert len(recorder.sent_at) == 16 and recorder.sent_at[-1] == 95.5
+    assert trio.current_time() == 95.5
+    assert caught.value.attempt == 16 and "reset" in caught.value.message
+
+
+@virtual_deadline(3600)
+async def test_600_waiting_calls_wait_out_an_outage_at_the_default_budget_rate(autojump_clock):
+    """The defaults (no breaker, to test the budget alone): 600 batch calls, 256 at a time,
+    through 15 s down after the 150th request (502 pages, then resets). Every call succeeds;
+    while down the backend sees at most one request per call in flight plus what the retry
+    budget pays for: its refill (10/s) over the outage and one interval's allowance left from
+    before (10 x 10 s + 20% of the first attempts)."""
+    healthy = mock_transport(SimulatorConfig())
+    seen = {"all": 0, "down": 0}
+    down_at: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen["all"] += 1
+        if seen["all"] == 150:
+            down_at.append(trio.current_time())
+        if down_at and trio.current_time() - down_at[0] < 15.0:
+            seen["down"] += 1
+            if trio.current_time() - down_at[0] < 7.5:
+                return bad_gateway(request)
+            raise httpx.ReadError("[Errno 104] Connection reset by peer")
+        return await healthy.handle_async_request(request)
+
+    policy = RetryConfig()
+    async with sluice.open_runtime(
+        config(retry=policy, breaker=None), transport=httpx.MockTransport(handler)
+    ) as rt:
+        requests = [
+            ChatRequest(model="sim:sim-small", messages=f"q{i}", priority="batch", max_wait=600)
+            for i in range(600)
+        ]
+        async with rt.map(requests, max_in_flight=256) as outcomes:
+            errors = [o.error async for o in outcomes]
+    assert errors == [None] * 600
+    bound = 256 + policy.budget_min_per_second * (15.0 + policy.budget_interval)
+    bound += policy.budget_ratio * 600
+    assert 256 < seen["down"] <= bound, seen

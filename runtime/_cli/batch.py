@@ -216,7 +216,7 @@ async def batch(
             --max-wait; terminal ones such as 400, 401/403 or a bad input line are kept), all,
             or none.
         max_wait: how long a line's call may wait out a failing backend (30s, 2m, ...)
-            before its error line is written; default: until its attempts run out.
+            before its error line is written; default: 10m.
         ordered: write the output in input order (at most --max-in-flight lines held).
         shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
             processes or hosts can split one file (each with its own output).

@@ -88,6 +88,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_IN_FLIGHT = 256
+DEFAULT_MAX_WAIT = 600.0  # a line's call waits out failures this long unless max_wait says
 _READ_SIZE = 1 << 16
 _PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0))
 
@@ -317,7 +318,7 @@ async def _read_lines(
                     priority="batch",
                     tag=item.request.tag or run.tag,
                     failure_mode="wait",
-                    max_wait=run.max_wait,
+                    max_wait=DEFAULT_MAX_WAIT if run.max_wait is None else run.max_wait,
                 )
                 calls.start_soon(_call_line, rt, run, seq, item, request, slots)
             if not chunk:
@@ -678,9 +679,10 @@ async def run_batch(
             open breaker, waits past ``max_wait``), ``all`` or ``none``. The output is
             rewritten without them atomically (a new file renamed over it) before the run
             appends, so a crash at any moment loses no line; ``summary.redone`` counts them.
-        max_wait: seconds a line's call may wait out an open breaker, a spent retry budget or
-            a cooldown before it fails with the error that kept it waiting (every batch call
-            waits rather than failing fast; None: no limit but the attempt limit).
+        max_wait: seconds a line's call may wait out an open breaker, a spent retry budget,
+            a cooldown or retriable failures before it fails with the error that kept it
+            waiting (every batch call waits rather than failing fast, with no attempt limit;
+            None: ``DEFAULT_MAX_WAIT``, 10 minutes).
 
     Returns:
         The final counts, also when interrupted (``summary.interrupted`` says how).

@@ -9,18 +9,27 @@ when the attempt ends, which refunds the difference.
 
 For each account the worst case is compared with what is left:
 
-* more than ``limit - spent``: it can never fit (spending only grows), so the call is refused
-  with :class:`~sluice._errors.BudgetExceeded` before it is sent, naming what is left;
-* more than ``limit - spent - reserved``: it fits only once calls in flight settle, so it waits
-  in its queue (a settlement wakes it);
+* more than ``limit - spent - reserved``, but no more than ``limit - spent``: it fits only once
+  calls in flight settle, so it waits in its queue (a settlement wakes it);
+* more than ``limit - spent``: it can never fit as asked (spending only grows). A call that set
+  its own ``max_tokens`` is refused with :class:`~sluice._errors.BudgetExceeded` before it is
+  sent, naming what is left. A call that set none reserves a guess (the provider's
+  ``expected_output_tokens``), not a bound the provider knows of, so refusing it would refuse
+  work the budget may well pay for (a budget near its end would refuse cheap calls with most of
+  it left). It waits while calls in flight still hold reservations (they may settle below
+  them); then, with nothing in flight, it goes with ``max_tokens`` lowered to what the money
+  and tokens left can pay for (:attr:`BudgetHold.max_output`, at least ``MIN_CAPPED_OUTPUT``
+  tokens, else it is refused). Its reply may stop early (``finish_reason`` ``length``), but the
+  budget can no longer be passed: the provider itself bounds the output.
 * otherwise it is reserved and admitted.
 
 Since every admitted attempt holds its worst case until it settles, ``spent + reserved`` never
 exceeds the limit, so the calls in flight together can never overshoot it. That holds as far
 as the worst case holds: output cannot pass ``max_tokens``, but a call without ``max_tokens``
-reserves the provider's ``expected_output_tokens`` and the prompt is an estimate (about four
-characters a token); set ``max_tokens`` where the limit must be hard. An attempt that ends with
-no usage reported (cancelled or broken after output began) is charged its whole reservation.
+that fits reserves the provider's ``expected_output_tokens`` and is sent without a limit, and
+the prompt is an estimate (about four characters a token); set ``max_tokens`` where the limit
+must be hard. An attempt that ends with no usage reported (cancelled or broken after output
+began) is charged its whole reservation.
 
 A money budget refuses calls to models without a price: their cost would be a guess.
 
@@ -50,8 +59,15 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .._limits.cost import Cost
+    from .prices import ModelPrice
 
-__all__ = ["Budget", "BudgetBook", "BudgetClaim", "BudgetHold", "BudgetStatus"]
+_MILLION = 1_000_000
+
+__all__ = ["MIN_CAPPED_OUTPUT", "Budget", "BudgetBook", "BudgetClaim", "BudgetHold", "BudgetStatus"]
+
+MIN_CAPPED_OUTPUT = 16
+"""The fewest output tokens a call is sent with when the budget lowers its ``max_tokens``: a
+reply cut shorter is rarely worth paying for, so below this the call is refused instead."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -76,6 +92,9 @@ class BudgetClaim(Record):
     provider: str
     model: str
     tag: str | None = None
+    output_set: bool = True
+    """The call set ``max_tokens`` itself. False: the output of its cost is the configured
+    guess, which a budget near its end may lower (see :attr:`BudgetHold.max_output`)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -125,6 +144,9 @@ class BudgetHold(Record):
     tokens: int
     claim: BudgetClaim
     settled: bool = False
+    max_output: int | None = None
+    """The ``max_tokens`` the attempt must be sent with, when the budget lowered its guessed
+    output to what is left (None: as asked)."""
 
 
 def _usd(micros: int) -> str:
@@ -192,54 +214,131 @@ class BudgetBook:
     def hold(self, claim: BudgetClaim, cost: Cost) -> BudgetHold | BudgetExceeded | None:
         """Reserve ``cost``'s worst case for an attempt of ``claim``.
 
-        Returns the hold, a :class:`BudgetExceeded` when it can never fit, or None when it
-        fits only after attempts in flight settle (ask again then).
+        Returns the hold (with ``max_output`` set when the budget lowered a guessed output),
+        a :class:`BudgetExceeded` when it can never fit, or None when it fits only after
+        attempts in flight settle (ask again then).
         """
         accounts = self.accounts_for(claim)
-        tokens = cost.input_tokens + cost.output_tokens
-        micros: int | None = 0
+        if not accounts:
+            return self._reserve(accounts, claim, 0, cost.input_tokens + cost.output_tokens)
+        price = None
         if any(a.budget.max_micros is not None for a in accounts):
             price = self.prices.lookup(claim.provider, claim.model)
-            micros = None if price is None else worst_case_micros(price, cost)
-        wait = False
+            if price is None:
+                account = next(a for a in accounts if a.budget.max_micros is not None)
+                account.refused += 1
+                return BudgetExceeded(
+                    f"the {account.budget.name} budget is in dollars and {claim.provider}:"
+                    f"{claim.model} has no known price, so its cost cannot be bounded; give"
+                    " it a price in ledger.prices"
+                )
+        micros = 0 if price is None else worst_case_micros(price, cost)
+        tokens = cost.input_tokens + cost.output_tokens
+        short = self._short(accounts, micros, tokens)
+        if short is None:
+            if any(self._waits(a, micros, tokens) for a in accounts):
+                return None
+            return self._reserve(accounts, claim, micros, tokens)
+        if not claim.output_set:
+            if any(a.reserved_micros or a.reserved_tokens for a in accounts):
+                return None  # calls in flight may settle below their reservations
+            output = self._affordable_output(accounts, price, cost)
+            if output >= MIN_CAPPED_OUTPUT:
+                capped = attrs.evolve(cost, output_tokens=output)
+                micros = 0 if price is None else worst_case_micros(price, capped)
+                held = self._reserve(accounts, claim, micros, cost.input_tokens + output)
+                held.max_output = output
+                return held
+        short.refused += 1
+        return self._refusal(short, claim, cost, micros, tokens)
+
+    @staticmethod
+    def _short(accounts: Sequence[_Account], micros: int, tokens: int) -> _Account | None:
+        """The first account whose budget left (reservations aside) is below the worst case."""
         for account in accounts:
             budget = account.budget
-            if budget.max_micros is not None:
-                if micros is None:
-                    account.refused += 1
-                    return BudgetExceeded(
-                        f"the {budget.name} budget is in dollars and {claim.provider}:"
-                        f"{claim.model} has no known price, so its cost cannot be bounded; give"
-                        " it a price in ledger.prices"
-                    )
-                left = budget.max_micros - account.spent_micros
-                if micros > left:
-                    account.refused += 1
-                    return BudgetExceeded(
-                        f"the {budget.name} budget has {_usd(max(0, left))} left of"
-                        f" {_usd(budget.max_micros)}, and this call may cost up to"
-                        f" {_usd(micros)} ({cost.input_tokens} prompt tokens estimated,"
-                        f" {cost.output_tokens} output tokens at most)"
-                    )
-                wait = wait or micros > left - account.reserved_micros
-            if budget.max_tokens is not None:
-                left = budget.max_tokens - account.spent_tokens
-                if tokens > left:
-                    account.refused += 1
-                    return BudgetExceeded(
-                        f"the {budget.name} budget has {max(0, left)} tokens left of"
-                        f" {budget.max_tokens}, and this call may use up to {tokens}"
-                    )
-                wait = wait or tokens > left - account.reserved_tokens
-        if wait:
-            return None
-        held = BudgetHold(accounts, micros or 0, tokens, claim)
+            if budget.max_micros is not None and micros > budget.max_micros - account.spent_micros:
+                return account
+            if budget.max_tokens is not None and tokens > budget.max_tokens - account.spent_tokens:
+                return account
+        return None
+
+    @staticmethod
+    def _waits(account: _Account, micros: int, tokens: int) -> bool:
+        """Whether the worst case fits ``account`` only once reservations are settled."""
+        budget = account.budget
+        micros_left = budget.max_micros
+        if micros_left is not None:
+            micros_left -= account.spent_micros + account.reserved_micros
+            if micros > micros_left:
+                return True
+        if budget.max_tokens is not None:
+            return tokens > budget.max_tokens - account.spent_tokens - account.reserved_tokens
+        return False
+
+    @staticmethod
+    def _affordable_output(
+        accounts: Sequence[_Account], price: ModelPrice | None, cost: Cost
+    ) -> int:
+        """The most output tokens (up to ``cost``'s) every account's budget left pays for,
+        beside the prompt's worst case; negative when not even the prompt fits."""
+        output = cost.output_tokens
         for account in accounts:
-            account.reserved_micros += held.micros
+            budget = account.budget
+            if budget.max_micros is not None and price is not None:
+                p = price.for_prompt(cost.input_tokens)
+                left = (budget.max_micros - account.spent_micros) * _MILLION
+                left -= cost.input_tokens * max(p.input, p.cache_write)
+                if p.output > 0:
+                    output = min(output, left // p.output)
+                elif left < 0:
+                    output = -1
+            if budget.max_tokens is not None:
+                left_tokens = budget.max_tokens - account.spent_tokens - cost.input_tokens
+                output = min(output, left_tokens)
+        return output
+
+    def _reserve(
+        self, accounts: tuple[_Account, ...], claim: BudgetClaim, micros: int, tokens: int
+    ) -> BudgetHold:
+        held = BudgetHold(accounts, micros, tokens, claim)
+        for account in accounts:
+            account.reserved_micros += micros
             account.reserved_tokens += tokens
         if accounts:
             self._holds.add(held)
         return held
+
+    @staticmethod
+    def _refusal(
+        account: _Account, claim: BudgetClaim, cost: Cost, micros: int, tokens: int
+    ) -> BudgetExceeded:
+        budget = account.budget
+        if not claim.output_set:
+            left = []
+            if budget.max_micros is not None:
+                left.append(_usd(max(0, budget.max_micros - account.spent_micros)))
+            if budget.max_tokens is not None:
+                left.append(f"{max(0, budget.max_tokens - account.spent_tokens)} tokens")
+            return BudgetExceeded(
+                f"the {budget.name} budget has {' and '.join(left)} left, less than this call's"
+                f" prompt ({cost.input_tokens} tokens estimated) and {MIN_CAPPED_OUTPUT} output"
+                " tokens cost"
+            )
+        if budget.max_micros is not None and micros > budget.max_micros - account.spent_micros:
+            micros_left = budget.max_micros - account.spent_micros
+            return BudgetExceeded(
+                f"the {budget.name} budget has {_usd(max(0, micros_left))} left of"
+                f" {_usd(budget.max_micros)}, and this call may cost up to"
+                f" {_usd(micros)} ({cost.input_tokens} prompt tokens estimated,"
+                f" {cost.output_tokens} output tokens at most)"
+            )
+        assert budget.max_tokens is not None
+        tokens_left = budget.max_tokens - account.spent_tokens
+        return BudgetExceeded(
+            f"the {budget.name} budget has {max(0, tokens_left)} tokens left of"
+            f" {budget.max_tokens}, and this call may use up to {tokens}"
+        )
 
     def settle(self, held: BudgetHold, usage: Usage | None) -> bool:
         """The attempt ended: charge its real usage, refund the rest of its reservation.
