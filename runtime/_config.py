@@ -63,6 +63,7 @@ Generous: an image returned inline as base64 fits in one line."""
 MAX_EVENT_BYTES = 32 * 1024 * 1024
 """Default cap on the data of one SSE event (all its ``data:`` lines together)."""
 
+
 @attrs.frozen(kw_only=True, repr=False)
 class WindowLimit(Record):
     """At most ``limit`` units of ``dimension`` admitted in any ``per`` seconds."""
@@ -460,6 +461,10 @@ class MetricsConfig(Record):
     """Serve ``GET /metrics`` on this port (0: any free port; ``rt.metrics_port`` says which)."""
     host: str = "127.0.0.1"
     """The address the endpoint listens on."""
+    max_label_values: int = attrs.field(default=100, validator=ge(1))
+    """Distinct values each caller-chosen label (model, quota key, breaker) keeps a series for;
+    later values are counted under ``other``, so callers naming models cannot grow the series
+    without bound."""
 
     @property
     def active(self) -> bool:
