@@ -34,6 +34,7 @@ __all__ = [
     "BudgetConfig",
     "CacheConfig",
     "Deployment",
+    "GatewayConfig",
     "LedgerConfig",
     "MetricsConfig",
     "TracingConfig",
@@ -485,6 +486,24 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float |
         raise ValueError(f"'{attribute.name}' must be above 0 or null, got {value!r}")
 
 
+def _model_names(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not all(isinstance(n, str) and n for n in value):
+        raise ValueError(f"'{attribute.name}' must be a list of non-empty model names")
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class GatewayConfig(Record):
+    """Settings of the gateway (``sluice serve``) that live in the config file (``[gateway]``)."""
+
+    models: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple), validator=_model_names
+    )
+    """The only model names the gateway serves: ``provider:model``, an alias or a group name
+    (aliases and groups are always served). Any other name is refused with 404 before the
+    runtime makes anything for it. None: every model a configured provider can serve.
+    ``sluice serve --models`` overrides it."""
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class RuntimeConfig(Record):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
@@ -516,6 +535,8 @@ class RuntimeConfig(Record):
     """Prometheus metrics (off unless enabled)."""
     tracing: TracingConfig = TracingConfig()
     """OpenTelemetry traces (off unless enabled)."""
+    gateway: GatewayConfig = GatewayConfig()
+    """What ``sluice serve`` reads from the config (the runtime itself ignores it)."""
     groups: Mapping[str, ModelGroup] = attrs.field(factory=dict, validator=_group_names)
     """Model groups by name: a call whose model is a group's name goes to one of its
     deployments (see :class:`ModelGroup`). A name holds no ``:``."""
