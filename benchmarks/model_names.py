@@ -12,11 +12,11 @@ calls, each to a model name never used before (``sim:m-<i>``), ``--concurrency``
 Before the names and after each round it reads the server's RSS (``/proc/PID/status``) and
 scrapes ``/metrics`` (size, lines, distinct ``model`` label values).
 
-It prints one line per sample and then one JSON line. Flat RSS and a flat ``/metrics`` from one
-round to the next is the goal (issues 27 and 29): the state a name makes is dropped or folded
-(``other``) once many names exist. The ledger keeps one row per model, which is the record, so
-a little growth per new name remains. ``--sluice`` runs another build (a command line, split on
-spaces) to compare with.
+It prints one line per sample to stderr, then one JSON line to stdout. Flat RSS and a flat
+``/metrics`` from one round to the next is the goal (issues 27 and 29): the state a name makes
+is dropped or folded (``other``) once many names exist. The ledger keeps one row per model,
+which is the record, so a little growth per new name remains. ``--sluice`` runs another build
+(a command line, split on spaces) to compare with.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ async def run(args: argparse.Namespace, pid: int, url: str) -> dict[str, Any]:
         await calls(client, ["sim:sim-small"] * args.warmup, args.concurrency)
         await trio.sleep(1)
         samples.append({"names": 0, "rss_mb": rss_mb(pid), **await scrape(client)})
-        print(json.dumps(samples[-1]), flush=True)
+        print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
         for r in range(args.rounds):
             names = [f"sim:m-{r * args.names + i}" for i in range(args.names)]
             started = time.perf_counter()
@@ -127,7 +127,7 @@ async def run(args: argparse.Namespace, pid: int, url: str) -> dict[str, Any]:
                 "seconds": round(elapsed, 1),
             }
             samples.append(sample)
-            print(json.dumps(sample), flush=True)
+            print(json.dumps(sample), file=sys.stderr, flush=True)
     first, last = samples[0], samples[-1]
     return {
         "names": last["names"],
@@ -137,6 +137,7 @@ async def run(args: argparse.Namespace, pid: int, url: str) -> dict[str, Any]:
         "metrics_bytes": [s["metrics_bytes"] for s in samples],
         "metrics_lines": [s["metrics_lines"] for s in samples],
         "model_label_values": [s["models"] for s in samples],
+        "statuses": [s["statuses"] for s in samples[1:]],
     }
 
 
