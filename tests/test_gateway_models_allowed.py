@@ -50,7 +50,7 @@ async def test_an_unknown_model_gets_404_in_openai_and_anthropic_format_and_make
         assert "'sim:m-2' is not served here" in reply["error"]["message"]
 
         for refused in ("m-3", "", 7):  # bare, empty, not a string: all outside the list
-            status, _, _ = await gw.call("/v1/chat/completions", chat_body(refused))
+            status, _, _ = await gw.call("/v1/chat/completions", {**chat_body(), "model": refused})
             assert status == 404
         held = await runtime_names(gw)
         assert not any("m-1" in h or "m-2" in h or "m-3" in h for h in held)

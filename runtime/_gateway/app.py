@@ -20,7 +20,7 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -66,6 +66,10 @@ _KEY_PERIOD = 60.0
 _ENDS = (Completed, Failed)
 
 
+def _name_set(names: Iterable[str] | None) -> frozenset[str] | None:
+    return None if names is None else frozenset(names)
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class GatewaySettings(Record):
     """How the gateway names models and who may call it."""
@@ -80,9 +84,7 @@ class GatewaySettings(Record):
     """SHA-256 of the admin token; None turns the admin API off."""
     expected_output_tokens: int = 1024
     """Output tokens a key's tokens-per-minute reserves for a call that sets no max_tokens."""
-    models: frozenset[str] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(frozenset)
-    )
+    models: frozenset[str] | None = attrs.field(default=None, converter=_name_set)
     """The only model names served (``provider:model``, aliases, group names), aliases and
     the config's groups always included; any other is refused with 404. None: any model."""
 

@@ -333,8 +333,8 @@ class _SnapshotCollector(Collector):
             counts = states.setdefault(fold(provider), dict.fromkeys(_BREAKER_STATES, 0.0))
             counts[state] += 1.0
         for provider, counts in states.items():
-            for s, n in counts.items():
-                breaker.add_metric([provider, s], n)
+            for s, count in counts.items():
+                breaker.add_metric([provider, s], count)
         yield breaker
         budget = GaugeMetricFamily(
             "sluice_retry_budget_available", "Retries the process-wide retry budget allows now."
