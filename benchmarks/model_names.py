@@ -98,9 +98,16 @@ async def calls(client: httpx.AsyncClient, names: list[str], concurrency: int) -
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[str, Any]:
-    text = (await client.get("/metrics")).text
+    started = time.perf_counter()
+    text = (await client.get("/metrics", timeout=600)).text
+    took = time.perf_counter() - started
     models = set(re.findall(r'model="([^"]*)"', text))
-    return {"metrics_bytes": len(text), "metrics_lines": text.count("\n"), "models": len(models)}
+    return {
+        "metrics_bytes": len(text),
+        "metrics_lines": text.count("\n"),
+        "models": len(models),
+        "scrape_seconds": round(took, 3),
+    }
 
 
 async def run(args: argparse.Namespace, pid: int, url: str) -> dict[str, Any]:
@@ -137,6 +144,7 @@ async def run(args: argparse.Namespace, pid: int, url: str) -> dict[str, Any]:
         "metrics_bytes": [s["metrics_bytes"] for s in samples],
         "metrics_lines": [s["metrics_lines"] for s in samples],
         "model_label_values": [s["models"] for s in samples],
+        "scrape_seconds": [s["scrape_seconds"] for s in samples],
         "statuses": [s["statuses"] for s in samples[1:]],
     }
 
