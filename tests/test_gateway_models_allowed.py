@@ -49,6 +49,8 @@ async def test_an_unknown_model_gets_404_in_openai_and_anthropic_format_and_make
         assert reply["error"]["type"] == "not_found_error"
         assert "'sim:m-2' is not served here" in reply["error"]["message"]
 
+        status, _, body = await gw.call("/v1/chat/completions", chat_body("sim:" + "x" * 5000))
+        assert status == 404 and len(body) < 500  # a long name is not echoed back whole
         for refused in ("m-3", "", 7):  # bare, empty, not a string: all outside the list
             status, _, _ = await gw.call("/v1/chat/completions", {**chat_body(), "model": refused})
             assert status == 404

@@ -354,7 +354,7 @@ class Gateway:
                 respond,
                 wire,
                 404,
-                f"the model {shown!r} is not served here; GET /v1/models lists the ones that are",
+                f"the model {shown[:200]!r} is not served here (the gateway's model list)",
                 "invalid_request_error",
                 "not_found_error",
                 code="model_not_found",
