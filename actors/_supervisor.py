@@ -192,16 +192,16 @@ class SupervisorPeers(Record):
         if config is None:
             return None
         key = provider.name if config.scope == "provider" else f"{provider.name}:{model}"
-        return self.breakers.get_or_make(
-            key,
-            lambda: CircuitBreaker(
-                min_failures=config.min_failures,
-                failure_rate=config.failure_rate,
-                window=config.window,
-                open_for=config.open_for,
-            ),
-            now,
+        found = self.breakers.find(key)
+        if found is not None:
+            return found
+        made = CircuitBreaker(
+            min_failures=config.min_failures,
+            failure_rate=config.failure_rate,
+            window=config.window,
+            open_for=config.open_for,
         )
+        return self.breakers.add(key, made, now)
 
 
 async def run_supervisor(

@@ -256,18 +256,25 @@ class Breakers(Mapping[str, CircuitBreaker]):
         self._by_key: dict[str, CircuitBreaker] = {}
         self._sweep_at = kept
 
+    def find(self, key: str) -> CircuitBreaker | None:
+        """The breaker for ``key``, or None when there is none (never made, or forgotten)."""
+        return self._by_key.get(key)
+
+    def add(self, key: str, breaker: CircuitBreaker, now: float) -> CircuitBreaker:
+        """Hold ``breaker`` for ``key`` (which has none), after a sweep of the idle ones when
+        the map is at its size to sweep at; returns ``breaker``."""
+        by_key = self._by_key
+        if len(by_key) >= self._sweep_at:
+            self.sweep(now)
+        by_key[key] = breaker
+        return breaker
+
     def get_or_make(
         self, key: str, make: Callable[[], CircuitBreaker], now: float
     ) -> CircuitBreaker:
-        """The breaker for ``key``, made with ``make()`` if there is none (after a sweep of
-        the idle ones, when the map is at its size to sweep at)."""
-        by_key = self._by_key
-        found = by_key.get(key)
-        if found is None:
-            if len(by_key) >= self._sweep_at:
-                self.sweep(now)
-            found = by_key[key] = make()
-        return found
+        """The breaker for ``key``, made with ``make()`` (and added) if there is none."""
+        found = self._by_key.get(key)
+        return found if found is not None else self.add(key, make(), now)
 
     def sweep(self, now: float) -> int:
         """Forget every idle breaker; return how many were forgotten."""
