@@ -10,6 +10,11 @@ An attempt is admitted when, for its key: the quota is not exhausted, no cooldow
 its turn in the post-cooldown spread has come, a pending slot and an open-stream slot are free,
 and every window has room for its cost. Its tokens are reserved at admission and settled with
 the real usage when the attempt ends.
+
+Keys are made on first use, so with ``rate_limit.key = "model"`` callers naming models make
+keys. Once many exist, a key whose state carries nothing is dropped (see :func:`_at_rest`): no
+waiter, nothing in flight, every window empty, no limit learned, no cooldown or spread left, an
+adaptive limit back at its cap. Made again on its next use, it behaves exactly as it would have.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ _NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
 """The hold of an attempt no budget applies to (settling it changes nothing)."""
 _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
+KEYS_KEPT = 256
+"""Quota keys kept before the limiter first looks for keys at rest to drop."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -149,6 +156,29 @@ def _cooling(key: _Key, now: float) -> RateLimited:
     )
 
 
+def _at_rest(key: _Key, now: float) -> bool:
+    """Whether ``key``'s own state says nothing a fresh key would not: no waiter, no ticket out,
+    no cooldown, exhaustion, spread or pending wake-up ahead, the adaptive limit at its cap
+    (then its other fields are only read after a congestion signal, which resets them). The
+    store's side (windows, learned limits) is the store's to judge (``QuotaStore.forget``)."""
+    if key.waiters or key.pending or key.open_streams:
+        return False
+    if key.cooldown_end > now or key.learn_after > now:
+        return False
+    if key.exhausted_error is not None and key.exhausted_until > now:
+        return False
+    if key.spread and key.spread[-1] > now:
+        return False
+    if key.spread_armed and now < key.cooldown_end + min(
+        key.limits.cooldown_jitter, key.cooldown_wait
+    ):
+        return False  # a spread still to start would place admissions after now
+    if now < key.wake < math.inf:
+        return False
+    adaptive = key.adaptive
+    return adaptive is None or adaptive.limit >= adaptive.cap
+
+
 def _refuse(waiter: Acquire, error: CallError) -> None:
     try:
         waiter.reply_to.send_nowait(Refusal(error))
@@ -163,6 +193,7 @@ async def run_rate_limiter(
     ticket_numbers: Iterator[int] | None = None,
     budget: BudgetBook | None = None,
     *,
+    keys_kept: int = KEYS_KEPT,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admissions until every sender of ``inbox`` is closed.
@@ -182,6 +213,11 @@ async def run_rate_limiter(
     every budget it falls under, waits while it fits only after attempts in flight settle, and
     is refused with ``BudgetExceeded`` when it can never fit (see :mod:`sluice._ledger.budget`).
     ``Settle`` charges the real usage and refunds the rest of the reservation.
+
+    Keys: at most ``max(keys_kept, 2 * busy)`` are held, ``busy`` being the keys not at rest at
+    the last sweep; a sweep runs when a new key would pass that size and drops every key at
+    rest (see :func:`_at_rest` and ``QuotaStore.forget``), so its cost is amortized constant
+    per key made, and while fewer than ``keys_kept`` keys are in use none is dropped.
     """
     if budget is not None:
         budget.charge_outstanding()  # a crashed instance's tickets will never be settled
@@ -190,6 +226,7 @@ async def run_rate_limiter(
         rng,
         ticket_numbers if ticket_numbers is not None else itertools.count(1),
         budget,
+        keys_kept,
     )
     task_status.started()
     try:
@@ -207,8 +244,12 @@ class _Limiter:
         rng: random.Random,
         numbers: Iterator[int],
         budget: BudgetBook | None = None,
+        keys_kept: int = KEYS_KEPT,
     ) -> None:
         self.store = store
+        self.keys_kept = keys_kept
+        self.sweep_at = keys_kept
+        """A new key when this many are held sweeps the keys at rest first."""
         self.rng = rng
         self.numbers = numbers
         self.keys: dict[str, _Key] = {}
@@ -243,6 +284,8 @@ class _Limiter:
                 case Acquire(key=name):
                     touched = keys.get(name)
                     if touched is None:
+                        if len(keys) >= self.sweep_at:
+                            self.sweep(now)
                         touched = keys[name] = _new_key(name, msg.limits)
                     if msg.fail_on_cooldown and touched.cooldown_end > now:
                         _refuse(msg, _cooling(touched, now))
@@ -284,6 +327,19 @@ class _Limiter:
                 if key.wake == when:
                     await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    def sweep(self, now: float) -> int:
+        """Drop every key at rest whose store state carries nothing; return how many."""
+        keys, store, waiting = self.keys, self.store, self.budget_waiting
+        dropped = [
+            key
+            for key in keys.values()
+            if key not in waiting and _at_rest(key, now) and store.forget(key.name, key.specs, now)
+        ]
+        for key in dropped:
+            del keys[key.name]
+        self.sweep_at = max(self.keys_kept, 2 * len(keys))
+        return len(dropped)
 
     async def _pump_budget_waiting(self, settled: _Key, now: float) -> None:
         """A settlement may have refunded budget: look again at keys waiting on budget."""

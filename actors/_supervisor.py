@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
-from sluice._breaker import NO_TICKET, CircuitBreaker, Ticket
+from sluice._breaker import NO_TICKET, Breakers, CircuitBreaker, Ticket
 from sluice._config import RetryConfig
 from sluice._errors import (
     CallError,
@@ -160,7 +160,8 @@ class SupervisorPeers(Record):
     resolve: Callable[[str], Awaitable[Route]]
     """Finds (starting it if needed) the provider actor for a ``provider:model`` fallback."""
     budget: RetryBudget
-    breakers: dict[str, CircuitBreaker] = attrs.field(factory=dict)
+    breakers: Breakers = attrs.field(factory=Breakers)
+    """One per model (or provider); idle ones are forgotten once there are many."""
     catch_bugs: bool = True
     """Fail only the affected call on a bug (production); tests may let bugs propagate."""
     in_flight: list[int] = attrs.field(factory=lambda: [0])
@@ -173,30 +174,34 @@ class SupervisorPeers(Record):
     def breaker_state(self, provider: ResolvedProvider, model: str, now: float) -> str:
         """``closed``, ``open`` or ``half_open`` for ``model`` of ``provider`` (``closed``
         when it has no breaker)."""
-        breaker = self.breaker(provider, model)
+        breaker = self.breaker(provider, model, now)
         return "closed" if breaker is None else breaker.state(now)
 
     def breaker_open(self, provider: ResolvedProvider, model: str, now: float) -> bool:
         """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open)."""
-        breaker = self.breaker(provider, model)
+        breaker = self.breaker(provider, model, now)
         return breaker is not None and breaker.state(now) == "open"
 
-    def breaker(self, provider: ResolvedProvider, model: str) -> CircuitBreaker | None:
+    def breaker(self, provider: ResolvedProvider, model: str, now: float) -> CircuitBreaker | None:
         """The breaker for ``model`` of ``provider``: one per model unless the provider's
-        config scopes it to the whole provider. Keyed ``provider:model`` or ``provider``."""
+        config scopes it to the whole provider. Keyed ``provider:model`` or ``provider``.
+
+        Look it up again after any wait without one of its tickets: an idle breaker may be
+        forgotten meanwhile (see :class:`~sluice._breaker.Breakers`)."""
         config = provider.breaker
         if config is None:
             return None
         key = provider.name if config.scope == "provider" else f"{provider.name}:{model}"
-        found = self.breakers.get(key)
-        if found is None:
-            found = self.breakers[key] = CircuitBreaker(
-                min_failures=config.min_failures,
-                failure_rate=config.failure_rate,
-                window=config.window,
-                open_for=config.open_for,
-            )
-        return found
+        found = self.breakers.find(key)
+        if found is not None:
+            return found
+        made = CircuitBreaker(
+            min_failures=config.min_failures,
+            failure_rate=config.failure_rate,
+            window=config.window,
+            open_for=config.open_for,
+        )
+        return self.breakers.add(key, made, now)
 
 
 async def run_supervisor(
@@ -377,7 +382,6 @@ class _CallRun:
         so a retryable failure returns at once for the call to move there.
         """
         peers, call = self.peers, self.call
-        breaker = peers.breaker(route.provider, route.model)
         waits = call.request.waits and last
         lost = 0
         corrections = NO_CORRECTIONS
@@ -399,6 +403,9 @@ class _CallRun:
                 continue
             retrying = None
             ticket = NO_TICKET
+            # Looked up per attempt: between attempts no ticket holds it, so an idle breaker
+            # may have been forgotten (and one made afresh in its place).
+            breaker = peers.breaker(route.provider, route.model, now)
             if breaker is not None:
                 admitted = breaker.admit(now)
                 if admitted is None:

@@ -16,6 +16,7 @@ from ._config import BreakerConfig as BreakerConfig
 from ._config import BudgetConfig as BudgetConfig
 from ._config import CacheConfig as CacheConfig
 from ._config import Deployment as Deployment
+from ._config import GatewayConfig as GatewayConfig
 from ._config import LedgerConfig as LedgerConfig
 from ._config import MetricsConfig as MetricsConfig
 from ._config import ModelConfig as ModelConfig
@@ -229,6 +230,7 @@ __all__ = [
     "FilePart",
     "FinishReason",
     "FirstToken",
+    "GatewayConfig",
     "GatewaySettings",
     "Hooks",
     "ImagePart",

@@ -18,18 +18,23 @@ broken connections); a bad request or a 429 does not (the caller decides which v
 
 Memory is bounded by ``window`` times the attempt rate: both logs are trimmed as they are
 appended to, so each append does amortized constant work whatever happened before.
+
+One breaker per model means one per name a caller chooses: :class:`Breakers` holds them and
+forgets the idle ones (closed, no failure in the window, no ticket out) once there are many, so
+a caller naming thousands of models cannot grow the map without bound (see :meth:`Breakers.get`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ["NO_TICKET", "CircuitBreaker", "Ticket"]
+__all__ = ["IDLE_KEPT", "NO_TICKET", "Breakers", "CircuitBreaker", "Ticket"]
 
 State = Literal["closed", "open", "half_open"]
 
@@ -87,6 +92,7 @@ class CircuitBreaker:
         "_epoch",
         "_failures",
         "_opened_at",
+        "_out",
         "_probing",
         "_started",
         "failure_rate",
@@ -112,6 +118,8 @@ class CircuitBreaker:
         self._causes: deque[str] = deque(maxlen=_CAUSES_KEPT)
         self._opened_at = -math.inf
         self._probing = False
+        self._out = 0
+        """Tickets handed out and not yet settled (the probe's included)."""
         self._epoch = 0
         """Changes whenever the breaker opens or closes, so that verdicts of attempts admitted
         in an earlier state are ignored."""
@@ -133,10 +141,12 @@ class CircuitBreaker:
             horizon = now - self.window
             while started[0] <= horizon:
                 started.popleft()
+            self._out += 1
             return Ticket(self, self._epoch, probe=False)
         if state == "open" or self._probing:
             return None
         self._probing = True
+        self._out += 1
         return Ticket(self, self._epoch, probe=True)
 
     def retry_in(self, now: float) -> float:
@@ -153,11 +163,27 @@ class CircuitBreaker:
         """The last failures recorded (oldest first): what opened or keeps it open."""
         return tuple(self._causes)
 
+    def idle(self, now: float) -> bool:
+        """Whether forgetting this breaker changes no decision that matters: it is closed, no
+        failure is left in its window and no ticket (probe or not) is out.
+
+        A breaker made afresh in its place starts closed with empty logs. What is lost is the
+        count of attempts started in the window, which only ever weighs against failures; a
+        fresh breaker still needs ``min_failures`` failures to open. A breaker that is open or
+        half-open, or has a failure in its window, or has a ticket out (whose verdict must
+        reach it) is never idle.
+        """
+        if self._out or self._opened_at != -math.inf:
+            return False
+        failures = self._failures
+        return not failures or failures[-1] <= now - self.window
+
     def sizes(self) -> tuple[int, int]:
         """Lengths of the internal logs (attempts started, failures): for memory tests."""
         return len(self._started), len(self._failures)
 
     def _settle(self, ticket: Ticket, ok: bool | None, now: float, cause: str | None) -> None:
+        self._out -= 1
         if ticket.probe:
             self._probing = False
             if ok is None:
@@ -201,3 +227,69 @@ class CircuitBreaker:
 
 NO_TICKET = Ticket(None, 0, probe=False)
 """The ticket of an attempt to a backend without a breaker: already settled, so a no-op."""
+
+IDLE_KEPT = 256
+"""Breakers a :class:`Breakers` holds before it first looks for idle ones to forget."""
+
+
+class Breakers(Mapping[str, CircuitBreaker]):
+    """Breakers by key (``provider:model`` or ``provider``), idle ones forgotten when many.
+
+    Bound: the map never holds more than ``max(kept, 2 * busy)`` breakers, where ``busy`` is
+    the number that were not :meth:`CircuitBreaker.idle` at the last sweep. A sweep runs when a
+    new breaker would pass that size: it drops every idle breaker and sets the next size to
+    sweep at, so its cost is amortized constant per breaker made. While fewer than ``kept``
+    keys are in use nothing is ever dropped, so a service with a fixed set of models keeps
+    every breaker's full history.
+
+    A caller holding a breaker must hold one of its tickets (or look it up again after any
+    wait): a breaker with no ticket out may be dropped, and what is recorded on a dropped
+    breaker is lost.
+    """
+
+    __slots__ = ("_by_key", "_sweep_at", "kept")
+
+    def __init__(self, kept: int = IDLE_KEPT) -> None:
+        if kept < 1:
+            raise ValueError("kept must be at least 1")
+        self.kept = kept
+        self._by_key: dict[str, CircuitBreaker] = {}
+        self._sweep_at = kept
+
+    def find(self, key: str) -> CircuitBreaker | None:
+        """The breaker for ``key``, or None when there is none (never made, or forgotten)."""
+        return self._by_key.get(key)
+
+    def add(self, key: str, breaker: CircuitBreaker, now: float) -> CircuitBreaker:
+        """Hold ``breaker`` for ``key`` (which has none), after a sweep of the idle ones when
+        the map is at its size to sweep at; returns ``breaker``."""
+        by_key = self._by_key
+        if len(by_key) >= self._sweep_at:
+            self.sweep(now)
+        by_key[key] = breaker
+        return breaker
+
+    def get_or_make(
+        self, key: str, make: Callable[[], CircuitBreaker], now: float
+    ) -> CircuitBreaker:
+        """The breaker for ``key``, made with ``make()`` (and added) if there is none."""
+        found = self._by_key.get(key)
+        return found if found is not None else self.add(key, make(), now)
+
+    def sweep(self, now: float) -> int:
+        """Forget every idle breaker; return how many were forgotten."""
+        by_key = self._by_key
+        idle = [key for key, breaker in by_key.items() if breaker.idle(now)]
+        for key in idle:
+            del by_key[key]
+        self._sweep_at = max(self.kept, 2 * len(by_key))
+        return len(idle)
+
+    def __getitem__(self, key: str) -> CircuitBreaker:
+        return self._by_key[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)

@@ -34,6 +34,7 @@ __all__ = [
     "BudgetConfig",
     "CacheConfig",
     "Deployment",
+    "GatewayConfig",
     "LedgerConfig",
     "MetricsConfig",
     "TracingConfig",
@@ -480,6 +481,10 @@ class MetricsConfig(Record):
     """Serve ``GET /metrics`` on this port (0: any free port; ``rt.metrics_port`` says which)."""
     host: str = "127.0.0.1"
     """The address the endpoint listens on."""
+    max_label_values: int = attrs.field(default=100, validator=ge(1))
+    """Distinct values each caller-chosen label (model, quota key, breaker) keeps a series for;
+    later values are counted under ``other``, so callers naming models cannot grow the series
+    without bound."""
 
     @property
     def active(self) -> bool:
@@ -498,6 +503,24 @@ class TracingConfig(Record):
 def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and not value > 0:
         raise ValueError(f"'{attribute.name}' must be above 0 or null, got {value!r}")
+
+
+def _model_names(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not all(isinstance(n, str) and n for n in value):
+        raise ValueError(f"'{attribute.name}' must be a list of non-empty model names")
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class GatewayConfig(Record):
+    """Settings of the gateway (``sluice serve``) that live in the config file (``[gateway]``)."""
+
+    models: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple), validator=_model_names
+    )
+    """The only model names the gateway serves: ``provider:model``, an alias or a group name
+    (aliases and groups are always served). Any other name is refused with 404 before the
+    runtime makes anything for it. None: every model a configured provider can serve.
+    ``sluice serve --models`` overrides it."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -531,6 +554,8 @@ class RuntimeConfig(Record):
     """Prometheus metrics (off unless enabled)."""
     tracing: TracingConfig = TracingConfig()
     """OpenTelemetry traces (off unless enabled)."""
+    gateway: GatewayConfig = GatewayConfig()
+    """What ``sluice serve`` reads from the config (the runtime itself ignores it)."""
     groups: Mapping[str, ModelGroup] = attrs.field(factory=dict, validator=_group_names)
     """Model groups by name: a call whose model is a group's name goes to one of its
     deployments (see :class:`ModelGroup`). A name holds no ``:``."""

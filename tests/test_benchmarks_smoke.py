@@ -328,3 +328,37 @@ def test_overhead_benchmark_measures_a_model_group_beside_one_provider() -> None
     assert report["group_deployments"] == 3
     assert report["sluice_group_cpu_s_per_1k"] > 0 and report["ratio_group"] > 0
     assert report["texts_match"] is True
+
+
+def test_model_names_benchmark_runs_sluice_serve_and_reports_rss_and_series() -> None:
+    report = _run_benchmark(
+        "benchmarks.model_names",
+        "--names",
+        "30",
+        "--rounds",
+        "1",
+        "--warmup",
+        "5",
+        "--concurrency",
+        "4",
+        timeout=120,
+    )
+    assert report["names"] == 30 and report["statuses"] == [{"200": 30}]
+    assert report["model_label_values"] == [1, 31]
+    assert report["rss_before_mb"] > 0 and report["rss_after_mb"] > 0
+    refused = _run_benchmark(
+        "benchmarks.model_names",
+        "--names",
+        "30",
+        "--rounds",
+        "1",
+        "--warmup",
+        "5",
+        "--concurrency",
+        "4",
+        "--models",
+        "sim:sim-small",
+        timeout=120,
+    )
+    assert refused["statuses"] == [{"404": 30}]
+    assert refused["model_label_values"] == [1, 1]

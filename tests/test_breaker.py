@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sluice
-from sluice._breaker import NO_TICKET, CircuitBreaker
+from sluice._breaker import NO_TICKET, Breakers, CircuitBreaker, Ticket
 from sluice._retry_budget import RetryBudget
 from sluice._retry_policy import blames_backend, describe
 
@@ -205,3 +205,132 @@ def test_budget_frees_a_retry_when_the_oldest_leaves_the_interval():
     assert budget.free_in(10.5) == 0.5
     empty = RetryBudget(0.0, 0.0, interval=5.0)
     assert empty.free_in(0.0) == 5.0
+
+
+# ---- idle breakers are forgotten, busy ones never ----------------------------------------
+
+
+def fresh() -> CircuitBreaker:
+    return CircuitBreaker(min_failures=5, failure_rate=0.5, window=30.0, open_for=10.0)
+
+
+def test_a_closed_breaker_with_no_failure_in_its_window_and_no_ticket_out_is_idle():
+    breaker = fresh()
+    assert breaker.idle(0.0)
+    ticket = breaker.admit(1.0)
+    assert ticket is not None
+    assert not breaker.idle(1.0)  # its verdict must reach this breaker
+    ticket.succeeded(2.0)
+    assert breaker.idle(2.0)
+    ticket = breaker.admit(3.0)
+    assert ticket is not None
+    ticket.failed(4.0, "HTTP 500")
+    assert not breaker.idle(4.0)
+    assert not breaker.idle(33.999)  # the failure is in the window
+    assert breaker.idle(34.0)  # it left it, as the breaker's own trimming counts
+
+
+def test_an_open_or_half_open_breaker_or_one_with_a_probe_out_is_never_idle():
+    breaker = opened()
+    assert not breaker.idle(5.0)
+    assert not breaker.idle(1000.0)  # half-open, however long ago it opened
+    probe = breaker.admit(1000.0)
+    assert probe is not None and probe.probe
+    assert not breaker.idle(1000.0)
+    probe.release()  # no verdict: still half-open
+    assert not breaker.idle(2000.0)
+    probe = breaker.admit(2000.0)
+    assert probe is not None
+    probe.succeeded(2001.0)
+    assert breaker.idle(2001.0)  # closed again, its logs cleared
+
+
+def test_a_ticket_released_without_a_verdict_still_counts_as_settled():
+    breaker = fresh()
+    tickets = [breaker.admit(0.0) for _ in range(3)]
+    for t in tickets:
+        assert t is not None
+        with t:
+            pass
+    assert breaker.idle(0.0)
+
+
+def make_breaker() -> CircuitBreaker:
+    return fresh()
+
+
+def test_breakers_forget_idle_ones_only_past_the_size_kept():
+    book = Breakers(kept=4)
+    made = [book.get_or_make(f"sim:m-{i}", make_breaker, 0.0) for i in range(4)]
+    assert len(book) == 4
+    assert book.get_or_make("sim:m-0", make_breaker, 0.0) is made[0]  # found, not made
+    book.get_or_make("sim:m-4", make_breaker, 1.0)  # the fifth: a sweep first
+    assert list(book) == ["sim:m-4"]
+
+
+def test_breakers_keep_every_busy_breaker_and_stay_within_twice_the_busy_ones():
+    book = Breakers(kept=4)
+    busy = []
+    for i in range(3):
+        breaker = book.get_or_make(f"sim:busy-{i}", make_breaker, 0.0)
+        ticket = breaker.admit(0.0)
+        assert ticket is not None
+        busy.append(ticket)
+    failing = book.get_or_make("sim:failing", make_breaker, 0.0)
+    ticket = failing.admit(0.0)
+    assert ticket is not None
+    ticket.failed(0.0, "HTTP 503")
+    opened_breaker = opened()
+    book._by_key["sim:open"] = opened_breaker  # an open breaker (made by hand, as a tenant)
+    high = 0
+    for i in range(10_000):
+        book.get_or_make(f"sim:m-{i}", make_breaker, 1.0 + i * 0.001)
+        high = max(high, len(book))
+    # 5 busy breakers (3 with a ticket out, 1 with a failure in its window, 1 open): the map
+    # never held more than max(kept, 2 * 5) breakers, and every busy one is the same object.
+    assert high == 10
+    for i, ticket in enumerate(busy):
+        assert book[f"sim:busy-{i}"] is ticket._breaker
+    assert book["sim:failing"] is failing
+    assert book["sim:open"] is opened_breaker
+    for ticket in busy:
+        ticket.succeeded(20.0)
+    book.sweep(40.0)  # the failure left its window at 30; the open breaker never goes
+    assert set(book) == {"sim:open"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.sampled_from(["admit", "ok", "fail", "none"])),
+        max_size=200,
+    )
+)
+def test_breakers_never_forget_a_breaker_that_is_not_idle(steps):
+    """Random traffic over 31 names, time moving on: whatever is swept was idle, and a
+    breaker with a ticket out is always the one in the map."""
+    book = Breakers(kept=2)
+    out: list[tuple[str, Ticket]] = []
+    now = 0.0
+    for name, action in steps:
+        now += 0.7
+        key = f"sim:m-{name}"
+        if action == "admit":
+            ticket = book.get_or_make(key, make_breaker, now).admit(now)
+            if ticket is not None:
+                out.append((key, ticket))
+        elif out:
+            key, ticket = out.pop(0)
+            if action == "ok":
+                ticket.succeeded(now)
+            elif action == "fail":
+                ticket.failed(now, "HTTP 500")
+            else:
+                ticket.release()
+        for key, ticket in out:
+            assert book[key] is ticket._breaker
+        before = dict(book)
+        book.sweep(now)
+        for key, breaker in before.items():
+            if key not in book:
+                assert breaker.idle(now)

@@ -123,6 +123,44 @@ def test_serve_refuses_bad_settings(capsys):
     assert "--workers must be at least 1" in capsys.readouterr().err
     assert main(["serve", "--alias", "nonsense"]) == 2
     assert "NAME=provider:model" in capsys.readouterr().err
+    assert main(["serve", "--models", " , "]) == 2
+    assert "--models: name at least one model" in capsys.readouterr().err
+
+
+def test_serve_models_refuses_every_other_model_with_404():
+    proc, url = _serve(
+        "--no-auth", "--models", "sim:sim-small,fast", "--alias", "fast=sim:sim-small"
+    )
+    try:
+        with httpx.Client(base_url=url, timeout=20) as client:
+            for model in ("sim:sim-small", "fast"):
+                reply = client.post(
+                    "/v1/chat/completions",
+                    json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                )
+                assert reply.status_code == 200, reply.text
+            reply = client.post(
+                "/v1/chat/completions",
+                json={"model": "sim:m-1", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert reply.status_code == 404
+            assert reply.json()["error"]["code"] == "model_not_found"
+            reply = client.post(
+                "/v1/messages",
+                headers={"anthropic-version": "2023-06-01"},
+                json={
+                    "model": "sim:m-1",
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+            )
+            assert reply.status_code == 404
+            assert reply.json()["error"]["type"] == "not_found_error"
+            assert "m-1" not in client.get("/metrics").text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
 
 
 def test_sigterm_lets_a_stream_in_flight_finish(tmp_path):

@@ -357,3 +357,15 @@ def test_totals_add_and_copy() -> None:
     b = a.copy()
     b.add(LedgerTotals(calls=2, unpriced=1))
     assert (a.calls, b.calls, b.unpriced, b.cost_usd) == (1, 3, 1, "0.000005")
+
+
+def test_the_price_lookup_cache_stays_bounded_and_answers_the_same_after_it_starts_over():
+    from sluice._ledger.prices import _CACHED, PriceTable
+
+    table = PriceTable()
+    first = table.lookup("openai", "gpt-4o-mini")
+    assert first is not None
+    for i in range(3 * _CACHED):
+        assert table.lookup("openai", f"caller-chosen-{i}") is None
+        assert len(table._cache) <= _CACHED
+    assert table.lookup("openai", "gpt-4o-mini") == first

@@ -221,9 +221,7 @@ def test_batch_serves_metrics_with_metrics_port(tmp_path):
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert len((tmp_path / "out.jsonl").read_bytes().splitlines()) == 3
     command[4] = str(tmp_path / "other.jsonl")
-    bad = subprocess.run(
-        [*command[:-1], "70000"], capture_output=True, timeout=60, check=False
-    )
+    bad = subprocess.run([*command[:-1], "70000"], capture_output=True, timeout=60, check=False)
     assert bad.returncode == 2 and b"--metrics-port" in bad.stderr
     assert not (tmp_path / "other.jsonl").exists()
 
@@ -267,3 +265,62 @@ async def test_a_synchronous_render_shows_gauges_at_most_five_seconds_old(autoju
             found = samples(rt.metrics.render().decode())
             assert value(found, "sluice_calls_in_flight") == 3
             assert value(found, "sluice_pending", key="sim") == 3
+
+
+def test_a_label_keeps_its_first_values_and_counts_the_rest_under_other():
+    from sluice._observe.metrics import OTHER, LabelValues
+
+    models = LabelValues(2)
+    assert [models.fold(m) for m in ("a", "b", "c", "a", "d", "b")] == [
+        "a",
+        "b",
+        OTHER,
+        "a",
+        OTHER,
+        "b",
+    ]
+    assert len(models) == 2
+    with pytest.raises(ValueError, match="at least one"):
+        LabelValues(0)
+    assert sluice.load_config({"metrics": {"max_label_values": 5}}).metrics.max_label_values == 5
+    with pytest.raises(sluice.ConfigError, match="max_label_values"):
+        sluice.load_config({"metrics": {"max_label_values": 0}})
+
+
+async def test_models_past_the_label_cap_are_counted_under_other_counters_and_gauges(
+    autojump_clock,
+):
+    """Ten models with a cap of three: three keep their series, the other seven are summed
+    under ``other`` in every family, the gauges' quota keys and breakers included."""
+    config = RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(key="model"))},
+        metrics=MetricsConfig(enabled=True, max_label_values=3),
+    )
+    sim = SimulatorConfig(ttft=0.0, tokens_per_second=10_000)
+    with trio.fail_after(60):
+        async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+            for i in range(10):
+                await rt.chat(f"sim:m-{i}", "hi", max_tokens=4)
+            text = (await rt.render_metrics()).decode()
+    found = samples(text)
+    models = {dict(ls).get("model") for (_, ls) in found} - {None}
+    assert models == {"m-0", "m-1", "m-2", "other"}
+    ok = {"provider": "sim", "outcome": "ok", "error_type": ""}
+    assert value(found, "sluice_calls_total", model="m-0", **ok) == 1
+    assert value(found, "sluice_calls_total", model="other", **ok) == 7
+    assert value(found, "sluice_attempts_total", model="other", **ok) == 7
+    assert (
+        value(
+            found, "sluice_call_duration_seconds_count", provider="sim", model="other", outcome="ok"
+        )
+        == 7
+    )
+    keys = {dict(ls).get("key") for (_, ls) in found} - {None}
+    assert keys == {"sim:m-0", "sim:m-1", "sim:m-2", "other"}
+    assert value(found, "sluice_admission_wait_seconds_count", key="other") == 7
+    assert value(found, "sluice_open_streams", key="other") == 0
+    breakers = {dict(ls)["provider"] for (n, ls) in found if n == "sluice_breaker_state"}
+    assert breakers == {"sim:m-0", "sim:m-1", "sim:m-2", "other"}
+    assert value(found, "sluice_breaker_state", provider="other", state="closed") == 7
+    assert value(found, "sluice_breaker_state", provider="sim:m-0", state="closed") == 1
+    assert value(found, "sluice_breaker_state", provider="sim:m-0", state="open") == 0

@@ -98,3 +98,17 @@ async def test_the_server_clock_is_used_unless_the_caller_gives_one(redis_url):
         assert isinstance(await store.reserve("k", specs, Cost(), 123456.0), Reservation)
         wait = await store.reserve("k", specs, Cost(), -99.0)  # the given times are ignored
         assert isinstance(wait, float) and 4.0 < wait <= 5.0
+
+
+async def test_forget_drops_the_local_note_of_a_key_only_once_its_cooldown_is_over(redis_url):
+    """The RateLimiter drops keys at rest; a shared store drops only what this process noted
+    (Redis expires the key's own state), and never a cooldown still running."""
+    async with coredis.Redis.from_url(redis_url, decode_responses=True) as client:
+        a, b = two_stores(client)
+        assert await a.cooldown("k", 5.0, 0.0) == 5.0
+        assert not a.forget("k", SPECS, 4.9)
+        assert await a.cooldown_left("k", 4.9) > 0
+        assert a.forget("k", SPECS, 5.0)
+        assert await a.cooldown_left("k", 1.0) == 0.0  # the note is gone
+        # The shared cooldown is Redis's: the other process's admission still waits it out.
+        assert await b.reserve("k", SPECS, Cost(), 1.0) == 4.0

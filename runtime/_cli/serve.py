@@ -28,6 +28,7 @@ def serve(
     no_metrics: Annotated[bool, Parameter(name="--no-metrics", negative=())] = False,
     default_provider: str | None = None,
     alias: list[str] | None = None,
+    models: str | None = None,
     max_body_mb: float = 16.0,
     header_timeout: float = 10.0,
     body_timeout: float = 30.0,
@@ -57,6 +58,9 @@ def serve(
         no_metrics: keep the runtime's metrics off and serve no /metrics.
         default_provider: provider for model names without a provider: prefix.
         alias: NAME=provider:model, a client-facing model name (repeatable).
+        models: the only models served, comma-separated (provider:model, alias or group
+            names; aliases and groups are always served): any other gets 404. Default: the
+            config's gateway.models, else any model.
         max_body_mb: largest request body, in MiB.
         header_timeout: seconds a client gets to send a request's head.
         body_timeout: seconds a client gets to send a request's body.
@@ -82,6 +86,11 @@ def serve(
         if not sep or ":" not in target or not name:
             return fail(f"--alias {item!r}: write NAME=provider:model")
         aliases[name] = target
+    allowed = None
+    if models is not None:
+        allowed = frozenset(m.strip() for m in models.split(",") if m.strip())
+        if not allowed:
+            return fail("--models: name at least one model (a,b,...), or leave it out")
     admin = os.environ.get(ADMIN_KEY_ENV) or None
     try:
         settings = GatewaySettings(
@@ -89,6 +98,7 @@ def serve(
             aliases=aliases,
             require_key=not no_auth,
             admin_token_hash=hash_token(admin) if admin else None,
+            models=allowed,
         )
         limits = ServerLimits(
             max_body_bytes=int(max_body_mb * 1024 * 1024),

@@ -25,7 +25,7 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -87,6 +87,10 @@ upstream does by default: several calls allowed, and no ``parallel_tool_calls`` 
 _CHAT_ROUTES: dict[bytes, Wire] = {b"/v1/chat/completions": "openai", b"/v1/messages": "anthropic"}
 
 
+def _name_set(names: Iterable[str] | None) -> frozenset[str] | None:
+    return None if names is None else frozenset(names)
+
+
 @attrs.frozen(kw_only=True, repr=False)
 class GatewaySettings(Record):
     """How the gateway names models and who may call it."""
@@ -101,6 +105,9 @@ class GatewaySettings(Record):
     """SHA-256 of the admin token; None turns the admin API off."""
     expected_output_tokens: int = 1024
     """Output tokens a key's tokens-per-minute reserves for a call that sets no max_tokens."""
+    models: frozenset[str] | None = attrs.field(default=None, converter=_name_set)
+    """The only model names served (``provider:model``, aliases, group names), aliases and
+    the config's groups always included; any other is refused with 404. None: any model."""
 
 
 class Gateway:
@@ -314,6 +321,17 @@ class Gateway:
             f"(for example 'sim:{name}')"
         )
 
+    def _serves(self, name: str) -> bool:
+        """Whether the allow-list (:attr:`GatewaySettings.models`) lets ``name`` through: it is
+        listed, is an alias or a group, or names a listed model through the default provider."""
+        allowed = self.settings.models
+        if allowed is None or name in allowed or name in self.settings.aliases:
+            return True
+        if name in self.rt.config.groups:
+            return True
+        provider = self.settings.default_provider
+        return provider is not None and ":" not in name and f"{provider}:{name}" in allowed
+
     def _protocol(self, provider: str) -> str:
         found = self._protocols.get(provider)
         if found is None:
@@ -390,6 +408,18 @@ class Gateway:
             return
         shown = body.get("model")
         shown = shown if isinstance(shown, str) else ""
+        if not self._serves(shown):
+            # Refused before anything (a breaker, a quota key, a series) is made for the name.
+            await _send_error(
+                respond,
+                wire,
+                404,
+                f"the model {shown[:200]!r} is not served here (the gateway's model list)",
+                "invalid_request_error",
+                "not_found_error",
+                code="model_not_found",
+            )
+            return
         try:
             model = self._resolve_model(shown, wire)
             if key is not None and not key.allows(model):

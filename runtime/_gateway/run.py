@@ -77,6 +77,9 @@ async def open_gateway(
     from .._runtime import open_runtime
 
     config = _with_budget_book(config if config is not None else config_from_env())
+    if config.gateway.models is not None and (settings is None or settings.models is None):
+        # The config's allow-list, unless the caller gave one (``sluice serve --models``).
+        settings = attrs.evolve(settings or GatewaySettings(), models=config.gateway.models)
     if metrics is True and not config.metrics.active:
         config = attrs.evolve(config, metrics=attrs.evolve(config.metrics, enabled=True))
     environ = runtime_options.get("environ")

@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 _MILLION = 1_000_000
+_CACHED = 4096
+"""Price lookups remembered before the cache starts over (it is keyed by caller-chosen names)."""
 
 
 def usd_to_micros(usd: float | int | str | Decimal) -> int:
@@ -265,7 +267,10 @@ class PriceTable:
                     break
             if found is not None:
                 break
-        self._cache[key] = found
+        cache = self._cache
+        if len(cache) >= _CACHED:
+            cache.clear()  # model names are the caller's: a cache of them must not grow forever
+        cache[key] = found
         return found
 
     def cost(self, provider: str, model: str, usage: Usage) -> int | None:

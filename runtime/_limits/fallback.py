@@ -165,3 +165,9 @@ class FallbackQuotaStore:
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         return self.local.usage(key, now) if self.is_local else self.primary.usage(key, now)
+
+    def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
+        # The local share's windows are in its own specs (a share of each limit).
+        if not self.local.forget(key, self._local_specs(specs), now):
+            return False
+        return self.primary.forget(key, specs, now)

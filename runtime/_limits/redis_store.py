@@ -291,6 +291,15 @@ class RedisQuotaStore:
         """Not known without a round trip: statistics of a shared store show no windows."""
         return {}
 
+    def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
+        """Drop this process's note of the key's cooldown once it is over (Redis expires the
+        key's own state)."""
+        if self._cooldowns.get(key, -math.inf) > now:
+            return False
+        self._cooldowns.pop(key, None)
+        self._usage.pop(key, None)
+        return True
+
 
 async def _ping(client: Any, url: str) -> None:
     from coredis.exceptions import RedisError

@@ -161,6 +161,13 @@ class QuotaStore(Protocol):
         """``{"dimension/period": (used, limit)}`` per window of ``key``, for statistics."""
         ...
 
+    def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
+        """Drop what this process keeps for ``key`` if it carries nothing: every window empty,
+        no limit learned (beyond ``specs``), no cooldown left. True when dropped (the next
+        reserve starts it afresh, exactly as before); False when something had to stay.
+        A shared store only drops its local notes: its server expires its own keys."""
+        ...
+
 
 _LEARNED_PERIOD = 60.0  # providers report per-minute limits in their headers
 
@@ -257,6 +264,20 @@ class MemoryQuotaStore:
                     # requests it saw before we started). Count the difference until its reset.
                     reset = item.reset if item.reset is not None else window.period
                     window.add_expiring(extra, now, min(reset, window.period))
+
+    def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
+        if self._cooldowns.get(key, -math.inf) > now:
+            return False
+        windows = self._windows.get(key)
+        if windows is not None:
+            configured = {(s.dimension, s.period): s.limit for s in specs}
+            for slot, window in windows.items():
+                window.expire(now)
+                if len(window) or configured.get(slot) != window.limit:
+                    return False  # admissions still counted, or a limit learned
+            del self._windows[key]
+        self._cooldowns.pop(key, None)
+        return True
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         windows = self._windows.get(key, {})

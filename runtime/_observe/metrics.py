@@ -6,7 +6,10 @@ prometheus_client as metric families at scrape time, which renders them; gauges 
 scrape time from a snapshot of ``Runtime.statistics()``. So the hot path pays almost nothing
 (measured in ``benchmarks/overhead.py --observed``), and the exposition is the library's.
 Labels are bounded: provider, model, quota key, outcome, error class, priority; never call
-ids, prompts or tags. docs/metrics.md lists every name.
+ids, prompts or tags. The values a caller chooses (the model, and so a per-model quota key or
+breaker) are capped per label by :class:`LabelValues`: the first ``max_label_values`` distinct
+values keep their own series, every later one is counted under ``other``. docs/metrics.md lists
+every name.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
     from sluice._messages import Usage
     from sluice._runtime import RuntimeStatistics
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "OTHER", "LabelValues", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -34,6 +37,37 @@ _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.15, 0.3, 0.6, 1.2)
 _WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 _BREAKER_STATES = ("closed", "open", "half_open")
+
+OTHER = "other"
+"""The label value every value past a label's cap is counted under."""
+
+
+class LabelValues:
+    """The values one caller-chosen label may take: the first ``cap`` distinct values seen,
+    then :data:`OTHER` for any value not among them. So the series a label makes are at most
+    ``cap + 1`` whatever names callers send, and a value once admitted keeps its series (a
+    counter never moves between series). Memory: at most ``cap`` strings."""
+
+    __slots__ = ("_seen", "cap")
+
+    def __init__(self, cap: int) -> None:
+        if cap < 1:
+            raise ValueError("a label needs room for at least one value")
+        self.cap = cap
+        self._seen: set[str] = set()
+
+    def fold(self, value: str) -> str:
+        """``value`` if it has (or now gets) a series of its own, else :data:`OTHER`."""
+        seen = self._seen
+        if value in seen:
+            return value
+        if len(seen) < self.cap:
+            seen.add(value)
+            return value
+        return OTHER
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 class Counter:
@@ -93,7 +127,13 @@ class Metrics:
     """The runtime's metrics: ``registry`` for a scraper of one's own, :meth:`render` for
     the text exposition format (what ``GET /metrics`` answers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_label_values: int = 100) -> None:
+        self.models = LabelValues(max_label_values)
+        """The ``model`` label's values (fold a model name through it before counting)."""
+        self.keys = LabelValues(max_label_values)
+        """The ``key`` label's values (quota keys: per model with ``rate_limit.key = "model"``)."""
+        self.breakers = LabelValues(max_label_values)
+        """The breaker gauge's ``provider`` values (``provider:model`` with per-model breakers)."""
         self.calls = Counter(
             "sluice_calls",
             "Calls ended, by outcome (ok, error, abandoned) and error class.",
@@ -147,7 +187,7 @@ class Metrics:
         self.restarts = Counter(
             "sluice_actor_restarts", "Actor crashes that were restarted.", ("actor",)
         )
-        self.gauges = _SnapshotCollector()
+        self.gauges = _SnapshotCollector(self.keys, self.breakers)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Families(self))
         self.registry.register(self.gauges)
@@ -189,7 +229,8 @@ class _Families(Collector):
 class _SnapshotCollector(Collector):
     """Gauges read from the last snapshot of the runtime's statistics (see ``refresh``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: LabelValues, breakers: LabelValues) -> None:
+        self.keys, self.breakers = keys, breakers
         self.stats: RuntimeStatistics | None = None
         self.extra: Callable[[], dict[str, float]] = dict
 
@@ -249,24 +290,51 @@ class _SnapshotCollector(Collector):
             "Seconds left of each quota key's cooldown after a 429.",
             labels=["key"],
         )
-        for key, ks in sorted(stats.quotas.items()):
-            open_streams.add_metric([key], ks.open_streams)
-            pending.add_metric([key], ks.pending)
+        # Keys past the cap are summed under ``other`` (the longest cooldown for cooldowns):
+        # used over limit of ``other`` is then the use of all of them together.
+        streams_of: dict[str, float] = {}
+        pending_of: dict[str, float] = {}
+        queued_of: dict[tuple[str, str], float] = {}
+        used_of: dict[tuple[str, str], float] = {}
+        limit_of: dict[tuple[str, str], float] = {}
+        cooldown_of: dict[str, float] = {}
+        fold = self.keys.fold
+        for name, ks in sorted(stats.quotas.items()):
+            key = fold(name)
+            streams_of[key] = streams_of.get(key, 0) + ks.open_streams
+            pending_of[key] = pending_of.get(key, 0) + ks.pending
             for priority, n in ks.queued.items():
-                queued.add_metric([key, priority], n)
+                queued_of[key, priority] = queued_of.get((key, priority), 0) + n
             for window, (u, lim) in ks.windows.items():
-                used.add_metric([key, window], u)
-                limit.add_metric([key, window], lim)
-            cooldown.add_metric([key], max(ks.cooldown_left, ks.exhausted_left))
+                used_of[key, window] = used_of.get((key, window), 0) + u
+                limit_of[key, window] = limit_of.get((key, window), 0) + lim
+            left = max(ks.cooldown_left, ks.exhausted_left)
+            cooldown_of[key] = max(cooldown_of.get(key, 0.0), left)
+        for gauge, values in (
+            (open_streams, streams_of),
+            (pending, pending_of),
+            (cooldown, cooldown_of),
+        ):
+            for key, value in values.items():
+                gauge.add_metric([key], value)
+        for gauge, pairs in ((queued, queued_of), (used, used_of), (limit, limit_of)):
+            for labels, value in pairs.items():
+                gauge.add_metric(list(labels), value)
         yield from (open_streams, pending, queued, used, limit, cooldown)
         breaker = GaugeMetricFamily(
             "sluice_breaker_state",
-            "1 for each provider's circuit breaker's current state.",
+            "1 for each provider's circuit breaker's current state (under 'other': how many"
+            " breakers past the label cap are in it).",
             labels=["provider", "state"],
         )
+        states: dict[str, dict[str, float]] = {}
+        fold = self.breakers.fold
         for provider, state in sorted(stats.breakers.items()):
-            for s in _BREAKER_STATES:
-                breaker.add_metric([provider, s], 1.0 if s == state else 0.0)
+            counts = states.setdefault(fold(provider), dict.fromkeys(_BREAKER_STATES, 0.0))
+            counts[state] += 1.0
+        for provider, counts in states.items():
+            for s, count in counts.items():
+                breaker.add_metric([provider, s], count)
         yield breaker
         budget = GaugeMetricFamily(
             "sluice_retry_budget_available", "Retries the process-wide retry budget allows now."

@@ -97,10 +97,11 @@ class Observer:
         error_type = type(error).__name__ if error is not None else ""
         metrics = self.metrics
         if metrics is not None:
-            metrics.calls.inc((provider, model, outcome, error_type))
-            metrics.duration.observe((provider, model, outcome), duration)
+            label = metrics.models.fold(model)  # a caller names models: capped, then "other"
+            metrics.calls.inc((provider, label, outcome, error_type))
+            metrics.duration.observe((provider, label, outcome), duration)
             if result is not None and result.timings.time_to_first_token is not None:
-                metrics.ttft.observe((provider, model), result.timings.time_to_first_token)
+                metrics.ttft.observe((provider, label), result.timings.time_to_first_token)
         if self.tracer is not None:
             self.tracer.call_ended(call, outcome, result, error)
         if self.hooks is not None and self.hooks.hooks.on_call_end is not None:
@@ -192,13 +193,14 @@ class Observer:
         metrics = self.metrics
         if metrics is not None:
             error_type = type(error).__name__ if error is not None else ""
-            metrics.attempts.inc((provider, model, result, error_type))
+            label = metrics.models.fold(model)
+            metrics.attempts.inc((provider, label, result, error_type))
             if usage is not None:
-                metrics.usage(provider, model, usage.usage, cost)
+                metrics.usage(provider, label, usage.usage, cost)
                 out = usage.usage.output_tokens
                 if result == "ok" and first_token_at is not None and out > 1:
                     itl = (trio.current_time() - first_token_at) / (out - 1)
-                    metrics.itl.observe((provider, model), itl)
+                    metrics.itl.observe((provider, label), itl)
         if self.tracer is not None and watch.span is not None:
             self.tracer.attempt_ended(
                 watch.span, call, result, error, usage.usage if usage else None, delivered
@@ -228,7 +230,7 @@ class Observer:
         """An attempt under quota key ``key`` was admitted after ``waited`` seconds."""
         metrics = self.metrics
         if metrics is not None:
-            metrics.admission_wait.observe((key,), waited)
+            metrics.admission_wait.observe((metrics.keys.fold(key),), waited)
 
     def logs_changes(self) -> bool:
         """Whether to watch breakers and cooldowns for log lines: ``sluice`` logs at INFO."""
@@ -279,7 +281,7 @@ def build_observer(
     if config.metrics.active:
         from .metrics import Metrics
 
-        metrics = Metrics()
+        metrics = Metrics(config.metrics.max_label_values)
     tracer = None
     if config.tracing.enabled:
         try:
