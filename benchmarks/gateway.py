@@ -17,7 +17,9 @@ requests at fixed rates (default 200, 500, 1,000 and 2,000 per second) to each *
 Every target process is started before the first phase and stays up to the end. For each rate
 the targets take turns, in an order rotated by one from rate to rate; each turn is a warm-up at
 that rate (``--warmup`` seconds, discarded), an idle settle (``--settle``), then the measured
-phase (``--duration``) on the connections the warm-up opened.
+phase (``--duration``) on the connections the warm-up opened; then the generator closes its
+connections and waits (up to ``--quiesce`` seconds) until the target's processes are idle, so
+that a target still working off a backlog does not take the next one's CPU.
 
 Request *i* of a phase is due at ``t0 + i / rate``; its latency runs from that moment to the
 response's last byte, so a target that falls behind is charged for the queue it causes. A
@@ -76,9 +78,29 @@ MASTER_KEY = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's; sluice ru
 
 
 def family_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and all its descendants (``/proc``): its live threads' time on a
-    CPU from ``schedstat`` (nanoseconds; ``stat``'s clock ticks of 10 ms are too coarse for a
-    short phase of a fast server), or ``stat``'s user + system when that is more."""
+    """CPU seconds of ``pid`` and all its descendants (see :func:`cpu_snapshot`)."""
+    return cpu_snapshot().family(pid)
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    children: dict[int, list[int]]
+    times: dict[int, float]
+
+    def family(self, pid: int) -> float:
+        """CPU seconds of ``pid`` and all its descendants at the snapshot."""
+        total, pending = 0.0, [pid]
+        while pending:
+            p = pending.pop()
+            total += self.times.get(p, 0.0)
+            pending.extend(self.children.get(p, []))
+        return total
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """Every process's CPU seconds and parent (``/proc``): its live threads' time on a CPU from
+    ``schedstat`` (nanoseconds; ``stat``'s clock ticks of 10 ms are too coarse for a short phase
+    of a fast server), or ``stat``'s user + system when that is more."""
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -95,15 +117,7 @@ def family_cpu(pid: int) -> float:
         # The larger of the two: a thread that has exited is gone from schedstat, not from stat.
         ticks = (int(fields[11]) + int(fields[12])) / tick
         times[int(entry)] = max(ticks, _threads_cpu(int(entry)) or 0.0)
-    total, pending = 0.0, [pid]
-    while pending:
-        p = pending.pop()
-        total += times.get(p, 0.0)
-        pending.extend(children.get(p, []))
-    return total
-
-
-_family_cpu = family_cpu  # the name benchmarks.gateway_server imports
+    return CpuSnapshot(children, times)
 
 
 def _threads_cpu(pid: int) -> float | None:
@@ -238,9 +252,16 @@ def litellm_proxy(litellm: str, upstream: str, workers: int, scratch: Path) -> I
         f"  master_key: {MASTER_KEY}\n"
     )
     argv = [litellm, "--config", str(config), "--port", str(port), "--num_workers", str(workers)]
+    if workers > 1:
+        # uvicorn kills a worker not up within 5 s and starts another: on a busy box LiteLLM's
+        # imports take longer than that, and the workers are replaced forever.
+        argv += ["--timeout_worker_healthcheck", "180"]
     log = scratch / f"litellm-{workers}.log"
+    # The bundled model cost map, not three attempts to fetch it from GitHub at start; logs at
+    # ERROR, as LiteLLM's production guide advises.
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -274,53 +295,74 @@ def litellm_version(litellm: str) -> str | None:
 
 
 def _ms(seconds: float) -> float | None:
-    return None if math.isnan(seconds) else round(seconds * 1000, 3)
+    return None if math.isnan(seconds) or math.isinf(seconds) else round(seconds * 1000, 3)
 
 
 def measure_turn(
-    target: Target, upstream_pid: int | None, rate: float, args: argparse.Namespace
+    target: Target,
+    upstream_pid: int | None,
+    idle: list[int],
+    rate: float,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
-    """Warm-up, settle and the measured phase of ``target`` at ``rate``, as a report entry."""
+    """Warm-up, settle and the measured phase of ``target`` at ``rate``, as a report entry.
+
+    ``idle`` are the pids of the benchmark's other targets (idle meanwhile; their CPU is
+    reported apart from the rest of the machine's)."""
     request = request_bytes(
-        target.host,
-        target.port,
-        target.path,
-        target.model,
+        target.host, target.port, target.path, target.model,
         {"authorization": f"Bearer {MASTER_KEY}"},
-    )
+    )  # fmt: skip
     expect = None if args.fail_every else args.chunks
     generator = Generator(
-        target.host,
-        target.port,
-        request,
-        max_connections=args.max_connections,
+        target.host, target.port, request, max_connections=args.max_connections,
         expect_tokens=expect,
-    )
+    )  # fmt: skip
     try:
         warm = generator.phase(rate, args.warmup, args.drain) if args.warmup > 0 else None
         gc.collect()
         time.sleep(args.settle)
-        target0 = family_cpu(target.pid) if target.pid is not None else None
-        upstream0 = family_cpu(upstream_pid) if upstream_pid is not None else None
+        snap0 = cpu_snapshot()
         busy0, own0 = machine_busy_s(), time.process_time()
         result = generator.phase(rate, args.duration, args.drain)
         busy1, own1 = machine_busy_s(), time.process_time()
-        upstream1 = family_cpu(upstream_pid) if upstream_pid is not None else None
-        target1 = family_cpu(target.pid) if target.pid is not None else None
+        snap1 = cpu_snapshot()
     finally:
         generator.close()
+    quiet_s = quiesce(target.pid, args.quiesce) if target.pid is not None else 0.0
+
+    def used(pid: int | None) -> float | None:
+        return None if pid is None else snap1.family(pid) - snap0.family(pid)
+
     own = own1 - own0
-    target_cpu = None if target0 is None or target1 is None else target1 - target0
-    upstream_cpu = None if upstream0 is None or upstream1 is None else upstream1 - upstream0
-    if target.pid is not None and target.pid == upstream_pid:
-        upstream_cpu = target_cpu
+    target_cpu = used(target.pid)
+    upstream_cpu = used(upstream_pid)
+    idle_cpu = sum(used(pid) or 0.0 for pid in idle)
     other = None
     if busy0 is not None and busy1 is not None:
-        ours = own + (target_cpu or 0.0)
+        ours = own + (target_cpu or 0.0) + idle_cpu
         if target.pid != upstream_pid:
             ours += upstream_cpu or 0.0
         other = max(0.0, busy1 - busy0 - ours) / result.wall_s
-    return _entry(result, warm, own, target_cpu, upstream_cpu, other, args)
+    entry = _entry(result, warm, own, target_cpu, upstream_cpu, other, args)
+    entry["idle_targets_cpu_util"] = round(idle_cpu / result.wall_s, 3)
+    entry["quiesce_s"] = round(quiet_s, 1)
+    return entry
+
+
+def quiesce(pid: int, limit: float, idle_util: float = 0.05) -> float:
+    """Wait (at most ``limit`` seconds) until ``pid``'s processes use under ``idle_util`` of a
+    CPU over half a second: an overloaded target still working off requests the generator gave
+    up on must not steal the CPU of the next target's turn. Returns the seconds waited."""
+    start = time.monotonic()
+    before = family_cpu(pid)
+    while time.monotonic() - start < limit:
+        time.sleep(0.5)
+        now = family_cpu(pid)
+        if now - before < idle_util * 0.5:
+            break
+        before = now
+    return time.monotonic() - start
 
 
 def _entry(
@@ -333,6 +375,9 @@ def _entry(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     sent = max(1, result.sent)
+    # A failed request never got its answer: infinitely slow, so a percentile it reaches is
+    # null rather than the latency of the lucky few that made it through an overload.
+    everyone = result.latencies + [math.inf] * result.error_count
     lags = lag_ms(result)
     invalid = None
     if lags["send_lag_p99_ms"] > args.max_lag_ms:
@@ -347,8 +392,8 @@ def _entry(
         "error_kinds": result.errors,
         "usage_mismatch": result.usage_mismatch,
         "warmup_errors": None if warm is None else warm.error_count,
-        "p50_ms": _ms(percentile(result.latencies, 0.50)),
-        "p99_ms": _ms(percentile(result.latencies, 0.99)),
+        "p50_ms": _ms(percentile(everyone, 0.50)),
+        "p99_ms": _ms(percentile(everyone, 0.99)),
         "ttfb_p50_ms": _ms(percentile(result.first_bytes, 0.50)),
         "ttfb_p99_ms": _ms(percentile(result.first_bytes, 0.99)),
         "cpu_ms_per_request": None if target_cpu is None else round(target_cpu / sent * 1000, 4),
@@ -384,14 +429,14 @@ def add_comparisons(report: dict[str, Any], threshold_ms: float = 5.0) -> None:
         if name == "direct" or "skipped" in phases:
             continue
         best: float | None = None
-        for rate in report["rates"]:
+        holding = True  # every rate so far met the criterion
+        for rate in sorted(report["rates"]):
             key = _key(rate)
             phase, direct = phases[key], base[key]
-            if phase["p50_ms"] is None or direct["p50_ms"] is None:
-                phase["added_p50_ms"] = phase["added_p99_ms"] = None
-            else:
-                phase["added_p50_ms"] = round(phase["p50_ms"] - direct["p50_ms"], 3)
-                phase["added_p99_ms"] = round(phase["p99_ms"] - direct["p99_ms"], 3)
+            for q in ("p50_ms", "p99_ms"):
+                mine, theirs = phase[q], direct[q]
+                added = None if mine is None or theirs is None else round(mine - theirs, 3)
+                phase[f"added_{q}"] = added
             good = (
                 phase["valid"]
                 and direct["valid"]
@@ -399,9 +444,9 @@ def add_comparisons(report: dict[str, Any], threshold_ms: float = 5.0) -> None:
                 and phase["added_p99_ms"] is not None
                 and phase["added_p99_ms"] < threshold_ms
             )
-            if not good:
-                break
-            best = rate
+            holding = holding and good
+            if holding:
+                best = rate
         phases["max_rate_p99_added_under_5ms"] = best
         if name.startswith("sluice-"):
             best_sluice[name] = best
@@ -431,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="the paced upstream ends every Nth reply with an error event",
     )
+    parser.add_argument(
+        "--quiesce", type=float, default=60.0,
+        help="after a turn, seconds to wait at most for the target's CPU to go idle",
+    )  # fmt: skip
     parser.add_argument("--nginx", help="the nginx mock's root URL instead of the paced upstream")
     parser.add_argument("--litellm", help="path to a `litellm` command (its own venv)")
     parser.add_argument(
@@ -488,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
             order = interleaved(names, index)
             report["order"][_key(rate)] = order
             for name in order:
-                entry = measure_turn(by_name[name], direct.pid, rate, args)
+                idle = [t.pid for t in targets if t.name != name and t.pid is not None]
+                idle = [pid for pid in idle if pid != direct.pid]
+                entry = measure_turn(by_name[name], direct.pid, idle, rate, args)
                 report["targets"].setdefault(name, {})[_key(rate)] = entry
                 print(f"{name} at {rate:g}/s: {_line(entry)}", file=sys.stderr, flush=True)
         report["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]

@@ -285,6 +285,8 @@ def test_gateway_benchmark_counts_streams_ending_in_an_error_event_as_errors() -
     # A paced reply takes at least TTFT + 6 gaps (5 content chunks, then the finish): 40 ms.
     assert direct["p50_ms"] >= 40 and gateway["p50_ms"] >= 40
     assert gateway["added_p50_ms"] == round(gateway["p50_ms"] - direct["p50_ms"], 3)
+    # Failed requests count as infinitely slow: with 4 of 20 failed, p99 is no number.
+    assert direct["p99_ms"] is None and gateway["added_p99_ms"] is None
     assert gateway["cpu_ms_per_request"] > 0 and direct["upstream_cpu_ms_per_request"] > 0
     assert gateway["generator_cpu_ms_per_request"] > 0
     assert gateway["other_cpu_util"] is not None
@@ -349,7 +351,7 @@ def test_gateway_generator_counts_a_close_mid_response_as_an_error() -> None:
 
 
 def test_gateway_highest_rate_under_5ms_needs_every_lower_rate_valid_and_clean() -> None:
-    def phase(p99: float, valid: bool = True, errors: int = 0) -> dict[str, Any]:
+    def phase(p99: float | None, valid: bool = True, errors: int = 0) -> dict[str, Any]:
         return {"p50_ms": 1.0, "p99_ms": p99, "valid": valid, "errors": errors}
 
     report: dict[str, Any] = {
@@ -358,7 +360,7 @@ def test_gateway_highest_rate_under_5ms_needs_every_lower_rate_valid_and_clean()
             "direct": {k: phase(10.0) for k in ("200", "500", "1000", "2000")},
             "sluice-w1": {"200": phase(12.0), "500": phase(14.9), "1000": phase(15.0),
                           "2000": phase(11.0)},
-            "sluice-w2": {"200": phase(11.0), "500": phase(11.0, valid=False),
+            "sluice-w2": {"200": phase(11.0), "500": phase(None, valid=False),
                           "1000": phase(11.0), "2000": phase(11.0)},
             "litellm-w1": {"200": phase(11.0, errors=1), "500": phase(11.0),
                            "1000": phase(11.0), "2000": phase(11.0)},
@@ -368,6 +370,8 @@ def test_gateway_highest_rate_under_5ms_needs_every_lower_rate_valid_and_clean()
     assert report["sluice_max_rate_p99_added_under_5ms"] == {"sluice-w1": 500.0, "sluice-w2": 200.0}
     assert report["targets"]["litellm-w1"]["max_rate_p99_added_under_5ms"] is None
     assert report["targets"]["sluice-w1"]["1000"]["added_p99_ms"] == 5.0
+    assert report["targets"]["sluice-w2"]["500"]["added_p99_ms"] is None
+    assert report["targets"]["sluice-w2"]["2000"]["added_p99_ms"] == 1.0  # past a failed rate
     assert interleaved(["a", "b", "c"], 0) == ["a", "b", "c"]
     assert interleaved(["a", "b", "c"], 4) == ["b", "c", "a"]
 
