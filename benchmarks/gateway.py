@@ -16,10 +16,11 @@ requests at fixed rates (default 200, 500, 1,000 and 2,000 per second) to each *
 
 Every target process is started before the first phase and stays up to the end. For each rate
 the targets take turns, in an order rotated by one from rate to rate; each turn is a warm-up at
-that rate (``--warmup`` seconds, discarded), an idle settle (``--settle``), then the measured
-phase (``--duration``) on the connections the warm-up opened; then the generator closes its
-connections and waits (up to ``--quiesce`` seconds) until the target's processes are idle, so
-that a target still working off a backlog does not take the next one's CPU.
+that rate (``--warmup`` seconds, discarded), an idle settle (``--settle``, then until the
+target's processes are idle, at most ``--quiesce`` seconds), then the measured phase
+(``--duration``) on the connections the warm-up opened; then the generator closes its
+connections and again waits (at most ``--quiesce`` seconds) until the target is idle, so that
+a target still working off a backlog does not take the next one's CPU.
 
 Request *i* of a phase is due at ``t0 + i / rate``; its latency runs from that moment to the
 response's last byte, so a target that falls behind is charged for the queue it causes. A
@@ -322,6 +323,8 @@ def measure_turn(
         warm = generator.phase(rate, args.warmup, args.drain) if args.warmup > 0 else None
         gc.collect()
         time.sleep(args.settle)
+        # A target the warm-up overloaded is still working off what the generator gave up on.
+        settled_s = quiesce(target.pid, args.quiesce) if target.pid is not None else 0.0
         snap0 = cpu_snapshot()
         busy0, own0 = machine_busy_s(), time.process_time()
         result = generator.phase(rate, args.duration, args.drain)
@@ -347,6 +350,7 @@ def measure_turn(
     entry = _entry(result, warm, own, target_cpu, upstream_cpu, other, args)
     entry["idle_targets_cpu_util"] = round(idle_cpu / result.wall_s, 3)
     entry["quiesce_s"] = round(quiet_s, 1)
+    entry["settle_quiesce_s"] = round(settled_s, 1)
     return entry
 
 
