@@ -1,132 +1,107 @@
-"""Added latency of ``sluice serve`` (and of LiteLLM's proxy) in front of a fast upstream.
+"""Added latency and CPU of ``sluice serve`` (and of LiteLLM's proxy) in front of a paced upstream.
 
-One open-loop load generator sends streamed chat-completions requests at fixed rates (default
-200, 500 and 1,000 per second) to each *target* in the same run:
+One open-loop load generator (:mod:`benchmarks._open_loop`) sends streamed chat-completions
+requests at fixed rates (default 200, 500, 1,000 and 2,000 per second) to each *target*:
 
-* ``direct``: the upstream itself -- the nginx mock (``../shared/perf/serve.sh start``) or,
-  with ``--sim``, a ``sluice sim`` process (for smoke tests; it is far slower than nginx);
+* ``direct``: the upstream itself. By default that is :mod:`benchmarks._paced_upstream` in a
+  process of its own, which spaces a reply's chunks as a model emits them (``--ttft-ms``,
+  ``--itl-ms``, ``--chunks``); ``--nginx URL`` uses the nginx mock of ``shared/perf`` instead,
+  paced by the same options (``--itl-ms 0`` is its burst mode: the whole reply in one read,
+  which lets a gateway coalesce writes as no real upstream does). ``direct`` is also the check
+  that the upstream and the generator alone keep up at that rate;
 * ``sluice-wN``: ``sluice serve --workers N`` in front of the upstream, for each N of
   ``--workers`` (default 1 and 2);
-* ``litellm-wN``: LiteLLM's proxy in front of it (``--litellm PATH`` to its ``litellm``
-  command, installed in a venv of its own -- never in this project's), when given.
+* ``litellm-wN``: LiteLLM's proxy with N workers in front of it (``--litellm PATH`` to its
+  ``litellm`` command, installed in a venv of its own, never this project's), when given.
 
-Request *i* of a phase is due at ``t0 + i / rate``; its latency runs from that moment (so a
-target that falls behind is charged for the queueing it causes) to the last byte of the
-response, over keep-alive connections (a new one only when all are busy). "Added" latency is a
-target's percentile minus the direct one's at the same rate. CPU per request is the target's
-processes' user + system time over the phase (``/proc``), divided by its requests. The
-generator runs in this process on trio with raw sockets; it is the same for every target.
+Every target process is started before the first phase and stays up to the end. For each rate
+the targets take turns, in an order rotated by one from rate to rate; each turn is a warm-up at
+that rate (``--warmup`` seconds, discarded), an idle settle (``--settle``, then until the
+target's processes are idle, at most ``--quiesce`` seconds), then the measured phase
+(``--duration``) on the connections the warm-up opened; then the generator closes its
+connections and again waits (at most ``--quiesce`` seconds) until the target is idle, so that
+a target still working off a backlog does not take the next one's CPU.
 
-    ../shared/perf/serve.sh start
-    .venv/bin/python -m benchmarks.gateway --mock http://127.0.0.1:18080 --duration 10
-    .venv/bin/python -m benchmarks.gateway --sim --rates 20,50 --duration 2 --workers 1
+Request *i* of a phase is due at ``t0 + i / rate``; its latency runs from that moment to the
+response's last byte, so a target that falls behind is charged for the queue it causes. A
+response counts as a success only if it is a 200 with a complete body that holds no error
+event and ends with ``data: [DONE]``. "Added" latency is a target's percentile minus the direct
+one's at the same rate. CPU per request is the target's processes' CPU time over the phase
+(``/proc``, children included) divided by the requests sent; the upstream's and the
+generator's own CPU are reported beside it, and ``other_cpu_util`` is what the rest of the
+machine used meanwhile, in cores (``/proc/stat`` busy time minus the three).
 
-Prints one JSON line: per target and rate ``p50_ms``, ``p99_ms``, ``added_p50_ms``,
-``added_p99_ms``, ``cpu_ms_per_request``, ``errors``; per target ``max_rate_p99_added_under_5ms``
-(the highest rate measured whose added p99 is under 5 ms). A table goes to stderr.
+The generator's *send lag* (actual send minus due time) is reported per phase; a phase whose
+lag p99 exceeds ``--max-lag-ms`` is marked invalid (the generator did not keep its schedule),
+and so is the whole run, which then exits with status 1.
+
+    .venv/bin/python -m benchmarks.gateway --duration 10 --litellm /tmp/litellm/bin/litellm
+    .venv/bin/python -m benchmarks.gateway --rates 20 --duration 1 --workers 1   # smoke test
+
+Prints one JSON line and a table on stderr; the fields are listed in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
+import math
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
-import trio
+
+from ._harness import machine_busy_s, versions
+from ._open_loop import Generator, PhaseResult, lag_ms, percentile, request_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+__all__ = ["family_cpu", "main", "percentile", "request_bytes"]
+
 SLUICE = str(Path(sys.executable).with_name("sluice"))
-_END = b"0\r\n\r\n"
+MASTER_KEY = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's; sluice runs --no-auth
 
 
-# ---- the load generator -----------------------------------------------------------------------
+# ---- CPU accounting ---------------------------------------------------------------------------
 
 
-def request_bytes(host: str, port: int, path: str, model: str, headers: dict[str, str]) -> bytes:
-    body = orjson.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": "Say something."}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    )
-    head = f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return head.encode() + b"content-length: %d\r\n\r\n" % len(body) + body
+def family_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and all its descendants (see :func:`cpu_snapshot`)."""
+    return cpu_snapshot().family(pid)
 
 
-async def one_phase(
-    host: str, port: int, request: bytes, rate: float, duration: float
-) -> tuple[list[float], int]:
-    """Latencies (seconds) of the requests of one phase, and how many failed."""
-    pool: list[trio.SocketStream] = []
-    latencies: list[float] = []
-    errors = 0
+@dataclass(frozen=True)
+class CpuSnapshot:
+    children: dict[int, list[int]]
+    times: dict[int, float]
 
-    async def one(due: float) -> None:
-        nonlocal errors
-        stream = pool.pop() if pool else None
-        try:
-            if stream is None:
-                stream = await trio.open_tcp_stream(host, port)
-            await stream.send_all(request)
-            tail = b""
-            first = True
-            while not tail.endswith(_END):
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise trio.BrokenResourceError("closed mid-response")
-                if first:
-                    first = False
-                    if not data.startswith(b"HTTP/1.1 200"):
-                        raise RuntimeError(data[:200].decode(errors="replace"))
-                tail = (tail + data)[-16:]
-            latencies.append(trio.current_time() - due)
-            pool.append(stream)
-        except (OSError, trio.BrokenResourceError, RuntimeError):
-            errors += 1
-            if stream is not None:
-                await trio.aclose_forcefully(stream)
-
-    count = max(1, int(rate * duration))
-    async with trio.open_nursery() as nursery:
-        t0 = trio.current_time() + 0.05
-        for i in range(count):
-            due = t0 + i / rate
-            await trio.sleep_until(due)
-            nursery.start_soon(one, due)
-    for stream in pool:
-        await trio.aclose_forcefully(stream)
-    return latencies, errors
+    def family(self, pid: int) -> float:
+        """CPU seconds of ``pid`` and all its descendants at the snapshot."""
+        total, pending = 0.0, [pid]
+        while pending:
+            p = pending.pop()
+            total += self.times.get(p, 0.0)
+            pending.extend(self.children.get(p, []))
+        return total
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-# ---- the targets' processes -------------------------------------------------------------------
-
-
-def _family_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and all its descendants (``/proc``): its live threads' time on a
-    CPU from ``schedstat`` (nanoseconds; ``stat``'s clock ticks of 10 ms are too coarse for a
-    short phase of a fast server), or ``stat``'s user + system when that is more."""
+def cpu_snapshot() -> CpuSnapshot:
+    """Every process's CPU seconds and parent (``/proc``): its live threads' time on a CPU from
+    ``schedstat`` (nanoseconds; ``stat``'s clock ticks of 10 ms are too coarse for a short phase
+    of a fast server), or ``stat``'s user + system when that is more."""
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -143,12 +118,7 @@ def _family_cpu(pid: int) -> float:
         # The larger of the two: a thread that has exited is gone from schedstat, not from stat.
         ticks = (int(fields[11]) + int(fields[12])) / tick
         times[int(entry)] = max(ticks, _threads_cpu(int(entry)) or 0.0)
-    total, pending = 0.0, [pid]
-    while pending:
-        p = pending.pop()
-        total += times.get(p, 0.0)
-        pending.extend(children.get(p, []))
-    return total
+    return CpuSnapshot(children, times)
 
 
 def _threads_cpu(pid: int) -> float | None:
@@ -162,9 +132,69 @@ def _threads_cpu(pid: int) -> float | None:
     return total / 1e9
 
 
+# ---- the targets' processes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    pid: int | None
+    """The process (with its children) whose CPU is the target's; None when unknown (nginx)."""
+    host: str
+    port: int
+    path: str
+    model: str
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 @contextlib.contextmanager
-def sluice_gateway(upstream: str, workers: int, scratch: Path):
-    """``sluice serve`` in front of ``upstream`` (an OpenAI-compatible ``/v1`` base URL)."""
+def paced_upstream(args: argparse.Namespace) -> Iterator[tuple[Target, str]]:
+    """The paced upstream in its own process: the ``direct`` target and its ``/v1`` URL."""
+    argv = [sys.executable, "-m", "benchmarks._paced_upstream", "--port", "0"]
+    argv += ["--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
+    argv += ["--chunks", str(args.chunks), "--fail-every", str(args.fail_every)]
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        if "listening on" not in banner:
+            raise RuntimeError(f"the paced upstream did not start: {banner!r}")
+        port = int(banner.rsplit(":", 1)[1])
+        target = Target("direct", proc.pid, "127.0.0.1", port, "/v1/chat/completions", "m")
+        yield target, f"http://127.0.0.1:{port}/v1"
+    finally:
+        _stop(proc)
+
+
+def nginx_upstream(args: argparse.Namespace) -> tuple[Target, str]:
+    """The nginx mock at ``--nginx`` (already running), paced through its path prefix."""
+    root = args.nginx.rstrip("/")
+    prefix = f"/c{args.chunks}/t{round(args.ttft_ms)}/i{round(args.itl_ms)}/v1"
+    parts = urlsplit(root)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    return Target("direct", None, host, port, f"{prefix}/chat/completions", "m"), root + prefix
+
+
+@contextlib.contextmanager
+def sluice_gateway(upstream: str, workers: int, scratch: Path) -> Iterator[Target]:
+    """``sluice serve --workers N`` in front of ``upstream`` (an OpenAI-compatible ``/v1`` URL)."""
     config = scratch / f"gateway-{workers}.json"
     config.write_text(
         json.dumps(
@@ -189,20 +219,26 @@ def sluice_gateway(upstream: str, workers: int, scratch: Path):
         if "listening on" not in banner:
             raise RuntimeError(f"sluice serve did not start: {banner}{proc.stdout.read()}")
         port = int(banner.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
-        yield proc.pid, port, "/v1/chat/completions", "mock:gpt-4o-mini"
+        # Its later output (one line per worker, logs) goes nowhere rather than filling a pipe.
+        proc.stdout.close()
+        yield Target(
+            f"sluice-w{workers}",
+            proc.pid,
+            "127.0.0.1",
+            port,
+            "/v1/chat/completions",
+            "mock:gpt-4o-mini",
+        )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 @contextlib.contextmanager
-def litellm_proxy(
-    litellm: str, upstream: str, workers: int, scratch: Path, port: int
-) -> Iterator[tuple[int, int, str, str]]:
+def litellm_proxy(litellm: str, upstream: str, workers: int, scratch: Path) -> Iterator[Target]:
+    """LiteLLM's proxy (``litellm --num_workers N``) in front of ``upstream``."""
+    import httpx
+
+    port = _free_port()
     config = scratch / f"litellm-{workers}.yaml"
     config.write_text(
         "model_list:\n"
@@ -214,146 +250,337 @@ def litellm_proxy(
         "litellm_settings:\n"
         "  telemetry: false\n"
         "general_settings:\n"
-        "  master_key: sk-bench-0123456789abcdef0123456789abcdef\n"
+        f"  master_key: {MASTER_KEY}\n"
     )
     argv = [litellm, "--config", str(config), "--port", str(port), "--num_workers", str(workers)]
-    log = open(scratch / f"litellm-{workers}.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    if workers > 1:
+        # uvicorn kills a worker not up within 5 s and starts another: on a busy box LiteLLM's
+        # imports take longer than that, and the workers are replaced forever.
+        argv += ["--timeout_worker_healthcheck", "180"]
+    log = scratch / f"litellm-{workers}.log"
+    # The bundled model cost map, not three attempts to fetch it from GitHub at start; logs at
+    # ERROR, as LiteLLM's production guide advises.
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + 120
-        import httpx
-
+        deadline = time.monotonic() + 180
         while True:
-            try:
-                if (
-                    httpx.get(f"http://127.0.0.1:{port}/health/liveliness", timeout=1).status_code
-                    == 200
-                ):
+            with contextlib.suppress(httpx.HTTPError):
+                url = f"http://127.0.0.1:{port}/health/liveliness"
+                if httpx.get(url, timeout=1).status_code == 200:
                     break
-            except httpx.HTTPError:
-                pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                tail = Path(log.name).read_text()[-500:]
-                raise RuntimeError(f"litellm did not start: {tail}")
+                raise RuntimeError(f"litellm did not start: {log.read_text()[-500:]}")
             time.sleep(0.5)
-        yield proc.pid, port, "/v1/chat/completions", "mock"
+        yield Target(
+            f"litellm-w{workers}", proc.pid, "127.0.0.1", port, "/v1/chat/completions", "mock"
+        )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        _stop(proc)
 
 
-@contextlib.contextmanager
-def sim_upstream():
-    proc = subprocess.Popen(
-        [SLUICE, "sim", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+def litellm_version(litellm: str) -> str | None:
+    python = Path(litellm).with_name("python")
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
+    return done.stdout.strip() or None
+
+
+# ---- one turn of one target -------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> float | None:
+    return None if math.isnan(seconds) or math.isinf(seconds) else round(seconds * 1000, 3)
+
+
+def measure_turn(
+    target: Target,
+    upstream_pid: int | None,
+    idle: list[int],
+    rate: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """Warm-up, settle and the measured phase of ``target`` at ``rate``, as a report entry.
+
+    ``idle`` are the pids of the benchmark's other targets (idle meanwhile; their CPU is
+    reported apart from the rest of the machine's)."""
+    request = request_bytes(
+        target.host, target.port, target.path, target.model,
+        {"authorization": f"Bearer {MASTER_KEY}"},
+    )  # fmt: skip
+    expect = None if args.fail_every else args.chunks
+    generator = Generator(
+        target.host, target.port, request, max_connections=args.max_connections,
+        expect_tokens=expect,
+    )  # fmt: skip
     try:
-        assert proc.stdout is not None
-        banner = proc.stdout.readline()
-        yield proc.pid, banner.split("listening on ")[1].strip()
+        warm = generator.phase(rate, args.warmup, args.drain) if args.warmup > 0 else None
+        gc.collect()
+        time.sleep(args.settle)
+        # A target the warm-up overloaded is still working off what the generator gave up on.
+        settled_s = quiesce(target.pid, args.quiesce) if target.pid is not None else 0.0
+        snap0 = cpu_snapshot()
+        busy0, own0 = machine_busy_s(), time.process_time()
+        result = generator.phase(rate, args.duration, args.drain)
+        busy1, own1 = machine_busy_s(), time.process_time()
+        snap1 = cpu_snapshot()
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        generator.close()
+    quiet_s = quiesce(target.pid, args.quiesce) if target.pid is not None else 0.0
+
+    def used(pid: int | None) -> float | None:
+        return None if pid is None else snap1.family(pid) - snap0.family(pid)
+
+    own = own1 - own0
+    target_cpu = used(target.pid)
+    upstream_cpu = used(upstream_pid)
+    idle_cpu = sum(used(pid) or 0.0 for pid in idle)
+    other = None
+    if busy0 is not None and busy1 is not None:
+        ours = own + (target_cpu or 0.0) + idle_cpu
+        if target.pid != upstream_pid:
+            ours += upstream_cpu or 0.0
+        other = max(0.0, busy1 - busy0 - ours) / result.wall_s
+    entry = _entry(result, warm, own, target_cpu, upstream_cpu, other, args)
+    entry["idle_targets_cpu_util"] = round(idle_cpu / result.wall_s, 3)
+    entry["quiesce_s"] = round(quiet_s, 1)
+    entry["settle_quiesce_s"] = round(settled_s, 1)
+    return entry
+
+
+def quiesce(pid: int, limit: float, idle_util: float = 0.05) -> float:
+    """Wait (at most ``limit`` seconds) until ``pid``'s processes use under ``idle_util`` of a
+    CPU over half a second: an overloaded target still working off requests the generator gave
+    up on must not steal the CPU of the next target's turn. Returns the seconds waited."""
+    start = time.monotonic()
+    before = family_cpu(pid)
+    while time.monotonic() - start < limit:
+        time.sleep(0.5)
+        now = family_cpu(pid)
+        if now - before < idle_util * 0.5:
+            break
+        before = now
+    return time.monotonic() - start
+
+
+def _entry(
+    result: PhaseResult,
+    warm: PhaseResult | None,
+    own_cpu: float,
+    target_cpu: float | None,
+    upstream_cpu: float | None,
+    other_util: float | None,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    sent = max(1, result.sent)
+    # A failed request never got its answer: infinitely slow, so a percentile it reaches is
+    # null rather than the latency of the lucky few that made it through an overload.
+    everyone = result.latencies + [math.inf] * result.error_count
+    lags = lag_ms(result)
+    invalid = None
+    if lags["send_lag_p99_ms"] > args.max_lag_ms:
+        invalid = (
+            f"the generator fell behind: send lag p99 {lags['send_lag_p99_ms']:.1f} ms "
+            f"> {args.max_lag_ms} ms"
+        )
+    return {
+        "requests": result.sent,
+        "ok": result.ok,
+        "errors": result.error_count,
+        "error_kinds": result.errors,
+        "usage_mismatch": result.usage_mismatch,
+        "warmup_errors": None if warm is None else warm.error_count,
+        "p50_ms": _ms(percentile(everyone, 0.50)),
+        "p99_ms": _ms(percentile(everyone, 0.99)),
+        "ttfb_p50_ms": _ms(percentile(result.first_bytes, 0.50)),
+        "ttfb_p99_ms": _ms(percentile(result.first_bytes, 0.99)),
+        "cpu_ms_per_request": None if target_cpu is None else round(target_cpu / sent * 1000, 4),
+        "upstream_cpu_ms_per_request": (
+            None if upstream_cpu is None else round(upstream_cpu / sent * 1000, 4)
+        ),
+        "generator_cpu_ms_per_request": round(own_cpu / sent * 1000, 4),
+        "generator_cpu_util": round(own_cpu / result.wall_s, 3),
+        "other_cpu_util": None if other_util is None else round(other_util, 3),
+        **{k: round(v, 3) for k, v in lags.items()},
+        "valid": invalid is None,
+        "invalid": invalid,
+    }
 
 
 # ---- the run ----------------------------------------------------------------------------------
 
 
-def measure(
-    pid: int | None, host: str, port: int, path: str, model: str, rates: list[float], args: Any
-) -> dict[str, Any]:
-    token = "sk-bench-0123456789abcdef0123456789abcdef"  # LiteLLM's master key; others ignore it
-    request = request_bytes(host, port, path, model, {"authorization": f"Bearer {token}"})
-    out: dict[str, Any] = {}
-    for rate in rates:
-        trio.run(one_phase, host, port, request, rate, min(args.warmup, args.duration))
-        cpu0 = _family_cpu(pid) if pid is not None else 0.0
-        latencies, errors = trio.run(one_phase, host, port, request, rate, args.duration)
-        cpu = (_family_cpu(pid) - cpu0) if pid is not None else None
-        done = len(latencies)
-        out[str(int(rate))] = {
-            "requests": done,
-            "errors": errors,
-            "p50_ms": percentile(latencies, 0.50) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000,
-            "cpu_ms_per_request": None if cpu is None or not done else cpu / done * 1000,
-        }
-    return out
+def interleaved(names: list[str], rate_index: int) -> list[str]:
+    """The targets' order at the ``rate_index``-th rate: the list rotated by that many places."""
+    shift = rate_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def add_comparisons(report: dict[str, Any], threshold_ms: float = 5.0) -> None:
+    """Fill in added latency per phase and, per target, the highest rate that stays under
+    ``threshold_ms`` of added p99: that rate and every lower one measured valid, error-free
+    and under the threshold (None when even the lowest is not)."""
+    targets = report["targets"]
+    base = targets["direct"]
+    best_sluice: dict[str, float | None] = {}
+    for name, phases in targets.items():
+        if name == "direct" or "skipped" in phases:
+            continue
+        best: float | None = None
+        holding = True  # every rate so far met the criterion
+        for rate in sorted(report["rates"]):
+            key = _key(rate)
+            phase, direct = phases[key], base[key]
+            for q in ("p50_ms", "p99_ms"):
+                mine, theirs = phase[q], direct[q]
+                added = None if mine is None or theirs is None else round(mine - theirs, 3)
+                phase[f"added_{q}"] = added
+            good = (
+                phase["valid"]
+                and direct["valid"]
+                and phase["errors"] == 0
+                and phase["added_p99_ms"] is not None
+                and phase["added_p99_ms"] < threshold_ms
+            )
+            holding = holding and good
+            if holding:
+                best = rate
+        phases["max_rate_p99_added_under_5ms"] = best
+        if name.startswith("sluice-"):
+            best_sluice[name] = best
+    report["sluice_max_rate_p99_added_under_5ms"] = best_sluice
+
+
+def _key(rate: float) -> str:
+    return str(int(rate)) if rate == int(rate) else str(rate)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--mock", help="the nginx mock's root URL, e.g. http://127.0.0.1:18080")
-    where.add_argument("--sim", action="store_true", help="use a `sluice sim` process upstream")
+    parser.add_argument("--rates", default="200,500,1000,2000", help="requests/s, comma-separated")
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per turn")
+    parser.add_argument("--warmup", type=float, default=3.0, help="warm-up seconds per turn")
+    parser.add_argument("--settle", type=float, default=1.0, help="idle seconds after warm-up")
     parser.add_argument(
-        "--rates", default="200,500,1000", help="requests per second, comma-separated"
+        "--drain", type=float, default=5.0, help="seconds to wait after the last request is due"
     )
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per phase")
-    parser.add_argument("--workers", default="1,2", help="gateway worker counts to run")
-    parser.add_argument("--chunks", type=int, default=20, help="content chunks per reply (mock)")
+    parser.add_argument("--workers", default="1,2", help="sluice (and LiteLLM) worker counts")
+    parser.add_argument("--chunks", type=int, default=20, help="content chunks per reply")
+    parser.add_argument("--ttft-ms", type=float, default=50.0, help="upstream time to first chunk")
+    parser.add_argument("--itl-ms", type=float, default=15.0, help="upstream gap between chunks")
+    parser.add_argument(
+        "--fail-every",
+        type=int,
+        default=0,
+        help="the paced upstream ends every Nth reply with an error event",
+    )
+    parser.add_argument(
+        "--quiesce", type=float, default=60.0,
+        help="after a turn, seconds to wait at most for the target's CPU to go idle",
+    )  # fmt: skip
+    parser.add_argument("--nginx", help="the nginx mock's root URL instead of the paced upstream")
     parser.add_argument("--litellm", help="path to a `litellm` command (its own venv)")
-    parser.add_argument("--litellm-port", type=int, default=18499)
+    parser.add_argument(
+        "--max-lag-ms", type=float, default=2.0, help="send lag p99 above which a phase is invalid"
+    )
+    parser.add_argument("--max-connections", type=int, default=4000)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
-    workers = [int(w) for w in args.workers.split(",")]
-    report: dict[str, Any] = {"rates": rates, "duration": args.duration, "targets": {}}
+    workers = [int(w) for w in args.workers.split(",") if w]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    report: dict[str, Any] = {
+        "rates": rates,
+        "duration": args.duration,
+        "warmup": args.warmup,
+        "settle": args.settle,
+        "max_lag_ms": args.max_lag_ms,
+        "upstream": {
+            "kind": "nginx mock" if args.nginx else "paced (benchmarks._paced_upstream)",
+            "chunks": args.chunks,
+            "ttft_ms": args.ttft_ms,
+            "itl_ms": args.itl_ms,
+            "ideal_ms": args.ttft_ms + (args.chunks + 1) * args.itl_ms,
+            "fail_every": args.fail_every,
+        },
+        "order": {},
+        "targets": {},
+    }
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        if args.sim:
-            sim_pid, upstream = stack.enter_context(sim_upstream())
-            parts = urlsplit(upstream)
-            direct = (sim_pid, parts.hostname, parts.port, "/v1/chat/completions", "sim-small")
-            report["upstream"] = "sluice sim"
+        if args.nginx:
+            if args.fail_every:
+                parser.error("--fail-every needs the paced upstream, not --nginx")
+            direct, upstream = nginx_upstream(args)
         else:
-            root = args.mock.rstrip("/")
-            upstream = f"{root}/c{args.chunks}/t0/i0/v1"
-            parts = urlsplit(root)
-            direct = (
-                None,
-                parts.hostname,
-                parts.port,
-                f"/c{args.chunks}/t0/i0/v1/chat/completions",
-                "m",
-            )
-            report["upstream"] = f"nginx mock, {args.chunks} chunks, burst"
-        targets = report["targets"]
-        targets["direct"] = measure(*direct, rates, args)
+            direct, upstream = stack.enter_context(paced_upstream(args))
+        targets = [direct]
         for n in workers:
-            with sluice_gateway(upstream, n, scratch) as (pid, port, path, model):
-                targets[f"sluice-w{n}"] = measure(pid, "127.0.0.1", port, path, model, rates, args)
+            targets.append(stack.enter_context(sluice_gateway(upstream, n, scratch)))
         if args.litellm:
+            report["litellm"] = litellm_version(args.litellm)
             for n in workers:
                 try:
-                    with litellm_proxy(args.litellm, upstream, n, scratch, args.litellm_port) as t:
-                        targets[f"litellm-w{n}"] = measure(t[0], "127.0.0.1", *t[1:], rates, args)
+                    targets.append(
+                        stack.enter_context(litellm_proxy(args.litellm, upstream, n, scratch))
+                    )
                 except RuntimeError as exc:
-                    targets[f"litellm-w{n}"] = {"skipped": str(exc)}
-    base = targets["direct"]
-    for name, phases in targets.items():
-        if name == "direct" or "skipped" in phases:
-            continue
-        best = None
-        for rate, phase in phases.items():
-            phase["added_p50_ms"] = phase["p50_ms"] - base[rate]["p50_ms"]
-            phase["added_p99_ms"] = phase["p99_ms"] - base[rate]["p99_ms"]
-            if phase["added_p99_ms"] < 5 and phase["errors"] == 0:
-                best = max(best or 0.0, float(rate))
-        phases["max_rate_p99_added_under_5ms"] = best
+                    report["targets"][f"litellm-w{n}"] = {"skipped": str(exc)}
+        by_name = {t.name: t for t in targets}
+        names = [t.name for t in targets]
+        load0 = os.getloadavg()[0]
+        for index, rate in enumerate(rates):
+            order = interleaved(names, index)
+            report["order"][_key(rate)] = order
+            for name in order:
+                idle = [t.pid for t in targets if t.name != name and t.pid is not None]
+                idle = [pid for pid in idle if pid != direct.pid]
+                entry = measure_turn(by_name[name], direct.pid, idle, rate, args)
+                report["targets"].setdefault(name, {})[_key(rate)] = entry
+                print(f"{name} at {rate:g}/s: {_line(entry)}", file=sys.stderr, flush=True)
+        report["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    # The order targets were started in, whatever order they were measured in.
+    report["targets"] = {
+        n: report["targets"][n] for n in [*names, *report["targets"]] if n in report["targets"]
+    }
+    add_comparisons(report)
+    phases = [p for t in report["targets"].values() for p in t.values() if isinstance(p, dict)]
+    report["valid"] = all(p["valid"] for p in phases)
+    report["cpus"] = os.cpu_count()
+    report["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    report.update(versions())
     print(orjson.dumps(report).decode())
     _table(report)
-    return 0
+    return 0 if report["valid"] else 1
+
+
+def _line(p: dict[str, Any]) -> str:
+    def f(value: float | None, spec: str = ".2f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    return (
+        f"p50 {f(p['p50_ms'])} p99 {f(p['p99_ms'])} ms, cpu {f(p['cpu_ms_per_request'], '.3f')} "
+        f"ms/req, errors {p['errors']}, lag p99 {f(p['send_lag_p99_ms'])} ms, "
+        f"other cpu {f(p['other_cpu_util'])}"
+    )
 
 
 def _table(report: dict[str, Any]) -> None:
-    lines = ["target        rate  p50ms  p99ms  +p50ms  +p99ms  cpu-ms/req  errors"]
+    def f(value: float | None, width: int, spec: str = ".2f") -> str:
+        return ("-" if value is None else format(value, spec)).rjust(width)
+
+    lines = [
+        "target        rate    p50    p99   +p50   +p99  cpu/req  up/req gen/req  errors  "
+        "lag99  other  valid"
+    ]
     for name, phases in report["targets"].items():
         if "skipped" in phases:
             lines.append(f"{name:<12} skipped: {phases['skipped']}")
@@ -361,12 +588,18 @@ def _table(report: dict[str, Any]) -> None:
         for rate, p in phases.items():
             if not isinstance(p, dict):
                 continue
-            cpu = p["cpu_ms_per_request"]
             lines.append(
-                f"{name:<12} {rate:>5} {p['p50_ms']:6.2f} {p['p99_ms']:6.2f} "
-                f"{p.get('added_p50_ms', 0):7.2f} {p.get('added_p99_ms', 0):7.2f} "
-                f"{'-' if cpu is None else f'{cpu:.3f}':>11} {p['errors']:>7}"
+                f"{name:<12} {rate:>5} {f(p['p50_ms'], 6, '.1f')} {f(p['p99_ms'], 6, '.1f')} "
+                f"{f(p.get('added_p50_ms'), 6)} {f(p.get('added_p99_ms'), 6)} "
+                f"{f(p['cpu_ms_per_request'], 8, '.3f')} "
+                f"{f(p['upstream_cpu_ms_per_request'], 7, '.3f')} "
+                f"{f(p['generator_cpu_ms_per_request'], 7, '.3f')} {p['errors']:>7} "
+                f"{f(p['send_lag_p99_ms'], 6)} {f(p['other_cpu_util'], 6)} "
+                f"{'yes' if p['valid'] else 'NO':>6}"
             )
+        best = phases.get("max_rate_p99_added_under_5ms")
+        if name != "direct":
+            lines.append(f"{name:<12} highest rate with added p99 < 5 ms: {best}")
     print("\n".join(lines), file=sys.stderr)
 
 

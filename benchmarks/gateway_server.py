@@ -2,7 +2,7 @@
 
 Both servers answer every request with the same 20-chunk SSE body, written chunk by chunk (21
 writes), so the difference is the server alone: request parsing, framing, the ASGI hop. Each
-runs in its own process; the open-loop generator of :mod:`benchmarks.gateway` sends requests
+runs in its own process; the open-loop generator of :mod:`benchmarks._open_loop` sends requests
 at ``--rate`` for ``--duration`` seconds, and the server process's CPU time is divided by the
 requests answered. This is the measurement behind serving the gateway with its own h11-style
 loop rather than hypercorn (see ``sluice._gateway.http``).
@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 import trio
 
-from .gateway import _family_cpu, one_phase, percentile, request_bytes
+from ._open_loop import Generator, percentile, request_bytes
+from .gateway import family_cpu
 
 CHUNK = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
@@ -111,16 +112,20 @@ def _process(argv: list[str], port: int, cwd: str | None = None):
 
 def _measure(pid: int, port: int, rate: float, duration: float) -> dict[str, Any]:
     request = request_bytes("127.0.0.1", port, "/v1/chat/completions", "m", {})
-    trio.run(one_phase, "127.0.0.1", port, request, rate, min(1.0, duration))
-    before = _family_cpu(pid)
-    latencies, errors = trio.run(one_phase, "127.0.0.1", port, request, rate, duration)
-    cpu = _family_cpu(pid) - before
+    generator = Generator("127.0.0.1", port, request)
+    try:
+        generator.phase(rate, min(1.0, duration), drain=10.0)
+        before = family_cpu(pid)
+        result = generator.phase(rate, duration, drain=10.0)
+        cpu = family_cpu(pid) - before
+    finally:
+        generator.close()
     return {
-        "requests": len(latencies),
-        "errors": errors,
-        "cpu_us_per_request": cpu / max(1, len(latencies)) * 1e6,
-        "p50_ms": percentile(latencies, 0.5) * 1000,
-        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "requests": result.ok,
+        "errors": result.error_count,
+        "cpu_us_per_request": cpu / max(1, result.ok) * 1e6,
+        "p50_ms": percentile(result.latencies, 0.5) * 1000,
+        "p99_ms": percentile(result.latencies, 0.99) * 1000,
     }
 
 

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
+
+from benchmarks._open_loop import Response
+from benchmarks.gateway import add_comparisons, interleaved
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -261,18 +265,115 @@ def test_loadtest_client_benchmark_steps_the_rate_up() -> None:
         assert step["lag_p99_ms"] >= step["lag_p50_ms"] >= 0
 
 
-def test_gateway_benchmark_reports_added_latency_against_the_simulator() -> None:
+def test_gateway_benchmark_counts_streams_ending_in_an_error_event_as_errors() -> None:
+    # The paced upstream ends every 5th reply with an error event and no [DONE]. Turns run in
+    # the order direct then sluice, each a warm-up of 6 requests and a phase of 20, so direct's
+    # phase gets upstream replies 7-26, four of which (10, 15, 20, 25) fail.
     report = _run_benchmark(
         "benchmarks.gateway",
-        *("--sim", "--rates", "20", "--duration", "1", "--warmup", "0.2", "--workers", "1"),
+        *("--rates", "20", "--duration", "1", "--warmup", "0.3", "--settle", "0.1"),
+        *("--workers", "1", "--ttft-ms", "10", "--itl-ms", "5", "--chunks", "5"),
+        *("--fail-every", "5", "--max-lag-ms", "1000", "--drain", "5"),
         timeout=120,
     )
-    assert report["upstream"] == "sluice sim"
+    assert report["upstream"]["kind"].startswith("paced")
+    assert report["order"] == {"20": ["direct", "sluice-w1"]}
     direct, gateway = report["targets"]["direct"]["20"], report["targets"]["sluice-w1"]["20"]
-    assert direct["errors"] == 0 and gateway["errors"] == 0
     assert direct["requests"] == gateway["requests"] == 20
-    assert gateway["added_p50_ms"] == gateway["p50_ms"] - direct["p50_ms"]
-    assert gateway["cpu_ms_per_request"] > 0
+    assert direct["ok"] == 16 and direct["error_kinds"] == {"error event in the stream": 4}
+    assert gateway["errors"] >= 4 and gateway["ok"] + gateway["errors"] == 20
+    # A paced reply takes at least TTFT + 6 gaps (5 content chunks, then the finish): 40 ms.
+    assert direct["p50_ms"] >= 40 and gateway["p50_ms"] >= 40
+    assert gateway["added_p50_ms"] == round(gateway["p50_ms"] - direct["p50_ms"], 3)
+    # Failed requests count as infinitely slow: with 4 of 20 failed, p99 is no number.
+    assert direct["p99_ms"] is None and gateway["added_p99_ms"] is None
+    assert gateway["cpu_ms_per_request"] > 0 and direct["upstream_cpu_ms_per_request"] > 0
+    assert gateway["generator_cpu_ms_per_request"] > 0
+    assert gateway["other_cpu_util"] is not None
+    assert gateway["send_lag_p99_ms"] >= gateway["send_lag_p50_ms"] >= 0
+    assert report["valid"] is True
+    # Errors disqualify a rate from the 5 ms criterion.
+    assert report["sluice_max_rate_p99_added_under_5ms"] == {"sluice-w1": None}
+
+
+def test_gateway_benchmark_marks_the_run_invalid_when_the_generator_lags() -> None:
+    command = [sys.executable, "-m", "benchmarks.gateway", "--rates", "20", "--duration", "0.5"]
+    command += ["--warmup", "0", "--settle", "0", "--workers", "", "--max-lag-ms", "0"]
+    command += ["--ttft-ms", "5", "--itl-ms", "2", "--chunks", "3"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr.decode(errors="replace")[-2000:]
+    report = orjson.loads(done.stdout.decode().strip().splitlines()[-1])
+    direct = report["targets"]["direct"]["20"]
+    assert direct["errors"] == 0 and direct["ok"] == 10
+    assert direct["valid"] is False and "fell behind" in direct["invalid"]
+    assert report["valid"] is False
+
+
+def _reply(chunks: list[bytes], status: bytes = b"200 OK") -> bytes:
+    head = b"HTTP/1.1 " + status + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+_TEXT = b'data: {"choices":[{"delta":{"content":" hi"}}]}\n\n'
+_ERROR_EVENT = "error event in the stream"
+_USAGE = b'data: {"choices":[],"usage":{"completion_tokens":2,"total_tokens":3}}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "tokens"),
+    [
+        (_reply([_TEXT, _TEXT, _USAGE + b"data: [DONE]\n\n"]), None, 2),
+        (_reply([_TEXT, _TEXT]), "stream ended without data: [DONE]", None),
+        (_reply([_TEXT, b'data: {"error":{"message":"x"}}\n\n']), _ERROR_EVENT, None),
+        (_reply([b"event: error\ndata: {}\n\n", b"data: [DONE]\n\n"]), _ERROR_EVENT, None),
+        (_reply([_TEXT, b"data: [DONE]\n\n"], b"500 Internal Server Error"), "HTTP 500", None),
+        (b"HTTP/1.1 429 Too Many\r\ncontent-length: 2\r\n\r\n{}", "HTTP 429", None),
+    ],
+)  # fmt: skip
+def test_gateway_generator_judges_a_response_the_same_however_it_is_split(
+    reply: bytes, error: str | None, tokens: int | None
+) -> None:
+    for cut in range(1, len(reply)):
+        in_two = [reply[:cut], reply[cut:]]
+        in_many = [reply[i : i + cut] for i in range(0, len(reply), cut)]
+        for pieces in (in_two, in_many):
+            response = Response()
+            done = [response.feed(p) for p in pieces]
+            assert done[-1] and not any(done[:-1]), (cut, pieces)
+            assert (response.error, response.usage_tokens) == (error, tokens), (cut, pieces)
+
+
+def test_gateway_generator_counts_a_close_mid_response_as_an_error() -> None:
+    reply = _reply([_TEXT, _USAGE + b"data: [DONE]\n\n"])
+    response = Response()
+    assert not response.feed(reply[:-20])
+    assert response.end_of_file() and response.error == "connection closed mid-response"
+
+
+def test_gateway_highest_rate_under_5ms_needs_every_lower_rate_valid_and_clean() -> None:
+    def phase(p99: float | None, valid: bool = True, errors: int = 0) -> dict[str, Any]:
+        return {"p50_ms": 1.0, "p99_ms": p99, "valid": valid, "errors": errors}
+
+    report: dict[str, Any] = {
+        "rates": [200.0, 500.0, 1000.0, 2000.0],
+        "targets": {
+            "direct": {k: phase(10.0) for k in ("200", "500", "1000", "2000")},
+            "sluice-w1": {"200": phase(12.0), "500": phase(14.9), "1000": phase(15.0),
+                          "2000": phase(11.0)},
+            "sluice-w2": {"200": phase(11.0), "500": phase(None, valid=False),
+                          "1000": phase(11.0), "2000": phase(11.0)},
+            "litellm-w1": {"200": phase(11.0, errors=1), "500": phase(11.0),
+                           "1000": phase(11.0), "2000": phase(11.0)},
+        },
+    }  # fmt: skip
+    add_comparisons(report)
+    assert report["sluice_max_rate_p99_added_under_5ms"] == {"sluice-w1": 500.0, "sluice-w2": 200.0}
+    assert report["targets"]["litellm-w1"]["max_rate_p99_added_under_5ms"] is None
+    assert report["targets"]["sluice-w1"]["1000"]["added_p99_ms"] == 5.0
+    assert report["targets"]["sluice-w2"]["500"]["added_p99_ms"] is None
+    assert report["targets"]["sluice-w2"]["2000"]["added_p99_ms"] == 1.0  # past a failed rate
+    assert interleaved(["a", "b", "c"], 0) == ["a", "b", "c"]
+    assert interleaved(["a", "b", "c"], 4) == ["b", "c", "a"]
 
 
 def test_gateway_server_benchmark_measures_sluices_server() -> None:
