@@ -91,23 +91,32 @@ def aggregate(
     max_lag: float = DEFAULT_MAX_LAG,
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     bin_seconds: float | None = None,
+    span: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The run's aggregates (see the module docstring).
 
-    ``records`` is read twice, one record at a time (a list, or a
-    :class:`~.records.RecordFile` that reads them from disk): what is kept per record is at
-    most a few numbers, and every distribution is a :class:`~.stats.Samples`, so the memory
-    used does not grow with the run's length past :data:`~.stats.EXACT_LIMIT` samples.
+    ``records`` is read one record at a time (a list, or a :class:`~.records.RecordFile`
+    that reads them from disk): what is kept per record is at most a few numbers, and every
+    distribution is a :class:`~.stats.Samples`, so the memory used does not grow with the
+    run's length past :data:`~.stats.EXACT_LIMIT` samples. ``span``, the earliest time a
+    request was due and the latest time one ended, places the timeline's bins; given, the
+    records are read once, else twice (the first pass finds it).
     """
+    if span is None:
+        span = _span(records)
+    start, end = span
+    end = max(end, start)
+    timeline = _Timeline(start, end, bin_seconds)
     acc = _Pass(slos)
     for r in records:
         acc.add(r)
+        timeline.add(r)
     total, ok, failed = acc.total, acc.ok, acc.failed
-    start = acc.start if total else 0.0
-    end = max(acc.end, start)
+    if not total:
+        start = end = 0.0
     elapsed = max(end - start, 1e-9)
     lag = acc.lag.summary()
-    timeline = _timeline(records, start, end, bin_seconds) if total else []
+    rows = timeline.rows() if total else []
     reasons = [
         r
         for r in (
@@ -145,15 +154,13 @@ def aggregate(
             "output_tokens_per_s": out_tokens / elapsed,
             "input_tokens_per_s": in_tokens / elapsed,
             "total_tokens_per_s": (in_tokens + out_tokens) / elapsed,
-            "peak_output_tokens_per_s": max(
-                (b["output_tokens_per_s"] for b in timeline), default=0.0
-            ),
+            "peak_output_tokens_per_s": max((b["output_tokens_per_s"] for b in rows), default=0.0),
             "output_tokens": out_tokens,
             "input_tokens": in_tokens,
             "output_tokens_estimated": acc.estimated,
             "embeddings_per_s": acc.inputs / elapsed if acc.has_inputs else None,
         },
-        "timeline": timeline,
+        "timeline": rows,
         "goodput": acc.goodput(elapsed),
         "valid": reason is None,
         "invalid_reason": reason,
@@ -166,8 +173,6 @@ class _Pass:
     def __init__(self, slos: Sequence[Slo]) -> None:
         self.slos = slos
         self.total = self.ok = self.failed = 0
-        self.start = math.inf
-        self.end = -math.inf
         self.errors: Counter[str] = Counter()
         self.statuses: Counter[int] = Counter()
         self.ttft, self.ttst, self.itl, self.icl = Samples(), Samples(), Samples(), Samples()
@@ -187,8 +192,6 @@ class _Pass:
 
     def add(self, r: RequestRecord) -> None:
         self.total += 1
-        self.start = min(self.start, r.scheduled)
-        self.end = max(self.end, r.end)
         self.lag.add(r.lag)
         self.queue_wait.add(r.queue_wait)
         self.has_inputs = self.has_inputs or r.inputs is not None
@@ -400,61 +403,76 @@ TOKEN_RULE = "words: each run of non-whitespace characters, with the whitespace 
 """How the client counts output tokens (:func:`~.metrics.estimate_tokens`)."""
 
 
-def _timeline(
-    records: Iterable[RequestRecord], start: float, end: float, bin_seconds: float | None
-) -> list[dict[str, Any]]:
-    """Per time bin: requests sent and completed, output tokens per second (by token arrival),
-    and the median TTFT, ITL and lag of what happened in the bin."""
-    span = end - start
-    if span <= 0:
-        return []
-    width = bin_seconds or _nice_bin(span)
-    count = max(1, math.ceil(span / width))
-    sent = [0] * count
-    done = [0] * count
-    failed = [0] * count
-    tokens = [0] * count
-    ttfts = [Samples(_BIN_LIMIT) for _ in range(count)]
-    itls = [Samples(_BIN_LIMIT) for _ in range(count)]
-    lags = [Samples(_BIN_LIMIT) for _ in range(count)]
-
-    def slot(at: float) -> int:
-        return min(count - 1, max(0, int((at - start) / width)))
-
+def _span(records: Iterable[RequestRecord]) -> tuple[float, float]:
+    """The earliest time a request was due and the latest time one ended (0, 0 for none)."""
+    start, end = math.inf, -math.inf
     for r in records:
-        i = slot(r.sent)
-        sent[i] += 1
-        lags[i].add(r.lag)
-        if r.ok:
-            done[slot(r.end)] += 1
-            if r.ttft is not None:
-                ttfts[i].add(r.ttft)
-            for at in token_times(r):
-                tokens[slot(at)] += 1
-            at = r.first_token_at or 0.0
-            for gap in r.itls:
-                at += gap
-                itls[slot(at)].add(gap)
-        else:
-            failed[slot(r.end)] += 1
+        start, end = min(start, r.scheduled), max(end, r.end)
+    return (start, end) if start <= end else (0.0, 0.0)
 
-    return [
-        {
-            "t": i * width,
-            "width": width,
-            "sent": sent[i],
-            "completed": done[i],
-            "failed": failed[i],
-            "requests_per_s": done[i] / width,
-            "output_tokens_per_s": tokens[i] / width,
-            "ttft_p50": ttfts[i].percentile(50),
-            "ttft_p99": ttfts[i].percentile(99),
-            "itl_p50": itls[i].percentile(50),
-            "itl_p99": itls[i].percentile(99),
-            "lag_p99": lags[i].percentile(99),
-        }
-        for i in range(count)
-    ]
+
+class _Timeline:
+    """Per time bin over ``start``..``end``: requests sent and completed, output tokens per
+    second (by token arrival), and the median and p99 TTFT, ITL and lag of what happened in
+    the bin."""
+
+    def __init__(self, start: float, end: float, bin_seconds: float | None) -> None:
+        span = end - start
+        self.start = start
+        self.width = bin_seconds or (_nice_bin(span) if span > 0 else 1.0)
+        count = self.count = max(1, math.ceil(span / self.width)) if span > 0 else 0
+        self.sent = [0] * count
+        self.done = [0] * count
+        self.failed = [0] * count
+        self.tokens = [0] * count
+        self.ttfts = [Samples(_BIN_LIMIT) for _ in range(count)]
+        self.itls = [Samples(_BIN_LIMIT) for _ in range(count)]
+        self.lags = [Samples(_BIN_LIMIT) for _ in range(count)]
+
+    def slot(self, at: float) -> int:
+        return min(self.count - 1, max(0, int((at - self.start) / self.width)))
+
+    def add(self, r: RequestRecord) -> None:
+        if not self.count:
+            return
+        slot = self.slot
+        i = slot(r.sent)
+        self.sent[i] += 1
+        self.lags[i].add(r.lag)
+        if not r.ok:
+            self.failed[slot(r.end)] += 1
+            return
+        self.done[slot(r.end)] += 1
+        if r.ttft is not None:
+            self.ttfts[i].add(r.ttft)
+        tokens = self.tokens
+        for at in token_times(r):
+            tokens[slot(at)] += 1
+        at = r.first_token_at or 0.0
+        itls = self.itls
+        for gap in r.itls:
+            at += gap
+            itls[slot(at)].add(gap)
+
+    def rows(self) -> list[dict[str, Any]]:
+        width = self.width
+        return [
+            {
+                "t": i * width,
+                "width": width,
+                "sent": self.sent[i],
+                "completed": self.done[i],
+                "failed": self.failed[i],
+                "requests_per_s": self.done[i] / width,
+                "output_tokens_per_s": self.tokens[i] / width,
+                "ttft_p50": self.ttfts[i].percentile(50),
+                "ttft_p99": self.ttfts[i].percentile(99),
+                "itl_p50": self.itls[i].percentile(50),
+                "itl_p99": self.itls[i].percentile(99),
+                "lag_p99": self.lags[i].percentile(99),
+            }
+            for i in range(self.count)
+        ]
 
 
 _BIN_LIMIT = 2_000

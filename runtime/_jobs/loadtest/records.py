@@ -12,6 +12,7 @@ memory that does not grow with the run.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import weakref
@@ -57,7 +58,7 @@ class RecordFile:
     :meth:`add` appends; ``len``, iteration and indexing (an int or a slice) read them back
     sorted by when they were due (then by index), which is how the results list them.
     :meth:`lines` gives the same order as the JSON lines themselves, for writing them out
-    without building a record. Per record, memory holds four numbers.
+    without building a record. Per record, memory holds three numbers (24 bytes).
 
     Raises:
         OSError: from :meth:`add` or a read, when the file cannot be written or read.
@@ -70,10 +71,13 @@ class RecordFile:
         # Closed when the records are dropped (a RunResult outlives the run that made it).
         weakref.finalize(self, self._file.close)
         self._offsets = array("q")
-        self._lengths = array("q")
         self._scheduled = array("d")
         self._indexes = array("q")
         self._size = 0
+        self.start = math.inf
+        """The earliest time a record was due."""
+        self.end = -math.inf
+        """The latest time a record ended."""
         self._order: array[int] | None = None
         self.failed = 0
         self.recent: deque[RequestRecord] = deque(maxlen=RECENT)
@@ -83,8 +87,9 @@ class RecordFile:
         line = orjson.dumps(record_json(record)) + b"\n"
         self._file.write(line)
         self._offsets.append(self._size)
-        self._lengths.append(len(line) - 1)
         self._scheduled.append(record.scheduled)
+        self.start = min(self.start, record.scheduled)
+        self.end = max(self.end, record.end)
         self._indexes.append(record.index)
         self._size += len(line)
         self._order = None
@@ -105,8 +110,16 @@ class RecordFile:
             self._order = array("q", order)
         return self._order
 
+    @property
+    def span(self) -> tuple[float, float]:
+        """When the first record was due and the last one ended ((0, 0) for none)."""
+        return (self.start, self.end) if self._offsets else (0.0, 0.0)
+
     def _line(self, position: int) -> bytes:
-        return os.pread(self._file.fileno(), self._lengths[position], self._offsets[position])
+        offsets = self._offsets
+        start = offsets[position]
+        end = offsets[position + 1] if position + 1 < len(offsets) else self._size
+        return os.pread(self._file.fileno(), end - start - 1, start)
 
     def lines(self) -> Iterator[bytes]:
         """Each record's JSON text (no newline), in order."""

@@ -663,7 +663,11 @@ async def _run_load(
         progress(run.progress())
     records = run.records
     aggregates = aggregate(
-        records, slos=test.slos, max_lag=test.max_lag, max_error_rate=test.max_error_rate
+        records,
+        slos=test.slos,
+        max_lag=test.max_lag,
+        max_error_rate=test.max_error_rate,
+        span=records.span,
     )
     aggregates["offered_rate"] = _offered(test, records)
     stopped = None if interrupt is None else interrupt.state

@@ -142,12 +142,13 @@ class Samples:
     bucket's midpoint, within :data:`RELATIVE_ERROR` of the true value. Its size grows with
     the spread of the values (a few thousand buckets from a microsecond to an hour), never
     with their number, so a run of hours keeps its percentiles in fixed memory. Count, mean,
-    minimum, maximum and standard deviation stay exact (a running Welford sum); percentiles
+    minimum, maximum and standard deviation stay exact (running sums of the differences from
+    the first value, so no cancellation shows at latency scales); percentiles
     and their confidence bounds carry the relative error; ``exact`` in the summary says which.
     """
 
-    __slots__ = ("_buckets", "_exact", "_low", "_m2", "_mean", "count", "limit", "maximum",
-                 "minimum")  # fmt: skip
+    __slots__ = ("_buckets", "_exact", "_low", "_s1", "_s2", "_shift", "count", "limit",
+                 "maximum", "minimum")  # fmt: skip
 
     def __init__(self, limit: int = EXACT_LIMIT) -> None:
         self.limit = limit
@@ -156,38 +157,67 @@ class Samples:
         self._low = 0
         """Values at or below :data:`_TINY` (the histogram's first bucket)."""
         self.count = 0
-        self._mean = 0.0
-        self._m2 = 0.0
+        self._shift = 0.0
+        """The first value: sums of differences from it keep the variance accurate."""
+        self._s1 = 0.0
+        self._s2 = 0.0
         self.minimum = math.inf
         self.maximum = -math.inf
 
     def add(self, value: float) -> None:
+        if not self.count:
+            self._shift = value
         self.count += 1
-        delta = value - self._mean
-        self._mean += delta / self.count
-        self._m2 += delta * (value - self._mean)
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
+        d = value - self._shift
+        self._s1 += d
+        self._s2 += d * d
+        if value < self.minimum:
+            self.minimum = value
+        if value > self.maximum:
+            self.maximum = value
         exact = self._exact
-        if exact is not None:
-            exact.append(value)
-            if len(exact) > self.limit:
-                self._exact = None
-                for kept in exact:
-                    self._count(kept)
+        if exact is None:
+            self._count((value,))
             return
-        self._count(value)
+        exact.append(value)
+        if len(exact) > self.limit:
+            self._spill()
 
-    def extend(self, values: Iterable[float]) -> None:
+    def extend(self, values: Sequence[float]) -> None:
+        """:meth:`add` each of ``values``, in one go."""
+        if not values:
+            return
+        if not self.count:
+            self._shift = values[0]
+        shift = self._shift
+        self.count += len(values)
+        self._s1 += math.fsum([v - shift for v in values])
+        self._s2 += math.fsum([(v - shift) * (v - shift) for v in values])
+        self.minimum = min(self.minimum, min(values))
+        self.maximum = max(self.maximum, max(values))
+        exact = self._exact
+        if exact is None:
+            self._count(values)
+            return
+        exact.extend(values)
+        if len(exact) > self.limit:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Past the limit: from exact values to the histogram."""
+        assert self._exact is not None
+        kept, self._exact = self._exact, None
+        self._count(kept)
+
+    def _count(self, values: Iterable[float]) -> None:
+        buckets = self._buckets
+        log, floor, scale = math.log, math.floor, 1 / _LOG_GAMMA
         for value in values:
-            self.add(value)
-
-    def _count(self, value: float) -> None:
-        if value <= _TINY:
-            self._low += 1
-            return
-        key = math.floor(math.log(value) / _LOG_GAMMA)
-        self._buckets[key] = self._buckets.get(key, 0) + 1
+            if value <= _TINY:
+                self._low += 1
+            else:
+                key = floor(log(value) * scale)
+                buckets[key] = buckets.get(key, 0) + 1
 
     @property
     def exact(self) -> bool:
@@ -234,18 +264,20 @@ class Samples:
             return summarize(self._exact, intervals=intervals) | {"exact": True}
         n = self.count
         value_at = self._ranks()
+        mean = self._shift + self._s1 / n
+        m2 = max(0.0, self._s2 - self._s1 * self._s1 / n)  # n times the population variance
         out: dict[str, Any] = {
             "count": n,
-            "mean": self._mean,
+            "mean": mean,
             "min": self.minimum,
             "max": self.maximum,
-            "std": math.sqrt(self._m2 / n),
+            "std": math.sqrt(m2 / n),
         }
         for name, pct in PERCENTILES:
             out[name] = interpolate(n, pct, value_at)
         if intervals:
-            half = _Z95 * math.sqrt(self._m2 / (n - 1) / n)
-            bounds = {"mean": [self._mean - half, self._mean + half]}
+            half = _Z95 * math.sqrt(m2 / (n - 1) / n)
+            bounds = {"mean": [mean - half, mean + half]}
             for name, pct in PERCENTILES:
                 p = pct / 100
                 spread = _Z95 * math.sqrt(n * p * (1 - p))
