@@ -361,7 +361,7 @@ async def _on_signal(signals: AsyncIterator[int], interrupt: Interrupt) -> None:
         name = "Ctrl-C" if number == signal.SIGINT else signal.Signals(number).name
         if interrupt.state is None:
             print(
-                f"sluice: stopping ({name}): no new requests; the ones in flight finish and the"
+                f"sluice: stopping: no new requests ({name}); the ones in flight finish and the"
                 f" partial results are written ({name} again cancels them)",
                 file=sys.stderr,
                 flush=True,
