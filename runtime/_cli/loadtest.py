@@ -810,10 +810,7 @@ async def _run(
     except ConfigError as exc:
         return fail(str(exc))
     except OSError as exc:  # the records could not be kept (a full disk): nothing to write
-        print(
-            f"sluice: error: cannot keep the request records in {folder}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
+        print(f"sluice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         if scrapes is not None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RecordDicts", "RecordFile", "record_from_json", "record_json"]
 
 RECENT = 500
-"""Records kept in memory for the live progress view (its recent TTFT and lag)."""
+"""Latest requests whose TTFT and lag stay in memory, for the live progress view."""
 
 
 def record_json(record: RequestRecord) -> dict[str, Any]:
@@ -61,10 +61,12 @@ class RecordFile:
     without building a record. Per record, memory holds three numbers (24 bytes).
 
     Raises:
-        OSError: from :meth:`add` or a read, when the file cannot be written or read.
+        OSError: when the file cannot be written (a full disk: ``filename`` says it is the
+            records) or read.
     """
 
     def __init__(self, folder: Path | None = None) -> None:
+        self._folder = folder or tempfile.gettempdir()
         self._file = tempfile.TemporaryFile(  # noqa: SIM115 (open as long as the records live)
             dir=folder, prefix=".sluice-loadtest-records-"
         )
@@ -80,12 +82,16 @@ class RecordFile:
         """The latest time a record ended."""
         self._order: array[int] | None = None
         self.failed = 0
-        self.recent: deque[RequestRecord] = deque(maxlen=RECENT)
-        """The latest records, newest last (for a live view)."""
+        self.recent: deque[tuple[float | None, float]] = deque(maxlen=RECENT)
+        """``(ttft, lag)`` of the latest records, newest last (for a live view)."""
 
     def add(self, record: RequestRecord) -> None:
         line = orjson.dumps(record_json(record)) + b"\n"
-        self._file.write(line)
+        try:
+            self._file.write(line)
+        except OSError as exc:
+            where = f"the request records (a temporary file in {self._folder})"
+            raise OSError(exc.errno, exc.strerror, where) from exc
         self._offsets.append(self._size)
         self._scheduled.append(record.scheduled)
         self.start = min(self.start, record.scheduled)
@@ -94,7 +100,7 @@ class RecordFile:
         self._size += len(line)
         self._order = None
         self.failed += not record.ok
-        self.recent.append(record)
+        self.recent.append((record.ttft, record.lag))
 
     def close(self) -> None:
         self._file.close()

@@ -513,8 +513,8 @@ class _Run:
     def progress(self) -> Progress:
         records = self.records
         recent = records.recent
-        ttfts = sorted(r.ttft for r in recent if r.ttft is not None)
-        lags = sorted(r.lag for r in recent)
+        ttfts = sorted(ttft for ttft, _ in recent if ttft is not None)
+        lags = sorted(lag for _, lag in recent)
         return Progress(
             elapsed=trio.current_time() - self.t0,
             sent=self.sent,

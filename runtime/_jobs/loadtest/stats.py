@@ -10,6 +10,11 @@ always give the same interval. Past :data:`BOOTSTRAP_LIMIT` samples the bootstra
 (a sort per resample) is not worth it and its large-sample limits are used instead: the
 normal interval of the mean, and the distribution-free order-statistic interval of each
 percentile (ranks ``n p +- 1.96 sqrt(n p (1 - p))``).
+
+:class:`Samples` collects one metric's values as a run's records are read back, in memory
+that stops growing: exact (and summarized exactly as :func:`summarize` does) up to
+:data:`EXACT_LIMIT` values, then a logarithmic histogram whose ranks are within
+:data:`RELATIVE_ERROR` of the true values.
 """
 
 from __future__ import annotations
