@@ -18,6 +18,7 @@ import tempfile
 import weakref
 from array import array
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import attrs
@@ -26,7 +27,7 @@ import orjson
 from .metrics import RequestRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
     from pathlib import Path
 
 __all__ = ["RecordDicts", "RecordFile", "record_from_json", "record_json"]
@@ -52,7 +53,7 @@ def record_from_json(data: dict[str, Any]) -> RequestRecord:
     return RequestRecord(**data)
 
 
-class RecordFile:
+class RecordFile(Sequence[RequestRecord]):
     """The records of one run, on disk, in the order they were due.
 
     :meth:`add` appends; ``len``, iteration and indexing (an int or a slice) read them back
@@ -179,5 +180,6 @@ class RecordDicts:
     def __getitem__(self, index: int) -> dict[str, Any]:
         records = self.records
         if isinstance(records, RecordFile):
-            return orjson.loads(records._line(records._sorted()[index]))
+            data: dict[str, Any] = orjson.loads(records._line(records._sorted()[index]))
+            return data
         return record_json(records[index])
