@@ -180,12 +180,14 @@ def run(a: argparse.Namespace, folder: Path) -> dict[str, Any]:
             print(f"{t:8.1f} s  RSS {rss:8.2f} MB  done {progress.done}", file=sys.stderr)
         summary = tester.stdout.read().decode()
         status = tester.wait()
+        # The load tester is the only child waited for so far: this is its peak RSS, the
+        # writing of the results at the end included.
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         progress.join()
         wall = time.monotonic() - started
     finally:
         sim.terminate()
         sim.wait(10)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     seconds = a.minutes * 60
     fit_from = max(a.warmup, seconds / 3)
     fit = [s for s in samples if fit_from <= s["t"] <= seconds]

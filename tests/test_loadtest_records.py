@@ -234,3 +234,23 @@ async def test_a_run_keeps_its_records_in_the_folder_given_and_leaves_nothing(
     assert isinstance(run.records, RecordFile) and len(run.records) == 10
     assert [r.index for r in run.records] == list(range(10))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_soak_benchmark_samples_a_real_load_tester() -> None:
+    """``benchmarks.loadtest_soak`` end to end, for a few seconds: a simulator process, a
+    ``sluice loadtest`` process, its RSS sampled; the report says what it measured."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "benchmarks.loadtest_soak", "--minutes", "0.1"]
+    command += ["--rate", "20", "--sample-every", "1", "--output-tokens", "8"]
+    done = subprocess.run(command, cwd=root, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    report = orjson.loads(done.stdout.splitlines()[-1])
+    assert report["exit_status"] in (0, 1)  # 1: a busy machine made the run invalid (lag)
+    assert report["requests"]["total"] > 0 and report["requests"]["failed"] == 0
+    assert len(report["samples"]) >= 2 and all(s["rss_mb"] > 0 for s in report["samples"])
+    assert report["rss_peak_mb"] >= max(s["rss_mb"] for s in report["samples"])
+    assert "loadtest --model sim:sim-small --base-url" in report["command"]
