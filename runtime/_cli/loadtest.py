@@ -7,6 +7,7 @@ view on a terminal, a plain line every few seconds otherwise. The summary goes t
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -204,11 +205,14 @@ def _shape(
         for part in ramp.split(","):
             r, _, seconds = part.partition(":")
             try:
-                steps.append(Step(float(r), float(seconds)))
+                step = Step(float(r), float(seconds))
+                if not (math.isfinite(step.rate) and math.isfinite(step.seconds)):
+                    raise ValueError
+                steps.append(step)
             except ValueError:
                 raise ConfigError(
                     f"--ramp {ramp!r}: expected RATE:SECONDS steps, e.g. 2:30,4:30,8:30 "
-                    "(every number above 0)"
+                    "(every number above 0 and finite)"
                 ) from None
         return OpenLoop.ramp(steps, max_in_flight=max_in_flight)
     if trace is not None:
@@ -262,10 +266,13 @@ def _warmup(text: str) -> tuple[int, float]:
     return 0, seconds
 
 
-def preflight_outputs(paths: list[Path]) -> str | None:
+def preflight_outputs(paths: list[Path], *, overwrite: bool = False) -> str | None:
     """Why one of ``paths`` cannot be written, or None: checked before the run so a bad path
     costs nothing (the shared :func:`~._preflight.check_writable`, plus: no file may be given
-    for two outputs). Nothing is created or truncated here."""
+    for two outputs, each must be a regular file, and an existing file that is not a
+    loadtest's own output is replaced only with ``overwrite``; see
+    :func:`~.._jobs.loadtest.results.own_output`). Nothing is created or truncated here."""
+    from .._jobs.loadtest.results import own_output
     from ._preflight import check_writable, same_file
 
     for number, path in enumerate(paths):
@@ -275,26 +282,98 @@ def preflight_outputs(paths: list[Path]) -> str | None:
             check_writable(path, "output")
         except ConfigError as exc:
             return str(exc)
+        if not path.exists():
+            continue
+        if not path.is_file():
+            return f"output {path} is not a regular file; give a file name"
+        if not overwrite and not own_output(path):
+            return (
+                f"output {path} already exists and is not a loadtest result "
+                f"({path.stat().st_size} bytes); give another --out, or --overwrite to "
+                "replace it"
+            )
     return None
 
 
-async def _on_ctrl_c(signals: AsyncIterator[int], interrupt: Interrupt) -> None:
-    async for _ in signals:
+_PROBE = 64 * 1024
+"""Bytes written (and synced) to a probe file in each output folder: a full disk shows."""
+
+
+def probe_folders(paths: list[Path]) -> str | None:
+    """Why the folder of one of ``paths`` cannot take a new file, or None. Each folder is
+    created when missing (the run would create it anyway) and tried for real: a probe file
+    is written, synced and removed, so a folder that exists only on paper (``/proc``), is
+    read-only or full is found before the run, not after it. Existing files are not opened.
+    """
+    import tempfile
+
+    seen: set[Path] = set()
+    for path in paths:
+        folder = path.absolute().parent
+        if folder in seen:
+            continue
+        seen.add(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"output {path} cannot be written: cannot create {folder}: {_reason(exc)}"
+        try:
+            handle, name = tempfile.mkstemp(dir=folder, prefix=".sluice-loadtest-probe-")
+        except OSError as exc:
+            return f"output {path} cannot be written: {folder}: {_reason(exc)}"
+        try:
+            os.write(handle, bytes(_PROBE))
+            os.fsync(handle)
+        except OSError as exc:
+            return f"output {path} cannot be written: {folder}: {_reason(exc)}"
+        finally:
+            os.close(handle)
+            os.unlink(name)
+    return None
+
+
+def _records_folder(out: Path) -> Path:
+    """Where the run keeps its records while it runs: beside the output (checked writable,
+    on the disk the results go to, never a RAM-backed ``/tmp``)."""
+    return out.absolute().parent
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _not_finite(values: dict[str, float | None]) -> str | None:
+    """Why one of the numeric flags given is not a finite number, or None."""
+    for flag, value in values.items():
+        if value is not None and not math.isfinite(value):
+            return f"{flag} must be a finite number, not {value!r}"
+    return None
+
+
+EXIT_TERMINATED = 143
+"""The exit status of a run that SIGTERM stopped (128 + 15, as a shell reports it)."""
+
+
+async def _on_signal(signals: AsyncIterator[int], interrupt: Interrupt) -> None:
+    """The first Ctrl-C or SIGTERM stops sending (the partial results are written); the
+    second cancels the requests in flight."""
+    async for number in signals:
+        name = "Ctrl-C" if number == signal.SIGINT else signal.Signals(number).name
         if interrupt.state is None:
             print(
-                "sluice: stopping: no new requests; the ones in flight finish and the partial"
-                " results are written (Ctrl-C again cancels them)",
+                f"sluice: stopping: no new requests ({name}); the ones in flight finish and the"
+                f" partial results are written ({name} again cancels them)",
                 file=sys.stderr,
                 flush=True,
             )
-            interrupt.drain()
+            interrupt.drain(name)
         else:
             print(
-                "sluice: cancelling the requests in flight; writing the partial results",
+                f"sluice: cancelling the requests in flight ({name}); writing the partial results",
                 file=sys.stderr,
                 flush=True,
             )
-            interrupt.cancel()
+            interrupt.cancel(name)
 
 
 @loadtest_app.default
@@ -302,6 +381,7 @@ async def loadtest(
     *,
     model: str,
     out: Path,
+    overwrite: bool = False,
     report: Path | None = None,
     base_url: str | None = None,
     api_key: str | None = None,
@@ -346,13 +426,20 @@ async def loadtest(
     invalid, and so is one whose error rate passes --max-error-rate. Besides the JSON results
     (and --report), every request goes to OUT's stem + .requests.jsonl and .requests.csv, and
     the aggregates to .aggregates.csv. Ctrl-C stops sending and writes the partial results,
-    marked interrupted (again: cancels the requests in flight). Exit status: 0 for a valid run
-    that met every --slo, 1 for an invalid run or a missed SLO, 2 for bad flags, input or an
-    output path that cannot be written (checked before the run), 130 when interrupted.
+    marked interrupted (again: cancels the requests in flight); SIGTERM does the same. Every
+    output path is checked before the run, and an existing file that is not a loadtest's
+    own output is replaced only with --overwrite. Records are kept on disk as requests
+    finish, so memory does not grow with the run. Exit status: 0 for a valid run that met
+    every --slo, 1 for an invalid run or a missed SLO, 2 for bad flags, input or an output
+    path that cannot be written (checked before the run), 130 when interrupted by Ctrl-C,
+    143 by SIGTERM.
 
     Args:
         model: provider:model to call, e.g. sim:sim-small or openai:gpt-4o-mini.
         out: where the JSON results go.
+        overwrite: replace an existing --out (or --report, or a file beside --out) that is
+            not the result of an earlier loadtest; a loadtest's own results are replaced
+            without it.
         report: also write a self-contained HTML report here.
         base_url: the provider's base URL, e.g. http://127.0.0.1:8000/v1.
         api_key: the API key for this provider.
@@ -431,6 +518,19 @@ async def loadtest(
             "give exactly one load shape: --rate, --concurrency, --sweep, --ramp or --trace"
             + (f" (got {', '.join(given)})" if given else "")
         )
+    infinite = _not_finite(
+        {
+            "--rate": rate,
+            "--burstiness": burstiness,
+            "--duration": duration,
+            "--timeout": request_timeout,
+            "--max-error-rate": max_error_rate,
+            "--prefix-ratio": prefix_ratio,
+            "--server-metrics-interval": server_metrics_interval,
+        }
+    )
+    if infinite is not None:
+        return fail(infinite)
     if burstiness != 1.0 and rate is None and sweep is None:
         return fail("--burstiness applies to --rate and --sweep")
     if arrival is not None and rate is None and sweep is None:
@@ -456,7 +556,7 @@ async def loadtest(
     if (base_url is not None or api_key is not None) and model.partition(":")[1] == "":
         return fail("--base-url and --api-key need --model written provider:model")
     outputs = [out, *_side_files(out)] + ([report] if report is not None else [])
-    unwritable = preflight_outputs(outputs)
+    unwritable = preflight_outputs(outputs, overwrite=overwrite)
     if unwritable is not None:
         return fail(unwritable)
     try:
@@ -565,6 +665,9 @@ async def loadtest(
             return fail(f"--server-metrics {server_metrics!r}: expected an http(s) URL")
         if not server_metrics_interval > 0:
             return fail("--server-metrics-interval must be above 0")
+    unwritable = probe_folders(outputs)  # last: it may create the output's folder
+    if unwritable is not None:
+        return fail(unwritable)
     settings = {"base_url": base_url, "respect_limits": respect_limits}
     return await _run(
         test,
@@ -632,6 +735,7 @@ async def _run(
         )
 
     started = time.monotonic()
+    folder = _records_folder(out)
     interrupt = Interrupt()
     document: dict[str, Any] | None = None
     scrapes = None
@@ -648,11 +752,14 @@ async def _run(
             return fail(f"cannot scrape --server-metrics {scraping[0]}: {exc}")
         scrapes = ScrapeLog(scraping[0], scraping[1])
     try:
-        with ExitStack() as stack, trio.open_signal_receiver(signal.SIGINT) as signals:
+        with (
+            ExitStack() as stack,
+            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+        ):
             progress = _progress_display(stack)
             runtime = open_runtime(run_config, simulator=simulator)
             async with runtime as rt, trio.open_nursery() as nursery:
-                nursery.start_soon(_on_ctrl_c, signals, interrupt)
+                nursery.start_soon(_on_signal, signals, interrupt)
                 if scrapes is not None:
                     await nursery.start(scrape_every, client, scrapes)
                 if plan is not None:
@@ -665,6 +772,7 @@ async def _run(
                         progress=progress,
                         interrupt=interrupt,
                         direct=direct,
+                        folder=folder,
                     )
                     document = results_document(result.best.run, settings=settings, sweep=result)
                 elif levels is not None and len(levels) > 1:
@@ -678,6 +786,7 @@ async def _run(
                             progress=progress,
                             interrupt=interrupt,
                             direct=direct,
+                            folder=folder,
                         )
                         runs.append(run)
                         print(
@@ -689,12 +798,20 @@ async def _run(
                     document["concurrency_sweep"] = [point_summary(r) for r in runs]
                 else:
                     run = await run_load(
-                        rt, test, progress=progress, interrupt=interrupt, direct=direct
+                        rt,
+                        test,
+                        progress=progress,
+                        interrupt=interrupt,
+                        direct=direct,
+                        folder=folder,
                     )
                     document = results_document(run, settings=settings)
                 nursery.cancel_scope.cancel()
     except ConfigError as exc:
         return fail(str(exc))
+    except OSError as exc:  # the records could not be kept (a full disk): nothing to write
+        print(f"sluice: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         if scrapes is not None:
             await client.aclose()
@@ -718,7 +835,7 @@ async def _run(
     print(format_summary(document), flush=True)
     print(f"results: {out}" + (f", report: {report}" if report is not None else ""), flush=True)
     if interrupt.state is not None:
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if interrupt.cause == "SIGTERM" else EXIT_INTERRUPTED
     if not document["valid"] or not document["aggregates"]["goodput"]["met"]:
         return EXIT_FAILED
     return EXIT_OK

@@ -3,7 +3,8 @@
 Pure modules: :mod:`.arrivals` (when requests go out), :mod:`.workload` (what they ask),
 :mod:`.metrics` (one request's record, per-token ITL), :mod:`.stats` and :mod:`.aggregate`
 (percentiles, throughput over time, goodput, the client-lag verdict), :mod:`.slo`,
-:mod:`.limits` (the runtime config of a test), :mod:`.results` (the JSON file),
+:mod:`.limits` (the runtime config of a test), :mod:`.records` (each request's record kept on
+disk as it ends, so memory stays flat), :mod:`.results` (the JSON file, written from it),
 :mod:`.compare`, :mod:`.svg` and :mod:`.report` (the HTML report). :mod:`.run` and
 :mod:`.sweep` drive the runtime on trio's clock.
 

@@ -9,13 +9,14 @@ holds under ``aggregates``; ``http_connect``, ``http_headers``, ``http_receive``
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .stats import percentile, summarize
+from .stats import Samples, percentile
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from .metrics import RequestRecord
     from .slo import Slo
@@ -84,251 +85,398 @@ def error_verdict(failed: int, total: int, max_error_rate: float) -> str | None:
 
 
 def aggregate(
-    records: Sequence[RequestRecord],
+    records: Iterable[RequestRecord],
     *,
     slos: Sequence[Slo] = (),
     max_lag: float = DEFAULT_MAX_LAG,
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     bin_seconds: float | None = None,
+    span: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """The run's aggregates (see the module docstring)."""
-    ok = [r for r in records if r.ok]
-    failed = [r for r in records if not r.ok]
-    start = min((r.scheduled for r in records), default=0.0)
-    end = max((r.end for r in records), default=start)
+    """The run's aggregates (see the module docstring).
+
+    ``records`` is read one record at a time (a list, or a :class:`~.records.RecordFile`
+    that reads them from disk): what is kept per record is at most a few numbers, and every
+    distribution is a :class:`~.stats.Samples`, so the memory used does not grow with the
+    run's length past :data:`~.stats.EXACT_LIMIT` samples. ``span``, the earliest time a
+    request was due and the latest time one ended, places the timeline's bins; given, the
+    records are read once, else twice (the first pass finds it).
+    """
+    if span is None:
+        span = _span(records)
+    start, end = span
+    end = max(end, start)
+    timeline = _Timeline(start, end, bin_seconds)
+    acc = _Pass(slos)
+    for r in records:
+        acc.add(r)
+        timeline.add(r)
+    total, ok, failed = acc.total, acc.ok, acc.failed
+    if not total:
+        start = end = 0.0
     elapsed = max(end - start, 1e-9)
-    itls = sorted(x for r in ok for x in r.itls)  # every token's; sorted once, used twice
-    lag = summarize([r.lag for r in records])
-    out_tokens = sum(r.output_tokens for r in ok)
-    in_tokens = sum(r.input_tokens for r in ok)
-    errors = Counter(r.error_type or "unknown" for r in failed)
-    timeline = _timeline(records, start, end, bin_seconds)
+    lag = acc.lag.summary()
+    rows = timeline.rows() if total else []
     reasons = [
         r
         for r in (
-            error_verdict(len(failed), len(records), max_error_rate),
+            error_verdict(failed, total, max_error_rate),
             lag_verdict(_number(lag["p99"]), max_lag),
         )
         if r is not None
     ]
     reason = "; ".join(reasons) or None
+    in_tokens, out_tokens = acc.input_tokens, acc.output_tokens
     return {
         "requests": {
-            "total": len(records),
-            "ok": len(ok),
-            "failed": len(failed),
-            "error_rate": len(failed) / len(records) if records else 0.0,
-            "errors": dict(errors.most_common()),
-            "statuses": {
-                str(k): v for k, v in Counter(r.status for r in failed if r.status).items()
-            },
+            "total": total,
+            "ok": ok,
+            "failed": failed,
+            "error_rate": failed / total if total else 0.0,
+            "errors": dict(acc.errors.most_common()),
+            "statuses": {str(k): v for k, v in acc.statuses.items()},
         },
-        "ttft": summarize([r.ttft for r in ok if r.ttft is not None], intervals=True),
-        "ttst": summarize([r.ttst for r in ok if r.ttst is not None], intervals=True),
-        "itl": summarize(itls, intervals=True),
-        "icl": summarize([x for r in ok for x in r.icls], intervals=True),
-        "tpot": summarize([r.tpot for r in ok if r.tpot is not None], intervals=True),
-        "e2e": summarize([r.e2e for r in ok], intervals=True),
-        "output_length": _lengths(ok),
-        "sessions": _sessions(records),
-        "token_counts": _token_counts(ok),
-        "queue_wait": summarize([r.queue_wait for r in records]),
-        **_http_phases(ok),
+        "ttft": acc.ttft.summary(intervals=True),
+        "ttst": acc.ttst.summary(intervals=True),
+        "itl": acc.itl.summary(intervals=True),
+        "icl": acc.icl.summary(intervals=True),
+        "tpot": acc.tpot.summary(intervals=True),
+        "e2e": acc.e2e.summary(intervals=True),
+        "output_length": acc.lengths(),
+        "sessions": acc.sessions.summary(),
+        "token_counts": acc.token_counts(),
+        "queue_wait": acc.queue_wait.summary(),
+        **acc.http_phases(),
         "client_lag": lag | {"max_allowed": max_lag},
         "throughput": {
             "elapsed_s": elapsed,
-            "requests_per_s": len(ok) / elapsed,
+            "requests_per_s": ok / elapsed,
             "output_tokens_per_s": out_tokens / elapsed,
             "input_tokens_per_s": in_tokens / elapsed,
             "total_tokens_per_s": (in_tokens + out_tokens) / elapsed,
-            "peak_output_tokens_per_s": max(
-                (b["output_tokens_per_s"] for b in timeline), default=0.0
-            ),
+            "peak_output_tokens_per_s": max((b["output_tokens_per_s"] for b in rows), default=0.0),
             "output_tokens": out_tokens,
             "input_tokens": in_tokens,
-            "output_tokens_estimated": sum(1 for r in ok if not r.output_tokens_reported),
-            "embeddings_per_s": (
-                sum(r.inputs or 0 for r in ok) / elapsed
-                if any(r.inputs is not None for r in records)
-                else None
-            ),
+            "output_tokens_estimated": acc.estimated,
+            "embeddings_per_s": acc.inputs / elapsed if acc.has_inputs else None,
         },
-        "timeline": timeline,
-        "goodput": _goodput(ok, itls, slos, elapsed, len(records)),
+        "timeline": rows,
+        "goodput": acc.goodput(elapsed),
         "valid": reason is None,
         "invalid_reason": reason,
     }
 
 
-def _sessions(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
-    """Multi-turn runs: metrics per turn (how latency grows with the history) and per
-    session (how long a whole conversation took, and how many completed); None otherwise."""
-    turned = [r for r in records if r.session is not None and r.turn is not None]
-    if not turned:
-        return None
-    by_turn: dict[int, list[RequestRecord]] = {}
-    by_session: dict[int, list[RequestRecord]] = {}
-    for r in turned:
-        by_turn.setdefault(r.turn or 0, []).append(r)
-        by_session.setdefault(r.session or 0, []).append(r)
-    turns = []
-    for turn in sorted(by_turn):
-        group = by_turn[turn]
-        good = [r for r in group if r.ok]
-        ttft = summarize([r.ttft for r in good if r.ttft is not None])
-        e2e = summarize([r.e2e for r in good])
-        turns.append(
-            {
-                "turn": turn,
-                "requests": len(group),
-                "ok": len(good),
-                "input_tokens_mean": (
-                    sum(r.input_tokens for r in good) / len(good) if good else None
-                ),
-                "ttft_p50": ttft["p50"],
-                "ttft_p99": ttft["p99"],
-                "e2e_p50": e2e["p50"],
-                "e2e_p99": e2e["p99"],
+class _Pass:
+    """Everything :func:`aggregate` needs but the timeline, from one pass over the records."""
+
+    def __init__(self, slos: Sequence[Slo]) -> None:
+        self.slos = slos
+        self.total = self.ok = self.failed = 0
+        self.errors: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()
+        self.ttft, self.ttst, self.itl, self.icl = Samples(), Samples(), Samples(), Samples()
+        self.tpot, self.e2e, self.lag, self.queue_wait = Samples(), Samples(), Samples(), Samples()
+        self.connect, self.headers, self.receive = Samples(), Samples(), Samples()
+        self.measured = self.reused = 0
+        self.input_tokens = self.output_tokens = self.estimated = 0
+        self.inputs = 0
+        self.has_inputs = False
+        self.asked = self.requested = self.received = self.short = self.long = 0
+        self.ratio = Samples()
+        self.compared = self.server_reported = self.client_counted = self.differing = 0
+        self.sessions = _Sessions()
+        self.own = [Samples() for _ in slos]
+        """Per SLO (but ITL ones, measured over every token): each ok request's own value."""
+        self.good = 0
+
+    def add(self, r: RequestRecord) -> None:
+        self.total += 1
+        self.lag.add(r.lag)
+        self.queue_wait.add(r.queue_wait)
+        self.has_inputs = self.has_inputs or r.inputs is not None
+        self.sessions.add(r)
+        if not r.ok:
+            self.failed += 1
+            self.errors[r.error_type or "unknown"] += 1
+            if r.status:
+                self.statuses[r.status] += 1
+            return
+        self.ok += 1
+        if r.ttft is not None:
+            self.ttft.add(r.ttft)
+        if r.ttst is not None:
+            self.ttst.add(r.ttst)
+        if r.tpot is not None:
+            self.tpot.add(r.tpot)
+        self.e2e.add(r.e2e)
+        self.itl.extend(r.itls)
+        self.icl.extend(r.icls)
+        self.output_tokens += r.output_tokens
+        self.input_tokens += r.input_tokens
+        self.estimated += not r.output_tokens_reported
+        self.inputs += r.inputs or 0
+        if r.http_reused is not None:
+            self.measured += 1
+            self.reused += r.http_reused
+            for samples, value in (
+                (self.connect, r.http_connect),
+                (self.headers, r.http_headers),
+                (self.receive, r.http_receive),
+            ):
+                if value is not None:
+                    samples.add(value)
+        if r.requested_output_tokens is not None:
+            self.asked += 1
+            self.requested += r.requested_output_tokens
+            self.received += r.output_tokens
+            self.short += r.output_tokens < r.requested_output_tokens
+            self.long += r.output_tokens > r.requested_output_tokens
+            if r.requested_output_tokens:
+                self.ratio.add(r.output_tokens / r.requested_output_tokens)
+        if r.server_output_tokens is not None:
+            self.compared += 1
+            self.server_reported += r.server_output_tokens
+            self.client_counted += r.client_output_tokens
+            self.differing += r.server_output_tokens != r.client_output_tokens
+        if self.slos:
+            values = [_own_value(r, slo) for slo in self.slos]
+            for samples, value in zip(self.own, values, strict=True):
+                if value is not None:
+                    samples.add(value)
+            if all(
+                v is not None and v <= slo.seconds for v, slo in zip(values, self.slos, strict=True)
+            ):
+                self.good += 1
+
+    def http_phases(self) -> dict[str, Any]:
+        """The HTTP phases of the ok requests, as sluice's transport measured them: connect
+        time over the requests that opened a connection, time to response headers and
+        receive time over every measured request, and how many reused a kept-alive
+        connection."""
+        return {
+            "http_connect": self.connect.summary(),
+            "http_headers": self.headers.summary(),
+            "http_receive": self.receive.summary(),
+            "http_reuse": {
+                "measured": self.measured,
+                "reused": self.reused,
+                "new": self.measured - self.reused,
+                "fraction": self.reused / self.measured if self.measured else None,
+            },
+        }
+
+    def lengths(self) -> dict[str, Any]:
+        """Requested (``max_tokens``) against received output length, over the ok requests
+        that asked for one: a server that stops early or overruns shows here."""
+        return {
+            "requested": self.requested,
+            "received": self.received,
+            "requests_short": self.short,
+            "requests_long": self.long,
+            "requests_exact": self.asked - self.short - self.long,
+            "received_over_requested": self.ratio.summary(),
+        }
+
+    def token_counts(self) -> dict[str, Any]:
+        """The server's reported output tokens against the client's own count by
+        :data:`TOKEN_RULE`, over the requests where the server reported a count."""
+        return {
+            "client_rule": TOKEN_RULE,
+            "server_reported": self.server_reported,
+            "client_counted": self.client_counted,
+            "requests_compared": self.compared,
+            "requests_differing": self.differing,
+            "server_unreported": self.ok - self.compared,
+        }
+
+    def goodput(self, elapsed: float) -> dict[str, Any]:
+        """Goodput under the SLOs."""
+        total = self.total
+        if not self.slos:
+            return {
+                "slos": [],
+                "good": self.ok,
+                "requests_per_s": self.ok / elapsed,
+                "fraction": self.ok / total if total else 0.0,
+                "met": True,
             }
-        )
-    most = max(by_turn) + 1
-    complete = [
-        group for group in by_session.values() if len(group) == most and all(r.ok for r in group)
-    ]
-    return {
-        "count": len(by_session),
-        "turns": most,
-        "complete": len(complete),
-        "duration": summarize([max(r.end for r in g) - min(r.sent for r in g) for g in complete]),
-        "per_turn": turns,
-    }
+        checks = []
+        for slo, own in zip(self.slos, self.own, strict=True):
+            samples = self.itl if slo.metric == "itl" else own
+            measured = samples.percentile(slo.percentile)
+            checks.append(
+                {
+                    "slo": slo.name,
+                    "bound": slo.seconds,
+                    "measured": measured,
+                    "met": measured is not None and measured <= slo.seconds,
+                }
+            )
+        return {
+            "slos": checks,
+            "good": self.good,
+            "requests_per_s": self.good / elapsed,
+            "fraction": self.good / total if total else 0.0,
+            "met": all(c["met"] for c in checks),
+        }
 
 
-def _http_phases(ok: Sequence[RequestRecord]) -> dict[str, Any]:
-    """The HTTP phases of the ok requests, as sluice's transport measured them: connect time
-    over the requests that opened a connection, time to response headers and receive time
-    over every measured request, and how many reused a kept-alive connection."""
-    measured = [r for r in ok if r.http_reused is not None]
-    reused = sum(1 for r in measured if r.http_reused)
-    return {
-        "http_connect": summarize([x for r in measured if (x := r.http_connect) is not None]),
-        "http_headers": summarize([x for r in measured if (x := r.http_headers) is not None]),
-        "http_receive": summarize([x for r in measured if (x := r.http_receive) is not None]),
-        "http_reuse": {
-            "measured": len(measured),
-            "reused": reused,
-            "new": len(measured) - reused,
-            "fraction": reused / len(measured) if measured else None,
-        },
-    }
+class _Sessions:
+    """Multi-turn runs: metrics per turn (how latency grows with the history) and per
+    session (how long a whole conversation took, and how many completed). Per session it
+    keeps four numbers in flat arrays, indexed by the session's number."""
+
+    def __init__(self) -> None:
+        self.turns: dict[int, list[Any]] = {}
+        """turn -> [requests, ok, input tokens of the ok ones, TTFT samples, E2E samples]"""
+        self.count = array("q")
+        self.failed = array("q")
+        self.first = array("d")
+        self.last = array("d")
+        self.seen = array("b")
+
+    def add(self, r: RequestRecord) -> None:
+        if r.session is None or r.turn is None:
+            return
+        turn = self.turns.setdefault(r.turn, [0, 0, 0, Samples(), Samples()])
+        turn[0] += 1
+        if r.ok:
+            turn[1] += 1
+            turn[2] += r.input_tokens
+            if r.ttft is not None:
+                turn[3].add(r.ttft)
+            turn[4].add(r.e2e)
+        s = r.session
+        while len(self.count) <= s:
+            self.count.append(0)
+            self.failed.append(0)
+            self.first.append(math.inf)
+            self.last.append(-math.inf)
+            self.seen.append(0)
+        self.seen[s] = 1
+        self.count[s] += 1
+        self.failed[s] += not r.ok
+        self.first[s] = min(self.first[s], r.sent)
+        self.last[s] = max(self.last[s], r.end)
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.turns:
+            return None
+        per_turn = []
+        for number in sorted(self.turns):
+            requests, good, tokens, ttft, e2e = self.turns[number]
+            per_turn.append(
+                {
+                    "turn": number,
+                    "requests": requests,
+                    "ok": good,
+                    "input_tokens_mean": tokens / good if good else None,
+                    "ttft_p50": ttft.percentile(50),
+                    "ttft_p99": ttft.percentile(99),
+                    "e2e_p50": e2e.percentile(50),
+                    "e2e_p99": e2e.percentile(99),
+                }
+            )
+        most = max(self.turns) + 1
+        durations = Samples()
+        complete = 0
+        for s, seen in enumerate(self.seen):
+            if seen and self.count[s] == most and not self.failed[s]:
+                complete += 1
+                durations.add(self.last[s] - self.first[s])
+        duration = durations.summary()
+        return {
+            "count": sum(self.seen),
+            "turns": most,
+            "complete": complete,
+            "duration": duration,
+            "per_turn": per_turn,
+        }
 
 
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _lengths(ok: Sequence[RequestRecord]) -> dict[str, Any]:
-    """Requested (``max_tokens``) against received output length, over the ok requests that
-    asked for one: a server that stops early or overruns shows here."""
-    asked = [r for r in ok if r.requested_output_tokens is not None]
-    short = sum(1 for r in asked if r.output_tokens < (r.requested_output_tokens or 0))
-    long = sum(1 for r in asked if r.output_tokens > (r.requested_output_tokens or 0))
-    return {
-        "requested": sum(r.requested_output_tokens or 0 for r in asked),
-        "received": sum(r.output_tokens for r in asked),
-        "requests_short": short,
-        "requests_long": long,
-        "requests_exact": len(asked) - short - long,
-        "received_over_requested": summarize(
-            [
-                r.output_tokens / r.requested_output_tokens
-                for r in asked
-                if r.requested_output_tokens
-            ]
-        ),
-    }
-
-
 TOKEN_RULE = "words: each run of non-whitespace characters, with the whitespace before it"
 """How the client counts output tokens (:func:`~.metrics.estimate_tokens`)."""
 
 
-def _token_counts(ok: Sequence[RequestRecord]) -> dict[str, Any]:
-    """The server's reported output tokens against the client's own count by
-    :data:`TOKEN_RULE`, over the requests where the server reported a count."""
-    both = [r for r in ok if r.server_output_tokens is not None]
-    differing = [r for r in both if r.server_output_tokens != r.client_output_tokens]
-    return {
-        "client_rule": TOKEN_RULE,
-        "server_reported": sum(r.server_output_tokens or 0 for r in both),
-        "client_counted": sum(r.client_output_tokens for r in both),
-        "requests_compared": len(both),
-        "requests_differing": len(differing),
-        "server_unreported": len(ok) - len(both),
-    }
-
-
-def _timeline(
-    records: Sequence[RequestRecord], start: float, end: float, bin_seconds: float | None
-) -> list[dict[str, Any]]:
-    """Per time bin: requests sent and completed, output tokens per second (by token arrival),
-    and the median TTFT, ITL and lag of what happened in the bin."""
-    span = end - start
-    if not records or span <= 0:
-        return []
-    width = bin_seconds or _nice_bin(span)
-    count = max(1, math.ceil(span / width))
-    sent = [0] * count
-    done = [0] * count
-    failed = [0] * count
-    tokens = [0] * count
-    ttfts: list[list[float]] = [[] for _ in range(count)]
-    itls: list[list[float]] = [[] for _ in range(count)]
-    lags: list[list[float]] = [[] for _ in range(count)]
-
-    def slot(at: float) -> int:
-        return min(count - 1, max(0, int((at - start) / width)))
-
+def _span(records: Iterable[RequestRecord]) -> tuple[float, float]:
+    """The earliest time a request was due and the latest time one ended (0, 0 for none)."""
+    start, end = math.inf, -math.inf
     for r in records:
+        start, end = min(start, r.scheduled), max(end, r.end)
+    return (start, end) if start <= end else (0.0, 0.0)
+
+
+class _Timeline:
+    """Per time bin over ``start``..``end``: requests sent and completed, output tokens per
+    second (by token arrival), and the median and p99 TTFT, ITL and lag of what happened in
+    the bin."""
+
+    def __init__(self, start: float, end: float, bin_seconds: float | None) -> None:
+        span = end - start
+        self.start = start
+        self.width = bin_seconds or (_nice_bin(span) if span > 0 else 1.0)
+        count = self.count = max(1, math.ceil(span / self.width)) if span > 0 else 0
+        self.sent = [0] * count
+        self.done = [0] * count
+        self.failed = [0] * count
+        self.tokens = [0] * count
+        self.ttfts = [Samples(_BIN_LIMIT) for _ in range(count)]
+        self.itls = [Samples(_BIN_LIMIT) for _ in range(count)]
+        self.lags = [Samples(_BIN_LIMIT) for _ in range(count)]
+
+    def slot(self, at: float) -> int:
+        return min(self.count - 1, max(0, int((at - self.start) / self.width)))
+
+    def add(self, r: RequestRecord) -> None:
+        if not self.count:
+            return
+        slot = self.slot
         i = slot(r.sent)
-        sent[i] += 1
-        lags[i].append(r.lag)
-        if r.ok:
-            done[slot(r.end)] += 1
-            if r.ttft is not None:
-                ttfts[i].append(r.ttft)
-            for at in token_times(r):
-                tokens[slot(at)] += 1
-            at = r.first_token_at or 0.0
-            for gap in r.itls:
-                at += gap
-                itls[slot(at)].append(gap)
-        else:
-            failed[slot(r.end)] += 1
+        self.sent[i] += 1
+        self.lags[i].add(r.lag)
+        if not r.ok:
+            self.failed[slot(r.end)] += 1
+            return
+        self.done[slot(r.end)] += 1
+        if r.ttft is not None:
+            self.ttfts[i].add(r.ttft)
+        tokens = self.tokens
+        for at in token_times(r):
+            tokens[slot(at)] += 1
+        at = r.first_token_at or 0.0
+        itls = self.itls
+        for gap in r.itls:
+            at += gap
+            itls[slot(at)].add(gap)
 
-    def median(values: list[float]) -> float | None:
-        return percentile(sorted(values), 50) if values else None
+    def rows(self) -> list[dict[str, Any]]:
+        width = self.width
+        return [
+            {
+                "t": i * width,
+                "width": width,
+                "sent": self.sent[i],
+                "completed": self.done[i],
+                "failed": self.failed[i],
+                "requests_per_s": self.done[i] / width,
+                "output_tokens_per_s": self.tokens[i] / width,
+                "ttft_p50": self.ttfts[i].percentile(50),
+                "ttft_p99": self.ttfts[i].percentile(99),
+                "itl_p50": self.itls[i].percentile(50),
+                "itl_p99": self.itls[i].percentile(99),
+                "lag_p99": self.lags[i].percentile(99),
+            }
+            for i in range(self.count)
+        ]
 
-    def p99(values: list[float]) -> float | None:
-        return percentile(sorted(values), 99) if values else None
 
-    return [
-        {
-            "t": i * width,
-            "width": width,
-            "sent": sent[i],
-            "completed": done[i],
-            "failed": failed[i],
-            "requests_per_s": done[i] / width,
-            "output_tokens_per_s": tokens[i] / width,
-            "ttft_p50": median(ttfts[i]),
-            "ttft_p99": p99(ttfts[i]),
-            "itl_p50": median(itls[i]),
-            "itl_p99": p99(itls[i]),
-            "lag_p99": p99(lags[i]),
-        }
-        for i in range(count)
-    ]
+_BIN_LIMIT = 2_000
+"""Samples a timeline bin keeps exactly (a :class:`~.stats.Samples` past it)."""
 
 
 def _nice_bin(span: float) -> float:
@@ -349,48 +497,3 @@ def _own_value(record: RequestRecord, slo: Slo) -> float | None:
             return record.e2e
         case _:
             return percentile(sorted(record.itls), slo.percentile) if record.itls else None
-
-
-def _goodput(
-    ok: Sequence[RequestRecord],
-    itls: Sequence[float],
-    slos: Sequence[Slo],
-    elapsed: float,
-    total: int,
-) -> dict[str, Any]:
-    """Goodput under ``slos``; ``itls`` are the ok requests' per-token ITLs, sorted."""
-    if not slos:
-        return {
-            "slos": [],
-            "good": len(ok),
-            "requests_per_s": len(ok) / elapsed,
-            "fraction": len(ok) / total if total else 0.0,
-            "met": True,
-        }
-    checks = []
-    for slo in slos:
-        if slo.metric == "itl":
-            samples = itls
-        else:
-            samples = sorted(v for r in ok if (v := _own_value(r, slo)) is not None)
-        measured = percentile(samples, slo.percentile) if samples else None
-        checks.append(
-            {
-                "slo": slo.name,
-                "bound": slo.seconds,
-                "measured": measured,
-                "met": measured is not None and measured <= slo.seconds,
-            }
-        )
-    good = 0
-    for r in ok:
-        values = [_own_value(r, slo) for slo in slos]
-        if all(v is not None and v <= slo.seconds for v, slo in zip(values, slos, strict=True)):
-            good += 1
-    return {
-        "slos": checks,
-        "good": good,
-        "requests_per_s": good / elapsed,
-        "fraction": good / total if total else 0.0,
-        "met": all(c["met"] for c in checks),
-    }

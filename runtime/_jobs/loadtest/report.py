@@ -93,26 +93,66 @@ def _kv_table(pairs: list[tuple[str, str]]) -> str:
     return f"<table>{body}</table>"
 
 
-def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    step = max(1, len(points) // _MAX_DOTS)
-    return points[::step]
-
-
 def _markers(summary: dict[str, Any]) -> list[tuple[str, float]]:
     return [(f"{n} {summary[n] * 1000:.1f} ms", summary[n]) for n in ("p50", "p99") if summary[n]]
 
 
-def _charts(document: dict[str, Any]) -> list[str]:
+_MAX_VALUES = 200_000
+"""Values a distribution chart is drawn from at most: past it, every k-th (by request, or by
+token for ITL), evenly through the run, so the report of a long run needs bounded memory."""
+
+
+def _every(count: int, most: int) -> int:
+    """The stride that keeps at most about ``most`` of ``count`` items."""
+    return max(1, -(-count // most))
+
+
+def _collect(document: dict[str, Any]) -> dict[str, list[Any]]:
+    """What the charts plot, from one pass over the records (which may be read from disk):
+    the distributions' values (thinned past :data:`_MAX_VALUES`) and the dots (thinned to
+    about :data:`_MAX_DOTS`: every k-th point)."""
     agg = document["aggregates"]
     requests = document["requests"]
-    ok = [r for r in requests if r["ok"]]
+    n = len(requests)
+    per_request = _every(agg["requests"]["ok"], _MAX_VALUES)
+    per_token = _every(agg["itl"]["count"] or 0, _MAX_VALUES)
+    ttft_step = max(1, (agg["ttft"]["count"] or 0) // _MAX_DOTS)
+    lag_step = max(1, n // _MAX_DOTS)
+    got: dict[str, list[Any]] = {k: [] for k in ("ttft", "itl", "tpot", "e2e", "dots", "lag")}
+    ok = tokens = with_ttft = 0
+    for number, r in enumerate(requests):
+        if number % lag_step == 0:
+            got["lag"].append((r["scheduled"], r["lag"] * 1000))
+        if not r["ok"]:
+            continue
+        if r["ttft"] is not None:
+            if with_ttft % ttft_step == 0:
+                got["dots"].append((r["sent"], r["ttft"] * 1000))
+            with_ttft += 1
+        for x in r["itls"]:
+            if tokens % per_token == 0:
+                got["itl"].append(x * 1000)
+            tokens += 1
+        if ok % per_request == 0:
+            if r["ttft"] is not None:
+                got["ttft"].append(r["ttft"] * 1000)
+            if r["tpot"] is not None:
+                got["tpot"].append(r["tpot"] * 1000)
+            got["e2e"].append(r["e2e"] * 1000)
+        ok += 1
+    return got
+
+
+def _charts(document: dict[str, Any]) -> list[str]:
+    agg = document["aggregates"]
     timeline = agg["timeline"]
+    got = _collect(document)
     out = []
     for key, label, values in (
-        ("ttft", "TTFT", [r["ttft"] * 1000 for r in ok if r["ttft"] is not None]),
-        ("itl", "ITL (per token)", [x * 1000 for r in ok for x in r["itls"]]),
-        ("tpot", "TPOT", [r["tpot"] * 1000 for r in ok if r["tpot"] is not None]),
-        ("e2e", "end-to-end latency", [r["e2e"] * 1000 for r in ok]),
+        ("ttft", "TTFT", got["ttft"]),
+        ("itl", "ITL (per token)", got["itl"]),
+        ("tpot", "TPOT", got["tpot"]),
+        ("e2e", "end-to-end latency", got["e2e"]),
     ):
         summary = agg[key]
         markers = [(name, value * 1000) for name, value in _markers(summary)]
@@ -133,7 +173,7 @@ def _charts(document: dict[str, Any]) -> list[str]:
         ]
         return Series(name, points, color)
 
-    ttft_dots = _thin([(r["sent"], r["ttft"] * 1000) for r in ok if r["ttft"] is not None])
+    ttft_dots = got["dots"]
     out.append(
         xy_chart(
             "ttft-over-time",
@@ -168,7 +208,7 @@ def _charts(document: dict[str, Any]) -> list[str]:
             y_label="per second",
         )
     )
-    lag_dots = _thin([(r["scheduled"], r["lag"] * 1000) for r in requests])
+    lag_dots = got["lag"]
     out.append(
         xy_chart(
             "client-lag-over-time",

@@ -8,24 +8,29 @@ file it does not understand.
 from __future__ import annotations
 
 import datetime
+import itertools
 import platform
+import re
 import sys
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import orjson
 
+from .records import RecordDicts, record_json
+
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
-    from .metrics import RequestRecord
     from .run import RunResult
     from .sweep import SweepResult
 
 __all__ = [
     "FORMAT",
     "aggregates_csv",
+    "json_chunks",
+    "own_output",
     "point_summary",
     "record_json",
     "requests_csv",
@@ -57,15 +62,6 @@ def versions() -> dict[str, str]:
     }
 
 
-def record_json(record: RequestRecord) -> dict[str, Any]:
-    """One request's record as JSON-ready data."""
-    return attrs.asdict(record, value_serializer=_lists)
-
-
-def _lists(_instance: Any, _attribute: Any, value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
-
 def results_document(
     run: RunResult,
     *,
@@ -74,7 +70,8 @@ def results_document(
 ) -> dict[str, Any]:
     """The whole results document for ``run`` (for a sweep: the point at the saturation rate,
     with every point's summary and records under ``sweep``). ``settings`` adds to the config
-    (target URL, whether limits were respected); it must hold no secrets."""
+    (target URL, whether limits were respected); it must hold no secrets. The records are
+    :class:`~.records.RecordDicts`: read from their file when used, never all in memory."""
     aggregates = run.aggregates
     started = datetime.datetime.fromtimestamp(run.started_at, datetime.UTC)
     document: dict[str, Any] = {
@@ -86,8 +83,8 @@ def results_document(
         "invalid_reason": aggregates["invalid_reason"],
         "aggregates": aggregates,
         "interrupted": run.interrupted,
-        "requests": [record_json(r) for r in run.records],
-        "warmup_requests": [record_json(r) for r in run.warmup],
+        "requests": RecordDicts(run.records),
+        "warmup_requests": RecordDicts(run.warmup),
         "sweep": None,
     }
     if sweep is not None:
@@ -95,8 +92,7 @@ def results_document(
             "plan": sweep.plan.describe(),
             "saturation_rate": sweep.saturation_rate,
             "points": [
-                p.summary() | {"requests": [record_json(r) for r in p.run.records]}
-                for p in sweep.points
+                p.summary() | {"requests": RecordDicts(p.run.records)} for p in sweep.points
             ],
         }
     return document
@@ -119,6 +115,30 @@ def point_summary(run: RunResult) -> dict[str, Any]:
         "e2e_p99": agg["e2e"]["p99"],
         "valid": agg["valid"],
     }
+
+
+_OWN_STARTS = (
+    re.compile(rb'\s*\{\s*"format"\s*:\s*"sluice-loadtest/'),  # the results JSON
+    re.compile(rb'\{"index":'),  # requests.jsonl
+    re.compile(rb"index,warmup,"),  # requests.csv
+    re.compile(rb"metric,"),  # aggregates.csv
+    re.compile(rb"<!doctype html>.{0,2000}<title>sluice loadtest", re.DOTALL | re.IGNORECASE),
+)
+
+
+def own_output(path: Path) -> bool:
+    """Whether the file at ``path`` may be replaced without being asked: it is empty, or it
+    begins the way one of the files a loadtest writes begins (the results JSON, its
+    ``requests.jsonl``, ``requests.csv`` or ``aggregates.csv``, the HTML report). Only the
+    first few kilobytes are read. Anything else (someone's notes, a batch output, a file
+    that cannot be read) is not replaced unless the user says so.
+    """
+    try:
+        with path.open("rb") as file:
+            start = file.read(4096)
+    except OSError:
+        return False
+    return not start or any(pattern.match(start) for pattern in _OWN_STARTS)
 
 
 def side_files(path: Path) -> dict[str, Path]:
@@ -175,17 +195,29 @@ def _csv(rows: list[list[Any]]) -> str:
     return buffer.getvalue()
 
 
-def requests_csv(document: dict[str, Any]) -> str:
-    """Every request (warm-ups first, marked) as CSV, one row each; seconds."""
-    rows: list[list[Any]] = [list(_REQUEST_COLUMNS)]
-    for record in (*document.get("warmup_requests", ()), *document["requests"]):
+def requests_csv(document: dict[str, Any]) -> Iterator[bytes]:
+    """Every request (warm-ups first, marked) as CSV, one row each; seconds. In pieces: the
+    header, then one row per record as it is read."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+
+    def row(values: list[Any]) -> bytes:
+        buffer.seek(0)
+        buffer.truncate()
+        writer.writerow(["" if v is None else v for v in values])
+        return buffer.getvalue().encode()
+
+    yield row(list(_REQUEST_COLUMNS))
+    for record in itertools.chain(document.get("warmup_requests", ()), document["requests"]):
         itls, icls = record.get("itls") or [], record.get("icls") or []
         derived = {
             "itl_mean": sum(itls) / len(itls) if itls else None,
             "icl_mean": sum(icls) / len(icls) if icls else None,
         }
-        rows.append([derived[c] if c in derived else record.get(c) for c in _REQUEST_COLUMNS])
-    return _csv(rows)
+        yield row([derived[c] if c in derived else record.get(c) for c in _REQUEST_COLUMNS])
 
 
 def aggregates_csv(document: dict[str, Any]) -> str:
@@ -216,22 +248,66 @@ def aggregates_csv(document: dict[str, Any]) -> str:
     return _csv(rows)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed over it, so a reader (or a
-    crash) never sees half a file."""
+def _atomic_write(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to ``path`` through a temporary file renamed over it, so a reader (or
+    a crash) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    temporary.replace(path)
+    try:
+        with temporary.open("wb") as file:
+            for chunk in chunks:
+                file.write(chunk)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def json_chunks(value: Any, indent: int = 0) -> Iterator[bytes]:
+    """``value`` as JSON text, in pieces: each :class:`~.records.RecordDicts` one record per
+    line, copied from the records file; the rest indented like ``orjson.OPT_INDENT_2``."""
+    pad = b"  " * indent
+    if isinstance(value, RecordDicts):
+        yield b"["
+        first = True
+        for line in value.lines():
+            yield (b"\n" if first else b",\n") + pad + b"  " + line
+            first = False
+        yield b"]" if first else b"\n" + pad + b"]"
+    elif isinstance(value, dict) and _holds_records(value):
+        yield b"{"
+        for number, (key, item) in enumerate(value.items()):
+            yield (b"\n" if not number else b",\n") + pad + b"  " + orjson.dumps(key) + b": "
+            yield from json_chunks(item, indent + 1)
+        yield b"\n" + pad + b"}"
+    elif isinstance(value, list) and _holds_records(value):
+        yield b"["
+        for number, item in enumerate(value):
+            yield (b"\n" if not number else b",\n") + pad + b"  "
+            yield from json_chunks(item, indent + 1)
+        yield b"\n" + pad + b"]"
+    else:
+        text = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+        yield text.replace(b"\n", b"\n" + pad) if indent else text
+
+
+def _holds_records(value: Any) -> bool:
+    if isinstance(value, RecordDicts):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_records(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_records(v) for v in value)
+    return False
 
 
 def write_results(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` to ``path`` (the folder is created), atomically.
+    """Write ``document`` to ``path`` (the folder is created), atomically, streaming its
+    records from their file.
 
     Raises:
         OSError: it cannot be written.
     """
-    _atomic_write(path, orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    _atomic_write(path, itertools.chain(json_chunks(document), [b"\n"]))
 
 
 def write_outputs(path: Path, document: dict[str, Any]) -> None:
@@ -242,13 +318,19 @@ def write_outputs(path: Path, document: dict[str, Any]) -> None:
     """
     write_results(path, document)
     files = side_files(path)
-    lines = b"".join(
-        orjson.dumps(record) + b"\n"
-        for record in (*document.get("warmup_requests", ()), *document["requests"])
+    everything = (document.get("warmup_requests", ()), document["requests"])
+    _atomic_write(
+        files["requests.jsonl"],
+        (line + b"\n" for records in everything for line in _lines(records)),
     )
-    _atomic_write(files["requests.jsonl"], lines)
-    _atomic_write(files["requests.csv"], requests_csv(document).encode())
-    _atomic_write(files["aggregates.csv"], aggregates_csv(document).encode())
+    _atomic_write(files["requests.csv"], requests_csv(document))
+    _atomic_write(files["aggregates.csv"], [aggregates_csv(document).encode()])
+
+
+def _lines(records: Any) -> Iterator[bytes]:
+    if isinstance(records, RecordDicts):
+        return records.lines()
+    return (orjson.dumps(record) for record in records)
 
 
 def write_report(path: Path, document: dict[str, Any]) -> None:

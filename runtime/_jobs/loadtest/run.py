@@ -11,10 +11,12 @@ silently turned into a lighter load (coordinated omission).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -35,12 +37,14 @@ from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
 from .arrivals import ClosedLoop, LoadShape, OpenLoop
 from .endpoints import ENDPOINTS, DirectTarget, call_endpoint
 from .metrics import RequestRecord, Tracker
+from .records import RecordFile
 from .slo import Slo
 from .stats import percentile
 from .workload import WorkItem, Workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from ..._runtime import Runtime
 
@@ -145,15 +149,15 @@ class Progress:
 
 @attrs.frozen
 class RunResult:
-    """A finished run: every request's record (in the order they were due) and the
-    aggregates."""
+    """A finished run: every request's record (in the order they were due, read from the
+    :class:`~.records.RecordFile` they were kept in) and the aggregates."""
 
     test: LoadTest
-    records: tuple[RequestRecord, ...]
+    records: Sequence[RequestRecord]
     aggregates: dict[str, Any]
     started_at: float
     """Wall-clock (epoch) time the run began, for the results file."""
-    warmup: tuple[RequestRecord, ...] = ()
+    warmup: Sequence[RequestRecord] = ()
     """The warm-up requests' records (in no aggregate)."""
     interrupted: str | None = None
     """``"drained"`` or ``"cancelled"`` when an :class:`Interrupt` ended the run early."""
@@ -170,15 +174,21 @@ class Interrupt:
 
     def __init__(self) -> None:
         self.state: str | None = None
+        self.cause = "Ctrl-C"
+        """What asked for the stop (``Ctrl-C``, ``SIGTERM``), for the results' reason."""
         self._sending: set[trio.CancelScope] = set()
         self._running: set[trio.CancelScope] = set()
 
-    def drain(self) -> None:
+    def drain(self, cause: str = "Ctrl-C") -> None:
+        if self.state is None:
+            self.cause = cause
         self.state = self.state or "drained"
         for scope in self._sending:
             scope.cancel()
 
-    def cancel(self) -> None:
+    def cancel(self, cause: str = "Ctrl-C") -> None:
+        if self.state is None:
+            self.cause = cause
         self.state = "cancelled"
         for scope in (*self._sending, *self._running):
             scope.cancel()
@@ -203,19 +213,23 @@ class _Run:
         on_send: Callable[[], None] | None,
         interrupt: Interrupt | None = None,
         direct: tuple[DirectTarget, Any] | None = None,
+        folder: Path | None = None,
     ) -> None:
         self.rt = rt
+        self.folder = folder
         self.direct = direct
         """The target and httpx client of a completions or embeddings test."""
         self.test = test
         self.on_send = on_send
         self.t0 = 0.0
-        self.records: list[RequestRecord] = []
+        self.records = RecordFile(folder)
         self.sent = 0
         self.in_flight = 0
         self.work_rng = random.Random(f"{test.seed}:workload")
         self.deadlines = Deadlines(total=test.timeout)
         self.fatal: ConfigError | None = None
+        self.broken: OSError | None = None
+        """Why the records could not be kept (the disk is full): the run stops."""
         self.spin = _real_clock()  # before the clock starts: it imports trio.testing
         self.scope = trio.CancelScope()
         self.sending = trio.CancelScope()
@@ -379,7 +393,7 @@ class _Run:
         except SluiceError as exc:  # the call could not be submitted
             end, result, error = now() - t0, None, exc
         except trio.Cancelled:  # an interrupt cancelled the run: still one record each
-            self.records.append(
+            self.keep(
                 tracker.finish(
                     now() - t0,
                     input_tokens=None,
@@ -418,7 +432,7 @@ class _Run:
                 **_error_fields(error),
                 **described,
             )
-        self.records.append(record)
+        self.keep(record)
         return result.text if result is not None else None
 
     async def one_direct(
@@ -458,7 +472,7 @@ class _Run:
                 batch=self.test.embedding_batch,
             )
         except trio.Cancelled:
-            self.records.append(
+            self.keep(
                 tracker.finish(
                     trio.current_time() - t0,
                     input_tokens=None,
@@ -474,7 +488,7 @@ class _Run:
             self.in_flight -= 1
             if cap is not None:
                 cap.release()
-        self.records.append(
+        self.keep(
             tracker.finish(
                 trio.current_time() - t0,
                 input_tokens=outcome.input_tokens,
@@ -488,28 +502,51 @@ class _Run:
         )
         return outcome.text if outcome.ok else None
 
+    def keep(self, record: RequestRecord) -> None:
+        """Add ``record`` to the run's file; a write that fails stops the run."""
+        try:
+            self.records.add(record)
+        except OSError as exc:
+            self.broken = self.broken or exc
+            self.scope.cancel(reason="the request records cannot be written")
+
     def progress(self) -> Progress:
         records = self.records
-        recent = records[-500:]
-        ttfts = sorted(r.ttft for r in recent if r.ttft is not None)
-        lags = sorted(r.lag for r in recent)
+        recent = records.recent
+        ttfts = sorted(ttft for ttft, _ in recent if ttft is not None)
+        lags = sorted(lag for _, lag in recent)
         return Progress(
             elapsed=trio.current_time() - self.t0,
             sent=self.sent,
             finished=len(records),
-            failed=sum(1 for r in records if not r.ok),
+            failed=records.failed,
             in_flight=self.in_flight,
             ttft_p50=percentile(ttfts, 50) if ttfts else None,
             lag_p99=percentile(lags, 99) if lags else None,
         )
 
 
-async def _warm_up(run: _Run) -> list[RequestRecord]:
-    """Send the warm-up requests one after another (see :attr:`LoadTest.warmup`) and return
-    their records. A usage problem (unknown provider, no key) stops the test."""
+async def _start_provider(run: _Run) -> None:
+    """Start the provider's actor (its codec loaded, its transport made, the in-process
+    simulator serving) before the schedule's clock starts, even with no warm-up request: done
+    by the first scheduled request, that work held up the scheduler and the requests due
+    meanwhile all left at once when it ended. A model that cannot be routed is left to the
+    first request to report."""
+    if run.direct is not None:
+        return
+    with contextlib.suppress(SluiceError):
+        await run.rt._route(run.test.model)
+
+
+async def _warm_up(run: _Run) -> RecordFile:
+    """Make the runtime warm before the clock starts: the provider's actor started
+    (:func:`_start_provider`), then the warm-up requests sent one after another (see
+    :attr:`LoadTest.warmup`), which also open a connection. Returns their records. A usage
+    problem (unknown provider, no key) stops the test."""
     test = run.test
+    await _start_provider(run)
     if not test.warmup and not test.warmup_seconds:
-        return []
+        return RecordFile(run.folder)
     rng = random.Random(f"{test.seed}:warmup")
     run.t0 = start = trio.current_time()
     count = test.warmup if test.warmup else None
@@ -528,8 +565,10 @@ async def _warm_up(run: _Run) -> list[RequestRecord]:
             index += 1
     if run.fatal is not None:
         raise run.fatal
+    if run.broken is not None:
+        raise run.broken
     warm = run.records
-    run.records = []
+    run.records = RecordFile(run.folder)
     run.sent = 0
     return warm
 
@@ -573,11 +612,17 @@ async def run_load(
     on_send: Callable[[], None] | None = None,
     interrupt: Interrupt | None = None,
     direct: DirectTarget | None = None,
+    folder: Path | None = None,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
+    The records are kept on disk as they finish (:class:`~.records.RecordFile`), so memory
+    stays flat however long the run; ``folder`` is where their temporary file goes (default:
+    the system's temporary folder).
+
     Raises:
         ConfigError: the model cannot be called at all (unknown provider, no API key).
+        OSError: the records cannot be written (the run stops at the first failed write).
 
     Args:
         progress: called every ``progress_interval`` seconds with a :class:`Progress`, and
@@ -587,29 +632,24 @@ async def run_load(
         interrupt: ends the run early when told to (the results then say so).
         direct: where a completions or embeddings test sends (``test.endpoint`` other than
             chat needs it).
+        folder: where the records' temporary file is made.
     """
     if test.endpoint != "chat" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
+    run = _Run(rt, test, on_send, interrupt, None, folder)
     if direct is None:
-        return await _run_load(rt, test, progress, progress_interval, on_send, interrupt, None)
+        return await _run_load(run, progress, progress_interval)
     import httpx
 
     async with httpx.AsyncClient(timeout=test.timeout) as client:
-        return await _run_load(
-            rt, test, progress, progress_interval, on_send, interrupt, (direct, client)
-        )
+        run.direct = (direct, client)
+        return await _run_load(run, progress, progress_interval)
 
 
 async def _run_load(
-    rt: Runtime,
-    test: LoadTest,
-    progress: Callable[[Progress], None] | None,
-    progress_interval: float,
-    on_send: Callable[[], None] | None,
-    interrupt: Interrupt | None,
-    direct: tuple[DirectTarget, Any] | None,
+    run: _Run, progress: Callable[[Progress], None] | None, progress_interval: float
 ) -> RunResult:
-    run = _Run(rt, test, on_send, interrupt, direct)
+    test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
     started_at = time.time()
     run.t0 = trio.current_time()
@@ -617,21 +657,30 @@ async def _run_load(
         await _drive(run, progress, progress_interval)
     if run.fatal is not None:
         raise run.fatal
+    if run.broken is not None:
+        raise run.broken
     if progress is not None:
         progress(run.progress())
-    records = tuple(sorted(run.records, key=lambda r: (r.scheduled, r.index)))
+    records = run.records
     aggregates = aggregate(
-        records, slos=test.slos, max_lag=test.max_lag, max_error_rate=test.max_error_rate
+        records,
+        slos=test.slos,
+        max_lag=test.max_lag,
+        max_error_rate=test.max_error_rate,
+        span=records.span,
     )
     aggregates["offered_rate"] = _offered(test, records)
     stopped = None if interrupt is None else interrupt.state
-    if stopped is not None:
-        why = f"interrupted (Ctrl-C, {stopped}): partial results of the requests sent so far"
+    if interrupt is not None and stopped is not None:
+        why = (
+            f"interrupted ({interrupt.cause}, {stopped}): partial results of the requests sent"
+            " so far"
+        )
         aggregates["valid"] = False
         aggregates["invalid_reason"] = "; ".join(
             r for r in (why, aggregates["invalid_reason"]) if r
         )
-    return RunResult(test, records, aggregates, started_at, tuple(warm), stopped)
+    return RunResult(test, records, aggregates, started_at, warm, stopped)
 
 
 async def _drive(
@@ -654,7 +703,7 @@ async def _drive(
         nursery.cancel_scope.cancel()
 
 
-def _offered(test: LoadTest, records: tuple[RequestRecord, ...]) -> float | None:
+def _offered(test: LoadTest, records: RecordFile) -> float | None:
     """Requests per second the schedule asked for (None for a closed loop)."""
     if not isinstance(test.shape, OpenLoop) or not records:
         return None

@@ -21,6 +21,7 @@ rate reported is the highest rate that did not saturate.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -31,6 +32,7 @@ from .stats import percentile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     from ..._runtime import Runtime
     from .endpoints import DirectTarget
@@ -67,20 +69,25 @@ def judge(
     """Whether the run of ``records``, sent over ``window`` seconds, saturated the endpoint."""
     if not records:
         return Verdict(0.0, 0.0, None, 0.0, True, "no request was sent")
-    ok = [r for r in records if r.ok]
     third = window / 3
-    early = sorted(r.e2e for r in ok if r.scheduled < third)
-    middle = sorted(r.e2e for r in ok if third <= r.scheduled < 2 * third)
-    late = sorted(r.e2e for r in ok if r.scheduled >= 2 * third)
+    thirds: tuple[list[float], list[float], list[float]] = ([], [], [])
+    ok = 0
+    first, last = math.inf, -math.inf
+    for r in records:  # one pass, keeping one number per request: records may be on disk
+        first, last = min(first, r.sent), max(last, r.end)
+        if r.ok:
+            ok += 1
+            part = 0 if r.scheduled < third else 1 if r.scheduled < 2 * third else 2
+            thirds[part].append(r.e2e)
+    early, middle, late = (sorted(values) for values in thirds)
     typical = percentile(early, 50) if early else 0.0
     growth = None
     if len(middle) >= _MIN_SAMPLES and len(late) >= _MIN_SAMPLES:
         growth = percentile(late, 50) / percentile(middle, 50)
-    first = min(r.sent for r in records)
-    span = max(r.end for r in records) - first - typical
-    achieved = len(ok) / max(span, window / 2)
+    span = last - first - typical
+    achieved = ok / max(span, window / 2)
     realized = len(records) / window
-    error_rate = 1 - len(ok) / len(records)
+    error_rate = 1 - ok / len(records)
     reason = None
     if error_rate > max_error_rate:
         reason = f"{error_rate:.0%} of the requests failed"
@@ -190,9 +197,11 @@ async def run_sweep(
     progress: Callable[[Progress], None] | None = None,
     interrupt: Interrupt | None = None,
     direct: DirectTarget | None = None,
+    folder: Path | None = None,
 ) -> SweepResult:
     """Run the sweep; every point is ``template`` at its own rate (``template.duration`` is
-    the window, so it must be set)."""
+    the window, so it must be set). ``folder``: where each point keeps its records
+    (:func:`~.run.run_load`)."""
     if template.duration is None:
         raise ValueError("a sweep needs a duration for each point")
     window = template.duration
@@ -206,7 +215,9 @@ async def run_sweep(
             shape=OpenLoop.at_rate(rate, burstiness=burstiness, arrival=arrival),
             requests=None,
         )
-        run = await run_load(rt, test, progress=progress, interrupt=interrupt, direct=direct)
+        run = await run_load(
+            rt, test, progress=progress, interrupt=interrupt, direct=direct, folder=folder
+        )
         found = SweepPoint(rate, judge(run.records, window), run)
         points.append(found)
         if on_point is not None:
