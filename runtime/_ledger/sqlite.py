@@ -92,7 +92,13 @@ def connect(given: str | os.PathLike[str]) -> tuple[Path, sqlite3.Connection]:
 
 def _sql(query: LedgerQuery) -> tuple[str, list[str]]:
     """The ``SELECT`` that answers ``query``, and its parameters. Only fixed column names
-    are ever put into the text; every value is a parameter."""
+    are ever put into the text; every value is a parameter.
+
+    Grouping by columns other than a prefix of the primary key makes SQLite sort every row
+    (a temporary B-tree). When the query reads the whole table (no job or tag), the rows are
+    first summed per the shortest key prefix that holds the grouped columns, which SQLite
+    does in key order as it reads, without sorting; only those partial sums are then
+    grouped and sorted. Asking by model sorts one sum per day and model, not every row."""
     grouped = query.grouped()
     where: list[str] = []
     params: list[str] = []
@@ -105,12 +111,16 @@ def _sql(query: LedgerQuery) -> tuple[str, list[str]]:
         if value is not None:
             where.append(f"{column} {op} ?")
             params.append(value)
-    text = f"SELECT {', '.join((*grouped, _SUMS, 'COUNT(*)'))} FROM ledger"
-    if where:
-        text += " WHERE " + " AND ".join(where)
-    if grouped:
-        text += f" GROUP BY {', '.join(grouped)}"
-    return text, params
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    by = f" GROUP BY {', '.join(grouped)}" if grouped else ""
+    prefix = _KEYS[: max((_KEYS.index(name) + 1 for name in grouped), default=0)]
+    if query.job is None and query.tag is None and len(grouped) < len(prefix) < len(_KEYS):
+        partial = ", ".join((*prefix, *(f"SUM({name}) AS {name}" for name in COUNTERS)))
+        inner = (
+            f"SELECT {partial}, COUNT(*) AS n FROM ledger{condition} GROUP BY {', '.join(prefix)}"
+        )
+        return f"SELECT {', '.join((*grouped, _SUMS, 'SUM(n)'))} FROM ({inner}){by}", params
+    return f"SELECT {', '.join((*grouped, _SUMS, 'COUNT(*)'))} FROM ledger{condition}{by}", params
 
 
 def _summarize(db: sqlite3.Connection, query: LedgerQuery) -> list[LedgerSummary]:
