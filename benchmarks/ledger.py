@@ -274,7 +274,7 @@ def open_phase(rows: int, repeat: int, folder: Path) -> dict[str, Any]:
         runs["full"].append(_in_child(full, job))
 
     def med(target: str, name: str) -> float:
-        return round(statistics.median(r[name] for r in runs[target]), 2)
+        return round(float(statistics.median(r[name] for r in runs[target])), 2)
 
     out: dict[str, Any] = {"rows": rows, "fill_s": round(fill_s, 2), "repeat": repeat}
     for target in runs:

@@ -94,7 +94,7 @@ def queries() -> list[LedgerQuery]:
         {"tag": "équipe", "since": "2025-02-01"},
         {"tag": "nobody"},
     ]
-    return [LedgerQuery.of(by, **f) for by in GROUPINGS for f in filters]  # type: ignore[arg-type]
+    return [LedgerQuery.of(by, **f) for by in GROUPINGS for f in filters]
 
 
 def reference(rows: list[tuple[LedgerKey, LedgerTotals]], query: LedgerQuery) -> list[object]:
@@ -142,13 +142,14 @@ def test_the_ledger_command_prints_what_the_rows_sum(tmp_path, capsys):
 
     trio.run(write)
     rows = read_ledger_file(path)
-    for by, since, until in [
+    cases: list[tuple[tuple[Dimension, ...], str | None, str | None]] = [
         (("model",), None, None),
         (("provider", "tag"), None, None),
         (("day", "job"), "2025-01-31", None),
         (("day",), "2000-01-01", "2025-02-01"),
         (("provider", "model", "tag", "job", "day"), None, None),
-    ]:
+    ]
+    for by, since, until in cases:
         argv = ["ledger", "--db", str(path), "--format", "json"]
         for name in by:
             argv += ["--by", name]
