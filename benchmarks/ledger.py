@@ -26,7 +26,10 @@ time of ``open_runtime``'s entry and exit with a ``job`` budget configured (so t
 earlier spend is read) and the process's peak RSS. Reported: medians per target, their
 differences, the job budget's starting spend (checked against the rows written), the time of a
 ``sluice ledger --by model`` report over the file, and ``ok`` (opening within ``--max-open-ms``
-and ``--max-rss-mb`` more than the empty ledger, and the spend exact).
+and ``--max-rss-mb`` more than the empty ledger, and the spend exact). ``--old-way`` adds, in
+one more process, what reading every row into Python and summing it there costs over the same
+file (how both opening and the report worked before the store summed its rows): its wall time
+and peak RSS.
 
 One JSON line on stdout. Exit status 1 when a phase's totals disagree with what was sent, or
 an ``--open-rows`` run is not ``ok``.
@@ -43,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -51,7 +55,7 @@ import trio
 
 import sluice
 from sluice._config import BudgetConfig, LedgerConfig, RuntimeConfig
-from sluice._ledger.book import COUNTERS, LedgerBook, LedgerQuery, LedgerTotals
+from sluice._ledger.book import COUNTERS, LedgerBook, LedgerQuery, LedgerTotals, summarize
 from sluice._ledger.prices import PriceTable
 from sluice._ledger.sqlite import (
     SQLiteLedgerStore,
@@ -251,14 +255,27 @@ def open_child(path: str, job: str) -> dict[str, Any]:
     return report
 
 
-def _in_child(path: Path, job: str) -> dict[str, Any]:
+def old_way_child(path: str) -> dict[str, Any]:
+    """Every row read into Python and summed by model there (the code before sums)."""
+    t0 = time.perf_counter()
+    groups = summarize(read_ledger_file(path), ("model",))
+    return {
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "groups": len(groups),
+    }
+
+
+def _in_child(path: Path, job: str, *, old_way: bool = False) -> dict[str, Any]:
     argv = [sys.executable, "-m", "benchmarks.ledger", "--open-child", str(path), "--job", job]
+    if old_way:
+        argv.append("--old-way")
     done = subprocess.run(argv, capture_output=True, check=True, timeout=600)
     found: dict[str, Any] = orjson.loads(done.stdout)
     return found
 
 
-def open_phase(rows: int, repeat: int, folder: Path) -> dict[str, Any]:
+def open_phase(rows: int, repeat: int, folder: Path, *, old_way: bool = False) -> dict[str, Any]:
     """Opening a runtime over an empty ledger and over one of ``rows`` rows (see the module
     docstring); the targets alternate, so a machine busy for a while slows both alike."""
     empty, full = folder / "empty.sqlite3", folder / "full.sqlite3"
@@ -292,6 +309,8 @@ def open_phase(rows: int, repeat: int, folder: Path) -> dict[str, Any]:
     out["report_by_model_s"] = round(time.perf_counter() - t0, 3)
     out["report_groups"] = len(groups)
     out["spent_exact"] = got == {expected}
+    if old_way:
+        out["old_way"] = _in_child(full, job, old_way=True)
     return out
 
 
@@ -307,15 +326,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="opens per target (--open-rows)")
     parser.add_argument("--max-open-ms", type=float, default=100.0)
     parser.add_argument("--max-rss-mb", type=float, default=50.0)
+    parser.add_argument("--old-way", action="store_true", help="also time reading every row")
     parser.add_argument("--open-child", help=argparse.SUPPRESS)
     parser.add_argument("--job", default="bench", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.open_child:
-        sys.stdout.write(orjson.dumps(open_child(args.open_child, args.job)).decode() + "\n")
+        child = old_way_child if args.old_way else partial(open_child, job=args.job)
+        sys.stdout.write(orjson.dumps(child(args.open_child)).decode() + "\n")
         return 0
     if args.open_rows is not None:
         with tempfile.TemporaryDirectory() as folder:
-            opened = open_phase(args.open_rows, args.repeat, Path(folder))
+            opened = open_phase(args.open_rows, args.repeat, Path(folder), old_way=args.old_way)
         opened["ok"] = (
             opened["spent_exact"]
             and opened["full"]["open_ms"] < args.max_open_ms

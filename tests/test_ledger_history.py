@@ -14,9 +14,13 @@ import gc
 import itertools
 import json
 import random
+import subprocess
+import sys
 import tracemalloc
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -48,9 +52,10 @@ from .helpers import virtual_deadline
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
     from sluice._ledger.book import Dimension
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Every grouping: each subset of the five dimensions.
 GROUPINGS: list[tuple[Dimension, ...]] = [
@@ -308,3 +313,16 @@ async def test_without_a_store_the_book_answers_alone(autojump_clock):
         assert sorted(rows) == sorted(book.rows.items())
         assert await handle.snapshot(by=(), tag="nobody") == []
         send.close()
+
+
+def test_the_open_benchmark_runs_and_checks_the_spend(tmp_path):
+    """``benchmarks/ledger.py --open-rows`` end to end on a small file (the million-row run
+    is in benchmarks/README.md)."""
+    command = [sys.executable, "-m", "benchmarks.ledger", "--open-rows", "3000", "--repeat", "1"]
+    command += ["--old-way", "--max-open-ms", "10000"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    report = orjson.loads(done.stdout)
+    assert report["spent_exact"] is True and report["ok"] is True
+    assert report["job_spent"]["got"] == [report["job_spent"]["expected"]] != [[0, 0]]
+    assert report["report_groups"] == report["old_way"]["groups"] == 5
