@@ -183,9 +183,11 @@ class _Flusher:
                     due = trio.current_time() + self.interval
                 await self.answer()
         finally:
-            # The last batch: also when cancelled (the runtime's block raised) or crashed.
+            # The last batch: also when cancelled (the runtime's block raised) or crashed;
+            # then the questions asked before the mailbox closed.
             with trio.move_on_after(_LAST_FLUSH_TIMEOUT, shield=True):
                 await self.flush()
+                await self.answer()
             for reply_to in self.waiting:
                 reply_to.close()
             for msg in self.questions:
