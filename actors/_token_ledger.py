@@ -7,6 +7,12 @@ second task of the actor, the flusher, hands the increments gathered since the l
 the store every ``flush_interval`` seconds, on request (``FlushLedger``) and once more when the
 actor stops; the store does its blocking work in a thread. A failed write is logged and its
 increments go out with the next batch.
+
+Questions (``QueryLedger``: totals, a report, a job's spend) are answered by the store, which
+sums what it holds (the book never loads the store's history), plus the increments the book
+has not yet handed over. The flusher asks the store, between two writes: so no batch is on its
+way to the store while it answers, and every increment is counted exactly once, either in the
+store's sums or in the book's. Without a store, the book's own rows answer at once.
 """
 
 from __future__ import annotations
@@ -19,14 +25,22 @@ import attrs
 import trio
 
 from sluice._errors import RuntimeClosed
-from sluice._ledger.book import Dimension, LedgerBook, LedgerKey, LedgerSummary, summarize
+from sluice._ledger.book import (
+    DIMENSIONS,
+    Dimension,
+    LedgerBook,
+    LedgerKey,
+    LedgerQuery,
+    LedgerSummary,
+    merge_summaries,
+    summarize_rows,
+)
 from sluice._ledger.budget import BudgetBook
 from sluice._mail import (
     FlushLedger,
-    GetLedgerRows,
-    GetTotals,
     LedgerMsg,
     LedgerTotals,
+    QueryLedger,
     RecordCall,
     RecordUsage,
 )
@@ -63,8 +77,8 @@ async def run_token_ledger(
 
     ``book`` is owned by the caller, so a restarted ledger continues where the crashed one
     stopped (increments not yet written included). ``wall_clock`` gives the UTC day of each
-    record. Answers (``GetTotals``, ``GetLedgerRows``) are copies, so the asker cannot change
-    the books; ``FlushLedger`` is answered by closing its channel once the write is done.
+    record. Answers to ``QueryLedger`` are new summaries, so the asker cannot change the books;
+    ``FlushLedger`` is answered by closing its channel once the write is done.
     """
     flusher = _Flusher(book, store, flush_interval) if store is not None else None
     async with trio.open_nursery() as nursery:
@@ -110,16 +124,11 @@ async def _serve(
                     tag=msg.tag,
                     job=msg.job,
                 )
-            case GetTotals(reply_to=reply_to):
-                try:
-                    reply_to.send_nowait(book.by_model())
-                except (trio.BrokenResourceError, trio.WouldBlock):
-                    pass
-            case GetLedgerRows(reply_to=reply_to):
-                try:
-                    reply_to.send_nowait([(k, v.copy()) for k, v in book.rows.items()])
-                except (trio.BrokenResourceError, trio.WouldBlock):
-                    pass
+            case QueryLedger():
+                if flusher is None:
+                    _answer(msg, summarize_rows(book.rows.items(), msg.query))
+                else:
+                    flusher.ask(msg)
             case FlushLedger(reply_to=reply_to):
                 if flusher is None:
                     reply_to.close()
@@ -129,8 +138,16 @@ async def _serve(
                 assert_never(msg)
 
 
+def _answer(msg: QueryLedger, answer: list[LedgerSummary] | OSError) -> None:
+    try:
+        msg.reply_to.send_nowait(answer)
+    except (trio.BrokenResourceError, trio.WouldBlock):
+        pass  # the asker left
+
+
 class _Flusher:
-    """Writes the book's increments to the store: periodically, on request and at the end."""
+    """Writes the book's increments to the store (periodically, on request and at the end)
+    and, between writes, answers questions from the store's sums and the book's increments."""
 
     def __init__(self, book: LedgerBook, store: LedgerStore, interval: float) -> None:
         self.book = book
@@ -139,9 +156,14 @@ class _Flusher:
         self.wake = trio.Event()
         self.stopping = False
         self.waiting: list[trio.MemorySendChannel[None]] = []
+        self.questions: list[QueryLedger] = []
 
     def request(self, reply_to: trio.MemorySendChannel[None]) -> None:
         self.waiting.append(reply_to)
+        self.wake.set()
+
+    def ask(self, msg: QueryLedger) -> None:
+        self.questions.append(msg)
         self.wake.set()
 
     def stop(self) -> None:
@@ -150,17 +172,44 @@ class _Flusher:
 
     async def run(self) -> None:
         try:
+            due = trio.current_time() + self.interval
             while not self.stopping:
-                with trio.move_on_after(self.interval):
+                with trio.move_on_at(due):
                     await self.wake.wait()
                 self.wake = trio.Event()
-                await self.flush()
+                # A question alone does not write early: batches keep their interval.
+                if self.waiting or self.stopping or trio.current_time() >= due:
+                    await self.flush()
+                    due = trio.current_time() + self.interval
+                await self.answer()
         finally:
-            # The last batch: also when cancelled (the runtime's block raised) or crashed.
+            # The last batch: also when cancelled (the runtime's block raised) or crashed;
+            # then the questions asked before the mailbox closed.
             with trio.move_on_after(_LAST_FLUSH_TIMEOUT, shield=True):
                 await self.flush()
+                await self.answer()
             for reply_to in self.waiting:
                 reply_to.close()
+            for msg in self.questions:
+                msg.reply_to.close()
+
+    async def answer(self) -> None:
+        """Answer the questions asked so far. No write runs meanwhile (this task does them),
+        so an increment is either in the store's sums or still in ``book.dirty``, never in
+        both nor in neither; ``dirty`` is read after the store answered, with no await in
+        between, so records that arrived during the question are counted too."""
+        while self.questions:
+            msg = self.questions.pop(0)
+            try:
+                stored = await self.store.summarize(msg.query)
+            except OSError as exc:
+                _answer(msg, exc)
+                continue
+            except BaseException:
+                msg.reply_to.close()
+                raise
+            pending = summarize_rows(self.book.dirty.items(), msg.query)
+            _answer(msg, merge_summaries(stored, pending) if pending else stored)
 
     async def flush(self) -> None:
         waiting, self.waiting = self.waiting, []
@@ -193,14 +242,29 @@ class TokenLedgerHandle(Record):
         await tell(self._mailbox, msg)
 
     async def totals(self) -> dict[str, LedgerTotals]:
-        """Totals per ``provider:model`` (rows loaded from the store included)."""
-        reply_to, reply = trio.open_memory_channel[dict[str, LedgerTotals]](1)
-        return await self._ask(GetTotals(reply_to), reply_to, reply)
+        """Totals per ``provider:model``: everything the store holds (earlier runs and other
+        processes sharing it included) and what this runtime has not written yet.
+
+        Raises:
+            OSError: the store cannot be read.
+            RuntimeClosed: the ledger has stopped.
+        """
+        found = await self.query(LedgerQuery(by=("provider", "model")))
+        return {f"{s.provider}:{s.model}": s.totals for s in found}
 
     async def rows(self) -> list[tuple[LedgerKey, LedgerTotals]]:
-        """A copy of every row: per UTC day, provider, model, tag and job."""
-        reply_to, reply = trio.open_memory_channel[list[tuple[LedgerKey, LedgerTotals]]](1)
-        return await self._ask(GetLedgerRows(reply_to), reply_to, reply)
+        """Every row: per UTC day, provider, model, tag and job. This reads the whole
+        ledger; ask :meth:`snapshot` for sums instead.
+
+        Raises:
+            OSError: the store cannot be read.
+            RuntimeClosed: the ledger has stopped.
+        """
+        found = await self.query(LedgerQuery(by=DIMENSIONS))
+        return [
+            (LedgerKey(*(str(getattr(s, name)) for name in LedgerKey._fields)), s.totals)
+            for s in found
+        ]
 
     async def snapshot(
         self,
@@ -208,15 +272,32 @@ class TokenLedgerHandle(Record):
         *,
         since: str | dt.date | None = None,
         until: str | dt.date | None = None,
+        job: str | None = None,
+        tag: str | None = None,
     ) -> list[LedgerSummary]:
         """Totals grouped by ``by`` (any of provider, model, tag, job, day) over the UTC days
-        ``since`` to ``until`` inclusive; ``by=()`` gives one grand total.
+        ``since`` to ``until`` inclusive, only ``job``'s or ``tag``'s rows when given (``tag``
+        ``""``: untagged); ``by=()`` gives one grand total. The store sums what it holds.
 
         Raises:
             ValueError: an unknown dimension or a malformed date.
+            OSError: the store cannot be read.
             RuntimeClosed: the ledger has stopped.
         """
-        return summarize(await self.rows(), by, since=since, until=until)
+        return await self.query(LedgerQuery.of(by, since=since, until=until, job=job, tag=tag))
+
+    async def query(self, query: LedgerQuery) -> list[LedgerSummary]:
+        """The ledger summed as ``query`` asks (see :meth:`snapshot`).
+
+        Raises:
+            OSError: the store cannot be read.
+            RuntimeClosed: the ledger has stopped.
+        """
+        reply_to, reply = trio.open_memory_channel[list[LedgerSummary] | OSError](1)
+        found = await self._ask(QueryLedger(query, reply_to), reply_to, reply)
+        if isinstance(found, OSError):
+            raise found
+        return found
 
     async def flush(self) -> None:
         """Return once everything recorded so far is in the store (at once without one)."""

@@ -20,7 +20,7 @@ import trio
 from ._config import RateLimitConfig
 from ._errors import CallError
 from ._events import CallEvent
-from ._ledger.book import LedgerKey, LedgerTotals
+from ._ledger.book import LedgerQuery, LedgerSummary, LedgerTotals
 from ._ledger.budget import BudgetClaim
 from ._limits.cost import Cost
 from ._limits.queue import Priority
@@ -53,11 +53,10 @@ __all__ = [
     "ConsumerGone",
     "EventBatch",
     "FlushLedger",
-    "GetLedgerRows",
-    "GetTotals",
     "LedgerMsg",
     "LedgerTotals",
     "ProviderMsg",
+    "QueryLedger",
     "RateLimiterMsg",
     "RecordCall",
     "RecordUsage",
@@ -336,17 +335,12 @@ class RecordCall(Record):
 
 
 @attrs.frozen(eq=False, repr=False)
-class GetTotals(Record):
-    """Ask for the totals per ``provider:model``."""
+class QueryLedger(Record):
+    """Ask for the ledger summed as ``query`` asks: what the store holds plus what is not yet
+    written to it. The answer is the summaries, or the ``OSError`` the store raised."""
 
-    reply_to: trio.MemorySendChannel[dict[str, LedgerTotals]]
-
-
-@attrs.frozen(eq=False, repr=False)
-class GetLedgerRows(Record):
-    """Ask for a copy of every row (all days, tags and jobs)."""
-
-    reply_to: trio.MemorySendChannel[list[tuple[LedgerKey, LedgerTotals]]]
+    query: LedgerQuery
+    reply_to: trio.MemorySendChannel[list[LedgerSummary] | OSError]
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -356,7 +350,7 @@ class FlushLedger(Record):
     reply_to: trio.MemorySendChannel[None]
 
 
-LedgerMsg: TypeAlias = RecordUsage | RecordCall | GetTotals | GetLedgerRows | FlushLedger
+LedgerMsg: TypeAlias = RecordUsage | RecordCall | QueryLedger | FlushLedger
 
 
 # Supervisor -------------------------------------------------------------------------------

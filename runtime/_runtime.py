@@ -904,8 +904,9 @@ class Runtime:
         return self._ledger
 
     async def ledger_totals(self) -> dict[str, LedgerTotals]:
-        """Calls, tokens and cost so far per ``provider:model`` (with what the ledger
-        file held when the runtime started); ``ledger.snapshot`` groups any other way."""
+        """Calls, tokens and cost so far per ``provider:model``: what the ledger's store
+        holds (summed by the store) and what this runtime has not written to it yet;
+        ``ledger.snapshot`` groups any other way."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
         return totals
 

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._ledger.book import LedgerQuery as LedgerQuery
     from ._ledger.redis import RedisLedgerStore as RedisLedgerStore
     from ._ledger.sqlite import SQLiteLedgerStore as SQLiteLedgerStore
     from ._ledger.store import LedgerStore as LedgerStore
@@ -33,6 +34,7 @@ __all__ = [
     "BudgetRefused",
     "Cost",
     "Learned",
+    "LedgerQuery",
     "LedgerStore",
     "MemoryLedgerStore",
     "MemoryQuotaStore",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "LedgerQuery": "sluice._ledger.book",
     "WindowEntry": "sluice._limits.window",
     "RedisLedgerStore": "sluice._ledger.redis",
     "Learned": "sluice._limits.headers",

@@ -58,6 +58,7 @@ PUBLIC = {
         "BudgetRefused",
         "Cost",
         "Learned",
+        "LedgerQuery",
         "LedgerStore",
         "MemoryLedgerStore",
         "MemoryQuotaStore",

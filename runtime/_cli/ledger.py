@@ -14,9 +14,16 @@ import trio
 from cyclopts import Parameter
 
 from .._errors import ConfigError
-from .._ledger.book import COUNTERS, DIMENSIONS, Dimension, LedgerSummary, parse_day, summarize
+from .._ledger.book import (
+    COUNTERS,
+    DIMENSIONS,
+    Dimension,
+    LedgerQuery,
+    LedgerSummary,
+    merge_summaries,
+)
 from .._ledger.setup import ledger_path
-from .._ledger.sqlite import read_ledger_file
+from .._ledger.sqlite import summarize_ledger_file
 from ._common import EXIT_OK, build_config, fail
 
 __all__ = ["ledger", "render_csv", "render_json", "render_table"]
@@ -151,10 +158,10 @@ async def ledger(
     """
     try:
         dimensions = _dimensions(by or ["model"])
-        first, last = parse_day(since), parse_day(until)
+        query = LedgerQuery.of(dimensions, since=since, until=until)
         if store is not None:
-            stored = await _read_redis(store, build_config(config_file=config_file).store_prefix)
-            return _show(stored, dimensions, first, last, format)
+            prefix = build_config(config_file=config_file).store_prefix
+            return _show(await _read_redis(store, prefix, query), query, format)
         if db is None:
             path = ledger_path(build_config(config_file=config_file).ledger)
             if path is None:
@@ -164,38 +171,43 @@ async def ledger(
     except (ConfigError, ValueError) as exc:
         return fail(str(exc))
     try:
-        stored = await trio.to_thread.run_sync(read_ledger_file, path)
+        # The file sums its rows itself (GROUP BY): no row is read into Python.
+        rows = await trio.to_thread.run_sync(summarize_ledger_file, path, query)
     except FileNotFoundError as exc:
         if db is not None:  # a file named on purpose that is not there: likely a typo
             return fail(f"{exc}; leave out --db for the default ledger")
-        stored = []  # a fresh machine: nothing was recorded yet, which is not an error
+        rows = []  # a fresh machine: nothing was recorded yet, which is not an error
     except sqlite3.Error as exc:
         return fail(f"cannot read the ledger file {path}: {exc}")
-    return _show(stored, dimensions, first, last, format)
+    return _show(rows, query, format)
 
 
-async def _read_redis(url: str, prefix: str) -> list[tuple[Any, Any]]:
+async def _read_redis(url: str, prefix: str, query: LedgerQuery) -> list[LedgerSummary]:
     from .._limits.redis_store import open_redis_store
 
     async with open_redis_store(url, prefix=prefix) as quota:
         try:
-            return await quota.ledger_mirror().load()
+            return await quota.ledger_mirror().summarize(query)
         except OSError as exc:
             raise ConfigError(str(exc)) from None
 
 
-def _show(
-    stored: list[tuple[Any, Any]],
-    dimensions: tuple[Dimension, ...],
-    first: Any,
-    last: Any,
-    format: str,
-) -> int:
-    rows = summarize(stored, dimensions, since=first, until=last)
-    totals = summarize(stored, (), since=first, until=last)
-    total = totals[0] if totals else None
+def _total(rows: list[LedgerSummary]) -> LedgerSummary | None:
+    """The grand total of ``rows`` (groups never overlap, so their sum is the total)."""
+    if not rows:
+        return None
+    (total,) = merge_summaries([LedgerSummary(totals=row.totals) for row in rows])
+    return total
+
+
+def _show(rows: list[LedgerSummary], query: LedgerQuery, format: str) -> int:
+    dimensions = query.by
+    total = _total(rows)
     if format == "json":
-        text = render_json(rows, total, by=list(dimensions), since=first, until=last) + "\n"
+        text = (
+            render_json(rows, total, by=list(dimensions), since=query.since, until=query.until)
+            + "\n"
+        )
     elif format == "csv":
         text = render_csv(rows, dimensions)
     else:

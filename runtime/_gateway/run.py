@@ -100,15 +100,12 @@ async def open_gateway(
 
 
 async def _spent_by_tag(rt: Any) -> Mapping[str, tuple[int, int]]:
-    spent: dict[str, tuple[int, int]] = {}
-    for key, totals in await rt.ledger.rows():
-        if key.tag:
-            micros, tokens = spent.get(key.tag, (0, 0))
-            spent[key.tag] = (
-                micros + totals.cost_micros,
-                tokens + totals.input_tokens + totals.output_tokens,
-            )
-    return spent
+    # One sum per tag, computed by the ledger's store: its rows never reach Python.
+    return {
+        row.tag: (row.totals.cost_micros, row.totals.input_tokens + row.totals.output_tokens)
+        for row in await rt.ledger.snapshot(by=("tag",))
+        if row.tag
+    }
 
 
 def _listen_socket(

@@ -540,8 +540,8 @@ def _write_summary(path: str, data: bytes) -> None:
 
 async def _job_cost(rt: Runtime) -> int:
     """Micro-dollars the ledger holds for the runtime's job (earlier runs' rows included)."""
-    job = rt.ledger.job
-    return sum(row.cost_micros for key, row in await rt.ledger.rows() if key.job == job)
+    found = await rt.ledger.snapshot(by=(), job=rt.ledger.job)  # summed by the store
+    return found[0].totals.cost_micros if found else 0
 
 
 async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:

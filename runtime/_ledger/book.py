@@ -28,8 +28,10 @@ __all__ = [
     "Dimension",
     "LedgerBook",
     "LedgerKey",
+    "LedgerQuery",
     "LedgerSummary",
     "LedgerTotals",
+    "merge_summaries",
     "parse_day",
     "summarize",
     "utc_day",
@@ -121,16 +123,24 @@ def parse_day(value: str | dt.date | None) -> str | None:
 
 
 class LedgerBook:
-    """All rows, plus the increments not yet flushed. Owned by the TokenLedger actor.
+    """This run's rows, plus the increments not yet flushed. Owned by the TokenLedger actor.
+
+    The book never holds the store's history: a store answers questions about what it holds
+    with aggregates (:meth:`~sluice._ledger.store.LedgerStore.summarize`), and what the book
+    has not yet handed over (``dirty``) is added to the answer.
 
     Args:
         prices: prices usage records with; an unknown price counts the record as unpriced.
         job: the job (run id) of records that do not name one.
+        keep_rows: keep every row of this run in ``rows`` (the answer to questions when there
+            is no store). False with a store: the store has them, and a runtime that runs for
+            weeks should not keep a second copy in memory.
     """
 
-    def __init__(self, prices: PriceTable, job: str) -> None:
+    def __init__(self, prices: PriceTable, job: str, *, keep_rows: bool = True) -> None:
         self.prices = prices
         self.job = job
+        self.keep_rows = keep_rows
         self.rows: dict[LedgerKey, LedgerTotals] = {}
         self.dirty: dict[LedgerKey, LedgerTotals] = {}
         self._day_number = -1
@@ -146,15 +156,17 @@ class LedgerBook:
             self._day_number, self._day = number, utc_day(wall)
         return self._day
 
-    def _rows(self, key: LedgerKey) -> tuple[LedgerTotals, LedgerTotals]:
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = LedgerTotals()
+    def _rows(self, key: LedgerKey) -> tuple[LedgerTotals, ...]:
         delta = self.dirty.get(key)
         if delta is None:
             if not self.dirty and self.dirty_since is None:
                 self.dirty_since = time.monotonic()
             delta = self.dirty[key] = LedgerTotals()
+        if not self.keep_rows:
+            return (delta,)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = LedgerTotals()
         return row, delta
 
     def record_usage(
@@ -205,15 +217,6 @@ class LedgerBook:
             t.attempts += attempts
             t.retries += max(0, attempts - 1)
 
-    def load(self, rows: Iterable[tuple[LedgerKey, LedgerTotals]]) -> None:
-        """Add rows read from the store (already flushed, so not dirty)."""
-        for key, totals in rows:
-            row = self.rows.get(key)
-            if row is None:
-                self.rows[key] = totals.copy()
-            else:
-                row.add(totals)
-
     def take_dirty(self) -> dict[LedgerKey, LedgerTotals]:
         """The increments since the last take; the book starts a new batch."""
         batch, self.dirty = self.dirty, {}
@@ -244,15 +247,6 @@ class LedgerBook:
                 found.add(row)
         return out
 
-    def spent_by_job(self, job: str) -> tuple[int, int]:
-        """(micro-dollars, tokens) recorded so far under ``job``."""
-        micros = tokens = 0
-        for key, row in self.rows.items():
-            if key.job == job:
-                micros += row.cost_micros
-                tokens += row.input_tokens + row.output_tokens
-        return micros, tokens
-
 
 @attrs.frozen(kw_only=True, repr=False)
 class LedgerSummary(Record):
@@ -282,32 +276,82 @@ class LedgerSummary(Record):
         return out
 
 
-def summarize(
-    rows: Iterable[tuple[LedgerKey, LedgerTotals]],
-    by: Sequence[Dimension] = ("provider", "model"),
-    *,
-    since: str | dt.date | None = None,
-    until: str | dt.date | None = None,
-) -> list[LedgerSummary]:
-    """Sum ``rows`` per group of the ``by`` dimensions, days from ``since`` to ``until``
-    inclusive (UTC dates). ``by=()`` gives one grand total (none when nothing matched).
-    Groups come sorted by their key.
+@attrs.frozen(kw_only=True, repr=False)
+class LedgerQuery(Record):
+    """Which rows to sum and how to group them; build with :meth:`of`, which checks it."""
 
-    Raises:
-        ValueError: an unknown dimension, or a date that is not one.
-    """
-    wanted = set(by)
-    unknown = wanted - set(DIMENSIONS)
-    if unknown:
-        raise ValueError(
-            f"cannot group by {', '.join(sorted(unknown))}; choose from {', '.join(DIMENSIONS)}"
+    by: tuple[Dimension, ...] = ("provider", "model")
+    """The dimensions asked for (``()``: one grand total)."""
+    since: str | None = None
+    """First UTC day counted (``YYYY-MM-DD``), inclusive."""
+    until: str | None = None
+    """Last UTC day counted, inclusive."""
+    job: str | None = None
+    """Only rows of this job."""
+    tag: str | None = None
+    """Only rows of this tag (``""``: untagged rows)."""
+
+    @classmethod
+    def of(
+        cls,
+        by: Sequence[Dimension] = ("provider", "model"),
+        *,
+        since: str | dt.date | None = None,
+        until: str | dt.date | None = None,
+        job: str | None = None,
+        tag: str | None = None,
+    ) -> LedgerQuery:
+        """A checked query.
+
+        Raises:
+            ValueError: an unknown dimension, or a date that is not one.
+        """
+        unknown = set(by) - set(DIMENSIONS)
+        if unknown:
+            raise ValueError(
+                f"cannot group by {', '.join(sorted(unknown))}; choose from {', '.join(DIMENSIONS)}"
+            )
+        return cls(by=tuple(by), since=parse_day(since), until=parse_day(until), job=job, tag=tag)
+
+    def grouped(self) -> tuple[Dimension, ...]:
+        """The dimensions each group is keyed by, in :data:`DIMENSIONS` order (grouping by
+        ``model`` also groups by ``provider``)."""
+        wanted = set(self.by)
+        if "model" in wanted:
+            wanted.add("provider")
+        return tuple(name for name in DIMENSIONS if name in wanted)
+
+    def matches(self, key: LedgerKey) -> bool:
+        """Whether the row at ``key`` is counted."""
+        return (
+            (self.since is None or key.day >= self.since)
+            and (self.until is None or key.day <= self.until)
+            and (self.job is None or key.job == self.job)
+            and (self.tag is None or key.tag == self.tag)
         )
-    if "model" in wanted:
-        wanted.add("provider")
-    first, last = parse_day(since), parse_day(until)
+
+
+def _summary(group: tuple[str | None, ...], totals: LedgerTotals) -> LedgerSummary:
+    return LedgerSummary(**dict(zip(DIMENSIONS, group, strict=True)), totals=totals)
+
+
+def _ordered(groups: dict[tuple[str | None, ...], LedgerTotals]) -> list[LedgerSummary]:
+    return [
+        _summary(group, totals)
+        for group, totals in sorted(groups.items(), key=lambda item: [v or "" for v in item[0]])
+    ]
+
+
+def summarize_rows(
+    rows: Iterable[tuple[LedgerKey, LedgerTotals]], query: LedgerQuery
+) -> list[LedgerSummary]:
+    """Sum the ``rows`` that ``query`` counts, per group of its dimensions, sorted by group
+    key; ``by=()`` gives one grand total (none when nothing matched). Every store answers
+    exactly this, however it computes it."""
+    wanted = set(query.grouped())
     groups: dict[tuple[str | None, ...], LedgerTotals] = {}
     for key, row in rows:
-        if (first is not None and key.day < first) or (last is not None and key.day > last):
+        if not query.matches(key):
             continue
         group = tuple(getattr(key, name) if name in wanted else None for name in DIMENSIONS)
         found = groups.get(group)
@@ -315,7 +359,39 @@ def summarize(
             groups[group] = row.copy()
         else:
             found.add(row)
-    return [
-        LedgerSummary(**dict(zip(DIMENSIONS, group, strict=True)), totals=totals)
-        for group, totals in sorted(groups.items(), key=lambda item: [v or "" for v in item[0]])
-    ]
+    return _ordered(groups)
+
+
+def merge_summaries(*parts: Iterable[LedgerSummary]) -> list[LedgerSummary]:
+    """Add summaries of the same grouping together (a store's answer and the increments not
+    yet in it), sorted by group key like :func:`summarize_rows`."""
+    groups: dict[tuple[str | None, ...], LedgerTotals] = {}
+    for part in parts:
+        for summary in part:
+            group = tuple(getattr(summary, name) for name in DIMENSIONS)
+            found = groups.get(group)
+            if found is None:
+                groups[group] = summary.totals.copy()
+            else:
+                found.add(summary.totals)
+    return _ordered(groups)
+
+
+def summarize(
+    rows: Iterable[tuple[LedgerKey, LedgerTotals]],
+    by: Sequence[Dimension] = ("provider", "model"),
+    *,
+    since: str | dt.date | None = None,
+    until: str | dt.date | None = None,
+    job: str | None = None,
+    tag: str | None = None,
+) -> list[LedgerSummary]:
+    """Sum ``rows`` per group of the ``by`` dimensions, days from ``since`` to ``until``
+    inclusive (UTC dates), only ``job``'s or ``tag``'s rows when given. ``by=()`` gives one
+    grand total (none when nothing matched). Groups come sorted by their key.
+
+    Raises:
+        ValueError: an unknown dimension, or a date that is not one.
+    """
+    query = LedgerQuery.of(by, since=since, until=until, job=job, tag=tag)
+    return summarize_rows(rows, query)

@@ -3,11 +3,13 @@
 Each process keeps writing its own ledger file; a runtime whose quota store is Redis also adds
 every batch of increments to one Redis hash per deployment (``{prefix}:ledger``), one
 ``HINCRBY`` per counter in a ``MULTI``, so processes add to the same rows without overwriting
-each other. ``sluice ledger --store redis://...`` reads that hash.
+each other. ``sluice ledger --store redis://...`` reads that hash (its rows, one per day,
+model, tag and job, are summed here: only that command reads them, never a runtime).
 
 :class:`MirroredLedgerStore` puts the file first: a batch the file refused is not mirrored (the
 TokenLedger sends it again), and a batch Redis refused is kept and added with the next one, so
-neither side counts a batch twice.
+neither side counts a batch twice. Questions go to the file (a runtime without a file keeps
+what it wrote in memory to answer them), as they would without Redis.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .book import COUNTERS, LedgerKey, LedgerTotals
+from .book import COUNTERS, LedgerKey, LedgerTotals, summarize_rows
+from .store import MemoryLedgerStore
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .book import LedgerQuery, LedgerSummary
     from .store import LedgerStore
 
 __all__ = ["MirroredLedgerStore", "RedisLedgerStore"]
@@ -56,6 +60,9 @@ class RedisLedgerStore:
             setattr(row, counter, int(value))
         return list(rows.items())
 
+    async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
+        return summarize_rows(await self.load(), query)
+
     async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
         from coredis.exceptions import RedisError
 
@@ -78,22 +85,22 @@ class RedisLedgerStore:
 
 
 class MirroredLedgerStore:
-    """``primary`` (the ledger file, or None) with every batch also added to ``mirror``."""
+    """``primary`` (the ledger file; None: a store in memory) with every batch also added to
+    ``mirror``. Questions are answered by ``primary``."""
 
     def __init__(
         self, primary: LedgerStore | None, mirror: RedisLedgerStore, *, close_primary: bool
     ) -> None:
-        self.primary = primary
+        self.primary: LedgerStore = MemoryLedgerStore() if primary is None else primary
         self.mirror = mirror
         self.close_primary = close_primary
         self._unsent: dict[LedgerKey, LedgerTotals] = {}
 
-    async def load(self) -> list[tuple[LedgerKey, LedgerTotals]]:
-        return await self.primary.load() if self.primary is not None else []
+    async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
+        return await self.primary.summarize(query)
 
     async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
-        if self.primary is not None:
-            await self.primary.add(batch)  # OSError: nothing stored anywhere, sent again later
+        await self.primary.add(batch)  # OSError: nothing stored anywhere, sent again later
         for key, totals in batch.items():
             found = self._unsent.get(key)
             if found is None:
@@ -114,5 +121,5 @@ class MirroredLedgerStore:
                 self._unsent = {}
             except OSError as exc:
                 log.warning("ledger: the last increments were not added to Redis (%s)", exc)
-        if self.primary is not None and self.close_primary:
+        if self.close_primary:
             await self.primary.aclose()

@@ -22,7 +22,7 @@ import trio
 
 from .._errors import ConfigError
 from .._record import Record
-from .book import LedgerBook
+from .book import LedgerBook, LedgerQuery
 from .budget import Budget, BudgetBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
 from .store import LedgerStore
@@ -99,36 +99,39 @@ async def open_ledger(
     store: LedgerStore | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> LedgerSetup:
-    """Open the store (``store`` if given, else the file the config names), load its rows
-    into a new book, and build the budgets (a ``job`` budget starts with what the store
-    holds for the job).
+    """Open the store (``store`` if given, else the file the config names), a new book, and
+    the budgets.
+
+    The store's history is not loaded: only what the budgets need is asked for, as a sum (a
+    ``job`` budget starts with what the store holds for the job; ``global`` and ``tag``
+    budgets count this runtime's spending), so opening costs the same over a ledger of a
+    million rows as over an empty one.
 
     Raises:
         ConfigError: the config's or the environment's ledger file cannot be opened or read,
             or a price key is malformed.
     """
-    import sqlite3  # here, not at import: `import sluice` should not load the database
-
     from .sqlite import default_ledger_path
 
     prices = price_table(config)
-    book = LedgerBook(prices, config.job or new_job_id())
     owned = False
     if store is None:
         path = ledger_path(config, environ)
         if path is not None:
             store = await _open_file(path, explicit=path != default_ledger_path())
             owned = store is not None
-    if store is not None:
-        try:
-            book.load(await store.load())
-        except (OSError, sqlite3.Error) as exc:
-            if owned:
-                with trio.CancelScope(shield=True):
-                    await store.aclose()
-            raise ConfigError(f"cannot read the ledger: {exc}") from None
+    book = LedgerBook(prices, config.job or new_job_id(), keep_rows=store is None)
     budgets = None
     if config.budgets:
+        spent = (0, 0)
+        if store is not None and any(b.scope == "job" for b in config.budgets):
+            try:
+                spent = await _spent_by_job(store, book.job)
+            except OSError as exc:
+                if owned:
+                    with trio.CancelScope(shield=True):
+                        await store.aclose()
+                raise ConfigError(f"cannot read the ledger: {exc}") from None
         budgets = BudgetBook(
             [
                 Budget(
@@ -141,9 +144,18 @@ async def open_ledger(
             ],
             prices,
             job=book.job,
-            spent_by_job=book.spent_by_job(book.job),
+            spent_by_job=spent,
         )
     return LedgerSetup(book, store, owned, budgets, config.flush_interval)
+
+
+async def _spent_by_job(store: LedgerStore, job: str) -> tuple[int, int]:
+    """(micro-dollars, input + output tokens) ``store`` holds for ``job``."""
+    found = await store.summarize(LedgerQuery(by=(), job=job))
+    if not found:
+        return 0, 0
+    totals = found[0].totals
+    return totals.cost_micros, totals.input_tokens + totals.output_tokens
 
 
 async def _open_file(path: Path, *, explicit: bool) -> SQLiteLedgerStore | None:

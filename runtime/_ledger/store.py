@@ -1,21 +1,27 @@
 """Where the ledger's rows are kept between runs: the store interface and an in-memory store.
 
-A store only ever *adds* increments (``add``) and reads totals back (``load``). Adding rather
-than overwriting is what lets several processes (a daemon and a batch job, or many workers)
-share one store without losing each other's counts, and lets a batch whose write failed be
-retried later. :class:`~sluice._ledger.sqlite.SQLiteLedgerStore` keeps rows in a local file,
-which the processes of one machine can share; :class:`MemoryLedgerStore` keeps them for one
-process. A store on a server that several machines share would implement the same protocol.
+A store only ever *adds* increments (``add``) and answers questions about what it holds with
+sums (``summarize``). Adding rather than overwriting is what lets several processes (a daemon
+and a batch job, or many workers) share one store without losing each other's counts, and
+lets a batch whose write failed be retried later. Answering with sums rather than handing
+over its rows is what lets a runtime open in the same time over a ledger of a million rows as
+over an empty one: it asks only for what its budgets need (a job's spend), and a report asks
+for its groups, which the store computes where the rows are (``GROUP BY`` in SQLite).
+:class:`~sluice._ledger.sqlite.SQLiteLedgerStore` keeps rows in a local file, which the
+processes of one machine can share; :class:`MemoryLedgerStore` keeps them for one process. A
+store on a server that several machines share would implement the same protocol.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from .book import summarize_rows
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .book import LedgerKey, LedgerTotals
+    from .book import LedgerKey, LedgerQuery, LedgerSummary, LedgerTotals
 
 __all__ = ["LedgerStore", "MemoryLedgerStore"]
 
@@ -24,8 +30,13 @@ class LedgerStore(Protocol):
     """Durable ledger rows. Methods are async and run under trio; a store that blocks does
     its work in a thread (``trio.to_thread.run_sync``)."""
 
-    async def load(self) -> list[tuple[LedgerKey, LedgerTotals]]:
-        """Every row stored so far."""
+    async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
+        """The stored rows ``query`` counts, summed per group: exactly what
+        :func:`~sluice._ledger.book.summarize_rows` gives over every stored row.
+
+        Raises:
+            OSError: the store cannot be read.
+        """
         ...
 
     async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
@@ -50,7 +61,11 @@ class MemoryLedgerStore:
         """Batches added so far."""
 
     async def load(self) -> list[tuple[LedgerKey, LedgerTotals]]:
+        """A copy of every row."""
         return [(key, row.copy()) for key, row in self.rows.items()]
+
+    async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
+        return summarize_rows(self.rows.items(), query)
 
     async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:
         for key, delta in batch.items():
