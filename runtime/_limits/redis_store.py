@@ -30,9 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 import trio
 
-from .._errors import ConfigError, StoreUnavailable
+from .._errors import ConfigError, InternalError, StoreUnavailable
 from .redis_script import QUOTA_SCRIPT
-from .store import BudgetAsk, BudgetRefused, Reservation, TooLarge, WindowSpec
+from .store import (
+    LEARNED_FOR,
+    LEARNED_PERIOD,
+    BudgetAsk,
+    BudgetRefused,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -45,7 +53,7 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 
 log = logging.getLogger("sluice._limits")
 
-_LEARNED_PERIOD = repr(60.0)
+_LEARNED_PERIOD = repr(LEARNED_PERIOD)
 
 
 def _period(value: float) -> str:
@@ -118,7 +126,16 @@ class RedisQuotaStore:
             try:
                 with trio.fail_after(self.timeout):
                     reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
-            except (RedisError, OSError, trio.TooSlowError) as exc:
+            except RedisError as exc:
+                if _script_failed(exc):
+                    # A bug, not an outage: sending the same work again would fail the same
+                    # way, so the queued work is dropped (what it held lapses on its own).
+                    log.error("quota script failed on %r: %s", request.get("op"), exc)
+                    raise InternalError(f"the quota script failed: {exc}") from None
+                self._ops = ops + self._ops
+                reason = str(exc) or type(exc).__name__
+                raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
+            except (OSError, trio.TooSlowError) as exc:
                 self._ops = ops + self._ops
                 reason = str(exc) or type(exc).__name__
                 raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
@@ -159,6 +176,8 @@ class RedisQuotaStore:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
                 self._dirty.set()
+            except InternalError:
+                pass  # logged where it was raised; the work that failed is dropped
 
     # -- QuotaStore ------------------------------------------------------------------------
 
@@ -278,6 +297,7 @@ class RedisQuotaStore:
             "specs": [[s.dimension, _period(s.period), s.limit] for s in specs],
             "learned": items,
             "per": _LEARNED_PERIOD,
+            "keep": LEARNED_FOR,
         }
         await self._run(request, now)
 
@@ -299,6 +319,17 @@ class RedisQuotaStore:
         self._cooldowns.pop(key, None)
         self._usage.pop(key, None)
         return True
+
+
+def _script_failed(exc: Exception) -> bool:
+    """Whether Redis ran the script and the script itself failed: a Lua error in its code
+    (``user_script:<line>: ...``) or a command on a key of the wrong type. Anything else (no
+    connection, loading, read-only replica, out of memory, cluster down) is an outage."""
+    from coredis.exceptions import ResponseError, WrongTypeError
+
+    if isinstance(exc, WrongTypeError):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith("user_script:")
 
 
 async def _ping(client: Any, url: str) -> None:
