@@ -219,7 +219,7 @@ def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Await
 
     async def passed(since: float, now: float) -> list[str]:
         pattern = "{" + prefix + "}*"
-        forever = await script(keys=[], args=[pattern, str(int((now - since) * 1000))])
+        forever: object = await script(keys=[], args=[pattern, str(int((now - since) * 1000))])
         return list(cast("list[str]", forever))
 
     return passed

@@ -25,7 +25,8 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
-their last write (long after their last entry left the window), the learned limits when the
+the last entry was added (long after it left the window; a re-dating that would outlast that
+renews them), the learned limits when the
 last of them lapses, the slot sets a lapse after their last renewal, the cooldown when it ends,
 and ``:m`` no earlier than anything holding its ids. So an idle key vanishes whole, and a key
 missing any part reads as empty. Budget accounts are spending records and keep no TTL.
@@ -63,13 +64,14 @@ end
 
 local function kept_ms(period) return math.ceil(period * 1000) * 2 + 600000 end
 
--- A window was written: its keys, and the key's id counter, outlive its entries.
-local function touch(q, w, period)
+-- A window was written: its keys outlive its entries. Returns their TTL, which the key's id
+-- counter (:m) must outlive too (the caller extends it).
+local function touch(w, period)
   local ms = kept_ms(period)
   redis.call('PEXPIRE', w, ms)
   redis.call('PEXPIRE', w .. ':o', ms)
   redis.call('PEXPIRE', w .. ':t', ms)
-  extend(qbase(q) .. ':m', ms)
+  return ms
 end
 
 local function expire(w, period)
@@ -140,12 +142,17 @@ end
 
 -- A key last written by an older version (``:m`` without a TTL): its learned-window list is
 -- dropped (learned limits there never lapsed; they are learned again from the next reply),
--- its slot sets get a TTL from their last lapse, and ``:m`` one long enough for any window.
-local function migrate(q)
+-- its windows made empty (by HSETNX) and its slot sets get a TTL, and ``:m`` one long enough
+-- for any window.
+local function migrate(q, specs)
   local base = qbase(q)
   local m = base .. ':m'
   if redis.call('PTTL', m) ~= -1 then return end
   redis.call('HDEL', m, 'lw')
+  for _, s in ipairs(specs) do
+    local w = wkey(q, s[1], s[2])
+    if redis.call('PTTL', w) == -1 then touch(w, tonumber(s[2])) end  -- made by HSETNX
+  end
   for _, which in ipairs({'p', 's'}) do
     local k = base .. ':' .. which
     if redis.call('PTTL', k) == -1 then
@@ -160,7 +167,7 @@ end
 -- The key's windows and limits now: configured ones in their order (each lowered by a fresh
 -- learned limit), then those only learned, in slot order. Lapsed learned limits are dropped.
 local function windows(q, specs)
-  migrate(q)
+  migrate(q, specs)
   local limits, out = {}, {}
   for _, s in ipairs(specs) do
     local slot = s[1] .. ':' .. s[2]
@@ -190,10 +197,7 @@ local function windows(q, specs)
   end
   table.sort(only, function(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] < y[2]) end)
   for _, w in ipairs(only) do out[#out + 1] = w end
-  for _, w in ipairs(out) do
-    w[4] = limits[w[1] .. ':' .. w[2]]
-    if redis.call('PTTL', w[3]) == -1 then touch(q, w[3], tonumber(w[2])) end  -- older version
-  end
+  for _, w in ipairs(out) do w[4] = limits[w[1] .. ':' .. w[2]] end
   return out
 end
 
@@ -245,7 +249,6 @@ for _, op in ipairs(req.ops or {}) do
       if old then
         redis.call('HINCRBY', w, 'u', e[3] - old)
         redis.call('HSET', w, field, e[3])
-        touch(op[2], w, tonumber(e[2]))
       end
     end
   elseif kind == 'r' then
@@ -258,7 +261,11 @@ for _, op in ipairs(req.ops or {}) do
       if old and at > old then
         redis.call('HSET', w, 'a' .. op[3], fmt(at))
         redis.call('ZADD', w .. ':t', fmt(at), op[3])
-        touch(op[2], w, tonumber(e[2]))
+        -- The entry now counts until at + period: the keys must live at least that long.
+        local period = tonumber(e[2])
+        if redis.call('PTTL', w) < math.ceil(period * 1000) + 1000 then
+          extend(qbase(op[2]) .. ':m', touch(w, period))
+        end
       end
     end
     release(op[2], op[3], 'p')
@@ -292,7 +299,7 @@ local q = req.q
 local cdkey = qbase(q) .. ':cd'
 
 if what == 'cooldown' then
-  migrate(q)
+  migrate(q, {})
   local untl = now + req.seconds
   local old = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
   if old > untl then untl = old end
@@ -341,7 +348,7 @@ if what == 'learn' then
           redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, extra)
           redis.call('ZADD', w .. ':t', fmt(at), id)
           redis.call('HINCRBY', w, 'u', extra)
-          touch(q, w, period)
+          extend(qbase(q) .. ':m', touch(w, period))
         end
       end
     end
@@ -416,7 +423,7 @@ if b then
   redis.call('ZADD', P .. ':bh', now + req.lapse, b[1])
 end
 local id = tostring(redis.call('HINCRBY', base .. ':m', 'seq', 1))
-extend(base .. ':m', math.ceil(req.lapse * 1000) + 1000)
+local keep = math.ceil(req.lapse * 1000) + 1000
 local slots = {}
 for _, w in ipairs(ws) do
   local amount = amount_of(cost, w[1])
@@ -424,9 +431,10 @@ for _, w in ipairs(ws) do
   redis.call('ZADD', w[3] .. ':t', fmt(now), id)
   redis.call('HSET', w[3], 'a' .. id, fmt(now), 'n' .. id, amount)
   redis.call('HINCRBY', w[3], 'u', amount)
-  touch(q, w[3], tonumber(w[2]))
+  keep = math.max(keep, touch(w[3], tonumber(w[2])))
   slots[#slots + 1] = w[1] .. ':' .. w[2]
 end
+extend(base .. ':m', keep)
 for i, which in ipairs({'p', 's'}) do
   if caps[i] >= 0 then
     redis.call('ZADD', base .. ':' .. which, now + req.lapse, id)

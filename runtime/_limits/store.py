@@ -238,9 +238,9 @@ class MemoryQuotaStore:
         limits = self._limits(key, specs, now)
         windows = self._windows.setdefault(key, {})
         for slot in [slot for slot in windows if slot not in limits]:
-            window = windows[slot]
-            window.expire(now)
-            if not len(window):
+            idle = windows[slot]
+            idle.expire(now)
+            if not len(idle):
                 del windows[slot]
         out = []
         for slot, limit in limits.items():
