@@ -231,3 +231,19 @@ async def test_six_hours_of_calls_with_idle_gaps_past_every_ttl(
     assert calls > 60 and sim.chat_requests_seen == calls + retries
     assert store.switches == 0
     assert [r.getMessage() for r in caplog.records if r.name.startswith("sluice")] == []
+
+
+async def test_a_failing_key_does_not_cost_other_keys_their_queued_settlements(redis_url):
+    """Settlements ride on the next script run, whatever key it serves. When that run fails
+    because of its own key, the settlements are still applied."""
+    async with coredis.Redis.from_url(redis_url, decode_responses=True) as client:
+        prefix = f"bug-ops-{uuid.uuid4().hex}"
+        store = RedisQuotaStore(client, prefix=prefix, clock="caller")
+        await client.set(f"{{{prefix}}}:q:broken:L", "not a hash")
+        specs = (WindowSpec("output_tokens", 100, 60.0),)
+        held = await store.reserve("fine", specs, Cost(1, 0, 100), 0.0)
+        assert isinstance(held, Reservation)
+        await store.settle(held, Cost(1, 0, 10))  # queued: 90 tokens refunded
+        with pytest.raises(InternalError):
+            await store.reserve("broken", specs, Cost(1, 0, 1), 1.0)
+        assert isinstance(await store.reserve("fine", specs, Cost(1, 0, 90), 2.0), Reservation)
