@@ -35,6 +35,7 @@ from sluice._config import RateLimitConfig
 from sluice._errors import (
     BudgetExceeded,
     CallError,
+    InternalError,
     RateLimited,
     RuntimeClosed,
     StoreUnavailable,
@@ -134,7 +135,10 @@ def _new_key(name: str, limits: RateLimitConfig) -> _Key:
 
 
 def _relimit(key: _Key, limits: RateLimitConfig) -> None:
-    """Give ``key`` new limits; what it holds (slots, windows' use, cooldown) stays."""
+    """Give ``key`` new limits; what it holds (slots, windows' use, cooldown) stays.
+
+    The next admission checks the new window limits against what the windows already count
+    (the store applies the specs it is given on every reserve)."""
     fresh = _new_key(key.name, limits)
     if (
         fresh.adaptive is None
@@ -434,7 +438,7 @@ class _Limiter:
                     )
                 else:
                     reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, InternalError) as exc:
                 self._release_budget(hold)
                 waiters.pop(waiter)
                 _refuse(waiter, exc)
@@ -504,7 +508,7 @@ class _Limiter:
             if learned:
                 try:
                     await self.store.learn(key.name, key.specs, learned, now)
-                except StoreUnavailable:
+                except (StoreUnavailable, InternalError):
                     pass  # the limits stay as they were; the next reply tells them again
         signal: Signal = msg.signal
         match signal:
@@ -542,7 +546,7 @@ class _Limiter:
             return
         try:
             left = await self.store.cooldown(key.name, wait, now)
-        except StoreUnavailable:
+        except (StoreUnavailable, InternalError):
             left = wait  # this process pauses; admissions elsewhere fail until Redis answers
         key.cooldown_end = max(key.cooldown_end, now + left)
         # Spread the waiters over at most as long as the pause itself (a 0.2 s Retry-After

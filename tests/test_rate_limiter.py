@@ -349,3 +349,61 @@ async def test_window_counts_from_the_reply_so_it_stays_behind_the_providers(
     await limiter.settle(Settle(second.ticket, "failed"))  # an error reply, same
     await limiter.acquire("k", limits, ONE)
     assert trio.current_time() == 11.5
+
+
+@virtual_deadline(600)
+async def test_a_reload_to_a_lower_limit_holds_the_next_call_to_it(autojump_clock, nursery):
+    """Five calls under 1,000 a minute, then a reload to 2 a minute: the five still count, so
+    the next calls wait until they leave the window (at 60), then go two a minute."""
+    limiter = await start_limiter(nursery)
+    fast = RateLimitConfig(requests_per_minute=1000)
+    for _ in range(5):
+        await admit_and_finish(limiter, "sim:m", fast)
+    await limiter.relimit({"sim": RateLimitConfig(requests_per_minute=2)})
+    times = [(await admit_and_finish(limiter, "sim:m", fast)).at for _ in range(3)]
+    assert times == [60.0, 60.0, 120.0]
+    assert (await limiter.statistics())["sim:m"].windows["requests/60s"] == (1, 2)
+
+
+@virtual_deadline(600)
+async def test_a_reload_to_a_higher_limit_admits_a_waiting_call_at_once(autojump_clock, nursery):
+    limiter = await start_limiter(nursery)
+    slow = RateLimitConfig(requests_per_minute=2)
+    for _ in range(2):
+        await admit_and_finish(limiter, "sim:m", slow)
+    admitted: list[float] = []
+
+    async def third() -> None:
+        admitted.append((await admit_and_finish(limiter, "sim:m", slow)).at)
+
+    nursery.start_soon(third)
+    await trio.sleep(10)
+    assert admitted == []  # waiting for the window, until 60
+    await limiter.relimit({"sim": RateLimitConfig(requests_per_minute=100)})
+    await trio.testing.wait_all_tasks_blocked()
+    assert admitted == [10.0]
+
+
+@virtual_deadline(3600)
+async def test_a_learned_limit_rises_with_the_headers_and_lapses_without_them(
+    autojump_clock, nursery
+):
+    limiter = await start_limiter(nursery)
+    limits = RateLimitConfig(requests_per_minute=100)
+    one = {"x-ratelimit-limit-requests": "1"}
+    await admit_and_finish(limiter, "k", limits, headers=one)
+    # The provider says 1 a minute, then (its tier went up) 5 a minute.
+    raised = await admit_and_finish(
+        limiter, "k", limits, headers={"x-ratelimit-limit-requests": "5"}
+    )
+    times = [(await admit_and_finish(limiter, "k", limits)).at for _ in range(5)]
+    assert raised.at == 60.0 and times == [60.0, 60.0, 60.0, 60.0, 120.0]
+    # No reply has reported a limit since 60: 720 s later the configured 100 alone holds.
+    await trio.sleep(780.0 - trio.current_time())
+    times = [(await admit_and_finish(limiter, "k", limits)).at for _ in range(100)]
+    assert times == [780.0] * 100
+    # A configured limit below a learned one wins.
+    ten = {"x-ratelimit-limit-requests": "10"}
+    await admit_and_finish(limiter, "j", RateLimitConfig(requests_per_minute=1), headers=ten)
+    at = (await admit_and_finish(limiter, "j", RateLimitConfig(requests_per_minute=1))).at
+    assert at == 840.0

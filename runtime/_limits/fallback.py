@@ -13,7 +13,8 @@ When a call to it fails:
   admitted, plus each process's local windows.
 
 Every switch is logged (a warning going local, info coming back) and counted in
-``switches``.
+``switches``. A script that fails (:class:`~sluice._errors.InternalError`, a bug) is not an
+outage: it passes through, refusing only the call it was serving.
 """
 
 from __future__ import annotations

@@ -4,20 +4,37 @@ One script serves every operation so that each round trip is one atomic step: it
 the settlements, re-datings and slot releases the process has queued since its last call, then
 does what was asked (admit, cool down, learn, or nothing but the queued work). Its window logic
 mirrors :class:`~sluice._limits.window.Window` step for step (the same entries in the same order,
-expired by the same rule, the same walk for the next free time), which is what lets the
-property test hold it to admitting at exactly the times the in-memory store does.
+expired by the same rule, the same answer for the next free time), and its limits mirror
+:class:`~sluice._limits.store.MemoryQuotaStore` (configured limits sent with every call, lowered
+by learned ones while fresh), which is what lets the property test hold it to admitting at
+exactly the times the in-memory store does.
 
 Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deployment in one slot:
 
-* ``{p}:q:<key>:w:<dimension>:<period>``: a window's hash: ``u`` units used, ``l`` its limit,
-  and per entry ``a<id>`` (when it counts from) and ``n<id>`` (its amount);
-  ``...:o`` lists the entry ids in the window's order (admission order, see Window).
-* ``{p}:q:<key>:m``: the key's hash: ``seq`` (reservation ids), ``lw`` learned windows;
-  ``{p}:q:<key>:cd``: the end of its cooldown; ``{p}:q:<key>:p`` / ``:s``: sorted sets of the
+* ``{p}:q:<key>:w:<dimension>:<period>``: a window's hash: ``u`` units used, and per entry
+  ``a<id>`` (when it counts from) and ``n<id>`` (its amount); ``...:o`` lists the entry ids in
+  the window's order (admission order, see Window), ``...:t`` holds them scored by ``a`` (the
+  time order the next-free walk needs, kept as entries arrive instead of sorted per check).
+* ``{p}:q:<key>:m``: the key's hash: ``seq`` (reservation ids).
+* ``{p}:q:<key>:L``: limits learned from headers, ``<dimension>:<period>`` to
+  ``"<limit> <until>"``; a limit is ignored (and dropped) once ``until`` has passed.
+* ``{p}:q:<key>:cd``: the end of its cooldown; ``{p}:q:<key>:p`` / ``:s``: sorted sets of the
   pending / open-stream slots held, scored by when the hold lapses (a process killed with
   ``kill -9`` stops renewing its holds, so they lapse).
 * ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
+
+Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
+the last entry was added (long after it left the window; a re-dating that would outlast that
+renews them), the learned limits when the
+last of them lapses, the slot sets a lapse after their last renewal, the cooldown when it ends,
+and ``:m`` no earlier than anything holding its ids. So an idle key vanishes whole, and a key
+missing any part reads as empty. Budget accounts are spending records and keep no TTL.
+
+Keys written by older versions of this script read safely: a window's ``l`` field and
+``:m``'s ``lw`` list (limits kept in Redis, learned limits never lapsing) are ignored, a window
+without ``:t`` has it rebuilt from ``:o`` once, entries whose fields are gone count as gone,
+and keys left without a TTL get one on their next write.
 
 Numbers cross the boundary as JSON in (doubles parse exactly) and ``%.17g`` strings out (Lua
 would truncate a returned number to an integer).
@@ -39,70 +56,148 @@ local function fmt(x) return string.format('%.17g', x) end
 local function qbase(q) return P .. ':q:' .. q end
 local function wkey(q, dim, per) return qbase(q) .. ':w:' .. dim .. ':' .. per end
 
+-- Give key k a TTL of at least ms (keys without one, from older versions, get one too).
+local function extend(k, ms)
+  local left = redis.call('PTTL', k)
+  if left ~= -2 and left < ms then redis.call('PEXPIRE', k, ms) end
+end
+
+local function kept_ms(period) return math.ceil(period * 1000) * 2 + 600000 end
+
+-- A window was written: its keys outlive its entries. Returns their TTL, which the key's id
+-- counter (:m) must outlive too (the caller extends it).
+local function touch(w, period)
+  local ms = kept_ms(period)
+  redis.call('PEXPIRE', w, ms)
+  redis.call('PEXPIRE', w .. ':o', ms)
+  redis.call('PEXPIRE', w .. ':t', ms)
+  return ms
+end
+
 local function expire(w, period)
   local o = w .. ':o'
   local horizon = now - period
-  local used = tonumber(redis.call('HGET', w, 'u') or '0')
+  local used = tonumber(redis.call('HGET', w, 'u') or '0') or 0
   local changed = false
   while true do
     local id = redis.call('LINDEX', o, 0)
     if not id then break end
-    local at = tonumber(redis.call('HGET', w, 'a' .. id))
-    if at > horizon then break end
-    used = used - tonumber(redis.call('HGET', w, 'n' .. id))
+    local v = redis.call('HMGET', w, 'a' .. id, 'n' .. id)
+    local at = tonumber(v[1])
+    if at and at > horizon then break end
+    used = used - (tonumber(v[2]) or 0)
     redis.call('LPOP', o)
+    redis.call('ZREM', w .. ':t', id)
     redis.call('HDEL', w, 'a' .. id, 'n' .. id)
     changed = true
   end
-  if changed then redis.call('HSET', w, 'u', used) end
+  if used ~= 0 and redis.call('LLEN', o) == 0 then
+    used = 0  -- no entry left (or the list expired alone): nothing is counted
+    changed = true
+  end
+  if changed then
+    if used == 0 then redis.call('HDEL', w, 'u') else redis.call('HSET', w, 'u', used) end
+  end
   return used
 end
 
+-- The time index of a window written by an older version (no :t) is built once from :o.
+local function indexed(w)
+  local o, t = w .. ':o', w .. ':t'
+  if redis.call('ZCARD', t) == redis.call('LLEN', o) then return end
+  redis.call('DEL', t)
+  for _, id in ipairs(redis.call('LRANGE', o, 0, -1)) do
+    local at = redis.call('HGET', w, 'a' .. id)
+    if at then
+      redis.call('ZADD', t, at, id)
+    else
+      redis.call('LREM', o, 0, id)
+    end
+  end
+  local ms = redis.call('PTTL', o)
+  if ms > 0 then redis.call('PEXPIRE', t, ms) end
+end
+
+-- The earliest time amount more units fit: walk the entries in time order until enough of
+-- them have left the window (Window.next_free, with the order kept by :t).
 local function next_free(w, period, limit, amount)
   local used = expire(w, period)
   local excess = used + amount - limit
   if excess <= 0 then return now end
-  local ids = redis.call('LRANGE', w .. ':o', 0, -1)
-  local items = {}
-  for i, id in ipairs(ids) do
-    local v = redis.call('HMGET', w, 'a' .. id, 'n' .. id)
-    items[i] = {tonumber(v[1]), tonumber(v[2])}
-  end
-  table.sort(items, function(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] < y[2]) end)
+  indexed(w)
   local freed = 0
-  for _, item in ipairs(items) do
-    freed = freed + item[2]
-    if freed >= excess then return math.max(now, item[1] + period) end
+  local start = 0
+  while true do
+    local ids = redis.call('ZRANGE', w .. ':t', start, start + 31)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      local v = redis.call('HMGET', w, 'a' .. id, 'n' .. id)
+      freed = freed + (tonumber(v[2]) or 0)
+      if freed >= excess then return math.max(now, tonumber(v[1]) + period) end
+    end
+    start = start + 32
   end
   return now + period
 end
 
-local function touch(w, period)
-  local ms = math.ceil(period * 1000) * 2 + 600000
-  redis.call('PEXPIRE', w, ms)
-  redis.call('PEXPIRE', w .. ':o', ms)
-end
-
--- The key's windows: the configured ones, then those learned from headers (in learned order).
-local function windows(q, specs)
-  local out = {}
-  local seen = {}
+-- A key last written by an older version (``:m`` without a TTL): its learned-window list is
+-- dropped (learned limits there never lapsed; they are learned again from the next reply),
+-- its windows made empty (by HSETNX) and its slot sets get a TTL, and ``:m`` one long enough
+-- for any window.
+local function migrate(q, specs)
+  local base = qbase(q)
+  local m = base .. ':m'
+  if redis.call('PTTL', m) ~= -1 then return end
+  redis.call('HDEL', m, 'lw')
   for _, s in ipairs(specs) do
     local w = wkey(q, s[1], s[2])
-    redis.call('HSETNX', w, 'l', s[3])
-    out[#out + 1] = {s[1], s[2], w}
-    seen[s[1] .. ':' .. s[2]] = true
+    if redis.call('PTTL', w) == -1 then touch(w, tonumber(s[2])) end  -- made by HSETNX
   end
-  local learned = redis.call('HGET', qbase(q) .. ':m', 'lw')
-  if learned then
-    for slot in string.gmatch(learned, '[^,]+') do
-      if not seen[slot] then
-        local dim, per = string.match(slot, '^(.-):(.*)$')
-        out[#out + 1] = {dim, per, wkey(q, dim, per)}
-        seen[slot] = true
-      end
+  for _, which in ipairs({'p', 's'}) do
+    local k = base .. ':' .. which
+    if redis.call('PTTL', k) == -1 then
+      local last = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')
+      local ms = math.ceil(((tonumber(last[2]) or now) - now) * 1000) + 1000
+      redis.call('PEXPIRE', k, math.max(1000, ms))
     end
   end
+  redis.call('PEXPIRE', m, 86400000)
+end
+
+-- The key's windows and limits now: configured ones in their order (each lowered by a fresh
+-- learned limit), then those only learned, in slot order. Lapsed learned limits are dropped.
+local function windows(q, specs)
+  migrate(q, specs)
+  local limits, out = {}, {}
+  for _, s in ipairs(specs) do
+    local slot = s[1] .. ':' .. s[2]
+    if limits[slot] == nil then
+      out[#out + 1] = {s[1], s[2], wkey(q, s[1], s[2])}
+      limits[slot] = s[3]
+    elseif s[3] < limits[slot] then
+      limits[slot] = s[3]
+    end
+  end
+  local L = qbase(q) .. ':L'
+  local learned = redis.call('HGETALL', L)
+  local only = {}
+  for i = 1, #learned, 2 do
+    local slot = learned[i]
+    local limit, untl = string.match(learned[i + 1], '^(%S+) (%S+)$')
+    limit, untl = tonumber(limit), tonumber(untl)
+    if not limit or not untl or untl <= now then
+      redis.call('HDEL', L, slot)
+    elseif limits[slot] ~= nil then
+      if limit < limits[slot] then limits[slot] = limit end
+    else
+      local dim, per = string.match(slot, '^(.-):(.*)$')
+      only[#only + 1] = {dim, per, wkey(q, dim, per)}
+      limits[slot] = limit
+    end
+  end
+  table.sort(only, function(x, y) return x[1] < y[1] or (x[1] == y[1] and x[2] < y[2]) end)
+  for _, w in ipairs(only) do out[#out + 1] = w end
+  for _, w in ipairs(out) do w[4] = limits[w[1] .. ':' .. w[2]] end
   return out
 end
 
@@ -115,6 +210,13 @@ end
 
 local function release(q, id, which)
   redis.call('ZREM', qbase(q) .. ':' .. which, id)
+end
+
+-- A slot set was written: it and the key's id counter last a lapse past now.
+local function hold(q, which, lapse)
+  local ms = math.ceil(lapse * 1000) + 1000
+  extend(qbase(q) .. ':' .. which, ms)
+  extend(qbase(q) .. ':m', ms)
 end
 
 local function settle_budget(hid, micros, tokens)
@@ -143,9 +245,9 @@ for _, op in ipairs(req.ops or {}) do
     for _, e in ipairs(op[4]) do
       local w = wkey(op[2], e[1], e[2])
       local field = 'n' .. op[3]
-      local old = redis.call('HGET', w, field)
+      local old = tonumber(redis.call('HGET', w, field))
       if old then
-        redis.call('HINCRBY', w, 'u', e[3] - tonumber(old))
+        redis.call('HINCRBY', w, 'u', e[3] - old)
         redis.call('HSET', w, field, e[3])
       end
     end
@@ -155,8 +257,16 @@ for _, op in ipairs(req.ops or {}) do
     if at < 0 then at = now end
     for _, e in ipairs(op[4]) do
       local w = wkey(op[2], e[1], e[2])
-      local old = redis.call('HGET', w, 'a' .. op[3])
-      if old and at > tonumber(old) then redis.call('HSET', w, 'a' .. op[3], fmt(at)) end
+      local old = tonumber(redis.call('HGET', w, 'a' .. op[3]))
+      if old and at > old then
+        redis.call('HSET', w, 'a' .. op[3], fmt(at))
+        redis.call('ZADD', w .. ':t', fmt(at), op[3])
+        -- The entry now counts until at + period: the keys must live at least that long.
+        local period = tonumber(e[2])
+        if redis.call('PTTL', w) < math.ceil(period * 1000) + 1000 then
+          extend(qbase(op[2]) .. ':m', touch(w, period))
+        end
+      end
     end
     release(op[2], op[3], 'p')
   elseif kind == 'e' then
@@ -170,8 +280,11 @@ for _, op in ipairs(req.ops or {}) do
     -- renew held slots and budget holds: {'h', lapse seconds, {{key, id}, ...}, {hold ids}}
     local lapse = now + op[2]
     for _, held in ipairs(op[3]) do
-      redis.call('ZADD', qbase(held[1]) .. ':p', 'XX', lapse, held[2])
-      redis.call('ZADD', qbase(held[1]) .. ':s', 'XX', lapse, held[2])
+      for _, which in ipairs({'p', 's'}) do
+        local k = qbase(held[1]) .. ':' .. which
+        redis.call('ZADD', k, 'XX', lapse, held[2])
+        if redis.call('ZSCORE', k, held[2]) then hold(held[1], which, op[2]) end
+      end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
   end
@@ -186,65 +299,57 @@ local q = req.q
 local cdkey = qbase(q) .. ':cd'
 
 if what == 'cooldown' then
+  migrate(q, {})
   local untl = now + req.seconds
-  local old = tonumber(redis.call('GET', cdkey) or '-1e308')
+  local old = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
   if old > untl then untl = old end
   redis.call('SET', cdkey, fmt(untl), 'PX', math.ceil((untl - now) * 1000) + 1000)
   return {'ok', fmt(now), fmt(untl)}
 end
 
 if what == 'learn' then
-  local ws = windows(q, req.specs)
-  local index = {}
-  for _, w in ipairs(ws) do index[w[1] .. ':' .. w[2]] = w end
+  local L = qbase(q) .. ':L'
   for _, item in ipairs(req.learned) do
     -- {dim, limit, remaining, reset}; -1 means not reported
     local dim, limit, remaining, reset = item[1], item[2], item[3], item[4]
     local slot = dim .. ':' .. req.per
-    local entry = index[slot]
-    local go = true
-    if not entry then
-      if limit < 1 then
-        go = false
-      else
-        local w = wkey(q, dim, req.per)
-        redis.call('HSET', w, 'l', limit, 'u', 0)
-        redis.call('DEL', w .. ':o')
-        touch(w, tonumber(req.per))
-        local m = qbase(q) .. ':m'
-        local lw = redis.call('HGET', m, 'lw')
-        redis.call('HSET', m, 'lw', (lw and (lw .. ',') or '') .. slot)
-        entry = {dim, req.per, w}
-        index[slot] = entry
-      end
-    else
-      local current = tonumber(redis.call('HGET', entry[3], 'l'))
-      if limit >= 1 and limit < current then redis.call('HSET', entry[3], 'l', limit) end
+    if limit >= 1 then
+      -- The latest report wins, higher or lower; the configured limit still caps it.
+      redis.call('HSET', L, slot, fmt(limit) .. ' ' .. fmt(now + req.keep))
+      redis.call('PEXPIRE', L, math.ceil(req.keep * 1000) + 1000)
     end
-    if go and remaining >= 0 then
-      local w = entry[3]
-      local period = tonumber(entry[2])
-      local used = expire(w, period)
-      local believed = math.max(0, tonumber(redis.call('HGET', w, 'l')) - used)
-      local extra = believed - remaining
-      if extra > 0 then
-        if reset < 0 then reset = period end
-        local at = now + math.min(reset, period) - period
-        local o = w .. ':o'
-        local ids = redis.call('LRANGE', o, 0, -1)
-        local index_at = #ids
-        while index_at > 0 and tonumber(redis.call('HGET', w, 'a' .. ids[index_at])) > at do
-          index_at = index_at - 1
+    if remaining >= 0 then
+      local entry = nil
+      for _, w in ipairs(windows(q, req.specs)) do
+        if w[1] == dim and w[2] == req.per then entry = w end
+      end
+      if entry then
+        local w = entry[3]
+        local period = tonumber(entry[2])
+        local used = expire(w, period)
+        local extra = math.max(0, entry[4] - used) - remaining
+        if extra > 0 then
+          if reset < 0 then reset = period end
+          local at = now + math.min(reset, period) - period
+          local o = w .. ':o'
+          local ids = redis.call('LRANGE', o, 0, -1)
+          local index_at = #ids
+          while index_at > 0 do
+            local before = tonumber(redis.call('HGET', w, 'a' .. ids[index_at])) or at
+            if before <= at then break end
+            index_at = index_at - 1
+          end
+          local id = 'x' .. redis.call('HINCRBY', qbase(q) .. ':m', 'seq', 1)
+          if index_at == #ids then
+            redis.call('RPUSH', o, id)
+          else
+            redis.call('LINSERT', o, 'BEFORE', ids[index_at + 1], id)
+          end
+          redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, extra)
+          redis.call('ZADD', w .. ':t', fmt(at), id)
+          redis.call('HINCRBY', w, 'u', extra)
+          extend(qbase(q) .. ':m', touch(w, period))
         end
-        local id = 'x' .. redis.call('HINCRBY', qbase(q) .. ':m', 'seq', 1)
-        if index_at == #ids then
-          redis.call('RPUSH', o, id)
-        else
-          redis.call('LINSERT', o, 'BEFORE', ids[index_at + 1], id)
-        end
-        redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, extra)
-        redis.call('HINCRBY', w, 'u', extra)
-        touch(w, period)
       end
     end
   end
@@ -252,7 +357,7 @@ if what == 'learn' then
 end
 
 -- what == 'reserve'
-local cd = tonumber(redis.call('GET', cdkey) or '-1e308')
+local cd = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
 if cd > now then
   return {'wait', fmt(now), fmt(cd - now), 'cooldown', fmt(cd)}
 end
@@ -260,7 +365,7 @@ local cost = req.cost
 local ws = windows(q, req.specs)
 local ready = now
 for _, w in ipairs(ws) do
-  local limit = tonumber(redis.call('HGET', w[3], 'l'))
+  local limit = w[4]
   local amount = amount_of(cost, w[1])
   if amount > limit then
     return {'large', fmt(now), w[1], amount, limit, w[2]}
@@ -318,16 +423,23 @@ if b then
   redis.call('ZADD', P .. ':bh', now + req.lapse, b[1])
 end
 local id = tostring(redis.call('HINCRBY', base .. ':m', 'seq', 1))
+local keep = math.ceil(req.lapse * 1000) + 1000
 local slots = {}
 for _, w in ipairs(ws) do
   local amount = amount_of(cost, w[1])
   redis.call('RPUSH', w[3] .. ':o', id)
+  redis.call('ZADD', w[3] .. ':t', fmt(now), id)
   redis.call('HSET', w[3], 'a' .. id, fmt(now), 'n' .. id, amount)
   redis.call('HINCRBY', w[3], 'u', amount)
-  touch(w[3], tonumber(w[2]))
+  keep = math.max(keep, touch(w[3], tonumber(w[2])))
   slots[#slots + 1] = w[1] .. ':' .. w[2]
 end
-if caps[1] >= 0 then redis.call('ZADD', base .. ':p', now + req.lapse, id) end
-if caps[2] >= 0 then redis.call('ZADD', base .. ':s', now + req.lapse, id) end
+extend(base .. ':m', keep)
+for i, which in ipairs({'p', 's'}) do
+  if caps[i] >= 0 then
+    redis.call('ZADD', base .. ':' .. which, now + req.lapse, id)
+    hold(q, which, req.lapse)
+  end
+end
 return {'ok', fmt(now), id, table.concat(slots, ',')}
 """

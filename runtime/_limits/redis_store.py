@@ -30,9 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 import trio
 
-from .._errors import ConfigError, StoreUnavailable
+from .._errors import ConfigError, InternalError, StoreUnavailable
 from .redis_script import QUOTA_SCRIPT
-from .store import BudgetAsk, BudgetRefused, Reservation, TooLarge, WindowSpec
+from .store import (
+    LEARNED_FOR,
+    LEARNED_PERIOD,
+    BudgetAsk,
+    BudgetRefused,
+    Reservation,
+    TooLarge,
+    WindowSpec,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -45,7 +53,7 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 
 log = logging.getLogger("sluice._limits")
 
-_LEARNED_PERIOD = repr(60.0)
+_LEARNED_PERIOD = repr(LEARNED_PERIOD)
 
 
 def _period(value: float) -> str:
@@ -107,26 +115,59 @@ class RedisQuotaStore:
 
     async def _run(self, request: dict[str, Any], now: float) -> list[Any]:
         """Run the script with the queued operations first; they are dropped only once the
-        server has applied them."""
-        from coredis.exceptions import RedisError
+        server has applied them, or once they alone make the script fail.
 
+        Raises:
+            StoreUnavailable: Redis did not answer (the queued work stays queued).
+            InternalError: the script failed on this request: a bug, which asking again
+                cannot fix. Queued work that was not to blame is applied all the same.
+        """
         async with self._lock:  # one run at a time: queued work reaches Redis in order
             ops = self._ops
             self._ops = []
-            request["ops"] = ops
-            request["now"] = now if self._caller_clock else -1.0
             try:
-                with trio.fail_after(self.timeout):
-                    reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
-            except (RedisError, OSError, trio.TooSlowError) as exc:
-                self._ops = ops + self._ops
-                reason = str(exc) or type(exc).__name__
-                raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
+                return await self._send(request, ops, now)
+            except _ScriptFailed as failed:
+                if not ops or request["op"] == "flush":
+                    if ops:
+                        log.error("quota script failed on queued work, now dropped: %s", failed)
+                    raise _bug(request, failed) from None
             except BaseException:
                 self._ops = ops + self._ops
                 raise
-            self.round_trips += 1
-            return list(reply)
+            # The request or the work queued before it failed: apply the work alone (it is
+            # idempotent, so what the failed run applied is applied once), then ask again.
+            try:
+                await self._send({"op": "flush"}, ops, now)
+            except _ScriptFailed as failed:
+                log.error("quota script failed on queued work, now dropped: %s", failed)
+            except BaseException:
+                self._ops = ops + self._ops
+                raise
+            try:
+                return await self._send(request, [], now)
+            except _ScriptFailed as failed:
+                raise _bug(request, failed) from None
+
+    async def _send(self, request: dict[str, Any], ops: list[Any], now: float) -> list[Any]:
+        """One script run; a failure is StoreUnavailable (an outage) or _ScriptFailed."""
+        from coredis.exceptions import RedisError
+
+        request["ops"] = ops
+        request["now"] = now if self._caller_clock else -1.0
+        try:
+            with trio.fail_after(self.timeout):
+                reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
+        except RedisError as exc:
+            if _script_failed(exc):
+                raise _ScriptFailed(str(exc)) from None
+            reason = str(exc) or type(exc).__name__
+            raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
+        except (OSError, trio.TooSlowError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
+        self.round_trips += 1
+        return list(reply)
 
     def _queue(self, op: list[Any]) -> None:
         self._ops.append(op)
@@ -159,6 +200,8 @@ class RedisQuotaStore:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
                 self._dirty.set()
+            except InternalError:
+                pass  # logged where it was raised; the work that failed is dropped
 
     # -- QuotaStore ------------------------------------------------------------------------
 
@@ -278,6 +321,7 @@ class RedisQuotaStore:
             "specs": [[s.dimension, _period(s.period), s.limit] for s in specs],
             "learned": items,
             "per": _LEARNED_PERIOD,
+            "keep": LEARNED_FOR,
         }
         await self._run(request, now)
 
@@ -299,6 +343,26 @@ class RedisQuotaStore:
         self._cooldowns.pop(key, None)
         self._usage.pop(key, None)
         return True
+
+
+class _ScriptFailed(Exception):
+    """The script ran and failed (its message says where)."""
+
+
+def _bug(request: dict[str, Any], failed: _ScriptFailed) -> InternalError:
+    log.error("quota script failed on %r: %s", request.get("op"), failed)
+    return InternalError(f"the quota script failed: {failed}")
+
+
+def _script_failed(exc: Exception) -> bool:
+    """Whether Redis ran the script and the script itself failed: a Lua error in its code
+    (``user_script:<line>: ...``) or a command on a key of the wrong type. Anything else (no
+    connection, loading, read-only replica, out of memory, cluster down) is an outage."""
+    from coredis.exceptions import ResponseError, WrongTypeError
+
+    if isinstance(exc, WrongTypeError):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith("user_script:")
 
 
 async def _ping(client: Any, url: str) -> None:
@@ -357,7 +421,7 @@ async def open_redis_store(
                     with trio.move_on_after(2, shield=True):
                         try:
                             await store.flush(trio.current_time())
-                        except StoreUnavailable:
+                        except (StoreUnavailable, InternalError):
                             log.warning("quota store: settlements not sent at exit")
     except BaseExceptionGroup as group:
         leaf = _sole(group)

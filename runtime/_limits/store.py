@@ -11,7 +11,7 @@ in waits, not absolute times.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -122,6 +122,7 @@ class QuotaStore(Protocol):
 
         Raises:
             StoreUnavailable: a shared store did not answer.
+            InternalError: a shared store failed in a way asking again cannot fix (a bug).
         """
         ...
 
@@ -154,7 +155,9 @@ class QuotaStore(Protocol):
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
     ) -> None:
-        """Tighten ``key``'s windows to what the provider reported."""
+        """Note the limits the provider reported (each holds for :data:`LEARNED_FOR` seconds
+        after its last report, under the configured limit) and count the usage it reports
+        beyond ours."""
         ...
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
@@ -169,27 +172,85 @@ class QuotaStore(Protocol):
         ...
 
 
-_LEARNED_PERIOD = 60.0  # providers report per-minute limits in their headers
+LEARNED_PERIOD = 60.0
+"""The window of a limit learned from headers: providers report per-minute limits."""
+
+
+def kept_for(period: float) -> float:
+    """Seconds a window's state is kept after its last use: well past the window itself, so a
+    key that goes idle loses nothing it still needs (a shared store's keys expire after it)."""
+    return 2 * period + 600.0
+
+
+LEARNED_FOR = kept_for(LEARNED_PERIOD)
+"""Seconds a limit learned from headers holds after the last reply that reported it."""
+
+Slot: TypeAlias = tuple[Dimension, float]
 
 
 class MemoryQuotaStore:
-    """The quota state of one process. Not shared: each runtime has its own."""
+    """The quota state of one process. Not shared: each runtime has its own.
+
+    A key's limits are worked out on every reserve: each configured limit, lowered by a limit
+    the provider reported (in its headers) for the same window while that report is fresh; a
+    reported limit for a window nobody configured adds that window. So a reload takes effect
+    at the next admission, a reported limit can rise again, and one not reported for
+    :data:`LEARNED_FOR` seconds lapses. A window keeps its admissions whatever its limit.
+    """
 
     shared = False
 
     def __init__(self) -> None:
-        self._windows: dict[str, dict[tuple[Dimension, float], Window]] = {}
+        self._windows: dict[str, dict[Slot, Window]] = {}
+        self._learned: dict[str, dict[Slot, tuple[int, float]]] = {}
+        """Per key, the limits learned from headers: (limit, when it lapses)."""
         self._cooldowns: dict[str, float] = {}
 
+    def _limits(self, key: str, specs: Sequence[WindowSpec], now: float) -> dict[Slot, int]:
+        """The key's limits at ``now``: configured windows in their order, then windows only
+        learned (in a fixed order); lapsed learned limits are dropped on the way."""
+        limits: dict[Slot, int] = {}
+        for s in specs:
+            slot = (s.dimension, s.period)
+            limits[slot] = min(s.limit, limits.get(slot, s.limit))
+        learned = self._learned.get(key)
+        if learned:
+            only_learned: dict[Slot, int] = {}
+            for slot, (limit, until) in list(learned.items()):
+                if until <= now:
+                    del learned[slot]
+                elif slot in limits:
+                    limits[slot] = min(limits[slot], limit)
+                else:
+                    only_learned[slot] = limit
+            if not learned:
+                del self._learned[key]
+            for slot in sorted(only_learned):
+                limits[slot] = only_learned[slot]
+        return limits
+
     def _key_windows(
-        self, key: str, specs: Sequence[WindowSpec]
-    ) -> dict[tuple[Dimension, float], Window]:
-        windows = self._windows.get(key)
-        if windows is None:
-            windows = self._windows[key] = {
-                (s.dimension, s.period): Window(s.limit, s.period) for s in specs
-            }
-        return windows
+        self, key: str, specs: Sequence[WindowSpec], now: float
+    ) -> list[tuple[Slot, Window]]:
+        """The windows that bind ``key`` now, each set to its current limit. A window no limit
+        names any more is dropped once empty (while it holds admissions it is kept, so a limit
+        that comes back finds them counted)."""
+        limits = self._limits(key, specs, now)
+        windows = self._windows.setdefault(key, {})
+        for slot in [slot for slot in windows if slot not in limits]:
+            idle = windows[slot]
+            idle.expire(now)
+            if not len(idle):
+                del windows[slot]
+        out = []
+        for slot, limit in limits.items():
+            window = windows.get(slot)
+            if window is None:
+                window = windows[slot] = Window(limit, slot[1])
+            else:
+                window.limit = limit
+            out.append((slot, window))
+        return out
 
     async def reserve(
         self,
@@ -201,18 +262,16 @@ class MemoryQuotaStore:
         caps: tuple[int | None, int | None] = (None, None),
         budget: BudgetAsk | None = None,
     ) -> Reservation | TooLarge | BudgetRefused | float:
-        windows = self._key_windows(key, specs)
+        windows = self._key_windows(key, specs, now)
         ready_at = now
-        for (dimension, _), window in windows.items():
+        for (dimension, _), window in windows:
             amount = _amount(cost, dimension)
             if not window.fits_ever(amount):
                 return TooLarge(dimension, amount, window.limit, window.period)
             ready_at = max(ready_at, window.next_free(amount, now))
         if ready_at > now:
             return ready_at - now
-        entries = tuple(
-            (slot, window.add(_amount(cost, slot[0]), now)) for slot, window in windows.items()
-        )
+        entries = tuple((slot, window.add(_amount(cost, slot[0]), now)) for slot, window in windows)
         return Reservation(key, cost, entries)
 
     async def end(self, reservation: Reservation) -> None:
@@ -246,36 +305,35 @@ class MemoryQuotaStore:
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
     ) -> None:
-        windows = self._key_windows(key, specs)
         for item in learned:
-            slot = (item.dimension, _LEARNED_PERIOD)
-            window = windows.get(slot)
+            slot = (item.dimension, LEARNED_PERIOD)
+            if item.limit is not None and item.limit >= 1:
+                # The latest report wins, higher or lower; the configured limit still caps it.
+                self._learned.setdefault(key, {})[slot] = (item.limit, now + LEARNED_FOR)
+            if item.remaining is None:
+                continue
+            window = dict(self._key_windows(key, specs, now)).get(slot)
             if window is None:
-                if item.limit is None or item.limit < 1:
-                    continue
-                window = windows[slot] = Window(item.limit, _LEARNED_PERIOD)
-            elif item.limit is not None and 1 <= item.limit < window.limit:
-                window.limit = item.limit
-            if item.remaining is not None:
-                believed = window.remaining(now)
-                extra = believed - item.remaining
-                if extra > 0:
-                    # The provider counts more than we did (other clients of the account, or
-                    # requests it saw before we started). Count the difference until its reset.
-                    reset = item.reset if item.reset is not None else window.period
-                    window.add_expiring(extra, now, min(reset, window.period))
+                continue  # no limit for this window: nothing to count against
+            extra = window.remaining(now) - item.remaining
+            if extra > 0:
+                # The provider counts more than we did (other clients of the account, or
+                # requests it saw before we started). Count the difference until its reset.
+                reset = item.reset if item.reset is not None else window.period
+                window.add_expiring(extra, now, min(reset, window.period))
 
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
         if self._cooldowns.get(key, -math.inf) > now:
             return False
-        windows = self._windows.get(key)
-        if windows is not None:
-            configured = {(s.dimension, s.period): s.limit for s in specs}
-            for slot, window in windows.items():
-                window.expire(now)
-                if len(window) or configured.get(slot) != window.limit:
-                    return False  # admissions still counted, or a limit learned
-            del self._windows[key]
+        learned = self._learned.get(key)
+        if learned and any(until > now for _, until in learned.values()):
+            return False  # a limit learned from headers still holds
+        for window in self._windows.get(key, {}).values():
+            window.expire(now)
+            if len(window):
+                return False  # admissions still counted
+        self._windows.pop(key, None)
+        self._learned.pop(key, None)
         self._cooldowns.pop(key, None)
         return True
 
