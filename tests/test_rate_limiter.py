@@ -362,9 +362,7 @@ async def _withdraw_while_the_mailbox_is_full(seed: int) -> None:
     claim = BudgetClaim("p", "m")
     limits = RateLimitConfig(max_pending=1, max_open_streams=1, requests_per_minute=1000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(
-            run_rate_limiter, inbox, random.Random(seed), None, None, budgets
-        )
+        await nursery.start(run_rate_limiter, inbox, random.Random(seed), None, None, budgets)
         limiter = RateLimiterHandle(mailbox)
         holder = await limiter.acquire("k", limits, ONE, budget=claim)
         gave_up = trio.CancelScope()
