@@ -332,6 +332,7 @@ class _Providers:
             self._started[name] = (spec, mailbox)
             self._contexts[name].reload(spec)
 
+
     async def _local_server(self, spec: ResolvedProvider) -> tuple[str, ResolvedProvider]:
         """Where a provider without a base URL is served: by the given transport, else by
         this runtime's own in-process server, started on first need. With ``spec`` as that
@@ -1001,22 +1002,19 @@ async def open_runtime(
         if store_url(config, environ) is not None:
             from ._limits.shared import open_quota_store
 
-            async with (
-                open_quota_store(config, environ) as shared,
-                open_runtime(
-                    config,
-                    transport=transport,
-                    rng=rng,
-                    environ=environ,
-                    simulator=simulator,
-                    catch_bugs=catch_bugs,
-                    quota_store=shared,
-                    ledger_store=ledger_store,
-                    hooks=hooks,
-                    tracer_provider=tracer_provider,
-                ) as rt,
-            ):
-                yield rt
+            async with open_quota_store(config, environ) as shared, open_runtime(
+                config,
+                transport=transport,
+                rng=rng,
+                environ=environ,
+                simulator=simulator,
+                catch_bugs=catch_bugs,
+                quota_store=shared,
+                ledger_store=ledger_store,
+                hooks=hooks,
+                tracer_provider=tracer_provider,
+            ) as shared_rt:
+                yield shared_rt
             return
     # Everything from the ledger on is inside the try: whatever fails to build after the
     # ledger opened (the observer, say) still closes its file or connection.
