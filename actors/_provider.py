@@ -81,6 +81,8 @@ if TYPE_CHECKING:
 __all__ = ["ProviderContext", "run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
+ERROR_BODY_WAIT = 5.0
+"""Seconds an error reply's body may take to arrive; then what arrived is decoded."""
 _SNIPPET_BODY = 4096
 _CHARS_PER_TOKEN = 4
 
@@ -419,12 +421,14 @@ class _Attempt:
         return AttemptSucceeded(output, self.first_token_at, request_id)
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
-        body = b""
-        with trio.CancelScope() as reading:
-            # Reading the error body must not turn the error into a timeout: if the deadline
-            # fires meanwhile, decode what arrived.
-            reading.deadline = self.scope.deadline
-            body = await _read_all(response, _MAX_ERROR_BODY)
+        # The status and headers already tell what happened (a 429 and its pause, say); the
+        # body only adds detail. It is read under a shielded scope with a bound of its own:
+        # under the attempt's, a body slower than the first-token deadline would turn the
+        # error into a timeout (no cooldown, a breaker failure). What arrived is decoded.
+        pieces: list[bytes] = []
+        with trio.move_on_after(ERROR_BODY_WAIT, shield=True):
+            await _read_into(pieces, response, _MAX_ERROR_BODY)
+        body = b"".join(pieces)
         headers = self.headers or {}
         error = self.ctx.codec.decode_error(
             response.status, headers, body[:_MAX_ERROR_BODY], wall_now=time.time()
@@ -564,13 +568,19 @@ def _argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
 async def _read_all(response: HotResponse, limit: int | None) -> bytes:
     """The whole body, or its first ``limit`` bytes (then the rest is left unread)."""
     pieces: list[bytes] = []
+    await _read_into(pieces, response, limit)
+    return b"".join(pieces)
+
+
+async def _read_into(pieces: list[bytes], response: HotResponse, limit: int | None) -> None:
+    """Append the body's pieces to ``pieces`` as they come, up to just past ``limit`` bytes;
+    if cancelled, ``pieces`` holds what arrived."""
     size = 0
     while piece := await response.read_some():
         pieces.append(piece)
         size += len(piece)
         if limit is not None and size > limit:
             break
-    return b"".join(pieces)
 
 
 def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:

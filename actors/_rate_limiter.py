@@ -587,6 +587,16 @@ def _budget_refused(refused: BudgetRefused) -> BudgetExceeded:
     )
 
 
+def _ready(
+    reply: trio.MemoryReceiveChannel[Admission | Refusal],
+) -> Admission | Refusal | None:
+    """The answer already in ``reply``, if any."""
+    try:
+        return reply.receive_nowait()
+    except (trio.WouldBlock, trio.EndOfChannel):
+        return None
+
+
 def _too_large(reserved: TooLarge) -> TooLargeForQuota:
     return TooLargeForQuota(
         f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')} but the quota"
@@ -657,34 +667,36 @@ class RateLimiterHandle(Record):
         msg = Acquire(
             key, limits, cost, priority, trio.current_time(), reply_to, budget, fail_on_cooldown
         )
-        answer: Admission | Refusal | None = None
-        cancelled = False
         with reply_to, reply:
             try:
                 await put(self._mailbox, msg)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeClosed("the rate limiter has stopped") from exc
             try:
-                answer = await reply.receive()
+                return await reply.receive()
             except trio.EndOfChannel:
                 return None
             except trio.Cancelled:
-                cancelled = True
-                try:
-                    answer = reply.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    answer = None
+                await self._give_up(msg, reply)
                 raise
-            finally:
-                if cancelled:
-                    await self._cancelled(msg, answer)
-        return answer
 
-    async def _cancelled(self, msg: Acquire, answer: Admission | Refusal | None) -> None:
+    async def _give_up(
+        self, msg: Acquire, reply: trio.MemoryReceiveChannel[Admission | Refusal]
+    ) -> None:
+        """Leave the queue after a cancellation, consuming nothing.
+
+        An admission that arrived first is settled as unused. Otherwise a ``Withdraw`` goes
+        out; while it waits for room in a full mailbox, the limiter may still admit the ask,
+        so the reply channel is looked at again afterwards. The caller closes the channel
+        right after this returns, with no checkpoint between: an admission sent later fails to
+        arrive, and the limiter refunds it itself.
+        """
+        answer = _ready(reply)
+        if answer is None:
+            await self._send_shielded(Withdraw(msg))
+            answer = _ready(reply)
         if isinstance(answer, Admission):
             await self.settle(Settle(answer.ticket, "failed", unused=True))
-        elif answer is None:
-            await self._send_shielded(Withdraw(msg))
 
     async def release(self, ticket: int) -> None:
         """Free ``ticket``'s pending slot (its first chunk arrived)."""

@@ -29,7 +29,7 @@ from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 from ._config import RuntimeConfig, config_from_env
 from ._errors import ConfigError, RuntimeClosed, SluiceError
 from ._events import CallEvent, Completed, Failed
-from ._ledger.setup import open_ledger
+from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.cost import estimate_cost
 from ._mail import (
     Call,
@@ -1014,44 +1014,52 @@ async def open_runtime(
                 ledger_store=ledger_store,
                 hooks=hooks,
                 tracer_provider=tracer_provider,
-            ) as rt:
-                yield rt
+            ) as shared_rt:
+                yield shared_rt
             return
-    ledger_parts = await open_ledger(config.ledger, ledger_store)
-    mirror = getattr(quota_store, "ledger_mirror", None)
-    if mirror is not None:  # a Redis store: every process's spend also goes there
-        from ._ledger.redis import MirroredLedgerStore
-
-        tee = MirroredLedgerStore(ledger_parts.store, mirror(), close_primary=ledger_parts.owned)
-        ledger_parts = attrs.evolve(ledger_parts, store=tee, owned=True)
-    rng = rng if rng is not None else random.Random()
-    if simulator is None:
-        from sluice.simulator import SimulatorConfig
-
-        simulator = SimulatorConfig()
-    limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
-    ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
-    supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
-    from ._observe.observer import build_observer  # loaded when a runtime opens, not on import
-
-    observer = build_observer(config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider)
-    limiter = RateLimiterHandle(
-        limiter_send, on_admitted=observer.admitted if observer.metrics is not None else None
-    )
-    ledger = TokenLedgerHandle(ledger_send, ledger_parts.book.job, ledger_parts.budgets)
-    rt = Runtime(
-        config,
-        supervisor=supervisor_send,
-        limiter=limiter,
-        ledger=ledger,
-        transport=transport,
-        environ=environ,
-        simulator_config=simulator,
-        observer=observer,
-        rng=rng,
-    )
-    on_restart = observer.actor_restarted
+    # Everything from the ledger on is inside the try: whatever fails to build after the
+    # ledger opened (the observer, say) still closes its file or connection.
+    ledger_parts: LedgerSetup | None = None
+    rt: Runtime | None = None
     try:
+        ledger_parts = await open_ledger(config.ledger, ledger_store)
+        mirror = getattr(quota_store, "ledger_mirror", None)
+        if mirror is not None:  # a Redis store: every process's spend also goes there
+            from ._ledger.redis import MirroredLedgerStore
+
+            tee = MirroredLedgerStore(
+                ledger_parts.store, mirror(), close_primary=ledger_parts.owned
+            )
+            ledger_parts = attrs.evolve(ledger_parts, store=tee, owned=True)
+        rng = rng if rng is not None else random.Random()
+        if simulator is None:
+            from sluice.simulator import SimulatorConfig
+
+            simulator = SimulatorConfig()
+        limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
+        ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
+        supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
+        from ._observe.observer import build_observer  # loaded when a runtime opens, not on import
+
+        observer = build_observer(
+            config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider
+        )
+        limiter = RateLimiterHandle(
+            limiter_send, on_admitted=observer.admitted if observer.metrics is not None else None
+        )
+        ledger = TokenLedgerHandle(ledger_send, ledger_parts.book.job, ledger_parts.budgets)
+        rt = Runtime(
+            config,
+            supervisor=supervisor_send,
+            limiter=limiter,
+            ledger=ledger,
+            transport=transport,
+            environ=environ,
+            simulator_config=simulator,
+            observer=observer,
+            rng=rng,
+        )
+        on_restart = observer.actor_restarted
         if config.cache.enabled:
             await rt._open_cache()
         async with trio.open_nursery() as services:
@@ -1116,10 +1124,11 @@ async def open_runtime(
             raise
         raise leaf from None
     finally:
-        if rt._cache is not None:
+        if rt is not None and rt._cache is not None:
             rt._cache.close()
-        with trio.move_on_after(5, shield=True):
-            await ledger_parts.aclose()
+        if ledger_parts is not None:
+            with trio.move_on_after(5, shield=True):
+                await ledger_parts.aclose()
 
 
 async def _start_services(rt: Runtime, observer: Observer, services: trio.Nursery) -> None:

@@ -283,8 +283,8 @@ def test_breakers_keep_every_busy_breaker_and_stay_within_twice_the_busy_ones():
     opened_breaker = opened()
     book._by_key["sim:open"] = opened_breaker  # an open breaker (made by hand, as a tenant)
     high = 0
-    for i in range(10_000):
-        book.get_or_make(f"sim:m-{i}", make_breaker, 1.0 + i * 0.001)
+    for i in range(100_000):  # a hundred thousand model names
+        book.get_or_make(f"sim:m-{i}", make_breaker, 1.0 + i * 0.0001)
         high = max(high, len(book))
     # 5 busy breakers (3 with a ticket out, 1 with a failure in its window, 1 open): the map
     # never held more than max(kept, 2 * 5) breakers, and every busy one is the same object.

@@ -19,6 +19,7 @@ import trio
 import sluice
 from sluice import ChatRequest
 from sluice._messages import Deadlines
+from sluice.actors._provider import ERROR_BODY_WAIT
 from sluice.transport import FastTransport, ResponseTimeout
 
 from .helpers import virtual_deadline
@@ -653,4 +654,44 @@ async def test_a_decompression_bomb_is_refused_with_bounded_memory(autojump_cloc
     assert "reply_limits.max_line_bytes" in error.message
     assert server.requests == 1
     assert peak < 200 * MiB
+    await transport.aclose()
+
+
+# -- error replies --------------------------------------------------------------------------
+
+RATE_LIMIT_BODY = (
+    b'{"error":{"message":"Rate limit reached for requests","type":"requests",'
+    b'"param":null,"code":"rate_limit_exceeded"}}'
+)
+
+
+async def trickled_429(stream: trio.abc.Stream) -> None:
+    """A 429 whose JSON body comes one byte a second (a server under load)."""
+    await stream.send_all(
+        head("application/json", status="429 Too Many Requests", extra="retry-after: 7\r\n")
+    )
+    for byte in RATE_LIMIT_BODY:
+        await stream.send_all(bytes([byte]))
+        await trio.sleep(1)
+
+
+@virtual_deadline(2000)
+async def test_a_429_whose_body_trickles_past_the_deadline_is_still_rate_limited(
+    autojump_clock, nursery
+):
+    server = Hostile(nursery, trickled_429)
+    transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+    config = hostile_config(max_attempts=1, deadlines=Deadlines(first_token=2))
+    async with sluice.open_runtime(config, transport=transport) as rt:
+        error = await call(rt)
+        ended = trio.current_time()
+        quotas = (await rt.statistics()).quotas
+    # The status and headers decide: the body is read for at most ERROR_BODY_WAIT seconds of
+    # its own (the first-token deadline does not cut it), then what arrived is decoded.
+    assert type(error) is sluice.RateLimited
+    assert error.status == 429 and error.retry_after == 7.0
+    assert ended == ERROR_BODY_WAIT
+    [quota] = quotas.values()
+    assert quota.cooldown_left == 7.0  # the pause the provider asked for, from the reply
+    assert server.requests == 1
     await transport.aclose()

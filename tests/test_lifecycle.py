@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -10,7 +13,7 @@ import trio
 
 import sluice
 from sluice import RateLimitConfig, RetryConfig, RuntimeConfig, Secret
-from sluice._config import ProviderConfig
+from sluice._config import LedgerConfig, ProviderConfig, TracingConfig
 from sluice.simulator import SimulatorConfig, mock_transport
 
 from .helpers import virtual_deadline
@@ -192,3 +195,33 @@ async def test_a_reloaded_key_is_masked_in_errors_logs_and_hooks(autojump_clock,
     seen = f"{first.value} {second.value} {records!r} {caplog.text}"
     assert "sk-old-0123456789" not in seen and "sk-new-9876543210" not in seen
     assert "bad key" in str(second.value)
+
+
+class BrokenTracerProvider:
+    """A tracer provider that cannot give a tracer (a misconfigured OpenTelemetry SDK)."""
+
+    def get_tracer(self, *args: object, **kwargs: object) -> object:
+        raise RuntimeError("no tracer from this provider")
+
+
+def open_files(path: Path) -> list[str]:
+    """This process's open file descriptors on ``path`` or its SQLite side files."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith(str(path)):
+                found.append(target)
+    return found
+
+
+async def test_a_runtime_whose_observer_fails_to_build_closes_its_ledger(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    config = RuntimeConfig(ledger=LedgerConfig(path=str(path)), tracing=TracingConfig(enabled=True))
+    async with sluice.open_runtime(config):  # the file opens and closes on a normal run
+        pass
+    assert path.is_file() and open_files(path) == []
+    with pytest.raises(RuntimeError, match="no tracer from this provider"):
+        async with sluice.open_runtime(config, tracer_provider=BrokenTracerProvider()):
+            raise AssertionError("the runtime opened")
+    assert open_files(path) == []

@@ -10,8 +10,10 @@ import trio.testing
 
 from sluice._config import RateLimitConfig
 from sluice._limits.cost import Cost
+from sluice._limits.store import MemoryQuotaStore
 from sluice._mail import RateLimiterMsg, Settle
-from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
+from sluice.actors._rate_limiter import KEYS_KEPT, RateLimiterHandle, run_rate_limiter
+from sluice.actors._tell import MAILBOX_BUFFER
 
 from .helpers import virtual_deadline
 
@@ -134,3 +136,37 @@ async def test_a_dropped_key_made_again_admits_exactly_as_one_never_dropped(
     assert len(seen["dropping"]) == sum(max(n, 1) for _, n, _ in plan)
     assert sorted(seen["dropping"]) == sorted(seen["keeping"])
     assert len(await held_keys(dropping)) < len(await held_keys(keeping))
+
+
+NAMES = 100_000
+BATCH = 100
+
+
+@virtual_deadline(NAMES + 600)
+async def test_a_hundred_thousand_keys_leave_at_most_the_kept_number(autojump_clock, nursery):
+    """One quota key per model name, 100,000 names in bursts of 100 a hundred seconds apart
+    (so at most 100 keys count a call in their one-minute window at any time): the limiter
+    and its store hold at most KEYS_KEPT keys throughout, and nothing is left in flight."""
+    store = MemoryQuotaStore()
+    send, inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
+    await nursery.start(
+        lambda task_status: run_rate_limiter(
+            inbox, random.Random(0), store, task_status=task_status
+        )
+    )
+    limiter = RateLimiterHandle(send)
+    limits = RateLimitConfig(key="model", requests_per_minute=10)
+    high = 0
+    for start in range(0, NAMES, BATCH):
+        async with trio.open_nursery() as calls:
+            for i in range(start, start + BATCH):
+                calls.start_soon(once, limiter, f"sim:m-{i}", limits)
+        high = max(high, len(await held_keys(limiter)))
+        await trio.sleep(BATCH)
+    assert BATCH < high <= KEYS_KEPT  # sweeps ran: at most twice the busy keys, within the cap
+    stats = await limiter.statistics()
+    assert len(stats) <= KEYS_KEPT
+    assert len(store._windows) <= KEYS_KEPT and len(store._cooldowns) <= KEYS_KEPT
+    assert all(
+        s.pending == s.open_streams == 0 and not any(s.queued.values()) for s in stats.values()
+    )

@@ -881,3 +881,57 @@ async def test_a_record_reused_for_another_request_starts_over(
     assert phases.done is None and phases.receive is None  # this one's body is still due
     await read_all(response)
     assert phases.receive == pytest.approx(2 * TRICKLE, abs=1e-9)
+
+
+class _SlowClose(trio.abc.Stream):
+    """A client stream whose close waits for ``gate`` (even when cancelled): the pool's
+    sweep or aclose is caught at an await between two connections."""
+
+    def __init__(self, inner: trio.abc.Stream, closing: trio.Event, gate: trio.Event) -> None:
+        self._inner = inner
+        self._closing = closing
+        self._gate = gate
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self._inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        self._closing.set()
+        with trio.CancelScope(shield=True):
+            await self._gate.wait()
+        await self._inner.aclose()
+
+
+@pytest.mark.parametrize("closing", ["sweep", "aclose"])
+@virtual_deadline(600)
+async def test_an_origin_added_while_the_pools_close_connections_is_no_error(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery, closing: str
+) -> None:
+    server = Server(nursery, keep_alive(ok(b"done")))
+    entered, gate = trio.Event(), trio.Event()
+
+    async def open_stream(host: str, port: int) -> trio.abc.Stream:
+        stream = await server.open_stream(host, port)
+        return _SlowClose(stream, entered, gate) if host == "a.test" else stream
+
+    transport = FastTransport(open_stream=open_stream, trust_env=False)
+    assert await fetch(transport, "http://a.test/v1/x") == b"done"
+    await trio.sleep(transport.keepalive_expiry + 1)
+    async with trio.open_nursery() as closers:
+        closers.start_soon(transport.sweep if closing == "sweep" else transport.aclose)
+        await entered.wait()  # the sweep is closing a.test's connection
+        if closing == "sweep":
+            assert await fetch(transport, "http://b.test/v1/x") == b"done"  # a new origin
+        else:
+            with pytest.raises(trio.ClosedResourceError):
+                await fetch(transport, "http://b.test/v1/x")  # refused, yet its pool is made
+        gate.set()
+    assert server.dialed[0] == ("a.test", 80)
+    assert transport.statistics().idle == (1 if closing == "sweep" else 0)
+    await transport.aclose()

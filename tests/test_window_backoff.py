@@ -87,6 +87,19 @@ def test_backoff_jitter_only_shortens_within_the_fraction():
     assert len(set(delays)) > 100
 
 
+@pytest.mark.parametrize("attempt", [1025, 1026, 1027, 10**6, 10**18])
+def test_backoff_past_a_floats_exponent_stays_at_the_cap(attempt):
+    # A call that waits out an outage has no attempt limit: 2.0**1025 would overflow.
+    policy = RetryConfig(base_delay=0.5, max_delay=30.0, jitter=0.25)
+    rng = random.Random(attempt)
+    delay = retry_delay(attempt, policy, rng)
+    assert 22.5 <= delay <= 30.0
+    assert (
+        retry_delay(attempt, RetryConfig(base_delay=0.5, max_delay=30.0, jitter=0.0), rng) == 30.0
+    )
+    assert retry_delay(attempt, policy, rng, retry_after=120.0) == 120.0
+
+
 def test_retry_after_is_a_floor():
     policy = RetryConfig(base_delay=0.5, jitter=0.0)
     rng = random.Random(0)

@@ -27,16 +27,36 @@ class _Waiting(Protocol):
 
 W = TypeVar("W", bound=_Waiting)
 
+_SLACK = 16
+"""Removed waiters a deque may hold beyond its live ones before it is compacted."""
+
 
 class WaitQueues(Generic[W]):
-    __slots__ = ("_queues", "aging")
+    """The waiters of one quota key: push, peek at the next, pop it, or remove any, each in
+    amortized O(1).
+
+    A removed waiter is only marked gone (its id leaves the live set) and stays in its deque
+    until it reaches the head, where it is dropped; a deque holding more gone waiters than
+    live ones is compacted, so memory stays within twice the live waiters (plus a small
+    slack). Each waiter must be queued at most once at a time; waiters are told apart by
+    identity, never by ``==``.
+    """
+
+    __slots__ = ("_live", "_queues", "_sizes", "aging")
 
     def __init__(self, aging: float) -> None:
         self.aging = aging
         self._queues: tuple[deque[W], ...] = tuple(deque() for _ in PRIORITIES)
+        self._sizes = [0] * len(PRIORITIES)
+        """Live waiters per priority (a deque may also hold removed ones, never at its head)."""
+        self._live: set[int] = set()
+        """``id`` of every live waiter: each is held by its deque, so no id is reused meanwhile."""
 
     def push(self, waiter: W) -> None:
-        self._queues[_RANK[waiter.priority]].append(waiter)
+        rank = _RANK[waiter.priority]
+        self._queues[rank].append(waiter)
+        self._sizes[rank] += 1
+        self._live.add(id(waiter))
 
     def peek(self, now: float) -> W | None:
         """The waiter that should be admitted next, without removing it."""
@@ -52,22 +72,40 @@ class WaitQueues(Generic[W]):
 
     def pop(self, waiter: W) -> None:
         """Remove ``waiter``, which :meth:`peek` just returned."""
-        self._queues[_RANK[waiter.priority]].popleft()
+        rank = _RANK[waiter.priority]
+        self._queues[rank].popleft()
+        self._sizes[rank] -= 1
+        self._live.remove(id(waiter))
+        self._drop_gone_heads(rank)
 
     def remove(self, waiter: W) -> bool:
         """Remove a waiter from anywhere in the queues (it gave up); False if absent."""
-        queue = self._queues[_RANK[waiter.priority]]
-        try:
-            queue.remove(waiter)
-        except ValueError:
+        live = self._live
+        if id(waiter) not in live:
             return False
+        live.remove(id(waiter))
+        rank = _RANK[waiter.priority]
+        self._sizes[rank] -= 1
+        queue = self._queues[rank]
+        if queue[0] is waiter:
+            self._drop_gone_heads(rank)
+        elif len(queue) > 2 * self._sizes[rank] + _SLACK:
+            kept = [w for w in queue if id(w) in live]  # O(n) once per n removals
+            queue.clear()
+            queue.extend(kept)
         return True
 
+    def _drop_gone_heads(self, rank: int) -> None:
+        """Keep the invariant that every deque's head (if any) is live."""
+        queue, live = self._queues[rank], self._live
+        while queue and id(queue[0]) not in live:
+            queue.popleft()
+
     def depth(self) -> dict[Priority, int]:
-        return {name: len(q) for name, q in zip(PRIORITIES, self._queues, strict=True)}
+        return dict(zip(PRIORITIES, self._sizes, strict=True))
 
     def __len__(self) -> int:
-        return sum(len(q) for q in self._queues)
+        return len(self._live)
 
     def __bool__(self) -> bool:
-        return any(self._queues)
+        return bool(self._live)

@@ -6,6 +6,11 @@ admission's amount can be settled later (a token estimate replaced by the real c
 difference is refunded to (or charged against) the window while the admission is still inside
 it. Memory is one small object per admission still in the window: every append first drops
 the admissions that left it, so the size is bounded by the admission rate times ``period``.
+
+Two orders are kept. Expiry follows admission order (a re-dated admission holds up those
+behind it, which only overcounts); :meth:`Window.next_free` walks time order, kept as entries
+arrive rather than sorted on each check: every time written is the caller's current time,
+so an append is almost always at the end.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from __future__ import annotations
 from collections import deque
 
 __all__ = ["Window", "WindowEntry"]
+
+_SLACK = 16
+"""Outdated places the time order may hold beyond one per entry before it is compacted."""
 
 
 class WindowEntry:
@@ -29,7 +37,7 @@ class WindowEntry:
 class Window:
     """At most ``limit`` units admitted in any interval of ``period`` seconds."""
 
-    __slots__ = ("_entries", "limit", "period", "used")
+    __slots__ = ("_by_time", "_entries", "limit", "period", "used")
 
     def __init__(self, limit: int, period: float) -> None:
         if limit < 1 or period <= 0:
@@ -39,6 +47,10 @@ class Window:
         self.used = 0
         """Units counted in the window as of the last call that passed ``now``."""
         self._entries: deque[WindowEntry] = deque()
+        """Every counted entry, in admission order (see :meth:`add_expiring`)."""
+        self._by_time: deque[tuple[float, WindowEntry]] = deque()
+        """``(at, entry)`` in order of ``at``: each counted entry once at its current time,
+        plus outdated places (an entry re-dated since, or expired) skipped when read."""
 
     def expire(self, now: float) -> None:
         """Forget admissions that left the window by ``now``."""
@@ -48,6 +60,9 @@ class Window:
             entry = entries.popleft()
             entry.live = False
             self.used -= entry.amount
+        by_time = self._by_time
+        while by_time and _outdated(*by_time[0]):
+            by_time.popleft()
 
     def fits_ever(self, amount: int) -> bool:
         """False when ``amount`` exceeds the whole window: waiting would never help."""
@@ -57,16 +72,17 @@ class Window:
         """The earliest time >= ``now`` at which ``amount`` more units fit.
 
         Assumes nothing else is admitted meanwhile. The caller checks :meth:`fits_ever` first.
+        Walks the entries in time order, and only as far as the answer.
         """
         self.expire(now)
         excess = self.used + amount - self.limit
         if excess <= 0:
             return now
-        # Entries are in admission order, but a re-dated one (see redate) may now be later
-        # than those after it: walk them in time order (nearly sorted, so the sort is cheap).
         freed = 0
-        for at, size in sorted((e.at, e.amount) for e in self._entries):
-            freed += size
+        for at, entry in self._by_time:
+            if entry.at != at or not entry.live:
+                continue  # an outdated place
+            freed += entry.amount
             if freed >= excess:
                 return max(now, at + self.period)
         return now + self.period  # only reachable if amount > limit
@@ -76,6 +92,7 @@ class Window:
         self.expire(now)  # trimmed as it grows: memory stays within the window's rate
         entry = WindowEntry(now, amount)
         self._entries.append(entry)
+        self._place(entry)
         self.used += amount
         return entry
 
@@ -92,6 +109,7 @@ class Window:
         while index > 0 and entries[index - 1].at > entry.at:
             index -= 1
         entries.insert(index, entry)
+        self._place(entry)
         self.used += amount
 
     def redate(self, entry: WindowEntry, at: float) -> None:
@@ -105,6 +123,7 @@ class Window:
         """
         if entry.live and at > entry.at:
             entry.at = at
+            self._place(entry)  # its old place is now outdated
 
     def settle(self, entry: WindowEntry, actual: int) -> None:
         """Replace an admission's amount by what it really used.
@@ -120,5 +139,25 @@ class Window:
         self.expire(now)
         return max(0, self.limit - self.used)
 
+    def _place(self, entry: WindowEntry) -> None:
+        """Put ``entry`` at its time in the time order: at the end unless a caller's clock
+        went back or the entry is reported usage placed in the past (a short walk back)."""
+        by_time, at = self._by_time, entry.at
+        if not by_time or by_time[-1][0] <= at:
+            by_time.append((at, entry))
+        else:
+            index = len(by_time)
+            while index > 0 and by_time[index - 1][0] > at:
+                index -= 1
+            by_time.insert(index, (at, entry))
+        if len(by_time) > 2 * len(self._entries) + _SLACK:
+            # Outdated places pile up when re-dated entries hold up expiry; dropping them is
+            # linear, once per as many re-dates as there are entries.
+            self._by_time = deque(place for place in by_time if not _outdated(*place))
+
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _outdated(at: float, entry: WindowEntry) -> bool:
+    return entry.at != at or not entry.live

@@ -400,7 +400,8 @@ class FastTransport:
         ``keepalive_expiry`` seconds.
         """
         now = trio.current_time()
-        for pool in self._pools.values():
+        # A copy: closing awaits, and a send meanwhile may add an origin (a moved base URL).
+        for pool in list(self._pools.values()):
             idle = pool.idle
             while idle and now - idle[0].idle_since > self._keepalive_expiry:
                 await trio.aclose_forcefully(idle.popleft().stream)
@@ -408,7 +409,7 @@ class FastTransport:
     async def aclose(self) -> None:
         """Close every idle connection; connections in use close when their response ends."""
         self._closed = True
-        for pool in self._pools.values():
+        for pool in list(self._pools.values()):  # a copy, as in sweep
             while pool.idle:
                 await trio.aclose_forcefully(pool.idle.pop().stream)
 
