@@ -16,6 +16,7 @@ The blocking calls run in ``trio.to_thread.run_sync``, one at a time, never on t
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ from .book import COUNTERS, DIMENSIONS, LedgerKey, LedgerQuery, LedgerSummary, L
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 __all__ = [
     "SQLiteLedgerStore",
@@ -166,14 +167,8 @@ def read_ledger_file(path: str | os.PathLike[str]) -> list[tuple[LedgerKey, Ledg
         FileNotFoundError: there is no file at ``path``.
         sqlite3.DatabaseError: the file is not a sluice ledger.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no ledger file at {path}")
-    db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
-    try:
+    with _open_existing(path) as db:
         return _rows(db)
-    finally:
-        db.close()
 
 
 def summarize_ledger_file(path: str | os.PathLike[str], query: LedgerQuery) -> list[LedgerSummary]:
@@ -183,12 +178,20 @@ def summarize_ledger_file(path: str | os.PathLike[str], query: LedgerQuery) -> l
         FileNotFoundError: there is no file at ``path``.
         sqlite3.DatabaseError: the file is not a sluice ledger.
     """
+    with _open_existing(path) as db:
+        return _summarize(db, query)
+
+
+@contextlib.contextmanager
+def _open_existing(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A connection to the ledger file at ``path``, closed on exit; FileNotFoundError if there
+    is none (sqlite3 would quietly create an empty one)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no ledger file at {path}")
     db = sqlite3.connect(path, isolation_level=None, timeout=10.0)
     try:
-        return _summarize(db, query)
+        yield db
     finally:
         db.close()
 
