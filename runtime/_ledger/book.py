@@ -133,9 +133,8 @@ class LedgerBook:
         prices: prices usage records with; an unknown price counts the record as unpriced.
         job: the job (run id) of records that do not name one.
         keep_rows: keep every row of this run in ``rows`` (the answer to questions when there
-            is no store; then nothing is flushed and ``dirty`` stays empty). False with a
-            store: the store has them, and a runtime that runs for weeks should not keep a
-            second copy in memory.
+            is no store). False with a store: the store has them, and a runtime that runs for
+            weeks should not keep a second copy in memory.
     """
 
     def __init__(self, prices: PriceTable, job: str, *, keep_rows: bool = True) -> None:
@@ -158,19 +157,17 @@ class LedgerBook:
         return self._day
 
     def _rows(self, key: LedgerKey) -> tuple[LedgerTotals, ...]:
-        if self.keep_rows:
-            # No store: the rows are the record and nothing is ever flushed, so a second copy
-            # in ``dirty`` would only grow (a daemon with persist = false runs for weeks).
-            row = self.rows.get(key)
-            if row is None:
-                row = self.rows[key] = LedgerTotals()
-            return (row,)
         delta = self.dirty.get(key)
         if delta is None:
             if not self.dirty and self.dirty_since is None:
                 self.dirty_since = time.monotonic()
             delta = self.dirty[key] = LedgerTotals()
-        return (delta,)
+        if not self.keep_rows:
+            return (delta,)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = LedgerTotals()
+        return row, delta
 
     def record_usage(
         self,
