@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
@@ -28,6 +28,9 @@ from ._errors import ConfigError
 from ._messages import Deadlines
 from ._record import Record
 from ._serde import EnvText, Secret, format_validation_error, get_converter
+
+if TYPE_CHECKING:
+    from cattrs.preconf.orjson import OrjsonConverter
 
 __all__ = [
     "BreakerConfig",
@@ -595,9 +598,35 @@ def _structure(data: Any, note: str = "") -> RuntimeConfig:
     import cattrs  # on first use: `import sluice` does not load it
 
     try:
-        return get_converter().structure(data, RuntimeConfig)
+        return _config_converter().structure(data, RuntimeConfig)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
         raise ConfigError(f"invalid config: {format_validation_error(exc)}{note}") from None
+
+
+_shorthands_added = False
+
+
+def _config_converter() -> OrjsonConverter:
+    """The converter, taught the config's shorthands before it first builds a config's hooks.
+
+    A config file may name a deployment by its ``"provider:model"`` string and a group by the
+    list of its deployments (``fast = ["openai:gpt-4o-mini", "groq:llama-3.1-8b"]``), as the
+    classes themselves accept; cattrs would otherwise ask every entry for mapping keys.
+    """
+    global _shorthands_added
+    converter = get_converter()
+    if not _shorthands_added:
+        deployment = converter.get_structure_hook(Deployment)
+        converter.register_structure_hook(
+            Deployment, lambda v, t: Deployment(model=v) if isinstance(v, str) else deployment(v, t)
+        )
+        group = converter.get_structure_hook(ModelGroup)  # built after, so it uses the above
+        converter.register_structure_hook(
+            ModelGroup,
+            lambda v, t: ModelGroup(deployments=v) if isinstance(v, list) else group(v, t),
+        )
+        _shorthands_added = True
+    return converter
 
 
 def default_config_path() -> Path:

@@ -190,3 +190,37 @@ def test_chat_takes_a_toml_config_with_the_config_flag(tmp_path, capsys):
     path.write_text("[retry]\nmax_atempts = 1\n")
     assert main(["chat", "sim:sim-small", "hi", "--config", str(path)]) == 2
     assert "did you mean 'max_attempts'?" in capsys.readouterr().err
+
+
+GROUPS_TOML = """
+[groups.fast]
+deployments = ["openai:gpt-4o-mini", { model = "groq:llama-3.1-8b", weight = 3 }]
+strategy = "weighted"
+
+[groups]
+cheap = ["openai:gpt-4o-mini", "groq:llama-3.1-8b"]
+"""
+
+
+def test_groups_take_the_shorthands_the_classes_take(tmp_path):
+    path = tmp_path / "sluice.toml"
+    path.write_text(GROUPS_TOML)
+    groups = load_config_file(path, {}).groups
+    fast, cheap = groups["fast"], groups["cheap"]
+    assert [(d.model, d.weight) for d in fast.deployments] == [
+        ("openai:gpt-4o-mini", 1.0),
+        ("groq:llama-3.1-8b", 3.0),
+    ]
+    assert fast.strategy == "weighted"
+    assert [d.model for d in cheap.deployments] == ["openai:gpt-4o-mini", "groq:llama-3.1-8b"]
+    assert cheap.strategy == "least-busy"
+
+
+def test_a_deployment_without_a_provider_names_its_path(tmp_path):
+    path = tmp_path / "sluice.toml"
+    path.write_text('[groups.fast]\ndeployments = ["gpt-4o-mini"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path, {})
+    message = str(caught.value)
+    assert "groups['fast'].deployments[0]" in message and "provider:model" in message
+    assert "has no attribute" not in message
