@@ -8,6 +8,8 @@ is off only delays or hastens the next admission a little.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import orjson
 
@@ -23,6 +25,9 @@ from .._messages import (
     Usage,
 )
 from .._record import Record
+
+if TYPE_CHECKING:
+    from .headers import Dimension
 
 __all__ = ["Cost", "estimate_cost", "estimate_prompt_tokens"]
 
@@ -41,6 +46,16 @@ class Cost(Record):
 
     @property
     def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def amount(self, dimension: Dimension) -> int:
+        """The units this cost takes from a window of ``dimension``."""
+        if dimension == "requests":
+            return self.requests
+        if dimension == "input_tokens":
+            return self.input_tokens
+        if dimension == "output_tokens":
+            return self.output_tokens
         return self.input_tokens + self.output_tokens
 
     @classmethod
