@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from sluice.simulator import SimulatorConfig, serve_simulator
@@ -84,7 +85,7 @@ async def test_leaving_an_httpx_stream_early_does_not_warn(nursery: trio.Nursery
         assert await response.read_some()
         await response.aclose()
         gc.collect()
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the collected generators' finalizers ran
         await transport.aclose()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
