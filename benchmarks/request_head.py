@@ -13,6 +13,7 @@ timing). Prints one JSON line: microseconds per head for each (the best of ``--r
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import time
 
 import h11
@@ -76,7 +77,7 @@ def main() -> None:
                 "sluice_us": round(sluice * 1e6, 2),
                 "h11_us": round(h11_time * 1e6, 2),
                 "ratio": round(h11_time / sluice, 1),
-                "h11": h11.__version__,
+                "h11": importlib.metadata.version("h11"),
             }
         ).decode()
     )

@@ -8,8 +8,6 @@ is off only delays or hastens the next admission a little.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 import orjson
 
@@ -25,9 +23,6 @@ from .._messages import (
     Usage,
 )
 from .._record import Record
-
-if TYPE_CHECKING:
-    from .headers import Dimension
 
 __all__ = ["Cost", "estimate_cost", "estimate_prompt_tokens"]
 
@@ -48,8 +43,9 @@ class Cost(Record):
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def amount(self, dimension: Dimension) -> int:
-        """The units this cost takes from a window of ``dimension``."""
+    def amount(self, dimension: str) -> int:
+        """The units this cost takes from a window of ``dimension`` (a
+        :data:`~sluice._limits.headers.Dimension`; ``total_tokens`` for any other)."""
         if dimension == "requests":
             return self.requests
         if dimension == "input_tokens":
