@@ -48,7 +48,7 @@ _line = (
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=200)
 @given(st.lists(_line, min_size=1, max_size=3))
 def test_we_accept_what_h11_accepts_with_the_same_length(lines: list[bytes]) -> None:
     assert ours(lines) == h11_length(lines)
