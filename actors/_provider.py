@@ -20,6 +20,7 @@ import orjson
 import trio
 
 from sluice._config import ReplyLimits
+from sluice._content_length import BadContentLength, parse_content_length
 from sluice._errors import (
     BadRequest,
     CallError,
@@ -505,13 +506,13 @@ class _Attempt:
         limit = self.ctx.limits.max_body_bytes
         headers = response.headers
         length = headers.get("content-length")
-        if (
-            length is not None
-            and "content-encoding" not in headers
-            and length.isdigit()
-            and int(length) > limit
-        ):
-            raise too_large("the reply body", limit, "max_body_bytes")
+        if length is not None and "content-encoding" not in headers:
+            try:
+                declared = parse_content_length(length)
+            except BadContentLength:
+                declared = 0  # both transports refuse it first; the loop below still bounds it
+            if declared > limit:
+                raise too_large("the reply body", limit, "max_body_bytes")
         pieces: list[bytes] = []
         size = 0
         while piece := await response.read_some():

@@ -16,8 +16,9 @@ MAILBOX_BUFFER = 256
 Their traffic is mostly "tells" (a first chunk arrived, an attempt ended, usage) sent in bursts
 by thousands of attempts. With room in the mailbox a tell lands without a task switch, and the
 actor takes a burst in one run; requests that need an answer still wait for it, so
-backpressure holds where it matters. Measured in benchmarks/overhead.py: zero-buffer mailboxes
-cost a task switch per message, about a quarter of the runtime's CPU per call.
+backpressure holds where it matters. A zero-buffer mailbox would cost a task switch per message,
+several per call: a large share of the runtime's own CPU (benchmarks/README.md, "Numbers behind
+choices in the code").
 """
 
 

@@ -387,8 +387,8 @@ class ReplyLimits(Record):
     """The largest non-streamed reply body (after decompression)."""
     max_stream_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=ge(1024))
     """The most a streamed reply may carry in all (after decompression): a server streaming
-    valid events without end is cut off here, not when memory runs out. A reply of 128k
-    tokens is some 30 MB of SSE."""
+    valid events without end is cut off here, not when memory runs out. Set far above what
+    the longest reply a model can give takes as SSE (a few hundred bytes per token)."""
 
 
 def _deployment_model(_instance: Any, _attribute: Any, value: str) -> None:

@@ -1,12 +1,12 @@
 """Garbage-collector settings for the processes sluice owns (the ``sluice`` command, the
 gateway's workers); a library embedded in someone's program never changes them.
 
-A call's objects live for the call (tens of milliseconds among hundreds of concurrent calls),
-long enough to outlive CPython's young-generation collections, which run every 700 net
-allocations: so they are copied up the generations and every so often force a full collection,
-which walks every object the process has (tens of milliseconds each on a loaded interpreter).
-Measured on ``benchmarks/overhead.py`` (20-chunk streams, 64 concurrent calls), collections
-took about 17% of sluice's CPU. Two standard remedies, as long-running Python servers use them:
+A call's objects live for the call, among hundreds of concurrent calls: long enough to outlive
+CPython's young-generation collections, which run every 700 net allocations. So they are copied
+up the generations and every so often force a full collection, which walks every object the
+process has. Under streaming load that is a visible share of sluice's CPU (benchmarks/README.md,
+"Numbers behind choices in the code"). Two standard remedies, as long-running Python servers use
+them:
 
 - ``gc.freeze()`` once the process has started: what exists then (modules, classes, config)
   lives as long as the process, and a full collection no longer walks it.

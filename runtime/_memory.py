@@ -4,8 +4,9 @@ CPython keeps small objects in its own arenas and hands everything larger (dict 
 byte strings: most of a reply's bytes) to the C allocator. glibc's allocator keeps freed memory
 in its heaps for reuse, so after a burst of concurrent calls a process's RSS stays at the burst's
 peak, and slowly creeps up as rarer, higher peaks come (fragmentation). ``malloc_trim(0)`` gives
-the free pages back (the whole heap, not only its top). It takes a few milliseconds on a heap of
-tens of MB; once a minute that is nothing, and RSS then follows what the process uses.
+the free pages back (the whole heap, not only its top). It walks the allocator's free lists,
+which is cheap next to the interval it runs at (a minute by default), and RSS then follows what
+the process uses.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """One ``__repr__`` shared by sluice's attrs classes, instead of one compiled per class.
 
 attrs writes and compiles a ``__repr__`` for every class it decorates. Across the hundred-odd
-classes ``import sluice`` defines, that code generation alone costs about 13 ms of a ~150 ms
-import (measured with ``benchmarks/import_time.py``), and a repr is only ever needed when
-someone prints a value. So our classes say ``repr=False`` and inherit :class:`Record`, whose
+classes ``import sluice`` defines, that code generation is a noticeable part of the import
+(``benchmarks/import_time.py`` measures it), and a repr is only ever needed when someone
+prints a value. So our classes say ``repr=False`` and inherit :class:`Record`, whose
 single ``__repr__`` reads the attrs fields at call time and prints what attrs would print:
 ``ClassName(field=value, ...)``. It honours every field's ``repr`` setting: ``repr=False``
 hides the field, a callable formats it (that is how headers with API keys are masked).

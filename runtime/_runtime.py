@@ -29,6 +29,7 @@ from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 from ._config import RuntimeConfig, config_from_env
 from ._errors import ConfigError, RuntimeClosed, SluiceError
 from ._events import CallEvent, Completed, Failed
+from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.cost import estimate_cost
 from ._mail import (
@@ -1119,7 +1120,7 @@ async def open_runtime(
     except BaseExceptionGroup as group:
         # Nurseries wrap every exception in a group; at the public edge one failure should be
         # itself (a user's own exception, a CallError, ActorCrashed), never a group of one.
-        leaf = _sole_failure(group)
+        leaf = sole_failure(group)
         if leaf is None:
             raise
         raise leaf from None
@@ -1170,16 +1171,3 @@ async def _refresh_gauges(rt: Runtime) -> None:
                 metrics.gauges.stats = await rt.statistics()
             except (RuntimeClosed, trio.ClosedResourceError):
                 return  # shutting down: the actors have stopped
-
-
-def _sole_failure(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception in ``group`` that is not a cancellation, if there is exactly one."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-    return leaves[0] if len(leaves) == 1 else None

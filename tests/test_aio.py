@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -318,16 +317,17 @@ def test_ctrl_c_under_asyncio_run_cancels_the_calls_and_ends_the_run(
     hard, and the loop ends only after the trio guest run has."""
     main_thread = threading.main_thread().ident
     assert main_thread is not None
+    streaming = threading.Event()
 
     def ctrl_c() -> None:
-        sim.wait_for(requests=1)
-        time.sleep(0.1)
+        assert streaming.wait(LIMIT), "the call never streamed"
         signal.pthread_kill(main_thread, signal.SIGINT)
 
     async def main() -> None:
         async with sluice.aio.open_runtime(config(sim)) as rt, rt.stream(long()) as call:
-            async for _ in call:
-                pass
+            async for event in call:
+                if isinstance(event, TextDelta):
+                    streaming.set()  # Ctrl-C comes while the reply streams
 
     watcher = threading.Thread(target=ctrl_c)
     watcher.start()

@@ -205,6 +205,11 @@ def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
     assert isinstance(report["meets_goal"], bool)
 
 
+def test_request_head_benchmark_times_both_parsers() -> None:
+    report = _run_json("benchmarks.request_head", "--runs", "1", "--number", "200")
+    assert report["sluice_us"] > 0 and report["h11_us"] > 0 and report["ratio"] > 0
+
+
 def test_import_time_parser_keeps_only_the_module_subtree() -> None:
     from benchmarks.import_time import import_subtree, parse_importtime
 

@@ -287,6 +287,9 @@ def test_budget_scopes_tokens_and_unpriced_models() -> None:
     assert isinstance(held, BudgetHold) and len(held.accounts) == 2
     tokens_out = book.hold(tagged, Cost(1, 100, 100))
     assert isinstance(tokens_out, BudgetExceeded) and "tokens left" in tokens_out.message
+    tag_status, job_status = book.status()
+    assert (tag_status.reserved_tokens, tag_status.left_tokens) == (100, 50)
+    assert job_status.left_tokens is None  # no max_tokens: no bound to count down
     # The job budget has 1,000 left after the earlier run's 9,000 (250 of it reserved now).
     too_dear = book.hold(SIM_A, Cost(1, 0, 251))
     assert isinstance(too_dear, BudgetExceeded)

@@ -8,6 +8,7 @@ assertions on behaviour only.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,12 +19,13 @@ import pytest
 import sluice
 import sluice.sync
 from sluice import ChatRequest, Completed, Failed, ProviderConfig, RuntimeConfig, TextDelta
+from sluice._portal import Outcome
 from sluice.simulator import SimulatorConfig
 
 from .sim_thread import WatchedSimulator, simulator_thread
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 
 @pytest.fixture
@@ -73,14 +75,22 @@ def assert_idle(rt: sluice.sync.Runtime) -> None:
     wait_until(lambda: idle(rt.statistics()))
 
 
-def interrupt_main_thread_when(predicate: Any) -> threading.Thread:
-    """Send SIGINT to the main thread (Ctrl-C) once ``predicate()`` holds."""
+def interrupt_main_thread_when(
+    predicate: Any, *, waiting_in: Callable[..., Any] | None = Outcome.wait
+) -> threading.Thread:
+    """Send SIGINT to the main thread (Ctrl-C) once ``predicate()`` holds and the main thread
+    is inside ``waiting_in`` (by default the blocking wait of a call; None: anywhere)."""
     main = threading.main_thread().ident
     assert main is not None
 
+    def inside() -> bool:
+        # A C call (a lock's acquire) has no frame: the innermost one is the function waiting.
+        frame = sys._current_frames().get(main)
+        return waiting_in is None or (frame is not None and frame.f_code is waiting_in.__code__)
+
     def watch() -> None:
         wait_until(predicate)
-        time.sleep(0.05)  # let the main thread get into its blocking wait
+        wait_until(inside)
         signal.pthread_kill(main, signal.SIGINT)
 
     thread = threading.Thread(target=watch)
@@ -214,7 +224,9 @@ def test_ctrl_c_in_the_block_stops_the_calls_in_flight_and_the_thread(
     def interrupted() -> None:
         with sluice.sync.open_runtime(config(sim)) as rt:
             calls.extend(pool.submit(rt.chat, long(f"q{i}")) for i in range(8))
-            interrupt_main_thread_when(lambda: sim.app.chat_requests_seen == 8).join()
+            interrupt_main_thread_when(
+                lambda: sim.app.chat_requests_seen == 8, waiting_in=None
+            ).join()
             time.sleep(10)  # Ctrl-C arrives here
 
     with pytest.raises(KeyboardInterrupt):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from sluice.simulator import SimulatorConfig, serve_simulator
@@ -84,7 +85,7 @@ async def test_leaving_an_httpx_stream_early_does_not_warn(nursery: trio.Nursery
         assert await response.read_some()
         await response.aclose()
         gc.collect()
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the collected generators' finalizers ran
         await transport.aclose()
     assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
@@ -92,6 +93,7 @@ async def test_leaving_an_httpx_stream_early_does_not_warn(nursery: trio.Nursery
 async def test_fast_transport_notices_a_kept_alive_connection_the_server_closed() -> None:
     """Over real sockets an idle connection's end-of-file is seen before anything is sent."""
     served: list[int] = []
+    closed = trio.Event()
 
     async def one_reply_per_connection(stream: trio.SocketStream) -> None:
         served.append(1)
@@ -100,6 +102,7 @@ async def test_fast_transport_notices_a_kept_alive_connection_the_server_closed(
             while b"\r\n\r\n" not in data:
                 data += await stream.receive_some()
             await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        closed.set()
 
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -110,7 +113,7 @@ async def test_fast_transport_notices_a_kept_alive_connection_the_server_closed(
             transport = FastTransport(trust_env=False)
             url = f"http://127.0.0.1:{port}/"
             assert await read_all(await transport.send("GET", url, (), b"")) == b"ok"
-            await trio.sleep(0.05)  # the server's FIN arrives
+            await closed.wait()  # the server has closed: its FIN is on the client's socket
             assert await read_all(await transport.send("GET", url, (), b"")) == b"ok"
             assert len(served) == 2
             await transport.aclose()

@@ -6,8 +6,8 @@ One table of ``(key, stored_at, value)``, where ``value`` is the result as JSON 
 disk.
 
 Reads and writes run on the trio thread, synchronously, on purpose: each is one statement on an
-indexed key in a local file (tens of microseconds, less than handing it to a worker thread
-would cost), and SQLite is told to give up after :data:`BUSY_TIMEOUT` when another process
+indexed key in a local file, cheaper than the hand-off to a worker thread and back would
+be, and SQLite is told to give up after :data:`BUSY_TIMEOUT` when another process
 holds the write lock. The cache is best effort: a locked, failing or unreadable file means a
 miss or an unstored result (logged), never a failed call. Opening the file (which may create
 it and prune it) is the one slow step; the runtime does it in a worker thread.

@@ -16,7 +16,7 @@ means nothing to an HTTP client and is left out.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from .._errors import (
     AuthenticationFailed,
@@ -37,9 +37,6 @@ from .._errors import (
     ToolCallError,
 )
 from . import anthropic_wire, openai_wire
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
 
 __all__ = ["Problem", "Wire", "error_response", "problem_for"]
 
@@ -135,7 +132,3 @@ def call_error_response(
         retry_after=retry_after,
         retry=not isinstance(exc, BudgetExceeded),
     )
-
-
-def header_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(k.encode(), v.encode()) for k, v in pairs]

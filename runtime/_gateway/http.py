@@ -2,11 +2,10 @@
 
 Why our own server rather than hypercorn: the gateway's hot path is one small JSON request in
 and a stream of small SSE chunks out, and every microsecond spent framing them is added
-latency. Measured (``benchmarks/gateway_server.py``, the same 20-chunk streaming app, busy
-2-vCPU box): this loop ~0.5 ms of server CPU per request, hypercorn's trio worker ~1.4-1.8 ms,
-and hypercorn fell behind at 200 requests/s; since one reader per connection and direct socket
-writes, ~0.22 ms (21 writes a request). Request heads are parsed by
-:mod:`.request_head` (~17 us against h11's ~100 us), chunked bodies by :mod:`.chunked`;
+latency. An ASGI server adds a hop through the ASGI interface and h11's per-event objects to
+every request and chunk; this loop does neither, and ``benchmarks/gateway_server.py`` measures
+it against hypercorn's trio worker on the same streaming app (benchmarks/README.md has the
+figures). Request heads are parsed by :mod:`.request_head`, chunked bodies by :mod:`.chunked`;
 responses are framed here, the head written together with the first chunk, each write tried
 on the socket at once (see :meth:`Responder._send`). While a response is produced the
 connection's reader watches the client, so a client that goes away cancels its upstream call
@@ -221,9 +220,9 @@ class Responder:
 
         On a socket, one non-blocking ``write`` first: a client that reads keeps room in the
         socket's buffer, so that write usually takes everything, and the timeout scope, the
-        stream's bookkeeping and a trip through trio's scheduler (about half the cost of a
-        write) are skipped. What it leaves goes the usual way. The handler's other awaits
-        (the runtime's event batches) are its checkpoints.
+        stream's bookkeeping and a trip through trio's scheduler (a large part of what a write
+        through the stream costs) are skipped. What it leaves goes the usual way. The handler's
+        other awaits (the runtime's event batches) are its checkpoints.
         """
         fd = self._fd
         if fd >= 0:
@@ -397,7 +396,8 @@ class _Connection:
     response, and so the upstream call). Once bytes of a pipelined request are buffered during
     a response it stops reading until the loop takes them, so buffering stays bounded. One
     reader for the connection rather than a watcher task started and cancelled per request:
-    that costs a task, a nursery and a cancellation per request, ~10% of the gateway's CPU.
+    that would cost a task, a nursery and a cancellation per request, a share of the gateway's
+    CPU that ``benchmarks/gateway_server.py`` shows.
     """
 
     def __init__(self, server: Server, stream: trio.abc.Stream) -> None:

@@ -1,12 +1,12 @@
 """Parsing an HTTP/1.1 request head, strictly. Pure: bytes in, fields out.
 
-The gateway reads every request head with this parser: it costs a few microseconds where h11
-costs about a hundred (measured on the 2-vCPU box: 104 us for an SDK's request), and a gateway
-adds that to every call. It is as strict as h11 where it matters for a public server: the
-grammar of RFC 9112 for the request line and header fields (no whitespace before a colon, no
-obsolete line folding, no control characters, no bare CR or LF), one consistent
-``content-length`` of at most 20 digits (h11's cap: Python's ``int`` refuses strings of more
-than 4,300 digits with an exception, and no body is that large anyway), ``host`` on HTTP/1.1,
+The gateway reads every request head with this parser rather than h11, which validates every
+header with a regular expression and builds an event object per request: a cost a gateway adds
+to every call (benchmarks/README.md, "Numbers behind choices in the code", has the figures). It
+is as strict as h11 where it matters for a public server: the grammar of RFC 9112 for the
+request line and header fields (no whitespace before a colon, no obsolete line folding, no
+control characters, no bare CR or LF), ``content-length`` on h11's rules
+(:mod:`sluice._content_length`, shared with the client transport), ``host`` on HTTP/1.1,
 ``transfer-encoding`` only ``chunked`` (on HTTP/1.1, never next to ``content-length``: two
 framings of one body are how requests are smuggled past a proxy). Every refusal is a
 :class:`HeadError` with the status to answer; nothing else is raised, whatever the bytes.
@@ -18,10 +18,10 @@ import re
 
 import attrs
 
-__all__ = ["MAX_LENGTH_DIGITS", "Head", "HeadError", "parse_head"]
+from .._content_length import BadContentLength, parse_content_length
 
-MAX_LENGTH_DIGITS = 20
-"""Digits a ``content-length`` may have (h11's cap; 10**20 bytes is no body anyone sends)."""
+__all__ = ["Head", "HeadError", "parse_head"]
+
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+"
 _REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([^\x00-\x20\x7f]+) HTTP/(1\.[01])")
 _OTHER_VERSION = re.compile(_TOKEN + rb" [^\x00-\x20\x7f]+ HTTP/[0-9]+(?:\.[0-9]+)?")
@@ -61,9 +61,9 @@ def parse_head(head: bytes) -> Head:
     """Parse ``head`` (everything before the blank line that ends it).
 
     Raises:
-        HeadError: the head breaks the grammar, or ``content-length`` is malformed, longer
-            than :data:`MAX_LENGTH_DIGITS` or given twice with different values, or the
-            framing is not one this server reads, or an HTTP/1.1 request has no ``host``.
+        HeadError: the head breaks the grammar, or ``content-length`` breaks h11's rules
+            (:func:`~sluice._content_length.parse_content_length`), or the framing is not one
+            this server reads, or an HTTP/1.1 request has no ``host``.
     """
     lines = head.split(b"\r\n")
     first = _REQUEST_LINE.fullmatch(lines[0])
@@ -85,13 +85,7 @@ def parse_head(head: bytes) -> Head:
         name = field.group(1).lower()
         value = field.group(2).rstrip(b" \t")
         if name == b"content-length":
-            if (
-                not value.isdigit()
-                or len(value) > MAX_LENGTH_DIGITS
-                or (length is not None and value != length)
-            ):
-                raise HeadError(400, "malformed or conflicting content-length")
-            length = value
+            length = value if length is None else length + b"," + value
         elif name == b"transfer-encoding":
             if encoding is not None or value.lower() != b"chunked":
                 raise HeadError(501, "unsupported transfer-encoding; only chunked is read")
@@ -107,12 +101,16 @@ def parse_head(head: bytes) -> Head:
         raise HeadError(400, "missing Host header")
     if encoding is not None and (length is not None or minor != b"1.1"):
         raise HeadError(400, "transfer-encoding with content-length, or on HTTP/1.0")
+    try:
+        size = parse_content_length(length) if length is not None else 0
+    except BadContentLength as exc:
+        raise HeadError(400, str(exc)) from None
     return Head(
         method,
         target,
         minor,
         headers,
-        int(length) if length is not None else 0,
+        size,
         encoding is not None,
         expect and minor == b"1.1",
         request_id,

@@ -1,11 +1,12 @@
 """The pass over a batch input before its run: duplicates, lines to do, providers. Pure: no I/O.
 
-A batch must refuse a duplicated ``custom_id`` before the first call (two output lines with
-one id cannot be joined back), with as little memory per line as it can. So the check keeps
-one 64-bit hash per custom_id in a flat table (16 to 32 bytes a line, against about 150 for a
-dict of the ids), and only when two hashes meet does a second pass look at the ids
-themselves, which also names both line numbers. The same pass counts the lines this run will
-do (for progress and ETA) and the providers they call (the limits apply to those).
+A batch must refuse a duplicated ``custom_id`` before the first call (two output lines with one
+id cannot be joined back), with as little memory per line as it can. So the check keeps one
+64-bit hash per custom_id in a flat table (two to four machine words a line, where a dict of the
+id strings would hold the strings themselves, a hash entry and an object header), and only when
+two hashes meet does a second pass look at the ids themselves, which also names both line
+numbers. The same pass counts the lines this run will do (for progress and ETA) and the
+providers they call (the limits apply to those).
 """
 
 from __future__ import annotations

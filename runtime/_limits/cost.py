@@ -43,6 +43,17 @@ class Cost(Record):
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def amount(self, dimension: str) -> int:
+        """The units this cost takes from a window of ``dimension`` (a
+        :data:`~sluice._limits.headers.Dimension`; ``total_tokens`` for any other)."""
+        if dimension == "requests":
+            return self.requests
+        if dimension == "input_tokens":
+            return self.input_tokens
+        if dimension == "output_tokens":
+            return self.output_tokens
+        return self.input_tokens + self.output_tokens
+
     @classmethod
     def from_usage(cls, usage: Usage) -> Cost:
         return cls(1, usage.input_tokens, usage.output_tokens)

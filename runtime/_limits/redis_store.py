@@ -31,6 +31,7 @@ import orjson
 import trio
 
 from .._errors import ConfigError, InternalError, StoreUnavailable
+from .._exception_groups import sole_failure
 from .redis_script import QUOTA_SCRIPT
 from .store import (
     LEARNED_FOR,
@@ -58,16 +59,6 @@ _LEARNED_PERIOD = repr(LEARNED_PERIOD)
 
 def _period(value: float) -> str:
     return repr(float(value))
-
-
-def _amount(cost: Cost, dimension: str) -> int:
-    if dimension == "requests":
-        return cost.requests
-    if dimension == "input_tokens":
-        return cost.input_tokens
-    if dimension == "output_tokens":
-        return cost.output_tokens
-    return cost.total_tokens
 
 
 class RedisQuotaStore:
@@ -267,7 +258,7 @@ class RedisQuotaStore:
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
         if not reservation.ref:
             return
-        amounts = [[d, p, _amount(actual, d)] for d, p in reservation.slots]
+        amounts = [[d, p, actual.amount(d)] for d, p in reservation.slots]
         self._queue(["s", reservation.key, reservation.ref, amounts])
 
     async def redate(self, reservation: Reservation, now: float) -> None:
@@ -424,20 +415,7 @@ async def open_redis_store(
                         except (StoreUnavailable, InternalError):
                             log.warning("quota store: settlements not sent at exit")
     except BaseExceptionGroup as group:
-        leaf = _sole(group)
+        leaf = sole_failure(group)
         if leaf is None:
             raise
         raise leaf from None
-
-
-def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The one exception in ``group`` that is not a cancellation, if there is exactly one."""
-    leaves: list[BaseException] = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        elif not isinstance(exc, trio.Cancelled):
-            leaves.append(exc)
-    return leaves[0] if len(leaves) == 1 else None

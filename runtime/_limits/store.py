@@ -87,16 +87,6 @@ class BudgetRefused(Record):
     left: int
 
 
-def _amount(cost: Cost, dimension: Dimension) -> int:
-    if dimension == "requests":
-        return cost.requests
-    if dimension == "input_tokens":
-        return cost.input_tokens
-    if dimension == "output_tokens":
-        return cost.output_tokens
-    return cost.total_tokens
-
-
 class QuotaStore(Protocol):
     shared: bool
     """True for a store several processes share: it also enforces the pending and
@@ -265,13 +255,13 @@ class MemoryQuotaStore:
         windows = self._key_windows(key, specs, now)
         ready_at = now
         for (dimension, _), window in windows:
-            amount = _amount(cost, dimension)
+            amount = cost.amount(dimension)
             if not window.fits_ever(amount):
                 return TooLarge(dimension, amount, window.limit, window.period)
             ready_at = max(ready_at, window.next_free(amount, now))
         if ready_at > now:
             return ready_at - now
-        entries = tuple((slot, window.add(_amount(cost, slot[0]), now)) for slot, window in windows)
+        entries = tuple((slot, window.add(cost.amount(slot[0]), now)) for slot, window in windows)
         return Reservation(key, cost, entries)
 
     async def end(self, reservation: Reservation) -> None:
@@ -285,7 +275,7 @@ class MemoryQuotaStore:
         for slot, entry in reservation.entries:
             window = windows.get(slot)
             if window is not None:
-                window.settle(entry, _amount(actual, slot[0]))
+                window.settle(entry, actual.amount(slot[0]))
 
     async def redate(self, reservation: Reservation, now: float) -> None:
         windows = self._windows.get(reservation.key, {})

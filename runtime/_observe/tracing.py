@@ -82,9 +82,6 @@ class Tracer:
         self._tracer = trace.get_tracer("sluice", tracer_provider=provider)
         self._calls: dict[str, _CallTrace] = {}
 
-    def open_calls(self) -> int:
-        return len(self._calls)
-
     def call_started(self, call: Call) -> None:
         self._calls[call.call_id] = _CallTrace(otel_context.get_current())
 

@@ -16,8 +16,9 @@ Guarantees:
 * Values that JSON cannot carry never come out: ``NaN`` and infinities become ``None`` and lone
   UTF-16 surrogates become U+FFFD, so the result always serializes back to JSON.
 
-We chose our own parser over the json-repair library: its pure-Python parser raised on nesting
-of about 1000 levels and took about a second on a 200 kB unclosed string, it has no mode for
+We chose our own parser over the json-repair library: its pure-Python parser recurses (deep
+nesting raised RecursionError) and was slow on a long unclosed string (benchmarks/README.md
+has the figures), it has no mode for
 partial JSON whose result only grows as more text arrives, and several of its answers are wrong
 for tool calls (``None`` becomes the string ``"None"``, prose becomes ``""``, ``{"a"`` becomes
 ``["a"]``, two objects of the same shape collapse into the second).

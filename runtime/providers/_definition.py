@@ -195,7 +195,3 @@ class ProviderDefinition(Record):
         """What ``model`` (no provider prefix) can do with tools at this provider's own server:
         its rule in :attr:`model_capabilities`, else :attr:`tool_capabilities`."""
         return suffix_capabilities(self.model_capabilities, model) or self.tool_capabilities
-
-    @property
-    def default_model(self) -> str | None:
-        return self.models[0].id if self.models else None

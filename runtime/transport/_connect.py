@@ -34,7 +34,8 @@ async def open_tcp_stream(host: str, port: int) -> trio.abc.Stream:
 
 
 def default_ssl_context() -> ssl.SSLContext:
-    """One verifying context shared by every transport: building one costs ms and ~1 MB."""
+    """One verifying context shared by every transport: building one loads and parses the
+    system's whole CA bundle."""
     global _DEFAULT_SSL_CONTEXT
     if _DEFAULT_SSL_CONTEXT is None:
         import ssl

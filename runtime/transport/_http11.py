@@ -3,10 +3,12 @@
 Nothing here does I/O or knows about trio. :func:`encode_request_head` builds the bytes of a
 request head; :class:`ResponseParser` is fed whatever the socket returned and hands back the
 response head, then the body as large pieces (de-chunked and decompressed), in whatever sizes
-the network delivered. It was written by hand rather than on h11 because it costs several times
-less per response (measured with the transport's benchmark) while covering what a client of an
-LLM API meets: content-length, chunked (extensions, trailers, either hex case) and read-to-close
-bodies, interim 1xx responses, HEAD/204/304 without a body, gzip and deflate.
+the network delivered. It was written by hand rather than on h11 because h11 builds an event
+object per piece and validates every header with a regular expression, which a client that
+trusts nothing but framing need not pay for (``benchmarks/overhead.py`` compares the two
+transports), while covering what a client of an LLM API meets: content-length, chunked
+(extensions, trailers, either hex case) and read-to-close bodies, interim 1xx responses,
+HEAD/204/304 without a body, gzip and deflate.
 
 Guarantees, for any split of the input into pieces:
 
@@ -16,16 +18,18 @@ Guarantees, for any split of the input into pieces:
   makes progress or asks for more bytes, so it cannot spin;
 * the response head (status line and headers) is limited to ``max_head_size`` bytes, as is the
   trailer section, and a chunk-size line to 4 KiB;
-* absurd sizes are refused as protocol errors: a ``content-length`` above 1 TiB (or not a
-  plain decimal number, so never negative) and a chunk size above 4 GiB (``ffffffffffffffff``
-  included). No reply of an LLM API comes near either; the body is streamed, so the limits
-  are about sanity, not memory, which the buffers' own limits keep bounded.
+* absurd sizes are refused as protocol errors: a ``content-length`` above 1 TiB (or one h11
+  would refuse: see :mod:`sluice._content_length`) and a chunk size above 4 GiB
+  (``ffffffffffffffff`` included). No reply of an LLM API comes near either; the body is
+  streamed, so the limits are about sanity, not memory, which the buffers' own limits keep
+  bounded.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._content_length import BadContentLength, ContentLengthTooLong, parse_content_length
 from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
@@ -350,17 +354,15 @@ class ResponseParser:
             # content-length alongside chunked is a sign of a confused intermediary.
             keep_alive = keep_alive and cl is None
         elif cl is not None:
-            values = {v.strip() for v in cl.split(",")}
-            if len(values) != 1:
-                raise RemoteProtocolError("conflicting content-length values")
-            value = values.pop()
-            if not (value.isascii() and value.isdigit()):
-                raise RemoteProtocolError(f"invalid content-length {value[:24]!r}")
-            digits = value.lstrip("0")
-            length = int(digits or "0") if len(digits) <= 18 else MAX_CONTENT_LENGTH + 1
+            try:
+                length = parse_content_length(cl)
+            except ContentLengthTooLong as exc:
+                raise ResponseTooLarge(f"{exc}: larger than the 1 TiB limit of any reply") from None
+            except BadContentLength as exc:
+                raise RemoteProtocolError(str(exc)) from None
             if length > MAX_CONTENT_LENGTH:
                 raise ResponseTooLarge(
-                    f"content-length {value[:24]} is larger than the 1 TiB limit of any reply"
+                    f"content-length {cl[:24]} is larger than the 1 TiB limit of any reply"
                 )
             self._remaining = length
             self._state = _LENGTH if self._remaining else _DONE

@@ -104,8 +104,9 @@ class _Connection:
 
         On a plain TCP socket this waits until it is readable and then reads once. trio's
         ``receive_some`` tries the read first, which, on a socket the previous read drained,
-        is a failed system call per chunk: on paced streams, about a sixth of the client's
-        CPU. TLS and in-memory streams go through ``receive_some``.
+        is a failed system call per chunk: on paced streams, where every read drains the
+        socket, that is one wasted call per chunk. TLS and in-memory streams go through
+        ``receive_some``.
 
         Raises:
             trio.BrokenResourceError: the connection broke.

@@ -143,11 +143,6 @@ class RecordFile(Sequence[RequestRecord]):
         for position in self._sorted():
             yield self._line(position)
 
-    def dicts(self) -> Iterator[dict[str, Any]]:
-        """Each record as :func:`record_json` gave it, in order."""
-        for line in self.lines():
-            yield orjson.loads(line)
-
     def __iter__(self) -> Iterator[RequestRecord]:
         for line in self.lines():
             yield record_from_json(orjson.loads(line))

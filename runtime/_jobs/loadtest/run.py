@@ -54,8 +54,8 @@ SPIN_MARGIN = 0.0012
 """On the real clock, the scheduler sleeps until this many seconds before a request is due and
 then yields in a loop until it is. trio's sleeps end in epoll's whole milliseconds (rounded up),
 so a plain ``sleep_until`` sends up to a millisecond late; the short spin makes the send time
-precise to tens of microseconds, for about half a millisecond of CPU per request on an idle
-client (other tasks run during the spin)."""
+precise at the cost of some CPU per request (other tasks run during the spin);
+``benchmarks/loadtest_client.py`` measures both."""
 
 
 def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
