@@ -379,10 +379,16 @@ class _CallRun:
         The decisions are :mod:`sluice._retry_policy`'s; this loop carries them out. ``last``:
         no fallback model follows, so a call in ``wait`` mode waits out an open breaker here
         instead of moving on. ``fails_over``: another deployment of the call's group follows,
-        so a retryable failure returns at once for the call to move there.
+        so a retryable failure returns at once for the call to move there, a cooldown is not
+        waited out (another process's 429 included), and an attempt that does not answer
+        within the group's hedge time is given up.
         """
         peers, call = self.peers, self.call
         waits = call.request.waits and last
+        hedge = None
+        if fails_over:
+            assert peers.routing is not None and call.group is not None
+            hedge = peers.routing.groups[call.group].hedge or None
         lost = 0
         corrections = NO_CORRECTIONS
         retrying: CallError | None = None
@@ -424,7 +430,7 @@ class _CallRun:
                 ticket = admitted
             with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
                 self.attempt += 1
-                step = await self._attempt(route, ticket, corrections, waits)
+                step = await self._attempt(route, ticket, corrections, waits, fails_over, hedge)
             match step:
                 case ChatResult() | None:
                     return step
@@ -507,10 +513,18 @@ class _CallRun:
         return state if waits or not state.waits else attrs.evolve(state, waits=False)
 
     async def _attempt(
-        self, route: Call, ticket: Ticket, corrections: Corrections, waits: bool
+        self,
+        route: Call,
+        ticket: Ticket,
+        corrections: Corrections,
+        waits: bool,
+        moves: bool = False,
+        hedge: float | None = None,
     ) -> ChatResult | tuple[CallError, int] | _Correct | _Lost | _WaitedOut | None:
         """Admission and one attempt, with ``ticket`` given its verdict on the backend when
-        there is one. None: the consumer left."""
+        there is one. None: the consumer left. ``moves``: the call can move to another
+        deployment, so it does not wait out a cooldown; ``hedge``: the attempt is given up
+        when no answer came within that many seconds."""
         peers, call = self.peers, self.call
         now = trio.current_time()
         self.pending.append(Queued(call.call_id, self.attempt, now))
@@ -532,7 +546,7 @@ class _CallRun:
                         call.request.tag,
                         output_set=route.request.max_tokens is not None,
                     ),
-                    fail_on_cooldown=not call.request.retry_visible,
+                    fail_on_cooldown=moves or not call.request.retry_visible,
                 )
             except CallError as refused:
                 return self._fix(refused, route), 0
@@ -569,7 +583,7 @@ class _CallRun:
             # A budget near its end pays for only this much output (see _ledger.budget).
             capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
             sent = attrs.evolve(sent, request=capped)
-        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
+        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress, hedge)
         self.pending = progress.lead  # what the provider did not deliver (no first chunk)
         match outcome:
             case AttemptSucceeded():
@@ -658,7 +672,7 @@ class _CallRun:
 
 
 async def _run_attempt(
-    route: Call, attempt: int, ticket: int, progress: AttemptProgress
+    route: Call, attempt: int, ticket: int, progress: AttemptProgress, hedge: float | None = None
 ) -> AttemptOutcome | None:
     """Hand the attempt to its provider; None when the provider died without an answer.
 
@@ -669,7 +683,8 @@ async def _run_attempt(
     with reply_to, reply:
         try:
             await put(
-                route.provider_mailbox, StartAttempt(route, attempt, ticket, progress, reply_to)
+                route.provider_mailbox,
+                StartAttempt(route, attempt, ticket, progress, reply_to, hedge),
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None

@@ -1,7 +1,8 @@
 """Choosing a deployment of a model group for each attempt. Pure: no tasks, no clock reads.
 
 A :class:`GroupRouter` holds what one model group's routing needs to remember (calls in flight
-per deployment, a moving average of time to first token, recent sends, cooldowns, affinities)
+per deployment, a moving average of time to first token, recent sends, cooldowns, slow marks,
+affinities)
 and answers :meth:`GroupRouter.choose`. Its owner (the Supervisor task) tells it when attempts
 start and end and passes the clock in, so every decision is tested synchronously and exactly.
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._errors import RateLimited
+from ._errors import CallTimeout, RateLimited
 from ._record import Record
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class GroupRouter:
         "in_flight",
         "models",
         "picks",
+        "slow_until",
         "ttft",
     )
 
@@ -112,6 +114,7 @@ class GroupRouter:
         self.picks = [0] * n
         self.ttft: list[float | None] = [None] * n
         self.cool_until = [-math.inf] * n
+        self.slow_until = [-math.inf] * n
         self._rate = [c[0] for c in capacities]
         self._window = [c[1] for c in capacities]
         self._window_limit = [c[2] for c in capacities]
@@ -124,12 +127,13 @@ class GroupRouter:
         return self.models.index(model)
 
     def usable(self, now: float, blocked: Callable[[int], bool] | None = None) -> list[int]:
-        """The deployments not cooling down and not ``blocked``, in the group's order."""
-        cool = self.cool_until
+        """The deployments not cooling down, not marked slow and not ``blocked``, in the
+        group's order."""
+        cool, slow = self.cool_until, self.slow_until
         return [
             i
             for i in range(len(self.models))
-            if now >= cool[i] and not (blocked is not None and blocked(i))
+            if now >= cool[i] and now >= slow[i] and not (blocked is not None and blocked(i))
         ]
 
     def choose(
@@ -144,7 +148,8 @@ class GroupRouter:
         """The deployment for the next attempt, or None when none is usable.
 
         Usable: not in ``exclude`` (the deployments this call already failed on), not cooling
-        down after a 429, and not ``blocked`` (its circuit breaker is open). With an
+        down after a 429, not marked slow (it missed the hedge time), and not ``blocked`` (its
+        circuit breaker is open, or another process's 429 cools it down). With an
         ``affinity`` key, the deployment that key went to last, while it stays usable.
         """
         if candidates is None:
@@ -238,6 +243,11 @@ class GroupRouter:
         if until > self.cool_until[i]:
             self.cool_until[i] = until
 
+    def slow(self, i: int, until: float) -> None:
+        """Deployment ``i`` missed the hedge time: pass it over until ``until`` (trio time)."""
+        if until > self.slow_until[i]:
+            self.slow_until[i] = until
+
 
 @attrs.frozen(repr=False)
 class DeploymentStatistics(Record):
@@ -253,6 +263,8 @@ class DeploymentStatistics(Record):
     """Moving average of admission to first token, in seconds (None before its first)."""
     cooling_left: float
     """Seconds it is still passed over after a 429."""
+    slow_left: float
+    """Seconds it is still passed over after it missed the group's hedge time."""
     breaker: str
     """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
 
@@ -295,8 +307,9 @@ class Routing:
         """Every deployment of group ``name``, in the order the call should try them: the
         strategy's choice first, then the other usable ones in the group's order after it (each
         failover goes to the next, so failovers spread), then those unusable now (cooling down,
-        breaker open) so that a call that may wait still has somewhere to go. The first is
-        counted as in flight. One strategy decision per call: this is on every call's path."""
+        marked slow, ``blocked``) so that a call that may wait still has somewhere to go. The
+        first is counted as in flight. One strategy decision per call: this is on every call's
+        path."""
         router = self.routers[name]
         key = (
             affinity_key(request, router.group.affinity)
@@ -343,6 +356,7 @@ class Routing:
                         calls=router.picks[i],
                         ttft=router.ttft[i],
                         cooling_left=max(0.0, router.cool_until[i] - now),
+                        slow_left=max(0.0, router.slow_until[i] - now),
                         breaker=breaker(provider, bare),
                     )
                 )
@@ -358,3 +372,5 @@ class Routing:
         if isinstance(error, RateLimited):
             wait = error.retry_after
             router.cool(i, now + (wait if wait is not None else self._cooldowns[name][i]))
+        elif isinstance(error, CallTimeout) and error.timeout_kind == "hedge":
+            router.slow(i, now + router.group.slow_for)
