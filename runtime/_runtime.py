@@ -456,6 +456,9 @@ class Runtime:
         self._routing = Routing(config.groups, rng or random.Random())
         """Model groups' routing state; the Supervisor reports attempts' ends to it."""
         self._group_specs: dict[str, tuple[ResolvedProvider, ...]] = {}
+        self._cooling: Callable[[str, float], float] | None = None
+        """A shared quota store's view of every key's cooldown (seconds left), other
+        processes' 429s included, for routing; None without a shared store."""
 
     async def _route(
         self, model: str
@@ -606,8 +609,12 @@ class Runtime:
         peers = self._peers
         now = trio.current_time()
 
+        cooling = self._cooling
+
         def blocked(i: int) -> bool:
-            return peers is not None and peers.breaker_open(specs[i], models[i], now)
+            if peers is not None and peers.breaker_open(specs[i], models[i], now):
+                return True
+            return cooling is not None and cooling(specs[i].quota_key(models[i]), now) > 0
 
         order = routing.order(name, request, now, blocked)
         return _routed(request, order), name, len(order)
@@ -1059,6 +1066,7 @@ async def open_runtime(
             observer=observer,
             rng=rng,
         )
+        rt._cooling = getattr(quota_store, "cooling", None)
         on_restart = observer.actor_restarted
         if config.cache.enabled:
             await rt._open_cache()

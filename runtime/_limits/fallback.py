@@ -152,6 +152,11 @@ class FallbackQuotaStore:
             await self.primary.cooldown_left(key, now), await self.local.cooldown_left(key, now)
         )
 
+    def cooling(self, key: str, now: float) -> float:
+        """See :meth:`RedisQuotaStore.cooling` (this process's own 429s reach routing as
+        errors, so the local share's cooldowns need not be added)."""
+        return self.primary.cooling(key, now)
+
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
     ) -> None:

@@ -21,6 +21,9 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
 * ``{p}:q:<key>:cd``: the end of its cooldown; ``{p}:q:<key>:p`` / ``:s``: sorted sets of the
   pending / open-stream slots held, scored by when the hold lapses (a process killed with
   ``kill -9`` stops renewing its holds, so they lapse).
+* ``{p}:cds``: every key cooling down, scored by the end of its cooldown (what a process reads
+  to route around other processes' cooldowns without asking per call); entries past their end
+  are dropped as it is read or written, and it expires with the last cooldown.
 * ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
 
@@ -295,6 +298,19 @@ if what == 'flush' then
   return {'ok', fmt(now)}
 end
 
+if what == 'cooling' then
+  -- Every key cooling down now: {'ok', now, key, until, key, until, ...}.
+  local cds = P .. ':cds'
+  redis.call('ZREMRANGEBYSCORE', cds, '-inf', fmt(now))
+  local out = {'ok', fmt(now)}
+  local found = redis.call('ZRANGE', cds, 0, -1, 'WITHSCORES')
+  for i = 1, #found, 2 do
+    out[#out + 1] = found[i]
+    out[#out + 1] = fmt(tonumber(found[i + 1]))
+  end
+  return out
+end
+
 local q = req.q
 local cdkey = qbase(q) .. ':cd'
 
@@ -304,6 +320,10 @@ if what == 'cooldown' then
   local old = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
   if old > untl then untl = old end
   redis.call('SET', cdkey, fmt(untl), 'PX', math.ceil((untl - now) * 1000) + 1000)
+  local cds = P .. ':cds'
+  redis.call('ZREMRANGEBYSCORE', cds, '-inf', fmt(now))
+  redis.call('ZADD', cds, fmt(untl), q)
+  extend(cds, math.ceil((untl - now) * 1000) + 1000)
   return {'ok', fmt(now), fmt(untl)}
 end
 

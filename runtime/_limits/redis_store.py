@@ -17,6 +17,12 @@ the background task every third of it while the attempt lives): a process killed
 its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
 their window by themselves.
 
+Cooldowns other processes set are known here without a round trip per call (:meth:`cooling`,
+which model groups' routing asks for every call): from every admission the script answered
+with a cooldown, and from a read of every key cooling down that the background task makes at
+most every ``view_interval`` seconds while someone keeps asking, so what routing sees is at most
+about that old.
+
 Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
 """
 
@@ -90,6 +96,7 @@ class RedisQuotaStore:
         lapse: float = 30.0,
         poll: float = 0.05,
         timeout: float = 2.0,
+        view_interval: float = 0.5,
     ) -> None:
         self._client = client
         self._script = client.register_script(QUOTA_SCRIPT)
@@ -105,6 +112,12 @@ class RedisQuotaStore:
         self._holds: set[str] = set()
         """Budget reservations this process holds, renewed until settled."""
         self._cooldowns: dict[str, float] = {}
+        """What this process knows of keys' cooldowns: when each ends (trio time)."""
+        self.view_interval = view_interval
+        self._view_due = -math.inf
+        """When the known cooldowns should next be read again from Redis (trio time)."""
+        self._view_wanted = False
+        """Someone asked :meth:`cooling` after ``_view_due``: the background task reads them."""
         self._usage: dict[str, dict[str, tuple[int, int]]] = {}
         self._dirty = trio.Event()
         self._lock = trio.Lock()
@@ -190,6 +203,8 @@ class RedisQuotaStore:
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
+                if self._view_wanted:
+                    await self.read_cooldowns(trio.current_time())
                 if trio.current_time() >= renew_at:
                     renew_at = trio.current_time() + self.lapse / 3
                     if self._held or self._holds:
@@ -263,6 +278,38 @@ class RedisQuotaStore:
 
     def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
         self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)
+
+    def cooling(self, key: str, now: float) -> float:
+        """Seconds left of ``key``'s cooldown as this process knows it, another process's
+        included, with no round trip: for routing, on every call's path. Asking also keeps
+        the background task reading every key's cooldown from Redis, at most every
+        ``view_interval`` seconds (none while nobody asks)."""
+        if now >= self._view_due and not self._view_wanted:
+            self._view_wanted = True
+            self._dirty.set()
+        until = self._cooldowns.get(key)
+        return 0.0 if until is None else max(0.0, until - now)
+
+    async def read_cooldowns(self, now: float) -> None:
+        """Learn every key's cooldown from Redis now (one round trip, which also carries the
+        queued work).
+
+        Raises:
+            StoreUnavailable: Redis did not answer (what is known stays as it was).
+        """
+        self._view_wanted = False
+        self._view_due = now + self.view_interval
+        reply = await self._run({"op": "cooling"}, now)
+        server_now = float(reply[1])
+        known = self._cooldowns
+        for key in [key for key, until in known.items() if until <= now]:
+            del known[key]  # over: forgotten, also keys this process never uses
+        for i in range(2, len(reply) - 1, 2):
+            key, until = str(reply[i]), float(reply[i + 1])
+            if until > server_now:
+                local = until if self._caller_clock else now + (until - server_now)
+                if local > known.get(key, -math.inf):
+                    known[key] = local
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
         if not reservation.ref:

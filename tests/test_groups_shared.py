@@ -1,0 +1,170 @@
+"""Model groups over a shared Redis store: routing sees the cooldowns other processes set.
+
+Two runtimes in one test stand for two processes: each has its own RedisQuotaStore (its own
+connection, its own view of the cooldowns) to the same ``redis-server``, and its own servers
+(httpx.MockTransport) for the same three deployments. Real clock (Redis is a real socket):
+the assertions are about where calls went and that none waited out the cooldown, not timing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import httpx
+import orjson
+import trio
+
+import sluice
+from sluice import ChatRequest, ModelGroup, ProviderConfig, RateLimited, RetryConfig
+from sluice._config import LedgerConfig, RuntimeConfig
+from sluice._limits.redis_store import RedisQuotaStore, open_redis_store
+
+HOSTS = ("x", "y", "z")
+RETRY_AFTER = 20
+
+WHOLE = orjson.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+)
+
+
+class Servers:
+    """One process's view of the deployments: each answers at once; those in ``limited``
+    answer 429 with a Retry-After."""
+
+    def __init__(self, limited: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.limited = limited
+        self.arrivals: dict[str, int] = defaultdict(int)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        self.arrivals[host] += 1
+        if host in self.limited:
+            body = {"error": {"type": "rate_limit_error", "message": "slow down"}}
+            return httpx.Response(429, headers={"retry-after": str(RETRY_AFTER)}, json=body)
+        return httpx.Response(200, headers={"content-type": "application/json"}, content=WHOLE)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+
+def config(weights: dict[str, float]) -> RuntimeConfig:
+    return RuntimeConfig(
+        providers={h: ProviderConfig(base_url=f"http://{h}/v1") for h in HOSTS},
+        groups={
+            "g": ModelGroup(
+                deployments=[{"model": f"{h}:m", "weight": weights.get(h, 1.0)} for h in HOSTS],
+                strategy="weighted",
+            )
+        },
+        retry=RetryConfig(max_attempts=1, jitter=0.0),
+        ledger=LedgerConfig(persist=False),
+    )
+
+
+async def a_429_on_x(store: RedisQuotaStore, cfg: RuntimeConfig) -> None:
+    """Process A: its call on deployment x gets a 429 asking for a pause, shared in Redis."""
+    servers = Servers({"x"})
+    async with sluice.open_runtime(
+        cfg, transport=servers.transport(), environ={}, quota_store=store
+    ) as a:
+        try:
+            await a.chat(ChatRequest(model="x:m", messages="hi", stream=False))
+        except RateLimited:
+            pass
+        else:
+            raise AssertionError("x answered 429")
+        with trio.fail_after(5):
+            while await store.cooldown_left("x", trio.current_time()) <= 0:
+                await trio.sleep(0.01)  # its limiter has told Redis of the pause
+
+
+async def route(rt: sluice.Runtime, n: int) -> list[Any]:
+    results = []
+    requests = (ChatRequest(model="g", messages=f"q{i}", stream=False) for i in range(n))
+    async with rt.map(requests, max_in_flight=8) as outcomes:
+        async for outcome in outcomes:
+            assert outcome.result is not None, outcome.error
+            results.append(outcome.result)
+    return results
+
+
+async def test_a_deployment_cooling_down_in_another_process_gets_no_calls_from_this_one(
+    redis_url,
+):
+    prefix = f"groups-{uuid.uuid4().hex}"
+    cfg = config({"x": 4.0})  # x is the deployment `weighted` prefers
+    servers = Servers()
+    with trio.fail_after(30):
+        async with (
+            open_redis_store(redis_url, prefix=prefix) as store_a,
+            open_redis_store(redis_url, prefix=prefix) as store_b,
+            sluice.open_runtime(
+                cfg, transport=servers.transport(), environ={}, quota_store=store_b
+            ) as b,
+        ):
+            before = await route(b, 20)  # B's routing reads the shared cooldowns from now on  # B's routing reads the shared cooldowns from now on
+            assert any(r.models_tried == ("x:m",) for r in before)
+            await a_429_on_x(store_a, cfg)
+            # B learns of A's pause from its store's view, without admitting anything on x.
+            trips = store_b.round_trips
+            with trio.fail_after(5):
+                while store_b.cooling("x", trio.current_time()) <= 0:
+                    await trio.sleep(0.01)
+            assert store_b.round_trips - trips <= 2  # the view, read in the background
+            left = store_b.cooling("x", trio.current_time())
+            assert RETRY_AFTER - 5 < left <= RETRY_AFTER
+            placed = {d.model: d.calls for d in (await b.statistics()).groups["g"]}
+            arrived = servers.arrivals["x"]
+            started = trio.current_time()
+            results = await route(b, 60)
+            after = {d.model: d.calls for d in (await b.statistics()).groups["g"]}
+            # No call of B was placed on x, none reached it, none waited out the pause.
+            assert after["x:m"] == placed["x:m"]
+            assert servers.arrivals["x"] == arrived
+            assert all(r.models_tried[-1] in ("y:m", "z:m") for r in results)
+            assert trio.current_time() - started < RETRY_AFTER / 2
+
+
+async def test_a_call_placed_before_the_view_knows_moves_on_without_waiting(redis_url):
+    """B's view is stale (it read the cooldowns before A's 429 and not since): the first call
+    placed on x learns of the pause from its admission and moves on at once (it does not wait
+    out the pause); B's routing then keeps the others off x."""
+    prefix = f"groups-{uuid.uuid4().hex}"
+    cfg = config({"x": 1e9})  # every call would go to x
+    servers = Servers()
+    with trio.fail_after(30):
+        async with (
+            open_redis_store(redis_url, prefix=prefix) as store_a,
+            open_redis_store(redis_url, prefix=prefix) as store_b,
+            sluice.open_runtime(
+                cfg, transport=servers.transport(), environ={}, quota_store=store_b
+            ) as b,
+        ):
+            await route(b, 1)  # reads the (empty) view once
+            store_b.view_interval = 3600.0  # and never again during this test
+            await trio.sleep(0.2)
+            await a_429_on_x(store_a, cfg)
+            assert store_b.cooling("x", trio.current_time()) == 0  # B does not know yet
+            arrived = servers.arrivals["x"]
+            started = trio.current_time()
+            for i in range(10):
+                result = await b.chat(ChatRequest(model="g", messages=f"q{i}", stream=False))
+                assert result.models_tried[-1] != "x:m"
+                if i == 0:
+                    assert result.models_tried[0] == "x:m"  # placed there, refused at once
+            assert trio.current_time() - started < RETRY_AFTER / 2
+            assert servers.arrivals["x"] == arrived
+            stats = {d.model: d for d in (await b.statistics()).groups["g"]}
+            assert stats["x:m"].calls == 1 + 1  # the first route() call, and the one refused
+            assert stats["x:m"].cooling_left > RETRY_AFTER - 5
