@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -20,6 +20,9 @@ import sluice
 from sluice import ChatRequest, ModelGroup, ProviderConfig, RateLimited, RetryConfig
 from sluice._config import LedgerConfig, RuntimeConfig
 from sluice._limits.redis_store import RedisQuotaStore, open_redis_store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 HOSTS = ("x", "y", "z")
 RETRY_AFTER = 20
@@ -84,9 +87,15 @@ async def a_429_on_x(store: RedisQuotaStore, cfg: RuntimeConfig) -> None:
             pass
         else:
             raise AssertionError("x answered 429")
-        with trio.fail_after(5):
-            while await store.cooldown_left("x", trio.current_time()) <= 0:
-                await trio.sleep(0.01)  # its limiter has told Redis of the pause
+        # Its limiter tells Redis of the pause (a round trip after the call ended).
+        await until(lambda: store.cooling("x", trio.current_time()) > 0)
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (5 s at most) for ``condition``, which another task makes true."""
+    with trio.fail_after(5):
+        while not condition():  # noqa: ASYNC110 (the state is a store's, told by no event)
+            await trio.sleep(0.01)
 
 
 async def route(rt: sluice.Runtime, n: int) -> list[Any]:
@@ -113,14 +122,12 @@ async def test_a_deployment_cooling_down_in_another_process_gets_no_calls_from_t
                 cfg, transport=servers.transport(), environ={}, quota_store=store_b
             ) as b,
         ):
-            before = await route(b, 20)  # B's routing reads the shared cooldowns from now on  # B's routing reads the shared cooldowns from now on
+            before = await route(b, 20)  # B's routing reads the shared cooldowns from now on
             assert any(r.models_tried == ("x:m",) for r in before)
             await a_429_on_x(store_a, cfg)
             # B learns of A's pause from its store's view, without admitting anything on x.
             trips = store_b.round_trips
-            with trio.fail_after(5):
-                while store_b.cooling("x", trio.current_time()) <= 0:
-                    await trio.sleep(0.01)
+            await until(lambda: store_b.cooling("x", trio.current_time()) > 0)
             assert store_b.round_trips - trips <= 2  # the view, read in the background
             left = store_b.cooling("x", trio.current_time())
             assert RETRY_AFTER - 5 < left <= RETRY_AFTER
