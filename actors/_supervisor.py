@@ -79,7 +79,7 @@ from sluice._retry_policy import (
     describe,
     when_blocked,
 )
-from sluice._routing import Routing
+from sluice._routing import Routing, breaker_mark
 from sluice._tools.correct import NO_CORRECTIONS, Corrections
 from sluice.providers._registry import ResolvedProvider
 
@@ -181,6 +181,14 @@ class SupervisorPeers(Record):
         """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open)."""
         breaker = self.breaker(provider, model, now)
         return breaker is not None and breaker.state(now) == "open"
+
+    def breaker_key(self, provider: ResolvedProvider, model: str) -> str | None:
+        """The key of ``model`` of ``provider``'s breaker: ``provider:model``, or ``provider``
+        when its config scopes the breaker to the whole provider; None without a breaker."""
+        config = provider.breaker
+        if config is None:
+            return None
+        return provider.name if config.scope == "provider" else f"{provider.name}:{model}"
 
     def breaker(self, provider: ResolvedProvider, model: str, now: float) -> CircuitBreaker | None:
         """The breaker for ``model`` of ``provider``: one per model unless the provider's
@@ -609,7 +617,24 @@ class _CallRun:
                     return None
                 if blames_backend(error):
                     ticket.failed(trio.current_time(), describe(error))
+                    self._share_breaker(route)
                 return error, delivered
+
+    def _share_breaker(self, route: Call) -> None:
+        """After a failure of ``route``'s backend: with a shared store, if its breaker is open,
+        have every process's routing pass it over until it half-opens (when this process
+        probes it). Not on every call's path: only after a failure."""
+        peers = self.peers
+        shared = peers.routing.shared if peers.routing is not None else None
+        if shared is None:
+            return
+        now = trio.current_time()
+        key = peers.breaker_key(route.provider, route.model)
+        breaker = peers.breaker(route.provider, route.model, now)
+        if key is None or breaker is None:
+            return
+        if breaker.state(now) == "open":
+            shared.avoid(breaker_mark(key), breaker.retry_in(now), now)
 
     def _finalize(self, route: Call, output: AttemptOutput) -> AttemptOutput:
         """The attempt's output with its tool calls recovered, repaired and checked.

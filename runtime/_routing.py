@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -37,14 +37,44 @@ __all__ = [
     "DeploymentStatistics",
     "GroupRouter",
     "Routing",
+    "SharedMarks",
     "affinity_key",
+    "breaker_mark",
     "request_capacity",
+    "slow_mark",
 ]
 
 MAX_AFFINITIES = 10_000
 """Affinity keys remembered per group, least recently used dropped first."""
 PREFIX_CHARS = 1024
 """``affinity="prefix"``: calls whose prompts agree on this many first characters go together."""
+
+
+class SharedMarks(Protocol):
+    """What several processes' routing share through a shared quota store (the Redis one),
+    each answered from the store's local view: no round trip per call."""
+
+    def cooling(self, key: str, now: float) -> float:
+        """Seconds left of quota key ``key``'s cooldown (any process's 429)."""
+        ...
+
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        """Have every process's routing pass ``name`` over for ``seconds`` (more than 0)."""
+        ...
+
+    def avoided(self, name: str, now: float) -> float:
+        """Seconds ``name`` is still passed over."""
+        ...
+
+
+def slow_mark(model: str) -> str:
+    """The shared name of deployment ``model`` (``provider:model``) marked slow."""
+    return "slow:" + model
+
+
+def breaker_mark(key: str) -> str:
+    """The shared name of the breaker ``key`` (``provider:model`` or ``provider``) opened."""
+    return "breaker:" + key
 
 
 def request_capacity(limits: RateLimitConfig, weight: float) -> tuple[float, float, int | None]:
@@ -278,13 +308,16 @@ class Routing:
     on every exit path.
     """
 
-    __slots__ = ("_cooldowns", "_rng", "groups", "routers")
+    __slots__ = ("_cooldowns", "_rng", "groups", "routers", "shared")
 
     def __init__(self, groups: Mapping[str, ModelGroup], rng: random.Random) -> None:
         self.groups = groups
         self.routers: dict[str, GroupRouter] = {}
         self._cooldowns: dict[str, list[float]] = {}
         self._rng = rng
+        self.shared: SharedMarks | None = None
+        """A shared quota store: slow marks go to every process's routing through it (the
+        runtime also reads its cooldowns and other processes' marks when it places a call)."""
 
     def add(self, name: str, limits: Sequence[RateLimitConfig]) -> GroupRouter:
         """The router of group ``name``, made from its deployments' rate limits (in order)."""
@@ -374,3 +407,5 @@ class Routing:
             router.cool(i, now + (wait if wait is not None else self._cooldowns[name][i]))
         elif isinstance(error, CallTimeout) and error.timeout_kind == "hedge":
             router.slow(i, now + router.group.slow_for)
+            if self.shared is not None:
+                self.shared.avoid(slow_mark(model), router.group.slow_for, now)

@@ -14,7 +14,7 @@ import random
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
@@ -45,7 +45,7 @@ from ._mail import (
 from ._messages import ChatRequest, ChatResult, Deadlines, Message, split_model
 from ._record import Record
 from ._retry_budget import RetryBudget
-from ._routing import DeploymentStatistics, Routing
+from ._routing import DeploymentStatistics, Routing, breaker_mark, slow_mark
 from .providers._codec import provider_codec
 from .providers._registry import ResolvedProvider, resolve_provider
 
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from ._observe.metrics import Metrics
     from ._observe.observer import Observer
     from ._observe.records import Hooks
+    from ._routing import SharedMarks
     from ._tools.preparation import Prepared
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport
@@ -456,9 +457,6 @@ class Runtime:
         self._routing = Routing(config.groups, rng or random.Random())
         """Model groups' routing state; the Supervisor reports attempts' ends to it."""
         self._group_specs: dict[str, tuple[ResolvedProvider, ...]] = {}
-        self._cooling: Callable[[str, float], float] | None = None
-        """A shared quota store's view of every key's cooldown (seconds left), other
-        processes' 429s included, for routing; None without a shared store."""
 
     async def _route(
         self, model: str
@@ -609,12 +607,21 @@ class Runtime:
         peers = self._peers
         now = trio.current_time()
 
-        cooling = self._cooling
+        shared = routing.shared
 
         def blocked(i: int) -> bool:
-            if peers is not None and peers.breaker_open(specs[i], models[i], now):
+            spec, model = specs[i], models[i]
+            if peers is not None and peers.breaker_open(spec, model, now):
                 return True
-            return cooling is not None and cooling(specs[i].quota_key(models[i]), now) > 0
+            if shared is None:
+                return False
+            # What other processes know: a cooldown, a slow mark, a breaker they opened.
+            if shared.cooling(spec.quota_key(model), now) > 0:
+                return True
+            if shared.avoided(slow_mark(group.deployments[i].model), now) > 0:
+                return True
+            key = peers.breaker_key(spec, model) if peers is not None else None
+            return key is not None and shared.avoided(breaker_mark(key), now) > 0
 
         order = routing.order(name, request, now, blocked)
         return _routed(request, order), name, len(order)
@@ -1066,7 +1073,8 @@ async def open_runtime(
             observer=observer,
             rng=rng,
         )
-        rt._cooling = getattr(quota_store, "cooling", None)
+        if hasattr(quota_store, "avoided"):  # a shared store: routing sees other processes
+            rt._routing.shared = cast("SharedMarks", quota_store)
         on_restart = observer.actor_restarted
         if config.cache.enabled:
             await rt._open_cache()

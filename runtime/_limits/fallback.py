@@ -157,6 +157,12 @@ class FallbackQuotaStore:
         errors, so the local share's cooldowns need not be added)."""
         return self.primary.cooling(key, now)
 
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        self.primary.avoid(name, seconds, now)
+
+    def avoided(self, name: str, now: float) -> float:
+        return self.primary.avoided(name, now)
+
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
     ) -> None:
