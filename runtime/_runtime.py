@@ -457,6 +457,8 @@ class Runtime:
         self._routing = Routing(config.groups, rng or random.Random())
         """Model groups' routing state; the Supervisor reports attempts' ends to it."""
         self._group_specs: dict[str, tuple[ResolvedProvider, ...]] = {}
+        self._group_names: dict[str, tuple[tuple[str, str, str | None], ...]] = {}
+        """Per group, what a shared store knows each deployment by (see _shared_names)."""
 
     async def _route(
         self, model: str
@@ -608,23 +610,44 @@ class Runtime:
         now = trio.current_time()
 
         shared = routing.shared
+        names = self._shared_names(name, specs, models) if shared is not None else ()
 
         def blocked(i: int) -> bool:
-            spec, model = specs[i], models[i]
-            if peers is not None and peers.breaker_open(spec, model, now):
+            if peers is not None and peers.breaker_open(specs[i], models[i], now):
                 return True
             if shared is None:
                 return False
             # What other processes know: a cooldown, a slow mark, a breaker they opened.
-            if shared.cooling(spec.quota_key(model), now) > 0:
+            quota_key, slow, breaker = names[i]
+            if shared.cooling(quota_key, now) > 0 or shared.avoided(slow, now) > 0:
                 return True
-            if shared.avoided(slow_mark(group.deployments[i].model), now) > 0:
-                return True
-            key = peers.breaker_key(spec, model) if peers is not None else None
-            return key is not None and shared.avoided(breaker_mark(key), now) > 0
+            return breaker is not None and shared.avoided(breaker, now) > 0
 
         order = routing.order(name, request, now, blocked)
         return _routed(request, order), name, len(order)
+
+    def _shared_names(
+        self, group: str, specs: tuple[ResolvedProvider, ...], models: list[str]
+    ) -> tuple[tuple[str, str, str | None], ...]:
+        """Per deployment of ``group``, the names a shared store knows it by: its quota key,
+        its slow mark and its breaker's mark (None without a breaker). Made once per group,
+        like the group's provider specs."""
+        names = self._group_names.get(group)
+        if names is None:
+            peers = self._peers
+            deployments = self.config.groups[group].deployments
+            made = []
+            for spec, model, deployment in zip(specs, models, deployments, strict=True):
+                breaker = peers.breaker_key(spec, model) if peers is not None else None
+                made.append(
+                    (
+                        spec.quota_key(model),
+                        slow_mark(deployment.model),
+                        None if breaker is None else breaker_mark(breaker),
+                    )
+                )
+            names = self._group_names[group] = tuple(made)
+        return names
 
     async def _open_cache(self) -> ResponseCache:
         from ._cache import ResponseCache  # only a runtime that caches loads the cache
