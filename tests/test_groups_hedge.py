@@ -26,6 +26,7 @@ from sluice import (
     Deadlines,
     ModelGroup,
     ProviderConfig,
+    RateLimitConfig,
     RuntimeConfig,
 )
 from sluice._config import load_config
@@ -93,6 +94,10 @@ class Hosts:
             return httpx.Response(
                 200, headers={"content-type": "text/event-stream"}, stream=_Never(self, host)
             )
+        if kind == "429":
+            await trio.sleep(OK_AFTER)
+            body = {"error": {"type": "rate_limit_error", "message": "slow down"}}
+            return httpx.Response(429, headers={"retry-after": "10"}, json=body)
         if kind == "slow-body":
             return httpx.Response(
                 200, headers={"content-type": "application/json"}, stream=_Late(WHOLE)
@@ -310,6 +315,34 @@ async def test_hedged_attempts_count_against_the_breaker_and_free_its_probe(auto
     # 1.25 s. Three hedged attempts open the breaker at 5.5 for 5 s; its probe at 10.5 is
     # hedged and opens it again until 16.5, when the next probe goes: each probe was settled.
     assert hosts.arrivals["h1"] == [0.0, 2.25, 4.5, 10.5, 16.5]
+
+
+@virtual_deadline(60)
+async def test_a_call_queued_on_a_deployment_whose_429_arrives_moves_on_at_once(autojump_clock):
+    """The second call waits for x's one pending slot; x's answer to the first is a 429 with a
+    10 s pause: the waiting call leaves the queue then, instead of waiting out the pause."""
+    hosts = Hosts({"x": "429", "y": "ok"})
+    cfg = config(hosts.kinds, weights={"x": 1e9})
+    limited = attrs.evolve(cfg.providers["x"], rate_limit=RateLimitConfig(max_pending=1))
+    cfg = attrs.evolve(cfg, providers={**cfg.providers, "x": limited})
+    async with sluice.open_runtime(
+        cfg, transport=hosts.transport(), environ={}, rng=random.Random(1)
+    ) as rt:
+        results: dict[int, sluice.ChatResult] = {}
+
+        async def one(i: int) -> None:
+            results[i] = await rt.chat(ChatRequest(model="g", messages=f"q{i}"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, 0)
+            await trio.sleep(0.01)
+            nursery.start_soon(one, 1)
+        first, second = results[0], results[1]
+        assert first.models_tried == second.models_tried == ("x:m", "y:m")
+        assert first.timings.total == pytest.approx(2 * OK_AFTER, abs=1e-9)
+        assert second.timings.total == pytest.approx(2 * OK_AFTER - 0.01, abs=1e-9)
+        assert len(hosts.arrivals["x"]) == 1  # the queued call never reached x
+        await assert_nothing_held(rt)
 
 
 def test_a_bad_hedge_or_slow_for_is_a_clear_config_error():
