@@ -234,6 +234,11 @@ class _Attempt:
         self.first_floor = False
         """The deadline before the first chunk is the reply limits' ``read_idle_timeout``,
         as the call has no first-token deadline (set by :meth:`run`)."""
+        self.first_deadline = math.inf
+        """When the first-token deadline (or its stand-in) passes (set by :meth:`run`)."""
+        self.hedge_at = math.inf
+        """When the group's hedge time passes, while it still applies (see
+        :attr:`StartAttempt.hedge`): inf once the answer began."""
         self.arguments = _argument_streams(msg.call)
         """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
 
@@ -316,9 +321,11 @@ class _Attempt:
         if first is None:
             first = self.ctx.limits.read_idle_timeout
             self.first_floor = first is not None
-        with trio.CancelScope(
-            deadline=min(call.deadline, now + first if first is not None else math.inf)
-        ) as scope:
+        self.first_deadline = min(call.deadline, now + first if first is not None else math.inf)
+        hedge = self.msg.hedge
+        if hedge is not None and now + hedge < self.first_deadline:
+            self.hedge_at = now + hedge
+        with trio.CancelScope(deadline=min(self.first_deadline, self.hedge_at)) as scope:
             self.scope = scope
             call.control.watch(scope)
             try:
@@ -337,8 +344,16 @@ class _Attempt:
     def _timeout(self) -> CallTimeout:
         """Which deadline fired, told apart by the clock."""
         call = self.call
-        if trio.current_time() >= call.deadline:
+        now = trio.current_time()
+        if now >= call.deadline:
             return CallTimeout("the call's total deadline passed", timeout_kind="total")
+        if self.first_token_at is None and now >= self.hedge_at:
+            what = "no reply" if self.headers is None else "no first chunk"
+            return CallTimeout(
+                f"{what} within the model group's hedge time ({self.msg.hedge:g} s): the call"
+                " moves on to another deployment",
+                timeout_kind="hedge",
+            )
         if self.first_token_at is None:
             if self.first_floor:
                 return CallTimeout(
@@ -404,6 +419,10 @@ class _Attempt:
             form = reply_form(content_type)
             if form is None:
                 form = STREAM if call.request.stream else None
+            if form is not STREAM and self.hedge_at < math.inf:
+                # A whole reply has begun: its body may take the whole generation to come.
+                self.hedge_at = math.inf
+                self.scope.deadline = self.first_deadline
             if form is STREAM:
                 output = await self._read_stream(response)
             elif form is FOREIGN:
@@ -443,6 +462,7 @@ class _Attempt:
         """Note the first chunk: free the pending slot and build the FirstToken event."""
         now = trio.current_time()
         self.first_token_at = now
+        self.hedge_at = math.inf
         await self.ctx.limiter.release(self.msg.ticket)
         call = self.call
         progress = self.msg.progress

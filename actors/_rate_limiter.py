@@ -291,7 +291,7 @@ class _Limiter:
                         if len(keys) >= self.sweep_at:
                             self.sweep(now)
                         touched = keys[name] = _new_key(name, msg.limits)
-                    if msg.fail_on_cooldown and touched.cooldown_end > now:
+                    if msg.fail_on_cooldown and await self.cooling(touched, now):
                         _refuse(msg, _cooling(touched, now))
                         touched = None  # nothing queued, nothing to admit
                     else:
@@ -331,6 +331,27 @@ class _Limiter:
                 if key.wake == when:
                     await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    async def cooling(self, key: _Key, now: float) -> bool:
+        """Whether ``key`` cools down now: after a 429 this process saw, or, with a shared
+        store, one it knows another process saw (no round trip: what the store last heard)."""
+        if key.cooldown_end > now:
+            return True
+        left = await self.store.cooldown_left(key.name, now)
+        if left <= 0:
+            return False
+        key.cooldown_end = now + left
+        return True
+
+    def refuse_cooling(self, key: _Key, now: float) -> None:
+        """Refuse the waiters that will not wait out ``key``'s cooldown (``fail_on_cooldown``):
+        they were queued before this process learned of it (another process's 429)."""
+        refusal = None
+        for waiter in key.waiters.live():
+            if waiter.fail_on_cooldown:
+                key.waiters.remove(waiter)
+                refusal = refusal or _cooling(key, now)
+                _refuse(waiter, refusal)
 
     def sweep(self, now: float) -> int:
         """Drop every key at rest whose store state carries nothing; return how many."""
@@ -403,6 +424,8 @@ class _Limiter:
             return math.inf
         left = await store.cooldown_left(key.name, now)
         if left > 0:
+            key.cooldown_end = max(key.cooldown_end, now + left)
+            self.refuse_cooling(key, now)
             return now + left
         if key.spread_armed:
             key.spread_armed = False
@@ -454,6 +477,8 @@ class _Limiter:
                 _refuse(waiter, _budget_refused(reserved))
                 continue
             if not isinstance(reserved, Reservation):
+                if store.shared and await self.cooling(key, now):
+                    self.refuse_cooling(key, now)  # the store told of another process's 429
                 return now + reserved
             waiters.pop(waiter)
             if key.spread:

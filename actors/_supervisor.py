@@ -79,7 +79,7 @@ from sluice._retry_policy import (
     describe,
     when_blocked,
 )
-from sluice._routing import Routing
+from sluice._routing import Routing, breaker_mark
 from sluice._tools.correct import NO_CORRECTIONS, Corrections
 from sluice.providers._registry import ResolvedProvider
 
@@ -181,6 +181,14 @@ class SupervisorPeers(Record):
         """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open)."""
         breaker = self.breaker(provider, model, now)
         return breaker is not None and breaker.state(now) == "open"
+
+    def breaker_key(self, provider: ResolvedProvider, model: str) -> str | None:
+        """The key of ``model`` of ``provider``'s breaker: ``provider:model``, or ``provider``
+        when its config scopes the breaker to the whole provider; None without a breaker."""
+        config = provider.breaker
+        if config is None:
+            return None
+        return provider.name if config.scope == "provider" else f"{provider.name}:{model}"
 
     def breaker(self, provider: ResolvedProvider, model: str, now: float) -> CircuitBreaker | None:
         """The breaker for ``model`` of ``provider``: one per model unless the provider's
@@ -379,10 +387,16 @@ class _CallRun:
         The decisions are :mod:`sluice._retry_policy`'s; this loop carries them out. ``last``:
         no fallback model follows, so a call in ``wait`` mode waits out an open breaker here
         instead of moving on. ``fails_over``: another deployment of the call's group follows,
-        so a retryable failure returns at once for the call to move there.
+        so a retryable failure returns at once for the call to move there, a cooldown is not
+        waited out (another process's 429 included), and an attempt that does not answer
+        within the group's hedge time is given up.
         """
         peers, call = self.peers, self.call
         waits = call.request.waits and last
+        hedge = None
+        if fails_over:
+            assert peers.routing is not None and call.group is not None
+            hedge = peers.routing.groups[call.group].hedge or None
         lost = 0
         corrections = NO_CORRECTIONS
         retrying: CallError | None = None
@@ -424,7 +438,7 @@ class _CallRun:
                 ticket = admitted
             with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
                 self.attempt += 1
-                step = await self._attempt(route, ticket, corrections, waits)
+                step = await self._attempt(route, ticket, corrections, waits, fails_over, hedge)
             match step:
                 case ChatResult() | None:
                     return step
@@ -507,10 +521,18 @@ class _CallRun:
         return state if waits or not state.waits else attrs.evolve(state, waits=False)
 
     async def _attempt(
-        self, route: Call, ticket: Ticket, corrections: Corrections, waits: bool
+        self,
+        route: Call,
+        ticket: Ticket,
+        corrections: Corrections,
+        waits: bool,
+        moves: bool = False,
+        hedge: float | None = None,
     ) -> ChatResult | tuple[CallError, int] | _Correct | _Lost | _WaitedOut | None:
         """Admission and one attempt, with ``ticket`` given its verdict on the backend when
-        there is one. None: the consumer left."""
+        there is one. None: the consumer left. ``moves``: the call can move to another
+        deployment, so it does not wait out a cooldown; ``hedge``: the attempt is given up
+        when no answer came within that many seconds."""
         peers, call = self.peers, self.call
         now = trio.current_time()
         self.pending.append(Queued(call.call_id, self.attempt, now))
@@ -532,7 +554,7 @@ class _CallRun:
                         call.request.tag,
                         output_set=route.request.max_tokens is not None,
                     ),
-                    fail_on_cooldown=not call.request.retry_visible,
+                    fail_on_cooldown=moves or not call.request.retry_visible,
                 )
             except CallError as refused:
                 return self._fix(refused, route), 0
@@ -569,7 +591,7 @@ class _CallRun:
             # A budget near its end pays for only this much output (see _ledger.budget).
             capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
             sent = attrs.evolve(sent, request=capped)
-        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress)
+        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress, hedge)
         self.pending = progress.lead  # what the provider did not deliver (no first chunk)
         match outcome:
             case AttemptSucceeded():
@@ -595,7 +617,24 @@ class _CallRun:
                     return None
                 if blames_backend(error):
                     ticket.failed(trio.current_time(), describe(error))
+                    self._share_breaker(route)
                 return error, delivered
+
+    def _share_breaker(self, route: Call) -> None:
+        """After a failure of ``route``'s backend: with a shared store, if its breaker is open,
+        have every process's routing pass it over until it half-opens (when this process
+        probes it). Not on every call's path: only after a failure."""
+        peers = self.peers
+        shared = peers.routing.shared if peers.routing is not None else None
+        if shared is None:
+            return
+        now = trio.current_time()
+        key = peers.breaker_key(route.provider, route.model)
+        breaker = peers.breaker(route.provider, route.model, now)
+        if key is None or breaker is None:
+            return
+        if breaker.state(now) == "open":
+            shared.avoid(breaker_mark(key), breaker.retry_in(now), now)
 
     def _finalize(self, route: Call, output: AttemptOutput) -> AttemptOutput:
         """The attempt's output with its tool calls recovered, repaired and checked.
@@ -658,7 +697,7 @@ class _CallRun:
 
 
 async def _run_attempt(
-    route: Call, attempt: int, ticket: int, progress: AttemptProgress
+    route: Call, attempt: int, ticket: int, progress: AttemptProgress, hedge: float | None = None
 ) -> AttemptOutcome | None:
     """Hand the attempt to its provider; None when the provider died without an answer.
 
@@ -669,7 +708,8 @@ async def _run_attempt(
     with reply_to, reply:
         try:
             await put(
-                route.provider_mailbox, StartAttempt(route, attempt, ticket, progress, reply_to)
+                route.provider_mailbox,
+                StartAttempt(route, attempt, ticket, progress, reply_to, hedge),
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None

@@ -13,6 +13,7 @@ config directory, :func:`default_config_path`) and lays environment overrides ov
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -434,6 +435,11 @@ def _deployments(value: Any) -> tuple[Deployment, ...]:
     return found
 
 
+def _finite(_instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value):
+        raise ValueError(f"'{attribute.name}' must be a finite number of seconds, got {value!r}")
+
+
 RoutingStrategy = Literal["least-busy", "lowest-latency", "most-headroom", "weighted"]
 
 
@@ -462,6 +468,16 @@ class ModelGroup(Record):
     """``lowest-latency``: the share of calls sent to a deployment other than the fastest."""
     latency_halflife: float = attrs.field(default=20.0, validator=gt(0))
     """``lowest-latency``: calls after which an old time to first token counts half."""
+    hedge: float = attrs.field(default=5.0, validator=[ge(0), _finite])
+    """Seconds an attempt may go without an answer (a streamed call: its first chunk; any
+    other: the reply's head) while another deployment of the group could take the call. Past
+    it, the attempt is abandoned, the deployment is marked slow, and the call moves on; the
+    first-token deadline still bounds the last deployment tried. Set it above the slowest
+    time to first token the group's models normally take (reasoning models may think for
+    long before their first chunk). 0: never move a call for slowness."""
+    slow_for: float = attrs.field(default=30.0, validator=[gt(0), _finite])
+    """Seconds a deployment that missed the hedge time is passed over by routing while
+    another is usable."""
 
 
 def _group_names(_instance: Any, _attribute: Any, value: Mapping[str, ModelGroup]) -> None:

@@ -200,7 +200,9 @@ class ProtocolError(RetryableError):
 class CallTimeout(RetryableError):
     """A deadline passed."""
 
-    timeout_kind: Literal["connect", "first_token", "idle", "total"] = "total"
+    timeout_kind: Literal["connect", "first_token", "idle", "total", "hedge"] = "total"
+    """Which one: ``hedge`` is a model group's hedge time, after which a call that has another
+    deployment to go to leaves one that has not answered (see ``ModelGroup.hedge``)."""
 
 
 class FatalError(CallError):

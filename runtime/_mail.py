@@ -299,6 +299,10 @@ class StartAttempt(Record):
     ticket: int
     progress: AttemptProgress
     reply_to: trio.MemorySendChannel[AttemptOutcome]
+    hedge: float | None = None
+    """A model group's hedge time when the call has another deployment to move to: the
+    attempt gives up (``CallTimeout`` of kind ``hedge``) if no answer came by then (a stream:
+    its first chunk; a whole reply: its head)."""
 
 
 ProviderMsg: TypeAlias = StartAttempt

@@ -1,7 +1,8 @@
 """Choosing a deployment of a model group for each attempt. Pure: no tasks, no clock reads.
 
 A :class:`GroupRouter` holds what one model group's routing needs to remember (calls in flight
-per deployment, a moving average of time to first token, recent sends, cooldowns, affinities)
+per deployment, a moving average of time to first token, recent sends, cooldowns, slow marks,
+affinities)
 and answers :meth:`GroupRouter.choose`. Its owner (the Supervisor task) tells it when attempts
 start and end and passes the clock in, so every decision is tested synchronously and exactly.
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from ._errors import RateLimited
+from ._errors import CallTimeout, RateLimited
 from ._record import Record
 
 if TYPE_CHECKING:
@@ -36,14 +37,44 @@ __all__ = [
     "DeploymentStatistics",
     "GroupRouter",
     "Routing",
+    "SharedMarks",
     "affinity_key",
+    "breaker_mark",
     "request_capacity",
+    "slow_mark",
 ]
 
 MAX_AFFINITIES = 10_000
 """Affinity keys remembered per group, least recently used dropped first."""
 PREFIX_CHARS = 1024
 """``affinity="prefix"``: calls whose prompts agree on this many first characters go together."""
+
+
+class SharedMarks(Protocol):
+    """What several processes' routing share through a shared quota store (the Redis one),
+    each answered from the store's local view: no round trip per call."""
+
+    def cooling(self, key: str, now: float) -> float:
+        """Seconds left of quota key ``key``'s cooldown (any process's 429)."""
+        ...
+
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        """Have every process's routing pass ``name`` over for ``seconds`` (more than 0)."""
+        ...
+
+    def avoided(self, name: str, now: float) -> float:
+        """Seconds ``name`` is still passed over."""
+        ...
+
+
+def slow_mark(model: str) -> str:
+    """The shared name of deployment ``model`` (``provider:model``) marked slow."""
+    return "slow:" + model
+
+
+def breaker_mark(key: str) -> str:
+    """The shared name of the breaker ``key`` (``provider:model`` or ``provider``) opened."""
+    return "breaker:" + key
 
 
 def request_capacity(limits: RateLimitConfig, weight: float) -> tuple[float, float, int | None]:
@@ -94,6 +125,7 @@ class GroupRouter:
         "in_flight",
         "models",
         "picks",
+        "slow_until",
         "ttft",
     )
 
@@ -112,6 +144,7 @@ class GroupRouter:
         self.picks = [0] * n
         self.ttft: list[float | None] = [None] * n
         self.cool_until = [-math.inf] * n
+        self.slow_until = [-math.inf] * n
         self._rate = [c[0] for c in capacities]
         self._window = [c[1] for c in capacities]
         self._window_limit = [c[2] for c in capacities]
@@ -124,12 +157,13 @@ class GroupRouter:
         return self.models.index(model)
 
     def usable(self, now: float, blocked: Callable[[int], bool] | None = None) -> list[int]:
-        """The deployments not cooling down and not ``blocked``, in the group's order."""
-        cool = self.cool_until
+        """The deployments not cooling down, not marked slow and not ``blocked``, in the
+        group's order."""
+        cool, slow = self.cool_until, self.slow_until
         return [
             i
             for i in range(len(self.models))
-            if now >= cool[i] and not (blocked is not None and blocked(i))
+            if now >= cool[i] and now >= slow[i] and not (blocked is not None and blocked(i))
         ]
 
     def choose(
@@ -144,7 +178,8 @@ class GroupRouter:
         """The deployment for the next attempt, or None when none is usable.
 
         Usable: not in ``exclude`` (the deployments this call already failed on), not cooling
-        down after a 429, and not ``blocked`` (its circuit breaker is open). With an
+        down after a 429, not marked slow (it missed the hedge time), and not ``blocked`` (its
+        circuit breaker is open, or another process's 429 cools it down). With an
         ``affinity`` key, the deployment that key went to last, while it stays usable.
         """
         if candidates is None:
@@ -238,6 +273,11 @@ class GroupRouter:
         if until > self.cool_until[i]:
             self.cool_until[i] = until
 
+    def slow(self, i: int, until: float) -> None:
+        """Deployment ``i`` missed the hedge time: pass it over until ``until`` (trio time)."""
+        if until > self.slow_until[i]:
+            self.slow_until[i] = until
+
 
 @attrs.frozen(repr=False)
 class DeploymentStatistics(Record):
@@ -253,6 +293,8 @@ class DeploymentStatistics(Record):
     """Moving average of admission to first token, in seconds (None before its first)."""
     cooling_left: float
     """Seconds it is still passed over after a 429."""
+    slow_left: float
+    """Seconds it is still passed over after it missed the group's hedge time."""
     breaker: str
     """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
 
@@ -266,13 +308,16 @@ class Routing:
     on every exit path.
     """
 
-    __slots__ = ("_cooldowns", "_rng", "groups", "routers")
+    __slots__ = ("_cooldowns", "_rng", "groups", "routers", "shared")
 
     def __init__(self, groups: Mapping[str, ModelGroup], rng: random.Random) -> None:
         self.groups = groups
         self.routers: dict[str, GroupRouter] = {}
         self._cooldowns: dict[str, list[float]] = {}
         self._rng = rng
+        self.shared: SharedMarks | None = None
+        """A shared quota store: slow marks go to every process's routing through it (the
+        runtime also reads its cooldowns and other processes' marks when it places a call)."""
 
     def add(self, name: str, limits: Sequence[RateLimitConfig]) -> GroupRouter:
         """The router of group ``name``, made from its deployments' rate limits (in order)."""
@@ -295,8 +340,9 @@ class Routing:
         """Every deployment of group ``name``, in the order the call should try them: the
         strategy's choice first, then the other usable ones in the group's order after it (each
         failover goes to the next, so failovers spread), then those unusable now (cooling down,
-        breaker open) so that a call that may wait still has somewhere to go. The first is
-        counted as in flight. One strategy decision per call: this is on every call's path."""
+        marked slow, ``blocked``) so that a call that may wait still has somewhere to go. The
+        first is counted as in flight. One strategy decision per call: this is on every call's
+        path."""
         router = self.routers[name]
         key = (
             affinity_key(request, router.group.affinity)
@@ -343,6 +389,7 @@ class Routing:
                         calls=router.picks[i],
                         ttft=router.ttft[i],
                         cooling_left=max(0.0, router.cool_until[i] - now),
+                        slow_left=max(0.0, router.slow_until[i] - now),
                         breaker=breaker(provider, bare),
                     )
                 )
@@ -358,3 +405,7 @@ class Routing:
         if isinstance(error, RateLimited):
             wait = error.retry_after
             router.cool(i, now + (wait if wait is not None else self._cooldowns[name][i]))
+        elif isinstance(error, CallTimeout) and error.timeout_kind == "hedge":
+            router.slow(i, now + router.group.slow_for)
+            if self.shared is not None:
+                self.shared.avoid(slow_mark(model), router.group.slow_for, now)

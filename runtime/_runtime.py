@@ -14,7 +14,7 @@ import random
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
@@ -46,7 +46,7 @@ from ._mail import (
 from ._messages import ChatRequest, ChatResult, Deadlines, Message, split_model
 from ._record import Record
 from ._retry_budget import RetryBudget
-from ._routing import DeploymentStatistics, Routing
+from ._routing import DeploymentStatistics, Routing, breaker_mark, slow_mark
 from .providers._codec import provider_codec
 from .providers._registry import ResolvedProvider, resolve_provider
 
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from ._observe.metrics import Metrics
     from ._observe.observer import Observer
     from ._observe.records import Hooks
+    from ._routing import SharedMarks
     from ._tools.preparation import Prepared
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport
@@ -457,6 +458,8 @@ class Runtime:
         self._routing = Routing(config.groups, rng or random.Random())
         """Model groups' routing state; the Supervisor reports attempts' ends to it."""
         self._group_specs: dict[str, tuple[ResolvedProvider, ...]] = {}
+        self._group_names: dict[str, tuple[tuple[str, str, str | None], ...]] = {}
+        """Per group, what a shared store knows each deployment by (see _shared_names)."""
 
     async def _route(
         self, model: str
@@ -607,11 +610,45 @@ class Runtime:
         peers = self._peers
         now = trio.current_time()
 
+        shared = routing.shared
+        names = self._shared_names(name, specs, models) if shared is not None else ()
+
         def blocked(i: int) -> bool:
-            return peers is not None and peers.breaker_open(specs[i], models[i], now)
+            if peers is not None and peers.breaker_open(specs[i], models[i], now):
+                return True
+            if shared is None:
+                return False
+            # What other processes know: a cooldown, a slow mark, a breaker they opened.
+            quota_key, slow, breaker = names[i]
+            if shared.cooling(quota_key, now) > 0 or shared.avoided(slow, now) > 0:
+                return True
+            return breaker is not None and shared.avoided(breaker, now) > 0
 
         order = routing.order(name, request, now, blocked)
         return _routed(request, order), name, len(order)
+
+    def _shared_names(
+        self, group: str, specs: tuple[ResolvedProvider, ...], models: list[str]
+    ) -> tuple[tuple[str, str, str | None], ...]:
+        """Per deployment of ``group``, the names a shared store knows it by: its quota key,
+        its slow mark and its breaker's mark (None without a breaker). Made once per group,
+        like the group's provider specs."""
+        names = self._group_names.get(group)
+        if names is None:
+            peers = self._peers
+            deployments = self.config.groups[group].deployments
+            made = []
+            for spec, model, deployment in zip(specs, models, deployments, strict=True):
+                breaker = peers.breaker_key(spec, model) if peers is not None else None
+                made.append(
+                    (
+                        spec.quota_key(model),
+                        slow_mark(deployment.model),
+                        None if breaker is None else breaker_mark(breaker),
+                    )
+                )
+            names = self._group_names[group] = tuple(made)
+        return names
 
     async def _open_cache(self) -> ResponseCache:
         from ._cache import ResponseCache  # only a runtime that caches loads the cache
@@ -1060,6 +1097,8 @@ async def open_runtime(
             observer=observer,
             rng=rng,
         )
+        if hasattr(quota_store, "avoided"):  # a shared store: routing sees other processes
+            rt._routing.shared = cast("SharedMarks", quota_store)
         on_restart = observer.actor_restarted
         if config.cache.enabled:
             await rt._open_cache()

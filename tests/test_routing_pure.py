@@ -144,3 +144,45 @@ def test_affinity_keys_from_the_prompt_prefix_or_the_request():
     keyed = ChatRequest(model="fast:x", messages="hi", affinity_key="user-42")
     assert affinity_key(keyed, "key") == "user-42"
     assert affinity_key(keyed, "none") is None
+
+
+class _Marks:
+    """A shared store's marks, as routing sees them (the Redis store's view, in memory)."""
+
+    def __init__(self) -> None:
+        self.avoiding: dict[str, float] = {}
+
+    def cooling(self, key: str, now: float) -> float:
+        return 0.0
+
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        self.avoiding[name] = max(self.avoiding.get(name, 0.0), now + seconds)
+
+    def avoided(self, name: str, now: float) -> float:
+        return max(0.0, self.avoiding.get(name, 0.0) - now)
+
+
+def test_a_hedge_timeout_marks_its_deployment_slow_for_slow_for_and_tells_the_store():
+    from sluice import CallTimeout
+    from sluice._routing import Routing
+
+    group = ModelGroup(deployments=[A, B, C], slow_for=30.0)
+    routing = Routing({"g": group}, random.Random(0))
+    routing.add("g", [RateLimitConfig()] * 3)
+    marks = routing.shared = _Marks()
+    request = ChatRequest(model="g", messages="hi")
+    order = routing.order("g", request, 10.0)
+    first = order[0]
+    hedged = CallTimeout("no reply within the hedge time", timeout_kind="hedge")
+    routing.moved("g", first, order[1], 12.0, hedged)
+    router = routing.routers["g"]
+    assert router.slow_until[router.index(first)] == 42.0
+    assert marks.avoiding == {f"slow:{first}": 42.0}
+    for now in (12.0, 30.0, 41.9):  # passed over while marked, last in every order
+        assert routing.order("g", request, now)[-1] == first
+    assert first in {routing.order("g", request, 42.0)[0] for _ in range(30)}
+    # Other timeouts mark nothing: they are the first-token deadline, not the hedge.
+    routing.moved("g", order[1], order[2], 50.0, CallTimeout("late", timeout_kind="first_token"))
+    assert router.slow_until[router.index(order[1])] == -float("inf")
+    stats = routing.statistics(12.0, lambda p, m: "closed")["g"]
+    assert [s.slow_left for s in stats] == [30.0 if s.model == first else 0.0 for s in stats]

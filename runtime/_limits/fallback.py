@@ -152,6 +152,17 @@ class FallbackQuotaStore:
             await self.primary.cooldown_left(key, now), await self.local.cooldown_left(key, now)
         )
 
+    def cooling(self, key: str, now: float) -> float:
+        """See :meth:`RedisQuotaStore.cooling` (this process's own 429s reach routing as
+        errors, so the local share's cooldowns need not be added)."""
+        return self.primary.cooling(key, now)
+
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        self.primary.avoid(name, seconds, now)
+
+    def avoided(self, name: str, now: float) -> float:
+        return self.primary.avoided(name, now)
+
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
     ) -> None:

@@ -95,6 +95,12 @@ class WaitQueues(Generic[W]):
             queue.extend(kept)
         return True
 
+    def live(self) -> list[W]:
+        """Every waiter queued now, highest priority class first (O(n): for the rare moment
+        all of them must be looked at, never per admission)."""
+        live = self._live
+        return [w for queue in self._queues for w in queue if id(w) in live]
+
     def _drop_gone_heads(self, rank: int) -> None:
         """Keep the invariant that every deque's head (if any) is live."""
         queue, live = self._queues[rank], self._live

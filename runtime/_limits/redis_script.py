@@ -21,6 +21,11 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
 * ``{p}:q:<key>:cd``: the end of its cooldown; ``{p}:q:<key>:p`` / ``:s``: sorted sets of the
   pending / open-stream slots held, scored by when the hold lapses (a process killed with
   ``kill -9`` stops renewing its holds, so they lapse).
+* ``{p}:cds``: every key cooling down, scored by the end of its cooldown (what a process reads
+  to route around other processes' cooldowns without asking per call); entries past their end
+  are dropped as it is read or written, and it expires with the last cooldown.
+* ``{p}:avoid``: names routing should pass over (a deployment marked slow, a breaker opened by
+  some process), scored by when that ends; kept like ``{p}:cds``.
 * ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
 
@@ -287,12 +292,36 @@ for _, op in ipairs(req.ops or {}) do
       end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
+  elseif kind == 'k' then
+    -- avoid a name for routing: {'k', name, seconds}; the later end wins
+    local z = P .. ':avoid'
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(now))
+    local untl = now + op[3]
+    local old = tonumber(redis.call('ZSCORE', z, op[2]) or '-1e308') or -1e308
+    if untl > old then redis.call('ZADD', z, fmt(untl), op[2]) end
+    extend(z, math.ceil(op[3] * 1000) + 1000)
   end
 end
 
 local what = req.op
 if what == 'flush' then
   return {'ok', fmt(now)}
+end
+
+if what == 'cooling' then
+  -- Every key cooling down, then every name to avoid, with their ends:
+  -- {'ok', now, n, key, until, ... (n pairs), name, until, ...}.
+  local out = {'ok', fmt(now), 0}
+  for part, z in ipairs({P .. ':cds', P .. ':avoid'}) do
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(now))
+    local found = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+    for i = 1, #found, 2 do
+      out[#out + 1] = found[i]
+      out[#out + 1] = fmt(tonumber(found[i + 1]))
+    end
+    if part == 1 then out[3] = #found / 2 end
+  end
+  return out
 end
 
 local q = req.q
@@ -304,6 +333,10 @@ if what == 'cooldown' then
   local old = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
   if old > untl then untl = old end
   redis.call('SET', cdkey, fmt(untl), 'PX', math.ceil((untl - now) * 1000) + 1000)
+  local cds = P .. ':cds'
+  redis.call('ZREMRANGEBYSCORE', cds, '-inf', fmt(now))
+  redis.call('ZADD', cds, fmt(untl), q)
+  extend(cds, math.ceil((untl - now) * 1000) + 1000)
   return {'ok', fmt(now), fmt(untl)}
 end
 

@@ -17,6 +17,13 @@ the background task every third of it while the attempt lives): a process killed
 its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
 their window by themselves.
 
+Cooldowns other processes set are known here without a round trip per call (:meth:`cooling`,
+which model groups' routing asks for every call): from every admission the script answered
+with a cooldown, and from a read of every key cooling down that the background task makes at
+most every ``view_interval`` seconds while someone keeps asking, so what routing sees is at most
+about that old. The same read brings the names routing should avoid (:meth:`avoid`,
+:meth:`avoided`): deployments some process found slow, breakers some process opened.
+
 Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
 """
 
@@ -81,6 +88,7 @@ class RedisQuotaStore:
         lapse: float = 30.0,
         poll: float = 0.05,
         timeout: float = 2.0,
+        view_interval: float = 0.5,
     ) -> None:
         self._client = client
         self._script = client.register_script(QUOTA_SCRIPT)
@@ -96,6 +104,14 @@ class RedisQuotaStore:
         self._holds: set[str] = set()
         """Budget reservations this process holds, renewed until settled."""
         self._cooldowns: dict[str, float] = {}
+        """What this process knows of keys' cooldowns: when each ends (trio time)."""
+        self._avoided: dict[str, float] = {}
+        """What this process knows of the names to avoid: when each ends (trio time)."""
+        self.view_interval = view_interval
+        self._view_due = -math.inf
+        """When the known cooldowns should next be read again from Redis (trio time)."""
+        self._view_wanted = False
+        """Someone asked :meth:`cooling` after ``_view_due``: the background task reads them."""
         self._usage: dict[str, dict[str, tuple[int, int]]] = {}
         self._dirty = trio.Event()
         self._lock = trio.Lock()
@@ -181,6 +197,8 @@ class RedisQuotaStore:
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
+                if self._view_wanted:
+                    await self.read_cooldowns(trio.current_time())
                 if trio.current_time() >= renew_at:
                     renew_at = trio.current_time() + self.lapse / 3
                     if self._held or self._holds:
@@ -254,6 +272,54 @@ class RedisQuotaStore:
 
     def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
         self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)
+
+    def cooling(self, key: str, now: float) -> float:
+        """Seconds left of ``key``'s cooldown as this process knows it, another process's
+        included, with no round trip: for routing, on every call's path. Asking also keeps
+        the background task reading every key's cooldown from Redis, at most every
+        ``view_interval`` seconds (none while nobody asks)."""
+        self._want_view(now)
+        until = self._cooldowns.get(key)
+        return 0.0 if until is None else max(0.0, until - now)
+
+    def _want_view(self, now: float) -> None:
+        if now >= self._view_due and not self._view_wanted:
+            self._view_wanted = True
+            self._dirty.set()
+
+    def avoid(self, name: str, seconds: float, now: float) -> None:
+        """Tell every process's routing to pass ``name`` over for ``seconds`` (more than 0):
+        until the latest end any process gave. Queued: it rides on the next round trip."""
+        self._avoided[name] = max(self._avoided.get(name, -math.inf), now + seconds)
+        self._queue(["k", name, seconds])
+
+    def avoided(self, name: str, now: float) -> float:
+        """Seconds ``name`` is still to be avoided, as this process knows (kept fresh as
+        :meth:`cooling` keeps its view)."""
+        self._want_view(now)
+        until = self._avoided.get(name)
+        return 0.0 if until is None else max(0.0, until - now)
+
+    async def read_cooldowns(self, now: float) -> None:
+        """Learn every key's cooldown and every name to avoid from Redis now (one round trip,
+        which also carries the queued work).
+
+        Raises:
+            StoreUnavailable: Redis did not answer (what is known stays as it was).
+        """
+        self._view_wanted = False
+        self._view_due = now + self.view_interval
+        reply = await self._run({"op": "cooling"}, now)
+        server_now, cooling = float(reply[1]), int(reply[2])
+        for known in (self._cooldowns, self._avoided):
+            for key in [key for key, until in known.items() if until <= now]:
+                del known[key]  # over: forgotten, also keys this process never uses
+        for n, i in enumerate(range(3, len(reply) - 1, 2)):
+            key, until = str(reply[i]), float(reply[i + 1])
+            local = until if self._caller_clock else now + (until - server_now)
+            known = self._cooldowns if n < cooling else self._avoided
+            if local > known.get(key, -math.inf):
+                known[key] = local
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
         if not reservation.ref:
