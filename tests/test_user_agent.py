@@ -167,7 +167,8 @@ def test_the_load_tester_sends_it_on_its_direct_requests(tmp_path):
                 "loadtest",
                 *("--endpoint", "embeddings", "--base-url", f"http://127.0.0.1:{port}/v1"),
                 *("--api-key", "sk-test", "--model", "up:m", "--rate", "5", "--requests", "2"),
-                *("--warmup", "0", "--input-tokens", "3", "--out", str(tmp_path / "r.json")),
+                *("--warmup", "0", "--input-tokens", "3", "--max-lag", "30s"),
+                *("--out", str(tmp_path / "r.json")),
             ]
         )
     finally:
@@ -176,3 +177,36 @@ def test_the_load_tester_sends_it_on_its_direct_requests(tmp_path):
     assert code == 0
     assert len(upstream.received) >= 2
     assert {r.headers.get("user-agent") for r in upstream.received} == {USER_AGENT}
+
+
+@pytest.mark.parametrize("protocol", sorted(REPLIES))
+async def test_listing_models_sends_it_too(tmp_path, protocol):
+    """``sluice providers models`` / ``check``: the operations build their headers with the
+    same codec, so they carry it as well."""
+    from sluice.providers._keys import KeyStore
+    from sluice.providers._operations import list_models
+    from sluice.providers._plugins import PluginProviders
+    from sluice.providers._registry import resolve_provider
+    from sluice.transport import HttpxTransport
+
+    seen: list[httpx.Headers] = []
+
+    def handler(sent: httpx.Request) -> httpx.Response:
+        seen.append(sent.headers)
+        return httpx.Response(200, json={"data": [], "models": []})
+
+    base_url, _ = REPLIES[protocol]
+    provider = ProviderConfig(protocol=protocol, base_url=base_url, api_key=Secret("k"))  # type: ignore[arg-type]
+    store = KeyStore(tmp_path / "k", tmp_path / "m", {})
+    spec = resolve_provider(
+        "up",
+        RuntimeConfig(providers={"up": provider}),
+        {},
+        plugins=PluginProviders(),
+        key_store=store,
+    )
+    client = HttpxTransport(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    with trio.fail_after(GUARD):
+        await list_models(spec, client)
+    assert seen
+    assert all(h.get_list("user-agent") == [USER_AGENT] for h in seen)
