@@ -119,9 +119,12 @@ def test_a_real_batch_process_keeps_its_rpm_against_a_simulator_slow_to_start(
     tmp_path, monkeypatch
 ):
     """End to end, real clock: ``sluice batch --rpm 1200`` over 80 lines against ``sluice sim
-    --ttft 0.9`` on loopback: 20 sent at 0, 1, 2 and 3 s, done within 5% of the ideal 4 s
-    (counted from first chunks it took 3 * 1.9 + 0.9 = 6.6 s). Fewer lines at a higher rate
-    than the issue's 240 at ``--rpm 600`` (24 s), which ``benchmarks/batch_pacing.py`` runs."""
+    --ttft 0.9`` on loopback: 20 sent at 0, 1, 2 and 3 s, done after 3.9 s; counted from first
+    chunks they took 3 * 1.9 + 0.9 = 6.6 s. The run's ``elapsed`` also holds the process's own
+    start (runtime, input check, output probe), which a busy two-core box stretches by up to
+    half a second: within 5% of the ideal 4 s is asserted exactly in virtual time above and
+    measured on the issue's 240 lines at ``--rpm 600`` by ``benchmarks/batch_pacing.py``;
+    here the run must end well before the old pace could have (and not before the new one)."""
     monkeypatch.delenv("SLUICE_CONFIG", raising=False)
     source = write_input(tmp_path / "in.jsonl", 80, model="sim:sim-small")
     out = tmp_path / "out.jsonl"
@@ -135,7 +138,7 @@ def test_a_real_batch_process_keeps_its_rpm_against_a_simulator_slow_to_start(
     assert len(out.read_bytes().splitlines()) == 80
     summary = orjson.loads((tmp_path / "out.summary.json").read_bytes())
     assert summary["status"]["ok"] == 80
-    assert abs(summary["elapsed_s"] - 4.0) <= 0.05 * 4.0, summary["elapsed_s"]
+    assert 3.9 <= summary["elapsed_s"] < 5.0, summary["elapsed_s"]
 
 
 # -- which windows count from the send (pure) -----------------------------------------------
