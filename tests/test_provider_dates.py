@@ -128,6 +128,7 @@ def provider_that_refuses_once(protocol: str, start: float) -> httpx.MockTranspo
         if calls > 1:
             body = COMPLETION if protocol == "openai" else MESSAGE
             return httpx.Response(200, headers=headers, json=body)
+        error: dict[str, object]
         if protocol == "openai":
             headers["retry-after"] = http(now + 5)
             error = {"error": {"message": "slow down", "type": "requests", "code": None}}

@@ -129,7 +129,7 @@ async def test_the_user_agent_goes_on_the_wire_over_loopback(nursery, transport)
         protocol="openai",
         base_url=f"http://127.0.0.1:{port}/v1",
         api_key=Secret("k"),
-        transport=transport,  # type: ignore[arg-type]
+        transport=transport,
     )
     with trio.fail_after(GUARD):
         async with sluice.open_runtime(RuntimeConfig(providers={"up": provider})) as rt:
@@ -196,7 +196,7 @@ async def test_listing_models_sends_it_too(tmp_path, protocol):
         return httpx.Response(200, json={"data": [], "models": []})
 
     base_url, _ = REPLIES[protocol]
-    provider = ProviderConfig(protocol=protocol, base_url=base_url, api_key=Secret("k"))  # type: ignore[arg-type]
+    provider = ProviderConfig(protocol=protocol, base_url=base_url, api_key=Secret("k"))
     store = KeyStore(tmp_path / "k", tmp_path / "m", {})
     spec = resolve_provider(
         "up",
