@@ -127,7 +127,10 @@ class _Ticket(Record):
 
 
 def _new_key(name: str, limits: RateLimitConfig) -> _Key:
-    specs = tuple(WindowSpec(w.dimension, w.limit, w.per) for w in limits.window_limits())
+    specs = tuple(
+        WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send")
+        for w in limits.window_limits()
+    )
     adaptive = None
     if limits.adaptive and limits.max_pending is not None:
         adaptive = AdaptiveLimit(limits.max_pending)

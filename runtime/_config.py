@@ -77,6 +77,13 @@ class WindowLimit(Record):
     limit: int = attrs.field(validator=ge(1))
     per: float = attrs.field(default=60.0, validator=gt(0))
     """Length of the window in seconds: 1, 60, 86400..."""
+    counted_from: Literal["reply", "send"] = "reply"
+    """When an admission starts to count. ``reply`` (a provider's limit): from its first chunk
+    or reply, since the provider counts a request from when it arrived, and counting later
+    keeps our window behind the provider's at every boundary. ``send``: from the admission,
+    for a spread of one's own (``sluice batch --rpm``), whose rate then holds whatever the
+    time to first token. A window the provider reports limits for (60 s) always counts from
+    the reply, as does one a ``reply`` window of the same dimension and length shares."""
 
 
 @attrs.frozen(kw_only=True, repr=False)

@@ -42,6 +42,7 @@ from sluice._messages import (
 )
 from sluice._protocols import codec_for
 from sluice._protocols.anthropic import AnthropicCodec, AnthropicStreamDecoder
+from sluice._version import USER_AGENT
 
 CODEC = AnthropicCodec()
 BASE = "https://api.anthropic.com/v1"
@@ -95,6 +96,7 @@ def test_streaming_request_line_headers_and_minimal_body() -> None:
     assert http.method == "POST"
     assert http.url == "https://api.anthropic.com/v1/messages"
     assert http.headers == (
+        ("user-agent", USER_AGENT),
         ("content-type", "application/json"),
         ("accept", "text/event-stream"),
         ("anthropic-version", "2023-06-01"),
@@ -116,6 +118,7 @@ def test_no_key_no_key_header_and_caller_headers_win() -> None:
         headers={"Anthropic-Version": "2024-01-01", "anthropic-beta": "files-api-2025-04-14"},
     )
     assert dict(http.headers) == {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "application/json",
         "anthropic-version": "2024-01-01",

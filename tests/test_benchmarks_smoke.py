@@ -117,6 +117,18 @@ def _run_json(*args: str, timeout: float = 120) -> dict:
     return parsed
 
 
+def test_batch_pacing_benchmark_runs_a_batch_against_a_slow_simulator() -> None:
+    report = _run_json(
+        "benchmarks.batch_pacing",
+        *("--lines", "40", "--rpm", "2400", "--ttft", "0.3", "--max-error", "1"),
+    )
+    assert report["ok"] is True
+    (run,) = report["runs"]
+    assert (run["ok"], run["failed"], run["output_lines"]) == (40, 0, 40)
+    assert run["ideal_s"] == 1.0 and run["schedule_s"] == 0.3
+    assert run["elapsed_s"] >= 0.3  # every reply waited for its first chunk
+
+
 def test_overhead_benchmark_measures_every_side_on_paced_streams() -> None:
     import importlib.util
 

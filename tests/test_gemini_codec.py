@@ -37,6 +37,7 @@ from sluice._messages import (
 from sluice._protocols import codec_for
 from sluice._protocols.gemini import GeminiCodec, GeminiStreamDecoder
 from sluice._serde import converter
+from sluice._version import USER_AGENT
 
 CODEC = GeminiCodec()
 BASE = "https://generativelanguage.googleapis.com/v1beta"
@@ -92,6 +93,7 @@ def test_streaming_and_whole_urls_headers_and_minimal_body() -> None:
     )
     assert http.url == f"{BASE}/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     assert http.headers == (
+        ("user-agent", USER_AGENT),
         ("content-type", "application/json"),
         ("accept", "text/event-stream"),
         ("x-goog-api-key", "AIza"),
@@ -105,6 +107,7 @@ def test_streaming_and_whole_urls_headers_and_minimal_body() -> None:
     )
     assert http.url == f"{BASE}/models/gemini-2.5-pro:generateContent"
     assert dict(http.headers) == {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "application/json",
         "x-goog-api-client": "sluice",

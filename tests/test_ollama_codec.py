@@ -32,6 +32,7 @@ from sluice._messages import (
 )
 from sluice._protocols import codec_for
 from sluice._protocols.ollama import OllamaCodec, OllamaStreamDecoder
+from sluice._version import USER_AGENT
 
 CODEC = OllamaCodec()
 BASE = "http://localhost:11434"
@@ -85,6 +86,7 @@ def test_headers_and_stream_is_always_sent() -> None:
         ChatRequest(model="ollama:llama3.2:3b", messages="hi"), base_url=BASE, api_key="key"
     )
     assert http.headers == (
+        ("user-agent", USER_AGENT),
         ("content-type", "application/json"),
         ("accept", "application/x-ndjson"),
         ("authorization", "Bearer key"),

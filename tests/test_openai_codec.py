@@ -38,6 +38,7 @@ from sluice._messages import (
 )
 from sluice._protocols.http_errors import error_for_status, parse_retry_after
 from sluice._protocols.openai import OpenAICodec, OpenAIStreamDecoder
+from sluice._version import USER_AGENT
 
 CODEC = OpenAICodec()
 BASE = "https://api.example.com/v1"
@@ -59,6 +60,7 @@ def test_streaming_request_line_headers_and_minimal_body() -> None:
     assert http.method == "POST"
     assert http.url == "https://api.example.com/v1/chat/completions"
     assert http.headers == (
+        ("user-agent", USER_AGENT),
         ("content-type", "application/json"),
         ("accept", "text/event-stream"),
         ("authorization", "Bearer sk-test"),
@@ -77,7 +79,11 @@ def test_non_streaming_request_omits_stream_fields_and_auth_without_key() -> Non
         base_url=BASE,
         api_key=None,
     )
-    assert dict(http.headers) == {"content-type": "application/json", "accept": "application/json"}
+    assert dict(http.headers) == {
+        "user-agent": USER_AGENT,
+        "content-type": "application/json",
+        "accept": "application/json",
+    }
     assert orjson.loads(http.body) == {
         "model": "gpt-4o",
         "messages": [{"role": "user", "content": "hi"}],
@@ -92,6 +98,7 @@ def test_extra_headers_are_added_and_replace_defaults_whatever_their_case() -> N
         headers={"Authorization": "Token t", "X-Title": "sluice"},
     )
     assert dict(http.headers) == {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "text/event-stream",
         "authorization": "Token t",

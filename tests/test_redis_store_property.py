@@ -87,7 +87,8 @@ def window_specs(draw: st.DrawFn) -> tuple[WindowSpec, ...]:
             st.lists(st.sampled_from([1.0, 2.5, 6.0, 60.0]), min_size=1, max_size=2, unique=True)
         ):
             limit = draw(st.integers(1, 8) if small else st.integers(50, 600))
-            specs.append(WindowSpec(dimension, limit, period))  # type: ignore[arg-type]
+            sent = draw(st.booleans())  # counted from the send: never re-dated
+            specs.append(WindowSpec(dimension, limit, period, sent))  # type: ignore[arg-type]
     return tuple(specs)
 
 

@@ -743,8 +743,11 @@ async def _run(
         import httpx
 
         from .._jobs.loadtest.prometheus import ScrapeLog, scrape, scrape_every
+        from .._version import USER_AGENT
 
-        client = httpx.AsyncClient(timeout=max(scraping[1], 5.0))
+        client = httpx.AsyncClient(
+            timeout=max(scraping[1], 5.0), headers={"user-agent": USER_AGENT}
+        )
         try:
             await scrape(client, scraping[0])  # fail once, before the run
         except (httpx.HTTPError, ValueError) as exc:

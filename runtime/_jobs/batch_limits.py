@@ -55,9 +55,16 @@ def pacing_window(rpm: int) -> WindowLimit:
     This window admits ``ceil(rpm / 60)`` requests per ``60 * ceil(rpm / 60) / rpm`` seconds:
     exactly ``rpm`` a minute, in steps of about a second (one request per ``60 / rpm``
     seconds below 60 a minute). It never admits more than ``rpm`` in any minute.
+
+    It counts sends (``counted_from="send"``): a provider's window counts each request from
+    its first chunk, when the provider surely has it, but this one is a pace of our own, and
+    counted from the first chunk each step would last a period plus the time to first token,
+    so the batch would fall behind its rate whenever replies are slow to start. The provider's
+    per-minute limit is still held by ``requests_per_minute`` (the same ``rpm``), which counts
+    from the first chunk as before.
     """
     count = -(-rpm // 60)
-    return WindowLimit(dimension="requests", limit=count, per=60 * count / rpm)
+    return WindowLimit(dimension="requests", limit=count, per=60 * count / rpm, counted_from="send")
 
 
 def _entry(config: RuntimeConfig, provider: str) -> ProviderConfig:

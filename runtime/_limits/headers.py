@@ -5,14 +5,20 @@ families are understood: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{request
 (also sent by many compatible servers; resets are durations like ``6ms`` or ``1m30s``) and
 Anthropic's ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,
 reset}`` (resets are RFC 3339 times).
+
+A time a provider writes (an RFC 3339 reset, a ``Retry-After`` date) is on the provider's clock,
+so it is measured against the reply's own ``Date`` header when there is one (:func:`wait_until`),
+never against ours alone: a client clock an hour slow must not turn a 5 s wait into an hour.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -20,12 +26,15 @@ import attrs
 from .._record import Record
 
 __all__ = [
+    "UNDATED_WAIT_CAP",
     "Dimension",
     "Learned",
+    "http_date",
     "learned_limits",
     "parse_duration",
     "reset_wait",
     "retry_info_wait",
+    "wait_until",
 ]
 
 Dimension: TypeAlias = Literal["requests", "input_tokens", "output_tokens", "total_tokens"]
@@ -59,7 +68,47 @@ def parse_duration(text: str | None) -> float | None:
     return total if position == len(text) and position > 0 else None
 
 
-def _rfc3339_wait(text: str | None, wall_now: float) -> float | None:
+UNDATED_WAIT_CAP = 60.0
+"""The longest wait read from a provider's date when the reply carries no ``Date`` to measure
+it against. Measured on our clock alone, a date tells the wait only as well as our clock
+agrees with the provider's; a skewed clock must not turn a short pause into a long one (or an
+exhausted quota): providers' per-minute windows reset within a minute, and a longer wait that
+was real shows again in the next reply."""
+
+
+@functools.lru_cache(maxsize=16)
+def http_date(text: str | None) -> float | None:
+    """Seconds since the epoch of an HTTP date (``Sun, 06 Nov 1994 08:49:37 GMT``, or the
+    obsolete forms), as ``Date`` and a date-form ``Retry-After`` carry; None when ``text`` is
+    not one. A date without a zone counts as GMT, as HTTP dates always are. Cached: a reply's
+    ``Date`` is read once per reset header, and the same value comes for a whole second."""
+    if not text:
+        return None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def wait_until(until: float, headers: Mapping[str, str], wall_now: float) -> float:
+    """Seconds from the reply to ``until``, a time the provider wrote (seconds since the epoch).
+
+    With a valid ``Date`` header, ``until - Date``: both times come from the provider's clock,
+    so the wait is exact whatever ours says (``Date`` is when the reply was made; the time it
+    took to reach us is not subtracted, which only errs on the side of waiting). Without one,
+    ``until - wall_now``, capped at :data:`UNDATED_WAIT_CAP`. Never negative: a time already
+    past means no wait.
+    """
+    served = http_date(headers.get("date"))
+    if served is not None:
+        return max(0.0, until - served)
+    return min(UNDATED_WAIT_CAP, max(0.0, until - wall_now))
+
+
+def _rfc3339_wait(text: str | None, headers: Mapping[str, str], wall_now: float) -> float | None:
     if not text:
         return None
     try:
@@ -68,7 +117,7 @@ def _rfc3339_wait(text: str | None, wall_now: float) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, when.timestamp() - wall_now)
+    return wait_until(when.timestamp(), headers, wall_now)
 
 
 @attrs.frozen(repr=False)
@@ -105,7 +154,10 @@ _ANTHROPIC: tuple[tuple[str, Dimension], ...] = (
 
 
 def learned_limits(headers: Mapping[str, str], wall_now: float) -> list[Learned]:
-    """Every limit the headers report; empty when they report none."""
+    """Every limit the headers report; empty when they report none.
+
+    ``wall_now`` (seconds since the epoch) measures an RFC 3339 reset only when the reply has
+    no ``Date`` (see :func:`wait_until`)."""
     found: list[Learned] = []
     for name, dimension in _OPENAI:
         limit = _int(headers.get(f"x-ratelimit-limit-{name}"))
@@ -118,7 +170,7 @@ def learned_limits(headers: Mapping[str, str], wall_now: float) -> list[Learned]
         prefix = f"anthropic-ratelimit-{name}"
         limit = _int(headers.get(f"{prefix}-limit"))
         remaining = _int(headers.get(f"{prefix}-remaining"))
-        reset = _rfc3339_wait(headers.get(f"{prefix}-reset"), wall_now)
+        reset = _rfc3339_wait(headers.get(f"{prefix}-reset"), headers, wall_now)
         if limit is None and remaining is None and reset is None:
             continue
         found.append(Learned(dimension, limit, remaining, reset))

@@ -48,6 +48,7 @@ from .store import (
     Reservation,
     TooLarge,
     WindowSpec,
+    sent_slots,
 )
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class RedisQuotaStore:
                 self._held.add((key, ref))
             if budget is not None:
                 self._holds.add(budget.hold)
-            return Reservation(key, cost, (), ref=ref, slots=slots)
+            return Reservation(key, cost, (), ref=ref, slots=slots, sent=sent_slots(specs))
         if kind == "wait":
             wait = float(reply[2])
             if reply[3] == "cooldown":
@@ -331,7 +332,8 @@ class RedisQuotaStore:
         if not reservation.ref:
             return
         at = now if self._caller_clock else -1.0
-        slots = [[d, p] for d, p in reservation.slots]
+        sent = reservation.sent
+        slots = [[d, p] for d, p in reservation.slots if not sent or (d, float(p)) not in sent]
         self._queue(["r", reservation.key, reservation.ref, slots, at])
 
     async def end(self, reservation: Reservation) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "Reservation",
     "TooLarge",
     "WindowSpec",
+    "sent_slots",
 ]
 
 
@@ -41,6 +42,8 @@ class WindowSpec(Record):
     dimension: Dimension
     limit: int
     period: float
+    from_send: bool = False
+    """Counted from the admission, never re-dated (``WindowLimit.counted_from == "send"``)."""
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -54,6 +57,9 @@ class Reservation(Record):
     """A shared store's id for the reservation ("" for the in-memory store)."""
     slots: tuple[tuple[str, str], ...] = ()
     """A shared store's windows the reservation was taken from: (dimension, period)."""
+    sent: frozenset[tuple[str, float]] = frozenset()
+    """The windows (dimension, period) that count the reservation from its admission:
+    :meth:`QuotaStore.redate` leaves them (see :func:`sent_slots`)."""
 
 
 @attrs.frozen(repr=False)
@@ -131,7 +137,8 @@ class QuotaStore(Protocol):
         ...
 
     async def redate(self, reservation: Reservation, now: float) -> None:
-        """Count the reservation from ``now``: its request has reached the provider."""
+        """Count the reservation from ``now``: its request has reached the provider. Windows
+        that count from the send (``reservation.sent``) keep their admission time."""
         ...
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
@@ -164,6 +171,34 @@ class QuotaStore(Protocol):
 
 LEARNED_PERIOD = 60.0
 """The window of a limit learned from headers: providers report per-minute limits."""
+
+_NO_SLOTS: frozenset[tuple[str, float]] = frozenset()
+
+
+def sent_slots(specs: Sequence[WindowSpec]) -> frozenset[tuple[str, float]]:
+    """The windows of ``specs`` that count an admission from its send, not its reply.
+
+    Re-dating an admission to its reply (:meth:`QuotaStore.redate`) is right for a provider's
+    window: the provider counts a request from its arrival, and counting ours from later keeps
+    our window behind its own. A spread of our own (the ``--rpm`` pacing window) is about
+    sends: re-dated, each of its steps would last its period plus the time to first token,
+    and it would send well below its rate whenever that time is not small beside the
+    period. So a
+    window counts from the send only when every spec naming it says ``from_send``: a
+    provider's window of the same dimension and length shares its admissions and must keep
+    them re-dated. The per-minute window (:data:`LEARNED_PERIOD`) is never one of them: a
+    limit the provider reports in its headers lands there, and both stores must agree on it
+    without asking which limits were learned.
+    """
+    sent = _NO_SLOTS
+    for s in specs:
+        if s.from_send and s.period != LEARNED_PERIOD:
+            sent = sent | {(s.dimension, s.period)}
+    if sent:
+        for s in specs:
+            if not s.from_send:
+                sent = sent - {(s.dimension, s.period)}
+    return sent
 
 
 def kept_for(period: float) -> float:
@@ -262,7 +297,7 @@ class MemoryQuotaStore:
         if ready_at > now:
             return ready_at - now
         entries = tuple((slot, window.add(cost.amount(slot[0]), now)) for slot, window in windows)
-        return Reservation(key, cost, entries)
+        return Reservation(key, cost, entries, sent=sent_slots(specs))
 
     async def end(self, reservation: Reservation) -> None:
         pass  # slots are the RateLimiter's in one process
@@ -279,9 +314,10 @@ class MemoryQuotaStore:
 
     async def redate(self, reservation: Reservation, now: float) -> None:
         windows = self._windows.get(reservation.key, {})
+        sent = reservation.sent
         for slot, entry in reservation.entries:
             window = windows.get(slot)
-            if window is not None:
+            if window is not None and slot not in sent:
                 window.redate(entry, now)
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:

@@ -58,6 +58,7 @@ from .._messages import (
     ToolResultPart,
     is_temporary,
 )
+from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import add_headers, arguments_object, to_json
@@ -84,14 +85,16 @@ def build_request(
     """``POST {base_url}/messages`` for ``request``.
 
     ``base_url`` holds the version prefix (``https://api.anthropic.com/v1``). Headers:
-    ``content-type``, ``accept``, ``anthropic-version``, ``x-api-key`` when ``api_key`` is
-    given, then the request's ``extra_headers`` (see :func:`.wire.add_headers`), then
-    ``headers``, which replace defaults of the same name.
+    ``user-agent`` (``sluice/<version>``), ``content-type``, ``accept``,
+    ``anthropic-version``, ``x-api-key`` when ``api_key`` is given, then the request's
+    ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
+    defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol (see the module docstring).
     """
     merged = {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "text/event-stream" if request.stream else "application/json",
         "anthropic-version": ANTHROPIC_VERSION,

@@ -44,6 +44,7 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
+from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import add_headers, arguments_object, to_json
@@ -67,9 +68,10 @@ def build_request(
 
     ``base_url`` holds the version prefix
     (``https://generativelanguage.googleapis.com/v1beta``); a model name may carry its
-    ``models/`` prefix. Headers: ``content-type``, ``accept``, ``x-goog-api-key`` when
-    ``api_key`` is given, then the request's ``extra_headers`` (see
-    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
+    ``models/`` prefix. Headers: ``user-agent`` (``sluice/<version>``), ``content-type``,
+    ``accept``, ``x-goog-api-key`` when ``api_key`` is given, then the request's
+    ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
+    defaults of the same name.
 
     Raises:
         ConfigError: a part cannot be sent in this protocol.
@@ -77,6 +79,7 @@ def build_request(
     model = request.model_name.removeprefix("models/")
     method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
     merged = {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "text/event-stream" if request.stream else "application/json",
     }

@@ -1,15 +1,13 @@
 """HTTP error replies to :class:`~sluice._errors.CallError` classes, for every protocol codec.
 
 Pure functions: the caller passes the status, the provider's message and error type, and the
-wall-clock time for reading a ``Retry-After`` date.
+wall-clock time for reading a ``Retry-After`` date in a reply without a ``Date`` header.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 import orjson
@@ -26,7 +24,7 @@ from .._errors import (
     RateLimited,
     ServerError,
 )
-from .._limits.headers import reset_wait, retry_info_wait
+from .._limits.headers import http_date, reset_wait, retry_info_wait, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,12 +49,14 @@ def parse_retry_after(headers: Mapping[str, str], wall_now: float) -> float | No
     """Seconds the provider asked us to wait, or None when it did not say (or said nonsense).
 
     Reads ``retry-after-ms`` (milliseconds) first, then ``retry-after`` as seconds or as an
-    HTTP date, which counts from ``wall_now`` (seconds since the epoch); a date in the past
-    means 0. Negative, infinite or unparseable values count as absent.
+    HTTP date, which counts from the reply's ``Date`` header, or without one from ``wall_now``
+    (seconds since the epoch) up to a cap (:func:`~sluice._limits.headers.wait_until`); a date
+    in the past means 0. Negative, infinite or unparseable values count as absent.
 
     Args:
         headers: the reply headers, names in lower case.
-        wall_now: the current wall-clock time, only used for a date.
+        wall_now: the current wall-clock time, only used for a date in a reply without
+            ``Date``.
     """
     millis = _seconds(headers.get("retry-after-ms"))
     if millis is not None:
@@ -67,14 +67,8 @@ def parse_retry_after(headers: Mapping[str, str], wall_now: float) -> float | No
     seconds = _seconds(value)
     if seconds is not None:
         return seconds
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    # A date without a zone (``-0000``) is naive; HTTP dates are always GMT.
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - wall_now)
+    when = http_date(value)
+    return None if when is None else wait_until(when, headers, wall_now)
 
 
 def provider_wait(headers: Mapping[str, str], body: bytes, wall_now: float) -> float | None:

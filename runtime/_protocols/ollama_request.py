@@ -37,6 +37,7 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
+from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import add_headers, arguments_object, to_json
@@ -63,8 +64,9 @@ def build_request(
     """``POST {base_url}/api/chat`` for ``request`` (``base_url`` like
     ``http://localhost:11434``).
 
-    Headers: ``content-type``, ``accept`` (``application/x-ndjson`` when streaming),
-    ``authorization`` when ``api_key`` is given (Ollama's cloud wants one), then the request's
+    Headers: ``user-agent`` (``sluice/<version>``), ``content-type``, ``accept``
+    (``application/x-ndjson`` when streaming), ``authorization`` when ``api_key`` is given
+    (Ollama's cloud wants one), then the request's
     ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
     defaults of the same name.
 
@@ -72,6 +74,7 @@ def build_request(
         ConfigError: a part cannot be sent in this protocol.
     """
     merged = {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "application/x-ndjson" if request.stream else "application/json",
     }

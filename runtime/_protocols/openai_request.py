@@ -38,6 +38,7 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
+from .._version import USER_AGENT
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
 from .wire import add_headers, to_json
@@ -58,12 +59,14 @@ def build_request(
     ``base_url`` already holds the version prefix (``https://api.openai.com/v1``); with
     ``quirks.azure_api_version`` it is an Azure resource's root and the deployment-style path
     and ``api-version`` query are added (see :class:`~.quirks.RequestQuirks`). Headers:
-    ``content-type``, ``accept`` (``text/event-stream`` when streaming), ``authorization`` when
-    ``api_key`` is given, then the request's ``extra_headers`` (see
-    :func:`.wire.add_headers`), then ``headers``, which replace defaults of the same name.
+    ``user-agent`` (``sluice/<version>``), ``content-type``, ``accept`` (``text/event-stream``
+    when streaming), ``authorization`` when ``api_key`` is given, then the request's
+    ``extra_headers`` (see :func:`.wire.add_headers`), then ``headers``, which replace
+    defaults of the same name.
     ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
     """
     merged = {
+        "user-agent": USER_AGENT,
         "content-type": "application/json",
         "accept": "text/event-stream" if request.stream else "application/json",
     }

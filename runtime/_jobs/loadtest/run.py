@@ -641,7 +641,10 @@ async def run_load(
         return await _run_load(run, progress, progress_interval)
     import httpx
 
-    async with httpx.AsyncClient(timeout=test.timeout) as client:
+    from ..._version import USER_AGENT
+
+    headers = {"user-agent": USER_AGENT}  # the client's default: every request carries it
+    async with httpx.AsyncClient(timeout=test.timeout, headers=headers) as client:
         run.direct = (direct, client)
         return await _run_load(run, progress, progress_interval)
 
