@@ -571,6 +571,7 @@ class _Limiter:
                 exhausted_left=max(0.0, key.exhausted_until - now)
                 if key.exhausted_error is not None
                 else 0.0,
+                windows_age=self.store.usage_age(key.name, now),
             )
             for key in self.keys.values()
         }

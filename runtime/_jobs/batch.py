@@ -544,6 +544,10 @@ async def _job_cost(rt: Runtime) -> int:
     return found[0].totals.cost_micros if found else 0
 
 
+_STALE_WINDOWS = 5.0
+"""Seconds after which a window shown from a shared store's last report says how old it is."""
+
+
 async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
     stats = await rt.statistics()
     limits = []
@@ -552,8 +556,9 @@ async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
     for name, key in sorted(stats.quotas.items()):
         queued += sum(key.queued.values())
         cooldown = max(cooldown, key.cooldown_left)
+        old = f" ({key.windows_age:.0f}s ago)" if key.windows_age >= _STALE_WINDOWS else ""
         for window, (used, limit) in key.windows.items():
-            limits.append(f"{name} {window} {used}/{limit}")
+            limits.append(f"{name} {window} {used}/{limit}{old}")
         if key.pending_limit is not None:
             limits.append(f"{name} pending {key.pending}/{key.pending_limit}")
     return BatchProgress(

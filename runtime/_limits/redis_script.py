@@ -2,7 +2,9 @@
 
 One script serves every operation so that each round trip is one atomic step: it first applies
 the settlements, re-datings and slot releases the process has queued since its last call, then
-does what was asked (admit, cool down, learn, or nothing but the queued work). Its window logic
+does what was asked (admit, cool down, learn, read windows, or nothing but the queued work).
+An admission's answer (and a wait for a window) carries the key's windows' use and limits, the
+caller's view of them for statistics. Its window logic
 mirrors :class:`~sluice._limits.window.Window` step for step (the same entries in the same order,
 expired by the same rule, the same answer for the next free time), and its limits mirror
 :class:`~sluice._limits.store.MemoryQuotaStore` (configured limits sent with every call, lowered
@@ -201,6 +203,17 @@ local function windows(q, specs)
   return out
 end
 
+-- What the caller keeps as its view of windows ws (already expired): for each window,
+-- 'dimension:period:used:limit', comma-separated.
+local function usage_of(ws)
+  local parts = {}
+  for _, w in ipairs(ws) do
+    local used = redis.call('HGET', w[3], 'u') or '0'
+    parts[#parts + 1] = w[1] .. ':' .. w[2] .. ':' .. used .. ':' .. w[4]
+  end
+  return table.concat(parts, ',')
+end
+
 local function amount_of(cost, dim)
   if dim == 'requests' then return cost[1] end
   if dim == 'input_tokens' then return cost[2] end
@@ -295,6 +308,17 @@ if what == 'flush' then
   return {'ok', fmt(now)}
 end
 
+if what == 'peek' then
+  -- Read only: the windows of several keys, {{key, specs}, ...}, one usage string each.
+  local out = {'ok', fmt(now)}
+  for _, k in ipairs(req.keys) do
+    local ws = windows(k[1], k[2])
+    for _, w in ipairs(ws) do expire(w[3], tonumber(w[2])) end
+    out[#out + 1] = usage_of(ws)
+  end
+  return out
+end
+
 local q = req.q
 local cdkey = qbase(q) .. ':cd'
 
@@ -374,7 +398,7 @@ for _, w in ipairs(ws) do
   if at > ready then ready = at end
 end
 if ready > now then
-  return {'wait', fmt(now), fmt(ready - now), 'window'}
+  return {'wait', fmt(now), fmt(ready - now), 'window', usage_of(ws)}
 end
 -- Slots shared by every process: {pending cap, open-stream cap} (-1: none).
 local base = qbase(q)
@@ -441,5 +465,5 @@ for i, which in ipairs({'p', 's'}) do
     hold(q, which, req.lapse)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ',')}
+return {'ok', fmt(now), id, table.concat(slots, ','), usage_of(ws)}
 """

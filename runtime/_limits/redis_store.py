@@ -17,6 +17,12 @@ the background task every third of it while the attempt lives): a process killed
 its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
 their window by themselves.
 
+Statistics never wait for Redis: :meth:`RedisQuotaStore.usage` answers from the process's view
+of each key's windows (:mod:`sluice._limits.view`), learned from every admission's answer and
+refreshed by the background task every ``refresh`` seconds for the keys no answer has reported
+since (one read-only run for all of them, riding with the queued work), and
+:meth:`RedisQuotaStore.usage_age` says how old it is.
+
 Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
 """
 
@@ -41,6 +47,7 @@ from .store import (
     TooLarge,
     WindowSpec,
 )
+from .view import WindowViews
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -54,6 +61,9 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
+
+_REFRESH_MOST = 64
+"""Keys one refresh reads at most (the oldest views first): a bounded run on the server."""
 
 
 def _period(value: float) -> str:
@@ -90,6 +100,7 @@ class RedisQuotaStore:
         lapse: float = 30.0,
         poll: float = 0.05,
         timeout: float = 2.0,
+        refresh: float = 1.0,
     ) -> None:
         self._client = client
         self._script = client.register_script(QUOTA_SCRIPT)
@@ -99,13 +110,16 @@ class RedisQuotaStore:
         self.lapse = lapse
         self.poll = poll
         self.timeout = timeout
+        self.refresh = refresh
+        """Seconds after which a key's view of its windows is read again (in ``maintain``)."""
         self._ops: list[list[Any]] = []
         self._held: set[tuple[str, str]] = set()
         """(key, reservation id) of the slots this process holds, renewed until they end."""
         self._holds: set[str] = set()
         """Budget reservations this process holds, renewed until settled."""
         self._cooldowns: dict[str, float] = {}
-        self._usage: dict[str, dict[str, tuple[int, int]]] = {}
+        self.views = WindowViews()
+        """The last known use and limit of each window of the keys in use."""
         self._dirty = trio.Event()
         self._lock = trio.Lock()
         self.round_trips = 0
@@ -178,24 +192,43 @@ class RedisQuotaStore:
         if self._ops:
             await self._run({"op": "flush"}, now)
 
+    async def read_views(self, now: float) -> None:
+        """Read the windows of the keys whose view is ``refresh`` seconds old or more (at most
+        :data:`_REFRESH_MOST`, the oldest first) in one run, with the queued work; only flush
+        when every view is recent."""
+        due = self.views.stale(now, self.refresh, _REFRESH_MOST)
+        if not due:
+            await self.flush(now)
+            return
+        reply = await self._run({"op": "peek", "keys": due}, now)
+        for (key, _), usage in zip(due, reply[2:], strict=True):
+            self.views.note(key, str(usage), now)
+
     async def maintain(self, flush_interval: float = 0.02) -> None:
-        """Flush queued work and renew held slots and budget holds, until cancelled.
+        """Flush queued work, renew held slots and budget holds and refresh the views of
+        the windows (every ``refresh`` seconds), until cancelled.
 
         Errors are logged, not raised: the queued work stays queued and is sent again.
         """
         renew_at = trio.current_time() + self.lapse / 3
+        refresh_at = trio.current_time() + self.refresh
         while True:
-            with trio.move_on_at(renew_at):
+            with trio.move_on_at(min(renew_at, refresh_at)):
                 await self._dirty.wait()
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
-                if trio.current_time() >= renew_at:
-                    renew_at = trio.current_time() + self.lapse / 3
+                now = trio.current_time()
+                if now >= renew_at:
+                    renew_at = now + self.lapse / 3
                     if self._held or self._holds:
                         held = [[key, ref] for key, ref in self._held]
                         self._queue(["h", self.lapse, held, list(self._holds)])
-                await self.flush(trio.current_time())
+                if now >= refresh_at:
+                    refresh_at = now + self.refresh
+                    await self.read_views(now)
+                else:
+                    await self.flush(now)
             except StoreUnavailable as exc:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
@@ -215,10 +248,12 @@ class RedisQuotaStore:
         caps: tuple[int | None, int | None] = (None, None),
         budget: BudgetAsk | None = None,
     ) -> Reservation | TooLarge | BudgetRefused | float:
+        wire_specs = [[s.dimension, _period(s.period), s.limit] for s in specs]
+        self.views.use(key, wire_specs)
         request: dict[str, Any] = {
             "op": "reserve",
             "q": key,
-            "specs": [[s.dimension, _period(s.period), s.limit] for s in specs],
+            "specs": wire_specs,
             "cost": [cost.requests, cost.input_tokens, cost.output_tokens],
             "caps": [-1 if c is None else c for c in caps],
             "lapse": self.lapse,
@@ -237,6 +272,8 @@ class RedisQuotaStore:
         reply = await self._run(request, now)
         kind = reply[0]
         if kind == "ok":
+            if len(reply) > 4:  # a reply of the script before views has no usage
+                self.views.note(key, str(reply[4]), now)
             ref = str(reply[2])
             slots = tuple(
                 (dimension, period)
@@ -253,6 +290,8 @@ class RedisQuotaStore:
             wait = float(reply[2])
             if reply[3] == "cooldown":
                 self._note_cooldown(key, now, float(reply[1]), float(reply[4]))
+            elif reply[3] == "window" and len(reply) > 4:
+                self.views.note(key, str(reply[4]), now)
             return wait
         if kind == "large":
             dimension: Dimension = reply[2]
@@ -332,16 +371,20 @@ class RedisQuotaStore:
         return RedisLedgerStore(self._client, self.prefix)
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
-        """Not known without a round trip: statistics of a shared store show no windows."""
-        return {}
+        """The key's windows as Redis last reported them (no round trip; see ``usage_age``)."""
+        return self.views.usage(key)
+
+    def usage_age(self, key: str, now: float) -> float:
+        """Seconds since Redis last reported the key's windows."""
+        return self.views.age(key, now)
 
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
-        """Drop this process's note of the key's cooldown once it is over (Redis expires the
-        key's own state)."""
+        """Drop this process's note of the key's cooldown once it is over, and its view of
+        the key's windows (Redis expires the key's own state)."""
         if self._cooldowns.get(key, -math.inf) > now:
             return False
         self._cooldowns.pop(key, None)
-        self._usage.pop(key, None)
+        self.views.forget(key)
         return True
 
 
@@ -391,6 +434,7 @@ async def open_redis_store(
     clock: Literal["server", "caller"] = "server",
     lapse: float = 30.0,
     flush_interval: float = 0.02,
+    refresh: float = 1.0,
 ) -> AsyncIterator[RedisQuotaStore]:
     """Connect to ``url`` (``redis://host:port/db``), yield the store, and keep its queued
     work flowing; on exit send what is still queued (briefly) and disconnect.
@@ -411,7 +455,9 @@ async def open_redis_store(
     try:
         async with client:
             await _ping(client, url)
-            store = RedisQuotaStore(client, prefix=prefix, clock=clock, lapse=lapse)
+            store = RedisQuotaStore(
+                client, prefix=prefix, clock=clock, lapse=lapse, refresh=refresh
+            )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(store.maintain, flush_interval)
                 try:
