@@ -11,8 +11,8 @@ import uuid
 import coredis
 
 from sluice._limits.cost import Cost
-from sluice._limits.redis_store import RedisQuotaStore
 from sluice._limits.headers import Learned
+from sluice._limits.redis_store import RedisQuotaStore
 from sluice._limits.store import (
     BudgetAsk,
     BudgetRefused,
@@ -180,10 +180,9 @@ async def test_settlements_show_in_the_view_exactly_as_the_memory_store_counts_t
             await store.reserve("k", specs, Cost(input_tokens=5, output_tokens=5), 1.0)
         await redis.flush(1.0)
         await redis.read_views(2.0)
-        assert redis.usage("k", 2.0) == memory.usage("k", 2.0) == {
-            "total_tokens/60s": (130, 1000),
-            "output_tokens/60s": (25, 500),
-        }
+        want = {"total_tokens/60s": (130, 1000), "output_tokens/60s": (25, 500)}
+        assert memory.usage("k", 2.0) == want
+        assert redis.usage("k", 2.0) == want
 
 
 async def test_a_forgotten_key_leaves_the_view_and_a_read_under_way_does_not_bring_it_back(
