@@ -67,6 +67,7 @@ from .batch_report import (
     BatchSummary,
     Interrupted,
     LatencyHistogram,
+    quota_limits,
     summary_json,
     summary_path,
 )
@@ -544,23 +545,15 @@ async def _job_cost(rt: Runtime) -> int:
     return found[0].totals.cost_micros if found else 0
 
 
-_STALE_WINDOWS = 5.0
-"""Seconds after which a window shown from a shared store's last report says how old it is."""
-
-
 async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
     stats = await rt.statistics()
-    limits = []
+    limits: list[str] = []
     queued = 0
     cooldown = 0.0
     for name, key in sorted(stats.quotas.items()):
         queued += sum(key.queued.values())
         cooldown = max(cooldown, key.cooldown_left)
-        old = f" ({key.windows_age:.0f}s ago)" if key.windows_age >= _STALE_WINDOWS else ""
-        for window, (used, limit) in key.windows.items():
-            limits.append(f"{name} {window} {used}/{limit}{old}")
-        if key.pending_limit is not None:
-            limits.append(f"{name} pending {key.pending}/{key.pending_limit}")
+        limits += quota_limits(name, key)
     return BatchProgress(
         summary=run.summary(await _job_cost(rt)),
         # A line handed to rt.map may still wait for one of its max_in_flight slots, and the

@@ -5,9 +5,10 @@ progress line) must never wait for it: a scrape while the server is down answers
 :class:`WindowViews` keeps, per quota key this process uses, the use and limit of each window as
 the server last reported them, and when. The store feeds it from every admission's answer and
 from a periodic read of the keys it has not heard of lately (:meth:`WindowViews.stale`);
-readers get the values and their age without a round trip. It holds only keys the store was
-asked about and drops each one when the store forgets the key, so its size follows the
-RateLimiter's keys.
+readers get the values and their age without a round trip. An answer is kept as the script's
+string and parsed only when read, so an admission pays for no parsing. It holds only keys the
+store was asked about and drops each one when the store forgets the key, so its size follows
+the RateLimiter's keys.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def parse_usage(text: str) -> dict[str, tuple[int, int]]:
 class _Seen:
     specs: list[Any]
     """The key's configured windows, as the script takes them."""
-    windows: dict[str, tuple[int, int]] = attrs.Factory(dict)
+    usage: str = ""
+    """The windows as the script last reported them (see :func:`parse_usage`)."""
     at: float | None = None
     """When the server last reported the windows (None: not yet)."""
 
@@ -60,7 +62,7 @@ class WindowViews:
         in use (forgotten while the answer was on its way) stays out."""
         seen = self._keys.get(key)
         if seen is not None:
-            seen.windows = parse_usage(usage)
+            seen.usage = usage
             seen.at = now
 
     def stale(self, now: float, every: float, most: int) -> list[tuple[str, list[Any]]]:
@@ -77,7 +79,7 @@ class WindowViews:
     def usage(self, key: str) -> dict[str, tuple[int, int]]:
         """The key's windows as last reported (empty before the first report)."""
         seen = self._keys.get(key)
-        return dict(seen.windows) if seen is not None else {}
+        return parse_usage(seen.usage) if seen is not None else {}
 
     def age(self, key: str, now: float) -> float:
         """Seconds since the key's windows were reported (0 before the first report: there is
