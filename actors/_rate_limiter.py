@@ -314,8 +314,8 @@ class _Limiter:
                 case GetLimiterStats(reply_to=reply_to):
                     try:
                         reply_to.send_nowait(self.statistics(now))
-                    except (trio.BrokenResourceError, trio.WouldBlock):
-                        pass
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                        pass  # the asker gave up (a scrape waits only so long)
                 case Relimit(limits=by_provider):
                     for key in list(keys.values()):
                         new = by_provider.get(key.name.partition(":")[0])

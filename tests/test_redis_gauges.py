@@ -120,6 +120,9 @@ async def test_a_scrape_while_redis_is_paused_answers_at_once_with_the_last_valu
                         assert gauge(seen, "sluice_window_used", **KEY) == 3
                         assert gauge(seen, "sluice_window_limit", **KEY) == 10
                         ages.append(gauge(seen, "sluice_window_age_seconds", key="sim"))
+                        # A scrape that gave up waiting crashes nothing (the limiter's keys
+                        # would go with it).
+                        assert not re.search("^sluice_actor_restarts_total", seen, re.M)
                         await trio.sleep(0.3)
                     nursery.cancel_scope.cancel()
             finally:

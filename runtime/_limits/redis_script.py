@@ -448,15 +448,16 @@ if b then
 end
 local id = tostring(redis.call('HINCRBY', base .. ':m', 'seq', 1))
 local keep = math.ceil(req.lapse * 1000) + 1000
-local slots = {}
+local slots, usage = {}, {}
 for _, w in ipairs(ws) do
   local amount = amount_of(cost, w[1])
   redis.call('RPUSH', w[3] .. ':o', id)
   redis.call('ZADD', w[3] .. ':t', fmt(now), id)
   redis.call('HSET', w[3], 'a' .. id, fmt(now), 'n' .. id, amount)
-  redis.call('HINCRBY', w[3], 'u', amount)
+  local used = redis.call('HINCRBY', w[3], 'u', amount)
   keep = math.max(keep, touch(w[3], tonumber(w[2])))
   slots[#slots + 1] = w[1] .. ':' .. w[2]
+  usage[#usage + 1] = slots[#slots] .. ':' .. used .. ':' .. w[4]
 end
 extend(base .. ':m', keep)
 for i, which in ipairs({'p', 's'}) do
@@ -465,5 +466,5 @@ for i, which in ipairs({'p', 's'}) do
     hold(q, which, req.lapse)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ','), usage_of(ws)}
+return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ',')}
 """
