@@ -437,8 +437,9 @@ async def open_redis_store(
     refresh: float = 1.0,
 ) -> AsyncIterator[RedisQuotaStore]:
     """Connect to ``url`` (``redis://host:port/db``), yield the store, and keep its queued
-    work flowing and its view of the windows at most about ``refresh`` seconds old; on exit
-    send what is still queued (briefly) and disconnect.
+    work flowing and its view of the windows read again every ``refresh`` seconds (see
+    :meth:`RedisQuotaStore.read_views`); on exit send what is still queued (briefly) and
+    disconnect.
 
     Raises:
         ConfigError: ``coredis`` is not installed, or the server does not answer.
