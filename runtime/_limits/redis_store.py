@@ -20,8 +20,9 @@ their window by themselves.
 Statistics never wait for Redis: :meth:`RedisQuotaStore.usage` answers from the process's view
 of each key's windows (:mod:`sluice._limits.view`), learned from every admission's answer and
 refreshed by the background task every ``refresh`` seconds for the keys no answer has reported
-since (one read-only run for all of them, riding with the queued work), and
-:meth:`RedisQuotaStore.usage_age` says how old it is.
+since (one read-only run for all of them, sent beside the queue of runs so that a read hanging
+on a stopped Redis holds up no admission), and :meth:`RedisQuotaStore.usage_age` says how old
+it is.
 
 Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
 """
@@ -193,14 +194,21 @@ class RedisQuotaStore:
             await self._run({"op": "flush"}, now)
 
     async def read_views(self, now: float) -> None:
-        """Read the windows of the keys whose view is ``refresh`` seconds old or more (at most
-        :data:`_REFRESH_MOST`, the oldest first) in one run, with the queued work; only flush
-        when every view is recent."""
+        """Flush the queued work, then read the windows of the keys whose view is ``refresh``
+        seconds old or more (at most :data:`_REFRESH_MOST`, the oldest first) in one run.
+
+        The read carries no queued work and takes no turn in the queue of runs: a read that
+        hangs on a Redis that stopped answering holds up no admission.
+        """
+        await self.flush(now)
         due = self.views.stale(now, self.refresh, _REFRESH_MOST)
         if not due:
-            await self.flush(now)
             return
-        reply = await self._run({"op": "peek", "keys": due}, now)
+        request: dict[str, Any] = {"op": "peek", "keys": due}
+        try:
+            reply = await self._send(request, [], now)
+        except _ScriptFailed as failed:
+            raise _bug(request, failed) from None
         for (key, _), usage in zip(due, reply[2:], strict=True):
             self.views.note(key, str(usage), now)
 

@@ -58,10 +58,11 @@ class WindowViews:
             seen.specs = specs
 
     def note(self, key: str, usage: str, now: float) -> None:
-        """The server reported ``key``'s windows (a usage string) at ``now``. A key no longer
-        in use (forgotten while the answer was on its way) stays out."""
+        """The server reported ``key``'s windows (a usage string) asked for at ``now``. A key
+        no longer in use (forgotten while the answer was on its way) stays out, and so does a
+        report asked for before the one the view holds (reads and admissions overlap)."""
         seen = self._keys.get(key)
-        if seen is not None:
+        if seen is not None and (seen.at is None or now >= seen.at):
             seen.usage = usage
             seen.at = now
 
