@@ -212,6 +212,11 @@ def test_the_views_read_the_never_reported_then_the_oldest_first_and_at_most_so_
     first = [("unknown", ["unknown"]), ("older", ["older"]), ("old", ["old"])]
     assert views.stale(6.0, 1.0, 3) == first  # "new" is due too, past the most asked for
     assert views.stale(5.5, 1.0, 10) == first  # "new" is half a second old
+    # A read asked for before the report the view holds (it overlapped an admission) loses.
+    views.note("new", "requests:60.0:3:10", 4.0)
+    assert views.usage("new") == {} and views.age("new", 6.0) == 1.0
+    views.note("new", "requests:60.0:3:10", 5.5)
+    assert views.usage("new") == {"requests/60s": (3, 10)} and views.age("new", 6.0) == 0.5
     assert parse_usage("requests:60.0:3:10,total_tokens:1.5:0:900") == {
         "requests/60s": (3, 10),
         "total_tokens/1.5s": (0, 900),
