@@ -317,8 +317,8 @@ class _Limiter:
                 case GetLimiterStats(reply_to=reply_to):
                     try:
                         reply_to.send_nowait(self.statistics(now))
-                    except (trio.BrokenResourceError, trio.WouldBlock):
-                        pass
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                        pass  # the asker gave up (a scrape waits only so long)
                 case Relimit(limits=by_provider):
                     for key in list(keys.values()):
                         new = by_provider.get(key.name.partition(":")[0])
@@ -599,6 +599,7 @@ class _Limiter:
                 exhausted_left=max(0.0, key.exhausted_until - now)
                 if key.exhausted_error is not None
                 else 0.0,
+                windows_age=self.store.usage_age(key.name, now),
             )
             for key in self.keys.values()
         }

@@ -236,6 +236,9 @@ class KeyStatistics(Record):
     """``{"dimension/period": (used, limit)}``."""
     cooldown_left: float
     exhausted_left: float
+    windows_age: float = 0.0
+    """Seconds since ``windows`` were current: 0 with the in-memory store; with a shared
+    store, since its server last reported them (statistics never wait for it)."""
 
 
 @attrs.frozen(eq=False, repr=False)

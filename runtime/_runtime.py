@@ -80,6 +80,11 @@ _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
 _DRAIN_POLL = 0.05
 _GAUGES_EVERY = 5.0
 
+_SCRAPE_WAIT = 0.25
+"""Seconds a scrape waits for fresh statistics before it shows the last snapshot: the
+RateLimiter answers between admissions, and one may be waiting on a quota store that does not
+answer."""
+
 
 class CallStream:
     """The consumer's end of one call: iterate it for events; then read ``result`` or ``error``.
@@ -838,7 +843,9 @@ class Runtime:
 
     async def render_metrics(self) -> bytes:
         """The metrics in Prometheus' text format, gauges as of now (for a ``/metrics``
-        endpoint of one's own, such as a gateway's).
+        endpoint of one's own, such as a gateway's). Never waits long: when the actors do not
+        answer within :data:`_SCRAPE_WAIT` (one may be waiting on a quota store that is down),
+        the gauges are the last snapshot's, the windows' ages growing.
 
         Raises:
             ConfigError: metrics are not enabled (``RuntimeConfig(metrics=...)``).
@@ -847,10 +854,11 @@ class Runtime:
         if metrics is None:
             raise ConfigError("metrics are off: enable them with RuntimeConfig(metrics=...)")
         if self._peers is not None and self._providers is not None:
-            try:
-                metrics.gauges.stats = await self.statistics()
-            except (RuntimeClosed, trio.ClosedResourceError):
-                pass  # shutting down: the last gauges stand
+            with trio.move_on_after(_SCRAPE_WAIT):
+                try:
+                    metrics.gauges.update(await self.statistics())
+                except (RuntimeClosed, trio.ClosedResourceError):
+                    pass  # shutting down: the last gauges stand
         return metrics.render()
 
     def hook_statistics(self) -> dict[str, int]:
@@ -1207,6 +1215,6 @@ async def _refresh_gauges(rt: Runtime) -> None:
         await trio.sleep(_GAUGES_EVERY)
         if rt._peers is not None and rt._providers is not None:
             try:
-                metrics.gauges.stats = await rt.statistics()
+                metrics.gauges.update(await rt.statistics())
             except (RuntimeClosed, trio.ClosedResourceError):
                 return  # shutting down: the actors have stopped

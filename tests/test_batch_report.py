@@ -12,16 +12,19 @@ import pytest
 from sluice._cli import main
 from sluice._jobs.batch_lines import Answered, Shard
 from sluice._jobs.batch_report import (
+    STALE_WINDOWS,
     BatchProgress,
     BatchSummary,
     LatencyHistogram,
     format_duration,
     format_progress,
     format_summary,
+    quota_limits,
     summary_path,
 )
 from sluice._jobs.batch_scan import HashSet, InputCheck, find_duplicate
 from sluice._jobs.percentile import percentile
+from sluice._mail import KeyStatistics
 
 
 @pytest.fixture(autouse=True)
@@ -216,3 +219,29 @@ def test_the_headline_counts_lines_written():
     headline, status = format_summary(s, "out.jsonl").splitlines()[:2]
     assert headline == "batch interrupted: 4 lines written -> out.jsonl"
     assert status == "  ok 3, failed 1, not done 6 (run again with --resume)"
+
+
+def test_a_quota_shows_its_windows_marked_with_their_age_once_old_then_its_pending_slots():
+    def key(age: float, pending_limit: int | None = None) -> KeyStatistics:
+        return KeyStatistics(
+            key="sim",
+            queued={},
+            pending=3,
+            open_streams=0,
+            pending_limit=pending_limit,
+            windows={"requests/60s": (57, 60), "total_tokens/60s": (900, 10_000)},
+            cooldown_left=0.0,
+            exhausted_left=0.0,
+            windows_age=age,
+        )
+
+    assert quota_limits("sim", key(0.0)) == [
+        "sim requests/60s 57/60",
+        "sim total_tokens/60s 900/10000",
+    ]
+    assert quota_limits("sim", key(STALE_WINDOWS - 0.1)) == quota_limits("sim", key(0.0))
+    assert quota_limits("sim", key(12.4, pending_limit=8)) == [
+        "sim requests/60s 57/60 (12s ago)",
+        "sim total_tokens/60s 900/10000 (12s ago)",
+        "sim pending 3/8",
+    ]

@@ -11,7 +11,7 @@ import trio.testing
 from sluice._config import RateLimitConfig, WindowLimit
 from sluice._errors import RateLimited, TooLargeForQuota
 from sluice._limits.cost import Cost
-from sluice._mail import RateLimiterMsg, Settle
+from sluice._mail import GetLimiterStats, KeyStatistics, RateLimiterMsg, Settle
 from sluice._messages import Usage
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 
@@ -407,3 +407,18 @@ async def test_a_learned_limit_rises_with_the_headers_and_lapses_without_them(
     await admit_and_finish(limiter, "j", RateLimitConfig(requests_per_minute=1), headers=ten)
     at = (await admit_and_finish(limiter, "j", RateLimitConfig(requests_per_minute=1))).at
     assert at == 840.0
+
+
+@virtual_deadline(60)
+async def test_a_statistics_request_whose_asker_gave_up_is_dropped(autojump_clock, nursery):
+    """A scrape waits only so long for statistics, then closes its reply channel: the limiter
+    drops the answer and carries on (it must not crash and lose its keys)."""
+    send, inbox = trio.open_memory_channel[RateLimiterMsg](0)
+    await nursery.start(run_rate_limiter, inbox, random.Random(0))
+    limiter = RateLimiterHandle(send)
+    await admit_and_finish(limiter, "k", RateLimitConfig(requests_per_minute=2))
+    reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)
+    with reply_to, reply:
+        reply_to.close()  # what RateLimiterHandle.statistics does when cancelled
+        await send.send(GetLimiterStats(reply_to))
+    assert (await limiter.statistics())["k"].windows["requests/60s"] == (1, 2)

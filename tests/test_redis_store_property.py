@@ -124,10 +124,12 @@ async def replay(
     store: QuotaStore,
     workload: Workload,
     passed: Callable[[float, float], Awaitable[None]] | None = None,
+    usage: list[dict[str, tuple[int, int]]] | None = None,
 ) -> list[tuple[object, ...]]:
     """Every decision the store makes for the workload, with its virtual time.
 
     ``passed(since, now)`` is awaited whenever a minute or more of virtual time has gone by.
+    ``usage`` gets the store's ``usage()`` right after each admission.
     """
     key = "openai"
     specs = workload.specs
@@ -188,6 +190,8 @@ async def replay(
                 break
             waiting.pop(0)
             log.append(("admitted", index, now))
+            if usage is not None:
+                usage.append(store.usage(key, now))
             if call.actual is not None:
                 heapq.heappush(events, (now + call.first_chunk, next(seq), "redate", got))
             end = now + call.first_chunk + call.duration
@@ -229,7 +233,10 @@ def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Await
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workload=workloads())
 async def test_redis_store_admits_exactly_when_the_memory_store_does(redis_url, workload):
-    expected = await replay(MemoryQuotaStore(), workload)
+    """The same decisions at the same times; and after each admission, the Redis store's view
+    of the windows (from the admission's answer) is what the memory store counts."""
+    in_memory: list[dict[str, tuple[int, int]]] = []
+    expected = await replay(MemoryQuotaStore(), workload, usage=in_memory)
     client = coredis.Redis.from_url(redis_url, decode_responses=True)
     async with client:
         prefix = f"prop-{uuid.uuid4().hex}"
@@ -239,8 +246,14 @@ async def test_redis_store_admits_exactly_when_the_memory_store_does(redis_url, 
         async def passed(since: float, now: float) -> None:
             assert await age(since, now) == []  # every key expires by itself
 
-        got = await replay(store, workload, passed)
+        in_redis: list[dict[str, tuple[int, int]]] = []
+        got = await replay(store, workload, passed, usage=in_redis)
     assert got == expected
+    # The memory store also shows a window no limit names any more while it holds entries;
+    # every window the view shows is exactly the memory store's.
+    assert len(in_redis) == len(in_memory)
+    for view, counted in zip(in_redis, in_memory, strict=True):
+        assert view and view.items() <= counted.items()
     decided = [entry for entry in got if entry[0] in ("admitted", "too large")]
     assert len(decided) == len(workload.calls)  # the replay ran every call to a decision
 

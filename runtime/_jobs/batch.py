@@ -67,6 +67,7 @@ from .batch_report import (
     BatchSummary,
     Interrupted,
     LatencyHistogram,
+    quota_limits,
     summary_json,
     summary_path,
 )
@@ -546,16 +547,13 @@ async def _job_cost(rt: Runtime) -> int:
 
 async def _snapshot(rt: Runtime, run: _Run, draining: bool) -> BatchProgress:
     stats = await rt.statistics()
-    limits = []
+    limits: list[str] = []
     queued = 0
     cooldown = 0.0
     for name, key in sorted(stats.quotas.items()):
         queued += sum(key.queued.values())
         cooldown = max(cooldown, key.cooldown_left)
-        for window, (used, limit) in key.windows.items():
-            limits.append(f"{name} {window} {used}/{limit}")
-        if key.pending_limit is not None:
-            limits.append(f"{name} pending {key.pending}/{key.pending_limit}")
+        limits += quota_limits(name, key)
     return BatchProgress(
         summary=run.summary(await _job_cost(rt)),
         # A line handed to rt.map may still wait for one of its max_in_flight slots, and the

@@ -9,12 +9,15 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from .._ledger.prices import format_usd
 from .percentile import interpolate
+
+if TYPE_CHECKING:
+    from .._mail import KeyStatistics
 
 __all__ = [
     "BatchProgress",
@@ -22,6 +25,7 @@ __all__ = [
     "LatencyHistogram",
     "format_duration",
     "format_progress",
+    "quota_limits",
     "format_summary",
     "summary_json",
     "summary_path",
@@ -178,6 +182,21 @@ class BatchProgress:
         if s.written == 0 or s.elapsed <= 0:
             return None
         return s.left / (s.written / s.elapsed)
+
+
+STALE_WINDOWS = 5.0
+"""Seconds after which a window shown from a shared store's last report says how old it is."""
+
+
+def quota_limits(name: str, key: KeyStatistics) -> list[str]:
+    """The progress line's parts for one quota key: each window (``sim requests/60s 57/60``,
+    with ``(12s ago)`` when a shared store last reported it :data:`STALE_WINDOWS` seconds ago
+    or more), then the pending slots when limited."""
+    old = f" ({key.windows_age:.0f}s ago)" if key.windows_age >= STALE_WINDOWS else ""
+    parts = [f"{name} {window} {u}/{limit}{old}" for window, (u, limit) in key.windows.items()]
+    if key.pending_limit is not None:
+        parts.append(f"{name} pending {key.pending}/{key.pending_limit}")
+    return parts
 
 
 def format_duration(seconds: float) -> str:

@@ -178,6 +178,9 @@ class FallbackQuotaStore:
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         return self.local.usage(key, now) if self.is_local else self.primary.usage(key, now)
 
+    def usage_age(self, key: str, now: float) -> float:
+        return 0.0 if self.is_local else self.primary.usage_age(key, now)
+
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
         # The local share's windows are in its own specs (a share of each limit).
         if not self.local.forget(key, self._local_specs(specs), now):

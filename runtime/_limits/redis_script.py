@@ -2,7 +2,9 @@
 
 One script serves every operation so that each round trip is one atomic step: it first applies
 the settlements, re-datings and slot releases the process has queued since its last call, then
-does what was asked (admit, cool down, learn, or nothing but the queued work). Its window logic
+does what was asked (admit, cool down, learn, read windows, or nothing but the queued work).
+An admission's answer (and a wait for a window) carries the key's windows' use and limits, the
+caller's view of them for statistics. Its window logic
 mirrors :class:`~sluice._limits.window.Window` step for step (the same entries in the same order,
 expired by the same rule, the same answer for the next free time), and its limits mirror
 :class:`~sluice._limits.store.MemoryQuotaStore` (configured limits sent with every call, lowered
@@ -206,6 +208,17 @@ local function windows(q, specs)
   return out
 end
 
+-- What the caller keeps as its view of windows ws (already expired): for each window,
+-- 'dimension:period:used:limit', comma-separated.
+local function usage_of(ws)
+  local parts = {}
+  for _, w in ipairs(ws) do
+    local used = redis.call('HGET', w[3], 'u') or '0'
+    parts[#parts + 1] = w[1] .. ':' .. w[2] .. ':' .. used .. ':' .. w[4]
+  end
+  return table.concat(parts, ',')
+end
+
 local function amount_of(cost, dim)
   if dim == 'requests' then return cost[1] end
   if dim == 'input_tokens' then return cost[2] end
@@ -324,6 +337,17 @@ if what == 'cooling' then
   return out
 end
 
+if what == 'peek' then
+  -- Read only: the windows of several keys, {{key, specs}, ...}, one usage string each.
+  local out = {'ok', fmt(now)}
+  for _, k in ipairs(req.keys) do
+    local ws = windows(k[1], k[2])
+    for _, w in ipairs(ws) do expire(w[3], tonumber(w[2])) end
+    out[#out + 1] = usage_of(ws)
+  end
+  return out
+end
+
 local q = req.q
 local cdkey = qbase(q) .. ':cd'
 
@@ -407,7 +431,7 @@ for _, w in ipairs(ws) do
   if at > ready then ready = at end
 end
 if ready > now then
-  return {'wait', fmt(now), fmt(ready - now), 'window'}
+  return {'wait', fmt(now), fmt(ready - now), 'window', usage_of(ws)}
 end
 -- Slots shared by every process: {pending cap, open-stream cap} (-1: none).
 local base = qbase(q)
@@ -457,15 +481,16 @@ if b then
 end
 local id = tostring(redis.call('HINCRBY', base .. ':m', 'seq', 1))
 local keep = math.ceil(req.lapse * 1000) + 1000
-local slots = {}
+local slots, usage = {}, {}
 for _, w in ipairs(ws) do
   local amount = amount_of(cost, w[1])
   redis.call('RPUSH', w[3] .. ':o', id)
   redis.call('ZADD', w[3] .. ':t', fmt(now), id)
   redis.call('HSET', w[3], 'a' .. id, fmt(now), 'n' .. id, amount)
-  redis.call('HINCRBY', w[3], 'u', amount)
+  local used = redis.call('HINCRBY', w[3], 'u', amount)
   keep = math.max(keep, touch(w[3], tonumber(w[2])))
   slots[#slots + 1] = w[1] .. ':' .. w[2]
+  usage[#usage + 1] = slots[#slots] .. ':' .. used .. ':' .. w[4]
 end
 extend(base .. ':m', keep)
 for i, which in ipairs({'p', 's'}) do
@@ -474,5 +499,5 @@ for i, which in ipairs({'p', 's'}) do
     hold(q, which, req.lapse)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ',')}
+return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ',')}
 """

@@ -24,7 +24,14 @@ most every ``view_interval`` seconds while someone keeps asking, so what routing
 about that old. The same read brings the names routing should avoid (:meth:`avoid`,
 :meth:`avoided`): deployments some process found slow, breakers some process opened.
 
-Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
+Statistics never wait for Redis: :meth:`RedisQuotaStore.usage` answers from the process's view
+of each key's windows (:mod:`sluice._limits.view`), learned from every admission's answer and
+refreshed by the background task every ``refresh`` seconds for the keys no answer has reported
+since (one read-only run for all of them, sent beside the queue of runs so that a read hanging
+on a stopped Redis holds up no admission), and :meth:`RedisQuotaStore.usage_age` says how old
+it is.
+
+Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and most runs never use Redis.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from .store import (
     WindowSpec,
     sent_slots,
 )
+from .view import WindowViews
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -63,6 +71,9 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
+
+_REFRESH_MOST = 64
+"""Keys one refresh reads at most (the oldest views first): a bounded run on the server."""
 
 
 def _period(value: float) -> str:
@@ -90,6 +101,7 @@ class RedisQuotaStore:
         poll: float = 0.05,
         timeout: float = 2.0,
         view_interval: float = 0.5,
+        refresh: float = 1.0,
     ) -> None:
         self._client = client
         self._script = client.register_script(QUOTA_SCRIPT)
@@ -99,6 +111,8 @@ class RedisQuotaStore:
         self.lapse = lapse
         self.poll = poll
         self.timeout = timeout
+        self.refresh = refresh
+        """Seconds after which a key's view of its windows is read again (in ``maintain``)."""
         self._ops: list[list[Any]] = []
         self._held: set[tuple[str, str]] = set()
         """(key, reservation id) of the slots this process holds, renewed until they end."""
@@ -113,7 +127,8 @@ class RedisQuotaStore:
         """When the known cooldowns should next be read again from Redis (trio time)."""
         self._view_wanted = False
         """Someone asked :meth:`cooling` after ``_view_due``: the background task reads them."""
-        self._usage: dict[str, dict[str, tuple[int, int]]] = {}
+        self.views = WindowViews()
+        """The last known use and limit of each window of the keys in use."""
         self._dirty = trio.Event()
         self._lock = trio.Lock()
         self.round_trips = 0
@@ -186,26 +201,53 @@ class RedisQuotaStore:
         if self._ops:
             await self._run({"op": "flush"}, now)
 
+    async def read_views(self, now: float) -> None:
+        """Flush the queued work, then read the windows of the keys whose view is ``refresh``
+        seconds old or more (at most :data:`_REFRESH_MOST`, the oldest first) in one run.
+
+        The read carries no queued work and takes no turn in the queue of runs: a read that
+        hangs on a Redis that stopped answering holds up no admission.
+        """
+        await self.flush(now)
+        due = self.views.stale(now, self.refresh, _REFRESH_MOST)
+        if not due:
+            return
+        request: dict[str, Any] = {"op": "peek", "keys": due}
+        try:
+            reply = await self._send(request, [], now)
+        except _ScriptFailed as failed:
+            raise _bug(request, failed) from None
+        for (key, _), usage in zip(due, reply[2:], strict=True):
+            self.views.note(key, str(usage), now)
+
     async def maintain(self, flush_interval: float = 0.02) -> None:
-        """Flush queued work and renew held slots and budget holds, until cancelled.
+        """Flush queued work, renew held slots and budget holds and refresh the views of
+        the windows (every ``refresh`` seconds), until cancelled.
 
         Errors are logged, not raised: the queued work stays queued and is sent again.
         """
         renew_at = trio.current_time() + self.lapse / 3
+        refresh_at = trio.current_time() + self.refresh
         while True:
-            with trio.move_on_at(renew_at):
+            with trio.move_on_at(min(renew_at, refresh_at)):
                 await self._dirty.wait()
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
+                now = trio.current_time()
                 if self._view_wanted:
-                    await self.read_cooldowns(trio.current_time())
-                if trio.current_time() >= renew_at:
-                    renew_at = trio.current_time() + self.lapse / 3
+                    await self.read_cooldowns(now)
+                    now = trio.current_time()
+                if now >= renew_at:
+                    renew_at = now + self.lapse / 3
                     if self._held or self._holds:
                         held = [[key, ref] for key, ref in self._held]
                         self._queue(["h", self.lapse, held, list(self._holds)])
-                await self.flush(trio.current_time())
+                if now >= refresh_at:
+                    refresh_at = now + self.refresh
+                    await self.read_views(now)
+                else:
+                    await self.flush(now)
             except StoreUnavailable as exc:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
@@ -225,10 +267,12 @@ class RedisQuotaStore:
         caps: tuple[int | None, int | None] = (None, None),
         budget: BudgetAsk | None = None,
     ) -> Reservation | TooLarge | BudgetRefused | float:
+        wire_specs = [[s.dimension, _period(s.period), s.limit] for s in specs]
+        self.views.use(key, wire_specs)
         request: dict[str, Any] = {
             "op": "reserve",
             "q": key,
-            "specs": [[s.dimension, _period(s.period), s.limit] for s in specs],
+            "specs": wire_specs,
             "cost": [cost.requests, cost.input_tokens, cost.output_tokens],
             "caps": [-1 if c is None else c for c in caps],
             "lapse": self.lapse,
@@ -247,6 +291,8 @@ class RedisQuotaStore:
         reply = await self._run(request, now)
         kind = reply[0]
         if kind == "ok":
+            if len(reply) > 4:  # a reply of the script before views has no usage
+                self.views.note(key, str(reply[4]), now)
             ref = str(reply[2])
             slots = tuple(
                 (dimension, period)
@@ -263,6 +309,8 @@ class RedisQuotaStore:
             wait = float(reply[2])
             if reply[3] == "cooldown":
                 self._note_cooldown(key, now, float(reply[1]), float(reply[4]))
+            elif reply[3] == "window" and len(reply) > 4:
+                self.views.note(key, str(reply[4]), now)
             return wait
         if kind == "large":
             dimension: Dimension = reply[2]
@@ -391,16 +439,20 @@ class RedisQuotaStore:
         return RedisLedgerStore(self._client, self.prefix)
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
-        """Not known without a round trip: statistics of a shared store show no windows."""
-        return {}
+        """The key's windows as Redis last reported them (no round trip; see ``usage_age``)."""
+        return self.views.usage(key)
+
+    def usage_age(self, key: str, now: float) -> float:
+        """Seconds since Redis last reported the key's windows."""
+        return self.views.age(key, now)
 
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
-        """Drop this process's note of the key's cooldown once it is over (Redis expires the
-        key's own state)."""
+        """Drop this process's note of the key's cooldown once it is over, and its view of
+        the key's windows (Redis expires the key's own state)."""
         if self._cooldowns.get(key, -math.inf) > now:
             return False
         self._cooldowns.pop(key, None)
-        self._usage.pop(key, None)
+        self.views.forget(key)
         return True
 
 
@@ -450,9 +502,12 @@ async def open_redis_store(
     clock: Literal["server", "caller"] = "server",
     lapse: float = 30.0,
     flush_interval: float = 0.02,
+    refresh: float = 1.0,
 ) -> AsyncIterator[RedisQuotaStore]:
     """Connect to ``url`` (``redis://host:port/db``), yield the store, and keep its queued
-    work flowing; on exit send what is still queued (briefly) and disconnect.
+    work flowing and its view of the windows read again every ``refresh`` seconds (see
+    :meth:`RedisQuotaStore.read_views`); on exit send what is still queued (briefly) and
+    disconnect.
 
     Raises:
         ConfigError: ``coredis`` is not installed, or the server does not answer.
@@ -470,7 +525,9 @@ async def open_redis_store(
     try:
         async with client:
             await _ping(client, url)
-            store = RedisQuotaStore(client, prefix=prefix, clock=clock, lapse=lapse)
+            store = RedisQuotaStore(
+                client, prefix=prefix, clock=clock, lapse=lapse, refresh=refresh
+            )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(store.maintain, flush_interval)
                 try:

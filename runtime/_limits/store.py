@@ -158,7 +158,13 @@ class QuotaStore(Protocol):
         ...
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
-        """``{"dimension/period": (used, limit)}`` per window of ``key``, for statistics."""
+        """``{"dimension/period": (used, limit)}`` per window of ``key``, for statistics.
+        Never waits: a shared store answers with what its server last reported."""
+        ...
+
+    def usage_age(self, key: str, now: float) -> float:
+        """Seconds since the values ``usage`` gives were current (0 for a store that holds
+        the windows itself)."""
         ...
 
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
@@ -370,3 +376,6 @@ class MemoryQuotaStore:
             window.expire(now)
             out[f"{dimension}/{period:g}s"] = (window.used, window.limit)
         return out
+
+    def usage_age(self, key: str, now: float) -> float:
+        return 0.0  # the windows are here: always current

@@ -3,7 +3,9 @@
 Counters and histograms are updated where calls and attempts end, as plain numbers in dicts
 (a dict update per count, a bisect per observation: no locks, no objects), and handed to
 prometheus_client as metric families at scrape time, which renders them; gauges are read at
-scrape time from a snapshot of ``Runtime.statistics()``. So the hot path pays almost nothing
+scrape time from a snapshot of ``Runtime.statistics()``, which a scrape refreshes only if the
+runtime answers within a short bound (else it shows the last one: a scrape never waits for a
+quota store that does not answer). So the hot path pays almost nothing
 (measured in ``benchmarks/overhead.py --observed``), and the exposition is the library's.
 Labels are bounded: provider, model, quota key, outcome, error class, priority; never call
 ids, prompts or tags. The values a caller chooses (the model, and so a per-model quota key or
@@ -17,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any
 
+import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -232,7 +235,22 @@ class _SnapshotCollector(Collector):
     def __init__(self, keys: LabelValues, breakers: LabelValues) -> None:
         self.keys, self.breakers = keys, breakers
         self.stats: RuntimeStatistics | None = None
+        self.taken_at = 0.0
+        """When ``stats`` was taken (trio's clock): it ages the windows' values."""
         self.extra: Callable[[], dict[str, float]] = dict
+
+    def update(self, stats: RuntimeStatistics) -> None:
+        """Show ``stats``, taken now."""
+        self.stats = stats
+        self.taken_at = trio.current_time()
+
+    def _since_taken(self) -> float:
+        """Seconds since the snapshot was taken (0 when read outside trio, e.g. by a
+        scraper's own thread: the windows' ages are then those of the snapshot)."""
+        try:
+            return max(0.0, trio.current_time() - self.taken_at)
+        except RuntimeError:
+            return 0.0
 
     def collect(self) -> Iterator[Any]:
         stats = self.stats
@@ -285,6 +303,12 @@ class _SnapshotCollector(Collector):
             "Limit of each rate-limit window, per quota key.",
             labels=["key", "window"],
         )
+        age = GaugeMetricFamily(
+            "sluice_window_age_seconds",
+            "Seconds since the values of each quota key's window gauges were current (0 with"
+            " the in-memory store; with a shared store, since it last reported them).",
+            labels=["key"],
+        )
         cooldown = GaugeMetricFamily(
             "sluice_cooldown_seconds",
             "Seconds left of each quota key's cooldown after a 429.",
@@ -298,6 +322,8 @@ class _SnapshotCollector(Collector):
         used_of: dict[tuple[str, str], float] = {}
         limit_of: dict[tuple[str, str], float] = {}
         cooldown_of: dict[str, float] = {}
+        age_of: dict[str, float] = {}
+        since = self._since_taken()
         fold = self.keys.fold
         for name, ks in sorted(stats.quotas.items()):
             key = fold(name)
@@ -308,19 +334,22 @@ class _SnapshotCollector(Collector):
             for window, (u, lim) in ks.windows.items():
                 used_of[key, window] = used_of.get((key, window), 0) + u
                 limit_of[key, window] = limit_of.get((key, window), 0) + lim
+            if ks.windows:
+                age_of[key] = max(age_of.get(key, 0.0), ks.windows_age + since)
             left = max(ks.cooldown_left, ks.exhausted_left)
             cooldown_of[key] = max(cooldown_of.get(key, 0.0), left)
         for gauge, values in (
             (open_streams, streams_of),
             (pending, pending_of),
             (cooldown, cooldown_of),
+            (age, age_of),
         ):
             for key, value in values.items():
                 gauge.add_metric([key], value)
         for gauge, pairs in ((queued, queued_of), (used, used_of), (limit, limit_of)):
             for labels, value in pairs.items():
                 gauge.add_metric(list(labels), value)
-        yield from (open_streams, pending, queued, used, limit, cooldown)
+        yield from (open_streams, pending, queued, used, limit, age, cooldown)
         breaker = GaugeMetricFamily(
             "sluice_breaker_state",
             "1 for each provider's circuit breaker's current state (under 'other': how many"
