@@ -207,7 +207,9 @@ def test_log_lines_and_summary_file(tmp_path, capsys):
     latency = summary["latency_s"]
     assert list(latency) == ["p50", "p90", "p99", "max"]
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
-    assert latency["max"] >= 1.0  # the last ten waited a second for the quota
+    # The last ten waited for the next second of the pacing window, which counts sends: they
+    # left one second after the first sends, a little less than a second after being queued.
+    assert latency["max"] >= 0.9
     assert summary["elapsed_s"] >= latency["max"]
     assert summary["calls_per_s"] > 0 and summary["tokens_per_s"] > 0
 
