@@ -27,8 +27,8 @@ from sluice.actors._tell import MAILBOX_BUFFER, put, take
 from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
+from ._cursor import AsyncEventCursor
 from ._errors import ConfigError, RuntimeClosed, SluiceError
-from ._events import CallEvent, Completed, Failed
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.cost import estimate_cost
@@ -81,7 +81,7 @@ _DRAIN_POLL = 0.05
 _GAUGES_EVERY = 5.0
 
 
-class CallStream:
+class CallStream(AsyncEventCursor):
     """The consumer's end of one call: iterate it for events; then read ``result`` or ``error``.
 
     Created by :meth:`Runtime.stream`, never directly. Leaving the ``async with`` block early
@@ -94,38 +94,17 @@ class CallStream:
         receive: trio.MemoryReceiveChannel[EventBatch],
         on_result: Callable[[ChatResult], None] | None = None,
     ) -> None:
-        self.call_id = call_id
+        super().__init__(call_id)
         self._receive = receive
         self._on_result = on_result
         """Told the result when ``Completed`` arrives (the response cache stores it)."""
-        self._batch: EventBatch = ()
-        self._pos = 0
-        self.result: ChatResult | None = None
-        """The winning attempt's result, once ``Completed`` has been received."""
-        self.error: SluiceError | None = None
-        """The call's error, once ``Failed`` has been received."""
-
-    def __aiter__(self) -> CallStream:
-        return self
-
-    async def __anext__(self) -> CallEvent:
-        while self._pos >= len(self._batch):
-            batch = await self._next_batch()
-            if batch is None:
-                raise StopAsyncIteration
-            self._batch, self._pos = batch, 0
-        event = self._batch[self._pos]
-        self._pos += 1
-        return event
 
     async def _next_batch(self) -> EventBatch | None:
         receive = self._receive
         try:
             batch = await take(receive)
         except trio.EndOfChannel:
-            if self.result is None and self.error is None:
-                self.error = RuntimeClosed(f"call {self.call_id} ended without a result")
-            return None
+            return self._arrived(None)
         # Take whatever else has arrived too: one wake-up for a burst of batches.
         while True:
             try:
@@ -133,35 +112,20 @@ class CallStream:
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             batch = [*batch, *more]
-        last = batch[-1]
-        if isinstance(last, Completed):
-            self.result = last.result
-            if self._on_result is not None:
-                self._on_result(last.result)
-        elif isinstance(last, Failed):
-            self.error = last.error
-        return batch
+        return self._arrived(batch)
+
+    def _completed(self, result: ChatResult) -> None:
+        if self._on_result is not None:
+            self._on_result(result)
 
     async def next_events(self) -> EventBatch | None:
         """The next events that arrived together (what one or more network reads decoded);
         None once the call has ended (``result`` or ``error`` is then set).
 
-        For relays that write one message per burst (the gateway); do not mix with iteration.
+        For relays that write one message per burst (the gateway, the asyncio and blocking
+        doors); do not mix with iteration.
         """
         return await self._next_batch()
-
-    async def wait(self) -> ChatResult:
-        """Skip the remaining events and return the result.
-
-        Raises:
-            CallError: the call failed.
-        """
-        while await self._next_batch() is not None:
-            pass
-        if self.result is not None:
-            return self.result
-        assert self.error is not None
-        raise self.error
 
 
 @attrs.frozen(repr=False)
