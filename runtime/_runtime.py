@@ -431,6 +431,31 @@ class Runtime:
         assert self._providers is not None
         return await self._providers.get(split_model(model)[0])
 
+    async def start_provider(self, model: str) -> None:
+        """Internal, for sluice's load tester: start the actor of the provider that serves
+        ``model`` (``provider:model``) now, rather than on its first call: its codec loaded,
+        its transport made, the in-process simulator serving.
+
+        Raises:
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        await self._route(model)
+
+    def resolve_provider(self, name: str) -> ResolvedProvider:
+        """Internal, for the gateway: provider ``name`` as this runtime resolves it now (from
+        its config and the environment it was given), whether or not it has started.
+
+        Raises:
+            ConfigError: no provider has that name, or it has no key.
+        """
+        return resolve_provider(name, self.config, self._environ)
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport | HotTransport | None:
+        """The transport every provider sends through instead of its own (``open_runtime``'s
+        ``transport``); None when each provider makes its own."""
+        return self._transport
+
     def _tool_capabilities(self, spec: ResolvedProvider, model: str) -> ToolCapabilities:
         """What ``spec``'s backend can do with tools for ``model`` (no provider prefix).
 
@@ -656,14 +681,15 @@ class Runtime:
             self._ended(call, stream)
 
     @asynccontextmanager
-    async def _stream(
+    async def stream_with_phases(
         self, request: ChatRequest, phases: HttpPhases | None = None
     ) -> AsyncIterator[CallStream]:
-        """:meth:`stream`, and with ``phases`` the transport notes each attempt's HTTP phases
-        there (connect, time to headers, receive, connection reused; the last attempt's
-        stay). For the load tester: not public, since only sluice's own transport fills it
-        in, and a call answered from the response cache leaves it empty. (Its body is
-        :meth:`stream`'s, not a wrapper around it: one generator less per ordinary call.)"""
+        """Internal, for sluice's load tester: :meth:`stream`, and with ``phases`` the
+        transport notes each attempt's HTTP phases there (connect, time to headers, receive,
+        connection reused; the last attempt's stay). Not for users: only sluice's own
+        transport fills it in, and a call answered from the response cache leaves it empty.
+        (Its body is :meth:`stream`'s, not a wrapper around it: one generator less per
+        ordinary call.)"""
         stream, call = await self._submit(request, phases=phases)
         try:
             with stream._receive:
