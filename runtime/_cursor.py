@@ -3,9 +3,10 @@ batches, and how the call ended.
 
 A call's events arrive in batches (what one or more network reads decoded). The trio stream
 takes them from its channel, the asyncio and blocking doors from the pipe their trio task fills;
-each hands every batch to :meth:`EventCursor._arrived` and reads events through the cursor, so
-what ``result`` and ``error`` hold after a batch, and what a call that ends without ``Completed``
-or ``Failed`` reports, is decided here once.
+each hands every batch to :meth:`EventCursor._arrived` and is read through the cursor (with
+``async for``, or ``for`` in the blocking door). So what ``result`` and ``error`` hold after a
+batch, and what a call that ends without ``Completed`` or ``Failed`` reports, is decided here
+once, and iteration and ``wait`` are written once per colour.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ if TYPE_CHECKING:
     from ._events import CallEvent
     from ._messages import ChatResult
 
-__all__ = ["AsyncEventCursor", "EventCursor"]
+__all__ = ["AsyncEventCursor", "BlockingEventCursor", "EventCursor"]
 
 
 class EventCursor:
     """A call's events, batch by batch, and its outcome once its last batch has arrived.
 
-    Subclasses fetch the batches; they call :meth:`_arrived` with each one (None once there
-    are no more) and read events with :meth:`_load` and the ``_batch``/``_pos`` pair, which
-    iteration reads inline (one attribute test per event, no call).
+    Subclasses fetch the batches and pass each one through :meth:`_arrived` (None once there
+    are no more); iteration walks the current batch with ``_batch`` and ``_pos`` inline (one
+    comparison per event, no call).
     """
 
     def __init__(self, call_id: str = "") -> None:
@@ -53,9 +54,7 @@ class EventCursor:
         """
         if batch is None:
             if self.result is None and self.error is None:
-                self.error = closing or RuntimeClosed(
-                    f"call {self.call_id} ended without a result"
-                )
+                self.error = closing or RuntimeClosed(f"call {self.call_id} ended without a result")
             return None
         last = batch[-1]
         if isinstance(last, Completed):
@@ -109,5 +108,37 @@ class AsyncEventCursor(EventCursor):
             CallError: the call failed.
         """
         while await self._next_batch() is not None:
+            pass
+        return self._outcome()
+
+
+class BlockingEventCursor(EventCursor):
+    """An :class:`EventCursor` read with ``for`` (the blocking door's stream): a subclass
+    supplies :meth:`_next_batch`, as for :class:`AsyncEventCursor`, without ``await``."""
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> CallEvent:
+        while self._pos >= len(self._batch):
+            batch = self._next_batch()
+            if batch is None:
+                raise StopIteration
+            self._batch, self._pos = batch, 0
+        event = self._batch[self._pos]
+        self._pos += 1
+        return event
+
+    def _next_batch(self) -> Sequence[CallEvent] | None:
+        """The next batch, noted by :meth:`_arrived`; None once the events have ended."""
+        raise NotImplementedError
+
+    def wait(self) -> ChatResult:
+        """Skip the remaining events and return the result.
+
+        Raises:
+            CallError: the call failed.
+        """
+        while self._next_batch() is not None:
             pass
         return self._outcome()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ._cursor import EventCursor
+from ._cursor import BlockingEventCursor
 from ._doors import DoorLedger, LedgerCore, Link, blocking, relay_map, relay_stream
 from ._errors import RuntimeClosed, SluiceError
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
-    from ._events import CallEvent
     from ._jobs.batch import BatchSummary
     from ._ledger.book import LedgerTotals
     from ._mail import EventBatch
@@ -96,7 +95,7 @@ class _Link(Link[T]):
                 pass
 
 
-class CallStream(EventCursor):
+class CallStream(BlockingEventCursor):
     """The reader's end of one call: ``for event in call``; then ``result`` or ``error``.
 
     Created by :meth:`Runtime.stream`. Also a context manager: leaving the block (or calling
@@ -108,35 +107,12 @@ class CallStream(EventCursor):
         self._portal = portal
         self._link: _Link[EventBatch] = _Link(portal, _STREAM_WINDOW)
 
-    def __iter__(self) -> CallStream:
-        return self
-
-    def __next__(self) -> CallEvent:
-        while self._pos >= len(self._batch):
-            batch = self._next_batch()
-            if batch is None:
-                raise StopIteration
-            self._batch, self._pos = batch, 0
-        event = self._batch[self._pos]
-        self._pos += 1
-        return event
-
     def _next_batch(self) -> EventBatch | None:
         link = self._link
         batch = link.pipe.get()
         closing = link.closing_error
         assert closing is None or isinstance(closing, SluiceError)
         return self._arrived(batch, closing)
-
-    def wait(self) -> ChatResult:
-        """Skip the remaining events and return the result.
-
-        Raises:
-            CallError: the call failed.
-        """
-        while self._next_batch() is not None:
-            pass
-        return self._outcome()
 
     def close(self) -> None:
         """Abandon the call if it has not ended (its HTTP request is cancelled)."""
