@@ -673,7 +673,7 @@ class Runtime:
         Raises:
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(_as_request(request, messages, fields))
+        stream, call = await self._submit(as_request(request, messages, fields))
         try:
             with stream._receive:
                 yield stream
@@ -717,7 +717,7 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(_as_request(request, messages, fields), quiet=True)
+        stream, call = await self._submit(as_request(request, messages, fields), quiet=True)
         try:
             with stream._receive:
                 return await stream.wait()
@@ -967,9 +967,16 @@ def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
     return CallStream(hit.call_id, receive)
 
 
-def _as_request(
+def as_request(
     request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
 ) -> ChatRequest:
+    """The request that ``chat(request, messages, **fields)`` and ``stream(...)`` mean: a
+    :class:`ChatRequest` with ``messages`` and ``fields`` replaced, or one built from a
+    ``provider:model`` string. For the doors too, which build it on the caller's side.
+
+    Raises:
+        TypeError: a model string came without messages.
+    """
     if isinstance(request, ChatRequest):
         changes: dict[str, Any] = dict(fields)
         if messages is not None:

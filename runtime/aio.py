@@ -32,7 +32,7 @@ from ._cursor import AsyncEventCursor
 from ._doors import DoorLedger, LedgerCore, Link, awaited, relay_map, relay_stream
 from ._errors import RuntimeClosed, SluiceError
 from ._guest import Guest, Pipe, await_host, run_in_trio
-from ._runtime import MapOutcome, RuntimeStatistics, _as_request
+from ._runtime import MapOutcome, RuntimeStatistics, as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 
@@ -239,9 +239,7 @@ class Runtime:
             ConfigError: the model names an unknown provider, or one without a key.
         """
         assert self._trio is not None
-        result: ChatResult = await self._run(
-            self._trio.chat, _as_request(request, messages, fields)
-        )
+        result: ChatResult = await self._run(self._trio.chat, as_request(request, messages, fields))
         return result
 
     @asynccontextmanager
@@ -261,7 +259,7 @@ class Runtime:
         assert self._trio is not None
         call = CallStream(self._loop)
         link = call._link
-        self._spawn(relay_stream, self._trio, _as_request(request, messages, fields), link)
+        self._spawn(relay_stream, self._trio, as_request(request, messages, fields), link)
         try:
             await link.submitted
             call.call_id = link.call_id

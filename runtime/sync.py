@@ -35,7 +35,7 @@ from ._cursor import BlockingEventCursor
 from ._doors import DoorLedger, LedgerCore, Link, blocking, relay_map, relay_stream
 from ._errors import RuntimeClosed, SluiceError
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
-from ._runtime import MapOutcome, RuntimeStatistics, _as_request
+from ._runtime import MapOutcome, RuntimeStatistics, as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 
@@ -234,7 +234,7 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        return self._portal.call(self._trio.chat, _as_request(request, messages, fields))
+        return self._portal.call(self._trio.chat, as_request(request, messages, fields))
 
     def stream(
         self,
@@ -251,7 +251,7 @@ class Runtime:
             ConfigError: the model names an unknown provider, or one without a key.
         """
         call = CallStream(self._portal)
-        request = _as_request(request, messages, fields)
+        request = as_request(request, messages, fields)
         link = call._link
         self._portal.start(link.submitted.closed, relay_stream, self._trio, request, link)
         try:
