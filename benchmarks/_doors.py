@@ -17,7 +17,7 @@ import sluice
 import sluice.aio
 import sluice.sync
 
-from ._harness import PROMPT, Tally, _record
+from ._harness import PROMPT, Tally, record_outcome
 
 
 class AioDoor:
@@ -65,7 +65,7 @@ class AioDoor:
                 async with rt.stream(sluice.ChatRequest(model=model, messages=PROMPT)) as call:
                     async for _event in call:
                         pass
-                _record(tally, call.result, call.error)
+                record_outcome(tally, call.result, call.error)
 
         await asyncio.gather(*(worker() for _ in range(min(calls, concurrency))))
 
@@ -104,7 +104,7 @@ class SyncDoor:
                 for _event in call:
                     pass
                 with lock:
-                    _record(tally, call.result, call.error)
+                    record_outcome(tally, call.result, call.error)
 
         futures = [self._pool.submit(worker) for _ in range(min(calls, concurrency))]
         for future in futures:

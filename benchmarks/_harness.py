@@ -295,7 +295,9 @@ class BareClient:
         await closed_loop(calls, concurrency, lambda i: self.one(clients[i % len(clients)], tally))
 
 
-def _record(tally: Tally, result: sluice.ChatResult | None, error: BaseException | None) -> None:
+def record_outcome(
+    tally: Tally, result: sluice.ChatResult | None, error: BaseException | None
+) -> None:
     if result is not None:
         tally.success(result.usage.output_tokens, result.text)
     else:
@@ -314,22 +316,22 @@ async def run_sluice(
         requests = (sluice.ChatRequest(model=model, messages=PROMPT) for _ in range(calls))
         async with rt.map(requests, max_in_flight=concurrency) as outcomes:
             async for outcome in outcomes:
-                _record(tally, outcome.result, outcome.error)
+                record_outcome(tally, outcome.result, outcome.error)
         return
 
     async def chat(_worker: int) -> None:
         try:
             result = await rt.chat(sluice.ChatRequest(model=model, messages=PROMPT))
         except sluice.SluiceError as exc:
-            _record(tally, None, exc)
+            record_outcome(tally, None, exc)
         else:
-            _record(tally, result, None)
+            record_outcome(tally, result, None)
 
     async def stream(_worker: int) -> None:
         async with rt.stream(sluice.ChatRequest(model=model, messages=PROMPT)) as call:
             async for _event in call:
                 pass
-        _record(tally, call.result, call.error)
+        record_outcome(tally, call.result, call.error)
 
     if api == "chat":
         await closed_loop(calls, concurrency, chat)

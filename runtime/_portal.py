@@ -42,12 +42,14 @@ class Outcome(Generic[T]):
         self._value: T | None = None
         self._error: BaseException | None = None
 
-    def set(self, value: T | None, error: BaseException | None = None) -> None:
+    def set(self, value: T | None, error: BaseException | None = None) -> bool:
+        """Hand the outcome over; False (and nothing changes) if one was handed over before."""
         if self._set:
-            return
+            return False
         self._set = True
         self._value, self._error = value, error
         self._lock.release()
+        return True
 
     def closed(self) -> None:
         """The runtime has ended without taking the task."""

@@ -27,8 +27,8 @@ from sluice.actors._tell import MAILBOX_BUFFER, put, take
 from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
+from ._cursor import AsyncEventCursor
 from ._errors import ConfigError, RuntimeClosed, SluiceError
-from ._events import CallEvent, Completed, Failed
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.cost import estimate_cost
@@ -86,7 +86,7 @@ RateLimiter answers between admissions, and one may be waiting on a quota store 
 answer."""
 
 
-class CallStream:
+class CallStream(AsyncEventCursor):
     """The consumer's end of one call: iterate it for events; then read ``result`` or ``error``.
 
     Created by :meth:`Runtime.stream`, never directly. Leaving the ``async with`` block early
@@ -99,38 +99,17 @@ class CallStream:
         receive: trio.MemoryReceiveChannel[EventBatch],
         on_result: Callable[[ChatResult], None] | None = None,
     ) -> None:
-        self.call_id = call_id
+        super().__init__(call_id)
         self._receive = receive
         self._on_result = on_result
         """Told the result when ``Completed`` arrives (the response cache stores it)."""
-        self._batch: EventBatch = ()
-        self._pos = 0
-        self.result: ChatResult | None = None
-        """The winning attempt's result, once ``Completed`` has been received."""
-        self.error: SluiceError | None = None
-        """The call's error, once ``Failed`` has been received."""
-
-    def __aiter__(self) -> CallStream:
-        return self
-
-    async def __anext__(self) -> CallEvent:
-        while self._pos >= len(self._batch):
-            batch = await self._next_batch()
-            if batch is None:
-                raise StopAsyncIteration
-            self._batch, self._pos = batch, 0
-        event = self._batch[self._pos]
-        self._pos += 1
-        return event
 
     async def _next_batch(self) -> EventBatch | None:
         receive = self._receive
         try:
             batch = await take(receive)
         except trio.EndOfChannel:
-            if self.result is None and self.error is None:
-                self.error = RuntimeClosed(f"call {self.call_id} ended without a result")
-            return None
+            return self._arrived(None)
         # Take whatever else has arrived too: one wake-up for a burst of batches.
         while True:
             try:
@@ -138,35 +117,20 @@ class CallStream:
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
             batch = [*batch, *more]
-        last = batch[-1]
-        if isinstance(last, Completed):
-            self.result = last.result
-            if self._on_result is not None:
-                self._on_result(last.result)
-        elif isinstance(last, Failed):
-            self.error = last.error
-        return batch
+        return self._arrived(batch)
+
+    def _completed(self, result: ChatResult) -> None:
+        if self._on_result is not None:
+            self._on_result(result)
 
     async def next_events(self) -> EventBatch | None:
         """The next events that arrived together (what one or more network reads decoded);
         None once the call has ended (``result`` or ``error`` is then set).
 
-        For relays that write one message per burst (the gateway); do not mix with iteration.
+        For relays that write one message per burst (the gateway, the asyncio and blocking
+        doors); do not mix with iteration.
         """
         return await self._next_batch()
-
-    async def wait(self) -> ChatResult:
-        """Skip the remaining events and return the result.
-
-        Raises:
-            CallError: the call failed.
-        """
-        while await self._next_batch() is not None:
-            pass
-        if self.result is not None:
-            return self.result
-        assert self.error is not None
-        raise self.error
 
 
 @attrs.frozen(repr=False)
@@ -472,6 +436,31 @@ class Runtime:
         assert self._providers is not None
         return await self._providers.get(split_model(model)[0])
 
+    async def start_provider(self, model: str) -> None:
+        """Internal, for sluice's load tester: start the actor of the provider that serves
+        ``model`` (``provider:model``) now, rather than on its first call: its codec loaded,
+        its transport made, the in-process simulator serving.
+
+        Raises:
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        await self._route(model)
+
+    def resolve_provider(self, name: str) -> ResolvedProvider:
+        """Internal, for the gateway: provider ``name`` as this runtime resolves it now (from
+        its config and the environment it was given), whether or not it has started.
+
+        Raises:
+            ConfigError: no provider has that name, or it has no key.
+        """
+        return resolve_provider(name, self.config, self._environ)
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport | HotTransport | None:
+        """The transport every provider sends through instead of its own (``open_runtime``'s
+        ``transport``); None when each provider makes its own."""
+        return self._transport
+
     def _tool_capabilities(self, spec: ResolvedProvider, model: str) -> ToolCapabilities:
         """What ``spec``'s backend can do with tools for ``model`` (no provider prefix).
 
@@ -689,7 +678,7 @@ class Runtime:
         Raises:
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(_as_request(request, messages, fields))
+        stream, call = await self._submit(as_request(request, messages, fields))
         try:
             with stream._receive:
                 yield stream
@@ -697,14 +686,15 @@ class Runtime:
             self._ended(call, stream)
 
     @asynccontextmanager
-    async def _stream(
+    async def stream_with_phases(
         self, request: ChatRequest, phases: HttpPhases | None = None
     ) -> AsyncIterator[CallStream]:
-        """:meth:`stream`, and with ``phases`` the transport notes each attempt's HTTP phases
-        there (connect, time to headers, receive, connection reused; the last attempt's
-        stay). For the load tester: not public, since only sluice's own transport fills it
-        in, and a call answered from the response cache leaves it empty. (Its body is
-        :meth:`stream`'s, not a wrapper around it: one generator less per ordinary call.)"""
+        """Internal, for sluice's load tester: :meth:`stream`, and with ``phases`` the
+        transport notes each attempt's HTTP phases there (connect, time to headers, receive,
+        connection reused; the last attempt's stay). Not for users: only sluice's own
+        transport fills it in, and a call answered from the response cache leaves it empty.
+        (Its body is :meth:`stream`'s, not a wrapper around it: one generator less per
+        ordinary call.)"""
         stream, call = await self._submit(request, phases=phases)
         try:
             with stream._receive:
@@ -732,7 +722,7 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(_as_request(request, messages, fields), quiet=True)
+        stream, call = await self._submit(as_request(request, messages, fields), quiet=True)
         try:
             with stream._receive:
                 return await stream.wait()
@@ -985,9 +975,16 @@ def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
     return CallStream(hit.call_id, receive)
 
 
-def _as_request(
+def as_request(
     request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
 ) -> ChatRequest:
+    """The request that ``chat(request, messages, **fields)`` and ``stream(...)`` mean: a
+    :class:`ChatRequest` with ``messages`` and ``fields`` replaced, or one built from a
+    ``provider:model`` string. For the doors too, which build it on the caller's side.
+
+    Raises:
+        TypeError: a model string came without messages.
+    """
     if isinstance(request, ChatRequest):
         changes: dict[str, Any] = dict(fields)
         if messages is not None:

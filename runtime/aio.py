@@ -28,25 +28,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from ._cursor import AsyncEventCursor
+from ._doors import DoorLedger, LedgerCore, Link, awaited, relay_map, relay_stream
 from ._errors import RuntimeClosed, SluiceError
-from ._events import CallEvent, Completed, Failed
 from ._guest import Guest, Pipe, await_host, run_in_trio
-from ._runtime import MapOutcome, RuntimeStatistics, _as_request
+from ._runtime import MapOutcome, RuntimeStatistics, as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 
 if TYPE_CHECKING:
-    import datetime as dt
     import os
-    from collections.abc import Sequence
-
-    from sluice.actors._token_ledger import TokenLedgerHandle
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
     from ._jobs.batch import BatchSummary
-    from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
-    from ._ledger.budget import BudgetStatus
+    from ._ledger.book import LedgerTotals
     from ._mail import EventBatch
     from ._messages import ChatRequest, ChatResult, Message
 
@@ -61,100 +57,67 @@ _MAP_WINDOW = 2
 ``max_in_flight`` outcomes, so at most ``2 * max_in_flight`` wait, as in trio)."""
 
 
-class CallStream:
+class _Link(Link[T]):
+    """A stream's or map's :class:`Link` to the asyncio side: a :class:`Pipe` and the future
+    the opener awaits."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, window: int) -> None:
+        super().__init__()
+        self.pipe: Pipe[T] = Pipe(loop, window)
+        self.submitted: asyncio.Future[None] = loop.create_future()
+
+    async def put(self, item: T) -> None:
+        await self.pipe.put(item)
+
+    def end(self) -> None:
+        self.pipe.end()
+
+    def opened(self, error: BaseException | None = None) -> bool:
+        if self.submitted.done():
+            return False
+        if error is None:
+            self.submitted.set_result(None)
+        else:
+            self.submitted.set_exception(error)
+        return True
+
+    def close(self, reason: str) -> None:
+        if not self.pipe.ended:
+            self.scope.cancel(reason=reason)
+
+
+class CallStream(AsyncEventCursor):
     """The consumer's end of one call: ``async for event in call``; then ``result`` or
     ``error``. Created by :meth:`Runtime.stream`, like :class:`sluice.CallStream`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.call_id = ""
-        """Set once the call has been submitted (when the ``async with`` block starts)."""
-        self.result: ChatResult | None = None
-        """The winning attempt's result, once ``Completed`` has been received."""
-        self.error: SluiceError | None = None
-        """The call's error, once ``Failed`` has been received."""
-        self._opened: asyncio.Future[None] = loop.create_future()
-        self._pipe: Pipe[EventBatch] = Pipe(loop, _STREAM_WINDOW)
-        self._scope = trio.CancelScope()
-        self._closing_error: SluiceError | None = None
-        self._batch: EventBatch = ()
-        self._pos = 0
+        super().__init__()
+        self._link: _Link[EventBatch] = _Link(loop, _STREAM_WINDOW)
 
-    def __aiter__(self) -> CallStream:
-        return self
-
-    async def __anext__(self) -> CallEvent:
-        while self._pos >= len(self._batch):
-            batch = await self._pipe.get()
-            if batch is None:
-                if self.result is None and self.error is None:
-                    self.error = self._closing_error or RuntimeClosed(
-                        f"call {self.call_id} ended without a result"
-                    )
-                raise StopAsyncIteration
-            last = batch[-1]
-            if isinstance(last, Completed):
-                self.result = last.result
-            elif isinstance(last, Failed):
-                self.error = last.error
-            self._batch, self._pos = batch, 0
-        event = self._batch[self._pos]
-        self._pos += 1
-        return event
-
-    async def wait(self) -> ChatResult:
-        """Skip the remaining events and return the result.
-
-        Raises:
-            CallError: the call failed.
-        """
-        async for _ in self:
-            pass
-        if self.result is not None:
-            return self.result
-        assert self.error is not None
-        raise self.error
-
-
-async def _stream_task(rt: TrioRuntime, request: ChatRequest, call: CallStream) -> None:
-    """The trio half of :meth:`Runtime.stream`: submit, then pass each batch to ``call``."""
-    pipe = call._pipe
-    try:
-        with call._scope:
-            async with rt.stream(request) as inner:
-                call.call_id = inner.call_id
-                if call._opened.done():  # the asyncio side gave up while it was submitted
-                    return
-                call._opened.set_result(None)
-                while (batch := await inner._next_batch()) is not None:
-                    await pipe.put(batch)
-                call._closing_error = inner.error
-    except Exception as exc:
-        if not call._opened.done():
-            call._opened.set_exception(exc)
-    finally:
-        if not call._opened.done():
-            call._opened.set_exception(RuntimeClosed("the runtime has stopped; open a new one"))
-        pipe.end()
+    async def _next_batch(self) -> EventBatch | None:
+        link = self._link
+        batch = await link.pipe.get()
+        closing = link.closing_error
+        assert closing is None or isinstance(closing, SluiceError)
+        return self._arrived(batch, closing)
 
 
 class MapOutcomes:
     """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._pipe: Pipe[list[MapOutcome]] = Pipe(loop, _MAP_WINDOW)
-        self._scope = trio.CancelScope()
+        self._link: _Link[list[MapOutcome]] = _Link(loop, _MAP_WINDOW)
         self._batch: list[MapOutcome] = []
         self._pos = 0
-        self._error: BaseException | None = None
 
     def __aiter__(self) -> MapOutcomes:
         return self
 
     async def __anext__(self) -> MapOutcome:
         while self._pos >= len(self._batch):
-            batch = await self._pipe.get()
+            batch = await self._link.pipe.get()
             if batch is None:
-                error, self._error = self._error, None
+                error, self._link.closing_error = self._link.closing_error, None
                 if error is not None:
                     raise error
                 raise StopAsyncIteration
@@ -162,25 +125,6 @@ class MapOutcomes:
         outcome = self._batch[self._pos]
         self._pos += 1
         return outcome
-
-
-async def _map_task(
-    rt: TrioRuntime,
-    requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
-    max_in_flight: int,
-    outcomes: MapOutcomes,
-) -> None:
-    """The trio half of :meth:`Runtime.map`: run it, pass outcomes on in batches."""
-    pipe = outcomes._pipe
-    try:
-        with outcomes._scope:
-            async with rt.map(requests, max_in_flight=max_in_flight) as inner:
-                while (batch := await inner.next_batch()) is not None:
-                    await pipe.put(batch)
-    except Exception as exc:
-        outcomes._error = exc
-    finally:
-        pipe.end()
 
 
 class _HostRequests:
@@ -212,45 +156,19 @@ async def _next_request(
         return False, None
 
 
-class Ledger:
+class Ledger(DoorLedger):
     """The TokenLedger from asyncio (``rt.ledger``): the methods of
     :class:`sluice.actors._token_ledger.TokenLedgerHandle`."""
 
-    def __init__(self, rt: Runtime, handle: TokenLedgerHandle) -> None:
-        self._rt = rt
-        self._handle = handle
+    totals = awaited(LedgerCore.totals)
+    rows = awaited(LedgerCore.rows)
+    snapshot = awaited(LedgerCore.snapshot)
+    flush = awaited(LedgerCore.flush)
 
-    @property
-    def job(self) -> str:
-        """The runtime's job (run id), recorded with every call that names no other."""
-        return self._handle.job
 
-    def budgets(self) -> list[BudgetStatus]:
-        """Each budget's limit, spending, reservations in flight and refusals, as of now."""
-        return self._handle.budgets()
-
-    async def totals(self) -> dict[str, LedgerTotals]:
-        """Totals per ``provider:model`` (rows loaded from the store included)."""
-        return await self._rt._run(self._handle.totals)
-
-    async def rows(self) -> list[tuple[LedgerKey, LedgerTotals]]:
-        """A copy of every row: per UTC day, provider, model, tag and job."""
-        return await self._rt._run(self._handle.rows)
-
-    async def snapshot(
-        self,
-        by: Sequence[Dimension] = ("provider", "model"),
-        *,
-        since: str | dt.date | None = None,
-        until: str | dt.date | None = None,
-    ) -> list[LedgerSummary]:
-        """Totals grouped by ``by`` over the UTC days ``since`` to ``until`` inclusive."""
-        snapshot = functools.partial(self._handle.snapshot, by, since=since, until=until)
-        return await self._rt._run(snapshot)
-
-    async def flush(self) -> None:
-        """Return once everything recorded so far is in the store."""
-        await self._rt._run(self._handle.flush)
+def _here(fn: Callable[[], T]) -> T:
+    """Read trio's state from asyncio: the guest runs on the loop's own thread."""
+    return fn()
 
 
 class Runtime:
@@ -288,7 +206,7 @@ class Runtime:
         ``job``."""
         if self._ledger is None:
             assert self._trio is not None
-            self._ledger = Ledger(self, self._trio.ledger)
+            self._ledger = Ledger(self._trio.ledger, self._run, _here)
         return self._ledger
 
     def _spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
@@ -321,9 +239,7 @@ class Runtime:
             ConfigError: the model names an unknown provider, or one without a key.
         """
         assert self._trio is not None
-        result: ChatResult = await self._run(
-            self._trio.chat, _as_request(request, messages, fields)
-        )
+        result: ChatResult = await self._run(self._trio.chat, as_request(request, messages, fields))
         return result
 
     @asynccontextmanager
@@ -342,13 +258,14 @@ class Runtime:
         """
         assert self._trio is not None
         call = CallStream(self._loop)
-        self._spawn(_stream_task, self._trio, _as_request(request, messages, fields), call)
+        link = call._link
+        self._spawn(relay_stream, self._trio, as_request(request, messages, fields), link)
         try:
-            await call._opened
+            await link.submitted
+            call.call_id = link.call_id
             yield call
         finally:
-            if not call._pipe.ended:
-                call._scope.cancel(reason="the consumer of the stream left")
+            link.close("the consumer of the stream left")
 
     @asynccontextmanager
     async def map(
@@ -369,12 +286,12 @@ class Runtime:
         if isinstance(requests, AsyncIterable):
             source = _HostRequests(self._loop, requests)
         outcomes = MapOutcomes(self._loop)
-        self._spawn(_map_task, self._trio, source, max_in_flight, outcomes)
+        link = outcomes._link
+        self._spawn(relay_map, self._trio, source, max_in_flight, link)
         try:
             yield outcomes
         finally:
-            if not outcomes._pipe.ended:
-                outcomes._scope.cancel(reason="the consumer of Runtime.map left")
+            link.close("the consumer of Runtime.map left")
 
     async def statistics(self) -> RuntimeStatistics:
         """What is in flight now, per actor (see :class:`sluice.RuntimeStatistics`)."""

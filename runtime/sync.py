@@ -27,30 +27,27 @@ from __future__ import annotations
 import functools
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from ._cursor import BlockingEventCursor
+from ._doors import DoorLedger, LedgerCore, Link, blocking, relay_map, relay_stream
 from ._errors import RuntimeClosed, SluiceError
-from ._events import CallEvent, Completed, Failed
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
-from ._runtime import MapOutcome, RuntimeStatistics, _as_request
+from ._runtime import MapOutcome, RuntimeStatistics, as_request
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 
 if TYPE_CHECKING:
-    import datetime as dt
     import os
-    from collections.abc import Iterable, Iterator, Sequence
+    from collections.abc import Iterable, Iterator
     from types import TracebackType
-
-    from sluice.actors._token_ledger import TokenLedgerHandle
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
     from ._jobs.batch import BatchSummary
-    from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
-    from ._ledger.budget import BudgetStatus
+    from ._ledger.book import LedgerTotals
     from ._mail import EventBatch
     from ._messages import ChatRequest, ChatResult, Message
 
@@ -72,20 +69,23 @@ _MAP_WINDOW = 2
 """Batches of outcomes (each at most ``max_in_flight``) a map's reader may leave unread."""
 
 
-class _Link(Generic[T]):
-    """What a stream's or map's trio task shares with its reader. The task never holds the
-    reader's object itself, so a reader dropped without being closed is collected, and its
-    ``__del__`` abandons the call."""
-
-    __slots__ = ("call_id", "closing_error", "opened", "pipe", "scope")
+class _Link(Link[T]):
+    """A stream's or map's :class:`Link` to the reading thread: a :class:`ThreadPipe` and
+    the outcome the opener waits for."""
 
     def __init__(self, portal: Portal, window: int) -> None:
-        self.call_id = ""
-        self.opened: Outcome[None] = Outcome()
+        super().__init__()
         self.pipe: ThreadPipe[T] = ThreadPipe(portal, window)
-        self.scope = trio.CancelScope()
-        self.closing_error: BaseException | None = None
-        """The call's error when it ended without Failed; a map's error."""
+        self.submitted: Outcome[None] = Outcome()
+
+    async def put(self, item: T) -> None:
+        await self.pipe.put(item)
+
+    def end(self) -> None:
+        self.pipe.end()
+
+    def opened(self, error: BaseException | None = None) -> bool:
+        return self.submitted.set(None, error)
 
     def close(self, portal: Portal) -> None:
         if not self.pipe.ended:
@@ -95,7 +95,7 @@ class _Link(Generic[T]):
                 pass
 
 
-class CallStream:
+class CallStream(BlockingEventCursor):
     """The reader's end of one call: ``for event in call``; then ``result`` or ``error``.
 
     Created by :meth:`Runtime.stream`. Also a context manager: leaving the block (or calling
@@ -103,55 +103,16 @@ class CallStream:
     """
 
     def __init__(self, portal: Portal) -> None:
-        self.result: ChatResult | None = None
-        """The winning attempt's result, once ``Completed`` has been read."""
-        self.error: SluiceError | None = None
-        """The call's error, once ``Failed`` has been read."""
+        super().__init__()
         self._portal = portal
         self._link: _Link[EventBatch] = _Link(portal, _STREAM_WINDOW)
-        self._batch: EventBatch = ()
-        self._pos = 0
 
-    @property
-    def call_id(self) -> str:
-        return self._link.call_id
-
-    def __iter__(self) -> CallStream:
-        return self
-
-    def __next__(self) -> CallEvent:
-        while self._pos >= len(self._batch):
-            batch = self._link.pipe.get()
-            if batch is None:
-                if self.result is None and self.error is None:
-                    closing = self._link.closing_error
-                    assert closing is None or isinstance(closing, SluiceError)
-                    self.error = closing or RuntimeClosed(
-                        f"call {self.call_id} ended without a result"
-                    )
-                raise StopIteration
-            last = batch[-1]
-            if isinstance(last, Completed):
-                self.result = last.result
-            elif isinstance(last, Failed):
-                self.error = last.error
-            self._batch, self._pos = batch, 0
-        event = self._batch[self._pos]
-        self._pos += 1
-        return event
-
-    def wait(self) -> ChatResult:
-        """Skip the remaining events and return the result.
-
-        Raises:
-            CallError: the call failed.
-        """
-        for _ in self:
-            pass
-        if self.result is not None:
-            return self.result
-        assert self.error is not None
-        raise self.error
+    def _next_batch(self) -> EventBatch | None:
+        link = self._link
+        batch = link.pipe.get()
+        closing = link.closing_error
+        assert closing is None or isinstance(closing, SluiceError)
+        return self._arrived(batch, closing)
 
     def close(self) -> None:
         """Abandon the call if it has not ended (its HTTP request is cancelled)."""
@@ -170,24 +131,6 @@ class CallStream:
 
     def __del__(self) -> None:
         self.close()
-
-
-async def _stream_task(rt: TrioRuntime, request: ChatRequest, link: _Link[EventBatch]) -> None:
-    """The trio half of :meth:`Runtime.stream`: submit, then pass each batch on."""
-    pipe = link.pipe
-    try:
-        with link.scope:
-            async with rt.stream(request) as inner:
-                link.call_id = inner.call_id
-                link.opened.set(None)
-                while (batch := await inner._next_batch()) is not None:
-                    await pipe.put(batch)
-                link.closing_error = inner.error
-    except Exception as exc:
-        link.opened.set(None, exc)
-    finally:
-        link.opened.set(None, RuntimeClosed("the runtime has stopped; open a new one"))
-        pipe.end()
 
 
 class MapOutcomes:
@@ -246,63 +189,13 @@ class MapOutcomes:
         self.close()
 
 
-async def _map_task(
-    rt: TrioRuntime,
-    requests: Iterable[ChatRequest] | RequestFeed,
-    max_in_flight: int,
-    link: _Link[list[MapOutcome]],
-) -> None:
-    """The trio half of :meth:`Runtime.map`: run it, pass outcomes on in batches."""
-    pipe = link.pipe
-    try:
-        with link.scope:
-            async with rt.map(requests, max_in_flight=max_in_flight) as inner:
-                while (batch := await inner.next_batch()) is not None:
-                    await pipe.put(batch)
-    except Exception as exc:
-        link.closing_error = exc
-    finally:
-        pipe.end()
-
-
-class Ledger:
+class Ledger(DoorLedger):
     """The TokenLedger from blocking code (``rt.ledger``)."""
 
-    def __init__(self, portal: Portal, handle: TokenLedgerHandle) -> None:
-        self._portal = portal
-        self._handle = handle
-
-    @property
-    def job(self) -> str:
-        """The runtime's job (run id), recorded with every call that names no other."""
-        return self._handle.job
-
-    def budgets(self) -> list[BudgetStatus]:
-        """Each budget's limit, spending, reservations in flight and refusals, as of now."""
-        return self._portal.call(_sync_in_trio, self._handle.budgets)
-
-    def totals(self) -> dict[str, LedgerTotals]:
-        """Totals per ``provider:model`` (rows loaded from the store included)."""
-        return self._portal.call(self._handle.totals)
-
-    def rows(self) -> list[tuple[LedgerKey, LedgerTotals]]:
-        """A copy of every row: per UTC day, provider, model, tag and job."""
-        return self._portal.call(self._handle.rows)
-
-    def snapshot(
-        self,
-        by: Sequence[Dimension] = ("provider", "model"),
-        *,
-        since: str | dt.date | None = None,
-        until: str | dt.date | None = None,
-    ) -> list[LedgerSummary]:
-        """Totals grouped by ``by`` over the UTC days ``since`` to ``until`` inclusive."""
-        snapshot = functools.partial(self._handle.snapshot, by, since=since, until=until)
-        return self._portal.call(snapshot)
-
-    def flush(self) -> None:
-        """Return once everything recorded so far is in the store."""
-        self._portal.call(self._handle.flush)
+    totals = blocking(LedgerCore.totals)
+    rows = blocking(LedgerCore.rows)
+    snapshot = blocking(LedgerCore.snapshot)
+    flush = blocking(LedgerCore.flush)
 
 
 async def _sync_in_trio(fn: Any) -> Any:
@@ -316,7 +209,7 @@ class Runtime:
     def __init__(self, rt: TrioRuntime, portal: Portal) -> None:
         self._trio = rt
         self._portal = portal
-        self.ledger = Ledger(portal, rt.ledger)
+        self.ledger = Ledger(rt.ledger, portal.call, functools.partial(portal.call, _sync_in_trio))
         """The TokenLedger: ``snapshot(...)``, ``totals()``, ``flush()``, ``budgets()``,
         ``job``."""
 
@@ -341,7 +234,7 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        return self._portal.call(self._trio.chat, _as_request(request, messages, fields))
+        return self._portal.call(self._trio.chat, as_request(request, messages, fields))
 
     def stream(
         self,
@@ -358,14 +251,15 @@ class Runtime:
             ConfigError: the model names an unknown provider, or one without a key.
         """
         call = CallStream(self._portal)
-        request = _as_request(request, messages, fields)
+        request = as_request(request, messages, fields)
         link = call._link
-        self._portal.start(link.opened.closed, _stream_task, self._trio, request, link)
+        self._portal.start(link.submitted.closed, relay_stream, self._trio, request, link)
         try:
-            link.opened.wait()
+            link.submitted.wait()
         except BaseException:
             call.close()
             raise
+        call.call_id = link.call_id
         return call
 
     def map(
@@ -391,7 +285,7 @@ class Runtime:
                 outcomes._link.pipe, iter(requests), max_in_flight
             )
         link = outcomes._link
-        self._portal.start(link.pipe.end, _map_task, self._trio, source, max_in_flight, link)
+        self._portal.start(link.pipe.end, relay_map, self._trio, source, max_in_flight, link)
         return outcomes
 
     def statistics(self) -> RuntimeStatistics:

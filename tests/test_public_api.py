@@ -157,12 +157,14 @@ def _annotated(obj: object) -> list[tuple[str, dict[str, object]]]:
     return found
 
 
-# Methods of handles that the actors call, not users (documented as such where they live).
+# Methods of handles that the actors (or the gateway) call, not users (documented as such where
+# they live).
 _INTERNAL = {
     "TokenLedgerHandle.__init__",
     "TokenLedgerHandle.record",
     "TokenLedgerHandle.budget_book",
     "ResponseCache.key",
+    "Runtime.resolve_provider",
 }
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")

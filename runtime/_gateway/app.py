@@ -335,9 +335,7 @@ class Gateway:
     def _protocol(self, provider: str) -> str:
         found = self._protocols.get(provider)
         if found is None:
-            from ..providers._registry import resolve_provider
-
-            spec = resolve_provider(provider, self.rt.config, self.rt._environ)
+            spec = self.rt.resolve_provider(provider)
             found = self._protocols[provider] = spec.protocol
         return found
 

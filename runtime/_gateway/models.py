@@ -87,16 +87,15 @@ class ModelCatalog:
         """The provider's known models and what its server lists (the last good list when
         the server cannot be asked or fails to answer)."""
         from ..providers._operations import OperationFailed, list_models, open_transport
-        from ..providers._registry import resolve_provider
 
         rt = self._rt
         try:
-            spec = resolve_provider(provider, rt.config, rt._environ)
+            spec = rt.resolve_provider(provider)
         except ConfigError as exc:
             _log.warning("cannot list the models of the default provider %s: %s", provider, exc)
             return self._discovered
         known = [m.id for m in spec.models]
-        given = rt._transport
+        given = rt.transport
         if not spec.lists_models or spec.base_url is None or given is not None:
             # No list to ask for (a coding plan, the in-process simulator), or a transport
             # given to the runtime that only its calls know how to drive.

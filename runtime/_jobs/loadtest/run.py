@@ -371,7 +371,7 @@ class _Run:
         }
         phases = HttpPhases()
         try:
-            async with self.rt._stream(request, phases) as call:
+            async with self.rt.stream_with_phases(request, phases) as call:
                 async for event in call:
                     match event:
                         case TextDelta(text=text) | ReasoningDelta(text=text):
@@ -535,7 +535,7 @@ async def _start_provider(run: _Run) -> None:
     if run.direct is not None:
         return
     with contextlib.suppress(SluiceError):
-        await run.rt._route(run.test.model)
+        await run.rt.start_provider(run.test.model)
 
 
 async def _warm_up(run: _Run) -> RecordFile:
