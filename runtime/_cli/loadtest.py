@@ -111,6 +111,17 @@ def format_summary(document: dict[str, Any]) -> str:
             f"({sessions['turns']} turns), TTFT p50 by turn: "
             + ", ".join(_ms(t["ttft_p50"]) for t in sessions["per_turn"])
         )
+    lines += _sweep_lines(document)
+    if document.get("interrupted"):
+        lines.append(f"  INTERRUPTED ({document['interrupted']}): partial results")
+    if not document["valid"]:
+        lines.append(f"  INVALID RUN: {document['invalid_reason']}")
+    return "\n".join(lines)
+
+
+def _sweep_lines(document: dict[str, Any]) -> list[str]:
+    """The summary's lines about a rate sweep (its saturation rate) or concurrency levels."""
+    lines = []
     sweep = document.get("sweep")
     if sweep:
         rate = sweep["saturation_rate"]
@@ -133,11 +144,7 @@ def format_summary(document: dict[str, Any]) -> str:
                 f"  concurrency {point['concurrency']}: {point['requests_per_s']:.3g} requests/s,"
                 f" TTFT p50 {_ms(point['ttft_p50'])}, E2E p99 {_ms(point['e2e_p99'])}"
             )
-    if document.get("interrupted"):
-        lines.append(f"  INTERRUPTED ({document['interrupted']}): partial results")
-    if not document["valid"]:
-        lines.append(f"  INVALID RUN: {document['invalid_reason']}")
-    return "\n".join(lines)
+    return lines
 
 
 def _progress_line(p: Progress) -> str:
