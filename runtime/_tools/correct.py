@@ -22,6 +22,7 @@ from .._messages import ChatRequest, TemporaryMessage, is_temporary, strip_tempo
 from .._record import Record
 
 if TYPE_CHECKING:
+
     from .._errors import ToolCallError
     from .preparation import Prepared
 
