@@ -72,7 +72,8 @@ def test_every_error_class_has_a_documented_row():
 def test_every_error_maps_to_its_documented_status(name):
     cls = _classes()[name]
     status, by_upstream, anthropic = _documented()[name]
-    cases = {None: status, 200: status, **by_upstream}
+    cases: dict[int | None, int] = {None: status, 200: status}
+    cases.update(by_upstream)
     if issubclass(cls, CallError):
         # An upstream status the row does not name leaves the class's own answer.
         cases.setdefault(404, status)

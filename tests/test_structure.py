@@ -39,11 +39,9 @@ LONG_FUNCTIONS = {
     "actors/_rate_limiter.py:_admit",
     "actors/_supervisor.py:_through_model",
     "actors/_supervisor.py:_attempt",
-    # split in #31 follow-up: CLI commands whose flags are parameters with an Args section
-    # (their --help); each becomes an options class like LoadTestOptions
+    # split in #31 follow-up: the batch command's flags are parameters with an Args section
+    # (its --help); they become a flags class as serve's, sim's and loadtest's did
     "runtime/_cli/batch.py:batch",
-    "runtime/_cli/serve.py:serve",
-    "runtime/_cli/sim.py:sim",
     # split in #31 follow-up: the batch job's loop (resume, guard, writer, progress in one)
     "runtime/_jobs/batch.py:run_batch",
     "runtime/_jobs/loadtest/run.py:one",
