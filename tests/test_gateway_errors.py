@@ -25,12 +25,12 @@ _WHEN = re.compile(r"(\d{3}) when (?:the upstream|it) said (\d{3}|4xx)")
 _ANTHROPIC = re.compile(r"Anthropic clients: (\d{3})")
 
 
-def _documented() -> dict[str, tuple[int, dict[int, int], int | None]]:
+def _documented() -> dict[str, tuple[int, dict[int | None, int], int | None]]:
     """``{class: (status, {upstream status: status}, Anthropic status)}`` from the docstring."""
     doc = gateway_errors.__doc__ or ""
     found = {}
     for name, status, rest in _ROW.findall(doc):
-        upstream: dict[int, int] = {}
+        upstream: dict[int | None, int] = {}
         for answer, said in _WHEN.findall(rest):
             said_codes = (400, 404, 408, 409, 422, 499) if said == "4xx" else (int(said),)
             upstream.update(dict.fromkeys(said_codes, int(answer)))
