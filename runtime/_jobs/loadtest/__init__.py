@@ -5,8 +5,9 @@ Pure modules: :mod:`.arrivals` (when requests go out), :mod:`.workload` (what th
 (percentiles, throughput over time, goodput, the client-lag verdict), :mod:`.slo`,
 :mod:`.limits` (the runtime config of a test), :mod:`.records` (each request's record kept on
 disk as it ends, so memory stays flat), :mod:`.results` (the JSON file, written from it),
-:mod:`.compare`, :mod:`.svg` and :mod:`.report` (the HTML report), :mod:`.options` (the
-command line's choices as one checked value, and the :class:`LoadTest` made of them).
+:mod:`.compare`, :mod:`.svg` and :mod:`.report` (the HTML report), :mod:`.spec` (what one
+test is: :class:`LoadTest`), :mod:`.options` (the command line's choices as one checked value,
+and the :class:`LoadTest` made of them).
 :mod:`.run` and :mod:`.sweep` drive the runtime on trio's clock.
 
 Example::

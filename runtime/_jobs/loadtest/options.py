@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..._errors import ConfigError
-from .run import LoadTest
+from .spec import LoadTest
 from .sweep import SweepPlan
 
 if TYPE_CHECKING:
