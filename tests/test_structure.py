@@ -38,9 +38,6 @@ LONG_FUNCTIONS = {
     "actors/_rate_limiter.py:_admit",
     "actors/_supervisor.py:_through_model",
     "actors/_supervisor.py:_attempt",
-    # split in #31 follow-up: the batch command's flags are parameters with an Args section
-    # (its --help); they become a flags class as serve's, sim's and loadtest's did
-    "runtime/_cli/batch.py:batch",
     # split in #31 follow-up: the batch job's loop (resume, guard, writer, progress in one)
     "runtime/_jobs/batch.py:run_batch",
     # split in #31 follow-up: the doors work of #31 changes how this task opens its stream
