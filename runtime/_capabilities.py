@@ -19,7 +19,7 @@ from ._record import Record
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._messages import ToolChoice
+    from ._conversation import ToolChoice
 
 __all__ = [
     "ALL_MODES",

@@ -1,4 +1,5 @@
-"""The data model a user sees: chat messages, requests, results, usage.
+"""The data model a user sees: chat requests, results, usage (and, re-exported from
+:mod:`sluice._conversation`, the messages, parts and tools a request holds).
 
 Every class is a frozen attrs class, so a value handed to the runtime cannot change under it,
 and equality is free for tests. Serialization to and from JSON goes through
@@ -12,10 +13,27 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
 import attrs
-import orjson
 
 from ._capabilities import ToolOptions
-from ._errors import ConfigError
+from ._conversation import (
+    ContentPart,
+    FilePart,
+    ImagePart,
+    Message,
+    ReasoningPart,
+    ResponseFormat,
+    Role,
+    SpecificTool,
+    TemporaryMessage,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResultPart,
+    is_temporary,
+    strip_temporary,
+)
+from ._openai_parse import parse_message, parse_tool
 from ._record import Record
 
 __all__ = [
@@ -45,197 +63,10 @@ __all__ = [
     "strip_temporary",
 ]
 
-Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]
 """Where a request asks the provider to cache the prompt up to (see
 ``ChatRequest.cache_breakpoints``)."""
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
-
-
-@attrs.frozen(repr=False)
-class TextPart(Record):
-    text: str
-    type: Literal["text"] = "text"
-    signature: str | None = attrs.field(default=None, kw_only=True)
-    """An opaque provider signature to echo back with this part (Gemini's ``thoughtSignature``)."""
-    cache_control: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
-    """A prompt-cache marker on this block, as the client wrote it (Anthropic's
-    ``{"type": "ephemeral"}``, with a ``ttl`` or not): the Anthropic protocol sends it on this
-    very block; protocols that cache prompts on their own (OpenAI) leave it out."""
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class ImagePart(Record):
-    """An image, by URL (``https:`` or a ``data:`` URL)."""
-
-    url: str
-    media_type: str | None = None
-    detail: Literal["auto", "low", "high"] | None = None
-    type: Literal["image"] = "image"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class FilePart(Record):
-    """A document: base64 ``data`` with its media type, or a provider file id in ``file_id``."""
-
-    data: str | None = None
-    media_type: str | None = None
-    name: str | None = None
-    file_id: str | None = None
-    type: Literal["file"] = "file"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class ToolCall(Record):
-    """A tool call the model made. ``arguments`` is the JSON text as the model produced it."""
-
-    id: str
-    name: str
-    arguments: str = "{}"
-    type: Literal["tool_call"] = "tool_call"
-    signature: str | None = None
-    """An opaque provider signature to echo back with this call (Gemini's ``thoughtSignature``)."""
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-    def parsed_arguments(self) -> Any:
-        """The arguments as a JSON value; empty text means ``{}``.
-
-        Raises:
-            ValueError: the text is not JSON (the tool layer repairs that before it gets here).
-        """
-        if not self.arguments.strip():
-            return {}
-        return orjson.loads(self.arguments)
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class ToolResultPart(Record):
-    """The result of a tool call, sent back to the model in a ``tool`` message."""
-
-    tool_call_id: str
-    content: str
-    is_error: bool = False
-    name: str | None = None
-    type: Literal["tool_result"] = "tool_result"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class ReasoningPart(Record):
-    """Reasoning text the model showed; ``signature`` is echoed back where a provider needs it."""
-
-    text: str
-    signature: str | None = None
-    type: Literal["reasoning"] = "reasoning"
-
-
-ContentPart: TypeAlias = TextPart | ImagePart | FilePart | ToolCall | ToolResultPart | ReasoningPart
-
-
-def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
-    if isinstance(content, str):
-        return (TextPart(content),)
-    return tuple(content)
-
-
-@attrs.frozen(repr=False)
-class Message(Record):
-    """One chat message: a role and its content parts.
-
-    Build them with :meth:`system`, :meth:`user`, :meth:`assistant` and :meth:`tool`.
-    """
-
-    role: Role
-    content: tuple[ContentPart, ...] = attrs.field(converter=_parts)
-
-    @classmethod
-    def system(cls, content: str | Iterable[ContentPart]) -> Message:
-        return cls("system", _parts(content))
-
-    @classmethod
-    def user(cls, content: str | Iterable[ContentPart]) -> Message:
-        return cls("user", _parts(content))
-
-    @classmethod
-    def assistant(cls, content: str | Iterable[ContentPart] = ()) -> Message:
-        return cls("assistant", _parts(content))
-
-    @classmethod
-    def tool(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
-        return cls(
-            "tool", (ToolResultPart(tool_call_id=tool_call_id, content=content, is_error=is_error),)
-        )
-
-    @property
-    def text(self) -> str:
-        """The text parts joined together."""
-        return "".join(p.text for p in self.content if isinstance(p, TextPart))
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(p.text for p in self.content if isinstance(p, ReasoningPart))
-
-    @property
-    def tool_calls(self) -> tuple[ToolCall, ...]:
-        return tuple(p for p in self.content if isinstance(p, ToolCall))
-
-
-@attrs.frozen(repr=False)
-class TemporaryMessage(Message):
-    """A message added for one correction retry; it never belongs to the caller's history.
-
-    It is a :class:`~sluice._messages.Message` in every other way, so codecs send it as usual.
-    It never equals a plain ``Message`` with the same content.
-    """
-
-
-def is_temporary(message: Message) -> bool:
-    return isinstance(message, TemporaryMessage)
-
-
-def strip_temporary(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """``messages`` without the temporary ones, in the same order."""
-    return tuple(m for m in messages if not isinstance(m, TemporaryMessage))
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class Tool(Record):
-    """A function the model may call. ``parameters`` is a JSON schema for its arguments."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}
-    )
-    strict: bool | None = None
-    cache_control: Mapping[str, Any] | None = None
-    """A prompt-cache marker on this tool definition (see :attr:`TextPart.cache_control`)."""
-
-
-@attrs.frozen(repr=False)
-class SpecificTool(Record):
-    """``tool_choice`` that forces one named tool."""
-
-    name: str
-
-
-ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
-
-
-@attrs.frozen(kw_only=True, repr=False)
-class ResponseFormat(Record):
-    """Structured output: ``json_object``, or ``json_schema`` with a schema."""
-
-    type: Literal["text", "json_object", "json_schema"] = "json_schema"
-    schema: Mapping[str, Any] | None = None
-    name: str = "response"
-    strict: bool | None = None
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -616,238 +447,3 @@ class ChatResult(Record):
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return self.message.tool_calls
-
-
-# OpenAI-shaped input: chat messages and tools as the OpenAI API takes them, converted once.
-
-
-def _fail(path: str, problem: str) -> ConfigError:
-    return ConfigError(f"{path}: {problem}")
-
-
-def _json_type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _expect_str(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, f"expected a string, got {_json_type_name(value)}")
-    return value
-
-
-def _expect_dict(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(path, f"expected an object, got {_json_type_name(value)}")
-    return value
-
-
-def _expect_list(value: Any, path: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise _fail(path, f"expected an array, got {_json_type_name(value)}")
-    return value
-
-
-def _number(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"expected a number, got {_json_type_name(value)}")
-    return float(value)
-
-
-def _integer(value: Any, path: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, f"expected an integer, got {_json_type_name(value)}")
-    return value
-
-
-# ---- request body -> ChatRequest -------------------------------------------------------------
-
-
-def _text_of(content: Any, path: str) -> str:
-    """Content that may only hold text: a string or an array of ``text`` parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    texts = []
-    for i, part in enumerate(_expect_list(content, path)):
-        p = _expect_dict(part, f"{path}[{i}]")
-        if p.get("type") != "text":
-            raise _fail(
-                f"{path}[{i}].type", f"only 'text' parts are allowed here, got {p.get('type')!r}"
-            )
-        texts.append(_expect_str(p.get("text"), f"{path}[{i}].text"))
-    return "".join(texts)
-
-
-def _cache_control(part: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
-    """A part's ``cache_control`` (the marker LiteLLM and OpenRouter accept in this format)."""
-    marker = part.get("cache_control")
-    return None if marker is None else _expect_dict(marker, f"{path}.cache_control")
-
-
-def _system_content(content: Any, path: str) -> tuple[TextPart, ...]:
-    """A system message's text; one part per text item when an item has ``cache_control``."""
-    if isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("cache_control") is not None for p in content
-    ):
-        _text_of(content, path)  # raises naming the first item that is no text part
-        return tuple(
-            TextPart(p["text"], cache_control=_cache_control(p, f"{path}[{i}]"))
-            for i, p in enumerate(content)
-        )
-    return (TextPart(_text_of(content, path)),)
-
-
-def _user_part(part: Any, path: str) -> ContentPart:
-    p = _expect_dict(part, path)
-    kind = p.get("type")
-    if kind == "text":
-        return TextPart(
-            _expect_str(p.get("text"), f"{path}.text"), cache_control=_cache_control(p, path)
-        )
-    if kind == "image_url":
-        image = p.get("image_url")
-        if isinstance(image, str):  # some clients send the URL directly
-            return ImagePart(url=image)
-        img = _expect_dict(image, f"{path}.image_url")
-        detail = img.get("detail")
-        if detail not in (None, "auto", "low", "high"):
-            raise _fail(f"{path}.image_url.detail", "expected 'auto', 'low' or 'high'")
-        return ImagePart(
-            url=_expect_str(img.get("url"), f"{path}.image_url.url"),
-            detail=detail,
-            cache_control=_cache_control(p, path),
-        )
-    if kind == "file":
-        f = _expect_dict(p.get("file"), f"{path}.file")
-        data, file_id = f.get("file_data"), f.get("file_id")
-        if data is None and file_id is None:
-            raise _fail(f"{path}.file", "needs 'file_data' or 'file_id'")
-        media_type = None
-        if isinstance(data, str) and data.startswith("data:") and ";base64," in data:
-            header, _, data = data.partition(";base64,")
-            media_type = header.removeprefix("data:") or None
-        return FilePart(
-            data=None if data is None else _expect_str(data, f"{path}.file.file_data"),
-            media_type=media_type,
-            name=None
-            if f.get("filename") is None
-            else _expect_str(f["filename"], f"{path}.file.filename"),
-            file_id=None if file_id is None else _expect_str(file_id, f"{path}.file.file_id"),
-        )
-    raise _fail(f"{path}.type", f"unsupported content part type {kind!r}")
-
-
-def _user_content(content: Any, path: str) -> tuple[ContentPart, ...]:
-    if isinstance(content, str):
-        return (TextPart(content),)
-    return tuple(_user_part(p, f"{path}[{i}]") for i, p in enumerate(_expect_list(content, path)))
-
-
-def _tool_call(value: Any, path: str) -> ToolCall:
-    call = _expect_dict(value, path)
-    if call.get("type", "function") != "function":
-        raise _fail(
-            f"{path}.type", f"only 'function' tool calls are supported, got {call.get('type')!r}"
-        )
-    fn = _expect_dict(call.get("function"), f"{path}.function")
-    arguments = fn.get("arguments", "{}")
-    if not isinstance(arguments, str):  # tolerate an already parsed object
-        arguments = orjson.dumps(arguments).decode()
-    return ToolCall(
-        id=_expect_str(call.get("id"), f"{path}.id"),
-        name=_expect_str(fn.get("name"), f"{path}.function.name"),
-        arguments=arguments,
-    )
-
-
-def _assistant(msg: Mapping[str, Any], path: str) -> Message:
-    parts: list[ContentPart] = []
-    reasoning = msg.get("reasoning_content")
-    if reasoning:
-        parts.append(ReasoningPart(text=_expect_str(reasoning, f"{path}.reasoning_content")))
-    content = msg.get("content")
-    if isinstance(content, list):
-        for i, part in enumerate(content):
-            p = _expect_dict(part, f"{path}.content[{i}]")
-            where = f"{path}.content[{i}]"
-            if p.get("type") == "text":
-                parts.append(TextPart(_expect_str(p.get("text"), f"{where}.text")))
-            elif p.get("type") == "refusal":
-                parts.append(TextPart(_expect_str(p.get("refusal"), f"{where}.refusal")))
-            else:
-                raise _fail(f"{where}.type", f"expected 'text' or 'refusal', got {p.get('type')!r}")
-    elif content is not None:
-        parts.append(TextPart(_expect_str(content, f"{path}.content")))
-    calls = msg.get("tool_calls") or []
-    for i, call in enumerate(_expect_list(calls, f"{path}.tool_calls")):
-        parts.append(_tool_call(call, f"{path}.tool_calls[{i}]"))
-    return Message("assistant", tuple(parts))
-
-
-def parse_message(value: Any, path: str = "message") -> Message:
-    """Read one OpenAI chat message dict.
-
-    ``developer`` is read as ``system``. Unknown keys on a message (``name``) are ignored.
-
-    Raises:
-        ConfigError: the role is missing or unknown, or a field has the wrong shape.
-    """
-    msg = _expect_dict(value, path)
-    role = msg.get("role")
-    if role in ("system", "developer"):
-        return Message("system", _system_content(msg.get("content"), f"{path}.content"))
-    if role == "user":
-        if "content" not in msg:
-            raise _fail(f"{path}.content", "a user message needs content")
-        return Message("user", _user_content(msg["content"], f"{path}.content"))
-    if role == "assistant":
-        return _assistant(msg, path)
-    if role == "tool":
-        return Message.tool(
-            _expect_str(msg.get("tool_call_id"), f"{path}.tool_call_id"),
-            _text_of(msg.get("content"), f"{path}.content"),
-        )
-    raise _fail(
-        f"{path}.role",
-        f"expected 'system', 'developer', 'user', 'assistant' or 'tool', got {role!r}",
-    )
-
-
-def parse_tool(value: Any, path: str = "tool") -> Tool:
-    """Read one OpenAI-format tool (``{"type": "function", "function": {...}}``).
-
-    Raises:
-        ConfigError: naming the field whose shape is wrong.
-    """
-    t = _expect_dict(value, path)
-    if t.get("type", "function") != "function":
-        raise _fail(f"{path}.type", f"only 'function' tools are supported, got {t.get('type')!r}")
-    fn = _expect_dict(t.get("function"), f"{path}.function")
-    strict = fn.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise _fail(f"{path}.function.strict", "expected a boolean")
-    parameters = fn.get("parameters", {"type": "object", "properties": {}})
-    return Tool(
-        name=_expect_str(fn.get("name"), f"{path}.function.name"),
-        description=_expect_str(fn.get("description", ""), f"{path}.function.description"),
-        parameters=_expect_dict(parameters, f"{path}.function.parameters"),
-        strict=strict,
-        cache_control=_cache_control(t, path),
-    )

@@ -13,23 +13,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-# The message and tool parsers (and their checks) live with the chat model, which takes OpenAI
-# dicts itself; this module renders and parses whole request and response bodies.
 from ._messages import (
     ChatRequest,
     ChatResult,
     ResponseFormat,
     SpecificTool,
     ToolChoice,
-    _expect_dict,
-    _expect_list,
-    _expect_str,
-    _fail,
-    _integer,
-    _number,
+    split_model,
+)
+from ._openai_parse import (
+    expect_dict,
+    expect_list,
+    expect_str,
+    fail,
+    integer,
+    number,
     parse_message,
     parse_tool,
-    split_model,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_chat_body", "parse_message", "parse_tool", "render_chat_completion"]
 
-# The message and tool parsers live with the chat model, which takes OpenAI dicts itself.
+# The message and tool parsers are in _openai_parse (ChatRequest takes OpenAI dicts too); this
+# module reads and renders whole request and response bodies.
 
 # Body keys that map onto ChatRequest fields (or are deliberately dropped); every other key is
 # passed through to the provider in ``extra_body``.
@@ -71,33 +72,33 @@ def _tool_choice(value: Any, path: str) -> ToolChoice | None:
     if value in ("auto", "required", "none"):
         return value  # type: ignore[no-any-return]
     if isinstance(value, dict):
-        fn = _expect_dict(value.get("function"), f"{path}.function")
-        return SpecificTool(_expect_str(fn.get("name"), f"{path}.function.name"))
-    raise _fail(path, "expected 'auto', 'required', 'none' or {\"type\": \"function\", ...}")
+        fn = expect_dict(value.get("function"), f"{path}.function")
+        return SpecificTool(expect_str(fn.get("name"), f"{path}.function.name"))
+    raise fail(path, "expected 'auto', 'required', 'none' or {\"type\": \"function\", ...}")
 
 
 def _response_format(value: Any, path: str) -> ResponseFormat | None:
     if value is None:
         return None
-    rf = _expect_dict(value, path)
+    rf = expect_dict(value, path)
     kind = rf.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
         return ResponseFormat(type="json_object")
     if kind == "json_schema":
-        js = _expect_dict(rf.get("json_schema"), f"{path}.json_schema")
+        js = expect_dict(rf.get("json_schema"), f"{path}.json_schema")
         strict = js.get("strict")
         if strict is not None and not isinstance(strict, bool):
-            raise _fail(f"{path}.json_schema.strict", "expected a boolean")
+            raise fail(f"{path}.json_schema.strict", "expected a boolean")
         schema = js.get("schema")
         return ResponseFormat(
             type="json_schema",
-            schema=None if schema is None else _expect_dict(schema, f"{path}.json_schema.schema"),
-            name=_expect_str(js.get("name", "response"), f"{path}.json_schema.name"),
+            schema=None if schema is None else expect_dict(schema, f"{path}.json_schema.schema"),
+            name=expect_str(js.get("name", "response"), f"{path}.json_schema.name"),
             strict=strict,
         )
-    raise _fail(f"{path}.type", f"expected 'text', 'json_object' or 'json_schema', got {kind!r}")
+    raise fail(f"{path}.type", f"expected 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
 def _stop(value: Any, path: str) -> tuple[str, ...]:
@@ -105,19 +106,19 @@ def _stop(value: Any, path: str) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    return tuple(_expect_str(s, f"{path}[{i}]") for i, s in enumerate(_expect_list(value, path)))
+    return tuple(expect_str(s, f"{path}[{i}]") for i, s in enumerate(expect_list(value, path)))
 
 
 def _model(body: Mapping[str, Any], override: str | None, path: str) -> str:
     if override is not None:
         return override
     if "model" not in body:
-        raise _fail(
+        raise fail(
             f"{path}.model", "missing; write it as 'provider:model' or pass a model override"
         )
-    model = _expect_str(body["model"], f"{path}.model")
+    model = expect_str(body["model"], f"{path}.model")
     if ":" not in model:
-        raise _fail(
+        raise fail(
             f"{path}.model",
             f"{model!r} names no provider; write it as 'provider:model' "
             f"(for example 'openai:{model}' or 'sim:{model}') or pass a model override",
@@ -125,7 +126,7 @@ def _model(body: Mapping[str, Any], override: str | None, path: str) -> str:
     try:
         split_model(model)
     except ValueError as exc:
-        raise _fail(f"{path}.model", str(exc)) from None
+        raise fail(f"{path}.model", str(exc)) from None
     return model
 
 
@@ -157,27 +158,27 @@ def parse_chat_body(
         ConfigError: the body is not an object, the model or messages are missing or wrong,
             ``n`` asks for more than one choice, or a field has the wrong shape.
     """
-    b = _expect_dict(body, path)
+    b = expect_dict(body, path)
     chosen = _model(b, model, path)
     if "messages" not in b:
-        raise _fail(f"{path}.messages", "missing")
-    raw_messages = _expect_list(b["messages"], f"{path}.messages")
+        raise fail(f"{path}.messages", "missing")
+    raw_messages = expect_list(b["messages"], f"{path}.messages")
     if not raw_messages:
-        raise _fail(f"{path}.messages", "must hold at least one message")
+        raise fail(f"{path}.messages", "must hold at least one message")
     messages = tuple(parse_message(m, f"{path}.messages[{i}]") for i, m in enumerate(raw_messages))
-    n = _integer(b.get("n"), f"{path}.n")
+    n = integer(b.get("n"), f"{path}.n")
     if n is not None and n != 1:
-        raise _fail(f"{path}.n", f"only one choice per request is supported, got {n}")
+        raise fail(f"{path}.n", f"only one choice per request is supported, got {n}")
     tools = tuple(
         parse_tool(t, f"{path}.tools[{i}]")
-        for i, t in enumerate(_expect_list(b.get("tools") or [], f"{path}.tools"))
+        for i, t in enumerate(expect_list(b.get("tools") or [], f"{path}.tools"))
     )
     parallel = b.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
-        raise _fail(f"{path}.parallel_tool_calls", "expected a boolean")
-    max_tokens = _integer(b.get("max_completion_tokens"), f"{path}.max_completion_tokens")
+        raise fail(f"{path}.parallel_tool_calls", "expected a boolean")
+    max_tokens = integer(b.get("max_completion_tokens"), f"{path}.max_completion_tokens")
     if max_tokens is None:
-        max_tokens = _integer(b.get("max_tokens"), f"{path}.max_tokens")
+        max_tokens = integer(b.get("max_tokens"), f"{path}.max_tokens")
     # attrs' mypy plugin types fields with ``converter=tuple`` as ``Iterable[_T_co]``, which no
     # tuple matches; the values are right, so hide them from that check.
     return ChatRequest(
@@ -187,11 +188,11 @@ def parse_chat_body(
         tool_choice=_tool_choice(b.get("tool_choice"), f"{path}.tool_choice"),
         parallel_tool_calls=parallel,
         response_format=_response_format(b.get("response_format"), f"{path}.response_format"),
-        temperature=_number(b.get("temperature"), f"{path}.temperature"),
-        top_p=_number(b.get("top_p"), f"{path}.top_p"),
+        temperature=number(b.get("temperature"), f"{path}.temperature"),
+        top_p=number(b.get("top_p"), f"{path}.top_p"),
         max_tokens=max_tokens,
         stop=cast("Any", _stop(b.get("stop"), f"{path}.stop")),
-        seed=_integer(b.get("seed"), f"{path}.seed"),
+        seed=integer(b.get("seed"), f"{path}.seed"),
         stream=stream,
         extra_body={k: v for k, v in b.items() if k not in _MAPPED_KEYS},
         **(fields or {}),

@@ -15,7 +15,7 @@ import trio.testing
 
 from sluice._errors import ToolCallError
 from sluice._gateway import GatewaySettings, KeyRing, Server, ServerLimits, issue_key
-from sluice._gateway.errors import call_error_response
+from sluice._gateway.errors import response_for
 from sluice.simulator import SimulatorConfig
 
 from .gateway_helpers import chat_body, gateway_harness, messages_body
@@ -379,7 +379,7 @@ def test_a_tool_call_error_reaches_a_client_without_its_python_fix():
         reason="too_many_calls",
     )
     for wire in ("openai", "anthropic"):
-        status, _, body = call_error_response(wire, error)
+        status, _, body = response_for(wire, error)
         message = orjson.loads(body)["error"]["message"]
         assert status == 502
         assert message == "the model made 2 tool calls but only one is allowed per reply"

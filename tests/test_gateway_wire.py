@@ -15,7 +15,7 @@ from sluice._errors import (
 )
 from sluice._events import ReasoningSignature, ToolCallDelta
 from sluice._gateway.anthropic_wire import AnthropicEvents, parse_messages_body, render_message
-from sluice._gateway.errors import call_error_response
+from sluice._gateway.errors import response_for
 from sluice._gateway.openai_wire import OpenAIChunks
 from sluice._gateway.request_head import HeadError, parse_head
 from sluice._messages import (
@@ -223,9 +223,9 @@ def test_render_message_keeps_tool_input_as_an_object():
     ],
 )
 def test_errors_in_each_clients_format(error, openai_status, anthropic_status, anthropic_type):
-    status, headers, body = call_error_response("openai", error)
+    status, headers, body = response_for("openai", error)
     assert status == openai_status and "message" in orjson.loads(body)["error"]
-    status, headers, body = call_error_response("anthropic", error)
+    status, headers, body = response_for("anthropic", error)
     assert status == anthropic_status
     assert orjson.loads(body)["error"]["type"] == anthropic_type
     if isinstance(error, RateLimited):

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from cyclopts import App, CycloptsError
 from rich.console import Console
 
-from ._common import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, EXIT_USAGE, silence_stdout
+from .._errors import ConfigError
+from ._common import EXIT_INTERRUPTED, EXIT_STDOUT_CLOSED, EXIT_USAGE, fail, silence_stdout
 from .batch import batch
 from .chat import chat
 from .keys import keys_app
@@ -80,6 +81,7 @@ def console_main() -> int:
 def _run(argv: Sequence[str] | None) -> int:
     interrupted = closed = False
     parse_error: CycloptsError | None = None
+    refused: Exception | None = None
     try:
         result = app(argv, result_action="return_value", print_error=False, exit_on_error=False)
     except* KeyboardInterrupt:  # Ctrl-C inside a nursery arrives grouped
@@ -88,6 +90,8 @@ def _run(argv: Sequence[str] | None) -> int:
         closed = True
     except* CycloptsError as group:
         parse_error = group.exceptions[0]  # type: ignore[assignment]
+    except* ConfigError as group:  # an options class checks its flags when cyclopts makes it
+        refused = group.exceptions[0]
     if interrupted:
         return EXIT_INTERRUPTED
     if closed:
@@ -95,6 +99,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_STDOUT_CLOSED
     if parse_error is not None:
         return _usage_error(parse_error, sys.argv[1:] if argv is None else list(argv))
+    if refused is not None:
+        return fail(str(refused))
     return result if isinstance(result, int) else 0
 
 

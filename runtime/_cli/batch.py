@@ -15,8 +15,9 @@ import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import attrs
 import trio
 from cyclopts import Parameter
 
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from .._jobs.batch import BatchProgress
+    from .._jobs.batch_lines import Shard
 
-__all__ = ["batch", "parse_duration"]
+__all__ = ["BatchFlags", "batch", "parse_duration"]
 
 _LIVE_INTERVAL = 0.5
 EXIT_TERMINATED = 143
@@ -140,32 +142,92 @@ async def _on_ctrl_c(
             interrupt.cancel()
 
 
+@attrs.frozen(kw_only=True)
+class BatchFlags:
+    """The flags of ``sluice batch`` (each attribute is one; its docstring is the help)."""
+
+    output: Annotated[Path, Parameter(name=["--output", "-o"])]
+    """where the output lines go."""
+    model: str | None = None
+    """provider:model (or a model group of the config) used for every line instead of
+    body.model. Without it each body.model must be written provider:model (e.g.
+    sim:sim-small) or name a group."""
+    base_url: str | None = None
+    """OpenAI-compatible base URL for --model's provider."""
+    api_key: str | None = attrs.field(default=None, repr=False)
+    """API key for --model's provider."""
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    """calls running at once (waiting for the quota included)."""
+    rpm: int | None = None
+    """requests per minute for each provider called, spread evenly over the minute."""
+    tpm: int | None = None
+    """input plus output tokens per minute for each provider called."""
+    max_pending: int | None = None
+    """calls per provider waiting for their first token at once."""
+    budget: float | None = None
+    """US dollars the job may spend (with --job, over every run of it); once it is spent, the
+    remaining lines get BudgetExceeded error lines."""
+    config: Path | None = None
+    """a config file (default: the file named by SLUICE_CONFIG, if any)."""
+    job: str | None = None
+    """the job the ledger records these calls under (default: a new id per run); a run
+    resumed under the same job keeps its job budget."""
+    resume: bool = False
+    """keep the existing output (a torn last line is cut off), skip the lines it already
+    answers and append the rest; with no output yet, simply start. The same command line
+    serves the first run and every resume. Error lines are done again as --retry-errors
+    says."""
+    overwrite: bool = False
+    """replace an output file that already holds lines (without it, and without --resume,
+    such a file is refused so no paid-for result is lost)."""
+    ordered: bool = False
+    """write the output in input order (at most --max-in-flight lines held)."""
+    shard: str | None = None
+    """i/n: process only the lines whose custom_id hashes into shard i of n, so n processes
+    or hosts can split one file (each with its own output)."""
+    allow_failures: bool = False
+    """exit 0 even when some lines failed (their error lines are written)."""
+    log_interval: float = 10.0
+    """seconds between progress lines when stderr is not a terminal."""
+    no_stream: Annotated[bool, Parameter(negative="")] = False
+    """make each call one plain request instead of a stream (calls stream by default: a
+    call's slot frees at its first token, and a stream that breaks is retried). The output
+    lines look the same either way."""
+    store: str | None = None
+    """a redis://host:port/db URL: share quotas, cooldowns and budgets with every process
+    using it (default: $SLUICE_STORE, else this process's memory)."""
+    metrics_port: int | None = None
+    """serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the job runs
+    (docs/metrics.md lists them)."""
+    retry_errors: Literal["retriable", "all", "none"] = "retriable"
+    """with --resume, which error lines to do again: retriable (timeouts, 429, 5xx, broken
+    streams, refused connections, an open breaker, waits past --max-wait; terminal ones such
+    as 400, 401/403 or a bad input line are kept), all, or none."""
+    max_wait: str | None = None
+    """how long a line's call may wait out a failing backend (30s, 2m, ...) before its error
+    line is written; default: 10m."""
+
+    def problem(self) -> str | None:
+        """What is wrong with the numbers given or the flags' combination, or None."""
+        if self.max_in_flight < 1:
+            return "--max-in-flight must be at least 1"
+        if self.log_interval <= 0:
+            return "--log-interval must be positive"
+        budget = self.budget
+        if budget is not None and not (math.isfinite(budget) and budget >= 0):
+            return f"--budget must be a dollar amount of 0 or more, got {budget}"
+        if (self.base_url is not None or self.api_key is not None) and self.model is None:
+            return "--base-url and --api-key apply to --model's provider: give --model too"
+        return None
+
+
 async def batch(
-    input_file: Annotated[Path, Parameter(name="INPUT")],
+    input_file: Annotated[
+        Path,
+        Parameter(name="INPUT", help="the JSONL input (custom_id, method, url, body per line)."),
+    ],
     /,
-    *,
-    output: Annotated[Path, Parameter(name=["--output", "-o"])],
-    model: str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-    rpm: int | None = None,
-    tpm: int | None = None,
-    max_pending: int | None = None,
-    budget: float | None = None,
-    config: Path | None = None,
-    job: str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    ordered: bool = False,
-    shard: str | None = None,
-    allow_failures: bool = False,
-    log_interval: float = 10.0,
-    no_stream: Annotated[bool, Parameter(negative="")] = False,
-    store: str | None = None,
-    metrics_port: int | None = None,
-    retry_errors: Literal["retriable", "all", "none"] = "retriable",
-    max_wait: str | None = None,
+    flags: Annotated[BatchFlags, Parameter(name="*")],
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -187,131 +249,124 @@ async def batch(
     kept ones included) or could not be written, 2 for bad arguments, config or input (the
     output untouched), 130 when interrupted by Ctrl-C, 143 after a SIGTERM. An input without
     request lines gives an empty output, a note on stderr, and status 0.
-
-    Args:
-        input_file: the JSONL input (custom_id, method, url, body per line).
-        output: where the output lines go.
-        model: provider:model (or a model group of the config) used for every line instead
-            of body.model. Without it each body.model must be written provider:model (e.g.
-            sim:sim-small) or name a group.
-        base_url: OpenAI-compatible base URL for --model's provider.
-        api_key: API key for --model's provider.
-        max_in_flight: calls running at once (waiting for the quota included).
-        rpm: requests per minute for each provider called, spread evenly over the minute.
-        tpm: input plus output tokens per minute for each provider called.
-        max_pending: calls per provider waiting for their first token at once.
-        budget: US dollars the job may spend (with --job, over every run of it); once it is
-            spent, the remaining lines get BudgetExceeded error lines.
-        config: a config file (default: the file named by SLUICE_CONFIG, if any).
-        job: the job the ledger records these calls under (default: a new id per run); a
-            run resumed under the same job keeps its job budget.
-        resume: keep the existing output (a torn last line is cut off), skip the lines it
-            already answers and append the rest; with no output yet, simply start. The same
-            command line serves the first run and every resume. Error lines are done again
-            as --retry-errors says.
-        overwrite: replace an output file that already holds lines (without it, and without
-            --resume, such a file is refused so no paid-for result is lost).
-        retry_errors: with --resume, which error lines to do again: retriable (timeouts,
-            429, 5xx, broken streams, refused connections, an open breaker, waits past
-            --max-wait; terminal ones such as 400, 401/403 or a bad input line are kept), all,
-            or none.
-        max_wait: how long a line's call may wait out a failing backend (30s, 2m, ...)
-            before its error line is written; default: 10m.
-        ordered: write the output in input order (at most --max-in-flight lines held).
-        shard: i/n: process only the lines whose custom_id hashes into shard i of n, so n
-            processes or hosts can split one file (each with its own output).
-        allow_failures: exit 0 even when some lines failed (their error lines are written).
-        log_interval: seconds between progress lines when stderr is not a terminal.
-        store: a redis://host:port/db URL: share quotas, cooldowns and budgets with every
-            process using it (default: $SLUICE_STORE, else this process's memory).
-        no_stream: make each call one plain request instead of a stream (calls stream by
-            default: a call's slot frees at its first token, and a stream that breaks is
-            retried). The output lines look the same either way.
-        metrics_port: serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the
-            job runs (docs/metrics.md lists them).
     """
-    if max_in_flight < 1:
-        return fail("--max-in-flight must be at least 1")
-    if log_interval <= 0:
-        return fail("--log-interval must be positive")
-    if budget is not None and not (math.isfinite(budget) and budget >= 0):
-        return fail(f"--budget must be a dollar amount of 0 or more, got {budget}")
-    if (base_url is not None or api_key is not None) and model is None:
-        return fail("--base-url and --api-key apply to --model's provider: give --model too")
+    problem = flags.problem()
+    if problem is not None:
+        return fail(problem)
     try:
         check_batch_paths(
             input_file,
-            output,
-            Path(summary_path(str(output))),
-            resume=resume,
-            overwrite=overwrite,
+            flags.output,
+            Path(summary_path(str(flags.output))),
+            resume=flags.resume,
+            overwrite=flags.overwrite,
         )
-        wait_limit = None if max_wait is None else parse_duration(max_wait)
-        shard_of = None if shard is None else parse_shard(shard)
-        run_config = build_config(
-            config_file=config,
-            provider=None if model is None or ":" not in model else model.partition(":")[0],
-            base_url=base_url,
-            api_key=api_key,
-            store=store,
-            metrics_port=metrics_port,
-        )
-        if model is not None and model not in run_config.groups:
-            check_model(model)
+        wait_limit = None if flags.max_wait is None else parse_duration(flags.max_wait)
+        shard_of = None if flags.shard is None else parse_shard(flags.shard)
+        run_config = _run_config(flags)
     except ConfigError as exc:
         return fail(str(exc))
+    outcome = await _run(input_file, flags, run_config, shard_of, wait_limit)
+    return _finish(input_file, flags, outcome)
+
+
+def _run_config(flags: BatchFlags) -> Any:
+    """The runtime config of the flags and the config file (``--model`` checked).
+
+    Raises:
+        ConfigError: the config or the model string is wrong.
+    """
+    model = flags.model
+    run_config = build_config(
+        config_file=flags.config,
+        provider=None if model is None or ":" not in model else model.partition(":")[0],
+        base_url=flags.base_url,
+        api_key=flags.api_key,
+        store=flags.store,
+        metrics_port=flags.metrics_port,
+    )
+    if model is not None and model not in run_config.groups:
+        check_model(model)
+    return run_config
+
+
+@attrs.define
+class _Outcome:
+    """How the job ended, for :func:`_finish`."""
+
+    summary: BatchSummary = attrs.field(factory=BatchSummary)
+    io_error: OSError | None = None
+    usage_error: ConfigError | None = None
+    made: str | None = None
+    """The output's folder when this run made it (removed again after a usage error)."""
+    terminated: list[bool] = attrs.field(factory=lambda: [False])
+    interrupted: list[bool] = attrs.field(factory=lambda: [False])
+
+
+async def _run(
+    input_file: Path,
+    flags: BatchFlags,
+    run_config: Any,
+    shard_of: Shard | None,
+    wait_limit: float | None,
+) -> _Outcome:
+    """Run the job under Ctrl-C and SIGTERM handling, with progress on stderr."""
+    outcome = _Outcome()
+    interrupt = BatchInterrupt()
 
     def preflight(providers: set[str]) -> None:
         """After the input check, before the runtime starts or the output is touched."""
-        check_providers(run_config, providers, every=model is not None)
+        check_providers(run_config, providers, every=flags.model is not None)
 
-    io_error: OSError | None = None
-    usage_error: ConfigError | None = None
-    summary = BatchSummary()
-    interrupt = BatchInterrupt()
-    terminated = [False]
-    interrupted = [False]
-    made: str | None = None
     with ExitStack() as stack:
         live = sys.stderr.isatty()
         progress = _live_display(stack) if live else _log_lines
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_on_ctrl_c, signals, interrupt, terminated, interrupted)
+                nursery.start_soon(
+                    _on_ctrl_c, signals, interrupt, outcome.terminated, outcome.interrupted
+                )
                 try:
-                    made = _make_folder(output)
-                    summary = await run_batch(
+                    outcome.made = _make_folder(flags.output)
+                    outcome.summary = await run_batch(
                         input_file,
-                        output,
-                        model=model,
-                        resume=resume,
-                        overwrite=overwrite,
-                        ordered=ordered,
+                        flags.output,
+                        model=flags.model,
+                        resume=flags.resume,
+                        overwrite=flags.overwrite,
+                        ordered=flags.ordered,
                         shard=shard_of,
-                        max_in_flight=max_in_flight,
-                        rpm=rpm,
-                        tpm=tpm,
-                        max_pending=max_pending,
-                        budget=budget,
-                        job=job,
-                        stream=not no_stream,
+                        max_in_flight=flags.max_in_flight,
+                        rpm=flags.rpm,
+                        tpm=flags.tpm,
+                        max_pending=flags.max_pending,
+                        budget=flags.budget,
+                        job=flags.job,
+                        stream=not flags.no_stream,
                         config=run_config,
                         progress=progress,
-                        progress_interval=_LIVE_INTERVAL if live else log_interval,
+                        progress_interval=_LIVE_INTERVAL if live else flags.log_interval,
                         interrupt=interrupt,
                         preflight=preflight,
-                        retry_errors=retry_errors,
+                        retry_errors=flags.retry_errors,
                         max_wait=wait_limit,
                     )
                 except OSError as exc:
-                    io_error = exc
+                    outcome.io_error = exc
                 except ConfigError as exc:
-                    usage_error = exc
+                    outcome.usage_error = exc
                 nursery.cancel_scope.cancel()
-    if usage_error is not None:
-        _unmake_folder(made)
-        return fail(str(usage_error))
-    if io_error is not None:
+    return outcome
+
+
+def _finish(input_file: Path, flags: BatchFlags, outcome: _Outcome) -> int:
+    """Print the summary (or the error); the job's exit status."""
+    output, summary = flags.output, outcome.summary
+    if outcome.usage_error is not None:
+        _unmake_folder(outcome.made)
+        return fail(str(outcome.usage_error))
+    if outcome.io_error is not None:
+        io_error = outcome.io_error
         name = io_error.filename or output
         print(f"sluice: error: {name}: {io_error.strerror or io_error}", file=sys.stderr)
         return EXIT_FAILED
@@ -323,11 +378,11 @@ async def batch(
         )
     print(format_summary(summary, str(output)), flush=True)
     print(f"  summary: {summary_path(str(output))}", flush=True)
-    if terminated[0]:
+    if outcome.terminated[0]:
         return EXIT_TERMINATED
-    if interrupted[0] or summary.interrupted:
+    if outcome.interrupted[0] or summary.interrupted:
         return EXIT_INTERRUPTED
-    if summary.failed_in_output and not allow_failures:
+    if summary.failed_in_output and not flags.allow_failures:
         return EXIT_FAILED
     return EXIT_OK
 

@@ -227,6 +227,30 @@ async def _call(
             return exc
 
 
+def _run_config(
+    model: str, *, base_url: str | None, api_key: str | None, config: Path | None
+) -> Any:
+    """The runtime config for a call to ``model`` (a model or a group), its providers checked.
+
+    Raises:
+        ConfigError: the model string, the config or a provider's settings are wrong.
+    """
+    run_config = build_config(
+        config_file=config,
+        provider=model.partition(":")[0] if ":" in model else None,
+        base_url=base_url,
+        api_key=api_key,
+    )
+    group = run_config.groups.get(model)
+    if group is None:
+        check_model(model)
+        check_providers(run_config, [model.partition(":")[0]])
+    else:  # a model group: usable while one of its deployments is
+        providers = [d.model.partition(":")[0] for d in group.deployments]
+        check_providers(run_config, providers, every=False)
+    return run_config
+
+
 async def chat(
     model: str,
     prompt: Annotated[str, Parameter(allow_leading_hyphen=True)],
@@ -270,19 +294,7 @@ async def chat(
             platform's config.toml).
     """
     try:
-        run_config = build_config(
-            config_file=config,
-            provider=model.partition(":")[0] if ":" in model else None,
-            base_url=base_url,
-            api_key=api_key,
-        )
-        group = run_config.groups.get(model)
-        if group is None:
-            check_model(model)
-            check_providers(run_config, [model.partition(":")[0]])
-        else:  # a model group: usable while one of its deployments is
-            providers = [d.model.partition(":")[0] for d in group.deployments]
-            check_providers(run_config, providers, every=False)
+        run_config = _run_config(model, base_url=base_url, api_key=api_key, config=config)
         if tool_choice is not None and tools is None:
             raise ConfigError("--tool-choice needs --tools FILE.json")
         tool_list = load_tools(tools) if tools is not None else ()

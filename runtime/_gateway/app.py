@@ -53,10 +53,22 @@ from .._limits.store import (
     TooLarge,
     WindowSpec,
 )
+from .._messages import ChatRequest
 from .._openai_format import parse_chat_body
 from .._record import Record
 from . import anthropic_wire, openai_wire
-from .errors import Wire, call_error_response, error_response
+from .errors import (
+    BadBody,
+    KeyOverRate,
+    KeyTooLarge,
+    ModelNotAllowed,
+    ModelNotServed,
+    NoRoute,
+    NotAdmin,
+    Refused,
+    Unauthenticated,
+    response_for,
+)
 from .json_body import BodyError, load_json_body
 from .models import ModelCatalog, ModelEntry, render_list, render_model
 from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
@@ -64,8 +76,9 @@ from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .._messages import ChatRequest, ChatResult
+    from .._messages import ChatResult
     from .._runtime import Runtime
+    from .errors import Wire
     from .http import Refusal, Request, Responder, Server
 
     Renderer = Callable[[], bytes | Awaitable[bytes]]
@@ -191,15 +204,8 @@ class Gateway:
                 route = "/admin/keys"
                 await self._admin(request, respond)
             else:
-                wire = _wire_of(request)
-                await _send_error(
-                    respond,
-                    wire,
-                    404,
-                    f"no route {method.decode()} {path.decode('latin-1')}",
-                    "invalid_request_error",
-                    "not_found_error",
-                )
+                refused = NoRoute(f"no route {method.decode()} {path.decode('latin-1')}")
+                await respond.send(*response_for(_wire_of(request), refused))
         except BaseException as exc:
             status = respond.status
             if not status:  # no response: the client left (499, as nginx says), or a bug
@@ -221,14 +227,7 @@ class Gateway:
         key = self._authenticate(request)
         if not isinstance(key, str):
             return None
-        return error_response(
-            _CHAT_ROUTES[path],
-            401,
-            key,
-            openai_type="invalid_request_error",
-            anthropic_type="authentication_error",
-            code="invalid_api_key",
-        )
+        return response_for(_CHAT_ROUTES[path], Unauthenticated(key))
 
     def _counted(self, route: str, status: int) -> None:
         requests = self.requests
@@ -375,112 +374,90 @@ class Gateway:
         return [self._protocol(d.model.partition(":")[0]) for d in group.deployments]
 
     async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
-        key = self._authenticate(request)
-        if isinstance(key, str):
-            await _send_error(
-                respond,
-                wire,
-                401,
-                key,
-                "invalid_request_error",
-                "authentication_error",
-                code="invalid_api_key",
-            )
-            return
+        """Answer one chat request: read it, hold the key's quota, call, settle the quota.
+
+        A request refused before the call (a :class:`~.errors.Refused`, or a
+        :class:`~sluice._errors.ConfigError` about its model or body) gets the answer
+        :func:`~.errors.response_for` gives it; nothing is held for it.
+        """
         try:
-            body = load_json_body(request.body)
-        except BodyError as exc:
-            await _send_error(
-                respond, wire, 400, str(exc), "invalid_request_error", "invalid_request_error"
-            )
+            chat = self._read_chat(request, wire)
+            reservation = await self._hold(chat)
+        except (Refused, ConfigError) as exc:
+            await respond.send(*response_for(wire, exc))
             return
-        if not isinstance(body, dict):
-            await _send_error(
-                respond,
-                wire,
-                400,
-                "the request body must be a JSON object",
-                "invalid_request_error",
-                "invalid_request_error",
-            )
-            return
+        result: ChatResult | None = None
+        try:
+            if chat.body.get("stream") is True:
+                result = await self._stream(respond, chat.request, wire, chat.shown, chat.body)
+            else:
+                result = await self._complete(respond, chat.request, wire, chat.shown)
+        finally:
+            await self._settle(reservation, result)
+
+    def _read_chat(self, request: Request, wire: Wire) -> _Chat:
+        """The caller's key, the body and the :class:`ChatRequest` made of it, checked in this
+        order: key, JSON object, model served, model known, key may call it, fields.
+
+        Raises:
+            Refused: the key, the body or the model is refused.
+            ConfigError: the model names no provider, or a field is wrong.
+        """
+        key = self._caller(request)
+        body = _json_object(request)
         shown = body.get("model")
         shown = shown if isinstance(shown, str) else ""
         if not self._serves(shown):
             # Refused before anything (a breaker, a quota key, a series) is made for the name.
-            await _send_error(
-                respond,
-                wire,
-                404,
-                f"the model {shown[:200]!r} is not served here (the gateway's model list)",
-                "invalid_request_error",
-                "not_found_error",
-                code="model_not_found",
+            raise ModelNotServed(
+                f"the model {shown[:200]!r} is not served here (the gateway's model list)"
             )
-            return
-        try:
-            model = self._resolve_model(shown, wire)
-            if key is not None and not key.allows(model):
-                await _send_error(
-                    respond,
-                    wire,
-                    403,
-                    f"key {key.name!r} may not call {model}",
-                    "invalid_request_error",
-                    "permission_error",
-                    code="model_not_allowed",
-                )
-                return
-            chat_request = self._parse(body, model, wire, key, request)
-        except ConfigError as exc:
-            await _send_error(
-                respond, wire, 400, str(exc), "invalid_request_error", "invalid_request_error"
+        model = self._resolve_model(shown, wire)
+        if key is not None and not key.allows(model):
+            raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
+        return _Chat(key, body, shown, self._parse(body, model, wire, key, request))
+
+    def _caller(self, request: Request) -> VirtualKey | None:
+        """The caller's key (None on an open gateway without one).
+
+        Raises:
+            Unauthenticated: the key is missing or wrong.
+        """
+        key = self._authenticate(request)
+        if isinstance(key, str):
+            raise Unauthenticated(key)
+        return key
+
+    async def _hold(self, chat: _Chat) -> Reservation | None:
+        """The key's own quota for this call, held until :meth:`_settle` (None: nothing held).
+
+        Raises:
+            KeyOverRate: the key's requests or tokens per minute are spent for now.
+            KeyTooLarge: the call needs more tokens than the key may use in a minute.
+        """
+        key = chat.key
+        if key is None:
+            return None
+        held = await self._reserve(key, chat.request)
+        if isinstance(held, float):
+            raise KeyOverRate(
+                f"key {key.name!r} is over its rate limit; retry in {held:.1f}s", retry_after=held
             )
-            return
-        reservation = None
-        if key is not None:
-            held = await self._reserve(key, chat_request)
-            if isinstance(held, float):
-                await _send_error(
-                    respond,
-                    wire,
-                    429,
-                    f"key {key.name!r} is over its rate limit; retry in {held:.1f}s",
-                    "requests",
-                    "rate_limit_error",
-                    code="rate_limit_exceeded",
-                    retry_after=held,
-                )
-                return
-            if isinstance(held, TooLarge):
-                await _send_error(
-                    respond,
-                    wire,
-                    429,
-                    f"this request needs {held.amount} {held.dimension.replace('_', ' ')}, more"
-                    f" than key {key.name!r} may use per minute ({held.limit})",
-                    "tokens",
-                    "rate_limit_error",
-                    code="rate_limit_exceeded",
-                    retry=False,
-                )
-                return
-            reservation = held if isinstance(held, Reservation) else None
-        result: ChatResult | None = None
-        try:
-            stream = body.get("stream") is True
-            if stream:
-                result = await self._stream(respond, chat_request, wire, shown, body)
-            else:
-                result = await self._complete(respond, chat_request, wire, shown)
-        finally:
-            # Settling replaces the reserved tokens by the real ones (a call counts as one
-            # request whatever its end): a key without tokens per minute, which reserved
-            # none, has nothing to settle.
-            if reservation is not None and reservation.cost.total_tokens:
-                actual = Cost.from_usage(result.usage) if result is not None else Cost()
-                with trio.CancelScope(shield=True):
-                    await self.quotas.settle(reservation, actual)
+        if isinstance(held, TooLarge):
+            raise KeyTooLarge(
+                f"this request needs {held.amount} {held.dimension.replace('_', ' ')}, more"
+                f" than key {key.name!r} may use per minute ({held.limit})"
+            )
+        return held
+
+    async def _settle(self, reservation: Reservation | None, result: ChatResult | None) -> None:
+        """Replace the reserved tokens by the real ones (a call counts as one request whatever
+        its end): a key without tokens per minute, which reserved none, has nothing to settle.
+        Shielded: the quota is settled even when the client left."""
+        if reservation is not None and reservation.cost.total_tokens:
+            actual = Cost.from_usage(result.usage) if result is not None else Cost()
+            with trio.CancelScope(shield=True):
+                await self.quotas.settle(reservation, actual)
 
     def _next_id(self) -> str:
         self._count += 1
@@ -492,7 +469,7 @@ class Gateway:
         try:
             result = await self.rt.chat(request)
         except SluiceError as exc:
-            await respond.send(*call_error_response(wire, exc))
+            await respond.send(*response_for(wire, exc))
             return None
         if wire == "openai":
             body = openai_wire.render_completion(
@@ -554,7 +531,7 @@ class Gateway:
                     await respond.write(b"".join(pending))
                     pending = []
         except SluiceError as exc:  # the request was refused before it was sent
-            await respond.send(*call_error_response(wire, exc))
+            await respond.send(*response_for(wire, exc))
             return None
         result, error = call.result, call.error
         if not started and not pending[0]:
@@ -566,11 +543,11 @@ class Gateway:
             return result
         assert error is not None
         if not started and len(pending) == 1:  # no output at all: a plain error response
-            await respond.send(*call_error_response(wire, error))
+            await respond.send(*response_for(wire, error))
             return None
         if not started:
             respond.start(200, _SSE)
-        await respond.finish(b"".join(pending) + encoder.error(call_error_response(wire, error)[2]))
+        await respond.finish(b"".join(pending) + encoder.error(response_for(wire, error)[2]))
         return None
 
     # ---- models and admin -----------------------------------------------------------------
@@ -597,33 +574,16 @@ class Gateway:
     ) -> None:
         """``GET /v1/models`` (``model_id`` None) or ``GET /v1/models/{model_id}``."""
         wire = _wire_of(request)
-        key = self._authenticate(request)
-        if isinstance(key, str):
-            await _send_error(
-                respond,
-                wire,
-                401,
-                key,
-                "invalid_request_error",
-                "authentication_error",
-                code="invalid_api_key",
-            )
-            return
-        entries = await self._model_entries(key)
-        if model_id is None:
-            await respond.send(200, [_JSON], orjson.dumps(render_list(wire, entries)))
-            return
-        entry = next((e for e in entries if e.id == model_id), None)
-        if entry is None:
-            await _send_error(
-                respond,
-                wire,
-                404,
-                f"the model {model_id!r} does not exist or is not served here",
-                "invalid_request_error",
-                "not_found_error",
-                code="model_not_found",
-            )
+        try:
+            entries = await self._model_entries(self._caller(request))
+            if model_id is None:
+                await respond.send(200, [_JSON], orjson.dumps(render_list(wire, entries)))
+                return
+            entry = next((e for e in entries if e.id == model_id), None)
+            if entry is None:
+                raise ModelNotServed(f"the model {model_id!r} does not exist or is not served here")
+        except Refused as exc:
+            await respond.send(*response_for(wire, exc))
             return
         await respond.send(200, [_JSON], orjson.dumps(render_model(wire, entry)))
 
@@ -632,53 +592,50 @@ class Gateway:
         expected = self.settings.admin_token_hash
         assert expected is not None
         if token is None or not hmac.compare_digest(hash_token(token), expected):
-            await _send_error(
-                respond,
-                "openai",
-                401,
-                "the admin API needs the admin token",
-                "invalid_request_error",
-                "authentication_error",
+            await respond.send(
+                *response_for("openai", NotAdmin("the admin API needs the admin token"))
             )
             return
         self.keys.refresh(trio.current_time())
-        path = request.path.decode("latin-1")
         try:
-            if path == "/admin/keys" and request.method == b"GET":
-                listed = [k.public() for k in self.keys.by_name.values()]
-                await respond.send(200, [_JSON], orjson.dumps({"keys": listed}))
-            elif path == "/admin/keys" and request.method == b"POST":
-                spec = orjson.loads(request.body)
-                if not isinstance(spec, dict):
-                    raise ConfigError("the body must be an object")
-                key, secret = issue_key(
-                    self.keys.by_name,
-                    str(spec.get("name", "")),
-                    rpm=spec.get("rpm"),
-                    tpm=spec.get("tpm"),
-                    budget_usd=spec.get("budget_usd"),
-                    models=spec.get("models") or (),
-                    now=self._wall_clock(),
-                )
-                self.keys.put(key)
-                await respond.send(200, [_JSON], orjson.dumps({**key.public(), "key": secret}))
-            elif path.startswith("/admin/keys/") and request.method == b"DELETE":
-                key = revoke_key(self.keys.by_name, path.removeprefix("/admin/keys/"))
-                self.keys.put(key)
-                await respond.send(200, [_JSON], orjson.dumps(key.public()))
-            else:
-                await _send_error(
-                    respond,
-                    "openai",
-                    404,
-                    f"no admin route {request.method.decode()} {path}",
-                    "invalid_request_error",
-                    "not_found_error",
-                )
+            await self._admin_keys(request, respond)
         except (ConfigError, orjson.JSONDecodeError, TypeError) as exc:
-            await _send_error(
-                respond, "openai", 400, str(exc), "invalid_request_error", "invalid_request_error"
+            await respond.send(*response_for("openai", BadBody(str(exc))))
+        except Refused as exc:
+            await respond.send(*response_for("openai", exc))
+
+    async def _admin_keys(self, request: Request, respond: Responder) -> None:
+        """``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``, for the admin.
+
+        Raises:
+            ConfigError: the key asked for cannot be made or revoked.
+            NoRoute: no such admin route.
+        """
+        path = request.path.decode("latin-1")
+        if path == "/admin/keys" and request.method == b"GET":
+            listed = [k.public() for k in self.keys.by_name.values()]
+            await respond.send(200, [_JSON], orjson.dumps({"keys": listed}))
+        elif path == "/admin/keys" and request.method == b"POST":
+            spec = orjson.loads(request.body)
+            if not isinstance(spec, dict):
+                raise ConfigError("the body must be an object")
+            key, secret = issue_key(
+                self.keys.by_name,
+                str(spec.get("name", "")),
+                rpm=spec.get("rpm"),
+                tpm=spec.get("tpm"),
+                budget_usd=spec.get("budget_usd"),
+                models=spec.get("models") or (),
+                now=self._wall_clock(),
             )
+            self.keys.put(key)
+            await respond.send(200, [_JSON], orjson.dumps({**key.public(), "key": secret}))
+        elif path.startswith("/admin/keys/") and request.method == b"DELETE":
+            key = revoke_key(self.keys.by_name, path.removeprefix("/admin/keys/"))
+            self.keys.put(key)
+            await respond.send(200, [_JSON], orjson.dumps(key.public()))
+        else:
+            raise NoRoute(f"no admin route {request.method.decode()} {path}")
 
 
 def _token(request: Request) -> str | None:
@@ -715,27 +672,27 @@ def _wire_of(request: Request) -> Wire:
     return "anthropic" if request.header(b"anthropic-version") is not None else "openai"
 
 
-async def _send_error(
-    respond: Responder,
-    wire: Wire,
-    status: int,
-    message: str,
-    openai_type: str,
-    anthropic_type: str,
-    *,
-    code: str | None = None,
-    retry_after: float | None = None,
-    retry: bool = True,
-) -> None:
-    await respond.send(
-        *error_response(
-            wire,
-            status,
-            message,
-            openai_type=openai_type,
-            anthropic_type=anthropic_type,
-            code=code,
-            retry_after=retry_after,
-            retry=retry,
-        )
-    )
+def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body, a JSON object.
+
+    Raises:
+        BadBody: it is not JSON, nests too deep, or is no object.
+    """
+    try:
+        body = load_json_body(request.body)
+    except BodyError as exc:
+        raise BadBody(str(exc)) from None
+    if not isinstance(body, dict):
+        raise BadBody("the request body must be a JSON object")
+    return body
+
+
+@attrs.frozen
+class _Chat:
+    """A chat request read and checked, before its call."""
+
+    key: VirtualKey | None
+    body: dict[str, Any]
+    shown: str
+    """The model as the client named it (the response names it so)."""
+    request: ChatRequest

@@ -27,7 +27,7 @@ the parameter unset and allows them goes without it (a proxy's request goes as i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
@@ -36,6 +36,9 @@ from .._capabilities import ToolCapabilities, ToolOptions, choice_mode
 from .._errors import ConfigError
 from .._messages import ChatRequest, Message, ResponseFormat, SpecificTool, TextPart, Tool
 from .schema import tool_union_schema, union_response_format
+
+if TYPE_CHECKING:
+    from .._messages import ToolChoice
 
 __all__ = ["ForcePlan", "Prepared", "prepare", "reply_shape"]
 
@@ -228,30 +231,75 @@ def prepare(
         only = tuple(t for t in request.tools if t.name == choice.name)
         return done(tools=only, tool_choice="required", parallel_tool_calls=parallel_param)
 
-    method: Literal["json_schema", "json_object", "prompt"] | None = (
-        caps.structured_output
-        if caps.structured_output != "none"
-        else (None if caps.native_tools else "prompt")
-    )
+    method = _emulation_method(caps)
     if not options.emulate or request.response_format is not None or method is None:
-        why = (
-            "emulation is off"
-            if not options.emulate
-            else "the request has its own response_format"
-            if request.response_format is not None
-            else "the backend has no structured output"
-        )
-        notes.append(
-            f"tool_choice {choice_mode(choice)!r} left out and not emulated ({why}): "
-            "the reply is checked when it arrives"
-        )
-        messages = request.messages
-        if options.instruct:
-            messages = _with_system(messages, _downgrade_instruction(request))
-        if not caps.native_tools:
-            return done(tools=(), tool_choice=None, parallel_tool_calls=None, messages=messages)
-        return done(tool_choice=None, parallel_tool_calls=parallel_param, messages=messages)
+        note, changes = _not_emulated(request, choice, caps, options, method, parallel_param)
+        notes.append(note)
+        return done(**changes)
+    plan, changes = _emulated(request, choice, caps, options, method, parallel)
+    notes.append(
+        f"tool_choice {choice_mode(choice)!r} forced through "
+        + ("the prompt" if method == "prompt" else f"structured output ({method})")
+        + ": the backend does not honour it"
+    )
+    return done(plan, **changes)
 
+
+def _emulation_method(
+    caps: ToolCapabilities,
+) -> Literal["json_schema", "json_object", "prompt"] | None:
+    """How a forced choice can be emulated: the backend's structured output, else the prompt
+    for a backend without native tools (None: a backend with tools but no structured output
+    cannot be made to call one)."""
+    if caps.structured_output != "none":
+        return caps.structured_output
+    return None if caps.native_tools else "prompt"
+
+
+def _not_emulated(
+    request: ChatRequest,
+    choice: ToolChoice,
+    caps: ToolCapabilities,
+    options: ToolOptions,
+    method: str | None,
+    parallel_param: bool | None,
+) -> tuple[str, dict[str, Any]]:
+    """A forced choice the backend does not honour, left out (not emulated): the note that
+    says why, and the request's changes (the reply is checked when it arrives)."""
+    why = (
+        "emulation is off"
+        if not options.emulate
+        else "the request has its own response_format"
+        if request.response_format is not None
+        else "the backend has no structured output"
+    )
+    note = (
+        f"tool_choice {choice_mode(choice)!r} left out and not emulated ({why}): "
+        "the reply is checked when it arrives"
+    )
+    messages = request.messages
+    if options.instruct:
+        messages = _with_system(messages, _downgrade_instruction(request))
+    if not caps.native_tools:
+        return note, {
+            "tools": (),
+            "tool_choice": None,
+            "parallel_tool_calls": None,
+            "messages": messages,
+        }
+    return note, {"tool_choice": None, "parallel_tool_calls": parallel_param, "messages": messages}
+
+
+def _emulated(
+    request: ChatRequest,
+    choice: ToolChoice,
+    caps: ToolCapabilities,
+    options: ToolOptions,
+    method: Literal["json_schema", "json_object", "prompt"],
+    parallel: bool,
+) -> tuple[ForcePlan, dict[str, Any]]:
+    """A forced choice the backend does not honour, emulated through structured output (or
+    the prompt): the plan the reply is read back with, and the request's changes."""
     target = choice.name if isinstance(choice, SpecificTool) else None
     members = tuple(t for t in request.tools if target is None or t.name == target)
     wrapped = not caps.top_level_unions and len(members) > 1
@@ -273,19 +321,13 @@ def prepare(
         response_format = union_response_format(schema, strict=strict)
     elif method == "json_object":
         response_format = ResponseFormat(type="json_object")
-    notes.append(
-        f"tool_choice {choice_mode(choice)!r} forced through "
-        + ("the prompt" if method == "prompt" else f"structured output ({method})")
-        + ": the backend does not honour it"
-    )
     messages = request.messages
     if options.instruct or method != "json_schema":
         messages = _with_system(messages, _force_instruction(plan, members, target is not None))
-    return done(
-        plan,
-        tools=(),
-        tool_choice=None,
-        parallel_tool_calls=None,
-        response_format=response_format,
-        messages=messages,
-    )
+    return plan, {
+        "tools": (),
+        "tool_choice": None,
+        "parallel_tool_calls": None,
+        "response_format": response_format,
+        "messages": messages,
+    }

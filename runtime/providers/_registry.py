@@ -184,51 +184,21 @@ def resolve_provider(
     user = user or ProviderConfig()
     if definition is None and user.base_url is None:
         raise ConfigError(_unknown(name, plugins))
-    protocol = user.protocol or (definition.protocol if definition else "openai")
-    if user.api_version is not None and protocol != "openai":
-        raise ConfigError(
-            f"providers.{name}.api_version is Azure OpenAI's deployment API, which speaks the "
-            f"openai protocol, not {protocol!r}: drop api_version or set protocol = \"openai\""
-        )
+    protocol = _protocol(name, definition, user)
     base_url = _base_url(name, definition, user, env, protocol)
     custom_url = definition is None or user.base_url is not None
-    auth: AuthStyle = (
-        user.auth
-        or (definition.auth_style if definition and definition.protocol == protocol else None)
-        or ("api-key" if user.api_version is not None else None)
-        or DEFAULT_AUTH[protocol]
-    )
-    key, source = (
-        (None, "none") if auth == "none" else _find_key(name, definition, user, env, key_store)
-    )
-    needs_key = definition is not None and definition.needs_key and not custom_url
-    if key is None and needs_key and auth != "none":
-        raise ConfigError(_missing_key(name, definition, user))
-    headers: dict[str, str] = {}
-    for header, value in [
-        *(definition.headers if definition else {}).items(),
-        *user.headers.items(),
-    ]:
-        headers[header.lower()] = value
-    codec_key = key
-    if key is not None and auth != DEFAULT_AUTH[protocol]:
-        codec_key = None
-        extra = auth_header(auth, key.reveal())
-        if extra is not None:
-            headers[extra[0]] = extra[1]
+    auth = _auth_style(definition, user, protocol)
+    key, source = _key(name, definition, user, env, key_store, auth, custom_url)
+    headers, codec_key = _headers_and_key(definition, user, auth, protocol, key)
     _log.debug(
         "provider %s: %s protocol at %s, auth %s, key from %s",
-        name,
-        protocol,
-        base_url or "(simulator)",
-        auth,
-        source,
+        *(name, protocol, base_url or "(simulator)", auth, source),
     )
-    model_list = definition.models if definition else ()
     capabilities, model_capabilities = _capabilities(definition, protocol, custom_url)
     if user.tools is not None:
         capabilities = capabilities.merged(user.tools)
         model_capabilities = {k: v.merged(user.tools) for k, v in model_capabilities.items()}
+    model_list = definition.models if definition else ()
     known = {m.id for m in model_list}
     model_list += tuple(ModelInfo(m) for m in user.models if m not in known)
     return ResolvedProvider(
@@ -257,6 +227,81 @@ def resolve_provider(
         lists_models=definition.lists_models if definition and not custom_url else True,
         definition=definition,
     )
+
+
+def _protocol(name: str, definition: ProviderDefinition | None, user: ProviderConfig) -> str:
+    """The protocol the provider speaks: the config's, else the definition's, else OpenAI's.
+
+    Raises:
+        ConfigError: an Azure ``api_version`` with another protocol than OpenAI's.
+    """
+    protocol = user.protocol or (definition.protocol if definition else "openai")
+    if user.api_version is not None and protocol != "openai":
+        raise ConfigError(
+            f"providers.{name}.api_version is Azure OpenAI's deployment API, which speaks the "
+            f'openai protocol, not {protocol!r}: drop api_version or set protocol = "openai"'
+        )
+    return protocol
+
+
+def _key(
+    name: str,
+    definition: ProviderDefinition | None,
+    user: ProviderConfig,
+    env: Mapping[str, str],
+    key_store: KeyStore | None,
+    auth: AuthStyle,
+    custom_url: bool,
+) -> tuple[Secret | None, KeySource]:
+    """The provider's key and where it came from (``none`` when it takes no key).
+
+    Raises:
+        ConfigError: a builtin provider at its own URL needs a key and none is found.
+    """
+    if auth == "none":
+        return None, "none"
+    key, source = _find_key(name, definition, user, env, key_store)
+    needs_key = definition is not None and definition.needs_key and not custom_url
+    if key is None and needs_key:
+        raise ConfigError(_missing_key(name, definition, user))
+    return key, source
+
+
+def _auth_style(
+    definition: ProviderDefinition | None, user: ProviderConfig, protocol: str
+) -> AuthStyle:
+    """How the key is sent: the config's choice, else the definition's (for its own
+    protocol), else Azure's ``api-key`` with an ``api_version``, else the protocol's way."""
+    return (
+        user.auth
+        or (definition.auth_style if definition and definition.protocol == protocol else None)
+        or ("api-key" if user.api_version is not None else None)
+        or DEFAULT_AUTH[protocol]
+    )
+
+
+def _headers_and_key(
+    definition: ProviderDefinition | None,
+    user: ProviderConfig,
+    auth: AuthStyle,
+    protocol: str,
+    key: Secret | None,
+) -> tuple[dict[str, str], Secret | None]:
+    """The provider's extra headers (the definition's, then the config's, names lowercased)
+    and the key its codec sends: None when the key goes in a header of another auth style,
+    which is then among the headers."""
+    headers: dict[str, str] = {}
+    for header, value in [
+        *(definition.headers if definition else {}).items(),
+        *user.headers.items(),
+    ]:
+        headers[header.lower()] = value
+    if key is None or auth == DEFAULT_AUTH[protocol]:
+        return headers, key
+    extra = auth_header(auth, key.reveal())
+    if extra is not None:
+        headers[extra[0]] = extra[1]
+    return headers, None
 
 
 def _unknown(name: str, plugins: _plugins.PluginProviders | None) -> str:

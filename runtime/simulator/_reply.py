@@ -19,7 +19,7 @@ from ._text import derive_seed, generate_tokens, split_fragments, split_words
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ._request import ChatRequest
+    from ._request import ChatRequest, ToolTarget
 
     ChooseKind = Callable[[Sequence[str]], str]
     """Picks a broken-JSON kind from the kinds that apply to a value."""
@@ -76,47 +76,10 @@ def plan_reply(
     """
     prompt_tokens = max(1, request.prompt_tokens)
     limit = request.max_tokens
-    tool = request.tool
-    if tool is not None:
-        arguments = _example(
-            tool.parameters,
-            derive_seed(seed, request.digest, tool.name),
-            f"Invalid schema for function '{tool.name}'",
-            "tools",
-        )
-        text, kind = _render(arguments, broken)
-        fragments = split_fragments(text)
-        finish = "tool_calls"
-        if limit is not None and len(fragments) > limit:
-            fragments, finish = fragments[:limit], "length"
-        call_id = f"call_{derive_seed(seed, request.digest, 'call', tool.name):016x}"
-        return Reply(
-            tokens=fragments,
-            finish_reason=finish,
-            prompt_tokens=prompt_tokens,
-            tool_name=tool.name,
-            tool_call_id=call_id,
-            broken=kind,
-        )
+    if request.tool is not None:
+        return _tool_reply(request, request.tool, seed, broken, prompt_tokens)
     if request.json_schema is not None:
-        value = _example(
-            request.json_schema,
-            derive_seed(seed, request.digest, "response_format"),
-            "Invalid schema for 'response_format'",
-            "response_format",
-        )
-        text, kind = _render(value, broken)
-        fragments = split_fragments(text)
-        if limit is not None and len(fragments) > limit:
-            return Reply(
-                tokens=fragments[:limit],
-                finish_reason="length",
-                prompt_tokens=prompt_tokens,
-                broken=kind,
-            )
-        return Reply(
-            tokens=fragments, finish_reason="stop", prompt_tokens=prompt_tokens, broken=kind
-        )
+        return _json_reply(request, request.json_schema, seed, broken, prompt_tokens)
     if request.model.endswith("echo"):
         tokens = split_words(request.last_user_text)
         if limit is not None and len(tokens) > limit:
@@ -128,6 +91,64 @@ def plan_reply(
         return Reply(tokens=tokens, finish_reason="length", prompt_tokens=prompt_tokens)
     tokens = generate_tokens(seed, request.digest, natural)
     return Reply(tokens=tokens, finish_reason="stop", prompt_tokens=prompt_tokens)
+
+
+def _tool_reply(
+    request: ChatRequest,
+    tool: ToolTarget,
+    seed: int,
+    broken: ChooseKind | None,
+    prompt_tokens: int,
+) -> Reply:
+    """A call of the one tool the request forces, with arguments valid against its schema."""
+    limit = request.max_tokens
+    arguments = _example(
+        tool.parameters,
+        derive_seed(seed, request.digest, tool.name),
+        f"Invalid schema for function '{tool.name}'",
+        "tools",
+    )
+    text, kind = _render(arguments, broken)
+    fragments = split_fragments(text)
+    finish = "tool_calls"
+    if limit is not None and len(fragments) > limit:
+        fragments, finish = fragments[:limit], "length"
+    call_id = f"call_{derive_seed(seed, request.digest, 'call', tool.name):016x}"
+    return Reply(
+        tokens=fragments,
+        finish_reason=finish,
+        prompt_tokens=prompt_tokens,
+        tool_name=tool.name,
+        tool_call_id=call_id,
+        broken=kind,
+    )
+
+
+def _json_reply(
+    request: ChatRequest,
+    schema: Any,
+    seed: int,
+    broken: ChooseKind | None,
+    prompt_tokens: int,
+) -> Reply:
+    """JSON text valid against the response format's schema."""
+    limit = request.max_tokens
+    value = _example(
+        schema,
+        derive_seed(seed, request.digest, "response_format"),
+        "Invalid schema for 'response_format'",
+        "response_format",
+    )
+    text, kind = _render(value, broken)
+    fragments = split_fragments(text)
+    if limit is not None and len(fragments) > limit:
+        return Reply(
+            tokens=fragments[:limit],
+            finish_reason="length",
+            prompt_tokens=prompt_tokens,
+            broken=kind,
+        )
+    return Reply(tokens=fragments, finish_reason="stop", prompt_tokens=prompt_tokens, broken=kind)
 
 
 def _example(schema: Any, seed: int, what: str, param: str) -> Any:

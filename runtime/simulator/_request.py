@@ -130,22 +130,7 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
         raise RequestError("Missing required parameter: 'messages'.", "messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty array of messages.", "messages")
-    chars = 0
-    words = 0
-    last_user_text = ""
-    role = ""
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise RequestError(
-                f"Invalid value for 'messages[{index}]': a message needs a string 'role'.",
-                f"messages[{index}]",
-            )
-        role = message["role"]
-        text = _text(message.get("content"))
-        chars += len(text)
-        words += count_tokens(text)
-        if role == "user":
-            last_user_text = text
+    chars, words, role, last_user_text = _read_messages(messages)
     stream = data.get("stream") or False
     if not isinstance(stream, bool):
         raise RequestError("Invalid type for 'stream': expected a boolean.", "stream")
@@ -175,6 +160,31 @@ def parse_chat_request(body: bytes, *, ignore_tool_choice: bool = False) -> Chat
         tool=None if ignore else _pick_tool(tools, data.get("tool_choice"), role, last_user_text),
         json_schema=_json_schema(data) if "response_format" in data or "format" in data else None,
     )
+
+
+def _read_messages(messages: list[Any]) -> tuple[int, int, str, str]:
+    """``(characters, tokens, last role, last user text)`` of the messages' text.
+
+    Raises:
+        RequestError: a message is no object with a string ``role``.
+    """
+    chars = 0
+    words = 0
+    last_user_text = ""
+    role = ""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(
+                f"Invalid value for 'messages[{index}]': a message needs a string 'role'.",
+                f"messages[{index}]",
+            )
+        role = message["role"]
+        text = _text(message.get("content"))
+        chars += len(text)
+        words += count_tokens(text)
+        if role == "user":
+            last_user_text = text
+    return chars, words, role, last_user_text
 
 
 def generation_options(data: dict[str, Any]) -> dict[str, Any]:

@@ -503,14 +503,7 @@ class ResponseParser:
                     state = _DONE
                     break
                 else:
-                    key, colon, _ = line.partition(b":")
-                    if not colon or not key or key.translate(None, _TCHAR):
-                        raise RemoteProtocolError("malformed trailer line")
-                    self._trailer_size += len(line) + 2
-                    if self._trailer_size > self._max_head:
-                        raise ResponseTooLarge(
-                            f"the trailer section is larger than the {self._max_head} bytes limit"
-                        )
+                    self._trailer_line(line)
         self._buf = buf[pos:] if pos < size else b""
         self._state = state
         self._remaining = remaining
@@ -518,6 +511,18 @@ class ResponseParser:
             return b""
         self.body_started = True
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _trailer_line(self, line: bytes) -> None:
+        """Check one trailer line (a header field; trailers are read and dropped) and count
+        it against the head size limit (rare: off the per-chunk path)."""
+        key, colon, _ = line.partition(b":")
+        if not colon or not key or key.translate(None, _TCHAR):
+            raise RemoteProtocolError("malformed trailer line")
+        self._trailer_size += len(line) + 2
+        if self._trailer_size > self._max_head:
+            raise ResponseTooLarge(
+                f"the trailer section is larger than the {self._max_head} bytes limit"
+            )
 
 
 def _chunk_size(line: bytes) -> int:

@@ -5,8 +5,10 @@ Pure modules: :mod:`.arrivals` (when requests go out), :mod:`.workload` (what th
 (percentiles, throughput over time, goodput, the client-lag verdict), :mod:`.slo`,
 :mod:`.limits` (the runtime config of a test), :mod:`.records` (each request's record kept on
 disk as it ends, so memory stays flat), :mod:`.results` (the JSON file, written from it),
-:mod:`.compare`, :mod:`.svg` and :mod:`.report` (the HTML report). :mod:`.run` and
-:mod:`.sweep` drive the runtime on trio's clock.
+:mod:`.compare`, :mod:`.svg` and :mod:`.report` (the HTML report), :mod:`.spec` (what one
+test is: :class:`LoadTest`), :mod:`.options` (the command line's choices as one checked value,
+and the :class:`LoadTest` made of them).
+:mod:`.run` and :mod:`.sweep` drive the runtime on trio's clock.
 
 Example::
 
@@ -18,6 +20,7 @@ Example::
 
 from .arrivals import ClosedLoop, OpenLoop, Step, load_trace
 from .limits import loadtest_config
+from .options import LoadTestOptions, build_test
 from .run import Interrupt, LoadTest, Progress, RunResult, run_load
 from .slo import Slo, parse_slo
 from .sweep import SweepPlan, SweepResult, parse_sweep, run_sweep
@@ -28,6 +31,7 @@ __all__ = [
     "Interrupt",
     "Lengths",
     "LoadTest",
+    "LoadTestOptions",
     "OpenLoop",
     "Progress",
     "RunResult",
@@ -36,6 +40,7 @@ __all__ = [
     "SweepPlan",
     "SweepResult",
     "Workload",
+    "build_test",
     "load_dataset",
     "load_trace",
     "loadtest_config",

@@ -126,7 +126,6 @@ def aggregate(
         if r is not None
     ]
     reason = "; ".join(reasons) or None
-    in_tokens, out_tokens = acc.input_tokens, acc.output_tokens
     return {
         "requests": {
             "total": total,
@@ -148,22 +147,28 @@ def aggregate(
         "queue_wait": acc.queue_wait.summary(),
         **acc.http_phases(),
         "client_lag": lag | {"max_allowed": max_lag},
-        "throughput": {
-            "elapsed_s": elapsed,
-            "requests_per_s": ok / elapsed,
-            "output_tokens_per_s": out_tokens / elapsed,
-            "input_tokens_per_s": in_tokens / elapsed,
-            "total_tokens_per_s": (in_tokens + out_tokens) / elapsed,
-            "peak_output_tokens_per_s": max((b["output_tokens_per_s"] for b in rows), default=0.0),
-            "output_tokens": out_tokens,
-            "input_tokens": in_tokens,
-            "output_tokens_estimated": acc.estimated,
-            "embeddings_per_s": acc.inputs / elapsed if acc.has_inputs else None,
-        },
+        "throughput": _throughput(acc, elapsed, rows),
         "timeline": rows,
         "goodput": acc.goodput(elapsed),
         "valid": reason is None,
         "invalid_reason": reason,
+    }
+
+
+def _throughput(acc: _Pass, elapsed: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests and tokens per second over the run (and the busiest bin's output rate)."""
+    ok, in_tokens, out_tokens = acc.ok, acc.input_tokens, acc.output_tokens
+    return {
+        "elapsed_s": elapsed,
+        "requests_per_s": ok / elapsed,
+        "output_tokens_per_s": out_tokens / elapsed,
+        "input_tokens_per_s": in_tokens / elapsed,
+        "total_tokens_per_s": (in_tokens + out_tokens) / elapsed,
+        "peak_output_tokens_per_s": max((b["output_tokens_per_s"] for b in rows), default=0.0),
+        "output_tokens": out_tokens,
+        "input_tokens": in_tokens,
+        "output_tokens_estimated": acc.estimated,
+        "embeddings_per_s": acc.inputs / elapsed if acc.has_inputs else None,
     }
 
 

@@ -143,10 +143,8 @@ def _collect(document: dict[str, Any]) -> dict[str, list[Any]]:
     return got
 
 
-def _charts(document: dict[str, Any]) -> list[str]:
-    agg = document["aggregates"]
-    timeline = agg["timeline"]
-    got = _collect(document)
+def _histograms(agg: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """The distribution of each latency, with its percentiles marked."""
     out = []
     for key, label, values in (
         ("ttft", "TTFT", got["ttft"]),
@@ -154,8 +152,7 @@ def _charts(document: dict[str, Any]) -> list[str]:
         ("tpot", "TPOT", got["tpot"]),
         ("e2e", "end-to-end latency", got["e2e"]),
     ):
-        summary = agg[key]
-        markers = [(name, value * 1000) for name, value in _markers(summary)]
+        markers = [(name, value * 1000) for name, value in _markers(agg[key])]
         out.append(
             histogram(
                 f"{key}-histogram",
@@ -165,6 +162,14 @@ def _charts(document: dict[str, Any]) -> list[str]:
                 markers=markers,
             )
         )
+    return out
+
+
+def _charts(document: dict[str, Any]) -> list[str]:
+    agg = document["aggregates"]
+    timeline = agg["timeline"]
+    got = _collect(document)
+    out = _histograms(agg, got)
     mid = [b["t"] + b["width"] / 2 for b in timeline]
 
     def line(name: str, key: str, color: str, scale: float = 1000.0) -> Series:
@@ -218,6 +223,13 @@ def _charts(document: dict[str, Any]) -> list[str]:
             y_label="milliseconds",
         )
     )
+    out += _sweep_charts(document)
+    return [f"<figure>{chart}</figure>" for chart in out]
+
+
+def _sweep_charts(document: dict[str, Any]) -> list[str]:
+    """A rate sweep's charts: completed against offered rate, latency against offered rate."""
+    out: list[str] = []
     sweep = document.get("sweep")
     if sweep:
         points = sorted(sweep["points"], key=lambda p: p["rate"])
@@ -261,16 +273,13 @@ def _charts(document: dict[str, Any]) -> list[str]:
                 y_label="milliseconds",
             )
         )
-    return [f"<figure>{chart}</figure>" for chart in out]
+    return out
 
 
 def render_report(document: dict[str, Any]) -> str:
     """The report for a results document (as :func:`.results.results_document` makes it)."""
     config = document["config"]
     agg = document["aggregates"]
-    reqs = agg["requests"]
-    tp = agg["throughput"]
-    good = agg["goodput"]
     valid = document["valid"]
     badge = (
         '<span class="badge ok">valid</span>' if valid else '<span class="badge bad">INVALID</span>'
@@ -287,6 +296,20 @@ def render_report(document: dict[str, Any]) -> str:
     if not valid:
         parts.append(f'<p class="warn">{escape(document["invalid_reason"] or "")}</p>')
     parts.append("<h2>Latency</h2>" + _latency_table(agg))
+    parts.append("<h2>Requests and throughput</h2>" + _kv_table(_summary_rows(document)))
+    parts += _sessions_and_server(document)
+    parts.append('<h2>Charts</h2><div class="grid-2">' + "".join(_charts(document)) + "</div>")
+    settings = [(k, str(v)) for k, v in config.items() if k != "workload"]
+    settings += [(f"workload {k}", str(v)) for k, v in config["workload"].items()]
+    parts.append("<h2>Configuration</h2>" + _kv_table(settings))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _summary_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """The "Requests and throughput" table: counts, rates, goodput, SLOs and the checks."""
+    agg = document["aggregates"]
+    reqs, tp, good = agg["requests"], agg["throughput"], agg["goodput"]
     errors = ", ".join(f"{k}: {v}" for k, v in reqs["errors"].items()) or "none"
     summary = [
         ("requests", f"{reqs['total']} ({reqs['ok']} ok, {reqs['failed']} failed)"),
@@ -348,7 +371,13 @@ def render_report(document: dict[str, Any]) -> str:
                 f"({reuse['fraction'] * 100:.1f} %), {reuse['new']} opened a connection",
             )
         )
-    parts.append("<h2>Requests and throughput</h2>" + _kv_table(summary))
+    return summary
+
+
+def _sessions_and_server(document: dict[str, Any]) -> list[str]:
+    """The multi-turn sessions' and the scraped server metrics' sections, when there are."""
+    agg = document["aggregates"]
+    parts = []
     sessions = agg.get("sessions")
     if sessions:
         rows = [
@@ -383,9 +412,4 @@ def render_report(document: dict[str, Any]) -> str:
             f"{server['interval_s']:g} s, {server['failures']} failed; series that changed:"
         )
         parts.append(f"<h2>Server metrics</h2><p>{head}</p>" + _kv_table(rows))
-    parts.append('<h2>Charts</h2><div class="grid-2">' + "".join(_charts(document)) + "</div>")
-    settings = [(k, str(v)) for k, v in config.items() if k != "workload"]
-    settings += [(f"workload {k}", str(v)) for k, v in config["workload"].items()]
-    parts.append("<h2>Configuration</h2>" + _kv_table(settings))
-    parts.append("</body></html>\n")
-    return "".join(parts)
+    return parts

@@ -33,20 +33,20 @@ from ..._events import (
 )
 from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
-from .aggregate import DEFAULT_MAX_ERROR_RATE, DEFAULT_MAX_LAG, aggregate
-from .arrivals import ClosedLoop, LoadShape, OpenLoop
-from .endpoints import ENDPOINTS, DirectTarget, call_endpoint
+from .aggregate import aggregate
+from .arrivals import ClosedLoop, OpenLoop
+from .endpoints import DirectTarget, call_endpoint
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
-from .slo import Slo
+from .spec import LoadTest
 from .stats import percentile
-from .workload import WorkItem, Workload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
     from ..._runtime import Runtime
+    from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
@@ -56,82 +56,6 @@ then yields in a loop until it is. trio's sleeps end in epoll's whole millisecon
 so a plain ``sleep_until`` sends up to a millisecond late; the short spin makes the send time
 precise at the cost of some CPU per request (other tasks run during the spin);
 ``benchmarks/loadtest_client.py`` measures both."""
-
-
-def _positive_or_none(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be above 0, got {value!r}")
-
-
-@attrs.frozen(kw_only=True)
-class LoadTest:
-    """One load test: what to call, how hard, for how long, and what counts as good.
-
-    At least one of ``duration`` and ``requests`` bounds the run; with both, whichever is
-    reached first ends the sending. Requests already sent are always waited for (each within
-    ``timeout``), so a run always ends by itself.
-    """
-
-    model: str
-    shape: LoadShape
-    duration: float | None = attrs.field(default=None, validator=_positive_or_none)
-    """Seconds during which requests are sent."""
-    requests: int | None = attrs.field(default=None, validator=_positive_or_none)
-    workload: Workload = Workload()
-    seed: int = 0
-    slos: tuple[Slo, ...] = ()
-    max_lag: float = DEFAULT_MAX_LAG
-    """Send-lag p99 (seconds) beyond which the run is marked invalid."""
-    max_error_rate: float = attrs.field(
-        default=DEFAULT_MAX_ERROR_RATE, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
-    )
-    """Fraction of failed requests beyond which the run is marked invalid."""
-    timeout: float | None = attrs.field(default=600.0, validator=_positive_or_none)
-    """Deadline of each request, queueing included."""
-    warmup: int = attrs.field(default=1, validator=attrs.validators.ge(0))
-    """Warm-up requests sent one after another before the clock starts (0 for none): the
-    first call to a provider starts its actor, loads its codec and opens a connection, which
-    would otherwise make the first scheduled request late. They are like the workload's own
-    requests but drawn from a generator of their own and named apart (``w0``, ``w1``, ...
-    where the measured ones say ``r0``, ``r1``, ...), so the measured requests are the same
-    with or without a warm-up, and a simulator that keys its seeded latency draws on the
-    request's content gives them the same draws. Their records are kept, marked ``warmup``,
-    and left out of every aggregate."""
-    endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(ENDPOINTS))
-    """``chat`` through the runtime (any protocol), or ``completions``/``embeddings`` sent
-    straight to the provider's base URL (:mod:`.endpoints`)."""
-    embedding_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
-    """Inputs per embeddings request."""
-    warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
-    """Warm up for this many seconds instead (requests one after another, at least one when
-    above 0); with both, the warm-up ends when either is reached."""
-
-    def __attrs_post_init__(self) -> None:
-        if self.duration is None and self.requests is None:
-            raise ValueError("bound the run with a duration or a request count")
-
-    def describe(self) -> dict[str, Any]:
-        """The test as plain data, for the results file."""
-        shape = self.shape
-        return {
-            "model": self.model,
-            "load": shape.describe,
-            "rate": shape.rate if isinstance(shape, OpenLoop) else None,
-            "concurrency": shape.concurrency if isinstance(shape, ClosedLoop) else None,
-            "max_in_flight": shape.max_in_flight if isinstance(shape, OpenLoop) else None,
-            "duration_s": self.duration,
-            "requests": self.requests,
-            "workload": self.workload.describe(),
-            "seed": self.seed,
-            "slos": [slo.describe() for slo in self.slos],
-            "max_lag_s": self.max_lag,
-            "timeout_s": self.timeout,
-            "warmup": self.warmup,
-            "warmup_seconds": self.warmup_seconds,
-            "endpoint": self.endpoint,
-            "embedding_batch": self.embedding_batch if self.endpoint == "embeddings" else None,
-            "max_error_rate": self.max_error_rate,
-        }
 
 
 @attrs.frozen

@@ -1,0 +1,165 @@
+"""Small modules and short functions: no module of ``runtime/`` or ``actors/`` over 700 lines, no
+function over 80 (from its ``def`` to its last line, docstring included); and no module that
+reads another module's private (``_``-prefixed) names.
+
+The exceptions are listed below, each with why it is still long. Files that other work on
+issue #31 is reshaping right now (the runtime hub, the actors, the limits and the ledger) wait
+for it: "split in #31 follow-up". A new long function or module (or private reach) fails
+here; one that got fixed must leave its list (a stale entry fails too), so the lists only
+shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("runtime", "actors")
+MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 80
+
+LONG_MODULES = {
+    # split in #31 follow-up (the runtime hub's split: preparation, provider startup, runtime)
+    "runtime/_runtime.py",
+    # split in #31 follow-up (other helpers change these for #30 and #31)
+    "runtime/_config.py",
+    "actors/_rate_limiter.py",
+    "actors/_supervisor.py",
+    # split in #31 follow-up: the batch job's run loop and its helpers move into their own
+    # module once run_batch is cut into steps (below); #30's gauges work edits it now
+    "runtime/_jobs/batch.py",
+}
+
+LONG_FUNCTIONS = {
+    # split in #31 follow-up (files other helpers own right now)
+    "runtime/_runtime.py:open_runtime",
+    "actors/_rate_limiter.py:_admit",
+    "actors/_supervisor.py:_through_model",
+    "actors/_supervisor.py:_attempt",
+    # split in #31 follow-up: the batch job's loop (resume, guard, writer, progress in one)
+    "runtime/_jobs/batch.py:run_batch",
+    # split in #31 follow-up: the doors work of #31 changes how this task opens its stream
+    "runtime/_jobs/loadtest/run.py:one",
+    # split in #31 follow-up: the metrics helper of #30 is adding gauges to this collector
+    "runtime/_observe/metrics.py:collect",
+}
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _long_functions(path: Path) -> dict[str, int]:
+    found = {}
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                found[f"{_name(path)}:{node.name}"] = lines
+    return found
+
+
+def test_no_module_is_over_700_lines():
+    long = {
+        _name(p): n
+        for p in _python_files()
+        if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_MODULE_LINES
+    }
+    assert sorted(set(long) - LONG_MODULES) == [], long
+    assert sorted(LONG_MODULES - set(long)) == [], "short now: take it off LONG_MODULES"
+
+
+def test_no_function_is_over_80_lines():
+    long: dict[str, int] = {}
+    for path in _python_files():
+        long.update(_long_functions(path))
+    assert sorted(set(long) - LONG_FUNCTIONS) == [], long
+    assert sorted(LONG_FUNCTIONS - set(long)) == [], "short now: take it off LONG_FUNCTIONS"
+
+
+# ---- no reaching into another module's private names --------------------------------------
+
+_NAMEDTUPLE_API = frozenset({"_fields", "_replace", "_asdict", "_make"})
+"""Public methods of every namedtuple, underscored only to keep clear of field names."""
+
+FOREIGN_PRIVATE = {
+    # The doors work of #31 gives Runtime public accessors for these (resolve_provider,
+    # transport, stream_with_phases, start_provider, the shared batch cursor); remove each
+    # entry as it merges (a stale entry fails below).
+    "runtime/_gateway/app.py:self.rt._environ",
+    "runtime/_gateway/models.py:rt._environ",
+    "runtime/_gateway/models.py:rt._transport",
+    "runtime/_jobs/loadtest/run.py:self.rt._stream",
+    "runtime/_jobs/loadtest/run.py:run.rt._route",
+    "runtime/aio.py:inner._next_batch",
+    "runtime/sync.py:inner._next_batch",
+    "runtime/aio.py:from ._runtime import _as_request",
+    "runtime/sync.py:from ._runtime import _as_request",
+    # cattrs' own structure hooks for sets: it offers no public name for them, and the
+    # converter's set handling is what the wrapper must keep.
+    "runtime/_serde.py:converter._structure_frozenset",
+    "runtime/_serde.py:converter._structure_set",
+}
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines or assigns (functions, classes, attributes, variables):
+    an underscored name used on an object of the module's own class is the module's own."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute | ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr if isinstance(node, ast.Attribute) else node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)  # __slots__ entries and attrs' private field names
+    return names
+
+
+def _is_module(path: Path, level: int, module: str | None, name: str) -> bool:
+    folder = path.parent
+    for _ in range(level - 1):
+        folder = folder.parent
+    if module:
+        folder = folder.joinpath(*module.split("."))
+    return (folder / f"{name}.py").exists() or (folder / name).is_dir()
+
+
+def _foreign_private(path: Path) -> set[str]:
+    tree = _tree(path)
+    own = _defined_names(tree)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name, base = node.attr, ast.unparse(node.value)
+            if not name.startswith("_") or name.startswith("__") or base in ("self", "cls"):
+                continue
+            if name not in own and name not in _NAMEDTUPLE_API:
+                found.add(f"{_name(path)}:{base}.{name}")
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                name = alias.name
+                if not name.startswith("_") or name.startswith("__"):
+                    continue
+                if not _is_module(path, node.level, node.module, name):  # a private module is fine
+                    found.add(f"{_name(path)}:from {'.' * node.level}{node.module} import {name}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    found: set[str] = set()
+    for path in _python_files():
+        found |= _foreign_private(path)
+    assert sorted(found - FOREIGN_PRIVATE) == []
+    assert sorted(FOREIGN_PRIVATE - found) == [], "fixed now: take it off FOREIGN_PRIVATE"
