@@ -94,18 +94,6 @@ _NAMEDTUPLE_API = frozenset({"_fields", "_replace", "_asdict", "_make"})
 """Public methods of every namedtuple, underscored only to keep clear of field names."""
 
 FOREIGN_PRIVATE = {
-    # The doors work of #31 gives Runtime public accessors for these (resolve_provider,
-    # transport, stream_with_phases, start_provider, the shared batch cursor); remove each
-    # entry as it merges (a stale entry fails below).
-    "runtime/_gateway/app.py:self.rt._environ",
-    "runtime/_gateway/models.py:rt._environ",
-    "runtime/_gateway/models.py:rt._transport",
-    "runtime/_jobs/loadtest/run.py:self.rt._stream",
-    "runtime/_jobs/loadtest/run.py:run.rt._route",
-    "runtime/aio.py:inner._next_batch",
-    "runtime/sync.py:inner._next_batch",
-    "runtime/aio.py:from ._runtime import _as_request",
-    "runtime/sync.py:from ._runtime import _as_request",
     # cattrs' own structure hooks for sets: it offers no public name for them, and the
     # converter's set handling is what the wrapper must keep.
     "runtime/_serde.py:converter._structure_frozenset",

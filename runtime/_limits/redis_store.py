@@ -31,7 +31,8 @@ since (one read-only run for all of them, sent beside the queue of runs so that 
 on a stopped Redis holds up no admission), and :meth:`RedisQuotaStore.usage_age` says how old
 it is.
 
-Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and most runs never use Redis.
+Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and
+most runs never use Redis.
 """
 
 from __future__ import annotations
