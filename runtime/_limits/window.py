@@ -12,75 +12,19 @@ behind it, which only overcounts); :meth:`Window.next_free` walks time order, ke
 arrive rather than sorted on each check: every time written is the caller's current time,
 so an append is almost always at the end.
 
-Both orders are lists read from a start index (:class:`_Fifo`) rather than deques: a deque
-allocates a block of 64 slots however few it holds, and a runtime keeps a window per quota
-key, one per model a caller names, most of which hold an admission or two.
+Both orders are :class:`~sluice._fifo.Fifo` lists rather than deques: a deque allocates a
+block of 64 slots however few it holds, and a runtime keeps a window per quota key, one per
+model a caller names, most of which hold an admission or two.
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING, Generic, TypeVar
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from .._fifo import Fifo
 
 __all__ = ["Window", "WindowEntry"]
 
 _SLACK = 16
-"""Outdated places the time order may hold beyond one per entry before it is compacted;
-also the popped slots a :class:`_Fifo` may hold before it is cut."""
-
-T = TypeVar("T")
-
-
-class _Fifo(Generic[T]):
-    """A queue in a list: appended at the end, popped from the front by moving ``start``.
-
-    The popped front is cut off once it is most of the list, so each item is moved O(1)
-    times (amortized) and the list stays within twice the items held, plus :data:`_SLACK`.
-    Indexes (:meth:`at`, :meth:`insert`) count from the front.
-    """
-
-    __slots__ = ("items", "start")
-
-    def __init__(self, items: list[T] | None = None) -> None:
-        self.items: list[T] = [] if items is None else items
-        self.start = 0
-
-    def __len__(self) -> int:
-        return len(self.items) - self.start
-
-    def __bool__(self) -> bool:
-        return len(self.items) > self.start
-
-    def __iter__(self) -> Iterator[T]:
-        return itertools.islice(self.items, self.start, None)
-
-    def at(self, index: int) -> T:
-        return self.items[self.start + index]
-
-    def last(self) -> T:
-        return self.items[-1]
-
-    def append(self, item: T) -> None:
-        self.items.append(item)
-
-    def insert(self, index: int, item: T) -> None:
-        self.items.insert(self.start + index, item)
-
-    def popleft(self) -> T:
-        items, start = self.items, self.start
-        item = items[start]
-        start += 1
-        if start == len(items):
-            items.clear()
-            start = 0
-        elif start > _SLACK and 2 * start > len(items):
-            del items[:start]
-            start = 0
-        self.start = start
-        return item
+"""Outdated places the time order may hold beyond one per entry before it is compacted."""
 
 
 class WindowEntry:
@@ -106,9 +50,9 @@ class Window:
         self.period = period
         self.used = 0
         """Units counted in the window as of the last call that passed ``now``."""
-        self._entries: _Fifo[WindowEntry] = _Fifo()
+        self._entries: Fifo[WindowEntry] = Fifo()
         """Every counted entry, in admission order (see :meth:`add_expiring`)."""
-        self._by_time: _Fifo[tuple[float, WindowEntry]] = _Fifo()
+        self._by_time: Fifo[tuple[float, WindowEntry]] = Fifo()
         """``(at, entry)`` in order of ``at``: each counted entry once at its current time,
         plus outdated places (an entry re-dated since, or expired) skipped when read."""
 
@@ -213,7 +157,7 @@ class Window:
         if len(by_time) > 2 * len(self._entries) + _SLACK:
             # Outdated places pile up when re-dated entries hold up expiry; dropping them is
             # linear, once per as many re-dates as there are entries.
-            self._by_time = _Fifo([place for place in by_time if not _outdated(*place)])
+            self._by_time = Fifo([place for place in by_time if not _outdated(*place)])
 
     def __len__(self) -> int:
         return len(self._entries)
