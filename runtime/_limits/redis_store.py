@@ -326,10 +326,13 @@ class RedisQuotaStore:
         await self._run(request, now)
 
     def ledger_mirror(self) -> RedisLedgerStore:
-        """The ledger's aggregates in the same Redis, under the same prefix."""
+        """The ledger's aggregates in the same Redis, under the same prefix, given at least as
+        long to answer as the quotas are (a batch of increments can be large)."""
         from .._ledger.redis import RedisLedgerStore
 
-        return RedisLedgerStore(self._client, self.prefix)
+        mirror = RedisLedgerStore(self._client, self.prefix)
+        mirror.timeout = max(mirror.timeout, self.timeout)
+        return mirror
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         """Not known without a round trip: statistics of a shared store show no windows."""
