@@ -103,7 +103,8 @@ class _Key(Record):
     cooldown_end: float = -math.inf
     cooldown_wait: float = 0.0
     spread_armed: bool = False
-    spread: deque[float] = attrs.field(factory=deque)
+    spread: deque[float] | None = None
+    """Admission times after a cooldown, while a spread is under way."""
     exhausted_until: float = -math.inf
     exhausted_error: CallError | None = None
     wake: float = math.inf
@@ -126,11 +127,26 @@ class _Ticket(Record):
     """The id of the shared store's budget reservation, if it took one."""
 
 
+_SPECS: dict[RateLimitConfig, tuple[WindowSpec, ...]] = {}
+"""The window specs of each rate-limit config seen lately: the keys of one provider (one per
+model with ``rate_limit.key = "model"``) share one tuple instead of a copy each."""
+_SPECS_KEPT = 64
+
+
+def _specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
+    specs = _SPECS.get(limits)
+    if specs is None:
+        if len(_SPECS) >= _SPECS_KEPT:
+            _SPECS.clear()  # configs only change on reload: a few at a time
+        specs = _SPECS[limits] = tuple(
+            WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send")
+            for w in limits.window_limits()
+        )
+    return specs
+
+
 def _new_key(name: str, limits: RateLimitConfig) -> _Key:
-    specs = tuple(
-        WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send")
-        for w in limits.window_limits()
-    )
+    specs = _specs(limits)
     adaptive = None
     if limits.adaptive and limits.max_pending is not None:
         adaptive = AdaptiveLimit(limits.max_pending)
@@ -500,7 +516,7 @@ class _Limiter:
             self.tickets[number] = _Ticket(key, reserved, now, hold=hold, shared_hold=shared_hold)
             key.pending += 1
             key.open_streams += 1
-        key.spread.clear()
+        key.spread = None
         return math.inf
 
     async def settle(self, msg: Settle, now: float) -> _Key | None:

@@ -15,7 +15,10 @@ scrapes ``/metrics`` (size, lines, distinct ``model`` label values).
 It prints one line per sample to stderr, then one JSON line to stdout. Flat RSS and a flat
 ``/metrics`` from one round to the next is the goal (issues 27 and 29): the state a name makes
 is dropped or folded (``other``) once many names exist. The ledger keeps one row per model,
-which is the record, so a little growth per new name remains. ``--sluice`` runs another build
+which is the record: in memory by default here (a little growth per new name remains), in a
+file with ``--ledger-file`` (then memory should stay flat once the first round is through).
+Quota keys are kept while their window counts a call (a minute here), so memory settles once a
+round lasts longer than that. ``--sluice`` runs another build
 (a command line, split on spaces) to compare with.
 """
 
@@ -49,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--per-provider-quota",
         action="store_true",
         help="one quota key for the provider (the default config) instead of one per model",
+    )
+    p.add_argument(
+        "--ledger-file",
+        action="store_true",
+        help="keep the ledger in a file (in a temporary folder) instead of in memory, as a"
+        " daemon does by default: then the rows are on disk, and memory should stay flat",
     )
     p.add_argument("--models", default=None, help="pass --models to sluice serve")
     p.add_argument(
@@ -154,8 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     provider: dict[str, Any] = {}
     if not args.per_provider_quota:
         provider["rate_limit"] = {"key": "model", "requests_per_minute": 1_000_000}
-    config_data = {"ledger": {"persist": False}, "providers": {"sim": provider}}
     with tempfile.TemporaryDirectory() as tmp:
+        ledger = {"path": str(Path(tmp) / "ledger.db")} if args.ledger_file else {"persist": False}
+        config_data = {"ledger": ledger, "providers": {"sim": provider}}
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(config_data))
         proc, url = start_server(args, config)
@@ -168,7 +178,16 @@ def main(argv: list[str] | None = None) -> None:
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.communicate()
-    print(json.dumps({"benchmark": "model_names", **report, "command": args.sluice}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "model_names",
+                **report,
+                "ledger": "file" if args.ledger_file else "memory",
+                "command": args.sluice,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
+from ._fifo import Fifo
+
 if TYPE_CHECKING:
     from types import TracebackType
 
@@ -113,9 +115,11 @@ class CircuitBreaker:
         self.failure_rate = failure_rate
         self.window = window
         self.open_for = open_for
-        self._started: deque[float] = deque()
-        self._failures: deque[float] = deque()
-        self._causes: deque[str] = deque(maxlen=_CAUSES_KEPT)
+        # Small while closed and idle (one breaker per model a caller names): lists, and the
+        # causes only once a failure has one.
+        self._started: Fifo[float] = Fifo()
+        self._failures: Fifo[float] = Fifo()
+        self._causes: deque[str] | None = None
         self._opened_at = -math.inf
         self._probing = False
         self._out = 0
@@ -139,7 +143,7 @@ class CircuitBreaker:
             started = self._started
             started.append(now)
             horizon = now - self.window
-            while started[0] <= horizon:
+            while started.at(0) <= horizon:
                 started.popleft()
             self._out += 1
             return Ticket(self, self._epoch, probe=False)
@@ -161,7 +165,7 @@ class CircuitBreaker:
 
     def causes(self) -> tuple[str, ...]:
         """The last failures recorded (oldest first): what opened or keeps it open."""
-        return tuple(self._causes)
+        return tuple(self._causes) if self._causes is not None else ()
 
     def idle(self, now: float) -> bool:
         """Whether forgetting this breaker changes no decision that matters: it is closed, no
@@ -176,7 +180,7 @@ class CircuitBreaker:
         if self._out or self._opened_at != -math.inf:
             return False
         failures = self._failures
-        return not failures or failures[-1] <= now - self.window
+        return not failures or failures.last() <= now - self.window
 
     def sizes(self) -> tuple[int, int]:
         """Lengths of the internal logs (attempts started, failures): for memory tests."""
@@ -200,10 +204,10 @@ class CircuitBreaker:
         failures = self._failures
         failures.append(now)
         horizon = now - self.window
-        while failures[0] <= horizon:
+        while failures.at(0) <= horizon:
             failures.popleft()
         started = self._started
-        while started and started[0] <= horizon:
+        while started and started.at(0) <= horizon:
             started.popleft()
         count = len(failures)
         if count >= self.min_failures and count >= self.failure_rate * len(started):
@@ -211,6 +215,8 @@ class CircuitBreaker:
 
     def _remember(self, cause: str | None) -> None:
         if cause:
+            if self._causes is None:
+                self._causes = deque(maxlen=_CAUSES_KEPT)
             self._causes.append(cause[:_CAUSE_CHARS])
 
     def _open(self, now: float) -> None:
@@ -222,7 +228,7 @@ class CircuitBreaker:
         self._epoch += 1
         self._started.clear()
         self._failures.clear()
-        self._causes.clear()
+        self._causes = None
 
 
 NO_TICKET = Ticket(None, 0, probe=False)

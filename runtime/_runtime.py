@@ -1065,15 +1065,12 @@ async def open_runtime(
     ledger_parts: LedgerSetup | None = None
     rt: Runtime | None = None
     try:
-        ledger_parts = await open_ledger(config.ledger, ledger_store)
+        # A Redis quota store: every process's spend also goes there (the book must know
+        # at creation that a store drains it).
         mirror = getattr(quota_store, "ledger_mirror", None)
-        if mirror is not None:  # a Redis store: every process's spend also goes there
-            from ._ledger.redis import MirroredLedgerStore
-
-            tee = MirroredLedgerStore(
-                ledger_parts.store, mirror(), close_primary=ledger_parts.owned
-            )
-            ledger_parts = attrs.evolve(ledger_parts, store=tee, owned=True)
+        ledger_parts = await open_ledger(
+            config.ledger, ledger_store, mirror=mirror() if mirror is not None else None
+        )
         rng = rng if rng is not None else random.Random()
         if simulator is None:
             from sluice.simulator import SimulatorConfig

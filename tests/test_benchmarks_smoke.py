@@ -462,7 +462,7 @@ def test_model_names_benchmark_runs_sluice_serve_and_reports_rss_and_series() ->
         timeout=120,
     )
     assert report["names"] == 30 and report["statuses"] == [{"200": 30}]
-    assert report["model_label_values"] == [1, 31]
+    assert report["model_label_values"] == [1, 31] and report["ledger"] == "memory"
     assert report["rss_before_mb"] > 0 and report["rss_after_mb"] > 0
     refused = _run_benchmark(
         "benchmarks.model_names",
@@ -476,7 +476,8 @@ def test_model_names_benchmark_runs_sluice_serve_and_reports_rss_and_series() ->
         "4",
         "--models",
         "sim:sim-small",
+        "--ledger-file",
         timeout=120,
     )
-    assert refused["statuses"] == [{"404": 30}]
+    assert refused["statuses"] == [{"404": 30}] and refused["ledger"] == "file"
     assert refused["model_label_values"] == [1, 1]

@@ -4,7 +4,9 @@ every statistic is back to zero at the end."""
 
 from __future__ import annotations
 
+import gc
 import itertools
+import tracemalloc
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +15,7 @@ import sluice
 from sluice import LedgerConfig, MetricsConfig, RateLimitConfig, RuntimeConfig
 from sluice._breaker import IDLE_KEPT
 from sluice._config import ProviderConfig
+from sluice._ledger.book import LedgerBook
 from sluice._observe.metrics import OTHER
 from sluice.actors._rate_limiter import KEYS_KEPT
 from sluice.simulator import SimulatorConfig, mock_transport
@@ -98,3 +101,59 @@ async def test_ten_thousand_model_names_leave_breakers_keys_and_series_bounded(a
     assert set(stats.attempts_in_flight.values()) <= {0}
     assert all(q.open_streams == 0 and q.pending == 0 for q in stats.quotas.values())
     assert all(not any(q.queued.values()) for q in stats.quotas.values())
+
+
+ROUNDS = (200,) * 4
+"""New names per round: the first two warm everything up (quota keys are dropped in sweeps
+that run as new keys come, so the kept number settles from the second round on); memory is
+compared from the end of the second on."""
+ROW_BYTES = 480
+"""What a new name may leave in memory: its ledger row (the record, kept in memory when
+nothing is written to disk), a price looked up, and some slack for dicts resizing."""
+
+
+@virtual_deadline(len(ROUNDS) * 700)
+async def test_new_model_names_leave_nothing_but_their_ledger_row(autojump_clock):
+    """Rounds of names never seen before, each ten minutes after the last (so the previous
+    round's quota keys and breakers are at rest): memory grows by no more than the new
+    names' ledger rows, which the book keeps once (no copy waiting for a flush that never
+    comes without a store). A name that left more (its quota key or breaker kept, a metric
+    series, a cache entry never dropped) would show here."""
+    config = RuntimeConfig(
+        providers={
+            "sim": ProviderConfig(rate_limit=RateLimitConfig(key="model", requests_per_minute=1000))
+        },
+        metrics=MetricsConfig(enabled=True, max_label_values=CAP),
+        ledger=LedgerConfig(persist=False),
+    )
+    numbers = itertools.count()
+    traced: list[int] = []
+    async with sluice.open_runtime(config, transport=mock_transport(SimulatorConfig())) as rt:
+
+        async def worker(end: int) -> None:
+            while (i := next(numbers)) < end:
+                await rt.chat(f"sim:m-{i}", "hi", max_tokens=2)
+
+        tracemalloc.start()
+        try:
+            end = 0
+            for names in ROUNDS:
+                end += names
+                async with trio.open_nursery() as nursery:
+                    for _ in range(WORKERS):
+                        nursery.start_soon(worker, end)
+                numbers = itertools.count(end)
+                await rt.render_metrics()
+                # Past every window and every call's deadline: trio keeps a cancel scope in its
+                # deadline heap until that deadline passes, which is not ours to measure.
+                await trio.sleep(601)
+                gc.collect()
+                traced.append(tracemalloc.get_traced_memory()[0])
+        finally:
+            tracemalloc.stop()
+        rows = await rt.ledger.rows()
+        (book,) = [o for o in gc.get_objects() if isinstance(o, LedgerBook)]
+    per_name = (traced[-1] - traced[1]) / sum(ROUNDS[2:])
+    assert per_name < ROW_BYTES, traced
+    assert len(rows) == sum(ROUNDS)  # the record: one row per name
+    assert book.keep_rows and book.dirty == {}  # kept once

@@ -311,6 +311,7 @@ async def test_without_a_store_the_book_answers_alone(autojump_clock):
         assert [(s.tag, s.totals.calls) for s in by_tag] == [("", 1), ("t", 1)]
         rows = await handle.rows()
         assert sorted(rows) == sorted(book.rows.items())
+        assert book.dirty == {}  # nothing is flushed without a store: no second copy
         assert await handle.snapshot(by=(), tag="nobody") == []
         send.close()
 

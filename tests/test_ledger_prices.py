@@ -209,14 +209,20 @@ def test_worst_case_takes_the_dearer_prompt_price_and_rounds_up() -> None:
     assert worst_case_micros(mini, Cost(1, 1, 0)) >= cost_micros(mini, Usage(1, 0))
 
 
-def test_book_keeps_rows_per_day_tag_and_job_and_hands_over_increments() -> None:
-    book = LedgerBook(PRICES, job="run-1")
+def _record_four(book: LedgerBook) -> tuple[float, float]:
     day1 = dt.datetime(2025, 3, 1, 23, 59, tzinfo=dt.UTC).timestamp()
     day2 = day1 + 120
     book.record_usage("sim", "a", Usage(10, 5), wall=day1, tag="t")
     book.record_call("sim", "a", True, 3, wall=day1, tag="t")
     book.record_usage("sim", "a", Usage(1, 1), wall=day2, estimated=True)
     book.record_call("sim", "a", False, 1, wall=day2, job="other")
+    return day1, day2
+
+
+def test_book_keeps_rows_per_day_tag_and_job_and_hands_over_increments() -> None:
+    book = LedgerBook(PRICES, job="run-1")
+    day1, day2 = _record_four(book)
+    assert book.dirty == {}  # no store: the rows are the record, nothing waits to be written
     assert utc_day(day1) == "2025-03-01" and utc_day(day2) == "2025-03-02"
     assert set(book.rows) == {
         LedgerKey("2025-03-01", "sim", "a", "t", "run-1"),
@@ -225,11 +231,15 @@ def test_book_keeps_rows_per_day_tag_and_job_and_hands_over_increments() -> None
     }
     first = book.rows[LedgerKey("2025-03-01", "sim", "a", "t", "run-1")]
     assert (first.calls, first.attempts, first.retries, first.cost_micros) == (1, 3, 2, 30)
-    batch = book.take_dirty()
-    assert batch.keys() == book.rows.keys() and book.dirty == {}
+    stored = LedgerBook(PRICES, job="run-1", keep_rows=False)
+    _record_four(stored)
+    assert stored.rows == {}  # with a store the book keeps no copy of the rows
+    batch = stored.take_dirty()
+    assert batch == book.rows and stored.dirty == {}
+    stored.record_call("sim", "a", True, 1, wall=day2)
+    stored.restore_dirty(batch)  # a failed write goes out with the next batch
+    assert stored.dirty[LedgerKey("2025-03-02", "sim", "a", "", "run-1")].calls == 1
     book.record_call("sim", "a", True, 1, wall=day2)
-    book.restore_dirty(batch)  # a failed write goes out with the next batch
-    assert book.dirty[LedgerKey("2025-03-02", "sim", "a", "", "run-1")].calls == 1
     assert book.by_model()["sim:a"].calls == 3
 
     by_day = summarize(book.rows.items(), ("day",))

@@ -3,7 +3,9 @@ autojump clock, with exact times, against a limiter that never drops a key."""
 
 from __future__ import annotations
 
+import gc
 import random
+import tracemalloc
 
 import trio
 import trio.testing
@@ -170,3 +172,40 @@ async def test_a_hundred_thousand_keys_leave_at_most_the_kept_number(autojump_cl
     assert all(
         s.pending == s.open_streams == 0 and not any(s.queued.values()) for s in stats.values()
     )
+
+
+BUSY = 2000
+KEY_BYTES = 1500
+"""What a quota key with one admission in its window may cost, in the limiter and its store
+(a key used to cost several kilobytes: three wait deques, a spread deque and two window
+deques, each a 64-slot block however little it holds)."""
+
+
+@virtual_deadline(600)
+async def test_a_key_with_one_call_in_its_window_costs_little_memory(autojump_clock, nursery):
+    """Keys that must be kept (each counts a call in its one-minute window) are small: what
+    one caller-chosen model name costs until its window empties (then a sweep drops it, as
+    the tests above show)."""
+    store = MemoryQuotaStore()
+    send, inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
+    await nursery.start(
+        lambda task_status: run_rate_limiter(
+            inbox, random.Random(0), store, task_status=task_status
+        )
+    )
+    limiter = RateLimiterHandle(send)
+    limits = RateLimitConfig(key="model", requests_per_minute=10)
+    await once(limiter, "sim:warm", limits)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(BUSY):
+            await once(limiter, f"sim:m-{i}", limits)
+        await trio.testing.wait_all_tasks_blocked()
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(store._windows) > BUSY  # every key is busy: none could be dropped
+    assert grown / BUSY < KEY_BYTES, grown / BUSY

@@ -188,6 +188,38 @@ async def test_sluice_ledger_store_shows_every_process_spend(redis_url, tmp_path
     assert report["total"]["output_tokens"] == 15
 
 
+async def test_a_ledger_mirrored_to_redis_keeps_nothing_in_its_book(redis_url):
+    """With the Redis quota store and no ledger file, the book is made knowing the mirror
+    drains it: after a flush it holds neither rows nor increments, however many models were
+    named, while both the runtime's own ledger and Redis hold every call."""
+    from sluice._ledger.book import LedgerQuery
+    from sluice._ledger.setup import open_ledger
+    from sluice._limits.shared import open_quota_store
+    from sluice._mail import LedgerMsg, RecordCall
+    from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
+
+    config = shared_config(redis_url, f"mirror-{uuid.uuid4().hex}")
+    with trio.fail_after(30):
+        async with open_quota_store(config) as quota:
+            mirror = quota.ledger_mirror()  # type: ignore[union-attr]
+            parts = await open_ledger(config.ledger, mirror=mirror)
+            assert not parts.book.keep_rows  # a store flushes it
+            send, inbox = trio.open_memory_channel[LedgerMsg](100)
+            handle = TokenLedgerHandle(send, parts.book.job)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(run_token_ledger, inbox, parts.book, parts.store, 3600.0)
+                for i in range(50):
+                    await handle.record(RecordCall("sim", f"m-{i}", True, 1))
+                await handle.flush()
+                assert parts.book.dirty == {} and parts.book.rows == {}
+                (own,) = await handle.snapshot(by=())
+                assert own.totals.calls == 50
+                send.close()
+            await parts.aclose()
+            (shared,) = await mirror.summarize(LedgerQuery(by=()))
+            assert shared.totals.calls == 50
+
+
 async def test_simulators_sharing_a_redis_quota_behave_as_one_account(redis_url):
     """Two simulator processes' worth of apps with --rpm 3 on one Redis: the fourth request,
     whichever app gets it, is refused with 429 and a Retry-After."""

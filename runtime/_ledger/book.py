@@ -132,9 +132,11 @@ class LedgerBook:
     Args:
         prices: prices usage records with; an unknown price counts the record as unpriced.
         job: the job (run id) of records that do not name one.
-        keep_rows: keep every row of this run in ``rows`` (the answer to questions when there
-            is no store). False with a store: the store has them, and a runtime that runs for
-            weeks should not keep a second copy in memory.
+        keep_rows: True when no store flushes the book: every row of this run is kept in
+            ``rows`` (the record, and the answer to questions) and ``dirty`` stays empty.
+            False with a store: only ``dirty`` fills, and the store's flusher drains it; a
+            runtime that runs for weeks keeps no second copy in memory either way. Whoever
+            makes the book must know which (see :func:`~sluice._ledger.setup.open_ledger`).
     """
 
     def __init__(self, prices: PriceTable, job: str, *, keep_rows: bool = True) -> None:
@@ -157,17 +159,19 @@ class LedgerBook:
         return self._day
 
     def _rows(self, key: LedgerKey) -> tuple[LedgerTotals, ...]:
+        if self.keep_rows:
+            # No store: the rows are the record and nothing ever takes ``dirty``, so a second
+            # copy there would only grow (a daemon with persist = false runs for weeks).
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = LedgerTotals()
+            return (row,)
         delta = self.dirty.get(key)
         if delta is None:
             if not self.dirty and self.dirty_since is None:
                 self.dirty_since = time.monotonic()
             delta = self.dirty[key] = LedgerTotals()
-        if not self.keep_rows:
-            return (delta,)
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = LedgerTotals()
-        return row, delta
+        return (delta,)
 
     def record_usage(
         self,

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._config import LedgerConfig
+    from .redis import RedisLedgerStore
     from .sqlite import SQLiteLedgerStore
 
 __all__ = ["LEDGER_DB_ENV", "LedgerSetup", "ledger_path", "new_job_id", "open_ledger"]
@@ -98,9 +99,17 @@ async def open_ledger(
     config: LedgerConfig,
     store: LedgerStore | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    mirror: RedisLedgerStore | None = None,
 ) -> LedgerSetup:
     """Open the store (``store`` if given, else the file the config names), a new book, and
     the budgets.
+
+    ``mirror`` (a runtime whose quota store is Redis) also gets every batch: the store becomes
+    a :class:`~sluice._ledger.redis.MirroredLedgerStore` of the file (or of rows in memory when
+    there is none). The book is made knowing whether a store flushes it: with one, it keeps
+    only the increments not yet handed over; without, it keeps the rows and nothing else, so
+    neither way does a copy build up that nobody drains.
 
     The store's history is not loaded: only what the budgets need is asked for, as a sum (a
     ``job`` budget starts with what the store holds for the job; ``global`` and ``tag``
@@ -120,6 +129,10 @@ async def open_ledger(
         if path is not None:
             store = await _open_file(path, explicit=path != default_ledger_path())
             owned = store is not None
+    if mirror is not None:
+        from .redis import MirroredLedgerStore
+
+        store, owned = MirroredLedgerStore(store, mirror, close_primary=owned), True
     book = LedgerBook(prices, config.job or new_job_id(), keep_rows=store is None)
     budgets = None
     if config.budgets:

@@ -40,22 +40,34 @@ class WaitQueues(Generic[W]):
     live ones is compacted, so memory stays within twice the live waiters (plus a small
     slack). Each waiter must be queued at most once at a time; waiters are told apart by
     identity, never by ``==``.
+
+    Empty queues hold no deque and no set: a deque is made by the push that needs it and let
+    go once it holds nobody live. A runtime keeps a key per model a caller names, most of
+    them with nobody waiting, so an idle key costs a few words, not three deques.
     """
 
     __slots__ = ("_live", "_queues", "_sizes", "aging")
 
     def __init__(self, aging: float) -> None:
         self.aging = aging
-        self._queues: tuple[deque[W], ...] = tuple(deque() for _ in PRIORITIES)
+        self._queues: list[deque[W] | None] = [None] * len(PRIORITIES)
+        """One deque per priority while it holds a live waiter (a deque may also hold
+        removed ones, never at its head); None otherwise."""
         self._sizes = [0] * len(PRIORITIES)
-        """Live waiters per priority (a deque may also hold removed ones, never at its head)."""
-        self._live: set[int] = set()
-        """``id`` of every live waiter: each is held by its deque, so no id is reused meanwhile."""
+        """Live waiters per priority."""
+        self._live: set[int] | None = None
+        """``id`` of every live waiter: each is held by its deque, so no id is reused
+        meanwhile. None while there is none."""
 
     def push(self, waiter: W) -> None:
         rank = _RANK[waiter.priority]
-        self._queues[rank].append(waiter)
+        queue = self._queues[rank]
+        if queue is None:
+            queue = self._queues[rank] = deque()
+        queue.append(waiter)
         self._sizes[rank] += 1
+        if self._live is None:
+            self._live = set()
         self._live.add(id(waiter))
 
     def peek(self, now: float) -> W | None:
@@ -73,20 +85,23 @@ class WaitQueues(Generic[W]):
     def pop(self, waiter: W) -> None:
         """Remove ``waiter``, which :meth:`peek` just returned."""
         rank = _RANK[waiter.priority]
-        self._queues[rank].popleft()
+        queue = self._queues[rank]
+        assert queue is not None and self._live is not None  # peek returned its head
+        queue.popleft()
         self._sizes[rank] -= 1
-        self._live.remove(id(waiter))
+        self._forget(id(waiter))
         self._drop_gone_heads(rank)
 
     def remove(self, waiter: W) -> bool:
         """Remove a waiter from anywhere in the queues (it gave up); False if absent."""
         live = self._live
-        if id(waiter) not in live:
+        if live is None or id(waiter) not in live:
             return False
-        live.remove(id(waiter))
+        self._forget(id(waiter))
         rank = _RANK[waiter.priority]
         self._sizes[rank] -= 1
         queue = self._queues[rank]
+        assert queue is not None  # it holds the waiter
         if queue[0] is waiter:
             self._drop_gone_heads(rank)
         elif len(queue) > 2 * self._sizes[rank] + _SLACK:
@@ -99,19 +114,33 @@ class WaitQueues(Generic[W]):
         """Every waiter queued now, highest priority class first (O(n): for the rare moment
         all of them must be looked at, never per admission)."""
         live = self._live
-        return [w for queue in self._queues for w in queue if id(w) in live]
+        if not live:
+            return []
+        return [w for queue in self._queues if queue for w in queue if id(w) in live]
+
+    def _forget(self, ident: int) -> None:
+        live = self._live
+        assert live is not None
+        live.remove(ident)
+        if not live:
+            self._live = None
 
     def _drop_gone_heads(self, rank: int) -> None:
-        """Keep the invariant that every deque's head (if any) is live."""
+        """Keep the invariants that every deque's head is live and that a deque with no live
+        waiter is let go."""
+        if not self._sizes[rank]:
+            self._queues[rank] = None  # whatever it still holds was removed
+            return
         queue, live = self._queues[rank], self._live
-        while queue and id(queue[0]) not in live:
+        assert queue is not None and live is not None
+        while id(queue[0]) not in live:
             queue.popleft()
 
     def depth(self) -> dict[Priority, int]:
         return dict(zip(PRIORITIES, self._sizes, strict=True))
 
     def __len__(self) -> int:
-        return len(self._live)
+        return 0 if self._live is None else len(self._live)
 
     def __bool__(self) -> bool:
-        return bool(self._live)
+        return self._live is not None

@@ -434,10 +434,13 @@ class RedisQuotaStore:
         await self._run(request, now)
 
     def ledger_mirror(self) -> RedisLedgerStore:
-        """The ledger's aggregates in the same Redis, under the same prefix."""
+        """The ledger's aggregates in the same Redis, under the same prefix, given at least as
+        long to answer as the quotas are (a batch of increments can be large)."""
         from .._ledger.redis import RedisLedgerStore
 
-        return RedisLedgerStore(self._client, self.prefix)
+        mirror = RedisLedgerStore(self._client, self.prefix)
+        mirror.timeout = max(mirror.timeout, self.timeout)
+        return mirror
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         """The key's windows as Redis last reported them (no round trip; see ``usage_age``)."""

@@ -11,11 +11,15 @@ Two orders are kept. Expiry follows admission order (a re-dated admission holds 
 behind it, which only overcounts); :meth:`Window.next_free` walks time order, kept as entries
 arrive rather than sorted on each check: every time written is the caller's current time,
 so an append is almost always at the end.
+
+Both orders are :class:`~sluice._fifo.Fifo` lists rather than deques: a deque allocates a
+block of 64 slots however few it holds, and a runtime keeps a window per quota key, one per
+model a caller names, most of which hold an admission or two.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from .._fifo import Fifo
 
 __all__ = ["Window", "WindowEntry"]
 
@@ -46,9 +50,9 @@ class Window:
         self.period = period
         self.used = 0
         """Units counted in the window as of the last call that passed ``now``."""
-        self._entries: deque[WindowEntry] = deque()
+        self._entries: Fifo[WindowEntry] = Fifo()
         """Every counted entry, in admission order (see :meth:`add_expiring`)."""
-        self._by_time: deque[tuple[float, WindowEntry]] = deque()
+        self._by_time: Fifo[tuple[float, WindowEntry]] = Fifo()
         """``(at, entry)`` in order of ``at``: each counted entry once at its current time,
         plus outdated places (an entry re-dated since, or expired) skipped when read."""
 
@@ -56,12 +60,12 @@ class Window:
         """Forget admissions that left the window by ``now``."""
         entries = self._entries
         horizon = now - self.period
-        while entries and entries[0].at <= horizon:
+        while entries and entries.at(0).at <= horizon:
             entry = entries.popleft()
             entry.live = False
             self.used -= entry.amount
         by_time = self._by_time
-        while by_time and _outdated(*by_time[0]):
+        while by_time and _outdated(*by_time.at(0)):
             by_time.popleft()
 
     def fits_ever(self, amount: int) -> bool:
@@ -106,7 +110,7 @@ class Window:
         entry = WindowEntry(now + after - self.period, amount)
         entries = self._entries
         index = len(entries)
-        while index > 0 and entries[index - 1].at > entry.at:
+        while index > 0 and entries.at(index - 1).at > entry.at:
             index -= 1
         entries.insert(index, entry)
         self._place(entry)
@@ -143,17 +147,17 @@ class Window:
         """Put ``entry`` at its time in the time order: at the end unless a caller's clock
         went back or the entry is reported usage placed in the past (a short walk back)."""
         by_time, at = self._by_time, entry.at
-        if not by_time or by_time[-1][0] <= at:
+        if not by_time or by_time.last()[0] <= at:
             by_time.append((at, entry))
         else:
             index = len(by_time)
-            while index > 0 and by_time[index - 1][0] > at:
+            while index > 0 and by_time.at(index - 1)[0] > at:
                 index -= 1
             by_time.insert(index, (at, entry))
         if len(by_time) > 2 * len(self._entries) + _SLACK:
             # Outdated places pile up when re-dated entries hold up expiry; dropping them is
             # linear, once per as many re-dates as there are entries.
-            self._by_time = deque(place for place in by_time if not _outdated(*place))
+            self._by_time = Fifo([place for place in by_time if not _outdated(*place)])
 
     def __len__(self) -> int:
         return len(self._entries)
