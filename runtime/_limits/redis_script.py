@@ -21,8 +21,12 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
 * ``{p}:q:<key>:cd``: the end of its cooldown; ``{p}:q:<key>:p`` / ``:s``: sorted sets of the
   pending / open-stream slots held, scored by when the hold lapses (a process killed with
   ``kill -9`` stops renewing its holds, so they lapse).
-* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
-  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
+* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved,
+  ``v`` set once an admission made it; after lost history, the rebuild's floor ``fm``/``ft``,
+  each process's own spend ``cm<id>``/``ct<id>`` and the rebuilt base ``bm``/``bt``);
+  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
+  ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day).
+* ``{p}:run``: the store's run id (:mod:`sluice._limits.store_epoch`).
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
 the last entry was added (long after it left the window; a re-dating that would outlast that
@@ -41,6 +45,8 @@ would truncate a returned number to an integer).
 """
 
 from __future__ import annotations
+
+from .store_epoch import EPOCH_LUA
 
 __all__ = ["QUOTA_SCRIPT"]
 
@@ -228,14 +234,49 @@ local function settle_budget(hid, micros, tokens)
   if micros < 0 then micros = held_m; tokens = held_t end
   for name in string.gmatch(names, '[^\n]+') do
     local a = P .. ':b:' .. name
-    redis.call('HINCRBY', a, 'rm', -held_m)
-    redis.call('HINCRBY', a, 'rt', -held_t)
+    -- 0 - x, not -x: Lua writes -0 as "-0", which HINCRBY refuses (a hold of 0 tokens).
+    redis.call('HINCRBY', a, 'rm', 0 - held_m)
+    redis.call('HINCRBY', a, 'rt', 0 - held_t)
     redis.call('HINCRBY', a, 'sm', micros)
     redis.call('HINCRBY', a, 'st', tokens)
   end
   redis.call('HDEL', P .. ':bd', hid)
   redis.call('ZREM', P .. ':bh', hid)
 end
+
+-- Budgets after lost history, one account: {account, floor micros, floor tokens, own micros,
+-- own tokens}. Spent becomes at least the highest floor any process reported (what it last
+-- knew of the store, or the ledger's sum) and at least the sum of every process's own spend;
+-- resent or repeated, nothing is counted twice (the floor is a maximum, a process's own spend
+-- a field it overwrites, and only the rise of the base is added to spent).
+local function rebuild(e, pid)
+  local a = P .. ':b:' .. e[1]
+  local f = redis.call('HMGET', a, 'fm', 'ft', 'bm', 'bt')
+  local fm = math.max(tonumber(f[1] or '0'), e[2])
+  local ft = math.max(tonumber(f[2] or '0'), e[3])
+  redis.call('HSET', a, 'fm', fm, 'ft', ft, 'cm' .. pid, e[4], 'ct' .. pid, e[5], 'v', 1)
+  local om, ot = 0, 0
+  local all = redis.call('HGETALL', a)
+  for i = 1, #all, 2 do
+    local field = string.sub(all[i], 1, 2)
+    if field == 'cm' then om = om + tonumber(all[i + 1]) end
+    if field == 'ct' then ot = ot + tonumber(all[i + 1]) end
+  end
+  local bm = tonumber(f[3] or '0')
+  local bt = tonumber(f[4] or '0')
+  local tm, tt = math.max(fm, om), math.max(ft, ot)
+  if tm > bm then
+    redis.call('HINCRBY', a, 'sm', tm - bm)
+    redis.call('HSET', a, 'bm', tm)
+  end
+  if tt > bt then
+    redis.call('HINCRBY', a, 'st', tt - bt)
+    redis.call('HSET', a, 'bt', tt)
+  end
+end
+
+--@EPOCH@
+local function serve()
 
 -- Queued work first, in the order it happened.
 for _, op in ipairs(req.ops or {}) do
@@ -287,6 +328,17 @@ for _, op in ipairs(req.ops or {}) do
       end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
+  elseif kind == 'B' then
+    -- spend made during an outage, booked once: {'B', booking id, {{account, micros, tokens}}}
+    if redis.call('SET', P .. ':bk:' .. op[2], '1', 'NX', 'EX', 86400) then
+      for _, e in ipairs(op[3]) do
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'sm', e[2])
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'st', e[3])
+      end
+    end
+  elseif kind == 'R' then
+    -- budgets rebuilt after lost history: {'R', process id, {{account, ...}, ...}}
+    for _, e in ipairs(op[3]) do rebuild(e, op[2]) end
   end
 end
 
@@ -391,16 +443,20 @@ if caps[1] >= 0 or caps[2] >= 0 then
     end
   end
 end
--- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens}, ...}} (-1: no max).
+-- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens, known}, ...}}
+-- (-1: no max; known: the process saw the account, so its hash must be there).
 local b = req.budget
+local balances = {}
 if b then
   local lapsed = redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)
   for _, hid in ipairs(lapsed) do settle_budget(hid, -1, -1) end
   local wait = false
   for _, acct in ipairs(b[4]) do
-    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt')
+    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt', 'v')
+    if acct[4] and not a[5] then return {'epoch', fmt(now), run, acct[1]} end
     local sm, st = tonumber(a[1] or '0'), tonumber(a[2] or '0')
     local rm, rt = tonumber(a[3] or '0'), tonumber(a[4] or '0')
+    balances[#balances + 1] = {acct[1], sm, st, rm, rt}
     if acct[2] >= 0 then
       local left = acct[2] - sm
       if b[2] > left then return {'budget', fmt(now), acct[1], 'usd', left} end
@@ -412,11 +468,14 @@ if b then
       if b[3] > left - rt then wait = true end
     end
   end
-  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget'} end
+  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget', '', cjson.encode(balances)} end
   local names = {}
-  for _, acct in ipairs(b[4]) do
+  for i, acct in ipairs(b[4]) do
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rm', b[2])
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rt', b[3])
+    redis.call('HSET', P .. ':b:' .. acct[1], 'v', 1)
+    balances[i][4] = balances[i][4] + b[2]
+    balances[i][5] = balances[i][5] + b[3]
     names[#names + 1] = acct[1]
   end
   redis.call('HSET', P .. ':bd', b[1], b[2] .. '|' .. b[3] .. '|' .. table.concat(names, '\n'))
@@ -441,5 +500,10 @@ for i, which in ipairs({'p', 's'}) do
     hold(q, which, req.lapse)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ',')}
-"""
+return {'ok', fmt(now), id, table.concat(slots, ','), cjson.encode(balances)}
+end
+
+local reply = serve()
+if req.run == '' then reply[#reply + 1] = run end
+return reply
+""".replace("--@EPOCH@\n", EPOCH_LUA)
