@@ -54,8 +54,11 @@ class FaultyServer:
         seed: int = 0,
         retry_after_ms: int | None = None,
         completion_tokens: int = 3,
+        delay: float = 0.0,
     ) -> None:
         self.fault_rate = fault_rate
+        self.delay = delay
+        """Seconds every answer waits before its first byte (a provider's time to answer)."""
         self.completion_tokens = completion_tokens
         """The output tokens each reply reports, at most the request's ``max_tokens`` (as a
         real provider bills), so a test can know what every call costs."""
@@ -136,6 +139,8 @@ class FaultyServer:
                     time.sleep(server.stall)
                     self.close_connection = True
                     return
+                if server.delay > 0:
+                    time.sleep(server.delay)
                 prompt = body["messages"][-1]["content"]
                 text = f"echo: {prompt}"
                 pieces = [text[:5], text[5:10], text[10:]]

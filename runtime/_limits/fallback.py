@@ -270,7 +270,7 @@ def _ledger_floors(
         kind, _, value = name.partition(":")
         micros = tokens = 0
         for key, totals in rows:
-            if kind == "tag" and key.tag != value or kind == "job" and key.job != value:
+            if (kind == "tag" and key.tag != value) or (kind == "job" and key.job != value):
                 continue
             micros += totals.cost_micros
             tokens += totals.input_tokens + totals.output_tokens

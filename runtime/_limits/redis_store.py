@@ -40,7 +40,6 @@ import trio
 
 from .._errors import ConfigError, InternalError, StoreUnavailable
 from .redis_script import QUOTA_SCRIPT
-from .store_epoch import new_run_id, store_epoch_changed
 from .store import (
     LEARNED_FOR,
     LEARNED_PERIOD,
@@ -50,6 +49,7 @@ from .store import (
     TooLarge,
     WindowSpec,
 )
+from .store_epoch import new_run_id, store_epoch_changed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -222,7 +222,9 @@ class RedisQuotaStore:
         once however often it is sent (``booking`` is its unique id)."""
         self._queue(["B", booking, [list(a) for a in amounts]])
 
-    def queue_rebuild(self, process: str, accounts: Sequence[tuple[str, int, int, int, int]]) -> None:
+    def queue_rebuild(
+        self, process: str, accounts: Sequence[tuple[str, int, int, int, int]]
+    ) -> None:
         """After lost history: raise each account's spent to at least its floor and to at
         least the sum of every process's own spend; (account, floor micros, floor tokens,
         own micros, own tokens), ``process`` naming this process (see ``rebuild`` in
