@@ -504,6 +504,6 @@ return {'ok', fmt(now), id, table.concat(slots, ','), cjson.encode(balances)}
 end
 
 local reply = serve()
-if req.run == '' then reply[#reply + 1] = run end
+if req.run == '' then reply[#reply + 1] = 'run:' .. run end
 return reply
 """.replace("--@EPOCH@\n", EPOCH_LUA)

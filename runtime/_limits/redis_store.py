@@ -196,8 +196,8 @@ class RedisQuotaStore:
                 raise StoreUnavailable(
                     "the quota store lost its history (restarted without its data)"
                 )
-        if not request["run"]:
-            self.run = str(reply.pop())  # the first run: nothing was known, nothing is lost
+        if not request["run"] and str(reply[-1]).startswith("run:"):
+            self.run = str(reply.pop())[4:]  # the first run: nothing was known, nothing is lost
         return reply
 
     def _lost(self, run: str, account: str) -> None:

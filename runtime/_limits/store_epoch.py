@@ -30,7 +30,7 @@ if req.run ~= '' and req.run ~= run then return {'epoch', fmt(now), run} end
 """
 """Expects ``P`` (the key prefix), ``req`` (with ``run``: the id the process knows, ``""`` at
 first; ``fresh``: an id to write when there is none), ``now`` and ``fmt`` in scope; the
-script's own reply to a request with ``run`` empty must end with ``run``."""
+script's own reply to a request with ``run`` empty must end with ``"run:" + run``."""
 
 
 def new_run_id() -> str:
