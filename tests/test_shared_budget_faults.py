@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import attrs
 import orjson
@@ -28,9 +28,6 @@ import orjson
 from .faulty_server import FaultyServer
 from .helpers import SLUICE, clean_env
 from .redis_server import RedisServer
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 BUDGET_MICROS = 20_000
 LINE_MICROS = 3 * 1 + 50 * 4
