@@ -69,6 +69,9 @@ async def test_paused_redis_leaves_a_share_of_what_was_left_and_gets_the_spend_o
             assert b.is_local
             assert await spend(b, "b3", 500, 400, 1.1)
             assert not await spend(b, "b4", 101, 101, 1.2)  # 1,400 of its 1,500 spent
+            # It waits for Redis, asked again 0.5 s after it first failed (at 1.0).
+            ask = BudgetAsk("b4", 101, 0, GLOBAL)
+            assert await b.reserve("k", (), Cost(), 1.2, budget=ask) == 1.5 - 1.2
         finally:
             os.kill(redis_server.process.pid, signal.SIGCONT)
         assert b.is_local  # until its retry time
@@ -132,3 +135,24 @@ async def test_spend_of_an_outage_that_ends_in_an_empty_store_is_in_the_rebuild_
         assert await spend(a, "a3", 100, 100, 5.0)
         # Rebuilt: a's own 2,700 beats its floor (2,000); the booking of 700 was never sent.
         assert (a.rebuilds, await spent(a)) == (1, 2_700 + 100)
+
+
+async def test_an_attempt_admitted_in_an_outage_and_ended_after_it_is_booked_when_it_ends(
+    redis_server: RedisServer,
+):
+    async with AsyncExitStack() as stack:
+        (a,) = await stores(stack, redis_server.url, n=1)
+        assert await spend(a, "a1", 1_000, 1_000, 0.0)
+        assert redis_server.process is not None
+        os.kill(redis_server.process.pid, signal.SIGSTOP)
+        try:
+            ask = BudgetAsk("a2", 500, 0, GLOBAL)
+            assert isinstance(await a.reserve("k", (), Cost(), 1.0, budget=ask), Reservation)
+            assert a.is_local
+        finally:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        assert await spend(a, "a3", 100, 100, 5.0)
+        assert not a.is_local
+        await a.settle_budget("a2", 400, 0)  # the last call of the run, say
+        await a.primary.flush(5.1)
+        assert await spent(a) == 1_000 + 100 + 400

@@ -82,6 +82,9 @@ class BudgetShares:
         """The store's balances when the outage began."""
         self._local = False
         self._frozen: tuple[int, list[tuple[str, int, int, int, int]]] | None = None
+        self._unbooked: set[str] = set()
+        """Accounts with spend to book (so an admission need not look at every account)."""
+        self._in_booking: set[str] = set()
 
     def _account(self, name: str, max_micros: int | None, max_tokens: int | None) -> _Account:
         account = self._accounts.get(name)
@@ -171,6 +174,8 @@ class BudgetShares:
                 if held.local:
                     account.local_held[i] -= amount
                     account.unbooked[i] += charge[i]
+            if held.local and not held.covered:
+                self._unbooked.add(name)
         return held.local
 
     # -- booking outage spend ----------------------------------------------------------------
@@ -179,18 +184,22 @@ class BudgetShares:
         """Spend made without the store and not yet sent to it: (account, micros, tokens).
         It stays pending (counted against a later outage's share) until :meth:`booked`."""
         out = []
-        for name, account in self._accounts.items():
+        for name in sorted(self._unbooked):
+            account = self._accounts[name]
             if account.unbooked != [0, 0]:
                 out.append((name, account.unbooked[0], account.unbooked[1]))
                 account.booking[0] += account.unbooked[0]
                 account.booking[1] += account.unbooked[1]
                 account.unbooked = [0, 0]
+                self._in_booking.add(name)
+        self._unbooked.clear()
         return out
 
     def booked(self) -> None:
         """A round trip that carried every booking taken so far succeeded."""
-        for account in self._accounts.values():
-            account.booking = [0, 0]
+        for name in self._in_booking:
+            self._accounts[name].booking = [0, 0]
+        self._in_booking.clear()
 
     # -- lost history --------------------------------------------------------------------
 
@@ -221,6 +230,8 @@ class BudgetShares:
                 account.unbooked = [0, 0]
                 account.booking = [0, 0]
             out.append((name, sm + rm, st + rt, own[0], own[1]))
+        self._unbooked.clear()
+        self._in_booking.clear()
         self._frozen = (generation, out)
         return out
 

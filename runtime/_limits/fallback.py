@@ -105,7 +105,17 @@ class FallbackQuotaStore:
             self.switches += 1
             self._retry_at = None
             self.budgets.back()
+            self._book()
             log.info("quota store answers again; admitting through it")
+
+    def _book(self) -> None:
+        """Queue the spend of attempts admitted without the store, to go with its next run
+        (the store's task flushes it within its interval when nothing else is sent). Not
+        while its history is lost: the rebuild counts that spend."""
+        if self.primary.generation == self._rebuilt:
+            booking = self.budgets.take_booking()
+            if booking:
+                self.primary.queue_booking(new_run_id(), booking)
 
     def _try_primary(self, now: float) -> bool:
         return self._retry_at is None or now >= self._retry_at
@@ -160,9 +170,7 @@ class FallbackQuotaStore:
         for _ in range(2):
             if primary.generation != self._rebuilt:
                 await self._rebuild(now)
-            booking = self.budgets.take_booking()
-            if booking:
-                primary.queue_booking(new_run_id(), booking)
+            self._book()
             generation = primary.generation
             try:
                 got = await primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
@@ -215,8 +223,11 @@ class FallbackQuotaStore:
             await self.primary.end(reservation)
 
     async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
-        if not self.budgets.settled(hold, micros, tokens):
+        local = self.budgets.settled(hold, micros, tokens)
+        if not local:
             await self.primary.settle_budget(hold, micros, tokens)
+        elif not self.is_local:
+            self._book()  # admitted during an outage, ended after it
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
         local = await self.local.cooldown(key, seconds, now)
