@@ -126,3 +126,13 @@ def test_a_first_contact_is_no_lost_history():
     assert not store_epoch_changed("", "abc")
     assert not store_epoch_changed("abc", "abc")
     assert store_epoch_changed("abc", "def")
+
+
+def test_own_spend_includes_what_the_process_ledger_held_from_before():
+    shares = BudgetShares(0.25)
+    job = (("job:j", MAX, None),)
+    # The ledger held 3,000 for the job from an earlier run; this run spent 500 since.
+    shares.admitted(BudgetAsk("a", 1_000, 0, job, ((3_000, 0),)), local=False)
+    shares.settled("a", 500, 0)
+    shares.admitted(BudgetAsk("b", 1_000, 0, job, ((3_500, 0),)), local=False)
+    assert shares.contribution(1, {}) == [("job:j", 0, 0, 3_000 + 500 + 1_000, 0)]

@@ -53,6 +53,9 @@ class _Account:
     allowance: tuple[int, int] | None = None
     """During an outage: what this process may add to ``pending`` since ``base``."""
     base: tuple[int, int] = (0, 0)
+    before: list[int] = attrs.Factory(lambda: [0, 0])
+    """Spend this process's ledger held for the account beyond what it spent since it
+    started (a job's earlier runs, a virtual key's spend loaded at start)."""
 
     def pending(self, i: int) -> int:
         """What this process may have spent that the store does not know of."""
@@ -93,6 +96,14 @@ class BudgetShares:
         else:
             account.max_micros, account.max_tokens = max_micros, max_tokens
         return account
+
+    def _note_ledger(self, ask: BudgetAsk) -> None:
+        """Learn from ``ask.spent`` (what the process's ledger holds per account) the spend
+        that predates this process's own count."""
+        for (name, _, _), ledger in zip(ask.accounts, ask.spent, strict=False):
+            account = self._accounts[name]
+            for i in (0, 1):
+                account.before[i] = max(account.before[i], ledger[i] - account.spent[i])
 
     # -- outages -------------------------------------------------------------------------
 
@@ -155,6 +166,7 @@ class BudgetShares:
                 account.local_held[0] += ask.micros
                 account.local_held[1] += ask.tokens
             names.append(name)
+        self._note_ledger(ask)
         self._holds[ask.hold] = _Hold(tuple(names), ask.micros, ask.tokens, local)
 
     def settled(self, hold: str, micros: int | None, tokens: int) -> bool | None:
@@ -210,8 +222,9 @@ class BudgetShares:
         (account, floor micros, floor tokens, own micros, own tokens) per account it knows.
 
         The floor is what the store last reported (spent plus reserved); own spend is what
-        this process spent since it started plus the worst cases of its attempts in flight,
-        which from now on are booked nowhere else. The same generation gets the same answer,
+        this process's ledger holds (what it spent since it started, and what its ledger had
+        from before) plus the worst cases of its attempts in flight, which from now on are
+        booked nowhere else. The same generation gets the same answer,
         so a rebuild sent again counts nothing twice.
         """
         if self._frozen is not None and self._frozen[0] == generation:
@@ -224,7 +237,10 @@ class BudgetShares:
             account = self._accounts.get(name)
             own = (0, 0)
             if account is not None:
-                own = (account.spent[0] + account.held[0], account.spent[1] + account.held[1])
+                own = (
+                    account.before[0] + account.spent[0] + account.held[0],
+                    account.before[1] + account.spent[1] + account.held[1],
+                )
                 account.held = [0, 0]
                 account.local_held = [0, 0]
                 account.unbooked = [0, 0]
