@@ -156,3 +156,16 @@ async def test_an_attempt_admitted_in_an_outage_and_ended_after_it_is_booked_whe
         await a.settle_budget("a2", 400, 0)  # the last call of the run, say
         await a.primary.flush(5.1)
         assert await spent(a) == 1_000 + 100 + 400
+
+
+async def test_a_lost_run_id_over_budgets_that_kept_their_history_counts_nothing_twice(
+    redis_server: RedisServer,
+):
+    async with AsyncExitStack() as stack:
+        a, b = await stores(stack, redis_server.url)
+        assert await spend(a, "a1", 3_000, 3_000, 0.0)
+        assert await spend(b, "b1", 1_000, 1_000, 0.1)
+        await a.primary._client.delete(["{" + a.primary.prefix + "}:run"])  # evicted, say
+        assert await spend(a, "a2", 100, 100, 1.0)
+        assert await spend(b, "b2", 100, 100, 1.1)
+        assert (a.rebuilds, b.rebuilds, await spent(a)) == (1, 1, 4_200)

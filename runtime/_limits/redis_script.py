@@ -22,7 +22,8 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   pending / open-stream slots held, scored by when the hold lapses (a process killed with
   ``kill -9`` stops renewing its holds, so they lapse).
 * ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved,
-  ``v`` set once an admission made it; after lost history, the rebuild's floor ``fm``/``ft``,
+  ``v`` set once an admission made it, ``r`` the run id it was made under; after lost
+  history, the rebuild's floor ``fm``/``ft``,
   each process's own spend ``cm<id>``/``ct<id>`` and the rebuilt base ``bm``/``bt``);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
   ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day).
@@ -249,12 +250,20 @@ end
 -- knew of the store, or the ledger's sum) and at least the sum of every process's own spend;
 -- resent or repeated, nothing is counted twice (the floor is a maximum, a process's own spend
 -- a field it overwrites, and only the rise of the base is added to spent).
-local function rebuild(e, pid)
+-- An account written under another run id (``r``) kept its history (only the run id was
+-- lost): it is left as it is, for every process, for the rest of this run (``kr``).
+local function rebuild(e, pid, run)
   local a = P .. ':b:' .. e[1]
+  local k = redis.call('HMGET', a, 'r', 'kr')
+  if k[2] == run then return end
+  if k[1] and k[1] ~= run then
+    redis.call('HSET', a, 'kr', run, 'r', run)
+    return
+  end
   local f = redis.call('HMGET', a, 'fm', 'ft', 'bm', 'bt')
   local fm = math.max(tonumber(f[1] or '0'), e[2])
   local ft = math.max(tonumber(f[2] or '0'), e[3])
-  redis.call('HSET', a, 'fm', fm, 'ft', ft, 'cm' .. pid, e[4], 'ct' .. pid, e[5], 'v', 1)
+  redis.call('HSET', a, 'fm', fm, 'ft', ft, 'cm' .. pid, e[4], 'ct' .. pid, e[5], 'v', 1, 'r', run)
   local om, ot = 0, 0
   local all = redis.call('HGETALL', a)
   for i = 1, #all, 2 do
@@ -338,7 +347,7 @@ for _, op in ipairs(req.ops or {}) do
     end
   elseif kind == 'R' then
     -- budgets rebuilt after lost history: {'R', process id, {{account, ...}, ...}}
-    for _, e in ipairs(op[3]) do rebuild(e, op[2]) end
+    for _, e in ipairs(op[3]) do rebuild(e, op[2], run) end
   end
 end
 
@@ -474,6 +483,7 @@ if b then
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rm', b[2])
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rt', b[3])
     redis.call('HSET', P .. ':b:' .. acct[1], 'v', 1)
+    redis.call('HSETNX', P .. ':b:' .. acct[1], 'r', run)
     balances[i][4] = balances[i][4] + b[2]
     balances[i][5] = balances[i][5] + b[3]
     names[#names + 1] = acct[1]
