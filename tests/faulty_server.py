@@ -70,6 +70,8 @@ class FaultyServer:
         self.faults: dict[str, int] = {}
         self.during_outage = 0
         """Chat requests received while ``down`` was set."""
+        self.prompts: dict[str, int] = {}
+        """Chat requests received per last message (tests tell their clients apart by it)."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -117,6 +119,10 @@ class FaultyServer:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 choice = server._choose()
+                messages = body.get("messages") or [{}]
+                prompt = str(messages[-1].get("content"))
+                with server._lock:
+                    server.prompts[prompt] = server.prompts.get(prompt, 0) + 1
                 try:
                     self._answer(choice, body)
                 except OSError:

@@ -36,7 +36,8 @@ WORST_MICROS = 300
 LINES = 80
 """Per process: 240 lines cost more than twice the budget."""
 FAULT_AFTER = 20
-"""Requests the server has answered when the fault starts (a fifth of the budget)."""
+"""Requests the server has answered when the fault starts (a fifth of the budget), once
+every process has sent one (a process that starts while Redis is down refuses to run)."""
 
 
 @attrs.define
@@ -75,7 +76,7 @@ def _start(scenario: Scenario, tmp_path: Path) -> None:
     config.write_bytes(orjson.dumps(settings))
     for p in range(3):
         source = folder / f"in{p}.jsonl"
-        source.write_bytes(b"".join(_line(f"p{p}-{i}") for i in range(LINES)))
+        source.write_bytes(b"".join(_line(f"p{p}-{i}", f"process {p}") for i in range(LINES)))
         argv = [SLUICE, "batch", str(source), "-o", str(folder / f"out{p}.jsonl")]
         argv += ["--model", "local:m", "--base-url", scenario.server.url]
         argv += ["--config", str(config), "--budget", str(BUDGET_MICROS / 1e6)]
@@ -87,8 +88,8 @@ def _start(scenario: Scenario, tmp_path: Path) -> None:
             )
 
 
-def _line(custom_id: str) -> bytes:
-    body = {"model": "m", "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]}
+def _line(custom_id: str, prompt: str) -> bytes:
+    body = {"model": "m", "max_tokens": 60, "messages": [{"role": "user", "content": prompt}]}
     line = {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions"}
     return orjson.dumps({**line, "body": body}) + b"\n"
 
@@ -100,7 +101,7 @@ def _step(scenario: Scenario, now: float) -> None:
     if scenario.outage is None:
         return
     pid = redis.process.pid if redis.process is not None else 0
-    if scenario.fault_at is None and server.requests >= FAULT_AFTER:
+    if scenario.fault_at is None and server.requests >= FAULT_AFTER and len(server.prompts) == 3:
         scenario.fault_at = now
         scenario.outage_requests = -server.requests
         if scenario.kind == "pause":

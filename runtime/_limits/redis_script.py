@@ -26,7 +26,8 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   history, the rebuild's floor ``fm``/``ft``,
   each process's own spend ``cm<id>``/``ct<id>`` and the rebuilt base ``bm``/``bt``);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
-  ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day).
+  ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day);
+  ``{p}:bx:<hold>``: a hold settled before it was taken, never to be taken (kept an hour).
 * ``{p}:run``: the store's run id (:mod:`sluice._limits.store_epoch`).
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
@@ -324,8 +325,14 @@ for _, op in ipairs(req.ops or {}) do
     release(op[2], op[3], 'p')
     release(op[2], op[3], 's')
   elseif kind == 'b' then
-    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold)
-    settle_budget(op[2], op[3], op[4])
+    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold). A hold
+    -- not there is marked, so that if its reservation was late (a request the process gave
+    -- up on, run by a server that was paused) it is not taken.
+    if redis.call('HEXISTS', P .. ':bd', op[2]) == 1 then
+      settle_budget(op[2], op[3], op[4])
+    else
+      redis.call('SET', P .. ':bx:' .. op[2], '1', 'EX', 3600)
+    end
   elseif kind == 'h' then
     -- renew held slots and budget holds: {'h', lapse seconds, {{key, id}, ...}, {hold ids}}
     local lapse = now + op[2]
@@ -456,6 +463,9 @@ end
 -- (-1: no max; known: the process saw the account, so its hash must be there).
 local b = req.budget
 local balances = {}
+if b and redis.call('EXISTS', P .. ':bx:' .. b[1]) == 1 then
+  return {'wait', fmt(now), fmt(req.poll), 'budget', '', '[]'}  -- given up on (see 'b')
+end
 if b then
   local lapsed = redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)
   for _, hid in ipairs(lapsed) do settle_budget(hid, -1, -1) end

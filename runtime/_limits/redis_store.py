@@ -303,7 +303,15 @@ class RedisQuotaStore:
                     for a, m, t in budget.accounts
                 ],
             ]
-        reply = await self._run(request, now)
+        generation = self.generation
+        try:
+            reply = await self._run(request, now)
+        except StoreUnavailable:
+            if budget is not None and self.generation == generation:
+                # Redis may still run the request (a paused server reads it when it wakes):
+                # the hold must then be freed, not lapse in full while others wait for it.
+                self._queue(["b", budget.hold, 0, 0])
+            raise
         kind = reply[0]
         if kind == "ok":
             rid = str(reply[2])
