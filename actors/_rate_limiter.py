@@ -394,6 +394,7 @@ class _Limiter:
                 (self.budget.shared_name(a), a.budget.max_micros, a.budget.max_tokens)
                 for a in hold.accounts
             ),
+            tuple((a.spent_micros, a.spent_tokens) for a in hold.accounts),
         )
 
     def _release_budget(self, hold: BudgetHold) -> None:

@@ -12,6 +12,15 @@ When a call to it fails:
   provider sees at most ``limit * (1 + N * s)`` in a window that spans the outage: what Redis
   admitted, plus each process's local windows.
 
+Budgets (:mod:`sluice._limits.budget_share`): in ``local`` mode a process spends only ``share``
+of what was left of each shared budget when Redis stopped answering (the budget less what
+Redis last reported spent and reserved), and books what it spent meanwhile into Redis once it
+answers again, exactly once. When Redis comes back without its history (restarted empty, or
+the budget accounts gone), the budgets are rebuilt before anything more is admitted through
+it: from the ledger's aggregates in Redis when they survived, what this process last knew of
+Redis, and every process's own spend (see ``rebuild`` in :mod:`sluice._limits.redis_script`).
+Until that has been done, a ``local`` process admits at its share and a ``fail`` one refuses.
+
 Every switch is logged (a warning going local, info coming back) and counted in
 ``switches``. A script that fails (:class:`~sluice._errors.InternalError`, a bug) is not an
 outage: it passes through, refusing only the call it was serving.
@@ -26,11 +35,14 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from .._errors import StoreUnavailable
+from .budget_share import BudgetShares
 from .store import BudgetAsk, BudgetRefused, MemoryQuotaStore, Reservation, TooLarge, WindowSpec
+from .store_epoch import new_run_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .._ledger.book import LedgerKey, LedgerTotals
     from .._ledger.redis import RedisLedgerStore
     from .cost import Cost
     from .headers import Learned
@@ -60,8 +72,13 @@ class FallbackQuotaStore:
         self.local = MemoryQuotaStore()
         self.switches = 0
         """Times admission moved to the local share or back."""
+        self.budgets = BudgetShares(share)
+        self.rebuilds = 0
+        """Times the shared budgets were rebuilt after the store lost its history."""
         self._retry_at: float | None = None
         self._delay = _FIRST_RETRY
+        self._rebuilt = primary.generation
+        self._process = new_run_id()
 
     @property
     def is_local(self) -> bool:
@@ -78,6 +95,7 @@ class FallbackQuotaStore:
                 self.share,
             )
             self._delay = _FIRST_RETRY
+            self.budgets.go_local(self.primary.balances)
         else:
             self._delay = min(_MAX_RETRY, self._delay * 2)
         self._retry_at = now + self._delay
@@ -86,7 +104,18 @@ class FallbackQuotaStore:
         if self._retry_at is not None:
             self.switches += 1
             self._retry_at = None
+            self.budgets.back()
+            self._book()
             log.info("quota store answers again; admitting through it")
+
+    def _book(self) -> None:
+        """Queue the spend of attempts admitted without the store, to go with its next run
+        (the store's task flushes it within its interval when nothing else is sent). Not
+        while its history is lost: the rebuild counts that spend."""
+        if self.primary.generation == self._rebuilt:
+            booking = self.budgets.take_booking()
+            if booking:
+                self.primary.queue_booking(new_run_id(), booking)
 
     def _try_primary(self, now: float) -> bool:
         return self._retry_at is None or now >= self._retry_at
@@ -106,16 +135,80 @@ class FallbackQuotaStore:
     ) -> Reservation | TooLarge | BudgetRefused | float:
         if self._try_primary(now):
             try:
-                got = await self.primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
+                got = await self._reserve_shared(key, specs, cost, now, caps, budget)
             except StoreUnavailable as exc:
                 self._failed(exc, now)
             else:
                 self._recovered()
                 return got
+        assert self._retry_at is not None
+        if budget is not None and not self.budgets.fits_local(budget):
+            return max(0.0, self._retry_at - now)  # the share is spent: wait for Redis
         got = await self.local.reserve(key, self._local_specs(specs), cost, now)
-        if isinstance(got, float) and self._retry_at is not None:
+        if isinstance(got, Reservation) and budget is not None:
+            self.budgets.admitted(budget, local=True)
+        if isinstance(got, float):
             return min(got, max(0.0, self._retry_at - now))  # ask Redis again on time
         return got
+
+    async def _reserve_shared(
+        self,
+        key: str,
+        specs: Sequence[WindowSpec],
+        cost: Cost,
+        now: float,
+        caps: tuple[int | None, int | None],
+        budget: BudgetAsk | None,
+    ) -> Reservation | TooLarge | BudgetRefused | float:
+        """Reserve through Redis, first rebuilding the budgets if it lost its history and
+        booking the spend of an outage.
+
+        Raises:
+            StoreUnavailable: Redis did not answer, or lost its history again meanwhile.
+        """
+        primary = self.primary
+        for _ in range(2):
+            if primary.generation != self._rebuilt:
+                await self._rebuild(now)
+            self._book()
+            generation = primary.generation
+            try:
+                got = await primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
+            except StoreUnavailable:
+                if primary.generation == generation:
+                    raise  # an outage (the booking stays queued)
+                continue  # the history was lost: rebuild, then ask again
+            self.budgets.booked()
+            if isinstance(got, Reservation) and budget is not None:
+                self.budgets.admitted(budget, local=False)
+            return got
+        raise StoreUnavailable("the quota store keeps losing its history")
+
+    async def _rebuild(self, now: float) -> None:
+        """Rebuild the shared budgets after the store lost its history (once per loss).
+
+        Raises:
+            StoreUnavailable: the store did not answer (the rebuild is done again later).
+        """
+        primary = self.primary
+        generation = primary.generation
+        accounts = self.budgets.contribution(generation, primary.balances)
+        if accounts:
+            try:
+                rows = await primary.ledger_mirror().load()
+            except OSError as exc:
+                raise StoreUnavailable(f"the quota store does not answer: {exc}") from None
+            floors = _ledger_floors(rows, [a[0] for a in accounts])
+            accounts = [
+                (name, max(fm, floors[name][0]), max(ft, floors[name][1]), om, ot)
+                for name, fm, ft, om, ot in accounts
+            ]
+            primary.queue_rebuild(self._process, accounts)
+            await primary.flush(now)
+        if primary.generation == generation:
+            self._rebuilt = generation
+            self.rebuilds += 1
+            log.warning("quota store: shared budgets rebuilt (%d accounts)", len(accounts))
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
         store = self.primary if reservation.ref else self.local
@@ -130,7 +223,11 @@ class FallbackQuotaStore:
             await self.primary.end(reservation)
 
     async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
-        await self.primary.settle_budget(hold, micros, tokens)
+        local = self.budgets.settled(hold, micros, tokens)
+        if not local:
+            await self.primary.settle_budget(hold, micros, tokens)
+        elif not self.is_local:
+            self._book()  # admitted during an outage, ended after it
 
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
         local = await self.local.cooldown(key, seconds, now)
@@ -186,3 +283,21 @@ class FallbackQuotaStore:
         if not self.local.forget(key, self._local_specs(specs), now):
             return False
         return self.primary.forget(key, specs, now)
+
+
+def _ledger_floors(
+    rows: Sequence[tuple[LedgerKey, LedgerTotals]], names: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """(micro-dollars, input + output tokens) the ledger's rows hold for each shared budget
+    account: ``global`` all of them, ``tag:<t>`` and ``job:<j>`` theirs."""
+    floors = {}
+    for name in names:
+        kind, _, value = name.partition(":")
+        micros = tokens = 0
+        for key, totals in rows:
+            if (kind == "tag" and key.tag != value) or (kind == "job" and key.job != value):
+                continue
+            micros += totals.cost_micros
+            tokens += totals.input_tokens + totals.output_tokens
+        floors[name] = (micros, tokens)
+    return floors

@@ -28,8 +28,14 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   are dropped as it is read or written, and it expires with the last cooldown.
 * ``{p}:avoid``: names routing should pass over (a deployment marked slow, a breaker opened by
   some process), scored by when that ends; kept like ``{p}:cds``.
-* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
-  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
+* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved,
+  ``v`` set once an admission made it, ``r`` the run id it was made under; after lost
+  history, the rebuild's floor ``fm``/``ft``,
+  each process's own spend ``cm<id>``/``ct<id>`` and the rebuilt base ``bm``/``bt``);
+  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
+  ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day);
+  ``{p}:bx:<hold>``: a hold settled before it was taken, never to be taken (kept an hour).
+* ``{p}:run``: the store's run id (:mod:`sluice._limits.store_epoch`).
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
 the last entry was added (long after it left the window; a re-dating that would outlast that
@@ -48,6 +54,8 @@ would truncate a returned number to an integer).
 """
 
 from __future__ import annotations
+
+from .store_epoch import EPOCH_LUA
 
 __all__ = ["QUOTA_SCRIPT"]
 
@@ -246,14 +254,57 @@ local function settle_budget(hid, micros, tokens)
   if micros < 0 then micros = held_m; tokens = held_t end
   for name in string.gmatch(names, '[^\n]+') do
     local a = P .. ':b:' .. name
-    redis.call('HINCRBY', a, 'rm', -held_m)
-    redis.call('HINCRBY', a, 'rt', -held_t)
+    -- 0 - x, not -x: Lua writes -0 as "-0", which HINCRBY refuses (a hold of 0 tokens).
+    redis.call('HINCRBY', a, 'rm', 0 - held_m)
+    redis.call('HINCRBY', a, 'rt', 0 - held_t)
     redis.call('HINCRBY', a, 'sm', micros)
     redis.call('HINCRBY', a, 'st', tokens)
   end
   redis.call('HDEL', P .. ':bd', hid)
   redis.call('ZREM', P .. ':bh', hid)
 end
+
+-- Budgets after lost history, one account: {account, floor micros, floor tokens, own micros,
+-- own tokens}. Spent becomes at least the highest floor any process reported (what it last
+-- knew of the store, or the ledger's sum) and at least the sum of every process's own spend;
+-- resent or repeated, nothing is counted twice (the floor is a maximum, a process's own spend
+-- a field it overwrites, and only the rise of the base is added to spent).
+-- An account written under another run id (``r``) kept its history (only the run id was
+-- lost): it is left as it is, for every process, for the rest of this run (``kr``).
+local function rebuild(e, pid, run)
+  local a = P .. ':b:' .. e[1]
+  local k = redis.call('HMGET', a, 'r', 'kr')
+  if k[2] == run then return end
+  if k[1] and k[1] ~= run then
+    redis.call('HSET', a, 'kr', run, 'r', run)
+    return
+  end
+  local f = redis.call('HMGET', a, 'fm', 'ft', 'bm', 'bt')
+  local fm = math.max(tonumber(f[1] or '0'), e[2])
+  local ft = math.max(tonumber(f[2] or '0'), e[3])
+  redis.call('HSET', a, 'fm', fm, 'ft', ft, 'cm' .. pid, e[4], 'ct' .. pid, e[5], 'v', 1, 'r', run)
+  local om, ot = 0, 0
+  local all = redis.call('HGETALL', a)
+  for i = 1, #all, 2 do
+    local field = string.sub(all[i], 1, 2)
+    if field == 'cm' then om = om + tonumber(all[i + 1]) end
+    if field == 'ct' then ot = ot + tonumber(all[i + 1]) end
+  end
+  local bm = tonumber(f[3] or '0')
+  local bt = tonumber(f[4] or '0')
+  local tm, tt = math.max(fm, om), math.max(ft, ot)
+  if tm > bm then
+    redis.call('HINCRBY', a, 'sm', tm - bm)
+    redis.call('HSET', a, 'bm', tm)
+  end
+  if tt > bt then
+    redis.call('HINCRBY', a, 'st', tt - bt)
+    redis.call('HSET', a, 'bt', tt)
+  end
+end
+
+--@EPOCH@
+local function serve()
 
 -- Queued work first, in the order it happened.
 for _, op in ipairs(req.ops or {}) do
@@ -292,8 +343,14 @@ for _, op in ipairs(req.ops or {}) do
     release(op[2], op[3], 'p')
     release(op[2], op[3], 's')
   elseif kind == 'b' then
-    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold)
-    settle_budget(op[2], op[3], op[4])
+    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold). A hold
+    -- not there is marked, so that if its reservation was late (a request the process gave
+    -- up on, run by a server that was paused) it is not taken.
+    if redis.call('HEXISTS', P .. ':bd', op[2]) == 1 then
+      settle_budget(op[2], op[3], op[4])
+    else
+      redis.call('SET', P .. ':bx:' .. op[2], '1', 'EX', 3600)
+    end
   elseif kind == 'h' then
     -- renew held slots and budget holds: {'h', lapse seconds, {{key, id}, ...}, {hold ids}}
     local lapse = now + op[2]
@@ -313,6 +370,17 @@ for _, op in ipairs(req.ops or {}) do
     local old = tonumber(redis.call('ZSCORE', z, op[2]) or '-1e308') or -1e308
     if untl > old then redis.call('ZADD', z, fmt(untl), op[2]) end
     extend(z, math.ceil(op[3] * 1000) + 1000)
+  elseif kind == 'B' then
+    -- spend made during an outage, booked once: {'B', booking id, {{account, micros, tokens}}}
+    if redis.call('SET', P .. ':bk:' .. op[2], '1', 'NX', 'EX', 86400) then
+      for _, e in ipairs(op[3]) do
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'sm', e[2])
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'st', e[3])
+      end
+    end
+  elseif kind == 'R' then
+    -- budgets rebuilt after lost history: {'R', process id, {{account, ...}, ...}}
+    for _, e in ipairs(op[3]) do rebuild(e, op[2], run) end
   end
 end
 
@@ -448,16 +516,23 @@ if caps[1] >= 0 or caps[2] >= 0 then
     end
   end
 end
--- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens}, ...}} (-1: no max).
+-- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens, known}, ...}}
+-- (-1: no max; known: the process saw the account, so its hash must be there).
 local b = req.budget
+local balances = {}
+if b and redis.call('EXISTS', P .. ':bx:' .. b[1]) == 1 then
+  return {'wait', fmt(now), fmt(req.poll), 'budget', '', '[]'}  -- given up on (see 'b')
+end
 if b then
   local lapsed = redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)
   for _, hid in ipairs(lapsed) do settle_budget(hid, -1, -1) end
   local wait = false
   for _, acct in ipairs(b[4]) do
-    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt')
+    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt', 'v')
+    if acct[4] and not a[5] then return {'epoch', fmt(now), run, acct[1]} end
     local sm, st = tonumber(a[1] or '0'), tonumber(a[2] or '0')
     local rm, rt = tonumber(a[3] or '0'), tonumber(a[4] or '0')
+    balances[#balances + 1] = {acct[1], sm, st, rm, rt}
     if acct[2] >= 0 then
       local left = acct[2] - sm
       if b[2] > left then return {'budget', fmt(now), acct[1], 'usd', left} end
@@ -469,11 +544,15 @@ if b then
       if b[3] > left - rt then wait = true end
     end
   end
-  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget'} end
+  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget', '', cjson.encode(balances)} end
   local names = {}
-  for _, acct in ipairs(b[4]) do
+  for i, acct in ipairs(b[4]) do
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rm', b[2])
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rt', b[3])
+    redis.call('HSET', P .. ':b:' .. acct[1], 'v', 1)
+    redis.call('HSETNX', P .. ':b:' .. acct[1], 'r', run)
+    balances[i][4] = balances[i][4] + b[2]
+    balances[i][5] = balances[i][5] + b[3]
     names[#names + 1] = acct[1]
   end
   redis.call('HSET', P .. ':bd', b[1], b[2] .. '|' .. b[3] .. '|' .. table.concat(names, '\n'))
@@ -499,5 +578,11 @@ for i, which in ipairs({'p', 's'}) do
     hold(q, which, req.lapse)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ',')}
-"""
+return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ','),
+  cjson.encode(balances)}
+end
+
+local reply = serve()
+if req.run == '' then reply[#reply + 1] = 'run:' .. run end
+return reply
+""".replace("--@EPOCH@\n", EPOCH_LUA)

@@ -31,6 +31,14 @@ since (one read-only run for all of them, sent beside the queue of runs so that 
 on a stopped Redis holds up no admission), and :meth:`RedisQuotaStore.usage_age` says how old
 it is.
 
+A store that lost its history (restarted without its data: its run id, see
+:mod:`sluice._limits.store_epoch`, changed; or budget accounts this process saw are gone)
+fails the request with :class:`~sluice._errors.StoreUnavailable` and bumps
+:attr:`RedisQuotaStore.generation`: nothing is admitted against it until the caller has
+rebuilt what it must (:class:`~sluice._limits.fallback.FallbackQuotaStore` rebuilds the
+budgets). Work queued for the lost store is dropped, and reservations made there are settled
+no more: their ids mean other entries now.
+
 Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and most runs never use Redis.
 """
 
@@ -57,6 +65,7 @@ from .store import (
     WindowSpec,
     sent_slots,
 )
+from .store_epoch import new_run_id, store_epoch_changed
 from .view import WindowViews
 
 if TYPE_CHECKING:
@@ -133,6 +142,13 @@ class RedisQuotaStore:
         self._lock = trio.Lock()
         self.round_trips = 0
         """Script runs so far (admissions, cooldowns, learning and flushes)."""
+        self.run = ""
+        """The store's run id as this process knows it ("" before the first script run)."""
+        self.generation = 0
+        """Times the store was found to have lost its history."""
+        self.balances: dict[str, tuple[int, int, int, int]] = {}
+        """Per budget account, (spent micros, spent tokens, reserved micros, reserved tokens)
+        as the store last reported them (kept across lost history: the last known truth)."""
 
     # -- the round trip ------------------------------------------------------------------
 
@@ -148,6 +164,7 @@ class RedisQuotaStore:
         async with self._lock:  # one run at a time: queued work reaches Redis in order
             ops = self._ops
             self._ops = []
+            generation = self.generation
             try:
                 return await self._send(request, ops, now)
             except _ScriptFailed as failed:
@@ -156,7 +173,8 @@ class RedisQuotaStore:
                         log.error("quota script failed on queued work, now dropped: %s", failed)
                     raise _bug(request, failed) from None
             except BaseException:
-                self._ops = ops + self._ops
+                if self.generation == generation:  # else the work was for a lost store
+                    self._ops = ops + self._ops
                 raise
             # The request or the work queued before it failed: apply the work alone (it is
             # idempotent, so what the failed run applied is applied once), then ask again.
@@ -165,7 +183,8 @@ class RedisQuotaStore:
             except _ScriptFailed as failed:
                 log.error("quota script failed on queued work, now dropped: %s", failed)
             except BaseException:
-                self._ops = ops + self._ops
+                if self.generation == generation:
+                    self._ops = ops + self._ops
                 raise
             try:
                 return await self._send(request, [], now)
@@ -178,6 +197,8 @@ class RedisQuotaStore:
 
         request["ops"] = ops
         request["now"] = now if self._caller_clock else -1.0
+        request["run"] = self.run
+        request["fresh"] = new_run_id()  # never reused: a restarted store gets a new id
         try:
             with trio.fail_after(self.timeout):
                 reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
@@ -190,7 +211,54 @@ class RedisQuotaStore:
             reason = str(exc) or type(exc).__name__
             raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
         self.round_trips += 1
-        return list(reply)
+        reply = list(reply)
+        if reply[0] == "epoch":
+            seen = str(reply[2])
+            if store_epoch_changed(self.run, seen) or len(reply) > 3:
+                self._lost(seen, str(reply[3]) if len(reply) > 3 else "")
+                raise StoreUnavailable(
+                    "the quota store lost its history (restarted without its data)"
+                )
+        if not request["run"] and str(reply[-1]).startswith("run:"):
+            self.run = str(reply.pop())[4:]  # the first run: nothing was known, nothing is lost
+        return reply
+
+    def _lost(self, run: str, account: str) -> None:
+        """The store lost what this process relied on: forget what was meant for it."""
+        self.generation += 1
+        self.run = run
+        self._ops = []
+        self._held.clear()
+        self._holds.clear()
+        log.warning(
+            "quota store: %s; what it held is unknown",
+            f"budget account {account!r} is gone" if account else "its run id changed",
+        )
+
+    def _live(self, ref: str) -> str | None:
+        """The store's id of a reservation made since the last lost history, else None."""
+        generation, _, rid = ref.partition(".")
+        return rid if generation == str(self.generation) else None
+
+    def queue_booking(self, booking: str, amounts: Sequence[tuple[str, int, int]]) -> None:
+        """Add (account, micros, tokens) to the accounts' spent with the next run, exactly
+        once however often it is sent (``booking`` is its unique id)."""
+        self._queue(["B", booking, [list(a) for a in amounts]])
+
+    def queue_rebuild(
+        self, process: str, accounts: Sequence[tuple[str, int, int, int, int]]
+    ) -> None:
+        """After lost history: raise each account's spent to at least its floor and to at
+        least the sum of every process's own spend; (account, floor micros, floor tokens,
+        own micros, own tokens), ``process`` naming this process (see ``rebuild`` in
+        :mod:`sluice._limits.redis_script`)."""
+        self._queue(["R", process, [list(a) for a in accounts]])
+
+    def _note_balances(self, raw: Any) -> None:
+        found = orjson.loads(raw) if raw else []
+        if isinstance(found, list):  # Lua encodes an empty list as {}
+            for name, sm, st, rm, rt in found:
+                self.balances[str(name)] = (int(sm), int(st), int(rm), int(rt))
 
     def _queue(self, op: list[Any]) -> None:
         self._ops.append(op)
@@ -279,21 +347,30 @@ class RedisQuotaStore:
             "poll": self.poll,
         }
         if budget is not None:
+            known = self.balances
             request["budget"] = [
                 budget.hold,
                 budget.micros,
                 budget.tokens,
                 [
-                    [a, -1 if m is None else m, -1 if t is None else t]
+                    [a, -1 if m is None else m, -1 if t is None else t, a in known]
                     for a, m, t in budget.accounts
                 ],
             ]
-        reply = await self._run(request, now)
+        generation = self.generation
+        try:
+            reply = await self._run(request, now)
+        except StoreUnavailable:
+            if budget is not None and self.generation == generation:
+                # Redis may still run the request (a paused server reads it when it wakes):
+                # the hold must then be freed, not lapse in full while others wait for it.
+                self._queue(["b", budget.hold, 0, 0])
+            raise
         kind = reply[0]
         if kind == "ok":
             if len(reply) > 4:  # a reply of the script before views has no usage
                 self.views.note(key, str(reply[4]), now)
-            ref = str(reply[2])
+            rid = str(reply[2])
             slots = tuple(
                 (dimension, period)
                 for slot in str(reply[3]).split(",")
@@ -301,9 +378,11 @@ class RedisQuotaStore:
                 for dimension, period in [slot.split(":", 1)]
             )
             if caps != (None, None):
-                self._held.add((key, ref))
+                self._held.add((key, rid))
             if budget is not None:
                 self._holds.add(budget.hold)
+                self._note_balances(reply[5])
+            ref = f"{self.generation}.{rid}"
             return Reservation(key, cost, (), ref=ref, slots=slots, sent=sent_slots(specs))
         if kind == "wait":
             wait = float(reply[2])
@@ -311,6 +390,8 @@ class RedisQuotaStore:
                 self._note_cooldown(key, now, float(reply[1]), float(reply[4]))
             elif reply[3] == "window" and len(reply) > 4:
                 self.views.note(key, str(reply[4]), now)
+            elif reply[3] == "budget":
+                self._note_balances(reply[5])
             return wait
         if kind == "large":
             dimension: Dimension = reply[2]
@@ -371,27 +452,30 @@ class RedisQuotaStore:
                 known[key] = local
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
         amounts = [[d, p, actual.amount(d)] for d, p in reservation.slots]
-        self._queue(["s", reservation.key, reservation.ref, amounts])
+        self._queue(["s", reservation.key, rid, amounts])
 
     async def redate(self, reservation: Reservation, now: float) -> None:
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
         at = now if self._caller_clock else -1.0
         sent = reservation.sent
         slots = [[d, p] for d, p in reservation.slots if not sent or (d, float(p)) not in sent]
-        self._queue(["r", reservation.key, reservation.ref, slots, at])
+        self._queue(["r", reservation.key, rid, slots, at])
 
     async def end(self, reservation: Reservation) -> None:
         """The attempt is over: free its shared slots."""
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
-        held = (reservation.key, reservation.ref)
+        held = (reservation.key, rid)
         if held in self._held:
             self._held.discard(held)
-            self._queue(["e", reservation.key, reservation.ref])
+            self._queue(["e", reservation.key, rid])
 
     async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
         """Charge a budget reservation what its attempt spent (None: all of it)."""

@@ -82,6 +82,9 @@ class BudgetAsk(Record):
     tokens: int
     accounts: tuple[tuple[str, int | None, int | None], ...]
     """(account name, max micro-dollars, max tokens) of every budget the call falls under."""
+    spent: tuple[tuple[int, int], ...] = ()
+    """(micro-dollars, tokens) this process's own ledger holds for each account, earlier runs
+    of a job included: what it reports if the store loses its history."""
 
 
 @attrs.frozen(repr=False)
