@@ -54,8 +54,11 @@ class FaultyServer:
         seed: int = 0,
         retry_after_ms: int | None = None,
         completion_tokens: int = 3,
+        delay: float = 0.0,
     ) -> None:
         self.fault_rate = fault_rate
+        self.delay = delay
+        """Seconds each request waits before its reply (a provider's time to first token)."""
         self.completion_tokens = completion_tokens
         """The output tokens each reply reports, at most the request's ``max_tokens`` (as a
         real provider bills), so a test can know what every call costs."""
@@ -67,6 +70,8 @@ class FaultyServer:
         self.faults: dict[str, int] = {}
         self.during_outage = 0
         """Chat requests received while ``down`` was set."""
+        self.arrivals: list[float] = []
+        """``time.monotonic()`` of every chat request's arrival, in order."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -91,6 +96,7 @@ class FaultyServer:
     def _choose(self) -> str:
         with self._lock:
             self.requests += 1
+            self.arrivals.append(time.monotonic())
             if self.down is not None:
                 self.during_outage += 1
                 choice = f"down_{self.down}"
@@ -114,6 +120,8 @@ class FaultyServer:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 choice = server._choose()
+                if server.delay:
+                    time.sleep(server.delay)
                 try:
                     self._answer(choice, body)
                 except OSError:

@@ -4,8 +4,10 @@
 When a call to it fails:
 
 * ``on_store_error="fail"``: the admission is refused with
-  :class:`~sluice._errors.StoreUnavailable` (the call is not sent; a batch writes an error line
-  that ``--resume`` redoes). Settlements stay queued and are sent once Redis answers.
+  :class:`~sluice._errors.StoreUnavailable` (the call is not sent). The RateLimiter keeps calls
+  in ``wait`` mode (a batch's) queued instead, asking again with a backoff until Redis answers
+  or their wait ends (then a batch writes an error line that ``--resume`` redoes). Settlements
+  stay queued and are sent once Redis answers.
 * ``on_store_error="local"``: the process admits against its own windows, each holding
   ``share`` of the configured limit (at least 1), until Redis answers again. It asks Redis again
   after a backoff (0.5 s doubling to 10 s). With N processes each holding a share ``s``, the
