@@ -23,13 +23,20 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   ``kill -9`` stops renewing its holds, so they lapse).
 * ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
+* ``{p}:run``: the store's run id (see :mod:`sluice._limits.store_epoch`). An admission that
+  names another id is not made: the reply is ``epoch`` with the store's id. It keeps no TTL:
+  a run id that expired could not be told from a store that lost its data.
+* ``{p}:hk``: the quota keys whose slot sets may hold slots, for the ``sweep`` operation, which
+  every process runs on a timer: it drops lapsed slots and charges lapsed budget holds without
+  waiting for an admission to look, and answers when the next hold lapses.
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
 the last entry was added (long after it left the window; a re-dating that would outlast that
 renews them), the learned limits when the
 last of them lapses, the slot sets a lapse after their last renewal, the cooldown when it ends,
 and ``:m`` no earlier than anything holding its ids. So an idle key vanishes whole, and a key
-missing any part reads as empty. Budget accounts are spending records and keep no TTL.
+missing any part reads as empty. Budget accounts are spending records and keep no TTL, nor
+does the run id (one key per prefix); ``:hk`` lasts a lapse past the last hold renewed.
 
 Keys written by older versions of this script read safely: a window's ``l`` field and
 ``:m``'s ``lw`` list (limits kept in Redis, learned limits never lapsing) are ignored, a window
@@ -283,16 +290,83 @@ for _, op in ipairs(req.ops or {}) do
       for _, which in ipairs({'p', 's'}) do
         local k = qbase(held[1]) .. ':' .. which
         redis.call('ZADD', k, 'XX', lapse, held[2])
-        if redis.call('ZSCORE', k, held[2]) then hold(held[1], which, op[2]) end
+        if redis.call('ZSCORE', k, held[2]) then
+          hold(held[1], which, op[2])
+          extend(P .. ':hk', math.ceil(op[2] * 1000) + 1000)
+        end
       end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
   end
 end
 
+-- The store's run id: set by the first request that finds none (the store is new, or came
+-- back empty). Admissions and flushes propose a fresh one in ``fresh``.
+local run = nil
+if req.fresh then
+  run = redis.call('GET', P .. ':run')
+  if not run then
+    run = req.fresh
+    redis.call('SET', P .. ':run', run)
+  end
+end
+
 local what = req.op
 if what == 'flush' then
+  return {'ok', fmt(now), run or ''}
+end
+
+-- A process tells a store that lost its history what it admitted itself in the last window:
+-- {windows = {{key, dim, per, {{age, amount}, ...}}, ...}}, each window's entries oldest first.
+-- They go to the head of the window's order (older than anything admitted since the loss;
+-- entries of two processes interleaved there only leave later, an overcount).
+if what == 'seed' then
+  for _, s in ipairs(req.windows) do
+    local q, period = s[1], tonumber(s[3])
+    local w = wkey(q, s[2], s[3])
+    local added = false
+    for i = #s[4], 1, -1 do
+      local e = s[4][i]
+      local at = now - e[1]
+      if at > now - period and e[2] > 0 then
+        local id = 'y' .. redis.call('HINCRBY', qbase(q) .. ':m', 'seq', 1)
+        redis.call('LPUSH', w .. ':o', id)
+        redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, e[2])
+        redis.call('ZADD', w .. ':t', fmt(at), id)
+        redis.call('HINCRBY', w, 'u', e[2])
+        added = true
+      end
+    end
+    if added then extend(qbase(q) .. ':m', touch(w, period)) end
+  end
   return {'ok', fmt(now)}
+end
+
+-- Lapsed holds of every key and budget go now; the reply says when the next one lapses
+-- (-1: none is held).
+if what == 'sweep' then
+  local hk = P .. ':hk'
+  local first = -1
+  local function seen(k)
+    local head = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    local at = tonumber(head[2])
+    if at and (first < 0 or at < first) then first = at end
+    return at ~= nil
+  end
+  for _, q in ipairs(redis.call('SMEMBERS', hk)) do
+    local held = false
+    for _, which in ipairs({'p', 's'}) do
+      local k = qbase(q) .. ':' .. which
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+      if seen(k) then held = true end
+    end
+    if not held then redis.call('SREM', hk, q) end
+  end
+  for _, hid in ipairs(redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)) do
+    settle_budget(hid, -1, -1)
+  end
+  seen(P .. ':bh')
+  return {'ok', fmt(now), fmt(first)}
 end
 
 local q = req.q
@@ -356,7 +430,10 @@ if what == 'learn' then
   return {'ok', fmt(now)}
 end
 
--- what == 'reserve'
+-- what == 'reserve': not made for a process that knew another run id (its history is lost).
+if run ~= req.run then
+  return {'epoch', fmt(now), run}
+end
 local cd = tonumber(redis.call('GET', cdkey) or '-1e308') or -1e308
 if cd > now then
   return {'wait', fmt(now), fmt(cd - now), 'cooldown', fmt(cd)}
@@ -439,7 +516,9 @@ for i, which in ipairs({'p', 's'}) do
   if caps[i] >= 0 then
     redis.call('ZADD', base .. ':' .. which, now + req.lapse, id)
     hold(q, which, req.lapse)
+    redis.call('SADD', P .. ':hk', q)
+    extend(P .. ':hk', math.ceil(req.lapse * 1000) + 1000)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ',')}
+return {'ok', fmt(now), id, table.concat(slots, ','), run}
 """

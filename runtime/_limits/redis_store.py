@@ -14,8 +14,9 @@ sent, in one run for all of them (they are idempotent, so a run that fails is si
 Slots and budget reservations are held with a lapse time (``lapse`` seconds ahead, renewed by
 the background task every third of it while the attempt lives): a process killed with
 ``kill -9`` stops renewing, and what it held is freed (slots) or charged in full (budgets, since
-its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
-their window by themselves.
+its calls may have spent it) when the lapse passes: the background task of every process sweeps
+the store when the next hold lapses, so nothing waits for an admission to look. Window entries
+need no lapse: they leave their window by themselves.
 
 Open with :func:`open_redis_store`. ``coredis`` is imported only here (it takes ~0.4 s).
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 import trio
@@ -41,9 +42,10 @@ from .store import (
     TooLarge,
     WindowSpec,
 )
+from .store_epoch import RUN_CHECK, HistoryLost, history_lost, new_run_id
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from .._ledger.redis import RedisLedgerStore
     from .cost import Cost
@@ -54,6 +56,11 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
+SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int]]]"
+"""(quota key, dimension, period, [(admitted at, amount), ...] oldest first)."""
+_SWEEP_LATE = 0.05
+"""Seconds a sweep comes after the lapse it waits for: the store's clock may run a little
+behind this process's, and a hold lapsing at the very instant is not yet lapsed."""
 
 
 def _period(value: float) -> str:
@@ -110,6 +117,16 @@ class RedisQuotaStore:
         self._lock = trio.Lock()
         self.round_trips = 0
         """Script runs so far (admissions, cooldowns, learning and flushes)."""
+        self.run_id: str | None = None
+        """The store's run id as this process last saw it (None: not asked yet)."""
+        self.lost_at: float | None = None
+        """When this process last found the store without its history (None: never)."""
+        self.history: Callable[[float], Sequence[SeedWindow]] | None = None
+        """This process's own admissions still in their windows at a time: told to the store
+        when it has lost its history (None: nothing to tell)."""
+        self._seed_due = False
+        self._fresh = new_run_id()
+        """The run id this process proposes if the store has none (never the known one)."""
 
     # -- the round trip ------------------------------------------------------------------
 
@@ -178,24 +195,47 @@ class RedisQuotaStore:
         if self._ops:
             await self._run({"op": "flush"}, now)
 
+    async def sweep(self, now: float = 0.0) -> float | None:
+        """Drop every lapsed slot and charge every lapsed budget hold in the store (any
+        process's: one killed with ``kill -9`` never ends its own), sending the queued work
+        with it. Returns the seconds until the next hold lapses (None: none is held)."""
+        reply = await self._run({"op": "sweep"}, now)
+        server_now, first = float(reply[1]), float(reply[2])
+        return None if first < 0 else max(0.0, first - server_now)
+
     async def maintain(self, flush_interval: float = 0.02) -> None:
-        """Flush queued work and renew held slots and budget holds, until cancelled.
+        """Flush queued work, renew held slots and budget holds, and sweep lapsed holds of
+        every process (at the moment the next one lapses, and at least every third of a
+        lapse), until cancelled. So a killed process's holds go on time without any admission
+        having to look.
 
         Errors are logged, not raised: the queued work stays queued and is sent again.
         """
         renew_at = trio.current_time() + self.lapse / 3
+        sweep_at = trio.current_time()
+        check_at = trio.current_time() + RUN_CHECK
         while True:
-            with trio.move_on_at(renew_at):
+            with trio.move_on_at(min(renew_at, sweep_at, check_at)):
                 await self._dirty.wait()
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
-                if trio.current_time() >= renew_at:
-                    renew_at = trio.current_time() + self.lapse / 3
+                now = trio.current_time()
+                if now >= renew_at:
+                    renew_at = now + self.lapse / 3
                     if self._held or self._holds:
                         held = [[key, ref] for key, ref in self._held]
                         self._queue(["h", self.lapse, held, list(self._holds)])
-                await self.flush(trio.current_time())
+                if now >= check_at:
+                    check_at = now + RUN_CHECK
+                    await self.check_run(now)
+                if now >= sweep_at:
+                    sweep_at = now + self.lapse / 3  # a failed sweep is tried again then
+                    lapses_in = await self.sweep(now)
+                    if lapses_in is not None:
+                        sweep_at = min(sweep_at, now + lapses_in + _SWEEP_LATE)
+                else:
+                    await self.flush(now)
             except StoreUnavailable as exc:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
@@ -234,7 +274,7 @@ class RedisQuotaStore:
                     for a, m, t in budget.accounts
                 ],
             ]
-        reply = await self._run(request, now)
+        reply = await self._admit(request, now)
         kind = reply[0]
         if kind == "ok":
             ref = str(reply[2])
@@ -260,6 +300,67 @@ class RedisQuotaStore:
         if kind == "budget":
             return BudgetRefused(str(reply[2]), reply[3], int(reply[4]))
         raise AssertionError(f"unexpected reply from the quota script: {reply!r}")
+
+    async def _admit(self, request: dict[str, Any], now: float) -> list[Any]:
+        """Run an admission under the run id this process knows.
+
+        Raises:
+            HistoryLost: the store's run id changed since this process last saw it (nothing
+                was admitted; the next admission runs under the new id).
+        """
+        if self._seed_due:
+            await self._seed(now)
+        request["fresh"] = self._fresh
+        request["run"] = self.run_id or self._fresh
+        reply = await self._run(request, now)
+        if reply[0] == "ok" and len(reply) > 4:
+            self.run_id = str(reply[4])  # (a script of an older version sends none)
+        if self.run_id == self._fresh:
+            self._fresh = new_run_id()  # the next proposal must differ from the known id
+        if reply[0] != "epoch":
+            return reply
+        seen = str(reply[2])
+        if history_lost(self.run_id, seen):
+            await self._history_lost(seen, now)
+            raise HistoryLost(seen)
+        self.run_id = seen
+        return await self._admit(request, now)  # the first answer only taught it the id
+
+    async def check_run(self, now: float = 0.0) -> None:
+        """Look at the store's run id (sending the queued work with it); on a loss, tell the
+        store this process's part of its history (see :meth:`_history_lost`)."""
+        reply = await self._run({"op": "flush", "fresh": self._fresh}, now)
+        seen = str(reply[2])
+        if seen == self._fresh:
+            self._fresh = new_run_id()
+        if history_lost(self.run_id, seen):
+            await self._history_lost(seen, now)
+        else:
+            self.run_id = seen
+            if self._seed_due:
+                await self._seed(now)
+
+    async def _history_lost(self, seen: str, now: float) -> None:
+        """The store lost its history: adopt its new run id, note when, and tell it what this
+        process admitted in the last window (again on the next round trip if this fails)."""
+        self.run_id = seen
+        self.lost_at = now
+        self._seed_due = True
+        log.warning(
+            "quota store came back without its history (its run id changed): telling it this"
+            " process's admissions of the last window; admissions at a local share for a window"
+        )
+        await self._seed(now)
+
+    async def _seed(self, now: float) -> None:
+        history = self.history(now) if self.history is not None else ()
+        if history:
+            windows = [
+                [key, dimension, _period(period), [[now - at, amount] for at, amount in counted]]
+                for key, dimension, period, counted in history
+            ]
+            await self._run({"op": "seed", "windows": windows}, now)
+        self._seed_due = False
 
     def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
         self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)
