@@ -61,9 +61,15 @@ def test_a_default_batch_in_fail_mode_waits_out_a_redis_outage(tmp_path: Path, r
     lines = whole_lines(out)
     assert sorted(x["custom_id"] for x in lines) == sorted(f"r{i}" for i in range(n))
     assert [x["error"] for x in lines if x["error"] is not None] == []
+    errors = sum(1 for x in lines if x["error"] is not None)
+    print(f"{len(lines)} lines for {n}, {errors} error lines; {during} sent during the outage")
     assert server.requests == n  # each line sent once
     assert during <= 256  # only what was admitted before the outage went out during it
     assert stopped < n  # the outage really came mid-run
+
+
+def _lines_in(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
 def _wait_for(
@@ -170,7 +176,14 @@ def test_a_redis_restart_that_loses_its_data_lets_no_window_pass_the_limit(
                 subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             )
         try:
-            _wait_for(lambda: server.requests >= 2 * LIMIT, runs[0])
+            outputs = [tmp_path / f"p{i}" / "out.jsonl" for i in range(processes)]
+            _wait_for(
+                lambda: (
+                    server.requests >= 2 * LIMIT
+                    and all(_lines_in(out) >= 2 for out in outputs)  # every one under way
+                ),
+                runs[0],
+            )
             redis_server.stop()
             restarted_after = server.requests
             redis_server.start()  # empty: no persistence

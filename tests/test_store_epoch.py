@@ -158,3 +158,34 @@ async def test_a_process_that_admits_nothing_finds_the_loss_and_tells_its_part(r
     # b: 1 at 60 s (its share), 4 at 70 s (its own 4 left); from 80 s Redis alone: 5 more.
     assert run.admitted["b"] == [10.0] * 4 + [60.0] * 1 + [70.0] * 4 + [80.0] * 5
     assert run.busiest_window() == 10
+
+
+async def test_an_attempt_under_way_at_the_loss_keeps_its_reservation_in_the_new_store(
+    redis_url,
+):
+    """1 request per 10 s. a's call is admitted at 0 s and still waits for its first chunk when
+    Redis loses everything at 1 s; a tells Redis of it under its reservation id, so its first
+    chunk at 5 s re-dates the copy: b is admitted at 15 s, 10 s after the provider saw the
+    request, not at 10 s. The new store's ids move past it."""
+    specs = (WindowSpec("requests", 1, 10.0),)
+    async with coredis.Redis.from_url(redis_url, decode_responses=True) as client:
+        run = Processes(client, "ab", 1.0)
+        a, b = run.stores["a"], run.stores["b"]
+        under_way = await a.reserve("k", specs, ONE, 0.0)
+        assert isinstance(under_way, Reservation)
+        assert isinstance(await b.reserve("k", specs, ONE, 0.5), float)  # b learns the run id
+        await run.lose_everything()
+        await a.primary.check_run(1.0)
+        await a.redate(under_way, 5.0)
+        await a.primary.flush(5.0)
+        admitted = None
+        for tenth in range(10, 200):
+            got = await b.reserve("k", specs, ONE, tenth / 10)
+            if isinstance(got, Reservation):
+                admitted = tenth / 10, got.ref
+                break
+        await a.settle(under_way, ONE)
+        await a.end(under_way)
+    assert admitted is not None
+    assert admitted[0] == 15.0
+    assert int(admitted[1]) > int(under_way.ref)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from .._ledger.redis import RedisLedgerStore
     from .headers import Learned
-    from .redis_store import RedisQuotaStore
+    from .redis_store import RedisQuotaStore, SeedWindow
 
 __all__ = ["FallbackQuotaStore"]
 
@@ -87,7 +87,7 @@ class FallbackQuotaStore:
         share is taken from these windows."""
         self._mirrored: dict[tuple[str, str], Reservation] = {}
         """(key, Redis reservation id) to the same admission in ``local``, until it ends."""
-        primary.history = self.local.history  # told to Redis when it loses its own
+        primary.history = self._history  # told to Redis when it loses its own
         self.switches = 0
         """Times admission moved to the local share or back."""
         self._retry_at: float | None = None
@@ -211,6 +211,17 @@ class FallbackQuotaStore:
         else:
             await self.local.settle(mine, _NOTHING)
         return got
+
+    def _history(self, now: float) -> list[SeedWindow]:
+        """This process's admissions still in their windows, each of an attempt not yet ended
+        with its Redis reservation id (so its later re-dating and settlement reach the copy)."""
+        refs = {
+            id(entry): ref for (_, ref), mine in self._mirrored.items() for _, entry in mine.entries
+        }
+        return [
+            (key, dimension, period, [(e.at, e.amount, refs.get(id(e), "")) for e in entries])
+            for key, dimension, period, entries in self.local.history(now)
+        ]
 
     @property
     def lost_at(self) -> float | None:

@@ -317,19 +317,27 @@ if what == 'flush' then
 end
 
 -- A process tells a store that lost its history what it admitted itself in the last window:
--- {windows = {{key, dim, per, {{age, amount}, ...}}, ...}}, each window's entries oldest first.
--- They go to the head of the window's order (older than anything admitted since the loss;
--- entries of two processes interleaved there only leave later, an overcount).
+-- {windows = {{key, dim, per, {{age, amount, id}, ...}}, ...}}, each window's entries oldest
+-- first. They go to the head of the window's order (older than anything admitted since the
+-- loss; entries of two processes interleaved there only leave later, an overcount). An entry
+-- of an attempt under way keeps its reservation id (so its re-dating and settlement apply),
+-- and the key's id counter moves past it; the others get ids of their own.
 if what == 'seed' then
   for _, s in ipairs(req.windows) do
     local q, period = s[1], tonumber(s[3])
     local w = wkey(q, s[2], s[3])
-    local added = false
+    local m = qbase(q) .. ':m'
+    local added, top = false, 0
     for i = #s[4], 1, -1 do
       local e = s[4][i]
       local at = now - e[1]
       if at > now - period and e[2] > 0 then
-        local id = 'y' .. redis.call('HINCRBY', qbase(q) .. ':m', 'seq', 1)
+        local id = e[3]
+        if id == '' then
+          id = 'y' .. redis.call('HINCRBY', m, 'seq', 1)
+        elseif (tonumber(id) or 0) > top then
+          top = tonumber(id)
+        end
         redis.call('LPUSH', w .. ':o', id)
         redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, e[2])
         redis.call('ZADD', w .. ':t', fmt(at), id)
@@ -337,7 +345,10 @@ if what == 'seed' then
         added = true
       end
     end
-    if added then extend(qbase(q) .. ':m', touch(w, period)) end
+    if top > (tonumber(redis.call('HGET', m, 'seq')) or 0) then
+      redis.call('HSET', m, 'seq', top)
+    end
+    if added then extend(m, touch(w, period)) end
   end
   return {'ok', fmt(now)}
 end

@@ -56,8 +56,10 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
-SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int]]]"
-"""(quota key, dimension, period, [(admitted at, amount), ...] oldest first)."""
+SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int, str]]]"
+"""(quota key, dimension, period, [(admitted at, amount, reservation id or ""), ...] oldest
+first): a reservation id for an attempt still under way, whose re-dating and settlement then
+reach the copy."""
 _SWEEP_LATE = 0.05
 """Seconds a sweep comes after the lapse it waits for: the store's clock may run a little
 behind this process's, and a hold lapsing at the very instant is not yet lapsed."""
@@ -356,7 +358,7 @@ class RedisQuotaStore:
         history = self.history(now) if self.history is not None else ()
         if history:
             windows = [
-                [key, dimension, _period(period), [[now - at, amount] for at, amount in counted]]
+                [key, dimension, _period(period), [[now - at, n, ref] for at, n, ref in counted]]
                 for key, dimension, period, counted in history
             ]
             await self._run({"op": "seed", "windows": windows}, now)

@@ -337,8 +337,8 @@ class MemoryQuotaStore:
         self._cooldowns.pop(key, None)
         return True
 
-    def history(self, now: float) -> list[tuple[str, Dimension, float, list[tuple[float, int]]]]:
-        """``(key, dimension, period, [(at, amount), ...])`` of every window that still counts
+    def history(self, now: float) -> list[tuple[str, Dimension, float, list[WindowEntry]]]:
+        """``(key, dimension, period, entries oldest first)`` of every window that still counts
         admissions at ``now``: what a shared store that lost its history is told again."""
         out = []
         for key, windows in self._windows.items():
