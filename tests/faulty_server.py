@@ -72,6 +72,8 @@ class FaultyServer:
         """Chat requests received while ``down`` was set."""
         self.prompts: dict[str, int] = {}
         """Chat requests received per last message (tests tell their clients apart by it)."""
+        self.arrivals: list[float] = []
+        """``time.monotonic()`` of every chat request's arrival, in order."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -96,6 +98,7 @@ class FaultyServer:
     def _choose(self) -> str:
         with self._lock:
             self.requests += 1
+            self.arrivals.append(time.monotonic())
             if self.down is not None:
                 self.during_outage += 1
                 choice = f"down_{self.down}"

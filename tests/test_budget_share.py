@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sluice._limits.budget_share import BudgetShares
 from sluice._limits.store import BudgetAsk
-from sluice._limits.store_epoch import store_epoch_changed
+from sluice._limits.store_epoch import history_lost
 
 MAX = 10_000
 GLOBAL = (("global", MAX, None),)
@@ -123,9 +123,9 @@ def test_n_processes_with_shares_summing_to_one_never_pass_what_was_left(left, a
 
 
 def test_a_first_contact_is_no_lost_history():
-    assert not store_epoch_changed("", "abc")
-    assert not store_epoch_changed("abc", "abc")
-    assert store_epoch_changed("abc", "def")
+    assert not history_lost("", "abc")
+    assert not history_lost("abc", "abc")
+    assert history_lost("abc", "def")
 
 
 def test_own_spend_includes_what_the_process_ledger_held_from_before():

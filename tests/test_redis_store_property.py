@@ -202,7 +202,8 @@ async def replay(
 def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Awaitable[list[str]]]:
     """What Redis lives through between two virtual times: each key of ``prefix`` loses that
     much of its TTL, and goes when nothing is left. Returns the keys without a TTL, except a
-    window hash of the previous version that holds nothing but its limit (``l``)."""
+    window hash of the previous version that holds nothing but its limit (``l``) and the
+    store's run id (``{prefix}:run``, kept for good: see ``sluice._limits.store_epoch``)."""
     script = client.register_script(
         """
         local forever = {}
@@ -211,7 +212,8 @@ def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Await
           if left == -1 then
             local leftover = redis.call('TYPE', k)['ok'] == 'hash'
               and redis.call('HLEN', k) == 1 and redis.call('HEXISTS', k, 'l') == 1
-            if not leftover then forever[#forever + 1] = k end
+            local run = string.sub(k, -4) == ':run'
+            if not leftover and not run then forever[#forever + 1] = k end
           elseif left <= tonumber(ARGV[2]) then
             redis.call('DEL', k)
           else

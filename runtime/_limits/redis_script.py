@@ -35,14 +35,20 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
   ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day);
   ``{p}:bx:<hold>``: a hold settled before it was taken, never to be taken (kept an hour).
-* ``{p}:run``: the store's run id (:mod:`sluice._limits.store_epoch`).
+* ``{p}:run``: the store's run id (see :mod:`sluice._limits.store_epoch`). A request that
+  names another id is not served: the reply is ``epoch`` with the store's id. It keeps no
+  TTL: a run id that expired could not be told from a store that lost its data.
+* ``{p}:hk``: the quota keys whose slot sets may hold slots, for the ``sweep`` operation, which
+  every process runs on a timer: it drops lapsed slots and charges lapsed budget holds without
+  waiting for an admission to look, and answers when the next hold lapses.
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
 the last entry was added (long after it left the window; a re-dating that would outlast that
 renews them), the learned limits when the
 last of them lapses, the slot sets a lapse after their last renewal, the cooldown when it ends,
 and ``:m`` no earlier than anything holding its ids. So an idle key vanishes whole, and a key
-missing any part reads as empty. Budget accounts are spending records and keep no TTL.
+missing any part reads as empty. Budget accounts are spending records and keep no TTL, nor
+does the run id (one key per prefix); ``:hk`` lasts a lapse past the last hold renewed.
 
 Keys written by older versions of this script read safely: a window's ``l`` field and
 ``:m``'s ``lw`` list (limits kept in Redis, learned limits never lapsing) are ignored, a window
@@ -358,7 +364,10 @@ for _, op in ipairs(req.ops or {}) do
       for _, which in ipairs({'p', 's'}) do
         local k = qbase(held[1]) .. ':' .. which
         redis.call('ZADD', k, 'XX', lapse, held[2])
-        if redis.call('ZSCORE', k, held[2]) then hold(held[1], which, op[2]) end
+        if redis.call('ZSCORE', k, held[2]) then
+          hold(held[1], which, op[2])
+          extend(P .. ':hk', math.ceil(op[2] * 1000) + 1000)
+        end
       end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
@@ -389,6 +398,43 @@ if what == 'flush' then
   return {'ok', fmt(now)}
 end
 
+-- A process tells a store that lost its history what it admitted itself in the last window:
+-- {windows = {{key, dim, per, {{age, amount, id}, ...}}, ...}}, each window's entries oldest
+-- first. They go to the head of the window's order (older than anything admitted since the
+-- loss; entries of two processes interleaved there only leave later, an overcount). An entry
+-- of an attempt under way keeps its reservation id (so its re-dating and settlement apply),
+-- and the key's id counter moves past it; the others get ids of their own.
+if what == 'seed' then
+  for _, s in ipairs(req.windows) do
+    local q, period = s[1], tonumber(s[3])
+    local w = wkey(q, s[2], s[3])
+    local m = qbase(q) .. ':m'
+    local added, top = false, 0
+    for i = #s[4], 1, -1 do
+      local e = s[4][i]
+      local at = now - e[1]
+      if at > now - period and e[2] > 0 then
+        local id = e[3]
+        if id == '' then
+          id = 'y' .. redis.call('HINCRBY', m, 'seq', 1)
+        elseif (tonumber(id) or 0) > top then
+          top = tonumber(id)
+        end
+        redis.call('LPUSH', w .. ':o', id)
+        redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, e[2])
+        redis.call('ZADD', w .. ':t', fmt(at), id)
+        redis.call('HINCRBY', w, 'u', e[2])
+        added = true
+      end
+    end
+    if top > (tonumber(redis.call('HGET', m, 'seq')) or 0) then
+      redis.call('HSET', m, 'seq', top)
+    end
+    if added then extend(m, touch(w, period)) end
+  end
+  return {'ok', fmt(now)}
+end
+
 if what == 'cooling' then
   -- Every key cooling down, then every name to avoid, with their ends:
   -- {'ok', now, n, key, until, ... (n pairs), name, until, ...}.
@@ -414,6 +460,33 @@ if what == 'peek' then
     out[#out + 1] = usage_of(ws)
   end
   return out
+end
+
+-- Lapsed holds of every key and budget go now; the reply says when the next one lapses
+-- (-1: none is held).
+if what == 'sweep' then
+  local hk = P .. ':hk'
+  local first = -1
+  local function seen(k)
+    local head = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    local at = tonumber(head[2])
+    if at and (first < 0 or at < first) then first = at end
+    return at ~= nil
+  end
+  for _, q in ipairs(redis.call('SMEMBERS', hk)) do
+    local held = false
+    for _, which in ipairs({'p', 's'}) do
+      local k = qbase(q) .. ':' .. which
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+      if seen(k) then held = true end
+    end
+    if not held then redis.call('SREM', hk, q) end
+  end
+  for _, hid in ipairs(redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)) do
+    settle_budget(hid, -1, -1)
+  end
+  seen(P .. ':bh')
+  return {'ok', fmt(now), fmt(first)}
 end
 
 local q = req.q
@@ -576,6 +649,8 @@ for i, which in ipairs({'p', 's'}) do
   if caps[i] >= 0 then
     redis.call('ZADD', base .. ':' .. which, now + req.lapse, id)
     hold(q, which, req.lapse)
+    redis.call('SADD', P .. ':hk', q)
+    extend(P .. ':hk', math.ceil(req.lapse * 1000) + 1000)
   end
 end
 return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ','),

@@ -14,8 +14,9 @@ sent, in one run for all of them (they are idempotent, so a run that fails is si
 Slots and budget reservations are held with a lapse time (``lapse`` seconds ahead, renewed by
 the background task every third of it while the attempt lives): a process killed with
 ``kill -9`` stops renewing, and what it held is freed (slots) or charged in full (budgets, since
-its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
-their window by themselves.
+its calls may have spent it) when the lapse passes: the background task of every process sweeps
+the store when the next hold lapses, so nothing waits for an admission to look. Window entries
+need no lapse: they leave their window by themselves.
 
 Cooldowns other processes set are known here without a round trip per call (:meth:`cooling`,
 which model groups' routing asks for every call): from every admission the script answered
@@ -39,15 +40,17 @@ rebuilt what it must (:class:`~sluice._limits.fallback.FallbackQuotaStore` rebui
 budgets). Work queued for the lost store is dropped, and reservations made there are settled
 no more: their ids mean other entries now.
 
-Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and most runs never use Redis.
+Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow,
+and most runs never use Redis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 import trio
@@ -65,11 +68,11 @@ from .store import (
     WindowSpec,
     sent_slots,
 )
-from .store_epoch import new_run_id, store_epoch_changed
+from .store_epoch import RUN_CHECK, HistoryLost, new_run_id
 from .view import WindowViews
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from .._ledger.redis import RedisLedgerStore
     from .cost import Cost
@@ -80,6 +83,13 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
+SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int, str]]]"
+"""(quota key, dimension, period, [(admitted at, amount, reservation id or ""), ...] oldest
+first): a reservation id for an attempt still under way, whose re-dating and settlement then
+reach the copy."""
+_SWEEP_LATE = 0.05
+"""Seconds a sweep comes after the lapse it waits for: the store's clock may run a little
+behind this process's, and a hold lapsing at the very instant is not yet lapsed."""
 
 _REFRESH_MOST = 64
 """Keys one refresh reads at most (the oldest views first): a bounded run on the server."""
@@ -142,10 +152,20 @@ class RedisQuotaStore:
         self._lock = trio.Lock()
         self.round_trips = 0
         """Script runs so far (admissions, cooldowns, learning and flushes)."""
-        self.run = ""
+        self.run_id = ""
         """The store's run id as this process knows it ("" before the first script run)."""
         self.generation = 0
-        """Times the store was found to have lost its history."""
+        """Times the store was found to have lost its history (a reservation's ``ref`` is
+        ``"<generation>.<id>"``: one made before a loss means nothing to the store since)."""
+        self.lost_at: float | None = None
+        """When this process last found the store's run id changed (None: never)."""
+        self.history: Callable[[float], Sequence[SeedWindow]] | None = None
+        """This process's own admissions still in their windows at a time: told to the store
+        when it has lost its history (None: nothing to tell)."""
+        self._seed_due = False
+        self._carried: set[str] = set()
+        """Refs of an earlier generation whose entries were told to the store again under
+        their own ids: their re-dating and settlement still apply."""
         self.balances: dict[str, tuple[int, int, int, int]] = {}
         """Per budget account, (spent micros, spent tokens, reserved micros, reserved tokens)
         as the store last reported them (kept across lost history: the last known truth)."""
@@ -197,7 +217,7 @@ class RedisQuotaStore:
 
         request["ops"] = ops
         request["now"] = now if self._caller_clock else -1.0
-        request["run"] = self.run
+        request["run"] = self.run_id
         request["fresh"] = new_run_id()  # never reused: a restarted store gets a new id
         try:
             with trio.fail_after(self.timeout):
@@ -212,33 +232,42 @@ class RedisQuotaStore:
             raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
         self.round_trips += 1
         reply = list(reply)
-        if reply[0] == "epoch":
-            seen = str(reply[2])
-            if store_epoch_changed(self.run, seen) or len(reply) > 3:
-                self._lost(seen, str(reply[3]) if len(reply) > 3 else "")
-                raise StoreUnavailable(
-                    "the quota store lost its history (restarted without its data)"
-                )
+        if reply[0] == "epoch":  # only ever to a request that named a run id
+            seen, account = str(reply[2]), str(reply[3]) if len(reply) > 3 else ""
+            self._lost(seen, account, now)
+            raise HistoryLost(seen, account)
         if not request["run"] and str(reply[-1]).startswith("run:"):
-            self.run = str(reply.pop())[4:]  # the first run: nothing was known, nothing is lost
+            self.run_id = str(reply.pop())[4:]  # the first run: nothing known, nothing lost
         return reply
 
-    def _lost(self, run: str, account: str) -> None:
-        """The store lost what this process relied on: forget what was meant for it."""
+    def _lost(self, run: str, account: str, now: float) -> None:
+        """The store lost what this process relied on: forget what was meant for it. A new run
+        id (not only budget accounts gone) also means its windows are empty: this process's
+        own admissions of the last window are told to it again (see :meth:`_seed`)."""
         self.generation += 1
-        self.run = run
+        self.run_id = run
         self._ops = []
         self._held.clear()
         self._holds.clear()
+        self._carried.clear()
+        if account:
+            log.warning("quota store: budget account %r is gone; what it held is unknown", account)
+            return
+        self.lost_at = now
+        self._seed_due = True
+        self._dirty.set()  # the background task tells it if no admission does first
         log.warning(
-            "quota store: %s; what it held is unknown",
-            f"budget account {account!r} is gone" if account else "its run id changed",
+            "quota store came back without its history (its run id changed): telling it this"
+            " process's admissions of the last window; admissions at a local share for a window"
         )
 
     def _live(self, ref: str) -> str | None:
-        """The store's id of a reservation made since the last lost history, else None."""
+        """The store's id of a reservation made since the last lost history, or told to the
+        store again under its own id since; else None (its id means nothing there now)."""
         generation, _, rid = ref.partition(".")
-        return rid if generation == str(self.generation) else None
+        if generation == str(self.generation) or ref in self._carried:
+            return rid
+        return None
 
     def queue_booking(self, booking: str, amounts: Sequence[tuple[str, int, int]]) -> None:
         """Add (account, micros, tokens) to the accounts' spent with the next run, exactly
@@ -288,21 +317,37 @@ class RedisQuotaStore:
         for (key, _), usage in zip(due, reply[2:], strict=True):
             self.views.note(key, str(usage), now)
 
+    async def sweep(self, now: float = 0.0) -> float | None:
+        """Drop every lapsed slot and charge every lapsed budget hold in the store (any
+        process's: one killed with ``kill -9`` never ends its own), sending the queued work
+        with it. Returns the seconds until the next hold lapses (None: none is held)."""
+        reply = await self._run({"op": "sweep"}, now)
+        server_now, first = float(reply[1]), float(reply[2])
+        return None if first < 0 else max(0.0, first - server_now)
+
     async def maintain(self, flush_interval: float = 0.02) -> None:
-        """Flush queued work, renew held slots and budget holds and refresh the views of
-        the windows (every ``refresh`` seconds), until cancelled.
+        """Flush queued work, renew held slots and budget holds, sweep lapsed holds of every
+        process (at the moment the next one lapses, and at least every third of a lapse), look
+        at the store's run id (every :data:`~sluice._limits.store_epoch.RUN_CHECK` seconds)
+        and refresh the views of the windows (every ``refresh`` seconds), until cancelled. So
+        a killed process's holds go on time without any admission having to look, and a
+        process that admits nothing finds a loss of history too.
 
         Errors are logged, not raised: the queued work stays queued and is sent again.
         """
         renew_at = trio.current_time() + self.lapse / 3
         refresh_at = trio.current_time() + self.refresh
+        sweep_at = trio.current_time()
+        check_at = trio.current_time() + RUN_CHECK
         while True:
-            with trio.move_on_at(min(renew_at, refresh_at)):
+            with trio.move_on_at(min(renew_at, refresh_at, sweep_at, check_at)):
                 await self._dirty.wait()
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
                 now = trio.current_time()
+                if self._seed_due:
+                    await self._seed(now)
                 if self._view_wanted:
                     await self.read_cooldowns(now)
                     now = trio.current_time()
@@ -311,11 +356,21 @@ class RedisQuotaStore:
                     if self._held or self._holds:
                         held = [[key, ref] for key, ref in self._held]
                         self._queue(["h", self.lapse, held, list(self._holds)])
+                if now >= check_at:
+                    check_at = now + RUN_CHECK
+                    await self.check_run(now)
+                if now >= sweep_at:
+                    sweep_at = now + self.lapse / 3  # a failed sweep is tried again then
+                    lapses_in = await self.sweep(now)
+                    if lapses_in is not None:
+                        sweep_at = min(sweep_at, now + lapses_in + _SWEEP_LATE)
                 if now >= refresh_at:
                     refresh_at = now + self.refresh
                     await self.read_views(now)
                 else:
                     await self.flush(now)
+            except HistoryLost:
+                self._dirty.set()  # told its part of the history on the next turn
             except StoreUnavailable as exc:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
@@ -359,7 +414,7 @@ class RedisQuotaStore:
             ]
         generation = self.generation
         try:
-            reply = await self._run(request, now)
+            reply = await self._admit(request, now)
         except StoreUnavailable:
             if budget is not None and self.generation == generation:
                 # Redis may still run the request (a paused server reads it when it wakes):
@@ -399,6 +454,58 @@ class RedisQuotaStore:
         if kind == "budget":
             return BudgetRefused(str(reply[2]), reply[3], int(reply[4]))
         raise AssertionError(f"unexpected reply from the quota script: {reply!r}")
+
+    async def _admit(self, request: dict[str, Any], now: float) -> list[Any]:
+        """Run an admission, first telling a store found without its history this process's
+        part of it (if not done yet).
+
+        Raises:
+            HistoryLost: the store lost its history since this process last saw it (nothing
+                was admitted; the next admission runs under the new run id).
+        """
+        if self._seed_due:
+            await self._seed(now)
+        try:
+            return await self._run(request, now)
+        except HistoryLost:
+            if self._seed_due:  # told at once: the other processes' admissions count it
+                with contextlib.suppress(StoreUnavailable):
+                    await self._seed(now)
+            raise
+
+    async def check_run(self, now: float = 0.0) -> None:
+        """Look at the store's run id (sending the queued work with it); on a loss, tell the
+        store this process's part of its history (see :meth:`_seed`).
+
+        Raises:
+            StoreUnavailable: Redis did not answer (the telling is done on a later round trip).
+        """
+        try:
+            await self._run({"op": "flush"}, now)
+        except HistoryLost:
+            pass  # noted by _lost: told below
+        if self._seed_due:
+            await self._seed(now)
+
+    async def _seed(self, now: float) -> None:
+        """Tell a store that lost its history what this process admitted in the last window;
+        entries of attempts under way keep their reservation ids, so their re-dating and
+        settlement reach the copies."""
+        history = self.history(now) if self.history is not None else ()
+        carried = set()
+        if history:
+            windows = []
+            for key, dimension, period, counted in history:
+                entries = []
+                for at, n, ref in counted:
+                    rid = ref.partition(".")[2] if ref else ""
+                    if rid:
+                        carried.add(ref)
+                    entries.append([now - at, n, rid])
+                windows.append([key, dimension, _period(period), entries])
+            await self._run({"op": "seed", "windows": windows}, now)
+        self._carried |= carried
+        self._seed_due = False
 
     def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
         self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)

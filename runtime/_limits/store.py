@@ -372,6 +372,17 @@ class MemoryQuotaStore:
         self._cooldowns.pop(key, None)
         return True
 
+    def history(self, now: float) -> list[tuple[str, Dimension, float, list[WindowEntry]]]:
+        """``(key, dimension, period, entries oldest first)`` of every window that still counts
+        admissions at ``now``: what a shared store that lost its history is told again."""
+        out = []
+        for key, windows in self._windows.items():
+            for (dimension, period), window in windows.items():
+                counted = window.counted(now)
+                if counted:
+                    out.append((key, dimension, period, counted))
+        return out
+
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         windows = self._windows.get(key, {})
         out: dict[str, tuple[int, int]] = {}
