@@ -149,7 +149,10 @@ async def replay(
     retry_at = None
     while events:
         now, _, kind, data = heapq.heappop(events)
-        if passed is not None and now - last >= 60:
+        if passed is not None and now > last:
+            # Aged at every step of time, so a key written at ``last`` loses exactly what
+            # passed since; aged only after long steps, keys written since the previous
+            # ageing would lose the time before they were written too, and go early.
             await passed(last, now)
             last = now
         if kind == "arrive":
@@ -202,8 +205,9 @@ async def replay(
 def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Awaitable[list[str]]]:
     """What Redis lives through between two virtual times: each key of ``prefix`` loses that
     much of its TTL, and goes when nothing is left. Returns the keys without a TTL, except a
-    window hash of the previous version that holds nothing but its limit (``l``) and the
-    store's run id (``{prefix}:run``, kept for good: see ``sluice._limits.store_epoch``)."""
+    window hash of the previous version that holds nothing but its limit (``l``). The store's
+    run id (``{prefix}:run``) is one of them: it is kept for good (see
+    ``sluice._limits.store_epoch``)."""
     script = client.register_script(
         """
         local forever = {}
@@ -212,8 +216,7 @@ def ageing(client: coredis.Redis, prefix: str) -> Callable[[float, float], Await
           if left == -1 then
             local leftover = redis.call('TYPE', k)['ok'] == 'hash'
               and redis.call('HLEN', k) == 1 and redis.call('HEXISTS', k, 'l') == 1
-            local run = string.sub(k, -4) == ':run'
-            if not leftover and not run then forever[#forever + 1] = k end
+            if not leftover then forever[#forever + 1] = k end
           elseif left <= tonumber(ARGV[2]) then
             redis.call('DEL', k)
           else
