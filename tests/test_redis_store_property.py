@@ -294,7 +294,9 @@ async def test_keys_left_by_the_previous_script_read_safely(redis_url, workload,
             if store._script is not current and now >= upgrade_at:
                 store._script = current
                 upgraded_after = store.round_trips
-            elif 0 <= upgraded_after < store.round_trips:
+            elif 0 <= upgraded_after < store.round_trips and now - since >= 60:
+                # After an idle gap (within a burst a learning may run before the admission
+                # that takes the key's older keys over).
                 assert forever == ["{" + prefix + "}:run"]
 
         got = await replay(store, workload, passed)
