@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, assert_never
 import attrs
 import trio
 
+from sluice._backoff import store_retry_delay
 from sluice._config import RateLimitConfig
 from sluice._errors import (
     BudgetExceeded,
@@ -87,6 +88,10 @@ _NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
 """The hold of an attempt no budget applies to (settling it changes nothing)."""
 _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
+_STORE_GRACE = 0.5
+"""A waiter whose store wait ends within this of the next look at the store is refused now:
+the refusal (naming the store) must reach it before its own deadline ends the wait, on a busy
+machine too, where the look may come late."""
 KEYS_KEPT = 256
 """Quota keys kept before the limiter first looks for keys at rest to drop."""
 
@@ -109,6 +114,8 @@ class _Key(Record):
     exhausted_error: CallError | None = None
     wake: float = math.inf
     learn_after: float = -math.inf
+    store_down_since: float | None = None
+    """When the shared store stopped answering this key's admissions (None: it answers)."""
 
     def pending_limit(self) -> int | None:
         if self.adaptive is not None:
@@ -410,6 +417,7 @@ class _Limiter:
                 (self.budget.shared_name(a), a.budget.max_micros, a.budget.max_tokens)
                 for a in hold.accounts
             ),
+            tuple((a.spent_micros, a.spent_tokens) for a in hold.accounts),
         )
 
     def _release_budget(self, hold: BudgetHold) -> None:
@@ -480,11 +488,15 @@ class _Limiter:
                     )
                 else:
                     reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
-            except (StoreUnavailable, InternalError) as exc:
+            except StoreUnavailable as exc:
+                self._release_budget(hold)
+                return self._store_down(key, exc, now)
+            except InternalError as exc:
                 self._release_budget(hold)
                 waiters.pop(waiter)
                 _refuse(waiter, exc)
                 continue
+            key.store_down_since = None
             if not isinstance(reserved, Reservation):
                 self._release_budget(hold)
             if isinstance(reserved, TooLarge):
@@ -518,6 +530,22 @@ class _Limiter:
             key.open_streams += 1
         key.spread = None
         return math.inf
+
+    def _store_down(self, key: _Key, error: StoreUnavailable, now: float) -> float:
+        """The shared store did not answer: refuse the key's waiters that do not wait for it
+        (or whose wait ends before the store is asked again), keep the others queued, and
+        return when to ask the store again for them."""
+        if key.store_down_since is None:
+            key.store_down_since = now
+        retry_at = now + store_retry_delay(now - key.store_down_since)
+
+        def gives_up(waiter: Acquire) -> bool:
+            until = waiter.wait_for_store
+            return until is None or until <= retry_at + _STORE_GRACE
+
+        for waiter in key.waiters.drop(gives_up):
+            _refuse(waiter, error)
+        return retry_at if key.waiters else math.inf
 
     async def settle(self, msg: Settle, now: float) -> _Key | None:
         ticket = self.tickets.pop(msg.ticket, None)
@@ -667,6 +695,7 @@ class RateLimiterHandle(Record):
         *,
         budget: BudgetClaim | None = None,
         fail_on_cooldown: bool = False,
+        wait_for_store: float | None = None,
     ) -> Admission:
         """Wait until an attempt under ``key`` is admitted.
 
@@ -676,7 +705,9 @@ class RateLimiterHandle(Record):
 
         ``budget`` names who the attempt is charged to in the spending budgets, if any apply.
         ``fail_on_cooldown``: refuse with ``RateLimited`` while ``key`` cools down after a 429
-        instead of waiting (see :class:`~sluice._mail.Acquire`).
+        instead of waiting (see :class:`~sluice._mail.Acquire`). ``wait_for_store``: until when
+        to wait while the shared quota store does not answer (None: fail with
+        ``StoreUnavailable`` at once).
 
         Raises:
             CallError: the RateLimiter refused the attempt (too large, quota exhausted,
@@ -685,7 +716,9 @@ class RateLimiterHandle(Record):
         """
         asked = trio.current_time()
         for _ in range(_ASK_AGAIN):
-            answer = await self._ask(key, limits, cost, priority, budget, fail_on_cooldown)
+            answer = await self._ask(
+                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store
+            )
             if isinstance(answer, Admission):
                 if self.on_admitted is not None:
                     self.on_admitted(key, answer.at - asked)
@@ -706,11 +739,20 @@ class RateLimiterHandle(Record):
         priority: Priority,
         budget: BudgetClaim | None = None,
         fail_on_cooldown: bool = False,
+        wait_for_store: float | None = None,
     ) -> Admission | Refusal | None:
         """One request for admission; None when the limiter ended without answering."""
         reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
         msg = Acquire(
-            key, limits, cost, priority, trio.current_time(), reply_to, budget, fail_on_cooldown
+            key,
+            limits,
+            cost,
+            priority,
+            trio.current_time(),
+            reply_to,
+            budget,
+            fail_on_cooldown,
+            wait_for_store,
         )
         with reply_to, reply:
             try:

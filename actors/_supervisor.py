@@ -555,6 +555,7 @@ class _CallRun:
                         output_set=route.request.max_tokens is not None,
                     ),
                     fail_on_cooldown=moves or not call.request.retry_visible,
+                    wait_for_store=deadline if waits else None,
                 )
             except CallError as refused:
                 return self._fix(refused, route), 0

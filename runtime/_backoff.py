@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
     from ._config import RetryConfig
 
-__all__ = ["retry_delay"]
+__all__ = ["STORE_RETRY_MAX", "retry_delay", "store_retry_delay"]
 
 _MAX_DOUBLINGS = 64
 """2**64 times any base delay is past every sensible cap; 2.0**1024 would overflow."""
@@ -32,3 +32,15 @@ def retry_delay(
     if retry_after is not None:
         delay = max(delay, retry_after)
     return delay
+
+
+STORE_RETRY_FIRST = 0.25
+STORE_RETRY_MAX = 2.0
+
+
+def store_retry_delay(down_for: float) -> float:
+    """Seconds until calls waiting for a shared store that has not answered for ``down_for``
+    seconds ask it again: half the outage so far, at least ``STORE_RETRY_FIRST`` and at most
+    ``STORE_RETRY_MAX``. A blip is noticed at once, and the end of a long outage within
+    ``STORE_RETRY_MAX``, whatever the number of calls waiting (they ask as one)."""
+    return min(STORE_RETRY_MAX, max(STORE_RETRY_FIRST, down_for / 2))

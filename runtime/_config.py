@@ -575,7 +575,8 @@ class RuntimeConfig(Record):
     """When Redis does not answer: refuse calls (``StoreUnavailable``), or admit against a
     local share of each limit until it answers again."""
     store_local_share: float = attrs.field(default=0.25, validator=[gt(0), le(1)])
-    """The fraction of each limit one process may use while Redis does not answer."""
+    """The fraction of each limit, and of what was left of each shared budget, one process may
+    use while Redis does not answer."""
     metrics: MetricsConfig = MetricsConfig()
     """Prometheus metrics (off unless enabled)."""
     tracing: TracingConfig = TracingConfig()

@@ -182,6 +182,12 @@ class Acquire(Record):
     """Refuse at once with :class:`~sluice._errors.RateLimited` (the cooldown's remaining
     seconds as ``retry_after``) instead of queueing while the key cools down after a 429:
     for a proxy's call, whose client waits out the provider's Retry-After on its own."""
+    wait_for_store: float | None = None
+    """Until when (trio time) to stay queued while a shared quota store does not answer,
+    asking it again with a backoff; None: refused with
+    :class:`~sluice._errors.StoreUnavailable` at once. For a call in ``wait`` mode, given its
+    wait deadline: it is refused with ``StoreUnavailable`` when no later look at the store
+    would come before that deadline."""
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -54,8 +54,11 @@ class FaultyServer:
         seed: int = 0,
         retry_after_ms: int | None = None,
         completion_tokens: int = 3,
+        delay: float = 0.0,
     ) -> None:
         self.fault_rate = fault_rate
+        self.delay = delay
+        """Seconds every answer waits before its first byte (a provider's time to answer)."""
         self.completion_tokens = completion_tokens
         """The output tokens each reply reports, at most the request's ``max_tokens`` (as a
         real provider bills), so a test can know what every call costs."""
@@ -67,6 +70,10 @@ class FaultyServer:
         self.faults: dict[str, int] = {}
         self.during_outage = 0
         """Chat requests received while ``down`` was set."""
+        self.prompts: dict[str, int] = {}
+        """Chat requests received per last message (tests tell their clients apart by it)."""
+        self.arrivals: list[float] = []
+        """``time.monotonic()`` of every chat request's arrival, in order."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler())
@@ -91,6 +98,7 @@ class FaultyServer:
     def _choose(self) -> str:
         with self._lock:
             self.requests += 1
+            self.arrivals.append(time.monotonic())
             if self.down is not None:
                 self.during_outage += 1
                 choice = f"down_{self.down}"
@@ -114,6 +122,10 @@ class FaultyServer:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 choice = server._choose()
+                messages = body.get("messages") or [{}]
+                prompt = str(messages[-1].get("content"))
+                with server._lock:
+                    server.prompts[prompt] = server.prompts.get(prompt, 0) + 1
                 try:
                     self._answer(choice, body)
                 except OSError:
@@ -136,6 +148,8 @@ class FaultyServer:
                     time.sleep(server.stall)
                     self.close_connection = True
                     return
+                if server.delay > 0:
+                    time.sleep(server.delay)
                 prompt = body["messages"][-1]["content"]
                 text = f"echo: {prompt}"
                 pieces = [text[:5], text[5:10], text[10:]]

@@ -248,7 +248,7 @@ async def test_simulators_sharing_a_redis_quota_behave_as_one_account(redis_url)
 
 
 async def test_batch_lines_refused_by_a_stopped_store_are_redone_by_resume(redis_server, tmp_path):
-    """With on_store_error="fail", every line admitted while Redis is down gets a
+    """With on_store_error="fail", a line whose wait (max_wait) ends while Redis is down gets a
     StoreUnavailable error line (nothing sent); --resume drops those lines and does the calls,
     so the output ends with exactly one successful line per input line."""
     from sluice import run_batch
@@ -271,7 +271,7 @@ async def test_batch_lines_refused_by_a_stopped_store_are_redone_by_resume(redis
     with trio.fail_after(60):
         async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
             redis_server.stop()
-            first = await run_batch(source, output, runtime=rt, write_summary=False)
+            first = await run_batch(source, output, runtime=rt, write_summary=False, max_wait=1.0)
         refused = [orjson.loads(x) for x in output.read_bytes().splitlines()]
         assert first.failed == 6 and sim.chat_requests_seen == 0
         assert {x["error"]["code"] for x in refused} == {"StoreUnavailable"}

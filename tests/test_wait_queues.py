@@ -140,3 +140,20 @@ def test_fifty_thousand_withdrawals_cost_constant_work_each():
         admitted.append(head)
     assert sorted(admitted, key=id) == sorted(left, key=id)
     assert not queues
+
+
+def test_drop_removes_the_waiters_a_predicate_picks_and_keeps_the_order_of_the_rest():
+    queues: WaitQueues[Waiter] = WaitQueues(AGING)
+    waiters = [Waiter(PRIORITIES[i % 2], float(i)) for i in range(8)]
+    for waiter in waiters:
+        queues.push(waiter)
+    assert queues.remove(waiters[2])  # a withdrawn one is not dropped twice
+    dropped = queues.drop(lambda w: w.enqueued_at in (0.0, 2.0, 3.0, 5.0))
+    assert dropped == [waiters[0], waiters[3], waiters[5]]
+    assert len(queues) == 4
+    assert queues.depth() == {"interactive": 2, "batch": 2, "background": 0}
+    order = []
+    while (head := queues.peek(100.0)) is not None:
+        queues.pop(head)
+        order.append(head.enqueued_at)
+    assert order == [4.0, 6.0, 1.0, 7.0]

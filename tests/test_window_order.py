@@ -133,3 +133,16 @@ def test_a_check_on_a_full_window_does_not_copy_its_entries():
         tracemalloc.stop()
     assert free_at == model.next_free(1, now) == 60.0 + 1 / 2048
     assert peak < 10_000  # a sorted copy of 100,000 entries takes megabytes
+
+
+def test_counted_lists_the_admissions_still_inside_the_window_oldest_first():
+    from sluice._limits.window import Window
+
+    window = Window(10, 5.0)
+    first = window.add(1, 0.0)
+    window.add(2, 1.0)
+    refunded = window.add(3, 2.0)
+    window.settle(refunded, 0)
+    window.redate(first, 3.0)  # re-dated behind the others
+    assert [(e.at, e.amount) for e in window.counted(4.0)] == [(1.0, 2), (3.0, 1)]
+    assert [(e.at, e.amount) for e in window.counted(7.0)] == [(3.0, 1)]

@@ -8,7 +8,10 @@ the class above after waiting ``aging`` seconds (ties go to the higher class).
 from __future__ import annotations
 
 from collections import deque
-from typing import Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["PRIORITIES", "Priority", "WaitQueues"]
 
@@ -124,6 +127,34 @@ class WaitQueues(Generic[W]):
         live.remove(ident)
         if not live:
             self._live = None
+
+    def drop(self, unwanted: Callable[[W], bool]) -> list[W]:
+        """Remove every live waiter for which ``unwanted`` is true and return them, in queue
+        order per priority. O(n): for rare sweeps (a store outage), not per admission."""
+        live = self._live
+        dropped: list[W] = []
+        if live is None:
+            return dropped
+        for rank, queue in enumerate(self._queues):
+            if queue is None:
+                continue
+            kept = []
+            for waiter in queue:
+                if id(waiter) not in live:
+                    continue
+                if unwanted(waiter):
+                    live.remove(id(waiter))
+                    self._sizes[rank] -= 1
+                    dropped.append(waiter)
+                else:
+                    kept.append(waiter)
+            queue.clear()
+            queue.extend(kept)
+            if not kept:
+                self._queues[rank] = None
+        if not live:
+            self._live = None
+        return dropped
 
     def _drop_gone_heads(self, rank: int) -> None:
         """Keep the invariants that every deque's head is live and that a deque with no live

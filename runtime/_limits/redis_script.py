@@ -28,15 +28,27 @@ Layout, all under one hash tag (``{prefix}``) so a Redis Cluster keeps a deploym
   are dropped as it is read or written, and it expires with the last cooldown.
 * ``{p}:avoid``: names routing should pass over (a deployment marked slow, a breaker opened by
   some process), scored by when that ends; kept like ``{p}:cds``.
-* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved);
-  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts.
+* ``{p}:b:<account>``: a budget account's hash (``sm``/``st`` spent, ``rm``/``rt`` reserved,
+  ``v`` set once an admission made it, ``r`` the run id it was made under; after lost
+  history, the rebuild's floor ``fm``/``ft``,
+  each process's own spend ``cm<id>``/``ct<id>`` and the rebuilt base ``bm``/``bt``);
+  ``{p}:bh``: budget holds by lapse time, ``{p}:bd``: each hold's accounts and amounts;
+  ``{p}:bk:<id>``: a booking of spend made during an outage, applied once (kept a day);
+  ``{p}:bx:<hold>``: a hold settled before it was taken, never to be taken (kept an hour).
+* ``{p}:run``: the store's run id (see :mod:`sluice._limits.store_epoch`). A request that
+  names another id is not served: the reply is ``epoch`` with the store's id. It keeps no
+  TTL: a run id that expired could not be told from a store that lost its data.
+* ``{p}:hk``: the quota keys whose slot sets may hold slots, for the ``sweep`` operation, which
+  every process runs on a timer: it drops lapsed slots and charges lapsed budget holds without
+  waiting for an admission to look, and answers when the next hold lapses.
 
 Every key of a quota key has a TTL: a window's three keys expire ``2 * period + 600`` s after
 the last entry was added (long after it left the window; a re-dating that would outlast that
 renews them), the learned limits when the
 last of them lapses, the slot sets a lapse after their last renewal, the cooldown when it ends,
 and ``:m`` no earlier than anything holding its ids. So an idle key vanishes whole, and a key
-missing any part reads as empty. Budget accounts are spending records and keep no TTL.
+missing any part reads as empty. Budget accounts are spending records and keep no TTL, nor
+does the run id (one key per prefix); ``:hk`` lasts a lapse past the last hold renewed.
 
 Keys written by older versions of this script read safely: a window's ``l`` field and
 ``:m``'s ``lw`` list (limits kept in Redis, learned limits never lapsing) are ignored, a window
@@ -48,6 +60,8 @@ would truncate a returned number to an integer).
 """
 
 from __future__ import annotations
+
+from .store_epoch import EPOCH_LUA
 
 __all__ = ["QUOTA_SCRIPT"]
 
@@ -246,14 +260,57 @@ local function settle_budget(hid, micros, tokens)
   if micros < 0 then micros = held_m; tokens = held_t end
   for name in string.gmatch(names, '[^\n]+') do
     local a = P .. ':b:' .. name
-    redis.call('HINCRBY', a, 'rm', -held_m)
-    redis.call('HINCRBY', a, 'rt', -held_t)
+    -- 0 - x, not -x: Lua writes -0 as "-0", which HINCRBY refuses (a hold of 0 tokens).
+    redis.call('HINCRBY', a, 'rm', 0 - held_m)
+    redis.call('HINCRBY', a, 'rt', 0 - held_t)
     redis.call('HINCRBY', a, 'sm', micros)
     redis.call('HINCRBY', a, 'st', tokens)
   end
   redis.call('HDEL', P .. ':bd', hid)
   redis.call('ZREM', P .. ':bh', hid)
 end
+
+-- Budgets after lost history, one account: {account, floor micros, floor tokens, own micros,
+-- own tokens}. Spent becomes at least the highest floor any process reported (what it last
+-- knew of the store, or the ledger's sum) and at least the sum of every process's own spend;
+-- resent or repeated, nothing is counted twice (the floor is a maximum, a process's own spend
+-- a field it overwrites, and only the rise of the base is added to spent).
+-- An account written under another run id (``r``) kept its history (only the run id was
+-- lost): it is left as it is, for every process, for the rest of this run (``kr``).
+local function rebuild(e, pid, run)
+  local a = P .. ':b:' .. e[1]
+  local k = redis.call('HMGET', a, 'r', 'kr')
+  if k[2] == run then return end
+  if k[1] and k[1] ~= run then
+    redis.call('HSET', a, 'kr', run, 'r', run)
+    return
+  end
+  local f = redis.call('HMGET', a, 'fm', 'ft', 'bm', 'bt')
+  local fm = math.max(tonumber(f[1] or '0'), e[2])
+  local ft = math.max(tonumber(f[2] or '0'), e[3])
+  redis.call('HSET', a, 'fm', fm, 'ft', ft, 'cm' .. pid, e[4], 'ct' .. pid, e[5], 'v', 1, 'r', run)
+  local om, ot = 0, 0
+  local all = redis.call('HGETALL', a)
+  for i = 1, #all, 2 do
+    local field = string.sub(all[i], 1, 2)
+    if field == 'cm' then om = om + tonumber(all[i + 1]) end
+    if field == 'ct' then ot = ot + tonumber(all[i + 1]) end
+  end
+  local bm = tonumber(f[3] or '0')
+  local bt = tonumber(f[4] or '0')
+  local tm, tt = math.max(fm, om), math.max(ft, ot)
+  if tm > bm then
+    redis.call('HINCRBY', a, 'sm', tm - bm)
+    redis.call('HSET', a, 'bm', tm)
+  end
+  if tt > bt then
+    redis.call('HINCRBY', a, 'st', tt - bt)
+    redis.call('HSET', a, 'bt', tt)
+  end
+end
+
+--@EPOCH@
+local function serve()
 
 -- Queued work first, in the order it happened.
 for _, op in ipairs(req.ops or {}) do
@@ -292,8 +349,14 @@ for _, op in ipairs(req.ops or {}) do
     release(op[2], op[3], 'p')
     release(op[2], op[3], 's')
   elseif kind == 'b' then
-    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold)
-    settle_budget(op[2], op[3], op[4])
+    -- budget settlement: {'b', hold id, micros, tokens} (-1: charge the whole hold). A hold
+    -- not there is marked, so that if its reservation was late (a request the process gave
+    -- up on, run by a server that was paused) it is not taken.
+    if redis.call('HEXISTS', P .. ':bd', op[2]) == 1 then
+      settle_budget(op[2], op[3], op[4])
+    else
+      redis.call('SET', P .. ':bx:' .. op[2], '1', 'EX', 3600)
+    end
   elseif kind == 'h' then
     -- renew held slots and budget holds: {'h', lapse seconds, {{key, id}, ...}, {hold ids}}
     local lapse = now + op[2]
@@ -301,7 +364,10 @@ for _, op in ipairs(req.ops or {}) do
       for _, which in ipairs({'p', 's'}) do
         local k = qbase(held[1]) .. ':' .. which
         redis.call('ZADD', k, 'XX', lapse, held[2])
-        if redis.call('ZSCORE', k, held[2]) then hold(held[1], which, op[2]) end
+        if redis.call('ZSCORE', k, held[2]) then
+          hold(held[1], which, op[2])
+          extend(P .. ':hk', math.ceil(op[2] * 1000) + 1000)
+        end
       end
     end
     for _, hid in ipairs(op[4]) do redis.call('ZADD', P .. ':bh', 'XX', lapse, hid) end
@@ -313,11 +379,59 @@ for _, op in ipairs(req.ops or {}) do
     local old = tonumber(redis.call('ZSCORE', z, op[2]) or '-1e308') or -1e308
     if untl > old then redis.call('ZADD', z, fmt(untl), op[2]) end
     extend(z, math.ceil(op[3] * 1000) + 1000)
+  elseif kind == 'B' then
+    -- spend made during an outage, booked once: {'B', booking id, {{account, micros, tokens}}}
+    if redis.call('SET', P .. ':bk:' .. op[2], '1', 'NX', 'EX', 86400) then
+      for _, e in ipairs(op[3]) do
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'sm', e[2])
+        redis.call('HINCRBY', P .. ':b:' .. e[1], 'st', e[3])
+      end
+    end
+  elseif kind == 'R' then
+    -- budgets rebuilt after lost history: {'R', process id, {{account, ...}, ...}}
+    for _, e in ipairs(op[3]) do rebuild(e, op[2], run) end
   end
 end
 
 local what = req.op
 if what == 'flush' then
+  return {'ok', fmt(now)}
+end
+
+-- A process tells a store that lost its history what it admitted itself in the last window:
+-- {windows = {{key, dim, per, {{age, amount, id}, ...}}, ...}}, each window's entries oldest
+-- first. They go to the head of the window's order (older than anything admitted since the
+-- loss; entries of two processes interleaved there only leave later, an overcount). An entry
+-- of an attempt under way keeps its reservation id (so its re-dating and settlement apply),
+-- and the key's id counter moves past it; the others get ids of their own.
+if what == 'seed' then
+  for _, s in ipairs(req.windows) do
+    local q, period = s[1], tonumber(s[3])
+    local w = wkey(q, s[2], s[3])
+    local m = qbase(q) .. ':m'
+    local added, top = false, 0
+    for i = #s[4], 1, -1 do
+      local e = s[4][i]
+      local at = now - e[1]
+      if at > now - period and e[2] > 0 then
+        local id = e[3]
+        if id == '' then
+          id = 'y' .. redis.call('HINCRBY', m, 'seq', 1)
+        elseif (tonumber(id) or 0) > top then
+          top = tonumber(id)
+        end
+        redis.call('LPUSH', w .. ':o', id)
+        redis.call('HSET', w, 'a' .. id, fmt(at), 'n' .. id, e[2])
+        redis.call('ZADD', w .. ':t', fmt(at), id)
+        redis.call('HINCRBY', w, 'u', e[2])
+        added = true
+      end
+    end
+    if top > (tonumber(redis.call('HGET', m, 'seq')) or 0) then
+      redis.call('HSET', m, 'seq', top)
+    end
+    if added then extend(m, touch(w, period)) end
+  end
   return {'ok', fmt(now)}
 end
 
@@ -346,6 +460,33 @@ if what == 'peek' then
     out[#out + 1] = usage_of(ws)
   end
   return out
+end
+
+-- Lapsed holds of every key and budget go now; the reply says when the next one lapses
+-- (-1: none is held).
+if what == 'sweep' then
+  local hk = P .. ':hk'
+  local first = -1
+  local function seen(k)
+    local head = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    local at = tonumber(head[2])
+    if at and (first < 0 or at < first) then first = at end
+    return at ~= nil
+  end
+  for _, q in ipairs(redis.call('SMEMBERS', hk)) do
+    local held = false
+    for _, which in ipairs({'p', 's'}) do
+      local k = qbase(q) .. ':' .. which
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+      if seen(k) then held = true end
+    end
+    if not held then redis.call('SREM', hk, q) end
+  end
+  for _, hid in ipairs(redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)) do
+    settle_budget(hid, -1, -1)
+  end
+  seen(P .. ':bh')
+  return {'ok', fmt(now), fmt(first)}
 end
 
 local q = req.q
@@ -448,16 +589,23 @@ if caps[1] >= 0 or caps[2] >= 0 then
     end
   end
 end
--- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens}, ...}} (-1: no max).
+-- Budgets: {hold id, micros, tokens, {{account, max micros, max tokens, known}, ...}}
+-- (-1: no max; known: the process saw the account, so its hash must be there).
 local b = req.budget
+local balances = {}
+if b and redis.call('EXISTS', P .. ':bx:' .. b[1]) == 1 then
+  return {'wait', fmt(now), fmt(req.poll), 'budget', '', '[]'}  -- given up on (see 'b')
+end
 if b then
   local lapsed = redis.call('ZRANGEBYSCORE', P .. ':bh', '-inf', now)
   for _, hid in ipairs(lapsed) do settle_budget(hid, -1, -1) end
   local wait = false
   for _, acct in ipairs(b[4]) do
-    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt')
+    local a = redis.call('HMGET', P .. ':b:' .. acct[1], 'sm', 'st', 'rm', 'rt', 'v')
+    if acct[4] and not a[5] then return {'epoch', fmt(now), run, acct[1]} end
     local sm, st = tonumber(a[1] or '0'), tonumber(a[2] or '0')
     local rm, rt = tonumber(a[3] or '0'), tonumber(a[4] or '0')
+    balances[#balances + 1] = {acct[1], sm, st, rm, rt}
     if acct[2] >= 0 then
       local left = acct[2] - sm
       if b[2] > left then return {'budget', fmt(now), acct[1], 'usd', left} end
@@ -469,11 +617,15 @@ if b then
       if b[3] > left - rt then wait = true end
     end
   end
-  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget'} end
+  if wait then return {'wait', fmt(now), fmt(req.poll), 'budget', '', cjson.encode(balances)} end
   local names = {}
-  for _, acct in ipairs(b[4]) do
+  for i, acct in ipairs(b[4]) do
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rm', b[2])
     redis.call('HINCRBY', P .. ':b:' .. acct[1], 'rt', b[3])
+    redis.call('HSET', P .. ':b:' .. acct[1], 'v', 1)
+    redis.call('HSETNX', P .. ':b:' .. acct[1], 'r', run)
+    balances[i][4] = balances[i][4] + b[2]
+    balances[i][5] = balances[i][5] + b[3]
     names[#names + 1] = acct[1]
   end
   redis.call('HSET', P .. ':bd', b[1], b[2] .. '|' .. b[3] .. '|' .. table.concat(names, '\n'))
@@ -497,7 +649,15 @@ for i, which in ipairs({'p', 's'}) do
   if caps[i] >= 0 then
     redis.call('ZADD', base .. ':' .. which, now + req.lapse, id)
     hold(q, which, req.lapse)
+    redis.call('SADD', P .. ':hk', q)
+    extend(P .. ':hk', math.ceil(req.lapse * 1000) + 1000)
   end
 end
-return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ',')}
-"""
+return {'ok', fmt(now), id, table.concat(slots, ','), table.concat(usage, ','),
+  cjson.encode(balances)}
+end
+
+local reply = serve()
+if req.run == '' then reply[#reply + 1] = 'run:' .. run end
+return reply
+""".replace("--@EPOCH@\n", EPOCH_LUA)

@@ -14,8 +14,9 @@ sent, in one run for all of them (they are idempotent, so a run that fails is si
 Slots and budget reservations are held with a lapse time (``lapse`` seconds ahead, renewed by
 the background task every third of it while the attempt lives): a process killed with
 ``kill -9`` stops renewing, and what it held is freed (slots) or charged in full (budgets, since
-its calls may have spent it) when the lapse passes. Window entries need no lapse: they leave
-their window by themselves.
+its calls may have spent it) when the lapse passes: the background task of every process sweeps
+the store when the next hold lapses, so nothing waits for an admission to look. Window entries
+need no lapse: they leave their window by themselves.
 
 Cooldowns other processes set are known here without a round trip per call (:meth:`cooling`,
 which model groups' routing asks for every call): from every admission the script answered
@@ -31,16 +32,25 @@ since (one read-only run for all of them, sent beside the queue of runs so that 
 on a stopped Redis holds up no admission), and :meth:`RedisQuotaStore.usage_age` says how old
 it is.
 
-Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow, and
-most runs never use Redis.
+A store that lost its history (restarted without its data: its run id, see
+:mod:`sluice._limits.store_epoch`, changed; or budget accounts this process saw are gone)
+fails the request with :class:`~sluice._errors.StoreUnavailable` and bumps
+:attr:`RedisQuotaStore.generation`: nothing is admitted against it until the caller has
+rebuilt what it must (:class:`~sluice._limits.fallback.FallbackQuotaStore` rebuilds the
+budgets). Work queued for the lost store is dropped, and reservations made there are settled
+no more: their ids mean other entries now.
+
+Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow,
+and most runs never use Redis.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import orjson
 import trio
@@ -58,10 +68,11 @@ from .store import (
     WindowSpec,
     sent_slots,
 )
+from .store_epoch import RUN_CHECK, HistoryLost, new_run_id
 from .view import WindowViews
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
     from .._ledger.redis import RedisLedgerStore
     from .cost import Cost
@@ -72,6 +83,13 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
+SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int, str]]]"
+"""(quota key, dimension, period, [(admitted at, amount, reservation id or ""), ...] oldest
+first): a reservation id for an attempt still under way, whose re-dating and settlement then
+reach the copy."""
+_SWEEP_LATE = 0.05
+"""Seconds a sweep comes after the lapse it waits for: the store's clock may run a little
+behind this process's, and a hold lapsing at the very instant is not yet lapsed."""
 
 _REFRESH_MOST = 64
 """Keys one refresh reads at most (the oldest views first): a bounded run on the server."""
@@ -134,6 +152,23 @@ class RedisQuotaStore:
         self._lock = trio.Lock()
         self.round_trips = 0
         """Script runs so far (admissions, cooldowns, learning and flushes)."""
+        self.run_id = ""
+        """The store's run id as this process knows it ("" before the first script run)."""
+        self.generation = 0
+        """Times the store was found to have lost its history (a reservation's ``ref`` is
+        ``"<generation>.<id>"``: one made before a loss means nothing to the store since)."""
+        self.lost_at: float | None = None
+        """When this process last found the store's run id changed (None: never)."""
+        self.history: Callable[[float], Sequence[SeedWindow]] | None = None
+        """This process's own admissions still in their windows at a time: told to the store
+        when it has lost its history (None: nothing to tell)."""
+        self._seed_due = False
+        self._carried: set[str] = set()
+        """Refs of an earlier generation whose entries were told to the store again under
+        their own ids: their re-dating and settlement still apply."""
+        self.balances: dict[str, tuple[int, int, int, int]] = {}
+        """Per budget account, (spent micros, spent tokens, reserved micros, reserved tokens)
+        as the store last reported them (kept across lost history: the last known truth)."""
 
     # -- the round trip ------------------------------------------------------------------
 
@@ -149,6 +184,7 @@ class RedisQuotaStore:
         async with self._lock:  # one run at a time: queued work reaches Redis in order
             ops = self._ops
             self._ops = []
+            generation = self.generation
             try:
                 return await self._send(request, ops, now)
             except _ScriptFailed as failed:
@@ -157,7 +193,8 @@ class RedisQuotaStore:
                         log.error("quota script failed on queued work, now dropped: %s", failed)
                     raise _bug(request, failed) from None
             except BaseException:
-                self._ops = ops + self._ops
+                if self.generation == generation:  # else the work was for a lost store
+                    self._ops = ops + self._ops
                 raise
             # The request or the work queued before it failed: apply the work alone (it is
             # idempotent, so what the failed run applied is applied once), then ask again.
@@ -166,7 +203,8 @@ class RedisQuotaStore:
             except _ScriptFailed as failed:
                 log.error("quota script failed on queued work, now dropped: %s", failed)
             except BaseException:
-                self._ops = ops + self._ops
+                if self.generation == generation:
+                    self._ops = ops + self._ops
                 raise
             try:
                 return await self._send(request, [], now)
@@ -179,6 +217,8 @@ class RedisQuotaStore:
 
         request["ops"] = ops
         request["now"] = now if self._caller_clock else -1.0
+        request["run"] = self.run_id
+        request["fresh"] = new_run_id()  # never reused: a restarted store gets a new id
         try:
             with trio.fail_after(self.timeout):
                 reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
@@ -191,7 +231,63 @@ class RedisQuotaStore:
             reason = str(exc) or type(exc).__name__
             raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
         self.round_trips += 1
-        return list(reply)
+        reply = list(reply)
+        if reply[0] == "epoch":  # only ever to a request that named a run id
+            seen, account = str(reply[2]), str(reply[3]) if len(reply) > 3 else ""
+            self._lost(seen, account, now)
+            raise HistoryLost(seen, account)
+        if not request["run"] and str(reply[-1]).startswith("run:"):
+            self.run_id = str(reply.pop())[4:]  # the first run: nothing known, nothing lost
+        return reply
+
+    def _lost(self, run: str, account: str, now: float) -> None:
+        """The store lost what this process relied on: forget what was meant for it. A new run
+        id (not only budget accounts gone) also means its windows are empty: this process's
+        own admissions of the last window are told to it again (see :meth:`_seed`)."""
+        self.generation += 1
+        self.run_id = run
+        self._ops = []
+        self._held.clear()
+        self._holds.clear()
+        self._carried.clear()
+        if account:
+            log.warning("quota store: budget account %r is gone; what it held is unknown", account)
+            return
+        self.lost_at = now
+        self._seed_due = True
+        self._dirty.set()  # the background task tells it if no admission does first
+        log.warning(
+            "quota store came back without its history (its run id changed): telling it this"
+            " process's admissions of the last window; admissions at a local share for a window"
+        )
+
+    def _live(self, ref: str) -> str | None:
+        """The store's id of a reservation made since the last lost history, or told to the
+        store again under its own id since; else None (its id means nothing there now)."""
+        generation, _, rid = ref.partition(".")
+        if generation == str(self.generation) or ref in self._carried:
+            return rid
+        return None
+
+    def queue_booking(self, booking: str, amounts: Sequence[tuple[str, int, int]]) -> None:
+        """Add (account, micros, tokens) to the accounts' spent with the next run, exactly
+        once however often it is sent (``booking`` is its unique id)."""
+        self._queue(["B", booking, [list(a) for a in amounts]])
+
+    def queue_rebuild(
+        self, process: str, accounts: Sequence[tuple[str, int, int, int, int]]
+    ) -> None:
+        """After lost history: raise each account's spent to at least its floor and to at
+        least the sum of every process's own spend; (account, floor micros, floor tokens,
+        own micros, own tokens), ``process`` naming this process (see ``rebuild`` in
+        :mod:`sluice._limits.redis_script`)."""
+        self._queue(["R", process, [list(a) for a in accounts]])
+
+    def _note_balances(self, raw: Any) -> None:
+        found = orjson.loads(raw) if raw else []
+        if isinstance(found, list):  # Lua encodes an empty list as {}
+            for name, sm, st, rm, rt in found:
+                self.balances[str(name)] = (int(sm), int(st), int(rm), int(rt))
 
     def _queue(self, op: list[Any]) -> None:
         self._ops.append(op)
@@ -221,21 +317,37 @@ class RedisQuotaStore:
         for (key, _), usage in zip(due, reply[2:], strict=True):
             self.views.note(key, str(usage), now)
 
+    async def sweep(self, now: float = 0.0) -> float | None:
+        """Drop every lapsed slot and charge every lapsed budget hold in the store (any
+        process's: one killed with ``kill -9`` never ends its own), sending the queued work
+        with it. Returns the seconds until the next hold lapses (None: none is held)."""
+        reply = await self._run({"op": "sweep"}, now)
+        server_now, first = float(reply[1]), float(reply[2])
+        return None if first < 0 else max(0.0, first - server_now)
+
     async def maintain(self, flush_interval: float = 0.02) -> None:
-        """Flush queued work, renew held slots and budget holds and refresh the views of
-        the windows (every ``refresh`` seconds), until cancelled.
+        """Flush queued work, renew held slots and budget holds, sweep lapsed holds of every
+        process (at the moment the next one lapses, and at least every third of a lapse), look
+        at the store's run id (every :data:`~sluice._limits.store_epoch.RUN_CHECK` seconds)
+        and refresh the views of the windows (every ``refresh`` seconds), until cancelled. So
+        a killed process's holds go on time without any admission having to look, and a
+        process that admits nothing finds a loss of history too.
 
         Errors are logged, not raised: the queued work stays queued and is sent again.
         """
         renew_at = trio.current_time() + self.lapse / 3
         refresh_at = trio.current_time() + self.refresh
+        sweep_at = trio.current_time()
+        check_at = trio.current_time() + RUN_CHECK
         while True:
-            with trio.move_on_at(min(renew_at, refresh_at)):
+            with trio.move_on_at(min(renew_at, refresh_at, sweep_at, check_at)):
                 await self._dirty.wait()
                 await trio.sleep(flush_interval)  # let a burst of settlements gather
             self._dirty = trio.Event()
             try:
                 now = trio.current_time()
+                if self._seed_due:
+                    await self._seed(now)
                 if self._view_wanted:
                     await self.read_cooldowns(now)
                     now = trio.current_time()
@@ -244,11 +356,21 @@ class RedisQuotaStore:
                     if self._held or self._holds:
                         held = [[key, ref] for key, ref in self._held]
                         self._queue(["h", self.lapse, held, list(self._holds)])
+                if now >= check_at:
+                    check_at = now + RUN_CHECK
+                    await self.check_run(now)
+                if now >= sweep_at:
+                    sweep_at = now + self.lapse / 3  # a failed sweep is tried again then
+                    lapses_in = await self.sweep(now)
+                    if lapses_in is not None:
+                        sweep_at = min(sweep_at, now + lapses_in + _SWEEP_LATE)
                 if now >= refresh_at:
                     refresh_at = now + self.refresh
                     await self.read_views(now)
                 else:
                     await self.flush(now)
+            except HistoryLost:
+                self._dirty.set()  # told its part of the history on the next turn
             except StoreUnavailable as exc:
                 log.debug("quota store: queued work not sent yet (%s)", exc)
                 await trio.sleep(min(1.0, self.lapse / 6))
@@ -280,21 +402,30 @@ class RedisQuotaStore:
             "poll": self.poll,
         }
         if budget is not None:
+            known = self.balances
             request["budget"] = [
                 budget.hold,
                 budget.micros,
                 budget.tokens,
                 [
-                    [a, -1 if m is None else m, -1 if t is None else t]
+                    [a, -1 if m is None else m, -1 if t is None else t, a in known]
                     for a, m, t in budget.accounts
                 ],
             ]
-        reply = await self._run(request, now)
+        generation = self.generation
+        try:
+            reply = await self._admit(request, now)
+        except StoreUnavailable:
+            if budget is not None and self.generation == generation:
+                # Redis may still run the request (a paused server reads it when it wakes):
+                # the hold must then be freed, not lapse in full while others wait for it.
+                self._queue(["b", budget.hold, 0, 0])
+            raise
         kind = reply[0]
         if kind == "ok":
             if len(reply) > 4:  # a reply of the script before views has no usage
                 self.views.note(key, str(reply[4]), now)
-            ref = str(reply[2])
+            rid = str(reply[2])
             slots = tuple(
                 (dimension, period)
                 for slot in str(reply[3]).split(",")
@@ -302,9 +433,11 @@ class RedisQuotaStore:
                 for dimension, period in [slot.split(":", 1)]
             )
             if caps != (None, None):
-                self._held.add((key, ref))
+                self._held.add((key, rid))
             if budget is not None:
                 self._holds.add(budget.hold)
+                self._note_balances(reply[5])
+            ref = f"{self.generation}.{rid}"
             return Reservation(key, cost, (), ref=ref, slots=slots, sent=sent_slots(specs))
         if kind == "wait":
             wait = float(reply[2])
@@ -312,6 +445,8 @@ class RedisQuotaStore:
                 self._note_cooldown(key, now, float(reply[1]), float(reply[4]))
             elif reply[3] == "window" and len(reply) > 4:
                 self.views.note(key, str(reply[4]), now)
+            elif reply[3] == "budget":
+                self._note_balances(reply[5])
             return wait
         if kind == "large":
             dimension: Dimension = reply[2]
@@ -319,6 +454,58 @@ class RedisQuotaStore:
         if kind == "budget":
             return BudgetRefused(str(reply[2]), reply[3], int(reply[4]))
         raise AssertionError(f"unexpected reply from the quota script: {reply!r}")
+
+    async def _admit(self, request: dict[str, Any], now: float) -> list[Any]:
+        """Run an admission, first telling a store found without its history this process's
+        part of it (if not done yet).
+
+        Raises:
+            HistoryLost: the store lost its history since this process last saw it (nothing
+                was admitted; the next admission runs under the new run id).
+        """
+        if self._seed_due:
+            await self._seed(now)
+        try:
+            return await self._run(request, now)
+        except HistoryLost:
+            if self._seed_due:  # told at once: the other processes' admissions count it
+                with contextlib.suppress(StoreUnavailable):
+                    await self._seed(now)
+            raise
+
+    async def check_run(self, now: float = 0.0) -> None:
+        """Look at the store's run id (sending the queued work with it); on a loss, tell the
+        store this process's part of its history (see :meth:`_seed`).
+
+        Raises:
+            StoreUnavailable: Redis did not answer (the telling is done on a later round trip).
+        """
+        try:
+            await self._run({"op": "flush"}, now)
+        except HistoryLost:
+            pass  # noted by _lost: told below
+        if self._seed_due:
+            await self._seed(now)
+
+    async def _seed(self, now: float) -> None:
+        """Tell a store that lost its history what this process admitted in the last window;
+        entries of attempts under way keep their reservation ids, so their re-dating and
+        settlement reach the copies."""
+        history = self.history(now) if self.history is not None else ()
+        carried = set()
+        if history:
+            windows = []
+            for key, dimension, period, counted in history:
+                entries = []
+                for at, n, ref in counted:
+                    rid = ref.partition(".")[2] if ref else ""
+                    if rid:
+                        carried.add(ref)
+                    entries.append([now - at, n, rid])
+                windows.append([key, dimension, _period(period), entries])
+            await self._run({"op": "seed", "windows": windows}, now)
+        self._carried |= carried
+        self._seed_due = False
 
     def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
         self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)
@@ -372,27 +559,30 @@ class RedisQuotaStore:
                 known[key] = local
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
         amounts = [[d, p, actual.amount(d)] for d, p in reservation.slots]
-        self._queue(["s", reservation.key, reservation.ref, amounts])
+        self._queue(["s", reservation.key, rid, amounts])
 
     async def redate(self, reservation: Reservation, now: float) -> None:
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
         at = now if self._caller_clock else -1.0
         sent = reservation.sent
         slots = [[d, p] for d, p in reservation.slots if not sent or (d, float(p)) not in sent]
-        self._queue(["r", reservation.key, reservation.ref, slots, at])
+        self._queue(["r", reservation.key, rid, slots, at])
 
     async def end(self, reservation: Reservation) -> None:
         """The attempt is over: free its shared slots."""
-        if not reservation.ref:
+        rid = self._live(reservation.ref)
+        if rid is None:
             return
-        held = (reservation.key, reservation.ref)
+        held = (reservation.key, rid)
         if held in self._held:
             self._held.discard(held)
-            self._queue(["e", reservation.key, reservation.ref])
+            self._queue(["e", reservation.key, rid])
 
     async def settle_budget(self, hold: str, micros: int | None, tokens: int) -> None:
         """Charge a budget reservation what its attempt spent (None: all of it)."""

@@ -82,6 +82,9 @@ class BudgetAsk(Record):
     tokens: int
     accounts: tuple[tuple[str, int | None, int | None], ...]
     """(account name, max micro-dollars, max tokens) of every budget the call falls under."""
+    spent: tuple[tuple[int, int], ...] = ()
+    """(micro-dollars, tokens) this process's own ledger holds for each account, earlier runs
+    of a job included: what it reports if the store loses its history."""
 
 
 @attrs.frozen(repr=False)
@@ -368,6 +371,17 @@ class MemoryQuotaStore:
         self._learned.pop(key, None)
         self._cooldowns.pop(key, None)
         return True
+
+    def history(self, now: float) -> list[tuple[str, Dimension, float, list[WindowEntry]]]:
+        """``(key, dimension, period, entries oldest first)`` of every window that still counts
+        admissions at ``now``: what a shared store that lost its history is told again."""
+        out = []
+        for key, windows in self._windows.items():
+            for (dimension, period), window in windows.items():
+                counted = window.counted(now)
+                if counted:
+                    out.append((key, dimension, period, counted))
+        return out
 
     def usage(self, key: str, now: float) -> dict[str, tuple[int, int]]:
         windows = self._windows.get(key, {})

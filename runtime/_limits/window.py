@@ -139,6 +139,14 @@ class Window:
             self.used += actual - entry.amount
         entry.amount = actual
 
+    def counted(self, now: float) -> list[WindowEntry]:
+        """Every admission still counted inside the window at ``now``, oldest first: what
+        this window would tell another store of its history."""
+        self.expire(now)
+        horizon = now - self.period
+        kept = [e for e in self._entries if e.at > horizon and e.amount]
+        return sorted(kept, key=lambda e: e.at)
+
     def remaining(self, now: float) -> int:
         self.expire(now)
         return max(0, self.limit - self.used)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .._limits.cost import Cost
 from .._limits.store import Reservation, TooLarge, WindowSpec
+from .._limits.store_epoch import HistoryLost
 
 if TYPE_CHECKING:
     from .._limits.redis_store import RedisQuotaStore
@@ -44,7 +45,10 @@ class SharedServerQuota:
         Raises:
             StoreUnavailable: Redis did not answer.
         """
-        got = await self.store.reserve(self.key, self.specs, Cost(1, tokens, 0), 0.0)
+        try:
+            got = await self.store.reserve(self.key, self.specs, Cost(1, tokens, 0), 0.0)
+        except HistoryLost:  # Redis came back empty: the account's window starts afresh
+            got = await self.store.reserve(self.key, self.specs, Cost(1, tokens, 0), 0.0)
         if isinstance(got, Reservation):
             return None
         if isinstance(got, TooLarge):
