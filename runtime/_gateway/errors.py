@@ -40,6 +40,7 @@ the table to this list)::
     ProtocolError         502; 400 when the upstream said 4xx
     EmptyResponse         502; 400 when the upstream said 4xx
     StoreUnavailable      502; 400 when the upstream said 4xx
+    HistoryLost           502; 400 when the upstream said 4xx
     InternalError         502; 400 when the upstream said 4xx
     CallError             502; 400 when the upstream said 4xx
     RetryableError        502; 400 when the upstream said 4xx

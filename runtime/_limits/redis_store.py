@@ -235,7 +235,10 @@ class RedisQuotaStore:
         if reply[0] == "epoch":  # only ever to a request that named a run id
             seen, account = str(reply[2]), str(reply[3]) if len(reply) > 3 else ""
             self._lost(seen, account, now)
-            raise HistoryLost(seen, account)
+            what = f"budget account {account!r} is gone" if account else "its run id changed"
+            raise HistoryLost(
+                f"the quota store lost its history ({what})", run_id=seen, account=account
+            )
         if not request["run"] and str(reply[-1]).startswith("run:"):
             self.run_id = str(reply.pop())[4:]  # the first run: nothing known, nothing lost
         return reply

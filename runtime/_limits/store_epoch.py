@@ -30,7 +30,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from .._errors import StoreUnavailable
+from .._errors import HistoryLost
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -72,19 +72,6 @@ end
 """Expects ``P`` (the key prefix), ``req`` (with ``run``: the id the process knows, ``""`` at
 first; ``fresh``: an id to write when there is none), ``now`` and ``fmt`` in scope; the
 script's own reply to a request with ``run`` empty must end with ``"run:" + run``."""
-
-
-class HistoryLost(StoreUnavailable):
-    """The store answered with a run id other than the one this process knew (it lost what it
-    held: a restart without persistence, a flush), or budget accounts this process saw are
-    gone. Nothing was done. A :class:`~sluice._errors.StoreUnavailable`: to a caller that does
-    not handle it, the store was briefly not there."""
-
-    def __init__(self, run_id: str, account: str = "") -> None:
-        what = f"budget account {account!r} is gone" if account else "its run id changed"
-        super().__init__(f"the quota store lost its history ({what})")
-        self.run_id = run_id
-        self.account = account
 
 
 def new_run_id() -> str:
