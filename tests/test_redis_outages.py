@@ -148,6 +148,8 @@ async def _seconds_until(holds: Callable[[], Awaitable[bool]], within: float) ->
 
 
 LIMIT, PER = 20, 2.0
+TRANSIT_SLACK = 0.1
+"""Seconds a request may take from its admission to the server's count on a loaded box."""
 """The shared window of the data-loss test: 20 requests per 2 s. The mechanism is the one a
 per-minute limit uses (a shorter window only makes the test quicker)."""
 
@@ -205,6 +207,11 @@ def test_a_redis_restart_that_loses_its_data_lets_no_window_pass_the_limit(
     assert server.requests == n * processes
     assert restarted_after < n * processes - 2 * LIMIT  # the loss came mid-run
     arrivals = server.arrivals
-    busiest = max(sum(1 for u in arrivals if t <= u < t + PER) for t in arrivals)
-    print(f"busiest {PER:g} s window at the server: {busiest} of {LIMIT}")
+    # Admissions are timed on Redis's clock, arrivals on this one: a request admitted at the
+    # window's edge can reach the server a scheduling delay late while the next window's first
+    # reaches it at once. A window shorter by that transit slack is what the server can hold
+    # the store to (without the guard the busiest window held twice the limit).
+    counted = PER - TRANSIT_SLACK
+    busiest = max(sum(1 for u in arrivals if t <= u < t + counted) for t in arrivals)
+    print(f"busiest {counted:g} s window at the server: {busiest} of {LIMIT}")
     assert busiest <= LIMIT
