@@ -297,13 +297,18 @@ async def test_bad_creates_are_refused_as_openai_refuses_them(
     app = SimulatorApp(SimulatorConfig())
     async with client(app) as c:
         file_id = await upload(c, jsonl(1))
-        base = {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}
-        for change, param in [
+        base: dict[str, Any] = {
+            "input_file_id": file_id,
+            "endpoint": CHAT,
+            "completion_window": "24h",
+        }
+        changes: list[tuple[dict[str, Any], str]] = [
             ({"input_file_id": "file-nope"}, "input_file_id"),
             ({"completion_window": "1h"}, "completion_window"),
             ({"endpoint": "/v1/nope"}, "endpoint"),
             ({"metadata": {"k": 1}}, "metadata"),
-        ]:
+        ]
+        for change, param in changes:
             r = await c.post("/batches", json=base | change)
             assert r.status_code == 400 and r.json()["error"]["param"] == param
         assert (await c.get("/batches/batch_nope")).status_code == 404

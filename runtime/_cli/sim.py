@@ -201,9 +201,10 @@ async def sim(flags: Annotated[SimFlags, Parameter(name="*")] = SimFlags()) -> i
     provider:model, e.g. sluice chat sim:sim-small hi --base-url http://127.0.0.1:8000/v1).
     It serves chat completions, Anthropic messages, text completions, embeddings, the model
     list, GET /health, and the batch APIs (OpenAI files and batches, Anthropic message
-    batches; their counters at GET /sim/stats). Tokens are counted by one rule, prompts and replies alike: each run
-    of non-whitespace characters is one token. Ctrl-C stops accepting connections and lets the
-    requests under way finish for up to --drain seconds; a second Ctrl-C exits at once.
+    batches; their counters at GET /sim/stats). Tokens are counted by one rule, prompts and
+    replies alike: each run of non-whitespace characters is one token. Ctrl-C stops accepting
+    connections and lets the requests under way finish for up to --drain seconds; a second
+    Ctrl-C exits at once.
     """
     # Imported here so that `import sluice._cli` does not load the server.
     from .._errors import ConfigError

@@ -173,8 +173,14 @@ class SimulatorApp:
         now = trio.current_time()
         if route in ("/sim/stats", "/v1/sim/stats") and method == "GET":
             return _json(200, apis.core.stats.as_json(), request_id)
-        found = await apis.openai.handle(method, path, headers, body, request_id, now)
-        return self._other(method, route, request_id) if found is None else found
+        content_type = _header(headers, b"content-type")
+        found = await apis.openai.handle(method, path, content_type, body, request_id, now)
+        if found is None:
+            return self._other(method, route, request_id)
+        if found.content is not None:
+            return SimResponse(found.status, found.headers, Body([found.content]), found.content)
+        assert found.body is not None
+        return SimResponse(found.status, found.headers, found.body)
 
     async def handle(self, method: str, path: str, headers: Headers, body: bytes) -> SimResponse:
         """Answer one request.

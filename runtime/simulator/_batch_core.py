@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -34,12 +35,34 @@ if TYPE_CHECKING:
     from ._config import SimulatorConfig
     from ._routes import Route
 
-__all__ = ["BatchCore", "BatchStats", "PacedBody", "SimBatch"]
+__all__ = ["BatchCore", "BatchReply", "BatchStats", "PacedBody", "SimBatch"]
 
 OK, ERRORED, INVALID, EXPIRED = b"o", b"e", b"i", b"x"
 """A line's fate: processed, failed at random, refused as the realtime route would, expired."""
 
 _PIECE = 65536
+
+
+@attrs.frozen
+class BatchReply:
+    """One answer of a batch route, which the app turns into its response."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    content: bytes | None
+    """The whole body; None for a streamed one (``body``)."""
+    body: AsyncIterator[bytes] | None = None
+
+
+def json_reply(
+    status: int, content: bytes, request_id_header: bytes, request_id: bytes
+) -> BatchReply:
+    head = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(content)),
+        (request_id_header, request_id),
+    ]
+    return BatchReply(status, head, content)
 
 
 @attrs.define(eq=False)

@@ -20,9 +20,7 @@ from urllib.parse import parse_qs
 import attrs
 import orjson
 
-from ._app import SimResponse, _header
-from ._batch_core import BatchCore, SimBatch, digest
-from ._body import Body
+from ._batch_core import BatchCore, BatchReply, SimBatch, digest, json_reply
 from ._multipart import FormError, parse_form
 from ._routes import COMPLETIONS, OPENAI
 from ._wire import error_body
@@ -30,7 +28,6 @@ from ._wire import error_body
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ._app import Headers
     from ._routes import Route
 
 __all__ = ["OpenAIBatches"]
@@ -86,13 +83,19 @@ class OpenAIBatches:
         self._files: dict[str, _InputFile | _ResultsFile] = {}
 
     async def handle(
-        self, method: str, path: str, headers: Headers, body: bytes, request_id: bytes, now: float
-    ) -> SimResponse | None:
+        self,
+        method: str,
+        path: str,
+        content_type: str | None,
+        body: bytes,
+        request_id: bytes,
+        now: float,
+    ) -> BatchReply | None:
         route, _, query = path.partition("?")
         parts = route.strip("/").split("/")[1:]  # after "v1"
         if parts[0] == "files":
             if len(parts) == 1 and method == "POST":
-                return self._upload(headers, body, request_id)
+                return self._upload(content_type, body, request_id)
             if len(parts) == 2 and method == "GET":
                 return self._file(parts[1], request_id, now)
             if len(parts) == 3 and parts[2] == "content" and method == "GET":
@@ -113,9 +116,9 @@ class OpenAIBatches:
 
     # Files
 
-    def _upload(self, headers: Headers, body: bytes, request_id: bytes) -> SimResponse:
+    def _upload(self, content_type: str | None, body: bytes, request_id: bytes) -> BatchReply:
         try:
-            form = parse_form(_header(headers, b"content-type"), body)
+            form = parse_form(content_type, body)
         except FormError as exc:
             return _bad(f"Invalid multipart upload: {exc}.", request_id)
         purpose = form.get("purpose")
@@ -137,7 +140,7 @@ class OpenAIBatches:
         core.stats.files_uploaded += 1
         return _json(200, orjson.dumps(self._file_object(file, 0.0)), request_id)
 
-    def _file(self, file_id: str, request_id: bytes, now: float) -> SimResponse:
+    def _file(self, file_id: str, request_id: bytes, now: float) -> BatchReply:
         file = self._files.get(file_id)
         if file is None:
             return _missing("file", file_id, request_id)
@@ -162,14 +165,14 @@ class OpenAIBatches:
             "status_details": None,
         }
 
-    def _content(self, file_id: str, request_id: bytes, now: float) -> SimResponse:
+    def _content(self, file_id: str, request_id: bytes, now: float) -> BatchReply:
         file = self._files.get(file_id)
         if file is None:
             return _missing("file", file_id, request_id)
         lines: Iterator[bytes]
         lines = _pieces(file.content) if isinstance(file, _InputFile) else self._lines(file, now)
         head = [(b"content-type", b"application/octet-stream"), (b"x-request-id", request_id)]
-        return SimResponse(200, head, self.core.body(lines))
+        return BatchReply(200, head, None, self.core.body(lines))
 
     def _lines(self, file: _ResultsFile, now: float) -> Iterator[bytes]:
         """The output (or error) file's lines, made as they are read."""
@@ -203,7 +206,7 @@ class OpenAIBatches:
 
     # Batches
 
-    async def _create(self, body: bytes, request_id: bytes, now: float) -> SimResponse:
+    async def _create(self, body: bytes, request_id: bytes, now: float) -> BatchReply:
         try:
             data = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -318,7 +321,7 @@ class OpenAIBatches:
             return spans, valid, model, tokens, ("empty_file", "The input file has no requests.")
         return spans, valid, model, tokens, None
 
-    def _list(self, query: str, request_id: bytes, now: float) -> SimResponse:
+    def _list(self, query: str, request_id: bytes, now: float) -> BatchReply:
         params = parse_qs(query)
         try:
             limit = min(100, max(1, int(params.get("limit", ["20"])[0])))
@@ -339,7 +342,7 @@ class OpenAIBatches:
         }
         return _json(200, orjson.dumps(listing), request_id)
 
-    def _cancel(self, batch_id: str, request_id: bytes, now: float) -> SimResponse:
+    def _cancel(self, batch_id: str, request_id: bytes, now: float) -> BatchReply:
         batch = self._batches.get(batch_id)
         if batch is None:
             return _missing("batch", batch_id, request_id)
@@ -483,19 +486,14 @@ def _metadata_problem(metadata: Any) -> str | None:
     return None
 
 
-def _json(status: int, content: bytes, request_id: bytes) -> SimResponse:
-    head = [
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(content)),
-        (b"x-request-id", request_id),
-    ]
-    return SimResponse(status, head, Body([content]), content)
+def _json(status: int, content: bytes, request_id: bytes) -> BatchReply:
+    return json_reply(status, content, b"x-request-id", request_id)
 
 
-def _bad(message: str, request_id: bytes, param: str | None = None) -> SimResponse:
+def _bad(message: str, request_id: bytes, param: str | None = None) -> BatchReply:
     return _json(400, error_body(message, "invalid_request_error", param), request_id)
 
 
-def _missing(kind: str, object_id: str, request_id: bytes) -> SimResponse:
+def _missing(kind: str, object_id: str, request_id: bytes) -> BatchReply:
     message = f"No such {kind}: '{object_id}'"
     return _json(404, error_body(message, "invalid_request_error", "id"), request_id)
