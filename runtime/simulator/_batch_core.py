@@ -251,7 +251,8 @@ class BatchCore:
         """``(model, prompt tokens)`` of a request the route takes, None for one it refuses."""
         try:
             request = route.parse(body, ignore_tool_choice=self.config.ignore_tool_choice)
-            plan_reply(request, seed=self.config.seed, output_tokens=0)
+            if request.tool is not None or request.json_schema is not None:  # a schema to satisfy
+                plan_reply(request, seed=self.config.seed, output_tokens=0)
         except RequestError:
             return None
         return request.model, max(1, request.prompt_tokens)
