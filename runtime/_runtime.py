@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -22,18 +21,15 @@ import trio
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
 from sluice.actors._supervisor import SupervisorPeers, run_supervisor
-from sluice.actors._tell import MAILBOX_BUFFER, put, take
+from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
-from ._cursor import AsyncEventCursor
-from ._errors import ConfigError, RuntimeClosed, SluiceError
+from ._errors import ConfigError, RuntimeClosed
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._mail import (
     Call,
-    EventBatch,
-    KeyStatistics,
     LedgerMsg,
     LedgerTotals,
     RateLimiterMsg,
@@ -43,20 +39,23 @@ from ._mail import (
 from ._memory import TrimCount
 from ._messages import ChatRequest, ChatResult, Message
 from ._prepare import GroupPlacement, Replay, prepare_call, prepare_for
-from ._record import Record
 from ._retry_budget import RetryBudget
-from ._routing import DeploymentStatistics, Routing
+from ._routing import Routing
+from ._services import start_services
+from ._snapshots import ProviderHealth, RuntimeStatistics, provider_health
 from ._startup import Providers, ProviderWiring
+from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, replayed
 from .providers._registry import ResolvedProvider, resolve_provider
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+
     import httpx
 
     from ._cache import ResponseCache
     from ._ledger.store import LedgerStore
     from ._limits.store import QuotaStore
     from ._observe.metrics import Metrics
-    from ._observe.observer import Observer
     from ._observe.records import Hooks
     from ._routing import SharedMarks
     from .simulator._config import SimulatorConfig
@@ -74,136 +73,11 @@ __all__ = [
 ]
 
 _DRAIN_POLL = 0.05
-_GAUGES_EVERY = 5.0
 
 _SCRAPE_WAIT = 0.25
 """Seconds a scrape waits for fresh statistics before it shows the last snapshot: the
 RateLimiter answers between admissions, and one may be waiting on a quota store that does not
 answer."""
-
-
-class CallStream(AsyncEventCursor):
-    """The consumer's end of one call: iterate it for events; then read ``result`` or ``error``.
-
-    Created by :meth:`Runtime.stream`, never directly. Leaving the ``async with`` block early
-    abandons the call: its HTTP request is cancelled and nothing else is disturbed.
-    """
-
-    def __init__(
-        self,
-        call_id: str,
-        receive: trio.MemoryReceiveChannel[EventBatch],
-        on_result: Callable[[ChatResult], None] | None = None,
-    ) -> None:
-        super().__init__(call_id)
-        self._receive = receive
-        self._on_result = on_result
-        """Told the result when ``Completed`` arrives (the response cache stores it)."""
-
-    async def _next_batch(self) -> EventBatch | None:
-        receive = self._receive
-        try:
-            batch = await take(receive)
-        except trio.EndOfChannel:
-            return self._arrived(None)
-        # Take whatever else has arrived too: one wake-up for a burst of batches.
-        while True:
-            try:
-                more = receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
-            batch = [*batch, *more]
-        return self._arrived(batch)
-
-    def _completed(self, result: ChatResult) -> None:
-        if self._on_result is not None:
-            self._on_result(result)
-
-    async def next_events(self) -> EventBatch | None:
-        """The next events that arrived together (what one or more network reads decoded);
-        None once the call has ended (``result`` or ``error`` is then set).
-
-        For relays that write one message per burst (the gateway, the asyncio and blocking
-        doors); do not mix with iteration.
-        """
-        return await self._next_batch()
-
-
-@attrs.frozen(repr=False)
-class RuntimeStatistics(Record):
-    """A snapshot of the runtime: what is in flight and what each quota key holds.
-
-    After every call has ended, every count here is zero: anything else is a leak.
-    """
-
-    calls_in_flight: int
-    attempts_in_flight: Mapping[str, int]
-    """Per provider."""
-    quotas: Mapping[str, KeyStatistics]
-    retry_budget_available: float
-    breakers: Mapping[str, str]
-    """Per provider: ``closed``, ``open`` or ``half_open``."""
-    groups: Mapping[str, tuple[DeploymentStatistics, ...]] = attrs.field(factory=dict)
-    """Per model group used so far: its deployments, in the configured order."""
-
-
-@attrs.frozen(repr=False)
-class ProviderHealth(Record):
-    """Whether new calls to one provider can go out now, and why not."""
-
-    provider: str
-    usable: bool
-    """Its breaker lets attempts through and none of its quota keys is cooling down."""
-    breaker: str
-    """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
-    cooldown_left: float
-    """Seconds until its longest cooldown (after a 429, or an exhausted quota) ends."""
-    last_error: str | None
-    """The class and message of its last failed attempt."""
-    last_error_age: float | None
-    """Seconds since then."""
-
-
-@attrs.frozen(repr=False)
-class MapOutcome(Record):
-    """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
-
-    index: int
-    """Position of the request in the input."""
-    request: ChatRequest
-    result: ChatResult | None
-    error: SluiceError | None
-
-
-class MapOutcomes:
-    """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
-
-    def __init__(self, receive: trio.MemoryReceiveChannel[MapOutcome]) -> None:
-        self._receive = receive
-
-    def __aiter__(self) -> MapOutcomes:
-        return self
-
-    async def __anext__(self) -> MapOutcome:
-        try:
-            return await take(self._receive)
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-
-    async def next_batch(self) -> list[MapOutcome] | None:
-        """The next outcome and every other one already there (one wake-up for a burst);
-        None once every request has its outcome. For the front doors, which pass outcomes to
-        another event loop or thread in batches."""
-        receive = self._receive
-        try:
-            batch = [await take(receive)]
-        except trio.EndOfChannel:
-            return None
-        while True:
-            try:
-                batch.append(receive.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return batch
 
 
 class Runtime:
@@ -292,7 +166,7 @@ class Runtime:
             phases=phases,
         )
         if isinstance(made, Replay):
-            return _replayed(made.hit, quiet), None
+            return replayed(made.hit, quiet), None
         call = made.call
         try:
             await put(self._supervisor, Submit(call))
@@ -344,9 +218,9 @@ class Runtime:
         """
         stream, call = await self._submit(as_request(request, messages, fields))
         try:
-            with stream._receive:
-                yield stream
+            yield stream
         finally:
+            stream.close()
             self._ended(call, stream)
 
     @asynccontextmanager
@@ -361,9 +235,9 @@ class Runtime:
         ordinary call.)"""
         stream, call = await self._submit(request, phases=phases)
         try:
-            with stream._receive:
-                yield stream
+            yield stream
         finally:
+            stream.close()
             self._ended(call, stream)
 
     def _ended(self, call: Call | None, stream: CallStream) -> None:
@@ -388,9 +262,9 @@ class Runtime:
         """
         stream, call = await self._submit(as_request(request, messages, fields), quiet=True)
         try:
-            with stream._receive:
-                return await stream.wait()
+            return await stream.wait()
         finally:
+            stream.close()
             self._ended(call, stream)
 
     @asynccontextmanager
@@ -412,60 +286,10 @@ class Runtime:
         # slot without waiting for the consumer; the slots bound the memory.
         send, receive = trio.open_memory_channel[MapOutcome](max_in_flight)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._feed, requests, send, max_in_flight)
+            nursery.start_soon(feed_map, self.chat, requests, send, max_in_flight)
             with receive:
                 yield MapOutcomes(receive)
             nursery.cancel_scope.cancel(reason="the consumer of Runtime.map left")
-
-    async def _feed(
-        self,
-        requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
-        send: trio.MemorySendChannel[MapOutcome],
-        max_in_flight: int,
-    ) -> None:
-        slots = trio.Semaphore(max_in_flight)
-        index = 0
-        async with send, trio.open_nursery() as calls:
-
-            async def start(request: ChatRequest) -> None:
-                nonlocal index
-                try:
-                    slots.acquire_nowait()
-                except trio.WouldBlock:
-                    await slots.acquire()
-                calls.start_soon(self._one, index, request, send.clone(), slots)
-                index += 1
-
-            # Two plain loops rather than one async generator over both kinds: a generator
-            # left unfinished by a cancelled map would be finalized by the garbage collector.
-            if isinstance(requests, AsyncIterable):
-                async for request in requests:
-                    await start(request)
-            else:
-                for request in requests:
-                    await start(request)
-
-    async def _one(
-        self,
-        index: int,
-        request: ChatRequest,
-        send: trio.MemorySendChannel[MapOutcome],
-        slots: trio.Semaphore,
-    ) -> None:
-        # The slot is held until the outcome is handed over, so a slow consumer holds back
-        # new calls: at most max_in_flight running plus max_in_flight waiting to be taken.
-        try:
-            with send:  # a plain close: `async with` would add a checkpoint per call
-                try:
-                    outcome = MapOutcome(index, request, await self.chat(request), None)
-                except SluiceError as exc:
-                    outcome = MapOutcome(index, request, None, exc)
-                try:
-                    await put(send, outcome)
-                except trio.BrokenResourceError:
-                    pass  # the consumer left
-        finally:
-            slots.release()
 
     async def statistics(self) -> RuntimeStatistics:
         """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
@@ -504,13 +328,20 @@ class Runtime:
         metrics = self.metrics
         if metrics is None:
             raise ConfigError("metrics are off: enable them with RuntimeConfig(metrics=...)")
-        if self._peers is not None and self._providers is not None:
-            with trio.move_on_after(_SCRAPE_WAIT):
-                try:
-                    metrics.gauges.update(await self.statistics())
-                except (RuntimeClosed, trio.ClosedResourceError):
-                    pass  # shutting down: the last gauges stand
+        with trio.move_on_after(_SCRAPE_WAIT):
+            stats = await self._gauge_statistics()
+            if stats is not None:  # else the last gauges stand
+                metrics.gauges.update(stats)
         return metrics.render()
+
+    async def _gauge_statistics(self) -> RuntimeStatistics | None:
+        """:meth:`statistics`, or None before the actors run and once they have stopped."""
+        if self._peers is None or self._providers is None:
+            return None
+        try:
+            return await self.statistics()
+        except (RuntimeClosed, trio.ClosedResourceError):
+            return None
 
     def hook_statistics(self) -> dict[str, int]:
         """Hook records ``dropped`` (queue full) and hook calls ``failed`` (raised) so far."""
@@ -546,28 +377,8 @@ class Runtime:
         now = trio.current_time()
         quotas = await self._limiter.statistics()
         last = self._observer.last_errors if self._observer is not None else {}
-        found: dict[str, ProviderHealth] = {}
-        for name in sorted({*self._providers.names(), *self._peers.breakers}):
-            breaker = self._peers.breakers.get(name)
-            state = breaker.state(now) if breaker is not None else "closed"
-            cooldown = max(
-                (
-                    max(ks.cooldown_left, ks.exhausted_left)
-                    for key, ks in quotas.items()
-                    if key == name or key.startswith(name + ":")
-                ),
-                default=0.0,
-            )
-            error = last.get(name)
-            found[name] = ProviderHealth(
-                provider=name,
-                usable=state != "open" and cooldown <= 0,
-                breaker=state,
-                cooldown_left=cooldown,
-                last_error=error[1] if error is not None else None,
-                last_error_age=now - error[0] if error is not None else None,
-            )
-        return found
+        names = {*self._providers.names(), *self._peers.breakers}
+        return provider_health(names, self._peers.breakers, quotas, last, now)
 
     async def reload(self, config: RuntimeConfig) -> None:
         """Take a new config without dropping a call in flight.
@@ -599,16 +410,6 @@ class Runtime:
         ``ledger.snapshot`` groups any other way."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
         return totals
-
-
-def _replayed(hit: ChatResult, quiet: bool) -> CallStream:
-    """A stream that holds a cache hit's events, ready to be read."""
-    from ._cache import replay_events
-
-    send, receive = trio.open_memory_channel[EventBatch](1)
-    send.send_nowait(replay_events(hit, quiet=quiet))
-    send.close()
-    return CallStream(hit.call_id, receive)
 
 
 def as_request(
@@ -774,7 +575,9 @@ async def _running(
         if config.cache.enabled:
             await rt._open_cache()
         async with trio.open_nursery() as services:
-            await _start_services(rt, observer, services)
+            rt.metrics_port = await start_services(
+                config, observer, services, rt._trims, rt._gauge_statistics, rt
+            )
             async with _actors(rt, mail, ledger_parts, quota_store, rng, catch_bugs, services):
                 yield rt
             if observer.hooks is not None:
@@ -859,44 +662,3 @@ async def _actors(
         providers.close()
         mail.limiter[0].close()
         mail.ledger[0].close()
-
-
-async def _start_services(rt: Runtime, observer: Observer, services: trio.Nursery) -> None:
-    """The housekeeping and observability tasks the config asks for: the memory trimmer, the
-    hook runner, the metrics endpoint, and the watcher that logs breaker and cooldown changes
-    (when ``sluice`` logs at INFO)."""
-    if rt.config.trim_memory_every is not None:
-        from ._memory import trim_memory_forever
-
-        services.start_soon(
-            trim_memory_forever, rt.config.trim_memory_every, rt._trims, name="memory trim"
-        )
-    if observer.hooks is not None:
-        services.start_soon(observer.hooks.run, name="hooks")
-    if observer.metrics is not None:
-        services.start_soon(_refresh_gauges, rt, name="metrics gauges")
-    metrics = rt.config.metrics
-    if metrics.port is not None:
-        from ._observe.server import serve_metrics
-
-        rt.metrics_port = await services.start(
-            serve_metrics, rt.render_metrics, metrics.host, metrics.port, name="metrics endpoint"
-        )
-    if observer.logs_changes():
-        from ._observe.logs import watch_changes
-
-        services.start_soon(watch_changes, rt.health, name="health watcher")
-
-
-async def _refresh_gauges(rt: Runtime) -> None:
-    """Keep the gauges' snapshot at most :data:`_GAUGES_EVERY` seconds old, so that a
-    synchronous ``rt.metrics.render()`` (a scraper of one's own) shows recent gauges."""
-    metrics = rt.metrics
-    assert metrics is not None
-    while True:
-        await trio.sleep(_GAUGES_EVERY)
-        if rt._peers is not None and rt._providers is not None:
-            try:
-                metrics.gauges.update(await rt.statistics())
-            except (RuntimeClosed, trio.ClosedResourceError):
-                return  # shutting down: the actors have stopped
