@@ -148,12 +148,12 @@ class GroupPlacement:
         name = target.group
         if name is None:
             return Placed(request, 0)
-        routing = self.routing
         specs = tuple(spec for spec, _ in routes)
-        if name not in routing.routers:
-            routing.add(name, [spec.rate_limit for spec in specs])
         now = trio.current_time()
         blocked = self._blocked(name, specs, target.models, now)
+        routing = self.routing
+        if name not in routing.routers:
+            routing.add(name, [spec.rate_limit for spec in specs])
         order = routing.order(name, request, now, blocked.__contains__)
         chosen = routing.routers[name].index(order[0])
         return Placed(_routed(request, order), chosen, len(order))
@@ -193,14 +193,14 @@ class GroupPlacement:
         names = self._names.get(group)
         if names is None:
             peers = self.peers
-            deployments = self.routing.routers[group].models
+            deployments = self.routing.groups[group].deployments
             made = []
             for spec, model, deployment in zip(specs, models, deployments, strict=True):
                 breaker = peers.breaker_key(spec, model) if peers is not None else None
                 made.append(
                     (
                         spec.quota_key(model),
-                        slow_mark(deployment),
+                        slow_mark(deployment.model),
                         None if breaker is None else breaker_mark(breaker),
                     )
                 )
