@@ -152,7 +152,9 @@ async def _traced_stream(rt: sluice.Runtime, request: ChatRequest) -> list[Entry
 
 
 @pytest.mark.parametrize(
-    ("model", "steps"), [("d1:sim-small", DIRECT_STEPS), ("fast", GROUP_STEPS)], ids=["direct", "group"]
+    ("model", "steps"),
+    [("d1:sim-small", DIRECT_STEPS), ("fast", GROUP_STEPS)],
+    ids=["direct", "group"],
 )
 @virtual_deadline(30)
 async def test_a_request_goes_through_each_preparation_step_once_in_order(
