@@ -1,9 +1,11 @@
 """The runtime: starts the actors, wires them together, and is the handle users call.
 
-This is the one module of ``runtime/`` that starts tasks. Three nested nurseries encode the
-shutdown order: the Supervisor (front) stops first and lets every call in flight end; then the
-providers, the RateLimiter and the TokenLedger see their mailboxes close and return; last, local
-services (the in-process simulator) are cancelled.
+:class:`Runtime` owns the actors' handles and exposes the API; a call goes through the
+preparation path (:mod:`sluice._prepare`) once and then to the Supervisor, and each provider's
+actor is started on first use by :mod:`sluice._startup`. Three nested nurseries encode the
+shutdown order (:func:`open_runtime`): the Supervisor (front) stops first and lets every call in
+flight end; then the providers, the RateLimiter and the TokenLedger see their mailboxes close and
+return; last, local services (the in-process simulator, the metrics endpoint) are cancelled.
 """
 
 from __future__ import annotations
