@@ -618,12 +618,15 @@ async def _actors(
     config = rt.config
     assert rt._observer is not None
     on_restart = rt._observer.actor_restarted
+    limiter_send, limiter_inbox = mail.limiter
+    ledger_send, ledger_inbox = mail.ledger
+    supervisor_send, supervisor_inbox = mail.supervisor
     async with trio.open_nursery() as infra:
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
             "rate limiter",
             run_rate_limiter,
-            mail.limiter[1],
+            limiter_inbox,
             rng,
             quota_store,
             itertools.count(1),
@@ -634,7 +637,7 @@ async def _actors(
             partial(run_restarting, on_restart=on_restart),
             "token ledger",
             run_token_ledger,
-            mail.ledger[1],
+            ledger_inbox,
             ledger_parts.book,
             ledger_parts.store,
             ledger_parts.flush_interval,
@@ -658,9 +661,9 @@ async def _actors(
             routing=rt._groups.routing,
         )
         async with trio.open_nursery() as front:
-            await front.start(run_supervisor, peers, mail.supervisor[1], name="supervisor")
-            with mail.supervisor[0]:
+            await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
+            with supervisor_send:
                 yield
         providers.close()
-        mail.limiter[0].close()
-        mail.ledger[0].close()
+        limiter_send.close()
+        ledger_send.close()
