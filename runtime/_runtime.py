@@ -32,6 +32,7 @@ from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._mail import (
     Call,
+    EventBatch,
     LedgerMsg,
     LedgerTotals,
     RateLimiterMsg,
@@ -144,9 +145,10 @@ class Runtime:
 
     async def _submit(
         self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
-    ) -> tuple[CallStream, Call | None]:
-        """Start ``request``: its stream, and the call (None when the response cache answered;
-        the stream then already holds the replay). ``phases``: see :meth:`stream_with_phases`.
+    ) -> tuple[CallStream, Call | None, trio.MemoryReceiveChannel[EventBatch]]:
+        """Start ``request``: its stream, the call (None when the response cache answered;
+        the stream then already holds the replay) and the stream's channel, which the caller
+        closes when it is done. ``phases``: see :meth:`stream_with_phases`.
 
         The request goes through the preparation path of :mod:`sluice._prepare` once, then to
         the Supervisor."""
@@ -168,7 +170,8 @@ class Runtime:
             phases=phases,
         )
         if isinstance(made, Replay):
-            return replayed(made.hit, quiet), None
+            stream, receive = replayed(made.hit, quiet)
+            return stream, None, receive
         call = made.call
         try:
             await put(self._supervisor, Submit(call))
@@ -182,7 +185,7 @@ class Runtime:
             raise
         if self._observer is not None:
             self._observer.call_started(call)
-        return CallStream(call_id, made.events, made.on_result), call
+        return CallStream(call_id, made.events, made.on_result), call, made.events
 
     async def _open_cache(self) -> ResponseCache:
         from ._cache import ResponseCache  # only a runtime that caches loads the cache
@@ -218,11 +221,11 @@ class Runtime:
         Raises:
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(as_request(request, messages, fields))
+        stream, call, receive = await self._submit(as_request(request, messages, fields))
         try:
-            yield stream
+            with receive:
+                yield stream
         finally:
-            stream.close()
             self._ended(call, stream)
 
     @asynccontextmanager
@@ -235,11 +238,11 @@ class Runtime:
         transport fills it in, and a call answered from the response cache leaves it empty.
         (Its body is :meth:`stream`'s, not a wrapper around it: one generator less per
         ordinary call.)"""
-        stream, call = await self._submit(request, phases=phases)
+        stream, call, receive = await self._submit(request, phases=phases)
         try:
-            yield stream
+            with receive:
+                yield stream
         finally:
-            stream.close()
             self._ended(call, stream)
 
     def _ended(self, call: Call | None, stream: CallStream) -> None:
@@ -262,11 +265,13 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call = await self._submit(as_request(request, messages, fields), quiet=True)
+        stream, call, receive = await self._submit(
+            as_request(request, messages, fields), quiet=True
+        )
         try:
-            return await stream.wait()
+            with receive:
+                return await stream.wait()
         finally:
-            stream.close()
             self._ended(call, stream)
 
     @asynccontextmanager

@@ -60,11 +60,6 @@ class CallStream(AsyncEventCursor):
         if self._on_result is not None:
             self._on_result(result)
 
-    def close(self) -> None:
-        """Stop receiving: the Supervisor's next send to this stream finds it closed (the
-        runtime calls this when the consumer is done)."""
-        self._receive.close()
-
     async def next_events(self) -> EventBatch | None:
         """The next events that arrived together (what one or more network reads decoded);
         None once the call has ended (``result`` or ``error`` is then set).
@@ -117,14 +112,16 @@ class MapOutcomes:
                 return batch
 
 
-def replayed(hit: ChatResult, quiet: bool) -> CallStream:
-    """A stream that holds a cache hit's events, ready to be read."""
+def replayed(
+    hit: ChatResult, quiet: bool
+) -> tuple[CallStream, trio.MemoryReceiveChannel[EventBatch]]:
+    """A stream that holds a cache hit's events, ready to be read, and its channel."""
     from ._cache import replay_events
 
     send, receive = trio.open_memory_channel[EventBatch](1)
     send.send_nowait(replay_events(hit, quiet=quiet))
     send.close()
-    return CallStream(hit.call_id, receive)
+    return CallStream(hit.call_id, receive), receive
 
 
 async def feed_map(
