@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import attrs
 import orjson
@@ -48,6 +48,7 @@ from sluice._mail import (
     ConsumerGone,
     ProviderMsg,
     RecordUsage,
+    ReloadProvider,
     Settle,
     StartAttempt,
 )
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
     from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas
     from sluice.transport._base import HotResponse
 
-__all__ = ["ProviderContext", "run_provider"]
+__all__ = ["ProviderContext", "ProviderState", "run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
 ERROR_BODY_WAIT = 5.0
@@ -88,40 +89,50 @@ _SNIPPET_BODY = 4096
 _CHARS_PER_TOKEN = 4
 
 
+class ProviderState:
+    """What a ProviderActor changes as it runs, kept across its restarts (the restarter runs
+    the actor again with the same context). Only the actor's tasks write it: its loop applies
+    a reload (:class:`~sluice._mail.ReloadProvider`), its attempt tasks count themselves in
+    and out. The runtime's statistics read :attr:`in_flight`."""
+
+    __slots__ = ("in_flight", "secrets", "settings")
+
+    def __init__(self, spec: ResolvedProvider) -> None:
+        self.in_flight = 0
+        """Attempts running now."""
+        self.settings = spec
+        """The provider as last resolved (``Runtime.reload``): each attempt reads it as it
+        starts, so a rotated key or a moved endpoint is used by the next attempt."""
+        self.secrets = secrets_of(spec.api_key, spec.headers)
+        """The key and secret header values of every settings this actor has had: masked in
+        every error (an attempt sent with an older key may be answered after a reload)."""
+
+    def reload(self, spec: ResolvedProvider) -> None:
+        """Send every attempt that starts from now on with ``spec``'s key, headers and URL."""
+        self.settings = spec
+        self.secrets = (*self.secrets, *secrets_of(spec.api_key, spec.headers))
+
+
 @attrs.frozen(eq=False, repr=False)
 class ProviderContext(Record):
-    """What one ProviderActor works with. Built by the runtime."""
+    """What one ProviderActor works with. Built by the runtime's provider startup."""
 
     spec: ResolvedProvider
+    """The provider as it was when the actor started (its codec, transport and pool were made
+    for it); :attr:`ProviderState.settings` is the one to send with."""
     base_url: str
     transport: HotTransport
     codec: Codec
     limiter: RateLimiterHandle
     ledger: TokenLedgerHandle
-    in_flight: list[int] = attrs.field(factory=lambda: [0])
-    """Attempts running now (one mutable cell, read by the runtime's statistics)."""
-    secrets: tuple[str, ...] = attrs.field(
-        default=attrs.Factory(
-            lambda self: secrets_of(self.spec.api_key, self.spec.headers), takes_self=True
-        ),
-        repr=False,
-    )
-    """The key and secret header values this provider sends: masked in every error."""
     limits: ReplyLimits = ReplyLimits()
     """Size and time bounds on every reply (see :class:`sluice._config.ReplyLimits`)."""
     observer: Observer | None = None
     """Told when each attempt starts and ends (metrics, traces, hooks, logs)."""
-    current: list[ResolvedProvider] = attrs.field(factory=list)
-    """The provider's settings as last reloaded (``Runtime.reload``), read by each attempt as
-    it starts: a rotated key or a moved endpoint is used by the next attempt. Empty: ``spec``."""
-    reloaded_secrets: list[str] = attrs.field(factory=list, repr=False)
-    """The keys and secret header values of every reload: masked in errors like ``secrets``
-    (an attempt sent with an older key may still be answered after the next reload)."""
-
-    def reload(self, spec: ResolvedProvider) -> None:
-        """Send every attempt from now on with ``spec``'s key, headers and base URL."""
-        self.current[:] = [spec]
-        self.reloaded_secrets.extend(secrets_of(spec.api_key, spec.headers))
+    state: ProviderState = attrs.field(
+        default=attrs.Factory(lambda self: ProviderState(self.spec), takes_self=True)
+    )
+    """What the actor's tasks change (see :class:`ProviderState`)."""
 
 
 async def run_provider(
@@ -145,7 +156,13 @@ async def run_provider(
             except trio.EndOfChannel:
                 sweeping.cancel()  # the attempts still running finish; then we return
                 return
-            attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+            match msg:
+                case StartAttempt():
+                    attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+                case ReloadProvider(spec=spec):
+                    ctx.state.reload(spec)
+                case _:
+                    assert_never(msg)
 
 
 async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> None:
@@ -162,12 +179,13 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     If this task dies without an outcome (a bug here, or the actor's crash cancelling it), the
     reply channel is closed unanswered and the Supervisor resubmits the attempt.
     """
-    ctx.in_flight[0] += 1
+    state = ctx.state
+    state.in_flight += 1
     try:
         with msg.reply_to:
             await _answer(ctx, msg)
     finally:
-        ctx.in_flight[0] -= 1
+        state.in_flight -= 1
 
 
 async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
@@ -190,10 +208,7 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
     if isinstance(outcome, AttemptFailed):
         call = msg.call
         # The boundary where server text enters sluice's errors: no key passes it.
-        secrets = ctx.secrets
-        if ctx.reloaded_secrets:
-            secrets = (*secrets, *ctx.reloaded_secrets)
-        error = redact_error(outcome.error, secrets).in_context(
+        error = redact_error(outcome.error, ctx.state.secrets).in_context(
             call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
         )
         outcome = AttemptFailed(error, outcome.delivered)
@@ -382,10 +397,8 @@ class _Attempt:
 
     async def _exchange(self) -> AttemptOutcome:
         ctx, call = self.ctx, self.call
-        spec, base_url = ctx.spec, ctx.base_url
-        if ctx.current:
-            spec = ctx.current[0]
-            base_url = spec.base_url or base_url
+        spec = ctx.state.settings
+        base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
         try:
             request = ctx.codec.build_request(
                 call.request,

@@ -61,6 +61,7 @@ __all__ = [
     "RecordCall",
     "RecordUsage",
     "Release",
+    "ReloadProvider",
     "StartAttempt",
     "Submit",
     "SupervisorMsg",
@@ -314,7 +315,15 @@ class StartAttempt(Record):
     its first chunk; a whole reply: its head)."""
 
 
-ProviderMsg: TypeAlias = StartAttempt
+@attrs.frozen(eq=False, repr=False)
+class ReloadProvider(Record):
+    """``Runtime.reload`` resolved the provider again: every attempt that starts after this
+    message sends with ``spec``'s key, headers and base URL."""
+
+    spec: ResolvedProvider
+
+
+ProviderMsg: TypeAlias = StartAttempt | ReloadProvider
 
 
 # TokenLedger ------------------------------------------------------------------------------

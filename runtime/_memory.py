@@ -19,7 +19,16 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["memory_trimmer", "trim_memory_forever"]
+__all__ = ["TrimCount", "memory_trimmer", "trim_memory_forever"]
+
+
+class TrimCount:
+    """How many trims the trimmer task has done: it alone counts; statistics and tests read."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = 0
 
 
 def memory_trimmer() -> Callable[[], object] | None:
@@ -38,13 +47,13 @@ def memory_trimmer() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
-async def trim_memory_forever(every: float, trims: list[int]) -> None:
-    """Trim every ``every`` seconds (trio's clock) until cancelled; ``trims[0]`` counts the
-    trims done, for statistics and tests. Returns at once where there is nothing to call."""
+async def trim_memory_forever(every: float, trims: TrimCount) -> None:
+    """Trim every ``every`` seconds (trio's clock) until cancelled, counting each in
+    ``trims``. Returns at once where there is nothing to call."""
     trim = memory_trimmer()
     if trim is None:
         return
     while True:
         await trio.sleep(every)
         trim()
-        trims[0] += 1
+        trims.done += 1

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from .._capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
+from .._capabilities import OPENAI_COMPATIBLE_CUSTOM, CapabilityOverride, ToolCapabilities
 from .._config import (
     BreakerConfig,
     ProviderConfig,
@@ -91,6 +91,9 @@ class ResolvedProvider(Record):
     model_capabilities: Mapping[str, ToolCapabilities] = attrs.field(factory=dict, repr=False)
     """The definition's rules by model-name suffix (:attr:`ProviderDefinition.model_capabilities`),
     when its capabilities hold here."""
+    model_tools: Mapping[str, CapabilityOverride] = attrs.field(factory=dict, repr=False)
+    """Per model (name without provider prefix): the config's ``models.NAME.tools``, laid
+    over everything else."""
     quirks: RequestQuirks = NO_QUIRKS
     params: Mapping[str, Any] = attrs.field(factory=dict)
     """Generation parameters for every call (the definition's, then the config's)."""
@@ -107,9 +110,13 @@ class ResolvedProvider(Record):
         return f"{self.name}:{model}" if self.rate_limit.key == "model" else self.name
 
     def tool_capabilities(self, model: str) -> ToolCapabilities:
-        """What ``model`` (no provider prefix) can do with tools here, before the config's
-        entry for the model: its suffix rule, else :attr:`capabilities`."""
-        return suffix_capabilities(self.model_capabilities, model) or self.capabilities
+        """What ``model`` (no provider prefix) can do with tools here: its suffix rule, else
+        :attr:`capabilities`; then the config's entry for the model
+        (``providers.NAME.models.MODEL.tools``). A call's own ``ToolOptions.capabilities``
+        goes over this when its tools are prepared."""
+        found = suffix_capabilities(self.model_capabilities, model) or self.capabilities
+        entry = self.model_tools.get(model)
+        return found if entry is None else found.merged(entry)
 
 
 def _merge_deadlines(base: Deadlines, override: Deadlines | None) -> Deadlines:
@@ -222,6 +229,7 @@ def resolve_provider(
         quirks=_quirks(definition, protocol, user),
         params=merge_params(definition.params if definition else None, user.params),
         model_params={m: dict(c.params) for m, c in user.models.items() if c.params},
+        model_tools={m: c.tools for m, c in user.models.items() if c.tools is not None},
         drop_params=(definition.drop_params if definition else frozenset()) | user.drop_params,
         models=model_list,
         lists_models=definition.lists_models if definition and not custom_url else True,

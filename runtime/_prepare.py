@@ -1,0 +1,341 @@
+"""Call preparation: the one path from a :class:`ChatRequest` to the :class:`Call` the
+Supervisor takes.
+
+:func:`prepare_call` runs the steps in this order, each once, each a function of what the
+steps before it made; every module a step uses is entered once and returns before the next
+step, and none calls back into the runtime (tests/test_prepare_path.py traces this):
+
+1. **model** (:func:`model_target`): ``provider:model``, or a model group's deployments
+   (``sluice._messages.split_model``).
+2. **providers**: the target's providers, each actor started on first use (``start``, which
+   the runtime gives: ``sluice._startup.Providers.routes``).
+3. **placement** (:meth:`GroupPlacement.place`, groups only): the deployments a breaker holds
+   shut (the Supervisor's breakers, a shared store's marks), then the group's strategy
+   (``sluice._routing.Routing.order``) picks the deployment; the rest lead the fallbacks.
+4. **cache** (:func:`cache_lookup`, when the request uses the cache): a hit ends the path.
+5. **capabilities and tools** (:func:`prepare_tools`): what the backend can do with tools for
+   the model (``sluice.providers._registry``), then the request's tools prepared for it
+   (``sluice._tools.preparation``).
+6. **deadlines** (:func:`deadlines`): the provider's, then the request's.
+7. **cost** (``sluice._limits.cost.estimate_cost``): the reservation each attempt asks for.
+8. **call**: the call's event channel and the :class:`~sluice._mail.Call`.
+
+Only placement changes state (the router counts the call on its deployment); every exit of
+the path that does not hand back a call releases that count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ._errors import ConfigError, RuntimeClosed
+from ._limits.cost import estimate_cost
+from ._mail import Call, EventBatch, ProviderMsg
+from ._messages import ChatRequest, ChatResult, split_model
+from ._routing import Routing, breaker_mark, slow_mark
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Mapping
+
+    from sluice.actors._supervisor import SupervisorPeers
+
+    from ._cache import ResponseCache
+    from ._config import ModelGroup
+    from ._messages import Deadlines
+    from ._tools.preparation import Prepared
+    from .providers._registry import ResolvedProvider
+    from .transport._phases import HttpPhases
+
+__all__ = [
+    "GroupPlacement",
+    "Placed",
+    "Ready",
+    "Replay",
+    "Target",
+    "cache_lookup",
+    "deadlines",
+    "model_target",
+    "prepare_call",
+    "prepare_for",
+    "prepare_tools",
+]
+
+Route = tuple["ResolvedProvider", trio.MemorySendChannel[ProviderMsg]]
+
+
+@attrs.frozen(eq=False)
+class Target:
+    """Where a request's model points: one ``provider:model``, or a model group's
+    deployments (in the group's order)."""
+
+    group: str | None
+    providers: tuple[str, ...]
+    models: tuple[str, ...]
+    """Each deployment's model name without the provider prefix."""
+
+
+@attrs.frozen(eq=False)
+class Placed:
+    """A request placed on one of its target's deployments."""
+
+    request: ChatRequest
+    """The request as it goes out: for a group, sent to the chosen deployment with the group's
+    others ahead of its own fallbacks."""
+    index: int
+    """The chosen deployment's position in the target."""
+    failover: int = 0
+    """How many of the request's models are deployments of the group."""
+
+
+@attrs.frozen(eq=False)
+class Ready:
+    """A call to hand to the Supervisor, and the consumer's end of its event channel."""
+
+    call: Call
+    events: trio.MemoryReceiveChannel[EventBatch]
+    on_result: Callable[[ChatResult], None] | None
+    """Stores the result in the response cache; None when the call is not cached."""
+
+
+@attrs.frozen(eq=False)
+class Replay:
+    """The response cache answered: no call is made."""
+
+    hit: ChatResult
+
+
+def model_target(model: str, groups: Mapping[str, ModelGroup]) -> Target:
+    """Step 1: what ``model`` names.
+
+    Raises:
+        ConfigError: it is neither ``provider:model`` nor a configured group's name.
+    """
+    if ":" in model:
+        provider, name = split_model(model)
+        return Target(None, (provider,), (name,))
+    group = groups.get(model)
+    if group is None:
+        known = ", ".join(repr(g) for g in sorted(groups)) or "none is configured"
+        raise ConfigError(
+            f"model {model!r} is neither 'provider:model' (e.g. 'openai:gpt-4o-mini') nor a "
+            f"model group (groups: {known})"
+        )
+    split = [split_model(d.model) for d in group.deployments]
+    return Target(model, tuple(p for p, _ in split), tuple(m for _, m in split))
+
+
+class GroupPlacement:
+    """Model groups' placement (step 3) and what it keeps between calls: the routers
+    (:class:`~sluice._routing.Routing`, which the Supervisor also tells when a call moves or
+    ends) and, per group, the names a shared store knows each deployment by. Used by the
+    caller tasks only, in trio's one thread."""
+
+    def __init__(self, routing: Routing, peers: SupervisorPeers | None = None) -> None:
+        self.routing = routing
+        self.peers = peers
+        """The Supervisor's breakers: a deployment whose breaker is open is placed last."""
+        self._names: dict[str, tuple[tuple[str, str, str | None], ...]] = {}
+
+    def place(self, request: ChatRequest, target: Target, routes: tuple[Route, ...]) -> Placed:
+        """``request`` sent to the deployment of ``target.group`` that its strategy chooses,
+        the group's other deployments ahead of the request's own fallbacks (the router counts
+        the call on the chosen one: :meth:`release` undoes that)."""
+        name = target.group
+        if name is None:
+            return Placed(request, 0)
+        specs = tuple(spec for spec, _ in routes)
+        now = trio.current_time()
+        blocked = self._blocked(name, specs, target.models, now)
+        routing = self.routing
+        if name not in routing.routers:
+            routing.add(name, [spec.rate_limit for spec in specs])
+        order = routing.order(name, request, now, blocked.__contains__)
+        chosen = routing.routers[name].index(order[0])
+        return Placed(_routed(request, order), chosen, len(order))
+
+    def release(self, group: str | None, model: str) -> None:
+        """The call placed on ``model`` of ``group`` never reached the Supervisor (which
+        otherwise reports its end): uncount it."""
+        if group is not None:
+            self.routing.finished(group, model, None, None, trio.current_time())
+
+    def _blocked(
+        self, group: str, specs: tuple[ResolvedProvider, ...], models: tuple[str, ...], now: float
+    ) -> frozenset[int]:
+        """The deployments to place last: an open breaker here, or what other processes know
+        through a shared store (a cooldown, a slow mark, a breaker they opened). Worked out
+        before the router is asked, so that the router never calls back here."""
+        peers, shared = self.peers, self.routing.shared
+        found: set[int] = set()
+        if peers is not None:
+            found = {i for i, spec in enumerate(specs) if peers.breaker_open(spec, models[i], now)}
+        if shared is not None:
+            names = self._shared_names(group, specs, models)
+            for i, (quota_key, slow, breaker) in enumerate(names):
+                if (
+                    shared.cooling(quota_key, now) > 0
+                    or shared.avoided(slow, now) > 0
+                    or (breaker is not None and shared.avoided(breaker, now) > 0)
+                ):
+                    found.add(i)
+        return frozenset(found)
+
+    def _shared_names(
+        self, group: str, specs: tuple[ResolvedProvider, ...], models: tuple[str, ...]
+    ) -> tuple[tuple[str, str, str | None], ...]:
+        """Per deployment of ``group``, the names a shared store knows it by: its quota key,
+        its slow mark and its breaker's mark (None without a breaker). Made once per group."""
+        names = self._names.get(group)
+        if names is None:
+            peers = self.peers
+            deployments = self.routing.groups[group].deployments
+            made = []
+            for spec, model, deployment in zip(specs, models, deployments, strict=True):
+                breaker = peers.breaker_key(spec, model) if peers is not None else None
+                made.append(
+                    (
+                        spec.quota_key(model),
+                        slow_mark(deployment.model),
+                        None if breaker is None else breaker_mark(breaker),
+                    )
+                )
+            names = self._names[group] = tuple(made)
+        return names
+
+
+def cache_lookup(
+    cache: ResponseCache, request: ChatRequest, spec: ResolvedProvider, call_id: str
+) -> tuple[ChatResult | None, str | None]:
+    """Step 4: the cached result of the caller's ``request`` sent to ``spec`` (None on a
+    miss), and the key to store its result under (None: it has no JSON form, not cached)."""
+    try:
+        key = cache.key(request, spec)  # the caller's request, never a prepared one
+    except TypeError:
+        return None, None  # extra_body holds something without a JSON form
+    return cache.get(key, call_id), key
+
+
+def prepare_tools(request: ChatRequest, spec: ResolvedProvider, model: str) -> Prepared | None:
+    """Step 5: ``request`` prepared for what ``model`` of ``spec``'s backend can do with tools
+    (:meth:`~sluice.providers._registry.ResolvedProvider.tool_capabilities`: the registry's
+    capabilities, then the config's entry for the model); None when it has nothing to do with
+    tools (it is then sent as it is, and its replies are not finalized).
+
+    Raises:
+        ConfigError: the request's tools or ``tool_choice`` cannot be used.
+    """
+    if not request.tools and request.tool_choice is None and request.parallel_tool_calls is None:
+        return None
+    caps = spec.tool_capabilities(model)
+    from ._tools.preparation import prepare  # only calls with tools load it
+
+    try:
+        return prepare(request, caps, request.tool_options)
+    except ConfigError as exc:
+        raise ConfigError(f"{request.model}: {exc}") from None
+
+
+def prepare_for(request: ChatRequest, spec: ResolvedProvider) -> Prepared | None:
+    """:func:`prepare_tools` for a ``provider:model`` request: the Supervisor's preparer when
+    a call falls back to another model."""
+    return prepare_tools(request, spec, split_model(request.model)[1])
+
+
+def deadlines(
+    base: Deadlines, override: Deadlines, now: float
+) -> tuple[float, float | None, float | None]:
+    """Step 6: the call's absolute total deadline (``inf`` for none), first-token timeout and
+    idle timeout: the request's where it sets them, else the provider's."""
+    total = override.total if override.total is not None else base.total
+    first = override.first_token if override.first_token is not None else base.first_token
+    idle = override.idle if override.idle is not None else base.idle
+    return (now + total if total is not None else math.inf), first, idle
+
+
+async def prepare_call(
+    request: ChatRequest,
+    call_id: str,
+    *,
+    start: Callable[[tuple[str, ...]], Awaitable[tuple[Route, ...]]],
+    groups: GroupPlacement,
+    cache: ResponseCache | None,
+    stream_buffer: int,
+    draining: bool,
+    quiet: bool = False,
+    phases: HttpPhases | None = None,
+) -> Ready | Replay:
+    """The call ``request`` becomes (see the module's docstring for the steps), or the cached
+    answer. ``cache``: the response cache when this request uses it.
+
+    Raises:
+        ConfigError: the model names no provider or group, a provider without a key, or tools
+            the backend cannot use.
+        RuntimeClosed: the runtime is draining (a cache hit is still answered).
+    """
+    target = model_target(request.model, groups.routing.groups)
+    routes = await start(target.providers)
+    placed = groups.place(request, target, routes)
+    try:
+        spec, mailbox = routes[placed.index]
+        model = target.models[placed.index]
+        request = placed.request
+        on_result = None
+        if cache is not None:
+            hit, key = cache_lookup(cache, request, spec, call_id)
+            if hit is not None:
+                groups.release(target.group, request.model)
+                return Replay(hit)
+            on_result = cache.storer(key) if key is not None else None
+        prepared = prepare_tools(request, spec, model)
+        if draining:
+            raise RuntimeClosed("the runtime is draining: it takes no new calls")
+        now = trio.current_time()
+        deadline, first_token, idle = deadlines(spec.deadlines, request.deadlines, now)
+        sent = prepared.request if prepared is not None else request
+        cost = estimate_cost(sent, spec.rate_limit.expected_output_tokens)
+        send, receive = trio.open_memory_channel[EventBatch](stream_buffer)
+    except BaseException:
+        groups.release(target.group, placed.request.model)
+        raise
+    call = Call(
+        call_id=call_id,
+        request=sent,
+        provider=spec,
+        provider_mailbox=mailbox,
+        model=model,
+        events=send,
+        submitted_at=now,
+        deadline=deadline,
+        first_token_timeout=first_token,
+        idle_timeout=idle,
+        cost=cost,
+        quiet=quiet,
+        prepared=prepared,
+        group=target.group,
+        failover=placed.failover,
+        phases=phases,
+    )
+    return Ready(call, receive, on_result)
+
+
+def _routed(request: ChatRequest, order: tuple[str, ...]) -> ChatRequest:
+    """``request`` sent to ``order[0]`` with the rest of ``order`` ahead of its own fallbacks.
+
+    A copy with two fields replaced, not ``attrs.evolve``, which runs every converter and
+    validator of the request again (see benchmarks/README.md): the values are
+    ``provider:model`` strings the config checked.
+    """
+    routed = object.__new__(ChatRequest)
+    for name in _REQUEST_FIELDS:
+        object.__setattr__(routed, name, getattr(request, name))
+    object.__setattr__(routed, "model", order[0])
+    object.__setattr__(routed, "fallbacks", (*order[1:], *request.fallbacks))
+    return routed
+
+
+_REQUEST_FIELDS = tuple(a.name for a in attrs.fields(ChatRequest))
