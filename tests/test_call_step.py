@@ -8,6 +8,7 @@ without a next model, and never pauses a waiting call past its wait deadline.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from typing import Any
@@ -261,6 +262,10 @@ def assert_give_up(d: Decision, error: sluice.CallError) -> None:
 ERRORS = [BOOM, BUSY, BAD, LONG, CRASHED, sluice.RateLimited("slow", status=429, retry_after=3.0)]
 
 
+def _free_in(free: float, now: float) -> float:
+    return free
+
+
 def outcome_strategy() -> st.SearchStrategy[Seen]:
     """What an attempt (or the breaker before it) may come back with."""
     error = st.sampled_from(ERRORS)
@@ -305,7 +310,7 @@ def test_whatever_happens_the_step_stays_within_its_bounds(
     while outcomes or seen is not READY:
         free = next(frees, 0.0)
         state = state_of("batch" if waits else "interactive", attempts, max_wait=20.0)
-        d = step(tries, seen, now, state, lambda _, free=free: free, POLICY, rng)
+        d = step(tries, seen, now, state, functools.partial(_free_in, free), POLICY, rng)
         if isinstance(d, Go):
             assert d.spend_retry == (tries.retrying is not None)
             assert not d.spend_retry or free == 0.0  # never a retry the budget lacks

@@ -312,7 +312,9 @@ async def test_an_attempt_lost_after_deltas_is_reset_then_resubmitted(autojump_c
     kinds = [type(e).__name__ for e in events]
     reset = kinds.index("StreamReset")
     assert "TextDelta" in kinds[:reset] and kinds[reset + 1 :].count("Queued") == 1
-    assert "lost when its actor crashed" in events[reset].reason
+    reset_event = events[reset]
+    assert isinstance(reset_event, StreamReset)
+    assert "lost when its actor crashed" in reset_event.reason
     assert call.result is not None and call.result.attempts == 2
     after = "".join(e.text for e in events[reset:] if isinstance(e, TextDelta))
     assert after == call.result.text
