@@ -367,7 +367,7 @@ class _CallRun:
                 case Go(spend_retry=spend):
                     if spend:
                         budget.try_retry(now)  # free_in(now) was 0: there is room
-                    seen = await self._go(route, tries, hedge)
+                    seen = await self._go(route, tries, hedge, now)
                     continue
                 case Pause(delay=delay, tries=tries):
                     await self._pause(delay)
@@ -409,11 +409,10 @@ class _CallRun:
         )
         return state if waits or not state.waits else attrs.evolve(state, waits=False)
 
-    async def _go(self, route: Call, tries: Tries, hedge: float | None) -> Seen:
+    async def _go(self, route: Call, tries: Tries, hedge: float | None, now: float) -> Seen:
         """One attempt, if the breaker lets it through (looked up per attempt: between
         attempts no ticket holds it, so an idle breaker may have been forgotten, and one made
-        afresh in its place)."""
-        now = trio.current_time()
+        afresh in its place). ``now``: the step's time, which is still the time."""
         breaker = breaker_for(self.peers.breakers, route.provider, route.model, now)
         ticket = NO_TICKET
         if breaker is not None:
