@@ -43,6 +43,7 @@ from sluice._events import (
 )
 from sluice._mail import (
     AttemptFailed,
+    AttemptLost,
     AttemptOutcome,
     AttemptSucceeded,
     ConsumerGone,
@@ -176,8 +177,9 @@ async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> No
 async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     """Run one attempt and answer with its outcome.
 
-    If this task dies without an outcome (a bug here, or the actor's crash cancelling it), the
-    reply channel is closed unanswered and the Supervisor resubmits the attempt.
+    If the attempt dies without an outcome (a bug here, or the actor's crash cancelling it),
+    the answer is :class:`~sluice._mail.AttemptLost` with what it had delivered, and the
+    Supervisor resubmits the attempt; a reply channel closed unanswered means the same.
     """
     state = ctx.state
     state.in_flight += 1
@@ -205,6 +207,8 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
             observer.attempt_ended(
                 watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
             )
+        if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
+            _reply(msg, AttemptLost(attempt.delivered))
     if isinstance(outcome, AttemptFailed):
         call = msg.call
         # The boundary where server text enters sluice's errors: no key passes it.
@@ -216,6 +220,11 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
             observer.attempt_ended(
                 watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
             )
+    _reply(msg, outcome)
+
+
+def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
+    """Answer the Supervisor (once per attempt: the reply channel has room for one)."""
     try:
         msg.reply_to.send_nowait(outcome)
     except (trio.BrokenResourceError, trio.WouldBlock):
@@ -237,7 +246,8 @@ class _Attempt:
         """Characters of output decoded so far (for an estimate when no usage comes)."""
         self.usage_seen: Usage | None = None
         """The last usage the provider reported while streaming."""
-        self.scope = trio.CancelScope()  # replaced by run()
+        self.scope = msg.scope
+        """The attempt's one cancel scope (see :meth:`run`)."""
         self.idle = msg.call.idle_timeout
         """Seconds a reply may go without progress: the call's idle deadline, else the
         reply limits' ``read_idle_timeout`` (so some limit holds without configuration)."""
@@ -340,9 +350,9 @@ class _Attempt:
         hedge = self.msg.hedge
         if hedge is not None and now + hedge < self.first_deadline:
             self.hedge_at = now + hedge
-        with trio.CancelScope(deadline=min(self.first_deadline, self.hedge_at)) as scope:
-            self.scope = scope
-            call.control.watch(scope)
+        scope = self.scope  # made by the Supervisor, so a consumer that leaves can cancel it
+        scope.deadline = min(self.first_deadline, self.hedge_at)
+        with scope:
             try:
                 with _map_transport_errors(self):
                     return await self._exchange()
@@ -350,8 +360,6 @@ class _Attempt:
                 return AttemptFailed(exc, self.delivered)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return ConsumerGone()
-            finally:
-                call.control.unwatch(scope)
         if call.abandoned:
             return ConsumerGone()
         return AttemptFailed(self._timeout(), self.delivered)
@@ -451,7 +459,7 @@ class _Attempt:
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
-        return AttemptSucceeded(output, self.first_token_at, request_id)
+        return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         # The status and headers already tell what happened (a 429 and its pause, say); the
@@ -478,11 +486,8 @@ class _Attempt:
         self.hedge_at = math.inf
         await self.ctx.limiter.release(self.msg.ticket)
         call = self.call
-        progress = self.msg.progress
-        batch: list[CallEvent] = progress.lead
-        progress.lead = []
-        batch.append(FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at))
-        return batch
+        first = FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)
+        return [*self.msg.lead, first]
 
     async def _read_stream(self, response: HotResponse) -> AttemptOutput:
         call = self.call
@@ -491,7 +496,6 @@ class _Attempt:
             call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
         )
         events_out = None if call.quiet else call.events
-        progress = self.msg.progress
         idle = self.idle
         scope = self.scope
         total = call.deadline
@@ -518,7 +522,6 @@ class _Attempt:
                 # up (the next read is one), and backpressure when its buffer fills.
                 await put(events_out, batch)
                 self.delivered += len(events)
-                progress.delivered = self.delivered
             if idle is not None:
                 scope.deadline = min(total, trio.current_time() + idle)
         try:
@@ -584,7 +587,6 @@ class _Attempt:
             batch.extend(deltas)
             await put(self.call.events, batch)
             self.delivered += len(deltas)
-        self.msg.progress.delivered = self.delivered
         return output
 
 

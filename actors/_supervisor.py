@@ -2,10 +2,12 @@
 
 For each submitted call it runs one task that, model by model (the call's model, then its
 fallbacks), asks the circuit breaker and the RateLimiter for admission, hands the attempt to the
-model's ProviderActor, and decides what a failure means: retry after a backoff (the provider's
-wait as a floor, the process-wide retry budget permitting), move to the next fallback model, or
-give up. A retry or fallback after deltas reached the consumer emits ``StreamReset`` first, so
-the consumer can discard the partial output; the final result holds only the winning attempt.
+model's ProviderActor, and carries out what :func:`sluice._call_step.step` decides after each
+attempt: retry after a backoff (the provider's wait as a floor, the process-wide retry budget
+permitting), correct a tool call, resubmit an attempt a crashed actor lost, fail over or fall
+back to the next model, finish, or give up. A retry or move after deltas reached the consumer
+emits ``StreamReset`` first, so the consumer can discard the partial output; the final result
+holds only the winning attempt.
 
 Every call ends with exactly one ``Completed`` or ``Failed`` (unless its consumer left first).
 A bug while supervising one call fails that call with ``InternalError`` and nothing else.
@@ -31,12 +33,35 @@ from typing import TYPE_CHECKING, TypeAlias
 import attrs
 import trio
 
-from sluice._breaker import NO_TICKET, Breakers, CircuitBreaker, Ticket
+from sluice._breaker import NO_TICKET, Breakers, Ticket
+from sluice._call_step import (
+    LEFT,
+    READY,
+    Correct,
+    Ending,
+    Failure,
+    GiveUp,
+    Go,
+    Leave,
+    Left,
+    Lost,
+    Misfired,
+    MoveOn,
+    Pause,
+    Refused,
+    Resubmit,
+    Retry,
+    Seen,
+    Tries,
+    WaitedOut,
+    Won,
+    first_tries,
+    step,
+)
 from sluice._config import RetryConfig
 from sluice._errors import (
     CallError,
     CallTimeout,
-    CircuitOpen,
     ConnectionFailed,
     InternalError,
     SluiceError,
@@ -54,9 +79,10 @@ from sluice._events import (
 )
 from sluice._ledger.budget import BudgetClaim
 from sluice._mail import (
+    Admission,
     AttemptFailed,
+    AttemptLost,
     AttemptOutcome,
-    AttemptProgress,
     AttemptSucceeded,
     Call,
     ConsumerGone,
@@ -70,19 +96,11 @@ from sluice._mail import (
 from sluice._messages import ChatRequest, ChatResult, Timings, Usage
 from sluice._record import Record
 from sluice._retry_budget import RetryBudget
-from sluice._retry_policy import (
-    CallState,
-    Fail,
-    after_failure,
-    blames_backend,
-    call_state,
-    describe,
-    when_blocked,
-)
+from sluice._retry_policy import CallState, blames_backend, call_state, describe
 from sluice._routing import Routing, breaker_mark
-from sluice._tools.correct import NO_CORRECTIONS, Corrections
 from sluice.providers._registry import ResolvedProvider
 
+from ._breakers import breaker_for, breaker_key, circuit_open, find_breaker, share_if_open
 from ._rate_limiter import RateLimiterHandle
 from ._tell import put, take
 from ._token_ledger import TokenLedgerHandle
@@ -97,44 +115,6 @@ log = logging.getLogger("sluice.supervisor")
 
 Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
 """A provider's resolved settings and its actor's mailbox."""
-
-_LOST_ATTEMPTS_MAX = 3
-
-
-@attrs.frozen(eq=False)
-class _Correct:
-    """The reply broke the tool contract in a way a correction can fix: try again with it."""
-
-    error: CallError
-    delivered: int
-    corrections: Corrections
-
-
-@attrs.frozen(eq=False)
-class _Lost:
-    """The attempt's actor crashed without an answer, after ``delivered`` deltas."""
-
-    delivered: int
-
-
-@attrs.frozen(eq=False)
-class _WaitedOut:
-    """A waiting call reached its ``max_wait`` while it waited for admission."""
-
-
-_WAITED_OUT = _WaitedOut()
-
-
-def _circuit_open(route: Call, breaker: CircuitBreaker, wait: float) -> CircuitOpen:
-    """The error for a call the breaker refuses: when it lets a probe through, and the
-    failures that opened it (never a bare "open")."""
-    name = f"{route.provider.name}:{route.model}"
-    when = f"open for another {wait:.1f} s" if wait > 0 else "a probe call is testing it"
-    causes = breaker.causes()
-    why = f"; last failure: {causes[-1]}" if causes else ""
-    return CircuitOpen(
-        f"{name} failed repeatedly; its circuit breaker is {when}{why}", retry_after=wait
-    )
 
 
 Preparer: TypeAlias = "Callable[[ChatRequest, ResolvedProvider], Prepared | None]"
@@ -161,7 +141,9 @@ class SupervisorPeers(Record):
     """Finds (starting it if needed) the provider actor for a ``provider:model`` fallback."""
     budget: RetryBudget
     breakers: Breakers = attrs.field(factory=Breakers)
-    """One per model (or provider); idle ones are forgotten once there are many."""
+    """One per model (or provider); idle ones are forgotten once there are many. Made and
+    changed only by the Supervisor's call tasks; others only read them (see
+    :mod:`sluice.actors._breakers`)."""
     catch_bugs: bool = True
     """Fail only the affected call on a bug (production); tests may let bugs propagate."""
     in_flight: list[int] = attrs.field(factory=lambda: [0])
@@ -173,43 +155,19 @@ class SupervisorPeers(Record):
 
     def breaker_state(self, provider: ResolvedProvider, model: str, now: float) -> str:
         """``closed``, ``open`` or ``half_open`` for ``model`` of ``provider`` (``closed``
-        when it has no breaker)."""
-        breaker = self.breaker(provider, model, now)
+        when it has no breaker, or none was made yet). Only reads."""
+        breaker = find_breaker(self.breakers, provider, model)
         return "closed" if breaker is None else breaker.state(now)
 
     def breaker_open(self, provider: ResolvedProvider, model: str, now: float) -> bool:
-        """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open)."""
-        breaker = self.breaker(provider, model, now)
+        """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open).
+        Only reads: the runtime's group placement asks it from the caller's task."""
+        breaker = find_breaker(self.breakers, provider, model)
         return breaker is not None and breaker.state(now) == "open"
 
     def breaker_key(self, provider: ResolvedProvider, model: str) -> str | None:
-        """The key of ``model`` of ``provider``'s breaker: ``provider:model``, or ``provider``
-        when its config scopes the breaker to the whole provider; None without a breaker."""
-        config = provider.breaker
-        if config is None:
-            return None
-        return provider.name if config.scope == "provider" else f"{provider.name}:{model}"
-
-    def breaker(self, provider: ResolvedProvider, model: str, now: float) -> CircuitBreaker | None:
-        """The breaker for ``model`` of ``provider``: one per model unless the provider's
-        config scopes it to the whole provider. Keyed ``provider:model`` or ``provider``.
-
-        Look it up again after any wait without one of its tickets: an idle breaker may be
-        forgotten meanwhile (see :class:`~sluice._breaker.Breakers`)."""
-        config = provider.breaker
-        if config is None:
-            return None
-        key = provider.name if config.scope == "provider" else f"{provider.name}:{model}"
-        found = self.breakers.find(key)
-        if found is not None:
-            return found
-        made = CircuitBreaker(
-            min_failures=config.min_failures,
-            failure_rate=config.failure_rate,
-            window=config.window,
-            open_for=config.open_for,
-        )
-        return self.breakers.add(key, made, now)
+        """See :func:`sluice.actors._breakers.breaker_key`."""
+        return breaker_key(provider, model)
 
 
 async def run_supervisor(
@@ -264,7 +222,8 @@ async def _supervise_call(peers: SupervisorPeers, call: Call) -> None:
 
 
 class _CallRun:
-    """One call's way through its models and attempts."""
+    """One call's way through its models and attempts: :func:`sluice._call_step.step`
+    decides each next move; this class carries the decisions out."""
 
     def __init__(self, peers: SupervisorPeers, call: Call) -> None:
         self.peers = peers
@@ -289,6 +248,14 @@ class _CallRun:
             batch = [e for e in batch if isinstance(e, Completed | Failed)]
         if batch:
             await put(self.call.events, batch)
+
+    async def _start_over(self, reset: bool, error: CallError, *events: CallEvent) -> None:
+        """Tell the consumer the attempt starts over: ``StreamReset`` first when it had
+        deltas to discard, then ``events`` (nothing at all when there is nothing to say)."""
+        if reset:
+            events = (StreamReset(self.call.call_id, self.attempt, error.message), *events)
+        if events:
+            await self._emit(*events)
 
     def _fix(self, error: CallError, route: Call) -> CallError:
         return error.in_context(
@@ -325,36 +292,32 @@ class _CallRun:
                     await self._fail(self._fix(error, route))
                     return
             self.models_tried.append(f"{route.provider.name}:{route.model}")
-            fails_over = index + 1 < call.failover
-            outcome = await self._through_model(
-                route, last=index + 1 == len(chain), fails_over=fails_over
-            )
-            if isinstance(outcome, ChatResult):
-                await peers.ledger.record(
-                    RecordCall(
-                        route.provider.name, route.model, True, self.attempt, call.request.tag
+            last = index + 1 == len(chain)
+            tries = first_tries(call.request.waits and last, index + 1 < call.failover, not last)
+            match await self._through_model(route, tries):
+                case Won(result=result):
+                    await peers.ledger.record(
+                        RecordCall(
+                            route.provider.name, route.model, True, self.attempt, call.request.tag
+                        )
                     )
-                )
-                await self._emit(*_forced_calls(route, outcome), Completed(call.call_id, outcome))
-                return
-            if outcome is None:
-                return  # the consumer left
-            error, delivered = outcome
-            moves = fails_over and (error.retryable or error.kind in peers.retry.fallback_on)
-            if moves or (index + 1 < len(chain) and error.kind in peers.retry.fallback_on):
-                if index + 1 < call.failover:
-                    assert peers.routing is not None and call.group is not None
-                    now = trio.current_time()
-                    peers.routing.moved(call.group, model, chain[index + 1], now, error)
-                    self.deployment = chain[index + 1]
-                events: list[CallEvent] = []
-                if delivered:
-                    events.append(StreamReset(call.call_id, self.attempt, error.message))
-                events.append(FallingBack(call.call_id, model, chain[index + 1], error))
-                await self._emit(*events)
-                continue
-            await self._fail(error, route)
-            return
+                    await self._emit(*_forced_calls(route, result), Completed(call.call_id, result))
+                    return
+                case MoveOn(error=error, reset=reset, failover=failover, refused=refused):
+                    self.attempt += refused  # a refused attempt counts, as its error says
+                    if failover:
+                        assert peers.routing is not None and call.group is not None
+                        now = trio.current_time()
+                        peers.routing.moved(call.group, model, chain[index + 1], now, error)
+                        self.deployment = chain[index + 1]
+                    moving = FallingBack(call.call_id, model, chain[index + 1], error)
+                    await self._start_over(reset, error, moving)
+                case GiveUp(error=error, refused=refused):
+                    self.attempt += refused
+                    await self._fail(error, route)
+                    return
+                case Leave():
+                    return
 
     async def _reroute(self, model: str) -> Call:
         spec, mailbox = await self.peers.resolve(model)
@@ -379,124 +342,50 @@ class _CallRun:
         )
         await self._emit(Failed(self.call.call_id, error))
 
-    async def _through_model(
-        self, route: Call, last: bool, fails_over: bool = False
-    ) -> ChatResult | tuple[CallError, int] | None:
-        """Attempts against one model until a result, a final error, or the consumer leaving.
+    async def _through_model(self, route: Call, tries: Tries) -> Ending:
+        """Attempts against one model until :func:`~sluice._call_step.step` ends the call's
+        time on it: a result, a failure to move on with or end with, or the consumer leaving.
 
-        The decisions are :mod:`sluice._retry_policy`'s; this loop carries them out. ``last``:
-        no fallback model follows, so a call in ``wait`` mode waits out an open breaker here
-        instead of moving on. ``fails_over``: another deployment of the call's group follows,
-        so a retryable failure returns at once for the call to move there, a cooldown is not
-        waited out (another process's 429 included), and an attempt that does not answer
-        within the group's hedge time is given up.
+        The step decides; this loop carries its decisions out (an attempt, a pause, what a
+        retry, correction or resubmission tells the consumer) and tells it what it saw. With
+        ``tries.fails_over`` an attempt that does not answer within the group's hedge time is
+        given up, for the call to move to the next deployment.
         """
         peers, call = self.peers, self.call
-        waits = call.request.waits and last
+        budget = peers.budget
         hedge = None
-        if fails_over:
+        if tries.fails_over:
             assert peers.routing is not None and call.group is not None
             hedge = peers.routing.groups[call.group].hedge or None
-        lost = 0
-        corrections = NO_CORRECTIONS
-        retrying: CallError | None = None
-        """The failure being retried: the next attempt must first spend the retry budget."""
-        last_error: CallError | None = None
-        """The last failure of a waiting call: what it ends with when its wait runs out."""
+        seen: Seen = READY
         while True:
-            if call.abandoned:
-                return None  # the consumer left while the call waited
+            if seen is READY and call.abandoned:
+                seen = LEFT  # the consumer left while the call waited
             now = trio.current_time()
-            if waits and last_error is not None and now >= self._state(waits).wait_until:
-                return last_error, 0
-            if retrying is not None and not peers.budget.try_retry(now):
-                blocked = when_blocked(self._state(waits), retrying, peers.budget.free_in(now), now)
-                if isinstance(blocked, Fail):
-                    return blocked.error, 0
-                await self._pause(blocked.delay)
-                continue
-            retrying = None
-            ticket = NO_TICKET
-            # Looked up per attempt: between attempts no ticket holds it, so an idle breaker
-            # may have been forgotten (and one made afresh in its place).
-            breaker = peers.breaker(route.provider, route.model, now)
-            if breaker is not None:
-                admitted = breaker.admit(now)
-                if admitted is None:
-                    wait = breaker.retry_in(now)
-                    error = self._fix(_circuit_open(route, breaker, wait), route)
-                    free_in = (
-                        wait if wait > 0 else peers.retry.wait_poll * (0.5 + peers.rng.random())
-                    )
-                    blocked = when_blocked(self._state(waits), error, free_in, now)
-                    if isinstance(blocked, Fail):
-                        self.attempt += 1
-                        return attrs.evolve(blocked.error, attempt=self.attempt), 0
-                    last_error = error
-                    await self._pause(blocked.delay)
+            decision = step(tries, seen, now, self._state, budget.free_in, peers.retry, peers.rng)
+            match decision:
+                case Go(spend_retry=spend):
+                    if spend:
+                        budget.try_retry(now)  # free_in(now) was 0: there is room
+                    seen = await self._go(route, tries, hedge, now)
                     continue
-                ticket = admitted
-            with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
-                self.attempt += 1
-                step = await self._attempt(route, ticket, corrections, waits, fails_over, hedge)
-            match step:
-                case ChatResult() | None:
-                    return step
-                case _WaitedOut():
-                    if last_error is not None:
-                        return last_error, 0
-                    error = CallTimeout(
-                        f"the call waited longer than its max_wait ({call.request.max_wait} s)"
-                        " for admission",
-                        timeout_kind="total",
-                    )
-                    return self._fix(error, route), 0
-                case _Correct(error=error, delivered=delivered, corrections=corrections):
-                    self.corrected += 1
-                    reset = (
-                        [StreamReset(call.call_id, self.attempt, error.message)]
-                        if delivered
-                        else []
-                    )
-                    await self._emit(*reset, Retrying(call.call_id, self.attempt, 0.0, error))
-                    continue
-                case _Lost(delivered=delivered):
-                    # The attempt's actor crashed and took the attempt with it: resubmit it
-                    # (a bounded number of times), telling the consumer to discard its deltas.
-                    lost += 1
-                    error = ConnectionFailed("the attempt was lost when its actor crashed")
-                    if lost > _LOST_ATTEMPTS_MAX:
-                        return self._fix(error, route), delivered
-                    if delivered:
-                        await put(
-                            call.events, (StreamReset(call.call_id, self.attempt, error.message),)
-                        )
-                    continue
-                case (error, delivered):
-                    if fails_over and error.retryable:
-                        return error, delivered
-                    last_error = error
-                    now = trio.current_time()
-                    decision = after_failure(
-                        self._state(waits), error, delivered, now, peers.retry, peers.rng
-                    )
-                    if isinstance(decision, Fail):
-                        return decision.error, delivered
-                    delay = decision.delay
-                    if not peers.budget.try_retry(now):
-                        blocked = when_blocked(
-                            self._state(waits), error, peers.budget.free_in(now), now
-                        )
-                        if isinstance(blocked, Fail):
-                            return blocked.error, delivered
-                        retrying = error  # it still has to spend the budget after this wait
-                        delay = max(delay, blocked.delay)
-                    events: list[CallEvent] = []
-                    if delivered:
-                        events.append(StreamReset(call.call_id, self.attempt, error.message))
-                    events.append(Retrying(call.call_id, self.attempt, delay, error))
-                    await self._emit(*events)
+                case Pause(delay=delay, tries=tries):
                     await self._pause(delay)
+                case Retry(delay=delay, error=error, reset=reset, spend_retry=spend, tries=tries):
+                    if spend:
+                        budget.try_retry(now)
+                    retrying = Retrying(call.call_id, self.attempt, delay, error)
+                    await self._start_over(reset, error, retrying)
+                    await self._pause(delay)
+                case Correct(error=error, reset=reset, tries=tries):
+                    self.corrected += 1
+                    retrying = Retrying(call.call_id, self.attempt, 0.0, error)
+                    await self._start_over(reset, error, retrying)
+                case Resubmit(error=error, reset=reset, tries=tries):
+                    await self._start_over(reset, error)
+                case Won() | Leave() | MoveOn() | GiveUp():
+                    return decision
+            seen = READY
 
     async def _pause(self, delay: float) -> None:
         """Sleep ``delay`` seconds, or less if the consumer leaves meanwhile (a waiting call
@@ -507,7 +396,7 @@ class _CallRun:
             try:
                 await trio.sleep_forever()
             finally:
-                control.unwatch(pause)
+                control.unwatch()
 
     def _state(self, waits: bool) -> CallState:
         call = self.call
@@ -520,28 +409,61 @@ class _CallRun:
         )
         return state if waits or not state.waits else attrs.evolve(state, waits=False)
 
+    async def _go(self, route: Call, tries: Tries, hedge: float | None, now: float) -> Seen:
+        """One attempt, if the breaker lets it through (looked up per attempt: between
+        attempts no ticket holds it, so an idle breaker may have been forgotten, and one made
+        afresh in its place). ``now``: the step's time, which is still the time."""
+        breaker = breaker_for(self.peers.breakers, route.provider, route.model, now)
+        ticket = NO_TICKET
+        if breaker is not None:
+            admitted = breaker.admit(now)
+            if admitted is None:
+                wait = breaker.retry_in(now)
+                refusal = circuit_open(f"{route.provider.name}:{route.model}", breaker, wait)
+                return Refused(self._fix(refusal, route), wait)
+            ticket = admitted
+        with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
+            self.attempt += 1
+            return await self._attempt(route, ticket, tries, hedge)
+
     async def _attempt(
-        self,
-        route: Call,
-        ticket: Ticket,
-        corrections: Corrections,
-        waits: bool,
-        moves: bool = False,
-        hedge: float | None = None,
-    ) -> ChatResult | tuple[CallError, int] | _Correct | _Lost | _WaitedOut | None:
+        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None
+    ) -> Seen:
         """Admission and one attempt, with ``ticket`` given its verdict on the backend when
-        there is one. None: the consumer left. ``moves``: the call can move to another
-        deployment, so it does not wait out a cooldown; ``hedge``: the attempt is given up
-        when no answer came within that many seconds."""
+        there is one. ``hedge``: the attempt is given up when no answer came within that many
+        seconds."""
+        admission = await self._admit(route, tries)
+        if not isinstance(admission, Admission):
+            return admission
+        sent = route
+        if tries.corrections.messages:
+            assert route.prepared is not None
+            sent = attrs.evolve(route, request=tries.corrections.apply(route.prepared))
+        if admission.max_tokens is not None:
+            # A budget near its end pays for only this much output (see _ledger.budget).
+            capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
+            sent = attrs.evolve(sent, request=capped)
+        lead = self.pending
+        self.pending = []
+        outcome = await self._send(sent, admission.ticket, lead, hedge)
+        if not _lead_went_out(outcome):
+            self.pending = lead  # no first chunk carried them: they go with the next batch
+        return self._seen(route, ticket, admission, outcome)
+
+    async def _admit(self, route: Call, tries: Tries) -> Admission | Failure | WaitedOut | Left:
+        """Wait for the RateLimiter's admission. A call that can move to another deployment
+        (``tries.fails_over``) does not wait out a cooldown; a waiting call stops at its
+        ``max_wait``; a consumer that leaves stops the wait."""
         peers, call = self.peers, self.call
         now = trio.current_time()
         self.pending.append(Queued(call.call_id, self.attempt, now))
         admission = None
+        waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
         deadline = self._state(waits).wait_until if waits else call.deadline
         with trio.CancelScope(deadline=deadline) as waiting:
-            call.control.watch(waiting)  # a consumer that leaves stops the wait
+            call.control.watch(waiting)
             try:
                 admission = await peers.limiter.acquire(
                     route.provider.quota_key(route.model),
@@ -554,25 +476,19 @@ class _CallRun:
                         call.request.tag,
                         output_set=route.request.max_tokens is not None,
                     ),
-                    fail_on_cooldown=moves or not call.request.retry_visible,
+                    fail_on_cooldown=tries.fails_over or not call.request.retry_visible,
                     wait_for_store=deadline if waits else None,
                 )
             except CallError as refused:
-                return self._fix(refused, route), 0
+                return Failure(self._fix(refused, route), 0)
             finally:
-                call.control.unwatch(waiting)
+                call.control.unwatch()
         if call.abandoned:
             if admission is not None:
                 await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
-            return None
+            return LEFT
         if admission is None:
-            if trio.current_time() < call.deadline:
-                return _WAITED_OUT
-            error: CallError = CallTimeout(
-                "the call's total deadline passed while it waited for admission",
-                timeout_kind="total",
-            )
-            return self._fix(error, route), 0
+            return self._not_admitted(route)
         self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
@@ -582,60 +498,88 @@ class _CallRun:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
                 raise
-        progress = AttemptProgress(lead=self.pending)
-        self.pending = []
-        sent = route
-        if corrections.messages:
-            assert route.prepared is not None
-            sent = attrs.evolve(route, request=corrections.apply(route.prepared))
-        if admission.max_tokens is not None:
-            # A budget near its end pays for only this much output (see _ledger.budget).
-            capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
-            sent = attrs.evolve(sent, request=capped)
-        outcome = await _run_attempt(sent, self.attempt, admission.ticket, progress, hedge)
-        self.pending = progress.lead  # what the provider did not deliver (no first chunk)
+        return admission
+
+    def _not_admitted(self, route: Call) -> Failure | WaitedOut:
+        """The wait for admission ran out: the call's max_wait, or its total deadline."""
+        call = self.call
+        if trio.current_time() < call.deadline:
+            waited = CallTimeout(
+                f"the call waited longer than its max_wait ({call.request.max_wait} s)"
+                " for admission",
+                timeout_kind="total",
+            )
+            return WaitedOut(self._fix(waited, route))
+        error = CallTimeout(
+            "the call's total deadline passed while it waited for admission",
+            timeout_kind="total",
+        )
+        return Failure(self._fix(error, route), 0)
+
+    async def _send(
+        self, route: Call, ticket: int, lead: list[CallEvent], hedge: float | None
+    ) -> AttemptOutcome:
+        """Hand the attempt to its provider and wait for its one answer.
+
+        The attempt runs under a scope made here and watched as what the call waits on, so a
+        consumer that leaves cancels it. The provider closes ``reply_to`` when its attempt task
+        ends, so an actor that died before starting it shows as the end of the channel: an
+        attempt lost with nothing delivered.
+        """
+        control = self.call.control
+        scope = trio.CancelScope()
+        reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
+        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply_to, hedge)
+        control.watch(scope)
+        try:
+            with reply_to, reply:
+                await put(route.provider_mailbox, msg)
+                return await reply.receive()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+            return _NOTHING_DELIVERED
+        finally:
+            control.unwatch()
+
+    def _seen(
+        self, route: Call, ticket: Ticket, admission: Admission, outcome: AttemptOutcome
+    ) -> Seen:
+        """What the step is told of ``outcome``; ``ticket`` gets the backend's verdict."""
         match outcome:
             case AttemptSucceeded():
                 ticket.succeeded(trio.current_time())
                 try:
                     output = self._finalize(route, outcome.output)
                 except ToolCallError as exc:
-                    error = self._fix(exc, route)
-                    delivered = progress.delivered
                     assert route.prepared is not None
-                    if not self._may_correct(corrections, exc, route.prepared, delivered):
-                        return error, delivered
-                    return _Correct(error, delivered, corrections.add(exc, route.prepared))
-                return self._result(route, outcome, output, admission.at)
+                    fixed = self._fix(exc, route)
+                    assert isinstance(fixed, ToolCallError)
+                    return Misfired(fixed, route.prepared, outcome.delivered)
+                return Won(self._result(route, outcome, output, admission.at))
             case ConsumerGone():
-                return None
-            case None:
-                return _Lost(progress.delivered)
+                return LEFT
+            case AttemptLost(delivered=delivered):
+                lost = ConnectionFailed("the attempt was lost when its actor crashed")
+                return Lost(self._fix(lost, route), delivered)
             case AttemptFailed(error=error, delivered=delivered):
-                if call.abandoned:
-                    # A correction attempt runs on a copy of the call, which never sees
-                    # abandon(): its provider reports the cancellation as a failure.
-                    return None
+                if self.call.abandoned:
+                    # The consumer left as the attempt failed (its cancel may surface as a
+                    # failure of the exchange): nobody waits for a retry.
+                    return LEFT
                 if blames_backend(error):
                     ticket.failed(trio.current_time(), describe(error))
                     self._share_breaker(route)
-                return error, delivered
+                return Failure(error, delivered)
 
     def _share_breaker(self, route: Call) -> None:
-        """After a failure of ``route``'s backend: with a shared store, if its breaker is open,
-        have every process's routing pass it over until it half-opens (when this process
-        probes it). Not on every call's path: only after a failure."""
+        """After a failure of ``route``'s backend, with a shared store: an open breaker is
+        passed over by every process (not on every call's path: only after a failure)."""
         peers = self.peers
         shared = peers.routing.shared if peers.routing is not None else None
-        if shared is None:
-            return
-        now = trio.current_time()
-        key = peers.breaker_key(route.provider, route.model)
-        breaker = peers.breaker(route.provider, route.model, now)
-        if key is None or breaker is None:
-            return
-        if breaker.state(now) == "open":
-            shared.avoid(breaker_mark(key), breaker.retry_in(now), now)
+        key = breaker_key(route.provider, route.model)
+        if shared is not None and key is not None:
+            now = trio.current_time()
+            breaker = breaker_for(peers.breakers, route.provider, route.model, now)
+            share_if_open(shared, breaker_mark(key), breaker, now)
 
     def _finalize(self, route: Call, output: AttemptOutput) -> AttemptOutput:
         """The attempt's output with its tool calls recovered, repaired and checked.
@@ -652,17 +596,6 @@ class _CallRun:
         from sluice._tools.finalization import finalize  # only calls with tools load it
 
         return finalize(output, prepared, rng=self.peers.rng)
-
-    def _may_correct(
-        self, corrections: Corrections, error: ToolCallError, prepared: Prepared, delivered: int
-    ) -> bool:
-        """Whether a correction retry may follow ``error``."""
-        call = self.call
-        if not corrections.allows(error, prepared):
-            return False
-        if delivered and call.request.on_partial == "fail":
-            return False
-        return trio.current_time() < call.deadline
 
     def _result(
         self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float
@@ -697,27 +630,16 @@ class _CallRun:
         )
 
 
-async def _run_attempt(
-    route: Call, attempt: int, ticket: int, progress: AttemptProgress, hedge: float | None = None
-) -> AttemptOutcome | None:
-    """Hand the attempt to its provider; None when the provider died without an answer.
+_NOTHING_DELIVERED = AttemptLost(0)
 
-    The provider closes ``reply_to`` when its attempt task ends, answered or not, so a crash
-    shows here as the end of the channel rather than a wait forever.
-    """
-    reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
-    with reply_to, reply:
-        try:
-            await put(
-                route.provider_mailbox,
-                StartAttempt(route, attempt, ticket, progress, reply_to, hedge),
-            )
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return None
-        try:
-            return await reply.receive()
-        except trio.EndOfChannel:
-            return None
+
+def _lead_went_out(outcome: AttemptOutcome) -> bool:
+    """Whether the provider sent the attempt's lead events: they go in front of the reply's
+    first chunk, which reached the consumer when deltas did (or, for a whole reply without
+    any, when a success noted its first token)."""
+    if isinstance(outcome, AttemptSucceeded):
+        return outcome.first_token_at is not None
+    return isinstance(outcome, ConsumerGone) or outcome.delivered > 0
 
 
 def _forced_calls(call: Call, result: ChatResult) -> list[CallEvent]:

@@ -47,9 +47,10 @@ __all__ = [
     "Withdraw",
     "AttemptFailed",
     "AttemptOutcome",
-    "AttemptProgress",
+    "AttemptLost",
     "AttemptSucceeded",
     "Call",
+    "CallControl",
     "ConsumerGone",
     "EventBatch",
     "FlushLedger",
@@ -100,7 +101,8 @@ class Call(Record):
     """How the request's tools were prepared for this route's backend (``prepared.original``
     is the caller's request); None for a request without tools, which is sent as it is."""
     control: CallControl = attrs.field(factory=lambda: CallControl())
-    """Shared by every copy of the call (fallback and correction routes are copies)."""
+    """How the consumer stops the call when it leaves (shared by every copy of the call:
+    fallback and correction routes are copies; see :class:`CallControl` for who writes what)."""
     group: str | None = None
     """The model group the caller named, when it named one (see :mod:`sluice._routing`)."""
     failover: int = 0
@@ -122,28 +124,37 @@ class Call(Record):
 
 @attrs.define(eq=False, repr=False)
 class CallControl(Record):
-    """Lets a consumer that leaves stop its call wherever it is: queued, or mid-attempt.
+    """Lets a consumer that leaves stop its call wherever it waits: for admission, in a pause
+    between attempts, or in an attempt a provider runs.
 
-    Whoever waits on the call's behalf (the Supervisor at admission, the provider during an
-    attempt) runs under a scope from :meth:`scope`, which :meth:`abandon` cancels.
+    Each field has one writer. ``abandoned`` is set once, by the consumer's task
+    (:meth:`abandon`). ``waiting`` is the one scope the call waits under now, set and cleared
+    only by the Supervisor's task for the call (:meth:`watch`, :meth:`unwatch`): its own scope
+    around admission or a pause, or the scope it hands a provider in :class:`StartAttempt`,
+    which the provider enters and sets deadlines on. The consumer only cancels that scope;
+    the provider only reads ``abandoned`` (to tell a consumer leaving from a deadline).
     """
 
     abandoned: bool = False
-    scopes: list[trio.CancelScope] = attrs.field(factory=list)
+    waiting: trio.CancelScope | None = None
 
     def abandon(self) -> None:
+        """The consumer's task: the call is abandoned; cancel what it waits under now."""
         self.abandoned = True
-        for scope in self.scopes:
-            scope.cancel()
+        waiting = self.waiting
+        if waiting is not None:
+            waiting.cancel()
 
     def watch(self, scope: trio.CancelScope) -> None:
-        """Register ``scope`` (cancelled at once if the call is already abandoned)."""
+        """The Supervisor's task: the call waits under ``scope`` now (cancelled at once if the
+        call is already abandoned)."""
+        self.waiting = scope
         if self.abandoned:
             scope.cancel()
-        self.scopes.append(scope)
 
-    def unwatch(self, scope: trio.CancelScope) -> None:
-        self.scopes.remove(scope)
+    def unwatch(self) -> None:
+        """The Supervisor's task: the wait under the watched scope is over."""
+        self.waiting = None
 
 
 # RateLimiter ------------------------------------------------------------------------------
@@ -273,6 +284,8 @@ class AttemptSucceeded(Record):
     output: AttemptOutput
     first_token_at: float | None
     request_id: str | None
+    delivered: int
+    """Delta events of this attempt that reached the consumer's stream."""
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -287,18 +300,20 @@ class ConsumerGone(Record):
     """The consumer closed its stream; the attempt was abandoned."""
 
 
-AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone
+@attrs.frozen(eq=False, repr=False)
+class AttemptLost(Record):
+    """The attempt's task died without an outcome (its actor crashed and cancelled it, or a
+    bug): what it had delivered by then, so the Supervisor resubmits it knowing what the
+    consumer saw. A reply channel closed without any answer means the same with nothing
+    delivered (the attempt never started)."""
+
+    delivered: int
 
 
-@attrs.define(eq=False, repr=False)
-class AttemptProgress(Record):
-    """Written by the ProviderActor while the attempt runs, read by the Supervisor if the
-    attempt is lost (its actor crashed) and no outcome arrives."""
-
-    delivered: int = 0
-    lead: list[CallEvent] = attrs.field(factory=list)
-    """Events the Supervisor has not sent yet (Queued, Admitted): the provider puts them in
-    front of its first batch and empties this list; whatever is left, the Supervisor sends."""
+AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone | AttemptLost
+"""An attempt's one answer, a value the provider sends and never touches again. The lead
+events went out with the reply's first chunk when deltas were delivered, or when a success
+has a ``first_token_at`` (a whole reply without deltas still sends them)."""
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -307,7 +322,13 @@ class StartAttempt(Record):
     """The call as routed for this attempt (a fallback routes it to another model)."""
     attempt: int
     ticket: int
-    progress: AttemptProgress
+    lead: Sequence[CallEvent]
+    """Events the Supervisor has not sent yet (Queued, Admitted): the provider puts them in
+    front of its first batch, so a call that was not kept waiting costs its consumer no extra
+    wake-up. Whether they went out, the outcome says (see :data:`AttemptOutcome`)."""
+    scope: trio.CancelScope
+    """The scope the attempt runs under, made unentered by the Supervisor: the provider enters
+    it and moves its deadline; a consumer that leaves cancels it (``Call.abandon``)."""
     reply_to: trio.MemorySendChannel[AttemptOutcome]
     hedge: float | None = None
     """A model group's hedge time when the call has another deployment to move to: the

@@ -14,7 +14,7 @@ import trio
 import sluice
 from sluice import CallError, ChatRequest, Deadlines, RateLimitConfig, RetryConfig, RuntimeConfig
 from sluice._config import BreakerConfig, ProviderConfig
-from sluice._events import FallingBack, Retrying, StreamReset
+from sluice._events import FallingBack, Retrying, StreamReset, TextDelta
 from sluice._limits.store import (
     BudgetAsk,
     BudgetRefused,
@@ -267,6 +267,59 @@ async def test_provider_actor_crash_is_survived_and_its_calls_complete(autojump_
     assert "the provider sim actor crashed; restarting it" in caplog.text
     assert stats.calls_in_flight == 0 and stats.attempts_in_flight == {"sim": 0}
     assert stats.quotas["sim"].pending == 0 and stats.quotas["sim"].open_streams == 0
+
+
+class _CrashAfter(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, chunks: int) -> None:
+        self.inner, self.chunks = inner, chunks
+
+    async def __aiter__(self):
+        n = 0
+        async for chunk in self.inner:
+            yield chunk
+            n += 1
+            if n == self.chunks:
+                raise RuntimeError("injected crash mid-stream")
+
+
+class MidStreamCrash(httpx.AsyncBaseTransport):
+    """The first reply's body raises a bug-like exception after ``chunks`` chunks: the
+    provider actor crashes with deltas already in the consumer's stream."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, chunks: int) -> None:
+        self.inner, self.chunks, self.seen = inner, chunks, 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.seen += 1
+        if self.seen > 1:
+            return response
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        body = _CrashAfter(response.stream, self.chunks)
+        return httpx.Response(response.status_code, headers=response.headers, stream=body)
+
+
+@virtual_deadline(60)
+async def test_an_attempt_lost_after_deltas_is_reset_then_resubmitted(autojump_clock, caplog):
+    """The provider's answer for a lost attempt says what it delivered: the consumer is told
+    to discard it, then gets the whole reply of the attempt resubmitted in its place."""
+    sim = SimulatorConfig(tokens_per_second=20, output_tokens=6)
+    transport = MidStreamCrash(mock_transport(sim), chunks=3)
+    async with sluice.open_runtime(config(), transport=transport) as rt:
+        events, call = await collect(rt, "sim:sim-small")
+        stats = await rt.statistics()
+    assert "the provider sim actor crashed; restarting it" in caplog.text
+    kinds = [type(e).__name__ for e in events]
+    reset = kinds.index("StreamReset")
+    assert "TextDelta" in kinds[:reset] and kinds[reset + 1 :].count("Queued") == 1
+    reset_event = events[reset]
+    assert isinstance(reset_event, StreamReset)
+    assert "lost when its actor crashed" in reset_event.reason
+    assert call.result is not None and call.result.attempts == 2
+    after = "".join(e.text for e in events[reset:] if isinstance(e, TextDelta))
+    assert after == call.result.text
+    assert kinds.count("Queued") == kinds.count("Admitted") == 2  # each attempt's lead once
+    assert stats.calls_in_flight == 0 and stats.attempts_in_flight == {"sim": 0}
 
 
 class CrashingStore(MemoryQuotaStore):
