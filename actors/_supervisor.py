@@ -131,6 +131,16 @@ def default_preparer(request: ChatRequest, provider: ResolvedProvider) -> Prepar
     return prepare(request, provider.capabilities, request.tool_options)
 
 
+class CallCount:
+    """The calls the Supervisor supervises now. Its call tasks alone change it; the runtime's
+    statistics and drain only read it (one trio thread, so a read is never torn)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+
 @attrs.frozen(eq=False, repr=False)
 class SupervisorPeers(Record):
     limiter: RateLimiterHandle
@@ -146,8 +156,8 @@ class SupervisorPeers(Record):
     :mod:`sluice.actors._breakers`)."""
     catch_bugs: bool = True
     """Fail only the affected call on a bug (production); tests may let bugs propagate."""
-    in_flight: list[int] = attrs.field(factory=lambda: [0])
-    """Calls being supervised now (one mutable cell, read by the runtime's statistics)."""
+    in_flight: CallCount = attrs.field(factory=CallCount)
+    """Calls being supervised now, read by the runtime's statistics and drain."""
     prepare: Preparer = default_preparer
     """Prepares the caller's request again when a call falls back to another model."""
     routing: Routing | None = None
@@ -192,11 +202,11 @@ async def run_supervisor(
 
 async def _supervise(peers: SupervisorPeers, call: Call) -> None:
     """Run ``call`` to its end; always closes the consumer's stream."""
-    peers.in_flight[0] += 1
+    peers.in_flight.value += 1
     try:
         await _supervise_call(peers, call)
     finally:
-        peers.in_flight[0] -= 1
+        peers.in_flight.value -= 1
 
 
 async def _supervise_call(peers: SupervisorPeers, call: Call) -> None:

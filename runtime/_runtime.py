@@ -310,7 +310,7 @@ class Runtime:
         now = trio.current_time()
         peers = self._peers
         return RuntimeStatistics(
-            calls_in_flight=peers.in_flight[0],
+            calls_in_flight=peers.in_flight.value,
             attempts_in_flight=self._providers.in_flight(),
             quotas=await self._limiter.statistics(),
             retry_budget_available=peers.budget.available(now),
@@ -374,7 +374,7 @@ class Runtime:
         self._draining = True
         with trio.move_on_after(math.inf if timeout is None else timeout):
             # The Supervisor owns the count; polling it keeps the Supervisor untouched.
-            while self._peers.in_flight[0]:  # noqa: ASYNC110
+            while self._peers.in_flight.value:  # noqa: ASYNC110
                 await trio.sleep(_DRAIN_POLL)
             return True
         return False
