@@ -24,7 +24,6 @@ LONG_MODULES = {
     # split in #31 follow-up (the runtime hub's split: preparation, provider startup, runtime)
     "runtime/_runtime.py",
     # split in #31 follow-up (other helpers change these for #30 and #31)
-    "runtime/_config.py",
     "actors/_rate_limiter.py",
     "actors/_supervisor.py",
     # split in #31 follow-up: the batch job's run loop and its helpers move into their own
