@@ -25,7 +25,8 @@ from sluice._errors import InternalError
 from sluice._limits.cost import Cost
 from sluice._limits.fallback import FallbackQuotaStore
 from sluice._limits.headers import Learned
-from sluice._limits.redis_store import RedisQuotaStore, _script_failed
+from sluice._limits.redis_store import RedisQuotaStore
+from sluice._limits.redis_wire import script_failed
 from sluice._limits.store import LEARNED_FOR, Reservation, WindowSpec
 from sluice._mail import RateLimiterMsg
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
@@ -168,8 +169,8 @@ async def test_a_failing_script_is_a_bug_for_that_call_not_an_outage(redis_url, 
         broken = client.register_script("local x = nil; return x < 1")
         with pytest.raises(ResponseError) as raised:
             await broken(keys=[f"{{{prefix}}}:x"], args=[])
-        assert _script_failed(raised.value)
-        assert not _script_failed(ResponseError("LOADING Redis is loading the dataset"))
+        assert script_failed(raised.value)
+        assert not script_failed(ResponseError("LOADING Redis is loading the dataset"))
 
 
 @pytest.fixture

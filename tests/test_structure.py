@@ -26,9 +26,6 @@ LONG_MODULES = {
     # split in #31 follow-up (other helpers change these for #30 and #31)
     "actors/_rate_limiter.py",
     "actors/_supervisor.py",
-    # split in #31 follow-up: #30's store-fault work (run id, history write-back, the shared
-    # cooldown view) took it past the limit; those parts move to modules of their own
-    "runtime/_limits/redis_store.py",
 }
 
 LONG_FUNCTIONS = {
