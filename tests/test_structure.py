@@ -34,10 +34,6 @@ LONG_FUNCTIONS = {
     "actors/_rate_limiter.py:_admit",
     "actors/_supervisor.py:_through_model",
     "actors/_supervisor.py:_attempt",
-    # split in #31 follow-up: the doors work of #31 changes how this task opens its stream
-    "runtime/_jobs/loadtest/run.py:one",
-    # split in #31 follow-up: the metrics helper of #30 is adding gauges to this collector
-    "runtime/_observe/metrics.py:collect",
 }
 
 
