@@ -72,9 +72,10 @@ class SharedCooling:
         self.due = now + self.interval
 
     def learn(self, reply: Sequence[Any], now: float) -> None:
-        """Take in the quota script's answer to ``cooling``: ``[tag, server now, number of
-        cooldowns, key, until, key, until, ..., names to avoid ..., tail]``. What is over is
-        forgotten (keys this process never uses included); a later end known here stays."""
+        """Take in the quota script's answer to ``cooling``: ``[tag, server now, n, key,
+        until, ... (n pairs), name, until, ...]``, the cooldowns first, then the names to
+        avoid. What is over is forgotten (keys this process never uses included); a later end
+        known here stays."""
         server_now, cooling = float(reply[1]), int(reply[2])
         for known in (self.cooldowns, self.avoided):
             for key in [key for key, until in known.items() if until <= now]:

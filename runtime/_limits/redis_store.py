@@ -148,6 +148,15 @@ class RedisQuotaStore:
         as the store last reported them (kept across lost history: the last known truth)."""
 
     @property
+    def view_interval(self) -> float:
+        """Seconds between two reads of the shared cooldowns from Redis, at the most."""
+        return self.cooling_view.interval
+
+    @view_interval.setter
+    def view_interval(self, seconds: float) -> None:
+        self.cooling_view.interval = seconds
+
+    @property
     def run_id(self) -> str:
         """The store's run id as this process knows it ("" before the first script run)."""
         return self.run.run_id
