@@ -172,10 +172,12 @@ class FallbackQuotaStore:
     def _try_primary(self, now: float) -> bool:
         return self._retry_at is None or now >= self._retry_at
 
+    def _local_specs(self, specs: Sequence[WindowSpec]) -> list[WindowSpec]:
+        return [attrs.evolve(s, limit=max(1, math.floor(s.limit * self.share))) for s in specs]
+
     async def _reserve_local(self, ask: _Ask, now: float) -> _Answer:
         """Admit in this process's own windows at its share of each limit."""
-        specs = [attrs.evolve(s, limit=max(1, math.floor(s.limit * self.share))) for s in ask.specs]
-        return await self.local.reserve(ask.key, specs, ask.cost, now)
+        return await self.local.reserve(ask.key, self._local_specs(ask.specs), ask.cost, now)
 
     async def reserve(
         self,
