@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -29,7 +30,8 @@ from sluice._config import LedgerConfig, RuntimeConfig
 from sluice._limits.redis_store import RedisQuotaStore, open_redis_store
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable
+    from contextlib import AbstractAsyncContextManager
 
 HOSTS = ("x", "y", "z")
 RETRY_AFTER = 20
@@ -92,16 +94,31 @@ def config(
     )
 
 
+@asynccontextmanager
+async def two_stores(redis_url: str) -> AsyncIterator[tuple[RedisQuotaStore, RedisQuotaStore]]:
+    """Two processes' stores (their own connections and views) on one Redis prefix."""
+    prefix = f"groups-{uuid.uuid4().hex}"
+    async with (
+        open_redis_store(redis_url, prefix=prefix) as store_a,
+        open_redis_store(redis_url, prefix=prefix) as store_b,
+    ):
+        yield store_a, store_b
+
+
+def runtime_on(
+    store: RedisQuotaStore, cfg: RuntimeConfig, servers: Servers
+) -> AbstractAsyncContextManager[sluice.Runtime]:
+    """A process's runtime on ``store``, calling its own ``servers``."""
+    return sluice.open_runtime(cfg, transport=servers.transport(), environ={}, quota_store=store)
+
+
 async def placed_on_x(rt: sluice.Runtime) -> int:
     return {d.model: d.calls for d in (await rt.statistics()).groups["g"]}["x:m"]
 
 
 async def a_429_on_x(store: RedisQuotaStore, cfg: RuntimeConfig) -> None:
     """Process A: its call on deployment x gets a 429 asking for a pause, shared in Redis."""
-    servers = Servers({"x"})
-    async with sluice.open_runtime(
-        cfg, transport=servers.transport(), environ={}, quota_store=store
-    ) as a:
+    async with runtime_on(store, cfg, Servers({"x"})) as a:
         try:
             await a.chat(ChatRequest(model="x:m", messages="hi", stream=False))
         except RateLimited:
@@ -132,16 +149,12 @@ async def route(rt: sluice.Runtime, n: int) -> list[Any]:
 async def test_a_deployment_cooling_down_in_another_process_gets_no_calls_from_this_one(
     redis_url,
 ):
-    prefix = f"groups-{uuid.uuid4().hex}"
     cfg = config({"x": 4.0})  # x is the deployment `weighted` prefers
     servers = Servers()
     with trio.fail_after(30):
         async with (
-            open_redis_store(redis_url, prefix=prefix) as store_a,
-            open_redis_store(redis_url, prefix=prefix) as store_b,
-            sluice.open_runtime(
-                cfg, transport=servers.transport(), environ={}, quota_store=store_b
-            ) as b,
+            two_stores(redis_url) as (store_a, store_b),
+            runtime_on(store_b, cfg, servers) as b,
         ):
             before = await route(b, 20)  # B's routing reads the shared cooldowns from now on
             assert any(r.models_tried == ("x:m",) for r in before)
@@ -169,16 +182,12 @@ async def test_a_call_placed_before_the_view_knows_moves_on_without_waiting(redi
     """B's view is stale (it read the cooldowns before A's 429 and not since): the first call
     placed on x learns of the pause from its admission and moves on at once (it does not wait
     out the pause); B's routing then keeps the others off x."""
-    prefix = f"groups-{uuid.uuid4().hex}"
     cfg = config({"x": 1e9})  # every call would go to x
     servers = Servers()
     with trio.fail_after(30):
         async with (
-            open_redis_store(redis_url, prefix=prefix) as store_a,
-            open_redis_store(redis_url, prefix=prefix) as store_b,
-            sluice.open_runtime(
-                cfg, transport=servers.transport(), environ={}, quota_store=store_b
-            ) as b,
+            two_stores(redis_url) as (store_a, store_b),
+            runtime_on(store_b, cfg, servers) as b,
         ):
             await route(b, 1)  # reads the (empty) view once
             store_b.view_interval = 3600.0  # and never again during this test
@@ -202,19 +211,13 @@ async def test_a_call_placed_before_the_view_knows_moves_on_without_waiting(redi
 async def test_a_deployment_another_process_found_slow_gets_no_calls_from_this_one(redis_url):
     """A's call waits the hedge time on x, which never answers, and moves on: x is marked
     slow for every process. B then places nothing on x until the mark ends."""
-    prefix = f"groups-{uuid.uuid4().hex}"
     cfg = config({"x": 1e9}, hedge=0.3, slow_for=60.0)
     servers_a, servers_b = Servers(failing={"x", "hang"}), Servers()
     with trio.fail_after(30):
         async with (
-            open_redis_store(redis_url, prefix=prefix) as store_a,
-            open_redis_store(redis_url, prefix=prefix) as store_b,
-            sluice.open_runtime(
-                cfg, transport=servers_a.transport(), environ={}, quota_store=store_a
-            ) as a,
-            sluice.open_runtime(
-                cfg, transport=servers_b.transport(), environ={}, quota_store=store_b
-            ) as b,
+            two_stores(redis_url) as (store_a, store_b),
+            runtime_on(store_a, cfg, servers_a) as a,
+            runtime_on(store_b, cfg, servers_b) as b,
         ):
             await route(b, 1)  # B's routing reads the shared view from now on
             result = await a.chat(ChatRequest(model="g", messages="hi", stream=False))
@@ -230,20 +233,14 @@ async def test_a_deployment_another_process_found_slow_gets_no_calls_from_this_o
 async def test_a_breaker_another_process_opened_keeps_this_ones_calls_away_while_open(
     redis_url,
 ):
-    prefix = f"groups-{uuid.uuid4().hex}"
     breaker = BreakerConfig(min_failures=2, failure_rate=0.5, window=60.0, open_for=1.0)
     cfg = config({"x": 1e9}, breaker=breaker)
     servers_a, servers_b = Servers(failing={"x"}), Servers()
     with trio.fail_after(30):
         async with (
-            open_redis_store(redis_url, prefix=prefix) as store_a,
-            open_redis_store(redis_url, prefix=prefix) as store_b,
-            sluice.open_runtime(
-                cfg, transport=servers_a.transport(), environ={}, quota_store=store_a
-            ) as a,
-            sluice.open_runtime(
-                cfg, transport=servers_b.transport(), environ={}, quota_store=store_b
-            ) as b,
+            two_stores(redis_url) as (store_a, store_b),
+            runtime_on(store_a, cfg, servers_a) as a,
+            runtime_on(store_b, cfg, servers_b) as b,
         ):
             await route(b, 1)
             for i in range(2):  # two 500s from x: A's breaker for x opens

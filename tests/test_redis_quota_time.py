@@ -25,7 +25,8 @@ from sluice._errors import InternalError
 from sluice._limits.cost import Cost
 from sluice._limits.fallback import FallbackQuotaStore
 from sluice._limits.headers import Learned
-from sluice._limits.redis_store import RedisQuotaStore, _script_failed
+from sluice._limits.redis_store import RedisQuotaStore
+from sluice._limits.redis_wire import script_failed
 from sluice._limits.store import LEARNED_FOR, Reservation, WindowSpec
 from sluice._mail import RateLimiterMsg
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
@@ -168,8 +169,8 @@ async def test_a_failing_script_is_a_bug_for_that_call_not_an_outage(redis_url, 
         broken = client.register_script("local x = nil; return x < 1")
         with pytest.raises(ResponseError) as raised:
             await broken(keys=[f"{{{prefix}}}:x"], args=[])
-        assert _script_failed(raised.value)
-        assert not _script_failed(ResponseError("LOADING Redis is loading the dataset"))
+        assert script_failed(raised.value)
+        assert not script_failed(ResponseError("LOADING Redis is loading the dataset"))
 
 
 @pytest.fixture
@@ -247,3 +248,17 @@ async def test_a_failing_key_does_not_cost_other_keys_their_queued_settlements(r
         with pytest.raises(InternalError):
             await store.reserve("broken", specs, Cost(1, 0, 1), 1.0)
         assert isinstance(await store.reserve("fine", specs, Cost(1, 0, 90), 2.0), Reservation)
+
+
+async def test_the_fallback_store_forgets_a_key_once_its_windows_are_empty(redis_url):
+    """Forgetting reads the local share's windows: a key stays while an admission it mirrored
+    is in its window, and goes once the window has passed."""
+    async with coredis.Redis.from_url(redis_url, decode_responses=True) as client:
+        redis = RedisQuotaStore(client, prefix=f"forget-{uuid.uuid4().hex}", clock="caller")
+        store = FallbackQuotaStore(redis, "local", 0.25)
+        specs = [WindowSpec("requests", 4, 60.0)]
+        with trio.fail_after(10):
+            got = await store.reserve("k", specs, Cost(1, 0, 0), 0.0)
+        assert isinstance(got, Reservation)
+        assert not store.forget("k", specs, 1.0)
+        assert store.forget("k", specs, 61.0)

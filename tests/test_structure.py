@@ -22,25 +22,12 @@ MAX_FUNCTION_LINES = 80
 
 LONG_MODULES = {
     # split in #31 follow-up (other helpers change these for #30 and #31)
-    "runtime/_config.py",
     "actors/_rate_limiter.py",
-    # split in #31 follow-up: the batch job's run loop and its helpers move into their own
-    # module once run_batch is cut into steps (below); #30's gauges work edits it now
-    "runtime/_jobs/batch.py",
-    # split in #31 follow-up: #30's store-fault work (run id, history write-back, the shared
-    # cooldown view) took it past the limit; those parts move to modules of their own
-    "runtime/_limits/redis_store.py",
 }
 
 LONG_FUNCTIONS = {
     # split in #31 follow-up (files other helpers own right now)
     "actors/_rate_limiter.py:_admit",
-    # split in #31 follow-up: the batch job's loop (resume, guard, writer, progress in one)
-    "runtime/_jobs/batch.py:run_batch",
-    # split in #31 follow-up: the doors work of #31 changes how this task opens its stream
-    "runtime/_jobs/loadtest/run.py:one",
-    # split in #31 follow-up: the metrics helper of #30 is adding gauges to this collector
-    "runtime/_observe/metrics.py:collect",
 }
 
 

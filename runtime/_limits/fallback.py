@@ -47,7 +47,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
@@ -58,8 +59,6 @@ from .store import BudgetAsk, BudgetRefused, MemoryQuotaStore, Reservation, TooL
 from .store_epoch import SEED_GRACE, distrusted_until, new_run_id
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from .._ledger.book import LedgerKey, LedgerTotals
     from .._ledger.redis import RedisLedgerStore
     from .headers import Learned
@@ -74,6 +73,29 @@ _MAX_RETRY = 10.0
 _NOTHING = Cost(0, 0, 0)
 _UNBOUNDED = 2**62
 """The limit of a mirrored admission's windows: a mirror records, it never refuses."""
+
+
+_Answer: TypeAlias = "Reservation | TooLarge | BudgetRefused | float"
+"""What an admission answers: admitted, never (too large), refused by a budget, or seconds to
+wait."""
+
+
+@attrs.frozen
+class _Ask:
+    """One admission as :meth:`FallbackQuotaStore.reserve` was asked it, to try through Redis,
+    locally or both."""
+
+    key: str
+    specs: Sequence[WindowSpec]
+    cost: Cost
+    caps: tuple[int | None, int | None]
+    budget: BudgetAsk | None
+
+    async def send(self, store: RedisQuotaStore, now: float) -> _Answer:
+        """Admit through ``store`` (Redis)."""
+        return await store.reserve(
+            self.key, self.specs, self.cost, now, caps=self.caps, budget=self.budget
+        )
 
 
 @functools.lru_cache(maxsize=256)
@@ -153,6 +175,10 @@ class FallbackQuotaStore:
     def _local_specs(self, specs: Sequence[WindowSpec]) -> list[WindowSpec]:
         return [attrs.evolve(s, limit=max(1, math.floor(s.limit * self.share))) for s in specs]
 
+    async def _reserve_local(self, ask: _Ask, now: float) -> _Answer:
+        """Admit in this process's own windows at its share of each limit."""
+        return await self.local.reserve(ask.key, self._local_specs(ask.specs), ask.cost, now)
+
     async def reserve(
         self,
         key: str,
@@ -163,9 +189,10 @@ class FallbackQuotaStore:
         caps: tuple[int | None, int | None] = (None, None),
         budget: BudgetAsk | None = None,
     ) -> Reservation | TooLarge | BudgetRefused | float:
+        ask = _Ask(key, specs, cost, caps, budget)
         if self._try_primary(now):
             try:
-                got = await self._reserve_shared(key, specs, cost, now, caps, budget)
+                got = await self._reserve_shared(ask, now)
             except StoreUnavailable as exc:
                 self._failed(exc, now)
             else:
@@ -174,22 +201,14 @@ class FallbackQuotaStore:
         assert self._retry_at is not None
         if budget is not None and not self.budgets.fits_local(budget):
             return max(0.0, self._retry_at - now)  # the share is spent: wait for Redis
-        got = await self.local.reserve(key, self._local_specs(specs), cost, now)
+        got = await self._reserve_local(ask, now)
         if isinstance(got, Reservation) and budget is not None:
             self.budgets.admitted(budget, local=True)
         if isinstance(got, float):
             return min(got, max(0.0, self._retry_at - now))  # ask Redis again on time
         return got
 
-    async def _reserve_shared(
-        self,
-        key: str,
-        specs: Sequence[WindowSpec],
-        cost: Cost,
-        now: float,
-        caps: tuple[int | None, int | None],
-        budget: BudgetAsk | None,
-    ) -> Reservation | TooLarge | BudgetRefused | float:
+    async def _reserve_shared(self, ask: _Ask, now: float) -> _Answer:
         """Reserve through Redis, first rebuilding the budgets if it lost its history and
         booking the spend of an outage.
 
@@ -203,14 +222,14 @@ class FallbackQuotaStore:
             self._book()
             generation = primary.generation
             try:
-                got = await self._through_primary(key, specs, cost, now, caps, budget)
+                got = await self._through_primary(ask, now)
             except StoreUnavailable:
                 if primary.generation == generation:
                     raise  # an outage (the booking stays queued)
                 continue  # the history was lost: rebuild, then ask again
             self.budgets.booked()
-            if isinstance(got, Reservation) and budget is not None:
-                self.budgets.admitted(budget, local=False)
+            if isinstance(got, Reservation) and ask.budget is not None:
+                self.budgets.admitted(ask.budget, local=False)
             return got
         raise StoreUnavailable("the quota store keeps losing its history")
 
@@ -241,15 +260,7 @@ class FallbackQuotaStore:
             if accounts:
                 log.warning("quota store: shared budgets rebuilt (%d accounts)", len(accounts))
 
-    async def _through_primary(
-        self,
-        key: str,
-        specs: Sequence[WindowSpec],
-        cost: Cost,
-        now: float,
-        caps: tuple[int | None, int | None],
-        budget: BudgetAsk | None,
-    ) -> Reservation | TooLarge | BudgetRefused | float:
+    async def _through_primary(self, ask: _Ask, now: float) -> _Answer:
         """Admit through Redis: alone while it is trusted (mirroring the admission into the
         local windows), else at the local share as well (see the module docstring).
 
@@ -257,26 +268,20 @@ class FallbackQuotaStore:
             StoreUnavailable: Redis did not answer; HistoryLost: it lost its history (nothing
                 was admitted).
         """
-        if not specs:  # no window to guard
-            return await self.primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
-        if self.lost_at is None or now >= self._distrusted_until(specs):
-            got = await self.primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
+        if not ask.specs:  # no window to guard
+            return await ask.send(self.primary, now)
+        if self.lost_at is None or now >= self._distrusted_until(ask.specs):
+            got = await ask.send(self.primary, now)
             if isinstance(got, Reservation):
-                mine = await self.local.reserve(key, _unbounded(tuple(specs)), cost, now)
+                mine = await self.local.reserve(
+                    ask.key, _unbounded(tuple(ask.specs)), ask.cost, now
+                )
                 assert isinstance(mine, Reservation)  # an unbounded window takes anything
-                self._mirrored[key, got.ref] = mine
+                self._mirrored[ask.key, got.ref] = mine
             return got
-        return await self._guarded(key, specs, cost, now, caps, budget)
+        return await self._guarded(ask, now)
 
-    async def _guarded(
-        self,
-        key: str,
-        specs: Sequence[WindowSpec],
-        cost: Cost,
-        now: float,
-        caps: tuple[int | None, int | None],
-        budget: BudgetAsk | None,
-    ) -> Reservation | TooLarge | BudgetRefused | float:
+    async def _guarded(self, ask: _Ask, now: float) -> _Answer:
         """Admit at the local share of this process's own windows and through Redis (whose
         history is unknown) too; either one's wait is the answer. Nothing is admitted while
         the other processes may still be telling Redis their part of its history."""
@@ -284,19 +289,19 @@ class FallbackQuotaStore:
         told = self.lost_at + SEED_GRACE
         if now < told:
             return told - now
-        until = self._distrusted_until(specs)
-        mine = await self.local.reserve(key, self._local_specs(specs), cost, now)
+        until = self._distrusted_until(ask.specs)
+        mine = await self._reserve_local(ask, now)
         if isinstance(mine, TooLarge):
             return until - now  # more than a share: it waits for Redis to be trusted again
         if not isinstance(mine, Reservation):
             return min(mine, until - now) if isinstance(mine, float) else mine
         try:
-            got = await self.primary.reserve(key, specs, cost, now, caps=caps, budget=budget)
+            got = await ask.send(self.primary, now)
         except BaseException:  # lost again too: the caller rebuilds and asks again
             await self.local.settle(mine, _NOTHING)
             raise
         if isinstance(got, Reservation):
-            self._mirrored[key, got.ref] = mine
+            self._mirrored[ask.key, got.ref] = mine
         else:
             await self.local.settle(mine, _NOTHING)
         return got

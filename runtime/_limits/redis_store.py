@@ -19,11 +19,11 @@ the store when the next hold lapses, so nothing waits for an admission to look. 
 need no lapse: they leave their window by themselves.
 
 Cooldowns other processes set are known here without a round trip per call (:meth:`cooling`,
-which model groups' routing asks for every call): from every admission the script answered
-with a cooldown, and from a read of every key cooling down that the background task makes at
-most every ``view_interval`` seconds while someone keeps asking, so what routing sees is at most
-about that old. The same read brings the names routing should avoid (:meth:`avoid`,
-:meth:`avoided`): deployments some process found slow, breakers some process opened.
+which model groups' routing asks for every call; :mod:`sluice._limits.redis_cooling`): from
+every admission the script answered with a cooldown, and from a read of every key cooling down
+that the background task makes at most every ``view_interval`` seconds while someone keeps
+asking. The same read brings the names routing should avoid (:meth:`avoid`, :meth:`avoided`):
+deployments some process found slow, breakers some process opened.
 
 Statistics never wait for Redis: :meth:`RedisQuotaStore.usage` answers from the process's view
 of each key's windows (:mod:`sluice._limits.view`), learned from every admission's answer and
@@ -38,26 +38,30 @@ fails the request with :class:`~sluice._errors.StoreUnavailable` and bumps
 :attr:`RedisQuotaStore.generation`: nothing is admitted against it until the caller has
 rebuilt what it must (:class:`~sluice._limits.fallback.FallbackQuotaStore` rebuilds the
 budgets). Work queued for the lost store is dropped, and reservations made there are settled
-no more: their ids mean other entries now.
+no more: their ids mean other entries now; this process's own admissions of the last window
+are told to the store again (:mod:`sluice._limits.redis_history`).
 
-Open with :func:`open_redis_store`. ``coredis`` is imported only here: its import is slow,
-and most runs never use Redis.
+Open with :func:`open_redis_store`. ``coredis`` is imported only by this store's modules, on
+first use: its import is slow, and most runs never use Redis.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import trio
 
 from .._errors import ConfigError, InternalError, StoreUnavailable
 from .._exception_groups import sole_failure
+from .redis_cooling import SharedCooling
+from .redis_history import RunHistory, wire_period
+from .redis_history import SeedWindow as SeedWindow
 from .redis_script import QUOTA_SCRIPT
+from .redis_wire import ScriptFailed, bug, safe_url, script_failed
 from .store import (
     LEARNED_FOR,
     LEARNED_PERIOD,
@@ -83,20 +87,12 @@ __all__ = ["RedisQuotaStore", "open_redis_store"]
 log = logging.getLogger("sluice._limits")
 
 _LEARNED_PERIOD = repr(LEARNED_PERIOD)
-SeedWindow: TypeAlias = "tuple[str, Dimension, float, Sequence[tuple[float, int, str]]]"
-"""(quota key, dimension, period, [(admitted at, amount, reservation id or ""), ...] oldest
-first): a reservation id for an attempt still under way, whose re-dating and settlement then
-reach the copy."""
 _SWEEP_LATE = 0.05
 """Seconds a sweep comes after the lapse it waits for: the store's clock may run a little
 behind this process's, and a hold lapsing at the very instant is not yet lapsed."""
 
 _REFRESH_MOST = 64
 """Keys one refresh reads at most (the oldest views first): a bounded run on the server."""
-
-
-def _period(value: float) -> str:
-    return repr(float(value))
 
 
 class RedisQuotaStore:
@@ -127,6 +123,8 @@ class RedisQuotaStore:
         self._base = "{" + prefix + "}"
         self.prefix = prefix
         self._caller_clock = clock == "caller"
+        self.run = RunHistory()
+        """The store's run id as this process knows it, and its part of the history."""
         self.lapse = lapse
         self.poll = poll
         self.timeout = timeout
@@ -137,38 +135,52 @@ class RedisQuotaStore:
         """(key, reservation id) of the slots this process holds, renewed until they end."""
         self._holds: set[str] = set()
         """Budget reservations this process holds, renewed until settled."""
-        self._cooldowns: dict[str, float] = {}
-        """What this process knows of keys' cooldowns: when each ends (trio time)."""
-        self._avoided: dict[str, float] = {}
-        """What this process knows of the names to avoid: when each ends (trio time)."""
-        self.view_interval = view_interval
-        self._view_due = -math.inf
-        """When the known cooldowns should next be read again from Redis (trio time)."""
-        self._view_wanted = False
-        """Someone asked :meth:`cooling` after ``_view_due``: the background task reads them."""
+        self.cooling_view = SharedCooling(interval=view_interval, caller_clock=clock == "caller")
+        """What this process knows of the cooldowns and names to avoid all processes share."""
         self.views = WindowViews()
         """The last known use and limit of each window of the keys in use."""
         self._dirty = trio.Event()
         self._lock = trio.Lock()
         self.round_trips = 0
         """Script runs so far (admissions, cooldowns, learning and flushes)."""
-        self.run_id = ""
-        """The store's run id as this process knows it ("" before the first script run)."""
-        self.generation = 0
-        """Times the store was found to have lost its history (a reservation's ``ref`` is
-        ``"<generation>.<id>"``: one made before a loss means nothing to the store since)."""
-        self.lost_at: float | None = None
-        """When this process last found the store's run id changed (None: never)."""
-        self.history: Callable[[float], Sequence[SeedWindow]] | None = None
-        """This process's own admissions still in their windows at a time: told to the store
-        when it has lost its history (None: nothing to tell)."""
-        self._seed_due = False
-        self._carried: set[str] = set()
-        """Refs of an earlier generation whose entries were told to the store again under
-        their own ids: their re-dating and settlement still apply."""
         self.balances: dict[str, tuple[int, int, int, int]] = {}
         """Per budget account, (spent micros, spent tokens, reserved micros, reserved tokens)
         as the store last reported them (kept across lost history: the last known truth)."""
+
+    @property
+    def view_interval(self) -> float:
+        """Seconds between two reads of the shared cooldowns from Redis, at the most."""
+        return self.cooling_view.interval
+
+    @view_interval.setter
+    def view_interval(self, seconds: float) -> None:
+        self.cooling_view.interval = seconds
+
+    @property
+    def run_id(self) -> str:
+        """The store's run id as this process knows it ("" before the first script run)."""
+        return self.run.run_id
+
+    @property
+    def generation(self) -> int:
+        """Times the store was found to have lost its history (a reservation's ``ref`` is
+        ``"<generation>.<id>"``: one made before a loss means nothing to the store since)."""
+        return self.run.generation
+
+    @property
+    def lost_at(self) -> float | None:
+        """When this process last found the store's run id changed (None: never)."""
+        return self.run.lost_at
+
+    @property
+    def history(self) -> Callable[[float], Sequence[SeedWindow]] | None:
+        """This process's own admissions still in their windows at a time: told to the store
+        when it has lost its history (None: nothing to tell)."""
+        return self.run.history
+
+    @history.setter
+    def history(self, history: Callable[[float], Sequence[SeedWindow]] | None) -> None:
+        self.run.history = history
 
     # -- the round trip ------------------------------------------------------------------
 
@@ -187,11 +199,11 @@ class RedisQuotaStore:
             generation = self.generation
             try:
                 return await self._send(request, ops, now)
-            except _ScriptFailed as failed:
+            except ScriptFailed as failed:
                 if not ops or request["op"] == "flush":
                     if ops:
                         log.error("quota script failed on queued work, now dropped: %s", failed)
-                    raise _bug(request, failed) from None
+                    raise bug(request, failed) from None
             except BaseException:
                 if self.generation == generation:  # else the work was for a lost store
                     self._ops = ops + self._ops
@@ -200,7 +212,7 @@ class RedisQuotaStore:
             # idempotent, so what the failed run applied is applied once), then ask again.
             try:
                 await self._send({"op": "flush"}, ops, now)
-            except _ScriptFailed as failed:
+            except ScriptFailed as failed:
                 log.error("quota script failed on queued work, now dropped: %s", failed)
             except BaseException:
                 if self.generation == generation:
@@ -208,23 +220,23 @@ class RedisQuotaStore:
                 raise
             try:
                 return await self._send(request, [], now)
-            except _ScriptFailed as failed:
-                raise _bug(request, failed) from None
+            except ScriptFailed as failed:
+                raise bug(request, failed) from None
 
     async def _send(self, request: dict[str, Any], ops: list[Any], now: float) -> list[Any]:
-        """One script run; a failure is StoreUnavailable (an outage) or _ScriptFailed."""
+        """One script run; a failure is StoreUnavailable (an outage) or ScriptFailed."""
         from coredis.exceptions import RedisError
 
         request["ops"] = ops
         request["now"] = now if self._caller_clock else -1.0
-        request["run"] = self.run_id
+        request["run"] = self.run.run_id
         request["fresh"] = new_run_id()  # never reused: a restarted store gets a new id
         try:
             with trio.fail_after(self.timeout):
                 reply = await self._script(keys=[self._base], args=[orjson.dumps(request)])
         except RedisError as exc:
-            if _script_failed(exc):
-                raise _ScriptFailed(str(exc)) from None
+            if script_failed(exc):
+                raise ScriptFailed(str(exc)) from None
             reason = str(exc) or type(exc).__name__
             raise StoreUnavailable(f"the quota store does not answer: {reason}") from None
         except (OSError, trio.TooSlowError) as exc:
@@ -240,37 +252,19 @@ class RedisQuotaStore:
                 f"the quota store lost its history ({what})", run_id=seen, account=account
             )
         if not request["run"] and str(reply[-1]).startswith("run:"):
-            self.run_id = str(reply.pop())[4:]  # the first run: nothing known, nothing lost
+            self.run.run_id = str(reply.pop())[4:]  # the first run: nothing known, nothing lost
         return reply
 
     def _lost(self, run: str, account: str, now: float) -> None:
-        """The store lost what this process relied on: forget what was meant for it. A new run
-        id (not only budget accounts gone) also means its windows are empty: this process's
-        own admissions of the last window are told to it again (see :meth:`_seed`)."""
-        self.generation += 1
-        self.run_id = run
+        """The store lost what this process relied on: forget what was meant for it (see
+        :meth:`RunHistory.lost`); on a new run id, tell it this process's part of its history
+        (see :meth:`_seed`), from the background task if no admission does first."""
+        self.run.lost(run, account, now)
         self._ops = []
         self._held.clear()
         self._holds.clear()
-        self._carried.clear()
-        if account:
-            log.warning("quota store: budget account %r is gone; what it held is unknown", account)
-            return
-        self.lost_at = now
-        self._seed_due = True
-        self._dirty.set()  # the background task tells it if no admission does first
-        log.warning(
-            "quota store came back without its history (its run id changed): telling it this"
-            " process's admissions of the last window; admissions at a local share for a window"
-        )
-
-    def _live(self, ref: str) -> str | None:
-        """The store's id of a reservation made since the last lost history, or told to the
-        store again under its own id since; else None (its id means nothing there now)."""
-        generation, _, rid = ref.partition(".")
-        if generation == str(self.generation) or ref in self._carried:
-            return rid
-        return None
+        if self.run.seed_due:
+            self._dirty.set()
 
     def queue_booking(self, booking: str, amounts: Sequence[tuple[str, int, int]]) -> None:
         """Add (account, micros, tokens) to the accounts' spent with the next run, exactly
@@ -315,8 +309,8 @@ class RedisQuotaStore:
         request: dict[str, Any] = {"op": "peek", "keys": due}
         try:
             reply = await self._send(request, [], now)
-        except _ScriptFailed as failed:
-            raise _bug(request, failed) from None
+        except ScriptFailed as failed:
+            raise bug(request, failed) from None
         for (key, _), usage in zip(due, reply[2:], strict=True):
             self.views.note(key, str(usage), now)
 
@@ -349,9 +343,9 @@ class RedisQuotaStore:
             self._dirty = trio.Event()
             try:
                 now = trio.current_time()
-                if self._seed_due:
+                if self.run.seed_due:
                     await self._seed(now)
-                if self._view_wanted:
+                if self.cooling_view.wanted:
                     await self.read_cooldowns(now)
                     now = trio.current_time()
                 if now >= renew_at:
@@ -393,7 +387,7 @@ class RedisQuotaStore:
         caps: tuple[int | None, int | None] = (None, None),
         budget: BudgetAsk | None = None,
     ) -> Reservation | TooLarge | BudgetRefused | float:
-        wire_specs = [[s.dimension, _period(s.period), s.limit] for s in specs]
+        wire_specs = [[s.dimension, wire_period(s.period), s.limit] for s in specs]
         self.views.use(key, wire_specs)
         request: dict[str, Any] = {
             "op": "reserve",
@@ -440,12 +434,12 @@ class RedisQuotaStore:
             if budget is not None:
                 self._holds.add(budget.hold)
                 self._note_balances(reply[5])
-            ref = f"{self.generation}.{rid}"
+            ref = self.run.ref(rid)
             return Reservation(key, cost, (), ref=ref, slots=slots, sent=sent_slots(specs))
         if kind == "wait":
             wait = float(reply[2])
             if reply[3] == "cooldown":
-                self._note_cooldown(key, now, float(reply[1]), float(reply[4]))
+                self.cooling_view.note(key, now, float(reply[1]), float(reply[4]))
             elif reply[3] == "window" and len(reply) > 4:
                 self.views.note(key, str(reply[4]), now)
             elif reply[3] == "budget":
@@ -466,12 +460,12 @@ class RedisQuotaStore:
             HistoryLost: the store lost its history since this process last saw it (nothing
                 was admitted; the next admission runs under the new run id).
         """
-        if self._seed_due:
+        if self.run.seed_due:
             await self._seed(now)
         try:
             return await self._run(request, now)
         except HistoryLost:
-            if self._seed_due:  # told at once: the other processes' admissions count it
+            if self.run.seed_due:  # told at once: the other processes' admissions count it
                 with contextlib.suppress(StoreUnavailable):
                     await self._seed(now)
             raise
@@ -487,58 +481,38 @@ class RedisQuotaStore:
             await self._run({"op": "flush"}, now)
         except HistoryLost:
             pass  # noted by _lost: told below
-        if self._seed_due:
+        if self.run.seed_due:
             await self._seed(now)
 
     async def _seed(self, now: float) -> None:
-        """Tell a store that lost its history what this process admitted in the last window;
-        entries of attempts under way keep their reservation ids, so their re-dating and
-        settlement reach the copies."""
-        history = self.history(now) if self.history is not None else ()
-        carried = set()
-        if history:
-            windows = []
-            for key, dimension, period, counted in history:
-                entries = []
-                for at, n, ref in counted:
-                    rid = ref.partition(".")[2] if ref else ""
-                    if rid:
-                        carried.add(ref)
-                    entries.append([now - at, n, rid])
-                windows.append([key, dimension, _period(period), entries])
+        """Tell a store that lost its history what this process admitted in the last window
+        (see :meth:`RunHistory.seed`)."""
+        windows, carried = self.run.seed(now)
+        if windows:
             await self._run({"op": "seed", "windows": windows}, now)
-        self._carried |= carried
-        self._seed_due = False
-
-    def _note_cooldown(self, key: str, now: float, server_now: float, until: float) -> None:
-        self._cooldowns[key] = until if self._caller_clock else now + (until - server_now)
+        self.run.seeded(carried)
 
     def cooling(self, key: str, now: float) -> float:
         """Seconds left of ``key``'s cooldown as this process knows it, another process's
         included, with no round trip: for routing, on every call's path. Asking also keeps
         the background task reading every key's cooldown from Redis, at most every
         ``view_interval`` seconds (none while nobody asks)."""
-        self._want_view(now)
-        until = self._cooldowns.get(key)
-        return 0.0 if until is None else max(0.0, until - now)
-
-    def _want_view(self, now: float) -> None:
-        if now >= self._view_due and not self._view_wanted:
-            self._view_wanted = True
+        if self.cooling_view.want(now):
             self._dirty.set()
+        return self.cooling_view.left(key, now)
 
     def avoid(self, name: str, seconds: float, now: float) -> None:
         """Tell every process's routing to pass ``name`` over for ``seconds`` (more than 0):
         until the latest end any process gave. Queued: it rides on the next round trip."""
-        self._avoided[name] = max(self._avoided.get(name, -math.inf), now + seconds)
+        self.cooling_view.avoid(name, seconds, now)
         self._queue(["k", name, seconds])
 
     def avoided(self, name: str, now: float) -> float:
         """Seconds ``name`` is still to be avoided, as this process knows (kept fresh as
         :meth:`cooling` keeps its view)."""
-        self._want_view(now)
-        until = self._avoided.get(name)
-        return 0.0 if until is None else max(0.0, until - now)
+        if self.cooling_view.want(now):
+            self._dirty.set()
+        return self.cooling_view.avoided_for(name, now)
 
     async def read_cooldowns(self, now: float) -> None:
         """Learn every key's cooldown and every name to avoid from Redis now (one round trip,
@@ -547,29 +521,19 @@ class RedisQuotaStore:
         Raises:
             StoreUnavailable: Redis did not answer (what is known stays as it was).
         """
-        self._view_wanted = False
-        self._view_due = now + self.view_interval
+        self.cooling_view.reading(now)
         reply = await self._run({"op": "cooling"}, now)
-        server_now, cooling = float(reply[1]), int(reply[2])
-        for known in (self._cooldowns, self._avoided):
-            for key in [key for key, until in known.items() if until <= now]:
-                del known[key]  # over: forgotten, also keys this process never uses
-        for n, i in enumerate(range(3, len(reply) - 1, 2)):
-            key, until = str(reply[i]), float(reply[i + 1])
-            local = until if self._caller_clock else now + (until - server_now)
-            known = self._cooldowns if n < cooling else self._avoided
-            if local > known.get(key, -math.inf):
-                known[key] = local
+        self.cooling_view.learn(reply, now)
 
     async def settle(self, reservation: Reservation, actual: Cost) -> None:
-        rid = self._live(reservation.ref)
+        rid = self.run.live(reservation.ref)
         if rid is None:
             return
         amounts = [[d, p, actual.amount(d)] for d, p in reservation.slots]
         self._queue(["s", reservation.key, rid, amounts])
 
     async def redate(self, reservation: Reservation, now: float) -> None:
-        rid = self._live(reservation.ref)
+        rid = self.run.live(reservation.ref)
         if rid is None:
             return
         at = now if self._caller_clock else -1.0
@@ -579,7 +543,7 @@ class RedisQuotaStore:
 
     async def end(self, reservation: Reservation) -> None:
         """The attempt is over: free its shared slots."""
-        rid = self._live(reservation.ref)
+        rid = self.run.live(reservation.ref)
         if rid is None:
             return
         held = (reservation.key, rid)
@@ -596,13 +560,13 @@ class RedisQuotaStore:
     async def cooldown(self, key: str, seconds: float, now: float) -> float:
         reply = await self._run({"op": "cooldown", "q": key, "seconds": seconds}, now)
         server_now, until = float(reply[1]), float(reply[2])
-        self._note_cooldown(key, now, server_now, until)
+        self.cooling_view.note(key, now, server_now, until)
         return until - server_now
 
     async def cooldown_left(self, key: str, now: float) -> float:
         """What this process knows of the key's cooldown (no round trip): the admission
         script checks the shared cooldown itself and answers with a wait."""
-        return max(0.0, self._cooldowns.get(key, -math.inf) - now)
+        return self.cooling_view.left(key, now)
 
     async def learn(
         self, key: str, specs: Sequence[WindowSpec], learned: Sequence[Learned], now: float
@@ -619,7 +583,7 @@ class RedisQuotaStore:
         request = {
             "op": "learn",
             "q": key,
-            "specs": [[s.dimension, _period(s.period), s.limit] for s in specs],
+            "specs": [[s.dimension, wire_period(s.period), s.limit] for s in specs],
             "learned": items,
             "per": _LEARNED_PERIOD,
             "keep": LEARNED_FOR,
@@ -646,31 +610,10 @@ class RedisQuotaStore:
     def forget(self, key: str, specs: Sequence[WindowSpec], now: float) -> bool:
         """Drop this process's note of the key's cooldown once it is over, and its view of
         the key's windows (Redis expires the key's own state)."""
-        if self._cooldowns.get(key, -math.inf) > now:
+        if not self.cooling_view.forget(key, now):
             return False
-        self._cooldowns.pop(key, None)
         self.views.forget(key)
         return True
-
-
-class _ScriptFailed(Exception):
-    """The script ran and failed (its message says where)."""
-
-
-def _bug(request: dict[str, Any], failed: _ScriptFailed) -> InternalError:
-    log.error("quota script failed on %r: %s", request.get("op"), failed)
-    return InternalError(f"the quota script failed: {failed}")
-
-
-def _script_failed(exc: Exception) -> bool:
-    """Whether Redis ran the script and the script itself failed: a Lua error in its code
-    (``user_script:<line>: ...``) or a command on a key of the wrong type. Anything else (no
-    connection, loading, read-only replica, out of memory, cluster down) is an outage."""
-    from coredis.exceptions import ResponseError, WrongTypeError
-
-    if isinstance(exc, WrongTypeError):
-        return True
-    return isinstance(exc, ResponseError) and str(exc).startswith("user_script:")
 
 
 async def _ping(client: Any, url: str) -> None:
@@ -680,15 +623,7 @@ async def _ping(client: Any, url: str) -> None:
         with trio.fail_after(5):
             await client.ping()
     except (RedisError, OSError, trio.TooSlowError) as exc:
-        raise ConfigError(f"cannot reach the quota store at {_safe(url)}: {exc}") from None
-
-
-def _safe(url: str) -> str:
-    """The URL without its password."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+        raise ConfigError(f"cannot reach the quota store at {safe_url(url)}: {exc}") from None
 
 
 @asynccontextmanager
@@ -718,7 +653,7 @@ async def open_redis_store(
             url, decode_responses=True, connect_timeout=2.0, stream_timeout=5.0
         )
     except ValueError as exc:
-        raise ConfigError(f"store URL {_safe(url)!r}: {exc}") from None
+        raise ConfigError(f"store URL {safe_url(url)!r}: {exc}") from None
     try:
         async with client:
             await _ping(client, url)

@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from sluice._mail import KeyStatistics
     from sluice._messages import Usage
     from sluice._runtime import RuntimeStatistics
 
@@ -253,22 +254,8 @@ class _SnapshotCollector(Collector):
             return 0.0
 
     def collect(self) -> Iterator[Any]:
+        yield from _process_families(self.extra())
         stats = self.stats
-        extra = self.extra()
-        hooks = CounterMetricFamily(
-            "sluice_hook_drops", "Hook records dropped because the hook queue was full."
-        )
-        hooks.add_metric([], extra.get("hook_drops", 0))
-        yield hooks
-        failures = CounterMetricFamily("sluice_hook_errors", "Hook calls that raised.")
-        failures.add_metric([], extra.get("hook_errors", 0))
-        yield failures
-        lag = GaugeMetricFamily(
-            "sluice_ledger_write_lag_seconds",
-            "Age of the oldest usage record not yet written to the ledger's store.",
-        )
-        lag.add_metric([], extra.get("ledger_lag", 0.0))
-        yield lag
         if stats is None:
             return
         g = GaugeMetricFamily("sluice_calls_in_flight", "Calls being supervised now.")
@@ -280,6 +267,16 @@ class _SnapshotCollector(Collector):
         for provider, n in sorted(stats.attempts_in_flight.items()):
             g.add_metric([provider], n)
         yield g
+        yield from self._quota_families(stats)
+        yield self._breaker_family(stats)
+        budget = GaugeMetricFamily(
+            "sluice_retry_budget_available", "Retries the process-wide retry budget allows now."
+        )
+        budget.add_metric([], stats.retry_budget_available)
+        yield budget
+
+    def _quota_families(self, stats: RuntimeStatistics) -> Iterator[Any]:
+        """The gauges of every quota key: slots, queues, windows, their age, cooldowns."""
         open_streams = GaugeMetricFamily(
             "sluice_open_streams", "Streams open now, per quota key.", labels=["key"]
         )
@@ -314,42 +311,24 @@ class _SnapshotCollector(Collector):
             "Seconds left of each quota key's cooldown after a 429.",
             labels=["key"],
         )
-        # Keys past the cap are summed under ``other`` (the longest cooldown for cooldowns):
-        # used over limit of ``other`` is then the use of all of them together.
-        streams_of: dict[str, float] = {}
-        pending_of: dict[str, float] = {}
-        queued_of: dict[tuple[str, str], float] = {}
-        used_of: dict[tuple[str, str], float] = {}
-        limit_of: dict[tuple[str, str], float] = {}
-        cooldown_of: dict[str, float] = {}
-        age_of: dict[str, float] = {}
+        sums = _QuotaSums()
         since = self._since_taken()
-        fold = self.keys.fold
         for name, ks in sorted(stats.quotas.items()):
-            key = fold(name)
-            streams_of[key] = streams_of.get(key, 0) + ks.open_streams
-            pending_of[key] = pending_of.get(key, 0) + ks.pending
-            for priority, n in ks.queued.items():
-                queued_of[key, priority] = queued_of.get((key, priority), 0) + n
-            for window, (u, lim) in ks.windows.items():
-                used_of[key, window] = used_of.get((key, window), 0) + u
-                limit_of[key, window] = limit_of.get((key, window), 0) + lim
-            if ks.windows:
-                age_of[key] = max(age_of.get(key, 0.0), ks.windows_age + since)
-            left = max(ks.cooldown_left, ks.exhausted_left)
-            cooldown_of[key] = max(cooldown_of.get(key, 0.0), left)
+            sums.add(self.keys.fold(name), ks, since)
         for gauge, values in (
-            (open_streams, streams_of),
-            (pending, pending_of),
-            (cooldown, cooldown_of),
-            (age, age_of),
+            (open_streams, sums.streams),
+            (pending, sums.pending),
+            (cooldown, sums.cooldown),
+            (age, sums.age),
         ):
             for key, value in values.items():
                 gauge.add_metric([key], value)
-        for gauge, pairs in ((queued, queued_of), (used, used_of), (limit, limit_of)):
+        for gauge, pairs in ((queued, sums.queued), (used, sums.used), (limit, sums.limit)):
             for labels, value in pairs.items():
                 gauge.add_metric(list(labels), value)
         yield from (open_streams, pending, queued, used, limit, age, cooldown)
+
+    def _breaker_family(self, stats: RuntimeStatistics) -> GaugeMetricFamily:
         breaker = GaugeMetricFamily(
             "sluice_breaker_state",
             "1 for each provider's circuit breaker's current state (under 'other': how many"
@@ -364,9 +343,52 @@ class _SnapshotCollector(Collector):
         for provider, counts in states.items():
             for s, count in counts.items():
                 breaker.add_metric([provider, s], count)
-        yield breaker
-        budget = GaugeMetricFamily(
-            "sluice_retry_budget_available", "Retries the process-wide retry budget allows now."
-        )
-        budget.add_metric([], stats.retry_budget_available)
-        yield budget
+        return breaker
+
+
+def _process_families(extra: dict[str, float]) -> Iterator[Any]:
+    """The process's own health: hook records dropped, hook calls that raised, ledger lag."""
+    hooks = CounterMetricFamily(
+        "sluice_hook_drops", "Hook records dropped because the hook queue was full."
+    )
+    hooks.add_metric([], extra.get("hook_drops", 0))
+    yield hooks
+    failures = CounterMetricFamily("sluice_hook_errors", "Hook calls that raised.")
+    failures.add_metric([], extra.get("hook_errors", 0))
+    yield failures
+    lag = GaugeMetricFamily(
+        "sluice_ledger_write_lag_seconds",
+        "Age of the oldest usage record not yet written to the ledger's store.",
+    )
+    lag.add_metric([], extra.get("ledger_lag", 0.0))
+    yield lag
+
+
+class _QuotaSums:
+    """The quota keys' values by label: keys past the cap are summed under ``other`` (the
+    longest cooldown for cooldowns, the oldest age for ages), so used over limit of ``other``
+    is the use of all of them together."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, float] = {}
+        self.pending: dict[str, float] = {}
+        self.queued: dict[tuple[str, str], float] = {}
+        self.used: dict[tuple[str, str], float] = {}
+        self.limit: dict[tuple[str, str], float] = {}
+        self.cooldown: dict[str, float] = {}
+        self.age: dict[str, float] = {}
+
+    def add(self, key: str, ks: KeyStatistics, since: float) -> None:
+        """Count quota key statistics ``ks`` under label ``key``, its windows ``since``
+        seconds older than the snapshot says."""
+        self.streams[key] = self.streams.get(key, 0) + ks.open_streams
+        self.pending[key] = self.pending.get(key, 0) + ks.pending
+        for priority, n in ks.queued.items():
+            self.queued[key, priority] = self.queued.get((key, priority), 0) + n
+        for window, (u, lim) in ks.windows.items():
+            self.used[key, window] = self.used.get((key, window), 0) + u
+            self.limit[key, window] = self.limit.get((key, window), 0) + lim
+        if ks.windows:
+            self.age[key] = max(self.age.get(key, 0.0), ks.windows_age + since)
+        left = max(ks.cooldown_left, ks.exhausted_left)
+        self.cooldown[key] = max(self.cooldown.get(key, 0.0), left)

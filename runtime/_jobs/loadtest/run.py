@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from ..._runtime import Runtime
+    from ..._messages import ChatResult
+    from ..._runtime import CallStream, Runtime
     from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
@@ -272,20 +273,13 @@ class _Run:
         if self.direct is not None:
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
-        now = trio.current_time
-        sent = now()
-        tracker = Tracker(index, scheduled - t0, sent - t0, lag=sent - scheduled)
-        if self.on_send is not None:
-            self.on_send()
-        self.sent += 1
-        self.in_flight += 1
+        tracker = self._start(index, scheduled)
         request = ChatRequest(
             model=self.test.model,
             messages=item.messages,
             max_tokens=item.max_tokens,
             deadlines=self.deadlines,
         )
-        usage_seen = False
         described: dict[str, Any] = {
             "requested_output_tokens": item.max_tokens,
             "requested_input_tokens": item.input_tokens,
@@ -294,70 +288,56 @@ class _Run:
             "turn": turn,
         }
         phases = HttpPhases()
+        usage_seen = False
         try:
             async with self.rt.stream_with_phases(request, phases) as call:
-                async for event in call:
-                    match event:
-                        case TextDelta(text=text) | ReasoningDelta(text=text):
-                            tracker.chunk(now() - t0, text)
-                        case ToolCallDelta(arguments=text):
-                            tracker.chunk(now() - t0, text)
-                        case Admitted(waited=waited):
-                            tracker.queue_wait = waited
-                        case UsageReported():
-                            usage_seen = True
-                        case StreamReset():
-                            tracker.reset()
-                end = now() - t0
+                usage_seen = await _follow(call, tracker, lambda: trio.current_time() - t0)
+                end = trio.current_time() - t0
                 result, error = call.result, call.error
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
             return None
         except SluiceError as exc:  # the call could not be submitted
-            end, result, error = now() - t0, None, exc
+            end, result, error = trio.current_time() - t0, None, exc
         except trio.Cancelled:  # an interrupt cancelled the run: still one record each
-            self.keep(
-                tracker.finish(
-                    now() - t0,
-                    input_tokens=None,
-                    output_tokens=None,
-                    ok=False,
-                    error_type="Cancelled",
-                    error="cancelled by an interrupt",
-                    **described,
-                    **_http_fields(phases),
-                )
-            )
+            self._cancelled(tracker, described | _http_fields(phases))
             raise
         finally:
-            self.in_flight -= 1
-            if cap is not None:
-                cap.release()
+            self._done(cap)
         described |= _http_fields(phases)
-        if result is not None:
-            usage = result.usage
-            reported = usage_seen or usage.output_tokens > 0
-            record = tracker.finish(
-                end,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens if reported else None,
-                ok=True,
-                attempts=result.attempts,
-                request_id=result.request_id,
-                **described,
-            )
-        else:
-            record = tracker.finish(
-                end,
+        self.keep(_finished(tracker, end, result, error, usage_seen, described))
+        return result.text if result is not None else None
+
+    def _start(self, index: int, scheduled: float) -> Tracker:
+        """Count request ``index`` (due at ``scheduled``) as sent now, and track it."""
+        sent = trio.current_time()
+        tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
+        if self.on_send is not None:
+            self.on_send()
+        self.sent += 1
+        self.in_flight += 1
+        return tracker
+
+    def _cancelled(self, tracker: Tracker, described: dict[str, Any]) -> None:
+        """Record a request an interrupt cancelled: every request sent has its record."""
+        self.keep(
+            tracker.finish(
+                trio.current_time() - self.t0,
                 input_tokens=None,
                 output_tokens=None,
                 ok=False,
-                **_error_fields(error),
+                error_type="Cancelled",
+                error="cancelled by an interrupt",
                 **described,
             )
-        self.keep(record)
-        return result.text if result is not None else None
+        )
+
+    def _done(self, cap: trio.Semaphore | None) -> None:
+        """A request is no longer in flight (on every exit path)."""
+        self.in_flight -= 1
+        if cap is not None:
+            cap.release()
 
     async def one_direct(
         self,
@@ -372,12 +352,7 @@ class _Run:
         assert self.direct is not None
         target, client = self.direct
         t0 = self.t0
-        sent = trio.current_time()
-        tracker = Tracker(index, scheduled - t0, sent - t0, lag=sent - scheduled)
-        if self.on_send is not None:
-            self.on_send()
-        self.sent += 1
-        self.in_flight += 1
+        tracker = self._start(index, scheduled)
         embeddings = self.test.endpoint == "embeddings"
         described: dict[str, Any] = {
             "requested_output_tokens": None if embeddings else item.max_tokens,
@@ -396,22 +371,10 @@ class _Run:
                 batch=self.test.embedding_batch,
             )
         except trio.Cancelled:
-            self.keep(
-                tracker.finish(
-                    trio.current_time() - t0,
-                    input_tokens=None,
-                    output_tokens=None,
-                    ok=False,
-                    error_type="Cancelled",
-                    error="cancelled by an interrupt",
-                    **described,
-                )
-            )
+            self._cancelled(tracker, described)
             raise
         finally:
-            self.in_flight -= 1
-            if cap is not None:
-                cap.release()
+            self._done(cap)
         self.keep(
             tracker.finish(
                 trio.current_time() - t0,
@@ -502,6 +465,56 @@ def _real_clock() -> bool:
     from trio.testing import MockClock
 
     return not isinstance(trio.lowlevel.current_clock(), MockClock)
+
+
+async def _follow(call: CallStream, tracker: Tracker, clock: Callable[[], float]) -> bool:
+    """Read ``call``'s events into ``tracker`` (``clock``: seconds since the run began);
+    True when the provider reported usage."""
+    usage_seen = False
+    async for event in call:
+        match event:
+            case TextDelta(text=text) | ReasoningDelta(text=text):
+                tracker.chunk(clock(), text)
+            case ToolCallDelta(arguments=text):
+                tracker.chunk(clock(), text)
+            case Admitted(waited=waited):
+                tracker.queue_wait = waited
+            case UsageReported():
+                usage_seen = True
+            case StreamReset():
+                tracker.reset()
+    return usage_seen
+
+
+def _finished(
+    tracker: Tracker,
+    end: float,
+    result: ChatResult | None,
+    error: SluiceError | None,
+    usage_seen: bool,
+    described: dict[str, Any],
+) -> RequestRecord:
+    """The record of a request that ended at ``end`` with ``result`` or ``error``."""
+    if result is None:
+        return tracker.finish(
+            end,
+            input_tokens=None,
+            output_tokens=None,
+            ok=False,
+            **_error_fields(error),
+            **described,
+        )
+    usage = result.usage
+    reported = usage_seen or usage.output_tokens > 0
+    return tracker.finish(
+        end,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens if reported else None,
+        ok=True,
+        attempts=result.attempts,
+        request_id=result.request_id,
+        **described,
+    )
 
 
 def _http_fields(phases: HttpPhases) -> dict[str, Any]:

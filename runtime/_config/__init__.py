@@ -1,0 +1,63 @@
+"""Runtime configuration: frozen, keyword-only attrs classes loaded through :mod:`sluice._serde`.
+
+A config is a value: derive variants with ``attrs.evolve``. Unknown keys and out-of-range values
+fail at load time with a :class:`~sluice._errors.ConfigError` naming the path
+(``unknown key 'brust' (did you mean 'burst'?); valid keys: ... @ $.providers.openai.rate_limit``).
+
+Files: :func:`load_config_file` reads TOML (or JSON, for a ``.json`` file);
+:func:`config_from_env` finds the file (``SLUICE_CONFIG``, else ``config.toml`` in the platform
+config directory, :func:`default_config_path`) and lays environment overrides over it
+(:func:`env_overrides`: ``SLUICE_PROVIDERS__OPENAI__BASE_URL=...`` sets
+``providers.openai.base_url``).
+
+The classes live in modules of one concern each: :mod:`.quota` (admission limits),
+:mod:`.failures` (retries and breakers), :mod:`.provider`, :mod:`.groups` (model groups),
+:mod:`.ledger` (prices and budgets), :mod:`.replies` (bounds on replies), :mod:`.services`
+(cache, metrics, traces, gateway), :mod:`.runtime` (the whole) and :mod:`.load` (files and
+environment). Import them from here.
+"""
+
+from __future__ import annotations
+
+from .._serde import Secret
+from .failures import BreakerConfig, RetryConfig
+from .groups import Deployment, ModelGroup
+from .groups import RoutingStrategy as RoutingStrategy
+from .ledger import BudgetConfig, LedgerConfig, PriceConfig
+from .load import config_from_env, default_config_path, env_overrides, load_config, load_config_file
+from .provider import AuthStyle as AuthStyle
+from .provider import ModelConfig, ProviderConfig, QuirksConfig
+from .provider import masked_headers as masked_headers
+from .quota import RateLimitConfig, WindowLimit
+from .replies import MAX_EVENT_BYTES as MAX_EVENT_BYTES
+from .replies import MAX_LINE_BYTES as MAX_LINE_BYTES
+from .replies import ReplyLimits
+from .runtime import RuntimeConfig
+from .services import CacheConfig, GatewayConfig, MetricsConfig, TracingConfig
+
+__all__ = [
+    "BreakerConfig",
+    "BudgetConfig",
+    "CacheConfig",
+    "Deployment",
+    "GatewayConfig",
+    "LedgerConfig",
+    "MetricsConfig",
+    "TracingConfig",
+    "ModelGroup",
+    "PriceConfig",
+    "ModelConfig",
+    "QuirksConfig",
+    "ProviderConfig",
+    "RateLimitConfig",
+    "ReplyLimits",
+    "RetryConfig",
+    "RuntimeConfig",
+    "Secret",
+    "WindowLimit",
+    "config_from_env",
+    "default_config_path",
+    "env_overrides",
+    "load_config",
+    "load_config_file",
+]
