@@ -32,6 +32,7 @@ from ._errors import ConfigError, RuntimeClosed, SluiceError
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.cost import estimate_cost
+from ._limits.store import MemoryQuotaStore
 from ._mail import (
     Call,
     EventBatch,
@@ -1076,6 +1077,8 @@ async def open_runtime(
             from sluice.simulator import SimulatorConfig
 
             simulator = SimulatorConfig()
+        # The runtime's, not the RateLimiter's: a restarted one finds its windows and cooldowns.
+        store = quota_store if quota_store is not None else MemoryQuotaStore()
         limiter_send, limiter_inbox = trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER)
         ledger_send, ledger_inbox = trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER)
         supervisor_send, supervisor_inbox = trio.open_memory_channel[SupervisorMsg](MAILBOX_BUFFER)
@@ -1113,7 +1116,7 @@ async def open_runtime(
                     run_rate_limiter,
                     limiter_inbox,
                     rng,
-                    quota_store,
+                    store,
                     itertools.count(1),
                     ledger_parts.budgets,
                     name="rate limiter",
