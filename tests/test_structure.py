@@ -25,7 +25,6 @@ LONG_MODULES = {
     "runtime/_runtime.py",
     # split in #31 follow-up (other helpers change these for #30 and #31)
     "runtime/_config.py",
-    "actors/_rate_limiter.py",
     "actors/_supervisor.py",
     # split in #31 follow-up: the batch job's run loop and its helpers move into their own
     # module once run_batch is cut into steps (below); #30's gauges work edits it now
@@ -38,7 +37,6 @@ LONG_MODULES = {
 LONG_FUNCTIONS = {
     # split in #31 follow-up (files other helpers own right now)
     "runtime/_runtime.py:open_runtime",
-    "actors/_rate_limiter.py:_admit",
     "actors/_supervisor.py:_through_model",
     "actors/_supervisor.py:_attempt",
     # split in #31 follow-up: the batch job's loop (resume, guard, writer, progress in one)
