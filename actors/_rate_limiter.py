@@ -324,8 +324,8 @@ class _Limiter:
         store and the budgets and sends the answers."""
         error = admission.exhaustion(key, now)
         if error is not None:
-            for waiter in key.waiters.drop(_everyone):
-                _refuse(waiter, error)
+            for refused in key.waiters.drop(_everyone):
+                _refuse(refused, error)
             return math.inf
         if not key.waiters:
             return math.inf

@@ -221,8 +221,9 @@ def test_a_store_outage_refuses_who_will_not_wait_and_backs_off_for_the_rest():
 
 def test_an_outage_with_nobody_left_waiting_schedules_no_look():
     down = StoreUnavailable("redis does not answer")
-    k = key(None, ask(0.0))
-    assert admission.decide(k, down, now=0.0).until == math.inf
+    lone = ask(0.0)
+    k = key(None, lone)
+    assert admission.decide(k, down, now=0.0) == StoreDown((lone,), down, math.inf)
     assert not k.waiters
 
 

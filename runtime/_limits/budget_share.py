@@ -258,12 +258,12 @@ class BudgetShares:
             account = self._accounts.get(name)
             own = (0, 0)
             if account is not None:
-                before, spent, held = account.before, account.spent, account.held
+                before, spent, flying = account.before, account.spent, account.held
                 own = (
-                    before.micros + spent.micros + held.micros,
-                    before.tokens + spent.tokens + held.tokens,
+                    before.micros + spent.micros + flying.micros,
+                    before.tokens + spent.tokens + flying.tokens,
                 )
-                for counter in (held, account.local_held, account.unbooked, account.booking):
+                for counter in (flying, account.local_held, account.unbooked, account.booking):
                     counter.clear()
             out.append((name, sm + rm, st + rt, own[0], own[1]))
         self._unbooked.clear()
