@@ -12,9 +12,13 @@ and every window has room for its cost. Its tokens are reserved at admission and
 the real usage when the attempt ends.
 
 Keys are made on first use, so with ``rate_limit.key = "model"`` callers naming models make
-keys. Once many exist, a key whose state carries nothing is dropped (see :func:`_at_rest`): no
+keys. Once many exist, a key whose state carries nothing is dropped (see
+:func:`~sluice._limits.admission.at_rest`): no
 waiter, nothing in flight, every window empty, no limit learned, no cooldown or spread left, an
 adaptive limit back at its cap. Made again on its next use, it behaves exactly as it would have.
+
+What to admit, refuse or wait for is decided by the pure :mod:`sluice._limits.admission` over
+each key's state and the store's answers; this actor carries the decisions out.
 """
 
 from __future__ import annotations
@@ -24,39 +28,18 @@ import itertools
 import math
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 import attrs
 import trio
 
-from sluice._backoff import store_retry_delay
-from sluice._config import RateLimitConfig
-from sluice._errors import (
-    BudgetExceeded,
-    CallError,
-    InternalError,
-    RateLimited,
-    RuntimeClosed,
-    StoreUnavailable,
-    TooLargeForQuota,
-)
+from sluice._errors import CallError, InternalError, RuntimeClosed, StoreUnavailable
 from sluice._ledger.budget import BudgetBook, BudgetClaim, BudgetHold
-from sluice._ledger.prices import format_usd
-from sluice._limits.adaptive import AdaptiveLimit
+from sluice._limits import admission
 from sluice._limits.cost import Cost
 from sluice._limits.headers import learned_limits
-from sluice._limits.queue import WaitQueues
-from sluice._limits.store import (
-    BudgetAsk,
-    BudgetRefused,
-    MemoryQuotaStore,
-    QuotaStore,
-    Reservation,
-    TooLarge,
-    WindowSpec,
-)
+from sluice._limits.store import BudgetAsk, QuotaStore, Reservation
 from sluice._mail import (
     Acquire,
     Admission,
@@ -79,6 +62,7 @@ if TYPE_CHECKING:
     import random
     from collections.abc import Iterator
 
+    from sluice._config import RateLimitConfig
     from sluice._limits.queue import Priority
 
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
@@ -88,39 +72,10 @@ _NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
 """The hold of an attempt no budget applies to (settling it changes nothing)."""
 _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
-_STORE_GRACE = 0.5
-"""A waiter whose store wait ends within this of the next look at the store is refused now:
-the refusal (naming the store) must reach it before its own deadline ends the wait, on a busy
-machine too, where the look may come late."""
 KEYS_KEPT = 256
 """Quota keys kept before the limiter first looks for keys at rest to drop."""
 
-
-@attrs.define(eq=False, repr=False)
-class _Key(Record):
-    name: str
-    limits: RateLimitConfig
-    specs: tuple[WindowSpec, ...]
-    waiters: WaitQueues[Acquire]
-    adaptive: AdaptiveLimit | None
-    pending: int = 0
-    open_streams: int = 0
-    cooldown_end: float = -math.inf
-    cooldown_wait: float = 0.0
-    spread_armed: bool = False
-    spread: deque[float] | None = None
-    """Admission times after a cooldown, while a spread is under way."""
-    exhausted_until: float = -math.inf
-    exhausted_error: CallError | None = None
-    wake: float = math.inf
-    learn_after: float = -math.inf
-    store_down_since: float | None = None
-    """When the shared store stopped answering this key's admissions (None: it answers)."""
-
-    def pending_limit(self) -> int | None:
-        if self.adaptive is not None:
-            return self.adaptive.current
-        return self.limits.max_pending
+_Key: TypeAlias = admission.QuotaKey[Acquire]
 
 
 @attrs.define(eq=False, repr=False)
@@ -134,79 +89,8 @@ class _Ticket(Record):
     """The id of the shared store's budget reservation, if it took one."""
 
 
-_SPECS: dict[RateLimitConfig, tuple[WindowSpec, ...]] = {}
-"""The window specs of each rate-limit config seen lately: the keys of one provider (one per
-model with ``rate_limit.key = "model"``) share one tuple instead of a copy each."""
-_SPECS_KEPT = 64
-
-
-def _specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
-    specs = _SPECS.get(limits)
-    if specs is None:
-        if len(_SPECS) >= _SPECS_KEPT:
-            _SPECS.clear()  # configs only change on reload: a few at a time
-        specs = _SPECS[limits] = tuple(
-            WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send")
-            for w in limits.window_limits()
-        )
-    return specs
-
-
-def _new_key(name: str, limits: RateLimitConfig) -> _Key:
-    specs = _specs(limits)
-    adaptive = None
-    if limits.adaptive and limits.max_pending is not None:
-        adaptive = AdaptiveLimit(limits.max_pending)
-    return _Key(name, limits, specs, WaitQueues(limits.aging), adaptive)
-
-
-def _relimit(key: _Key, limits: RateLimitConfig) -> None:
-    """Give ``key`` new limits; what it holds (slots, windows' use, cooldown) stays.
-
-    The next admission checks the new window limits against what the windows already count
-    (the store applies the specs it is given on every reserve)."""
-    fresh = _new_key(key.name, limits)
-    if (
-        fresh.adaptive is None
-        or key.adaptive is None
-        or limits.max_pending != key.limits.max_pending
-    ):
-        key.adaptive = fresh.adaptive  # a learned adaptive limit stays if the cap did
-    key.limits, key.specs = limits, fresh.specs
-
-
-def _cooling(key: _Key, now: float) -> RateLimited:
-    """The refusal of an ask that will not wait out ``key``'s cooldown."""
-    left = key.cooldown_end - now
-    return RateLimited(
-        f"the provider answered 429 for calls under {key.name!r}; it asked for a pause that"
-        f" ends in {left:.1f} s",
-        status=429,
-        retry_after=left,
-    )
-
-
-def _at_rest(key: _Key, now: float) -> bool:
-    """Whether ``key``'s own state says nothing a fresh key would not: no waiter, no ticket out,
-    no cooldown, exhaustion, spread or pending wake-up ahead, the adaptive limit at its cap
-    (then its other fields are only read after a congestion signal, which resets them). The
-    store's side (windows, learned limits) is the store's to judge (``QuotaStore.forget``)."""
-    if key.waiters or key.pending or key.open_streams:
-        return False
-    if key.cooldown_end > now or key.learn_after > now:
-        return False
-    if key.exhausted_error is not None and key.exhausted_until > now:
-        return False
-    if key.spread and key.spread[-1] > now:
-        return False
-    if key.spread_armed and now < key.cooldown_end + min(
-        key.limits.cooldown_jitter, key.cooldown_wait
-    ):
-        return False  # a spread still to start would place admissions after now
-    if now < key.wake < math.inf:
-        return False
-    adaptive = key.adaptive
-    return adaptive is None or adaptive.limit >= adaptive.cap
+def _everyone(waiter: Acquire) -> bool:
+    return True
 
 
 def _refuse(waiter: Acquire, error: CallError) -> None:
@@ -219,7 +103,7 @@ def _refuse(waiter: Acquire, error: CallError) -> None:
 async def run_rate_limiter(
     inbox: trio.MemoryReceiveChannel[RateLimiterMsg],
     rng: random.Random,
-    store: QuotaStore | None = None,
+    store: QuotaStore,
     ticket_numbers: Iterator[int] | None = None,
     budget: BudgetBook | None = None,
     *,
@@ -236,7 +120,9 @@ async def run_rate_limiter(
     If the actor ends for any reason (a crash included), every queued asker's reply channel is
     closed, so nobody waits on an answer that cannot come; the handle then asks again (a
     restarted limiter) or reports the runtime closed. ``ticket_numbers`` outlives a restart, so
-    a ticket of the crashed instance can never free a slot of the new one.
+    a ticket of the crashed instance can never free a slot of the new one. So does ``store``
+    (the runtime creates it): a restarted limiter admits against the windows and cooldowns the
+    crashed one left, and the reservations of its lost tickets stay counted at their estimate.
 
     ``budget`` (outliving restarts too) adds spending budgets to the same decision: an
     ``Acquire`` that names a ``budget`` claim is admitted only when its worst-case cost fits
@@ -246,13 +132,13 @@ async def run_rate_limiter(
 
     Keys: at most ``max(keys_kept, 2 * busy)`` are held, ``busy`` being the keys not at rest at
     the last sweep; a sweep runs when a new key would pass that size and drops every key at
-    rest (see :func:`_at_rest` and ``QuotaStore.forget``), so its cost is amortized constant
+    rest (see ``admission.at_rest`` and ``QuotaStore.forget``), so its cost is amortized constant
     per key made, and while fewer than ``keys_kept`` keys are in use none is dropped.
     """
     if budget is not None:
         budget.charge_outstanding()  # a crashed instance's tickets will never be settled
     limiter = _Limiter(
-        store if store is not None else MemoryQuotaStore(),
+        store,
         rng,
         ticket_numbers if ticket_numbers is not None else itertools.count(1),
         budget,
@@ -316,9 +202,9 @@ class _Limiter:
                     if touched is None:
                         if len(keys) >= self.sweep_at:
                             self.sweep(now)
-                        touched = keys[name] = _new_key(name, msg.limits)
+                        touched = keys[name] = admission.new_key(name, msg.limits)
                     if msg.fail_on_cooldown and await self.cooling(touched, now):
-                        _refuse(msg, _cooling(touched, now))
+                        _refuse(msg, admission.cooling_error(touched, now))
                         touched = None  # nothing queued, nothing to admit
                     else:
                         touched.waiters.push(msg)
@@ -346,7 +232,7 @@ class _Limiter:
                     for key in list(keys.values()):
                         new = by_provider.get(key.name.partition(":")[0])
                         if new is not None and new != key.limits:
-                            _relimit(key, new)
+                            admission.relimit(key, new)
                             await self.pump(key, now)
                 case _:
                     assert_never(msg)
@@ -363,21 +249,13 @@ class _Limiter:
         store, one it knows another process saw (no round trip: what the store last heard)."""
         if key.cooldown_end > now:
             return True
-        left = await self.store.cooldown_left(key.name, now)
-        if left <= 0:
-            return False
-        key.cooldown_end = now + left
-        return True
+        return admission.note_cooldown(key, await self.store.cooldown_left(key.name, now), now)
 
     def refuse_cooling(self, key: _Key, now: float) -> None:
-        """Refuse the waiters that will not wait out ``key``'s cooldown (``fail_on_cooldown``):
-        they were queued before this process learned of it (another process's 429)."""
-        refusal = None
-        for waiter in key.waiters.live():
-            if waiter.fail_on_cooldown:
-                key.waiters.remove(waiter)
-                refusal = refusal or _cooling(key, now)
-                _refuse(waiter, refusal)
+        """Refuse the waiters that will not wait out ``key``'s cooldown (``fail_on_cooldown``)."""
+        refused, error = admission.leave_cooling(key, now)
+        for waiter in refused:
+            _refuse(waiter, error)
 
     def sweep(self, now: float) -> int:
         """Drop every key at rest whose store state carries nothing; return how many."""
@@ -385,7 +263,9 @@ class _Limiter:
         dropped = [
             key
             for key in keys.values()
-            if key not in waiting and _at_rest(key, now) and store.forget(key.name, key.specs, now)
+            if key not in waiting
+            and admission.at_rest(key, now)
+            and store.forget(key.name, key.specs, now)
         ]
         for key in dropped:
             del keys[key.name]
@@ -438,114 +318,93 @@ class _Limiter:
             heapq.heappush(self.timers, (wake, next(self.timer_ids), key))
 
     async def _admit(self, key: _Key, now: float) -> float:
-        """Admit what fits; return when to look again (inf: only a message can help)."""
-        store, waiters = self.store, key.waiters
-        if key.exhausted_error is not None:
-            if now < key.exhausted_until:
-                while (waiter := waiters.peek(now)) is not None:
-                    waiters.pop(waiter)
-                    _refuse(waiter, key.exhausted_error)
-                return math.inf
-            key.exhausted_error = None
-        if not waiters:
+        """Admit what fits; return when to look again (inf: only a message can help).
+
+        The decisions are :mod:`sluice._limits.admission`'s, in its order; this asks the
+        store and the budgets and sends the answers."""
+        error = admission.exhaustion(key, now)
+        if error is not None:
+            for refused in key.waiters.drop(_everyone):
+                _refuse(refused, error)
             return math.inf
-        left = await store.cooldown_left(key.name, now)
-        if left > 0:
-            key.cooldown_end = max(key.cooldown_end, now + left)
+        if not key.waiters:
+            return math.inf
+        left = await self.store.cooldown_left(key.name, now)
+        if admission.note_cooldown(key, left, now):
             self.refuse_cooling(key, now)
             return now + left
-        if key.spread_armed:
-            key.spread_armed = False
-            jitter = min(key.limits.cooldown_jitter, key.cooldown_wait)
-            if jitter > 0:
-                start = min(now, key.cooldown_end)
-                offsets = sorted(self.rng.uniform(0.0, jitter) for _ in range(len(waiters)))
-                key.spread = deque(start + offset for offset in offsets)
-        while (waiter := waiters.peek(now)) is not None:
-            if key.spread and key.spread[0] > now:
-                return key.spread[0]
-            limit = key.pending_limit()
-            if limit is not None and key.pending >= limit:
-                return math.inf
-            cap = key.limits.max_open_streams
-            if cap is not None and key.open_streams >= cap:
-                return math.inf
+        admission.arm_spread(key, now, self.rng)
+        while (waiter := key.waiters.peek(now)) is not None:
+            wake = admission.blocked(key, now)
+            if wake is not None:
+                return wake
             hold = self._hold_budget(waiter)
             if hold is None:
                 self.budget_waiting.add(key)
                 return math.inf
             if isinstance(hold, CallError):
-                waiters.pop(waiter)
+                key.waiters.pop(waiter)
                 _refuse(waiter, hold)
                 continue
-            ask = None
-            try:
-                if store.shared:
-                    ask = self._budget_ask(hold)
-                    caps = (key.limits.max_pending, key.limits.max_open_streams)
-                    reserved = await store.reserve(
-                        key.name, key.specs, waiter.cost, now, caps=caps, budget=ask
-                    )
-                else:
-                    reserved = await store.reserve(key.name, key.specs, waiter.cost, now)
-            except StoreUnavailable as exc:
+            ask = self._budget_ask(hold) if self.store.shared else None
+            decision = admission.decide(key, await self._reserve(key, waiter, ask, now), now)
+            if not isinstance(decision, admission.Admit):
                 self._release_budget(hold)
-                return self._store_down(key, exc, now)
-            except InternalError as exc:
-                self._release_budget(hold)
-                waiters.pop(waiter)
-                _refuse(waiter, exc)
-                continue
-            key.store_down_since = None
-            if not isinstance(reserved, Reservation):
-                self._release_budget(hold)
-            if isinstance(reserved, TooLarge):
-                waiters.pop(waiter)
-                _refuse(waiter, _too_large(reserved))
-                continue
-            if isinstance(reserved, BudgetRefused):
-                waiters.pop(waiter)
-                _refuse(waiter, _budget_refused(reserved))
-                continue
-            if not isinstance(reserved, Reservation):
-                if store.shared and await self.cooling(key, now):
-                    self.refuse_cooling(key, now)  # the store told of another process's 429
-                return now + reserved
-            waiters.pop(waiter)
-            if key.spread:
-                key.spread.popleft()
-            number = next(self.numbers)
-            try:
-                waiter.reply_to.send_nowait(Admission(number, now, hold.max_output))
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                await store.settle(reserved, _NOTHING)  # the asker left: refund everything
-                await store.end(reserved)
-                self._release_budget(hold)
-                if ask is not None:
-                    await store.settle_budget(ask.hold, 0, 0)
-                continue
-            shared_hold = ask.hold if ask is not None else ""
-            self.tickets[number] = _Ticket(key, reserved, now, hold=hold, shared_hold=shared_hold)
-            key.pending += 1
-            key.open_streams += 1
+            match decision:
+                case admission.Admit():
+                    await self._grant(key, decision, hold, ask, now)
+                case admission.Refuse():
+                    _refuse(decision.waiter, decision.error)
+                case admission.StoreDown():
+                    for gone in decision.refused:
+                        _refuse(gone, decision.error)
+                    return decision.until
+                case admission.Wait():
+                    if self.store.shared and await self.cooling(key, now):
+                        self.refuse_cooling(key, now)  # the store told of another process's 429
+                    return decision.until
+                case _:
+                    assert_never(decision)
         key.spread = None
         return math.inf
 
-    def _store_down(self, key: _Key, error: StoreUnavailable, now: float) -> float:
-        """The shared store did not answer: refuse the key's waiters that do not wait for it
-        (or whose wait ends before the store is asked again), keep the others queued, and
-        return when to ask the store again for them."""
-        if key.store_down_since is None:
-            key.store_down_since = now
-        retry_at = now + store_retry_delay(now - key.store_down_since)
+    async def _reserve(
+        self, key: _Key, waiter: Acquire, ask: BudgetAsk | None, now: float
+    ) -> admission.StoreAnswer:
+        """The store's answer to reserving ``waiter``'s cost (an error it raised, as a value).
+        A shared store also takes the slots and the budget (``ask``) in the same step."""
+        store = self.store
+        try:
+            if not store.shared:
+                return await store.reserve(key.name, key.specs, waiter.cost, now)
+            caps = (key.limits.max_pending, key.limits.max_open_streams)
+            return await store.reserve(key.name, key.specs, waiter.cost, now, caps=caps, budget=ask)
+        except (StoreUnavailable, InternalError) as exc:
+            return exc
 
-        def gives_up(waiter: Acquire) -> bool:
-            until = waiter.wait_for_store
-            return until is None or until <= retry_at + _STORE_GRACE
-
-        for waiter in key.waiters.drop(gives_up):
-            _refuse(waiter, error)
-        return retry_at if key.waiters else math.inf
+    async def _grant(
+        self,
+        key: _Key,
+        admit: admission.Admit[Acquire],
+        hold: BudgetHold,
+        ask: BudgetAsk | None,
+        now: float,
+    ) -> None:
+        """Send the admission and open its ticket; if the asker has left, refund everything."""
+        number, reserved, store = next(self.numbers), admit.reservation, self.store
+        try:
+            admit.waiter.reply_to.send_nowait(Admission(number, now, hold.max_output))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+            await store.settle(reserved, _NOTHING)
+            await store.end(reserved)
+            self._release_budget(hold)
+            if ask is not None:
+                await store.settle_budget(ask.hold, 0, 0)
+            return
+        shared_hold = ask.hold if ask is not None else ""
+        self.tickets[number] = _Ticket(key, reserved, now, hold=hold, shared_hold=shared_hold)
+        key.pending += 1
+        key.open_streams += 1
 
     async def settle(self, msg: Settle, now: float) -> _Key | None:
         ticket = self.tickets.pop(msg.ticket, None)
@@ -599,36 +458,14 @@ class _Limiter:
         return key
 
     async def _rate_limited(self, key: _Key, msg: Settle, admitted_at: float, now: float) -> None:
-        limits = key.limits
-        wait = msg.wait if msg.wait is not None else limits.default_cooldown
-        if msg.quota or wait > limits.max_cooldown:
-            key.exhausted_until = now + min(wait, limits.max_cooldown)
-            reason = (
-                "the provider says the account's quota is exhausted"
-                if msg.quota
-                else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
-                f" ({limits.max_cooldown:g} s)"
-            )
-            key.exhausted_error = RateLimited(
-                f"{reason}; calls under {key.name!r} fail until it resets",
-                status=429,
-                retry_after=wait,
-                quota="quota",
-            )
+        wait = msg.wait if msg.wait is not None else key.limits.default_cooldown
+        if admission.exhausts(key, wait, msg.quota, now):
             return
         try:
             left = await self.store.cooldown(key.name, wait, now)
         except (StoreUnavailable, InternalError):
             left = wait  # this process pauses; admissions elsewhere fail until Redis answers
-        key.cooldown_end = max(key.cooldown_end, now + left)
-        # Spread the waiters over at most as long as the pause itself (a 0.2 s Retry-After
-        # must not hold the queue for half a second), and do not restart a spread under way.
-        if not key.spread:
-            key.spread_armed = True
-            key.cooldown_wait = left
-        if key.adaptive is not None:
-            key.adaptive.on_congestion(admitted_at, now)
-            key.adaptive.on_cooldown()
+        admission.cooled(key, left, admitted_at, now)
 
     def statistics(self, now: float) -> dict[str, KeyStatistics]:
         return {
@@ -649,17 +486,6 @@ class _Limiter:
         }
 
 
-def _budget_refused(refused: BudgetRefused) -> BudgetExceeded:
-    left = (
-        f"${format_usd(max(0, refused.left))}"
-        if refused.unit == "usd"
-        else f"{max(0, refused.left)} tokens"
-    )
-    return BudgetExceeded(
-        f"the shared {refused.account} budget has {left} left, less than this call may cost"
-    )
-
-
 def _ready(
     reply: trio.MemoryReceiveChannel[Admission | Refusal],
 ) -> Admission | Refusal | None:
@@ -668,14 +494,6 @@ def _ready(
         return reply.receive_nowait()
     except (trio.WouldBlock, trio.EndOfChannel):
         return None
-
-
-def _too_large(reserved: TooLarge) -> TooLargeForQuota:
-    return TooLargeForQuota(
-        f"the call needs {reserved.amount} {reserved.dimension.replace('_', ' ')} but the quota"
-        f" allows only {reserved.limit} per {reserved.period:g} s; lower max_tokens or shorten"
-        " the prompt"
-    )
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -185,7 +185,7 @@ async def actor_run(keys: int, cycles: int, concurrency: int) -> dict[str, Any]:
             await handle.settle(Settle(admission.ticket, "ok", usage))
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_rate_limiter, inbox, random.Random(0))
+        await nursery.start(run_rate_limiter, inbox, random.Random(0), MemoryQuotaStore())
         gc.collect()
         busy0 = machine_busy_s()
         cpu0, wall0 = time.process_time(), time.perf_counter()

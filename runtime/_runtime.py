@@ -30,6 +30,7 @@ from ._config import RuntimeConfig, config_from_env
 from ._errors import ConfigError, RuntimeClosed
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
+from ._limits.store import MemoryQuotaStore
 from ._mail import (
     Call,
     EventBatch,
@@ -508,10 +509,11 @@ async def open_runtime(
 @asynccontextmanager
 async def _quota_store(
     config: RuntimeConfig, environ: Mapping[str, str] | None, given: QuotaStore | None
-) -> AsyncIterator[QuotaStore | None]:
+) -> AsyncIterator[QuotaStore]:
     """The quota store the RateLimiter keeps windows and cooldowns in: the one given, else the
     shared one the config's store URL names (opened here, closed after everything else), else
-    None (the RateLimiter's own memory store)."""
+    a memory store. The runtime's, not the RateLimiter's: every restart of the RateLimiter is
+    handed this one, so a crash keeps windows and cooldowns."""
     if given is None:
         from ._limits.shared import store_url
 
@@ -519,9 +521,9 @@ async def _quota_store(
             from ._limits.shared import open_quota_store
 
             async with open_quota_store(config, environ) as shared:
-                yield shared
+                yield shared if shared is not None else MemoryQuotaStore()
             return
-    yield given
+    yield given if given is not None else MemoryQuotaStore()
 
 
 @attrs.frozen(eq=False)
@@ -540,7 +542,7 @@ class _Mailboxes:
 @asynccontextmanager
 async def _running(
     config: RuntimeConfig,
-    quota_store: QuotaStore | None,
+    quota_store: QuotaStore,
     *,
     transport: httpx.AsyncBaseTransport | HotTransport | None,
     rng: random.Random,
@@ -618,7 +620,7 @@ async def _actors(
     rt: Runtime,
     mail: _Mailboxes,
     ledger_parts: LedgerSetup,
-    quota_store: QuotaStore | None,
+    quota_store: QuotaStore,
     rng: random.Random,
     catch_bugs: bool,
     services: trio.Nursery,

@@ -11,6 +11,7 @@ import trio.testing
 from sluice._config import RateLimitConfig, WindowLimit
 from sluice._errors import RateLimited, TooLargeForQuota
 from sluice._limits.cost import Cost
+from sluice._limits.store import MemoryQuotaStore
 from sluice._mail import GetLimiterStats, KeyStatistics, RateLimiterMsg, Settle
 from sluice._messages import Usage
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
@@ -22,7 +23,7 @@ ONE = Cost(1, 0, 0)
 
 async def start_limiter(nursery: trio.Nursery, seed: int = 0) -> RateLimiterHandle:
     send, inbox = trio.open_memory_channel[RateLimiterMsg](0)
-    await nursery.start(run_rate_limiter, inbox, random.Random(seed))
+    await nursery.start(run_rate_limiter, inbox, random.Random(seed), MemoryQuotaStore())
     return RateLimiterHandle(send)
 
 
@@ -414,7 +415,7 @@ async def test_a_statistics_request_whose_asker_gave_up_is_dropped(autojump_cloc
     """A scrape waits only so long for statistics, then closes its reply channel: the limiter
     drops the answer and carries on (it must not crash and lose its keys)."""
     send, inbox = trio.open_memory_channel[RateLimiterMsg](0)
-    await nursery.start(run_rate_limiter, inbox, random.Random(0))
+    await nursery.start(run_rate_limiter, inbox, random.Random(0), MemoryQuotaStore())
     limiter = RateLimiterHandle(send)
     await admit_and_finish(limiter, "k", RateLimitConfig(requests_per_minute=2))
     reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)

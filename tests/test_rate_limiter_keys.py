@@ -27,7 +27,11 @@ async def start_limiter(nursery: trio.Nursery, keys_kept: int) -> RateLimiterHan
     send, inbox = trio.open_memory_channel[RateLimiterMsg](0)
     await nursery.start(
         lambda task_status: run_rate_limiter(
-            inbox, random.Random(0), keys_kept=keys_kept, task_status=task_status
+            inbox,
+            random.Random(0),
+            MemoryQuotaStore(),
+            keys_kept=keys_kept,
+            task_status=task_status,
         )
     )
     return RateLimiterHandle(send)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from sluice._config import RateLimitConfig, WindowLimit
 from sluice._limits.cost import Cost
+from sluice._limits.store import MemoryQuotaStore
 from sluice._mail import RateLimiterMsg, Settle
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 
@@ -71,7 +72,7 @@ def test_admissions_match_the_exact_fifo_window_model(calls):
 
     async def run(send, inbox) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(run_rate_limiter, inbox, random.Random(0))
+            await nursery.start(run_rate_limiter, inbox, random.Random(0), MemoryQuotaStore())
             limiter = RateLimiterHandle(send)
 
             async def one(index: int, tokens: int, give_up: int | None) -> None:

@@ -13,6 +13,7 @@ from sluice._config import RateLimitConfig
 from sluice._ledger.budget import Budget, BudgetBook, BudgetClaim
 from sluice._ledger.prices import PriceTable
 from sluice._limits.cost import Cost
+from sluice._limits.store import MemoryQuotaStore
 from sluice._mail import RateLimiterMsg, Release, Settle
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 
@@ -29,7 +30,9 @@ async def _withdraw_while_the_mailbox_is_full(seed: int) -> None:
     claim = BudgetClaim("p", "m")
     limits = RateLimitConfig(max_pending=1, max_open_streams=1, requests_per_minute=1000)
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_rate_limiter, inbox, random.Random(seed), None, None, budgets)
+        await nursery.start(
+            run_rate_limiter, inbox, random.Random(seed), MemoryQuotaStore(), None, budgets
+        )
         limiter = RateLimiterHandle(mailbox)
         holder = await limiter.acquire("k", limits, ONE, budget=claim)
         gave_up = trio.CancelScope()

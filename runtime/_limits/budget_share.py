@@ -37,29 +37,51 @@ __all__ = ["BudgetShares"]
 
 
 @attrs.define
+class _Amounts:
+    """One of an account's counters: micro-dollars and tokens."""
+
+    micros: int = 0
+    tokens: int = 0
+
+    def add(self, micros: int, tokens: int) -> None:
+        self.micros += micros
+        self.tokens += tokens
+
+    def pair(self) -> tuple[int, int]:
+        return (self.micros, self.tokens)
+
+    def clear(self) -> None:
+        self.micros = self.tokens = 0
+
+
+@attrs.define
 class _Account:
     max_micros: int | None
     max_tokens: int | None
-    spent: list[int] = attrs.Factory(lambda: [0, 0])
+    spent: _Amounts = attrs.Factory(_Amounts)
     """Everything this process spent under the account since it started."""
-    held: list[int] = attrs.Factory(lambda: [0, 0])
+    held: _Amounts = attrs.Factory(_Amounts)
     """Worst cases of this process's attempts in flight (not yet in a contribution)."""
-    local_held: list[int] = attrs.Factory(lambda: [0, 0])
+    local_held: _Amounts = attrs.Factory(_Amounts)
     """Of ``held``: attempts admitted without the store."""
-    unbooked: list[int] = attrs.Factory(lambda: [0, 0])
+    unbooked: _Amounts = attrs.Factory(_Amounts)
     """Spend of attempts admitted without the store, not yet sent to it."""
-    booking: list[int] = attrs.Factory(lambda: [0, 0])
+    booking: _Amounts = attrs.Factory(_Amounts)
     """Spend sent to the store, not yet known to have arrived."""
     allowance: tuple[int, int] | None = None
     """During an outage: what this process may add to ``pending`` since ``base``."""
     base: tuple[int, int] = (0, 0)
-    before: list[int] = attrs.Factory(lambda: [0, 0])
+    before: _Amounts = attrs.Factory(_Amounts)
     """Spend this process's ledger held for the account beyond what it spent since it
     started (a job's earlier runs, a virtual key's spend loaded at start)."""
 
-    def pending(self, i: int) -> int:
+    def pending(self) -> tuple[int, int]:
         """What this process may have spent that the store does not know of."""
-        return self.local_held[i] + self.unbooked[i] + self.booking[i]
+        local, unbooked, booking = self.local_held, self.unbooked, self.booking
+        return (
+            local.micros + unbooked.micros + booking.micros,
+            local.tokens + unbooked.tokens + booking.tokens,
+        )
 
 
 @attrs.define
@@ -100,10 +122,11 @@ class BudgetShares:
     def _note_ledger(self, ask: BudgetAsk) -> None:
         """Learn from ``ask.spent`` (what the process's ledger holds per account) the spend
         that predates this process's own count."""
-        for (name, _, _), ledger in zip(ask.accounts, ask.spent, strict=False):
+        for (name, _, _), (micros, tokens) in zip(ask.accounts, ask.spent, strict=False):
             account = self._accounts[name]
-            for i in (0, 1):
-                account.before[i] = max(account.before[i], ledger[i] - account.spent[i])
+            before, spent = account.before, account.spent
+            before.micros = max(before.micros, micros - spent.micros)
+            before.tokens = max(before.tokens, tokens - spent.tokens)
 
     # -- outages -------------------------------------------------------------------------
 
@@ -124,6 +147,7 @@ class BudgetShares:
     def _allowance(self, name: str, account: _Account) -> tuple[int, int]:
         if account.allowance is None:
             sm, st, rm, rt = self._known.get(name, (0, 0, 0, 0))
+            pending = account.pending()
             allowance = []
             for i, (limit, used) in enumerate(
                 ((account.max_micros, sm + rm), (account.max_tokens, st + rt))
@@ -131,10 +155,10 @@ class BudgetShares:
                 if limit is None:
                     allowance.append(0)
                     continue
-                left = max(0, limit - used - account.pending(i))
+                left = max(0, limit - used - pending[i])
                 allowance.append(math.floor(self.share * left))
             account.allowance = (allowance[0], allowance[1])
-            account.base = (account.pending(0), account.pending(1))
+            account.base = pending
         return account.allowance
 
     def fits_local(self, ask: BudgetAsk) -> bool:
@@ -144,10 +168,11 @@ class BudgetShares:
         for name, max_micros, max_tokens in ask.accounts:
             account = self._account(name, max_micros, max_tokens)
             allowance = self._allowance(name, account)
+            pending = account.pending()
             for i, limit in enumerate((max_micros, max_tokens)):
                 if limit is None:
                     continue
-                used = account.pending(i) - account.base[i]
+                used = pending[i] - account.base[i]
                 if used + amounts[i] > allowance[i]:
                     return False
         return True
@@ -160,11 +185,9 @@ class BudgetShares:
         names = []
         for name, max_micros, max_tokens in ask.accounts:
             account = self._account(name, max_micros, max_tokens)
-            account.held[0] += ask.micros
-            account.held[1] += ask.tokens
+            account.held.add(ask.micros, ask.tokens)
             if local:
-                account.local_held[0] += ask.micros
-                account.local_held[1] += ask.tokens
+                account.local_held.add(ask.micros, ask.tokens)
             names.append(name)
         self._note_ledger(ask)
         self._holds[ask.hold] = _Hold(tuple(names), ask.micros, ask.tokens, local)
@@ -178,15 +201,13 @@ class BudgetShares:
         charge = (held.micros, held.tokens) if micros is None else (micros, tokens)
         for name in held.names:
             account = self._accounts[name]
-            for i, amount in enumerate((held.micros, held.tokens)):
-                account.spent[i] += charge[i]
-                if held.covered:
-                    continue
-                account.held[i] -= amount
-                if held.local:
-                    account.local_held[i] -= amount
-                    account.unbooked[i] += charge[i]
-            if held.local and not held.covered:
+            account.spent.add(*charge)
+            if held.covered:
+                continue
+            account.held.add(-held.micros, -held.tokens)
+            if held.local:
+                account.local_held.add(-held.micros, -held.tokens)
+                account.unbooked.add(*charge)
                 self._unbooked.add(name)
         return held.local
 
@@ -198,11 +219,11 @@ class BudgetShares:
         out = []
         for name in sorted(self._unbooked):
             account = self._accounts[name]
-            if account.unbooked != [0, 0]:
-                out.append((name, account.unbooked[0], account.unbooked[1]))
-                account.booking[0] += account.unbooked[0]
-                account.booking[1] += account.unbooked[1]
-                account.unbooked = [0, 0]
+            unbooked = account.unbooked.pair()
+            if unbooked != (0, 0):
+                out.append((name, *unbooked))
+                account.booking.add(*unbooked)
+                account.unbooked.clear()
                 self._in_booking.add(name)
         self._unbooked.clear()
         return out
@@ -210,7 +231,7 @@ class BudgetShares:
     def booked(self) -> None:
         """A round trip that carried every booking taken so far succeeded."""
         for name in self._in_booking:
-            self._accounts[name].booking = [0, 0]
+            self._accounts[name].booking.clear()
         self._in_booking.clear()
 
     # -- lost history --------------------------------------------------------------------
@@ -237,14 +258,13 @@ class BudgetShares:
             account = self._accounts.get(name)
             own = (0, 0)
             if account is not None:
+                before, spent, flying = account.before, account.spent, account.held
                 own = (
-                    account.before[0] + account.spent[0] + account.held[0],
-                    account.before[1] + account.spent[1] + account.held[1],
+                    before.micros + spent.micros + flying.micros,
+                    before.tokens + spent.tokens + flying.tokens,
                 )
-                account.held = [0, 0]
-                account.local_held = [0, 0]
-                account.unbooked = [0, 0]
-                account.booking = [0, 0]
+                for counter in (flying, account.local_held, account.unbooked, account.booking):
+                    counter.clear()
             out.append((name, sm + rm, st + rt, own[0], own[1]))
         self._unbooked.clear()
         self._in_booking.clear()
