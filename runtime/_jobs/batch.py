@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from .._config import RuntimeConfig
     from .._messages import ChatRequest, ChatResult
     from .._runtime import Runtime
+    from .provider_batch.engine import LaneOptions, Via
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -198,6 +199,7 @@ class _Run:
             job=self.job,
             kept_failed=self.kept_failed,
             input_lines=self.input_lines,
+            lane_note=None,
             **self.counts,
         )
 
@@ -603,6 +605,9 @@ async def run_batch(
     preflight: Callable[[set[str]], None] | None = None,
     retry_errors: RetryErrors = "retriable",
     max_wait: float | None = None,
+    via: Via = "realtime",
+    deadline: float | None = None,
+    lane_options: LaneOptions | None = None,
 ) -> BatchSummary:
     """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
 
@@ -681,6 +686,12 @@ async def run_batch(
             a cooldown or retriable failures before it fails with the error that kept it
             waiting (every batch call waits rather than failing fast, with no attempt limit;
             None: ``DEFAULT_MAX_WAIT``, 10 minutes).
+        via: ``realtime`` (each line a call through the runtime), ``provider`` (lines through
+            the providers' Batch APIs at their batch price, with the same input and output;
+            lines of a provider without one run realtime) or ``auto`` (``provider`` until
+            ``deadline`` nears, then realtime). See :mod:`sluice._jobs.provider_batch.engine`.
+        deadline: with ``auto``, seconds from the start by which the lines should be done.
+        lane_options: the provider lane's pacing (poll interval, enqueued-token limits).
 
     Returns:
         The final counts, also when interrupted (``summary.interrupted`` says how).
@@ -697,6 +708,11 @@ async def run_batch(
         OSError: the input cannot be opened or read, or the output cannot be written once
             the run is under way.
     """
+    lane = None
+    if via != "realtime" or deadline is not None:
+        from .provider_batch.engine import ProviderLane
+
+        lane = ProviderLane.checked(via, deadline, ordered, lane_options)
     if _same_file(input, output):
         raise ConfigError(f"the output {output} is the input file {input}: give another output")
     if resume and overwrite:
@@ -815,9 +831,27 @@ async def run_batch(
         )
         if answered is not None and answered.redo:
             run.count(redone=len(answered.redo))
-        await _run_on(
-            rt, run, input, model, groups, max_in_flight, progress, progress_interval, interrupt
-        )
+        if lane is None:
+            await _run_on(
+                rt, run, input, model, groups, max_in_flight, progress, progress_interval, interrupt
+            )
+        else:
+            await lane.run(
+                rt,
+                run,
+                input=input,
+                output=name,
+                model=model,
+                groups=groups,
+                resume=resume,
+                overwrite=overwrite,
+                budget=budget,
+                max_in_flight=max_in_flight,
+                max_wait=max_wait,
+                progress=progress,
+                progress_interval=progress_interval,
+                interrupt=interrupt,
+            )
         summary = run.final
         assert summary is not None  # _run_on returned normally
         if write_summary:
