@@ -53,6 +53,8 @@ class MemoryBatchAPI:
     """Submission numbers (1-based, in create order) the provider fails whole."""
     lose_create_answer: set = attrs.Factory(set)
     """Create numbers whose batch is made but whose answer is lost (raises)."""
+    on_create: object = None
+    """Called with the number of creates so far, after each."""
     uploads: int = 0
     creates: list = attrs.Factory(list)
     cancels: int = 0
@@ -83,6 +85,8 @@ class MemoryBatchAPI:
         if n in self.fail_batches:
             batch.problem = "validation failed"
         self.batches[batch.id] = batch
+        if self.on_create is not None:
+            self.on_create(n)
         if n in self.lose_create_answer:
             raise CallError("the connection broke after the request was sent", status=None)
         return self._remote(batch)

@@ -164,23 +164,16 @@ async def test_resume_merges_the_batches_an_interrupted_run_left(tmp_path):
     from sluice._jobs.batch import BatchInterrupt
 
     interrupt = BatchInterrupt()
-
-    async def stop_when_submitted():
-        while len(api.creates) < 3:
-            await trio.sleep(0.01)
-        interrupt.drain()
-
+    api.on_create = lambda n: interrupt.drain() if n == 3 else None
     with trio.fail_after(GUARD):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_when_submitted)
-            first = await run_batch(
-                source,
-                out,
-                via="provider",
-                lane_options=options(api),
-                config=RuntimeConfig(),
-                interrupt=interrupt,
-            )
+        first = await run_batch(
+            source,
+            out,
+            via="provider",
+            lane_options=options(api),
+            config=RuntimeConfig(),
+            interrupt=interrupt,
+        )
     assert first.interrupted == "drained" and out.read_bytes() == b""
     with pytest.raises(ConfigError, match="--resume merges them"):
         await run_batch(
