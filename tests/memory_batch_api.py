@@ -53,6 +53,8 @@ class MemoryBatchAPI:
     """Submission numbers (1-based, in create order) the provider fails whole."""
     lose_create_answer: set = attrs.Factory(set)
     """Create numbers whose batch is made but whose answer is lost (raises)."""
+    cancel_keeps: int = 0
+    """Lines of a cancelled batch (its first ones) that finished before the cancel."""
     on_create: object = None
     """Called with the number of creates so far, after each."""
     uploads: int = 0
@@ -108,8 +110,8 @@ class MemoryBatchAPI:
         batch = self.batches[remote.id]
         if batch.problem is not None:
             return
-        for entry in batch.entries:
-            if batch.cancelled:
+        for i, entry in enumerate(batch.entries):
+            if batch.cancelled and i >= self.cancel_keeps:
                 continue
             data = orjson.loads(entry.data)
             n = self.seen[entry.wire_id] = self.seen.get(entry.wire_id, 0) + 1

@@ -241,3 +241,20 @@ async def test_a_budget_for_half_the_lines_submits_half(tmp_path):
     assert {o["error"]["code"] for o in refused} == {"BudgetExceeded"}
     assert 45 <= sent <= 55
     assert summary.cost_micros <= 5300
+
+
+async def test_auto_moves_the_lines_left_to_realtime_when_the_deadline_nears(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(source, 150)
+    api = MemoryBatchAPI(polls=10**9, cancel_keeps=10)  # batches end only when cancelled
+    lane = options(api, realtime_share=0.5)
+    with trio.fail_after(GUARD):
+        summary = await run_batch(
+            source, out, via="auto", deadline=1.0, lane_options=lane, config=RuntimeConfig()
+        )
+    by_id = one_line_each(out, 150)
+    assert api.cancels == 2
+    assert summary.batch_lines == 20 and summary.realtime_lines == 130
+    assert summary.ok == 150
+    assert by_id["r0"]["response"]["body"]["choices"][0]["message"]["content"] == "echo line 0"
+    assert summary.elapsed < 10
