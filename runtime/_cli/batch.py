@@ -25,7 +25,8 @@ from .._errors import ConfigError
 from .._jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchInterrupt, BatchSummary, run_batch
 from .._jobs.batch_lines import parse_shard
 from .._jobs.batch_report import format_duration, format_progress, format_summary, summary_path
-from .._jobs.provider_batch.engine import LaneOptions, cancel_batches
+from .._jobs.provider_batch.cancel import cancel_batches
+from .._jobs.provider_batch.engine import LaneOptions
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
 from ._preflight import check_batch_paths, check_providers
 

@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from ..batch import BatchInterrupt, _Run
     from .backend import LineOutcome
 
-__all__ = ["VIAS", "LaneOptions", "ProviderLane", "Via", "cancel_batches"]
+__all__ = ["VIAS", "LaneOptions", "ProviderLane", "Via"]
 
 Via = Literal["realtime", "provider", "auto"]
 VIAS: tuple[Via, ...] = ("realtime", "provider", "auto")
@@ -806,50 +806,3 @@ class _Engine:
 def _add(counts: dict[str, int], **more: int) -> None:
     for key, n in more.items():
         counts[key] = counts.get(key, 0) + n
-
-
-async def cancel_batches(
-    output: str | os.PathLike[str],
-    config: Any,
-    *,
-    options: LaneOptions | None = None,
-) -> list[str]:
-    """Ask the providers to stop every batch the output's journal lists as not merged;
-    the ids of those asked. Lines they finished keep their results: ``--resume`` merges
-    them and sends the rest again.
-
-    Raises:
-        ConfigError: another process writes the output, there is no journal, or a
-            provider it names has no batch API in ``config``.
-    """
-    from ..._runtime import open_runtime
-    from ..batch_guard import OutputLock, lock_path
-
-    name = os.fspath(output)
-    path = journal_path(name)
-    if not os.path.exists(path):
-        raise ConfigError(f"{name} has no batch journal ({path}): no batches to cancel")
-    lock = OutputLock(lock_path(os.path.realpath(name)), f"output {name}")
-    await trio.to_thread.run_sync(lock.acquire)
-    try:
-        journal = await trio.to_thread.run_sync(Journal, path)
-        try:
-            backends = (options or LaneOptions()).backends
-            asked: list[str] = []
-            async with open_runtime(config) as rt:
-                for sub in journal.active():
-                    if sub.batch_id is None:
-                        continue
-                    backend = backends(rt, sub.provider)
-                    if backend is None:
-                        raise ConfigError(
-                            f"{sub.provider} has no batch API in this config: cancel batch"
-                            f" {sub.batch_id} at the provider"
-                        )
-                    await backend.cancel(sub.batch_id)
-                    asked.append(sub.batch_id)
-            return asked
-        finally:
-            journal.close()
-    finally:
-        lock.release()
