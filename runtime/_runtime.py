@@ -461,6 +461,12 @@ class Runtime:
         ``transport``); None when each provider makes its own."""
         return self._transport
 
+    @property
+    def simulator_config(self) -> SimulatorConfig:
+        """Internal, for the provider batch lane: the config of the simulator this runtime
+        serves in-process providers (``sim`` without a base URL) with."""
+        return self._simulator_config
+
     def _tool_capabilities(self, spec: ResolvedProvider, model: str) -> ToolCapabilities:
         """What ``spec``'s backend can do with tools for ``model`` (no provider prefix).
 

@@ -39,6 +39,7 @@ PUBLIC = {
         "installed_plugins",
     ],
     "sluice.simulator": [
+        "BatchStats",
         "Directive",
         "Draining",
         "Headers",

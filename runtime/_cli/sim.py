@@ -114,6 +114,23 @@ class SimFlags:
     """tokens per minute (prompt plus reply) the server admits; default no limit."""
     ignore_tool_choice: bool = False
     """act as a server without tool support."""
+    batch_time: float = 0.0
+    """seconds a batch (OpenAI /v1/batches, Anthropic /v1/messages/batches) takes from its
+    create to its end."""
+    batch_error_rate: float = 0.0
+    """fraction of batch lines that fail (error lines)."""
+    batch_expiry_rate: float = 0.0
+    """fraction of batch lines that expire unprocessed."""
+    batch_max_requests: int | None = None
+    """requests one batch may hold (default: the API's own, 50,000 or 100,000)."""
+    batch_max_bytes: int | None = None
+    """bytes of a batch input file or create body (default: 200 MB or 256 MB)."""
+    batch_enqueued_tokens: int | None = None
+    """prompt tokens per model that may wait in unfinished batches (default: no limit)."""
+    batch_create_delay: float = 0.0
+    """seconds a batch create waits, once the batch exists, before it answers."""
+    batch_download_rate: float | None = None
+    """bytes per second at which batch files and results are sent (default: at once)."""
     drain: float = 5.0
     """seconds the first Ctrl-C lets the requests under way finish."""
     store: str | None = None
@@ -166,6 +183,14 @@ class SimFlags:
             rpm=self.rpm,
             tpm=self.tpm,
             ignore_tool_choice=self.ignore_tool_choice,
+            batch_time=self.batch_time,
+            batch_error_rate=self.batch_error_rate,
+            batch_expiry_rate=self.batch_expiry_rate,
+            batch_max_requests=self.batch_max_requests,
+            batch_max_bytes=self.batch_max_bytes,
+            batch_enqueued_tokens=self.batch_enqueued_tokens,
+            batch_create_delay=self.batch_create_delay,
+            batch_download_rate=self.batch_download_rate,
         )
 
 
@@ -175,9 +200,11 @@ async def sim(flags: Annotated[SimFlags, Parameter(name="*")] = SimFlags()) -> i
     Point a client at http://HOST:PORT/v1 (for sluice itself: --base-url with any
     provider:model, e.g. sluice chat sim:sim-small hi --base-url http://127.0.0.1:8000/v1).
     It serves chat completions, Anthropic messages, text completions, embeddings, the model
-    list and GET /health. Tokens are counted by one rule, prompts and replies alike: each run
-    of non-whitespace characters is one token. Ctrl-C stops accepting connections and lets the
-    requests under way finish for up to --drain seconds; a second Ctrl-C exits at once.
+    list, GET /health, and the batch APIs (OpenAI files and batches, Anthropic message
+    batches; their counters at GET /sim/stats). Tokens are counted by one rule, prompts and
+    replies alike: each run of non-whitespace characters is one token. Ctrl-C stops accepting
+    connections and lets the requests under way finish for up to --drain seconds; a second
+    Ctrl-C exits at once.
     """
     # Imported here so that `import sluice._cli` does not load the server.
     from .._errors import ConfigError

@@ -5,7 +5,8 @@ Base URLs carry the protocol's version prefix, because the codecs append only th
 capabilities follow :func:`sluice._capabilities.capabilities_for` for the names it knows
 and the protocol's assumption for the others (every ``tool_choice`` mode, for an OpenAI-protocol
 server), except where a server is known to refuse a mode (Kimi). Quirks are set only where a
-server is known to need them.
+server is known to need them. ``batch_api`` is set where the provider documents a batch API:
+OpenAI's Files + Batches (OpenAI, Groq, DashScope, the simulator).
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         "https://dashscope.aliyuncs.com/compatible-mode/v1",
         "DASHSCOPE_API_KEY",
         key_prefix="sk",
+        batch_api="openai",
         regions={
             "intl": "https://dashscope-intl.aliyuncs.com/compatible-mode/v1",
             "us": "https://dashscope-us.aliyuncs.com/compatible-mode/v1",
@@ -219,6 +221,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         "https://api.openai.com/v1",
         "OPENAI_API_KEY",
         key_prefix="sk-",
+        batch_api="openai",
         capabilities=OPENAI,
         quirks=OPENAI_QUIRKS,
         drop_params=frozenset({"top_k"}),
@@ -430,6 +433,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         "https://api.groq.com/openai/v1",
         "GROQ_API_KEY",
         key_prefix="gsk_",
+        batch_api="openai",
         quirks=STRICT_OPENAI,
         model_list=models(
             "llama-3.3-70b-versatile",
@@ -520,6 +524,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         local=True,
         in_process=True,
         capabilities=FULL,
+        batch_api="openai",  # it serves Message Batches too, for a provider that points here
         model_capabilities={"notools": WITHOUT_TOOLS},
         model_list=models("sim-small"),
     ),

@@ -182,6 +182,11 @@ class ProviderDefinition(Record):
     """Parameters the server rejects."""
     aliases: tuple[str, ...] = ()
     """Older ids that name this provider too."""
+    batch_api: Literal["openai", "anthropic"] | None = None
+    """The provider's batch API, if it has one: ``openai`` (Files + Batches, at
+    ``{base_url}/files`` and ``{base_url}/batches``) or ``anthropic`` (Message Batches).
+    ``sluice batch --via provider`` runs the lines of a provider without one on the realtime
+    lane."""
 
     @property
     def auth_style(self) -> AuthStyle:

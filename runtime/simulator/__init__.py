@@ -1,5 +1,5 @@
-"""A fake LLM server speaking OpenAI chat completions and Anthropic messages: the ``sim:``
-provider, our test target, a load target.
+"""A fake LLM server speaking OpenAI chat completions and Anthropic messages (and their batch
+APIs): the ``sim:`` provider, our test target, a load target.
 
 One request-handling core (:class:`SimulatorApp`, built from a :class:`SimulatorConfig`) with
 two front ends: a real HTTP/1.1 server (:func:`serve_simulator`, :func:`run_simulator`) and an
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._app import SimulatedDisconnect as SimulatedDisconnect
     from ._app import SimulatedReset as SimulatedReset
     from ._app import SimulatorApp as SimulatorApp
+    from ._batch_core import BatchStats as BatchStats
     from ._config import SimulatorConfig as SimulatorConfig
     from ._directives import Directive as Directive
     from ._directives import parse_directive as parse_directive
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from ._transport import mock_transport as mock_transport
 
 __all__ = [
+    "BatchStats",
     "Directive",
     "Draining",
     "Headers",
@@ -57,6 +59,7 @@ __all__ = [
 ]
 
 _HOMES = {
+    "BatchStats": "_batch_core",
     "Headers": "_app",
     "Draining": "_server",
     "Directive": "_directives",

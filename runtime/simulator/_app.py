@@ -65,6 +65,7 @@ from ._wire import error_body, model_body, models_body
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ._batch_core import BatchStats
     from ._request import ChatRequest
     from ._shared_quota import SharedServerQuota
 
@@ -139,6 +140,7 @@ class SimulatorApp:
         self._models = models_body(config.models)
         self._requests = 0
         self._chat_requests = 0
+        self._batch_apis: _BatchAPIs | None = None
 
     @property
     def requests_seen(self) -> int:
@@ -150,6 +152,35 @@ class SimulatorApp:
         """Generation (chat and messages) requests handled so far; the next one gets
         ``script[this]``."""
         return self._chat_requests
+
+    @property
+    def batch_stats(self) -> BatchStats:
+        """What the batch APIs were asked to do so far: files uploaded, batches created (per
+        content digest, so a duplicate paid job shows), cancels. ``GET /sim/stats`` serves it
+        as JSON."""
+        return self._batches().core.stats
+
+    def _batches(self) -> _BatchAPIs:
+        if self._batch_apis is None:
+            self._batch_apis = _BatchAPIs(self.config, self._wall_clock)
+        return self._batch_apis
+
+    async def _batch_api(
+        self, method: str, path: str, headers: Headers, body: bytes, request_id: bytes
+    ) -> SimResponse:
+        route = path.partition("?")[0]
+        apis = self._batches()
+        now = trio.current_time()
+        if route in ("/sim/stats", "/v1/sim/stats") and method == "GET":
+            return _json(200, apis.core.stats.as_json(), request_id)
+        content_type = _header(headers, b"content-type")
+        found = await apis.openai.handle(method, path, content_type, body, request_id, now)
+        if found is None:
+            return self._other(method, route, request_id)
+        if found.content is not None:
+            return SimResponse(found.status, found.headers, Body([found.content]), found.content)
+        assert found.body is not None
+        return SimResponse(found.status, found.headers, found.body)
 
     async def handle(self, method: str, path: str, headers: Headers, body: bytes) -> SimResponse:
         """Answer one request.
@@ -176,6 +207,8 @@ class SimulatorApp:
         elif method == "POST" and (deployment := azure_deployment(route)) is not None:
             body = with_model(body, deployment)
             response = await self._generate(OPENAI, headers, body, request_id)
+        elif route.startswith(_BATCH_ROUTES):
+            response = await self._batch_api(method, path, headers, body, request_id)
         else:
             response = self._other(method, route, request_id)
         if self._quota is not None and self._shared_quota is None:
@@ -471,6 +504,20 @@ class SimulatorApp:
                 request_id.decode(),
             )
         return self._json(route, 429, content, request_id, extra)
+
+
+_BATCH_ROUTES = ("/v1/files", "/v1/batches", "/sim/stats", "/v1/sim/stats")
+
+
+class _BatchAPIs:
+    """The batch routes, made on first use (most apps never see one)."""
+
+    def __init__(self, config: SimulatorConfig, wall_clock: Callable[[], float]) -> None:
+        from ._batch_core import BatchCore
+        from ._openai_batches import OpenAIBatches
+
+        self.core = core = BatchCore(config, wall_clock)
+        self.openai = OpenAIBatches(core)
 
 
 class _Always:

@@ -140,6 +140,36 @@ class SimulatorConfig:
     latency_seed: int = 0
     """Seeds the latency draws, apart from the fault dice."""
 
+    # The batch APIs (OpenAI's Files + Batches, Anthropic's Message Batches; :mod:`.batch_core`).
+    batch_time: float = attrs.field(default=0.0, validator=ge(0))
+    """Seconds a batch takes from its create to its end, its lines processed evenly over it
+    (0: ended at the next look)."""
+    batch_error_rate: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a batch line fails (an error line: 500 on OpenAI, ``errored`` on
+    Anthropic)."""
+    batch_expiry_rate: float = attrs.field(default=0.0, validator=_probability)
+    """Probability that a batch line expires unprocessed (its batch then ends expired)."""
+    batch_max_requests: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(1)])
+    )
+    """Requests one batch may hold; None for the API's own (OpenAI 50,000, Anthropic
+    100,000)."""
+    batch_max_bytes: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(1)])
+    )
+    """Bytes of an uploaded batch file (OpenAI) or a create body (Anthropic); None for the
+    API's own (200 MB, 256 MB)."""
+    batch_enqueued_tokens: int | None = attrs.field(
+        default=None, validator=optional([instance_of(int), ge(1)])
+    )
+    """Prompt tokens per model that may wait in unfinished batches; a batch over it fails with
+    ``token_limit_exceeded`` (OpenAI) or its create is refused with 429 (Anthropic). None: no
+    limit."""
+    batch_create_delay: float = attrs.field(default=0.0, validator=ge(0))
+    """Seconds a batch create waits, after the batch exists, before it answers."""
+    batch_download_rate: float | None = attrs.field(default=None, validator=optional(gt(0)))
+    """Bytes per second at which file contents and batch results are sent; None: at once."""
+
     def __attrs_post_init__(self) -> None:
         total = self.rate_429 + self.rate_500 + self.rate_disconnect + self.rate_529
         total += self.rate_broken_json + sum(rate for _, rate in self.fault_rates)
@@ -148,6 +178,8 @@ class SimulatorConfig:
                 "rate_429 + rate_500 + rate_disconnect + rate_529 + rate_broken_json + "
                 f"fault_rates must be at most 1, got {total:g}"
             )
+        if self.batch_error_rate + self.batch_expiry_rate > 1:
+            raise ValueError("batch_error_rate + batch_expiry_rate must be at most 1")
         if self.itl_jitter and not self.tokens_per_second:
             raise ValueError("'itl_jitter' needs a pace: set 'tokens_per_second' too")
 
