@@ -392,8 +392,10 @@ class _Engine:
                         continue
                     if first and lineno in self.claimed:
                         continue
+                    # Batch entries never stream; a line sent realtime streams as the realtime
+                    # lane's do (see _realtime_worker).
                     item = parse_input_line(
-                        raw, lineno, model=self.model, stream=run.stream, groups=self.groups
+                        raw, lineno, model=self.model, stream=False, groups=self.groups
                     )
                     if item is None:
                         continue
@@ -429,7 +431,6 @@ class _Engine:
             assert self.realtime_send is not None
             await self.realtime_send.send(item)
             return
-        request = attrs.evolve(item.request, model=model, stream=False)
         micros = self._worst_case(provider, model, item)
         if micros is None:
             error = BudgetExceeded(
@@ -438,7 +439,7 @@ class _Engine:
             )
             await self._write_error(item.custom_id, item.lineno, error)
             return
-        entry = backend.entry(item.custom_id, request)
+        entry = backend.entry(item.custom_id, item.request)
         planned = Planned(
             entry.wire_id,
             item.lineno,
@@ -723,6 +724,7 @@ class _Engine:
             async for item in receive:
                 request = attrs.evolve(
                     item.request,
+                    stream=run.stream,
                     priority="batch",
                     tag=item.request.tag or run.tag,
                     failure_mode="wait",
