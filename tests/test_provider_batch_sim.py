@@ -95,11 +95,11 @@ async def test_expired_and_errored_lines(tmp_path):
     assert {o["response"]["status_code"] for o in failed} == {500}
     assert summary.resubmitted > 0.03 * n
     assert summary.failed == len(failed) and summary.ok == n - len(failed)
-    assert not any("batch_expired" == o["error"]["code"] for o in failed)
+    assert not any(o["error"]["code"] == "batch_expired" for o in failed)
 
 
 async def test_ledger_books_batch_lines_at_half_price(tmp_path):
-    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source, _out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_input(source, 100)
     app = SimulatorApp(SimulatorConfig(batch_time=0.1))
     costs = {}
@@ -113,5 +113,8 @@ async def test_ledger_books_batch_lines_at_half_price(tmp_path):
                 (row,) = await rt.ledger.snapshot(by=("job",))
         costs[via] = row.totals
     realtime, batch = costs["realtime"], costs["provider"]
-    assert (batch.input_tokens, batch.output_tokens) == (realtime.input_tokens, realtime.output_tokens)
+    assert (batch.input_tokens, batch.output_tokens) == (
+        realtime.input_tokens,
+        realtime.output_tokens,
+    )
     assert abs(2 * batch.cost_micros - realtime.cost_micros) <= 100  # rounded per line

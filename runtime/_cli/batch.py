@@ -217,6 +217,9 @@ class BatchFlags:
     is left to the realtime lane."""
     poll_interval: float = 30.0
     """with --via provider or auto: seconds between looks at the batches running."""
+    batch_size: int | None = None
+    """with --via provider or auto: lines per provider batch at most (default: as many as
+    the provider's API takes)."""
     cancel: Path | None = None
     """OUT: cancel the provider batches the output's journal lists as running (--resume then
     merges what they finished and sends the rest again)."""
@@ -234,6 +237,8 @@ class BatchFlags:
             return "--base-url and --api-key apply to --model's provider: give --model too"
         if self.poll_interval <= 0:
             return "--poll-interval must be positive"
+        if self.batch_size is not None and self.batch_size < 1:
+            return "--batch-size must be at least 1"
         if self.deadline is not None and self.via != "auto":
             return "--deadline applies to --via auto"
         return None
@@ -386,7 +391,9 @@ async def _run(
                             if flags.deadline is None
                             else parse_duration(flags.deadline, flag="--deadline")
                         ),
-                        lane_options=LaneOptions(poll_interval=flags.poll_interval),
+                        lane_options=LaneOptions(
+                            poll_interval=flags.poll_interval, max_requests=flags.batch_size
+                        ),
                     )
                 except OSError as exc:
                     outcome.io_error = exc

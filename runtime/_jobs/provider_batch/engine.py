@@ -102,6 +102,10 @@ class LaneOptions:
     )
     """With ``via="auto"`` and a deadline: the last share of the deadline left to the
     realtime lane (the lines still undone move there when it begins)."""
+    max_requests: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    """Lines per batch at most (None: as many as the provider's API takes)."""
     max_tries: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     """Submissions of one line in one run before its line says it got no outcome."""
     backends: Callable[[Any, str], BatchBackend | None] = _default_backends
@@ -452,6 +456,9 @@ class _Engine:
         packer = self.packers.get((provider, model))
         if packer is None:
             limits = backend.limits
+            most = self.lane.options.max_requests
+            if most is not None and most < limits.max_requests:
+                limits = attrs.evolve(limits, max_requests=most)
             cap = self.lane.options.enqueued_tokens.get(f"{provider}:{model}")
             cap = cap if cap is not None else limits.enqueued_tokens
             self.gate.limits[f"{provider}:{model}"] = cap
@@ -658,8 +665,14 @@ class _Engine:
         for lineno, custom_id in pending.values():
             if custom_id not in answered:
                 unfinished.append((lineno, custom_id, missing))
+        # A batch the provider failed whole was often too large for it (requests, bytes,
+        # enqueued tokens), or held one line it refuses: its lines go again in batches half
+        # its size, which finds either (a line alone that fails again counts its tries).
+        halved = remote.problem is not None and sub.count > 1
+        if halved:
+            self._shrink(provider, model, sub.count // 2)
         for lineno, custom_id, why in unfinished:
-            tries = self.tries.get(lineno, 0)
+            tries = self.tries.get(lineno, 0) - (1 if halved else 0)
             await self._hand_back_line(lineno, custom_id, tries, why, remote.problem, sub)
         await trio.to_thread.run_sync(self.journal.finished, sub)
         self._land(flight)
@@ -684,6 +697,12 @@ class _Engine:
         self.tries.pop(lineno, None)
         error = unfinished_error(kind, sub.provider, sub.model, tries, problem)
         await self._write_error(custom_id, lineno, error)
+
+    def _shrink(self, provider: str, model: str, requests: int) -> None:
+        """Batches of ``provider:model`` hold at most ``requests`` lines from now on."""
+        packer = self.packers.get((provider, model))
+        if packer is not None and requests < packer.limits.max_requests:
+            packer.limits = attrs.evolve(packer.limits, max_requests=requests)
 
     def _land(self, flight: _Flight) -> None:
         sub = flight.sub
