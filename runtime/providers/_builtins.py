@@ -6,7 +6,7 @@ capabilities follow :func:`sluice._capabilities.capabilities_for` for the names 
 and the protocol's assumption for the others (every ``tool_choice`` mode, for an OpenAI-protocol
 server), except where a server is known to refuse a mode (Kimi). Quirks are set only where a
 server is known to need them. ``batch_api`` is set where the provider documents a batch API:
-OpenAI's Files + Batches (OpenAI, Groq, DashScope, the simulator).
+OpenAI's Files + Batches (OpenAI, Groq, DashScope, the simulator), Anthropic's Message Batches.
 """
 
 from __future__ import annotations
@@ -267,6 +267,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         display_name="Anthropic",
         protocol="anthropic",
         base_url="https://api.anthropic.com/v1",
+        batch_api="anthropic",
         key_env=("ANTHROPIC_API_KEY",),
         key_prefix="sk-ant-",
         capabilities=ANTHROPIC,

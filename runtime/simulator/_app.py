@@ -9,11 +9,13 @@ Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic
 ``POST /v1/completions`` (OpenAI text completions), ``POST /v1/embeddings``,
 ``POST /openai/deployments/{name}/chat/completions`` (Azure OpenAI's deployment API: OpenAI's
 route, the deployment's name as the model),
-``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``). Anything
-else is a 404 with an OpenAI-style error body. The generation routes share the latency model,
-the fault directives, the fault dice and the quotas; only the wire format differs
-(:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) as their whole latency and
-count against the quotas, but draw no faults.
+``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``), the batch
+APIs (OpenAI's ``/v1/files`` and ``/v1/batches``: :mod:`.openai_batches`; Anthropic's
+``/v1/messages/batches``: :mod:`.message_batches`) and their counters (``GET /sim/stats``).
+Anything else is a 404 with an OpenAI-style error body. The generation routes share the
+latency model, the fault directives, the fault dice and the quotas; only the wire format
+differs (:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) as their whole
+latency and count against the quotas, but draw no faults.
 
 Seeded latency draws are keyed on the request, not on its place in the arrival order: each
 generation request draws from a generator seeded with ``latency_seed``, the digest of its
@@ -173,8 +175,12 @@ class SimulatorApp:
         now = trio.current_time()
         if route in ("/sim/stats", "/v1/sim/stats") and method == "GET":
             return _json(200, apis.core.stats.as_json(), request_id)
-        content_type = _header(headers, b"content-type")
-        found = await apis.openai.handle(method, path, content_type, body, request_id, now)
+        if route.startswith("/v1/messages/batches"):
+            host = _header(headers, b"host") or "localhost"
+            found = await apis.anthropic.handle(method, path, host, body, request_id, now)
+        else:
+            content_type = _header(headers, b"content-type")
+            found = await apis.openai.handle(method, path, content_type, body, request_id, now)
         if found is None:
             return self._other(method, route, request_id)
         if found.content is not None:
@@ -506,7 +512,7 @@ class SimulatorApp:
         return self._json(route, 429, content, request_id, extra)
 
 
-_BATCH_ROUTES = ("/v1/files", "/v1/batches", "/sim/stats", "/v1/sim/stats")
+_BATCH_ROUTES = ("/v1/files", "/v1/batches", "/v1/messages/batches", "/sim/stats", "/v1/sim/stats")
 
 
 class _BatchAPIs:
@@ -514,10 +520,12 @@ class _BatchAPIs:
 
     def __init__(self, config: SimulatorConfig, wall_clock: Callable[[], float]) -> None:
         from ._batch_core import BatchCore
+        from ._message_batches import MessageBatches
         from ._openai_batches import OpenAIBatches
 
         self.core = core = BatchCore(config, wall_clock)
         self.openai = OpenAIBatches(core)
+        self.anthropic = MessageBatches(core)
 
 
 class _Always:

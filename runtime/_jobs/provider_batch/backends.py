@@ -49,7 +49,7 @@ def backend_for(rt: Runtime, provider: str) -> BatchBackend | None:
     """
     spec = rt.resolve_provider(provider)
     api = spec.definition.batch_api if spec.definition is not None else None
-    if api != "openai":  # Message Batches have no backend yet
+    if api is None:
         return None
     codec = provider_codec(spec)
     base_url, transport = _reach(rt, spec)
@@ -62,6 +62,10 @@ def backend_for(rt: Runtime, provider: str) -> BatchBackend | None:
         secrets=secrets_of(spec.api_key, spec.headers),
     )
     expected = spec.rate_limit.expected_output_tokens
+    if api == "anthropic":
+        from .anthropic import AnthropicBatchBackend
+
+        return AnthropicBatchBackend(control, codec)
     from .openai import OpenAIBatchBackend
 
     return OpenAIBatchBackend(control, codec, expected_output_tokens=expected)
