@@ -15,9 +15,10 @@ import orjson
 import trio
 
 from sluice import RuntimeConfig, open_runtime
-from sluice._config import LedgerConfig
+from sluice._config import LedgerConfig, ProviderConfig
 from sluice._jobs.batch import run_batch
 from sluice._jobs.provider_batch.engine import LaneOptions
+from sluice._serde import Secret
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 
 LANE = LaneOptions(poll_interval=0.05)
@@ -118,3 +119,32 @@ async def test_ledger_books_batch_lines_at_half_price(tmp_path):
         realtime.output_tokens,
     )
     assert abs(2 * batch.cost_micros - realtime.cost_micros) <= 100  # rounded per line
+
+
+async def test_anthropic_message_batches_20000_lines_in_2_batches(tmp_path):
+    n = 20_000
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(source, n, model="anthropic:claude-haiku-4-5")
+    app = SimulatorApp(SimulatorConfig(batch_time=0.3, batch_max_requests=10_000))
+    anthropic = ProviderConfig(base_url="http://sim.test/v1", api_key=Secret("sk-ant-test"))
+    config = RuntimeConfig(providers={"anthropic": anthropic})
+    with trio.fail_after(240):
+        async with open_runtime(config, transport=mock_transport(app), environ={}) as rt:
+            summary = await run_batch(source, out, runtime=rt, via="provider", lane_options=LANE)
+    stats = app.batch_stats
+    # The first create asked for all 20,000 and was refused (over the simulator's limit);
+    # the lines went again as two batches of 10,000.
+    assert stats.batches_created == 2 and summary.batches == 2
+    got = bodies(out)
+    assert len(got) == n and summary.ok == n
+    assert got["r5"]["object"] == "chat.completion"
+
+    sample = sorted(random.Random(3).sample(range(n), 50))
+    few, realtime = tmp_path / "few.jsonl", tmp_path / "realtime.jsonl"
+    lines = source.read_bytes().splitlines(keepends=True)
+    few.write_bytes(b"".join(lines[i] for i in sample))
+    with trio.fail_after(60):
+        async with open_runtime(config, transport=mock_transport(app), environ={}) as rt:
+            await run_batch(few, realtime, runtime=rt)
+    for custom_id, body in bodies(realtime).items():
+        assert got[custom_id] == body, custom_id

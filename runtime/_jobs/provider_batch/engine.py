@@ -558,7 +558,13 @@ class _Engine:
                 problem = str(exc)
                 await trio.to_thread.run_sync(journal.finished, sub)
                 self._land(flight)
+                # Refused as too large (a 400 or 413 naming a limit we were not told of), or
+                # for one line in it: sent again in halves, as a batch failed whole is.
+                halved = _refused(exc) and len(tries) > 1
+                if halved:
+                    self._shrink(sub.provider, sub.model, len(tries) // 2)
                 for lineno, custom_id, n in tries:
+                    n -= 1 if halved else 0
                     await self._hand_back_line(lineno, custom_id, n, "failed", problem, sub)
                 return
             remote = found
@@ -827,3 +833,8 @@ class _Engine:
 def _add(counts: dict[str, int], **more: int) -> None:
     for key, n in more.items():
         counts[key] = counts.get(key, 0) + n
+
+
+def _refused(exc: BaseException) -> bool:
+    """The provider answered the create with a refusal of the request as sent."""
+    return isinstance(exc, CallError) and exc.status in (400, 413, 422)
