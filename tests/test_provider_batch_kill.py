@@ -155,3 +155,27 @@ def test_kill_while_downloading(tmp_path):
         kill(proc)
         assert count_lines(out) < LINES
         resume_and_check(source, out, url, batches=3)
+
+
+def test_ctrl_c_leaves_the_batches_running_and_cancel_stops_them(tmp_path):
+    source, out = write_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    with sim("--batch-time", "30") as url:
+        proc = start_batch(*args(source, out, url))
+        ids = lambda: sum(r["t"] == "batch" for r in journal(out))  # noqa: E731
+        wait_until(proc, lambda: ids() == 3, "three batches created")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+        assert proc.returncode == 130, stderr.decode()
+        assert b"batch interrupted" in stdout
+        assert stats(url)["cancels"] == 0  # still running at the provider
+        assert not any(r["t"] == "done" for r in journal(out))
+
+        model = ["--model", "sim:sim-small", "--base-url", url, "--api-key", "sk-test"]
+        cancelled = subprocess.run(
+            [SLUICE, "batch", "--cancel", str(out), *model], capture_output=True, timeout=TIMEOUT
+        )
+        assert cancelled.returncode == 0, cancelled.stderr.decode()
+        assert b"cancelling 3 batches" in cancelled.stdout
+        assert stats(url)["cancels"] == 3
+
+        assert count_lines(out) == 0  # --resume merges them (their lines go again)
