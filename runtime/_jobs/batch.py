@@ -851,7 +851,7 @@ async def run_batch(
                 overwrite=overwrite,
                 budget=budget,
                 max_in_flight=max_in_flight,
-                max_wait=max_wait,
+                max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait,
                 progress=progress,
                 progress_interval=progress_interval,
                 interrupt=interrupt,

@@ -103,7 +103,7 @@ class Engine:
         groups: Collection[str],
         budget_micros: int | None,
         max_in_flight: int,
-        max_wait: float | None,
+        max_wait: float,
     ) -> None:
         self.lane = lane
         self.rt = rt
@@ -597,8 +597,6 @@ class Engine:
     # -- the realtime lane -----------------------------------------------------------------
 
     async def _realtime_worker(self, receive: trio.MemoryReceiveChannel[InputLine]) -> None:
-        from ..batch import DEFAULT_MAX_WAIT
-
         run = self.job
         async with receive:
             async for item in receive:
@@ -608,7 +606,7 @@ class Engine:
                     priority="batch",
                     tag=item.request.tag or run.tag,
                     failure_mode="wait",
-                    max_wait=DEFAULT_MAX_WAIT if self.max_wait is None else self.max_wait,
+                    max_wait=self.max_wait,
                 )
                 self.realtime_in_flight += 1
                 try:
@@ -637,10 +635,7 @@ class Engine:
     async def _patient(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn``'s answer, waiting out failures that may pass (a refused connection, 429,
         5xx) for up to ``max_wait`` seconds with a growing pause; other errors are raised."""
-        from ..batch import DEFAULT_MAX_WAIT
-
-        limit = DEFAULT_MAX_WAIT if self.max_wait is None else self.max_wait
-        give_up = trio.current_time() + limit
+        give_up = trio.current_time() + self.max_wait
         pause = 1.0
         while True:
             try:

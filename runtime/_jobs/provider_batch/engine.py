@@ -144,7 +144,7 @@ class ProviderLane:
         overwrite: bool,
         budget: float | None,
         max_in_flight: int,
-        max_wait: float | None,
+        max_wait: float,
         progress: Callable[[BatchProgress], None] | None,
         progress_interval: float,
         interrupt: BatchInterrupt,
