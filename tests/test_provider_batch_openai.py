@@ -92,8 +92,9 @@ async def test_find_adopts_the_batch_whose_create_answer_was_lost(
         since = time.time()
         entries = [backend.entry(f"{i}", request(i)) for i in range(3)]
         file_id = await backend.upload(entries)
-        for _ in range(130):  # more than one page of the list, all older noise
-            await backend.create(entries[:1], await backend.upload(entries[:1]), "other")
+        noise = await backend.upload(entries[:1])
+        for _ in range(101):  # more than one page of the list, all older noise
+            await backend.create(entries[:1], noise, "other")
         with trio.move_on_after(10):  # the process "dies" before the answer comes
             await backend.create(entries, file_id, "fp-lost")
         found = await backend.find("fp-lost", since=since)
@@ -101,7 +102,7 @@ async def test_find_adopts_the_batch_whose_create_answer_was_lost(
         assert await backend.find("fp-never", since=since) is None
         assert await backend.find("fp-lost", since=since + 3600) is None
         stats = app.batch_stats
-        assert stats.batches_created == 131
+        assert stats.batches_created == 102
 
 
 async def test_errored_expired_and_refused_lines_come_back_as_their_kinds(
@@ -227,3 +228,58 @@ async def test_a_key_never_shows_in_reprs_or_errors(autojump_clock: trio.testing
 async def test_providers_without_a_batch_api_get_none() -> None:
     async with sluice.open_runtime(RuntimeConfig(), environ={"DEEPSEEK_API_KEY": "k"}) as rt:
         assert backend_for(rt, "deepseek") is None
+
+
+async def test_sim_without_a_base_url_gets_a_socket_free_simulator_of_the_runtime_config() -> None:
+    simulator = SimulatorConfig(seed=11, output_tokens=5)
+    async with sluice.open_runtime(RuntimeConfig(), environ={}, simulator=simulator) as rt:
+        backend = backend_for(rt, "sim")
+        assert backend is not None
+        entries = [backend.entry(f"{i}", request(i)) for i in range(3)]
+        batch = await backend.create(entries, await backend.upload(entries), "fp")
+        with trio.fail_after(5):
+            while batch.state != "ended":
+                await trio.sleep(0.01)
+                batch = await backend.get(batch.id)
+        outcomes = await collect(backend, batch)
+        for i in range(3):
+            output = outcomes[f"{i}"].output
+            assert output is not None
+            assert output.message == (await rt.chat(request(i))).message  # the same seed
+            assert output.usage is not None and output.usage.output_tokens == 5
+
+
+class _CutOnce(httpx.AsyncByteStream):
+    """A body that breaks after ``keep`` bytes, as a connection dropping mid-download."""
+
+    def __init__(self, content: bytes, keep: int) -> None:
+        self._content = content
+        self._keep = keep
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self._content[: self._keep]
+        raise httpx.ReadError("the connection broke mid-download")
+
+
+async def test_a_broken_download_resumes_and_gives_each_line_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = SimulatorApp(SimulatorConfig())
+    inner = mock_transport(app)
+    cuts = [0]
+
+    async def handler(req: httpx.Request) -> httpx.Response:
+        response = await inner.handle_async_request(req)
+        if req.url.path.endswith("/content") and cuts[0] < 2:
+            cuts[0] += 1
+            content = await response.aread()
+            return httpx.Response(200, stream=_CutOnce(content, len(content) // 2 + 7 * cuts[0]))
+        return response
+
+    async with sim_backend(app, httpx.MockTransport(handler)) as (_, backend):
+        entries = [backend.entry(f"{i}", request(i)) for i in range(30)]
+        batch = await backend.create(entries, await backend.upload(entries), "fp")
+        ended = await wait_ended(backend, batch)
+        ids = [o.wire_id async for o in backend.results(ended)]
+    assert cuts[0] == 2
+    assert ids == [f"{i}" for i in range(30)]

@@ -276,6 +276,7 @@ async def test_a_delayed_create_answer_comes_after_the_batch_exists(
         assert list(app.batch_stats.creates_by_content.values()) == [2]
         served = (await c.get("/sim/stats")).json()
         assert served["duplicate_creates"] == 1 and served["batches_created"] == 2
+        assert served["creates_by_metadata"] == {"sluice_fingerprint=fp": 1}
 
 
 async def test_downloads_are_paced_by_the_download_rate(
@@ -318,3 +319,29 @@ async def test_bad_creates_are_refused_as_openai_refuses_them(
         )
         assert r.status_code == 400
         assert app.batch_stats.batches_created == 0
+
+
+def test_sim_flags_set_the_batch_knobs() -> None:
+    from sluice._cli import main
+    from sluice._cli.sim import SimFlags
+
+    flags = SimFlags(
+        batch_time=5.0,
+        batch_error_rate=0.02,
+        batch_expiry_rate=0.05,
+        batch_max_requests=10_000,
+        batch_max_bytes=1_000_000,
+        batch_enqueued_tokens=90_000,
+        batch_create_delay=2.0,
+        batch_download_rate=50_000.0,
+    )
+    config = flags.simulator_config()
+    assert (config.batch_time, config.batch_error_rate, config.batch_expiry_rate) == (
+        5.0,
+        0.02,
+        0.05,
+    )
+    assert (config.batch_max_requests, config.batch_max_bytes) == (10_000, 1_000_000)
+    assert config.batch_enqueued_tokens == 90_000 and config.batch_create_delay == 2.0
+    assert config.batch_download_rate == 50_000.0
+    assert main(["sim", "--batch-error-rate", "0.7", "--batch-expiry-rate", "0.5"]) == 2

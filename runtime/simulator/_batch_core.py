@@ -75,6 +75,9 @@ class BatchStats:
     creates_by_content: dict[str, int] = attrs.field(factory=dict)
     """Creates per digest of what the batch asked for (the input file's bytes, or the
     ``requests`` of an Anthropic create): a count above 1 is a duplicate paid job."""
+    creates_by_metadata: dict[str, int] = attrs.field(factory=dict)
+    """Creates per ``key=value`` of their ``metadata`` (OpenAI's; sluice's fingerprint is
+    ``sluice_fingerprint=...``), so a test can count the creates of one fingerprint."""
     cancels: int = 0
 
     def as_json(self) -> bytes:
@@ -85,6 +88,7 @@ class BatchStats:
                 "batches_created": self.batches_created,
                 "duplicate_creates": duplicates,
                 "creates_by_content": self.creates_by_content,
+                "creates_by_metadata": self.creates_by_metadata,
                 "cancels": self.cancels,
             }
         )
@@ -222,12 +226,14 @@ class BatchCore:
             return None
         return limit
 
-    def count_create(self, content_digest: str) -> None:
+    def count_create(self, content_digest: str, metadata: dict[str, str] | None = None) -> None:
         stats = self.stats
         stats.batches_created += 1
-        stats.creates_by_content[content_digest] = (
-            stats.creates_by_content.get(content_digest, 0) + 1
-        )
+        by_content = stats.creates_by_content
+        by_content[content_digest] = by_content.get(content_digest, 0) + 1
+        for key, value in (metadata or {}).items():
+            pair = f"{key}={value}"
+            stats.creates_by_metadata[pair] = stats.creates_by_metadata.get(pair, 0) + 1
 
     async def create_delay(self) -> None:
         """Wait ``batch_create_delay`` after the batch exists, before answering (a process
@@ -251,7 +257,8 @@ class BatchCore:
         """``(model, prompt tokens)`` of a request the route takes, None for one it refuses."""
         try:
             request = route.parse(body, ignore_tool_choice=self.config.ignore_tool_choice)
-            plan_reply(request, seed=self.config.seed, output_tokens=0)
+            if request.tool is not None or request.json_schema is not None:  # a schema to satisfy
+                plan_reply(request, seed=self.config.seed, output_tokens=0)
         except RequestError:
             return None
         return request.model, max(1, request.prompt_tokens)

@@ -261,7 +261,7 @@ class OpenAIBatches:
         self._batches[batch_id] = batch
         self._order.append(batch_id)
         core.batches[batch_id] = sim
-        core.count_create(digest(file.content))
+        core.count_create(digest(file.content), metadata)
         await core.create_delay()
         return _json(200, orjson.dumps(self._object(batch, now)), request_id)
 

@@ -91,11 +91,9 @@ class AnthropicBatchBackend:
     def entry(self, wire_id: str, request: ChatRequest) -> Entry:
         """One ``requests`` item: ``{"custom_id", "params"}``, the params the codec builds for
         the realtime lane with streaming off; the custom id as :func:`custom_id_for` maps it."""
-        built = self._codec.build_request(
-            attrs.evolve(request, stream=False),
-            base_url=self._control.base_url,
-            api_key=None,
-        )
+        if request.stream:  # a copy only when needed: the engine may pass stream=False
+            request = attrs.evolve(request, stream=False)
+        built = self._codec.build_request(request, base_url=self._control.base_url, api_key=None)
         sent = custom_id_for(wire_id)
         data = orjson.dumps({"custom_id": sent, "params": orjson.Fragment(built.body)})
         output = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS

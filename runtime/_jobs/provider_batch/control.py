@@ -47,6 +47,9 @@ MAX_LINE = 256 * 1024 * 1024
 """Longest results line read (one reply); longer is a :class:`ProtocolError`."""
 STEP_TIMEOUT = 300.0
 """Seconds one step of a control call (the response head, one piece of a body) may take."""
+SLOWEST_UPLOAD = 256 * 1024
+"""Bytes per second an upload is allowed at the least: sending a request body gets
+``STEP_TIMEOUT`` plus its size at this rate (a 200 MB file: about 13 minutes more)."""
 _ERROR_BODY = 64 * 1024
 
 
@@ -209,12 +212,13 @@ class Control:
         data: bytes,
     ) -> AsyncIterator[HotResponse]:
         url = self.base_url + path
+        limit = self._step + len(data) / SLOWEST_UPLOAD
         try:
-            with trio.fail_after(self._step):
+            with trio.fail_after(limit):
                 response = await transport.send(method, url, headers, data)
         except trio.TooSlowError:
             raise CallTimeout(
-                f"{method} {path}: no reply in {self._step:g} s", timeout_kind="first_token"
+                f"{method} {path}: no reply in {limit:g} s", timeout_kind="first_token"
             ) from None
         except ConnectError as exc:
             raise ConnectionFailed(f"{method} {path}: could not connect: {exc}") from exc

@@ -82,11 +82,9 @@ class OpenAIBatchBackend:
         """One JSONL line: ``{"custom_id", "method", "url", "body"}``, the body the codec
         builds for the realtime lane with streaming off (``custom_id`` is ``wire_id`` as it is:
         OpenAI takes any string)."""
-        built = self._codec.build_request(
-            attrs.evolve(request, stream=False),
-            base_url=self._control.base_url,
-            api_key=None,
-        )
+        if request.stream:  # a copy only when needed: the engine may pass stream=False
+            request = attrs.evolve(request, stream=False)
+        built = self._codec.build_request(request, base_url=self._control.base_url, api_key=None)
         line = {
             "custom_id": wire_id,
             "method": "POST",
