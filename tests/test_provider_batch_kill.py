@@ -111,6 +111,10 @@ def resume_and_check(source, out, url, batches):
     counted = stats(url)
     assert counted["duplicate_creates"] == 0
     assert counted["batches_created"] == batches
+    fingerprints = {
+        k: n for k, n in counted["creates_by_metadata"].items() if "sluice_fingerprint" in k
+    }
+    assert len(fingerprints) == batches and set(fingerprints.values()) == {1}
     return done
 
 
