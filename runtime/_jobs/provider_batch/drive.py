@@ -274,7 +274,8 @@ class Engine:
         try:
             return self.backends[provider]
         except KeyError:
-            backend = self.backends[provider] = self.lane.options.backends(self.rt, provider)
+            backend: BatchBackend | None = self.lane.options.backends(self.rt, provider)
+            self.backends[provider] = backend
             if backend is None:
                 self.no_batch_api.add(provider)
             return backend

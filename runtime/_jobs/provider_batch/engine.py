@@ -44,7 +44,6 @@ import attrs
 import trio
 
 from ..._errors import ConfigError
-from .backend import BatchBackend
 from .drive import Engine
 from .journal import Journal, journal_path
 
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from ..._runtime import Runtime
     from ..batch import BatchInterrupt
     from ..batch_report import BatchProgress
+    from .backend import BatchBackend
     from .drive import BatchRun
 
 __all__ = ["VIAS", "LaneOptions", "ProviderLane", "Via"]
@@ -93,8 +93,10 @@ class LaneOptions:
     """Lines per batch at most (None: as many as the provider's API takes)."""
     max_tries: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     """Submissions of one line in one run before its line says it got no outcome."""
-    backends: Callable[[Any, str], BatchBackend | None] = _default_backends
-    """The batch API of a provider of the runtime given (None: it has none)."""
+    backends: Callable[[Any, str], Any] = _default_backends
+    """Internal (tests and benchmarks put their own batch API here): the
+    :class:`~sluice._jobs.provider_batch.backend.BatchBackend` of a provider of the runtime
+    given, or None when it has none."""
 
 
 @attrs.frozen
