@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 import orjson
@@ -48,14 +50,14 @@ class MemoryBatchAPI:
     name: str = "memory"
     limits: BatchLimits = BatchLimits(max_requests=100, max_bytes=1 << 20)
     polls: int = 1
-    fate: object = always_ok
+    fate: Callable[[str, int], str] = always_ok
     fail_batches: set = attrs.Factory(set)
     """Submission numbers (1-based, in create order) the provider fails whole."""
     lose_create_answer: set = attrs.Factory(set)
     """Create numbers whose batch is made but whose answer is lost (raises)."""
     cancel_keeps: int = 0
     """Lines of a cancelled batch (its first ones) that finished before the cancel."""
-    on_create: object = None
+    on_create: Callable[[int], Any] | None = None
     """Called with the number of creates so far, after each."""
     uploads: int = 0
     creates: list = attrs.Factory(list)
@@ -65,7 +67,7 @@ class MemoryBatchAPI:
     batches: dict = attrs.Factory(dict)
     seen: dict = attrs.Factory(dict)
     """Submissions per wire id so far."""
-    _ids: object = attrs.Factory(lambda: itertools.count(1))
+    _ids: Iterator[int] = attrs.Factory(lambda: itertools.count(1))
 
     def entry(self, wire_id, request):
         text = request.messages[-1].text
@@ -127,8 +129,10 @@ class MemoryBatchAPI:
             elif fate == "error":
                 error = CallError("bad request", status=400, error_type="invalid_request_error")
                 yield LineOutcome(entry.wire_id, "error", error=error)
+            elif fate == "cancelled":
+                yield LineOutcome(entry.wire_id, "cancelled")
             else:
-                yield LineOutcome(entry.wire_id, fate)
+                yield LineOutcome(entry.wire_id, "expired")
 
     async def cancel(self, batch_id):
         self.cancels += 1

@@ -83,6 +83,7 @@ def test_the_batch_price_is_half_by_default_and_configurable():
     assert sonnet is not None
     batch = sonnet.for_batch()
     assert batch.input * 2 == sonnet.input and batch.long_context is not None
+    assert sonnet.long_context is not None
     assert batch.long_context[1].output * 2 == sonnet.long_context[1].output
 
 
