@@ -113,6 +113,7 @@ async def _serve(
                     tag=msg.tag,
                     job=msg.job,
                     estimated=msg.estimated,
+                    batch=msg.batch,
                 )
             case RecordCall():
                 book.record_call(

@@ -125,6 +125,8 @@ if _typing.TYPE_CHECKING:
     from ._jobs.batch_lines import RetryErrors as RetryErrors
     from ._jobs.batch_lines import Shard as Shard
     from ._jobs.batch_report import Interrupted as Interrupted
+    from ._jobs.provider_batch.engine import LaneOptions as LaneOptions
+    from ._jobs.provider_batch.engine import Via as Via
     from ._ledger.book import Dimension as Dimension
     from ._ledger.book import LedgerKey as LedgerKey
     from ._ledger.book import LedgerSummary as LedgerSummary
@@ -162,6 +164,8 @@ _LAZY = {
     "BatchProgress": "sluice._jobs.batch",
     "BatchSummary": "sluice._jobs.batch",
     "run_batch": "sluice._jobs.batch",
+    "LaneOptions": "sluice._jobs.provider_batch.engine",
+    "Via": "sluice._jobs.provider_batch.engine",
     "serve": "sluice._gateway",
     "AttemptRecord": "sluice._observe.records",
     "CallRecord": "sluice._observe.records",
@@ -238,6 +242,7 @@ __all__ = [
     "Interrupted",
     "KeyRing",
     "KeyStatistics",
+    "LaneOptions",
     "LedgerConfig",
     "LedgerKey",
     "LedgerSummary",
@@ -302,6 +307,7 @@ __all__ = [
     "ToolResultPart",
     "TracingConfig",
     "Usage",
+    "Via",
     "UsageReported",
     "VirtualKey",
     "WindowLimit",

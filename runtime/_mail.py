@@ -363,6 +363,8 @@ class RecordUsage(Record):
     estimated: bool = False
     """sluice estimated ``usage``: the provider never reported it (the attempt broke or was
     abandoned after output began, or the provider sends no usage)."""
+    batch: bool = False
+    """The line went through the provider's Batch API: priced at its batch price."""
 
 
 @attrs.frozen(eq=False, repr=False)

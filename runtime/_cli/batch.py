@@ -25,6 +25,8 @@ from .._errors import ConfigError
 from .._jobs.batch import DEFAULT_MAX_IN_FLIGHT, BatchInterrupt, BatchSummary, run_batch
 from .._jobs.batch_lines import parse_shard
 from .._jobs.batch_report import format_duration, format_progress, format_summary, summary_path
+from .._jobs.provider_batch.cancel import cancel_batches
+from .._jobs.provider_batch.engine import LaneOptions
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, build_config, check_model, fail
 from ._preflight import check_batch_paths, check_providers
 
@@ -42,7 +44,7 @@ EXIT_TERMINATED = 143
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, flag: str = "--max-wait") -> float:
     """Seconds from ``30``, ``30s``, ``500ms``, ``2m`` or ``1h``.
 
     Raises:
@@ -59,7 +61,7 @@ def parse_duration(text: str) -> float:
     except ValueError:
         seconds = -1.0
     if not seconds > 0 or seconds == float("inf"):
-        raise ConfigError(f"--max-wait {text!r} is not a duration: write e.g. 30s, 500ms, 2m")
+        raise ConfigError(f"{flag} {text!r} is not a duration: write e.g. 30s, 500ms, 2m")
     return seconds
 
 
@@ -146,8 +148,8 @@ async def _on_ctrl_c(
 class BatchFlags:
     """The flags of ``sluice batch`` (each attribute is one; its docstring is the help)."""
 
-    output: Annotated[Path, Parameter(name=["--output", "-o"])]
-    """where the output lines go."""
+    output: Annotated[Path | None, Parameter(name=["--output", "-o"])] = None
+    """where the output lines go (required, except with --cancel)."""
     model: str | None = None
     """provider:model (or a model group of the config) used for every line instead of
     body.model. Without it each body.model must be written provider:model (e.g.
@@ -206,6 +208,21 @@ class BatchFlags:
     max_wait: str | None = None
     """how long a line's call may wait out a failing backend (30s, 2m, ...) before its error
     line is written; default: 10m."""
+    via: Literal["realtime", "provider", "auto"] = "realtime"
+    """realtime: every line a call; provider: lines through the providers' Batch APIs (half
+    the price, results within 24 h; a provider without one runs its lines realtime); auto:
+    provider until --deadline nears, then realtime for the lines left."""
+    deadline: str | None = None
+    """with --via auto: when every line should be done (2h, 30m, ...); the last fifth of it
+    is left to the realtime lane."""
+    poll_interval: float = 30.0
+    """with --via provider or auto: seconds between looks at the batches running."""
+    batch_size: int | None = None
+    """with --via provider or auto: lines per provider batch at most (default: as many as
+    the provider's API takes)."""
+    cancel: Path | None = None
+    """OUT: cancel the provider batches the output's journal lists as running (--resume then
+    merges what they finished and sends the rest again)."""
 
     def problem(self) -> str | None:
         """What is wrong with the numbers given or the flags' combination, or None."""
@@ -218,16 +235,25 @@ class BatchFlags:
             return f"--budget must be a dollar amount of 0 or more, got {budget}"
         if (self.base_url is not None or self.api_key is not None) and self.model is None:
             return "--base-url and --api-key apply to --model's provider: give --model too"
+        if self.poll_interval <= 0:
+            return "--poll-interval must be positive"
+        if self.batch_size is not None and self.batch_size < 1:
+            return "--batch-size must be at least 1"
+        if self.deadline is not None and self.via != "auto":
+            return "--deadline applies to --via auto"
         return None
+
+
+_NO_FLAGS = BatchFlags()
 
 
 async def batch(
     input_file: Annotated[
-        Path,
+        Path | None,
         Parameter(name="INPUT", help="the JSONL input (custom_id, method, url, body per line)."),
-    ],
+    ] = None,
     /,
-    flags: Annotated[BatchFlags, Parameter(name="*")],
+    flags: Annotated[BatchFlags, Parameter(name="*")] = _NO_FLAGS,
 ) -> int:
     """Run an OpenAI Batch API JSONL file and write OpenAI Batch output lines.
 
@@ -248,11 +274,17 @@ async def batch(
     failed and --allow-failures was given), 1 when the output holds error lines (a resume's
     kept ones included) or could not be written, 2 for bad arguments, config or input (the
     output untouched), 130 when interrupted by Ctrl-C, 143 after a SIGTERM. An input without
-    request lines gives an empty output, a note on stderr, and status 0.
+    request lines gives an empty output, a note on stderr, and status 0. --via provider
+    sends the lines through the providers' Batch APIs instead (same input, same output);
+    sluice batch --cancel OUT cancels the batches such a run left running.
     """
     problem = flags.problem()
     if problem is not None:
         return fail(problem)
+    if flags.cancel is not None:
+        return await _cancel(flags, flags.cancel)
+    if input_file is None or flags.output is None:
+        return fail("give the input file and -o OUT (or --cancel OUT)")
     try:
         check_batch_paths(
             input_file,
@@ -262,6 +294,8 @@ async def batch(
             overwrite=flags.overwrite,
         )
         wait_limit = None if flags.max_wait is None else parse_duration(flags.max_wait)
+        if flags.deadline is not None:
+            parse_duration(flags.deadline, flag="--deadline")
         shard_of = None if flags.shard is None else parse_shard(flags.shard)
         run_config = _run_config(flags)
     except ConfigError as exc:
@@ -327,6 +361,7 @@ async def _run(
                     _on_ctrl_c, signals, interrupt, outcome.terminated, outcome.interrupted
                 )
                 try:
+                    assert flags.output is not None
                     outcome.made = _make_folder(flags.output)
                     outcome.summary = await run_batch(
                         input_file,
@@ -350,6 +385,15 @@ async def _run(
                         preflight=preflight,
                         retry_errors=flags.retry_errors,
                         max_wait=wait_limit,
+                        via=flags.via,
+                        deadline=(
+                            None
+                            if flags.deadline is None
+                            else parse_duration(flags.deadline, flag="--deadline")
+                        ),
+                        lane_options=LaneOptions(
+                            poll_interval=flags.poll_interval, max_requests=flags.batch_size
+                        ),
                     )
                 except OSError as exc:
                     outcome.io_error = exc
@@ -362,6 +406,7 @@ async def _run(
 def _finish(input_file: Path, flags: BatchFlags, outcome: _Outcome) -> int:
     """Print the summary (or the error); the job's exit status."""
     output, summary = flags.output, outcome.summary
+    assert output is not None
     if outcome.usage_error is not None:
         _unmake_folder(outcome.made)
         return fail(str(outcome.usage_error))
@@ -384,6 +429,23 @@ def _finish(input_file: Path, flags: BatchFlags, outcome: _Outcome) -> int:
         return EXIT_INTERRUPTED
     if summary.failed_in_output and not flags.allow_failures:
         return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _cancel(flags: BatchFlags, output: Path) -> int:
+    """``--cancel OUT``: ask the providers to stop the batches OUT's journal lists."""
+    try:
+        asked = await cancel_batches(output, _run_config(flags))
+    except ConfigError as exc:
+        return fail(str(exc))
+    if asked:
+        print(
+            f"cancelling {len(asked)} batches ({', '.join(asked)}); sluice batch ... --resume"
+            f" merges what they finished into {output} and sends the rest again",
+            flush=True,
+        )
+    else:
+        print(f"no batches of {output} are running", flush=True)
     return EXIT_OK
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
-from attrs.validators import ge, gt, optional
+from attrs.validators import ge, gt, le, optional
 
 from .._record import Record
 
@@ -24,6 +24,8 @@ class PriceConfig(Record):
     """Prompt tokens read from the provider's cache; unset: the input price."""
     cache_write: float | None = attrs.field(default=None, validator=optional(ge(0)))
     """Prompt tokens written to the provider's cache; unset: the input price."""
+    batch_discount: int = attrs.field(default=50, validator=[ge(0), le(100)])
+    """Percent off every price above for lines sent through the provider's Batch API."""
 
 
 def _check_budget(instance: BudgetConfig, _attribute: Any, _value: Any) -> None:

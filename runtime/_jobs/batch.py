@@ -55,7 +55,7 @@ from .batch_guard import (
     regular_or_missing,
 )
 from .batch_limits import apply_limits
-from .batch_loop import BatchInterrupt, run_lines
+from .batch_loop import DEFAULT_MAX_WAIT, BatchInterrupt, run_lines
 from .batch_options import DEFAULT_MAX_IN_FLIGHT, BatchOptions
 from .batch_report import BatchProgress, BatchSummary, summary_json, summary_path
 from .batch_run import BatchRun
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .._config import RuntimeConfig
     from .._runtime import Runtime
     from .batch_lines import Answered, RetryErrors, Shard
+    from .provider_batch.engine import LaneOptions, ProviderLane, Via
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -102,6 +103,9 @@ async def run_batch(
     preflight: Callable[[set[str]], None] | None = None,
     retry_errors: RetryErrors = "retriable",
     max_wait: float | None = None,
+    via: Via = "realtime",
+    deadline: float | None = None,
+    lane_options: LaneOptions | None = None,
 ) -> BatchSummary:
     """Run every request of an OpenAI Batch JSONL file; write one output line per input line.
 
@@ -149,6 +153,7 @@ async def run_batch(
         job=job, config=config, runtime=runtime, progress=progress,
         progress_interval=progress_interval, interrupt=interrupt, write_summary=write_summary,
         stream=stream, preflight=preflight, retry_errors=retry_errors, max_wait=max_wait,
+        via=via, deadline=deadline, lane_options=lane_options,
     )  # fmt: skip
     return await _run(input, os.fspath(output), options)
 
@@ -175,12 +180,45 @@ async def _run(input: str | os.PathLike[str], name: str, options: BatchOptions) 
         if guarded:
             await trio.to_thread.run_sync(fingerprint.write, input_record_path(name))
         run = _new_run(out, started, check, answered, options)
-        await run_lines(rt, run, input, options, groups, interrupt)
+        lane = options.lane()
+        if lane is None:
+            await run_lines(rt, run, input, options, groups, interrupt)
+        else:
+            await _run_lane(lane, rt, run, input, name, options, groups, interrupt)
         summary = run.final
-        assert summary is not None  # run_lines returned normally
+        assert summary is not None  # the lane returned normally
         if options.write_summary:
             await _write_summary(summary, input, name)
     return summary
+
+
+async def _run_lane(
+    lane: ProviderLane,
+    rt: Runtime,
+    run: BatchRun,
+    input: str | os.PathLike[str],
+    name: str,
+    options: BatchOptions,
+    groups: dict[str, frozenset[str]],
+    interrupt: BatchInterrupt,
+) -> None:
+    """The run on the provider lane (:mod:`sluice._jobs.provider_batch`)."""
+    await lane.run(
+        rt,
+        run,
+        input=input,
+        output=name,
+        model=options.model,
+        groups=groups,
+        resume=options.resume,
+        overwrite=options.overwrite,
+        budget=options.budget,
+        max_in_flight=options.max_in_flight,
+        max_wait=DEFAULT_MAX_WAIT if options.max_wait is None else options.max_wait,
+        progress=options.progress,
+        progress_interval=options.progress_interval,
+        interrupt=interrupt,
+    )
 
 
 def _base_config(options: BatchOptions) -> RuntimeConfig:

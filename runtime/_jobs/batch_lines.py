@@ -309,6 +309,10 @@ _RETRIABLE_CODES = frozenset(
         "api_error",
         "rate_limit_exceeded",
         "rate_limit_error",
+        # Provider lane: lines that got no outcome in any of their batches.
+        "batch_expired",
+        "batch_cancelled",
+        "batch_failed",
     }
 )
 

@@ -67,6 +67,10 @@ class BatchInterrupt:
     def draining(self) -> bool:
         return self._drain.is_set()
 
+    async def wait_drain(self) -> None:
+        """Return once :meth:`drain` (or :meth:`cancel`) was called."""
+        await self._drain.wait()
+
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()

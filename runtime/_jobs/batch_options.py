@@ -21,6 +21,7 @@ from .batch_limits import BatchLimits
 from .batch_lines import RetryErrors, Shard, parse_shard
 from .batch_loop import BatchInterrupt
 from .batch_report import BatchProgress
+from .provider_batch.engine import LaneOptions, ProviderLane, Via
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "BatchOptions"]
 
@@ -115,12 +116,22 @@ class BatchOptions:
     or retriable failures before it fails with the error that kept it waiting (every batch
     call waits rather than failing fast, with no attempt limit; None:
     :data:`~sluice._jobs.batch_loop.DEFAULT_MAX_WAIT`, 10 minutes)."""
+    via: Via = "realtime"
+    """``realtime`` (each line a call through the runtime), ``provider`` (lines through the
+    providers' Batch APIs at their batch price, with the same input and output; lines of a
+    provider without one run realtime) or ``auto`` (``provider`` until ``deadline`` nears,
+    then realtime). See :mod:`sluice._jobs.provider_batch.engine`."""
+    deadline: float | None = None
+    """With ``via="auto"``: seconds from the start by which the lines should be done."""
+    lane_options: LaneOptions | None = None
+    """The provider lane's pacing (poll interval, enqueued-token limits)."""
 
     def __attrs_post_init__(self) -> None:
         if self.resume and self.overwrite:
             raise ConfigError("resume keeps the output and overwrite replaces it: give one")
         if self.max_in_flight < 1:
             raise ConfigError("max_in_flight must be at least 1")
+        self.lane()
         limits = self.limits()
         if self.runtime is not None and (
             limits.any_set or self.job is not None or self.config is not None
@@ -129,6 +140,17 @@ class BatchOptions:
                 "rpm, tpm, max_pending, budget, job and config configure the runtime run_batch"
                 " opens; with runtime=, set them in that runtime's config"
             )
+
+    def lane(self) -> ProviderLane | None:
+        """The provider lane the run takes (None: the realtime lane).
+
+        Raises:
+            ConfigError: an unknown ``via``, a deadline without ``auto``, or ``ordered`` with
+                a provider lane.
+        """
+        if self.via == "realtime" and self.deadline is None:
+            return None
+        return ProviderLane.checked(self.via, self.deadline, self.ordered, self.lane_options)
 
     def limits(self) -> BatchLimits:
         """The limits and budget to lay over the runtime's config.

@@ -127,6 +127,17 @@ class BatchSummary:
     admitted yet (or that waited to retry), while the admitted calls finished; ``cancelled``:
     the admitted calls were cancelled too. Lines not written stay for a resume."""
     job: str = ""
+    batches: int = 0
+    """Provider lane: batches this run submitted to providers' Batch APIs."""
+    batch_lines: int = 0
+    """Provider lane: lines answered from a batch (the rest of :attr:`calls` ran realtime)."""
+    realtime_lines: int = 0
+    """Provider lane: lines sent to the realtime lane instead (a provider without a batch
+    API, a model group, or ``auto`` past its deadline's mark)."""
+    resubmitted: int = 0
+    """Provider lane: lines handed back to be sent again (expired, cancelled, failed batch)."""
+    lane_note: str | None = None
+    """Provider lane: why lines went realtime, for the summary."""
 
     @property
     def written(self) -> int:
@@ -174,10 +185,22 @@ class BatchProgress:
     draining: bool = False
     """Admitting no more lines (first Ctrl-C): calls not admitted are withdrawn, the admitted
     ones finish."""
+    batches_running: int = 0
+    """Provider lane: batches submitted and not yet merged."""
+    batch_lines: int = 0
+    """Provider lane: lines in those batches, as the providers count them."""
+    batch_lines_done: int = 0
+    """Provider lane: of those, the lines the providers report finished."""
+    batch_eta: float | None = None
+    """Provider lane: seconds until the slowest running batch ends, at the rate its
+    provider reports."""
 
     @property
     def eta(self) -> float | None:
-        """Seconds to go at the rate so far; None before the first line is written."""
+        """Seconds to go at the rate so far (the providers' rate for running batches); None
+        before the first line is written."""
+        if self.batch_eta is not None:
+            return self.batch_eta
         s = self.summary
         if s.written == 0 or s.elapsed <= 0:
             return None
@@ -219,6 +242,11 @@ def format_progress(p: BatchProgress) -> str:
         f"{s.tokens_per_second:.0f} tok/s",
         f"${s.cost_usd}",
     ]
+    if p.batches_running or s.batches:
+        parts.append(
+            f"batches {s.batches} submitted, {p.batches_running} running"
+            f" ({p.batch_lines_done}/{p.batch_lines} lines done at the providers)"
+        )
     eta = p.eta
     if p.draining:
         parts.append("stopping: the admitted calls finish")
@@ -242,6 +270,13 @@ def format_summary(s: BatchSummary, output: str) -> str:
         + (f", kept {s.kept_failed} earlier error lines" if s.kept_failed else "")
         + (f", not done {s.left} (run again with --resume)" if s.interrupted else ""),
     ]
+    if s.batches or s.realtime_lines:
+        lines.append(
+            f"  provider batches: {s.batches} submitted, {s.batch_lines} lines from batches"
+            + (f", {s.resubmitted} resubmitted" if s.resubmitted else "")
+            + (f", {s.realtime_lines} realtime" if s.realtime_lines else "")
+            + (f" ({s.lane_note})" if s.lane_note else "")
+        )
     if s.errors:
         lines.append("  errors: " + ", ".join(f"{code} {n}" for code, n in s.errors.items()))
     lines.append(f"  tokens: {s.input_tokens} input, {s.output_tokens} output")
@@ -282,6 +317,19 @@ def summary_json(s: BatchSummary, *, input: str, output: str) -> dict[str, Any]:
             "not_done": s.left,
         },
         "errors": dict(sorted(s.errors.items())),
+        **(
+            {
+                "provider_batches": {
+                    "batches": s.batches,
+                    "batch_lines": s.batch_lines,
+                    "realtime_lines": s.realtime_lines,
+                    "resubmitted": s.resubmitted,
+                    "note": s.lane_note,
+                }
+            }
+            if s.batches or s.realtime_lines
+            else {}
+        ),
         "calls": s.calls,
         "tokens": {
             "input": s.input_tokens,

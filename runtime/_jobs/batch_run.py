@@ -97,6 +97,7 @@ class BatchRun:
             job=self.job,
             kept_failed=self.kept_failed,
             input_lines=self.input_lines,
+            lane_note=None,
             **self.counts,
         )
 

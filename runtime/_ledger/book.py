@@ -183,10 +183,12 @@ class LedgerBook:
         tag: str | None = None,
         job: str | None = None,
         estimated: bool = False,
+        batch: bool = False,
     ) -> int | None:
-        """Count one attempt's usage; return its cost in micro-dollars (None: unpriced)."""
+        """Count one attempt's usage; return its cost in micro-dollars (None: unpriced),
+        at the Batch API's price with ``batch``."""
         key = LedgerKey(self._today(wall), provider, model, tag or "", job or self.job)
-        cost = self.prices.cost(provider, model, usage)
+        cost = self.prices.cost(provider, model, usage, batch=batch)
         for t in self._rows(key):
             t.input_tokens += usage.input_tokens
             t.output_tokens += usage.output_tokens

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .._messages import Usage
 
 __all__ = [
+    "DEFAULT_BATCH_DISCOUNT",
     "PRICES_CHECKED",
     "SHIPPED_PRICES",
     "ModelPrice",
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 _MILLION = 1_000_000
+DEFAULT_BATCH_DISCOUNT = 50
+"""Percent off every price for tokens sent through a provider's Batch API (OpenAI's Batch API
+and Anthropic's Message Batches both bill half the standard price)."""
 _CACHED = 4096
 """Price lookups remembered before the cache starts over (it is keyed by caller-chosen names)."""
 
@@ -75,7 +79,9 @@ class ModelPrice(Record):
     ``cache_read`` and ``cache_write`` are the prices of prompt tokens read from or written to
     the provider's prompt cache; every other prompt token costs ``input``. ``long_context``
     is a second price that applies to the whole call when its prompt has more than that many
-    tokens (Gemini 2.5 Pro and Claude Sonnet 4.x above 200k tokens).
+    tokens (Gemini 2.5 Pro and Claude Sonnet 4.x above 200k tokens). ``batch_discount`` is
+    the percentage a provider's Batch API takes off every one of these prices (OpenAI and
+    Anthropic: 50), applied by :meth:`for_batch`.
     """
 
     input: int
@@ -83,6 +89,7 @@ class ModelPrice(Record):
     cache_read: int
     cache_write: int
     long_context: tuple[int, ModelPrice] | None = None
+    batch_discount: int = attrs.field(default=DEFAULT_BATCH_DISCOUNT, kw_only=True)
 
     @classmethod
     def usd(
@@ -93,6 +100,7 @@ class ModelPrice(Record):
         cache_write: float | str | None = None,
         *,
         long_context: tuple[int, ModelPrice] | None = None,
+        batch_discount: int = DEFAULT_BATCH_DISCOUNT,
     ) -> ModelPrice:
         """Build from dollars per million tokens; a missing cache price is the input price."""
         micros = usd_to_micros(input)
@@ -102,6 +110,22 @@ class ModelPrice(Record):
             micros if cache_read is None else usd_to_micros(cache_read),
             micros if cache_write is None else usd_to_micros(cache_write),
             long_context,
+            batch_discount=batch_discount,
+        )
+
+    def for_batch(self) -> ModelPrice:
+        """The price of the same tokens sent through the provider's Batch API: every price
+        (the long-context tier's too) less ``batch_discount`` percent, rounded down to whole
+        micro-dollars per million tokens."""
+        keep = 100 - self.batch_discount
+        tier = self.long_context
+        return ModelPrice(
+            self.input * keep // 100,
+            self.output * keep // 100,
+            self.cache_read * keep // 100,
+            self.cache_write * keep // 100,
+            None if tier is None else (tier[0], tier[1].for_batch()),
+            batch_discount=0,
         )
 
     def for_prompt(self, input_tokens: int) -> ModelPrice:
@@ -273,7 +297,10 @@ class PriceTable:
         cache[key] = found
         return found
 
-    def cost(self, provider: str, model: str, usage: Usage) -> int | None:
-        """What ``usage`` of ``provider:model`` cost in micro-dollars; None if unpriced."""
+    def cost(self, provider: str, model: str, usage: Usage, *, batch: bool = False) -> int | None:
+        """What ``usage`` of ``provider:model`` cost in micro-dollars (at the Batch API's
+        price with ``batch``); None if unpriced."""
         price = self.lookup(provider, model)
-        return None if price is None else cost_micros(price, usage)
+        if price is None:
+            return None
+        return cost_micros(price.for_batch() if batch else price, usage)

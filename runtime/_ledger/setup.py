@@ -70,7 +70,9 @@ def price_table(config: LedgerConfig) -> PriceTable:
         ConfigError: a price key is not ``provider:model``.
     """
     overrides = {
-        name: ModelPrice.usd(p.input, p.output, p.cache_read, p.cache_write)
+        name: ModelPrice.usd(
+            p.input, p.output, p.cache_read, p.cache_write, batch_discount=p.batch_discount
+        )
         for name, p in config.prices.items()
     }
     try:

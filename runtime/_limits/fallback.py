@@ -121,7 +121,7 @@ class FallbackQuotaStore:
         share is taken from these windows."""
         self._mirrored: dict[tuple[str, str], Reservation] = {}
         """(key, Redis reservation id) to the same admission in ``local``, until it ends."""
-        primary.history = self._history  # told to Redis when it loses its own
+        primary.run.history = self._history  # told to Redis when it loses its own
         self.switches = 0
         """Times admission moved to the local share or back."""
         self.budgets = BudgetShares(share)

@@ -76,7 +76,7 @@ from .store_epoch import RUN_CHECK, HistoryLost, new_run_id
 from .view import WindowViews
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from .._ledger.redis import RedisLedgerStore
     from .cost import Cost
@@ -171,16 +171,6 @@ class RedisQuotaStore:
     def lost_at(self) -> float | None:
         """When this process last found the store's run id changed (None: never)."""
         return self.run.lost_at
-
-    @property
-    def history(self) -> Callable[[float], Sequence[SeedWindow]] | None:
-        """This process's own admissions still in their windows at a time: told to the store
-        when it has lost its history (None: nothing to tell)."""
-        return self.run.history
-
-    @history.setter
-    def history(self, history: Callable[[float], Sequence[SeedWindow]] | None) -> None:
-        self.run.history = history
 
     # -- the round trip ------------------------------------------------------------------
 

@@ -1,0 +1,89 @@
+"""A batch line's outcome as an output line, in the realtime lane's format. Pure: no I/O.
+
+An ``ok`` outcome carries the decoded reply (the :class:`~sluice._protocols.base.AttemptOutput`
+a realtime call's decoder gives), which becomes the :class:`~sluice._messages.ChatResult` a
+realtime call would have returned and is rendered by the realtime lane's own
+:func:`~sluice._jobs.batch_lines.render_result_line`; an ``error`` outcome is rendered by its
+:func:`~sluice._jobs.batch_lines.render_error_line`. So a user who switches lanes gets the same
+lines (ids and timestamps aside).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..._errors import CallError
+from ..._messages import ChatResult, Usage
+from ..batch_lines import error_code, render_error_line, render_result_line
+
+if TYPE_CHECKING:
+    from .backend import LineOutcome
+
+__all__ = ["line_id", "render_failure", "render_ok", "result_of", "unfinished_error"]
+
+
+def line_id() -> str:
+    """A fresh output line ``id``, as the realtime lane makes them."""
+    return f"batch_req_{secrets.token_hex(12)}"
+
+
+def result_of(outcome: LineOutcome, provider: str, model: str) -> ChatResult:
+    """The result a realtime call would have returned for an ``ok`` outcome."""
+    output = outcome.output
+    assert output is not None, "an ok outcome carries its output"
+    return ChatResult(
+        call_id=secrets.token_hex(12),
+        provider=provider,
+        model=model,
+        message=output.message,
+        finish_reason=output.finish_reason,
+        raw_finish_reason=output.raw_finish_reason,
+        usage=output.usage if output.usage is not None else Usage(),
+        attempts=1,
+        request_id=outcome.request_id or output.response_id,
+        models_tried=(f"{provider}:{model}",),
+        stop_sequence=output.stop_sequence,
+        logprobs=output.logprobs,
+        system_fingerprint=output.system_fingerprint,
+        service_tier=output.service_tier,
+    )
+
+
+def render_ok(custom_id: str, result: ChatResult, *, created: int) -> bytes:
+    return render_result_line(custom_id, result, line_id=line_id(), created=created)
+
+
+def render_failure(
+    custom_id: str, lineno: int, outcome: LineOutcome, provider: str, model: str
+) -> tuple[bytes, str]:
+    """The error line of an ``error`` outcome, and its error code (for the summary)."""
+    error = outcome.error
+    if error is None:
+        error = CallError("the provider reported an error without details")
+    error = error.in_context(call_id="", provider=provider, model=model, attempt=error.attempt or 1)
+    if error.request_id is None and outcome.request_id is not None:
+        error = attrs.evolve(error, request_id=outcome.request_id)
+    return render_error_line(custom_id, lineno, error, line_id=line_id()), error_code(error)
+
+
+def unfinished_error(
+    kind: str, provider: str, model: str, tries: int, problem: str | None
+) -> CallError:
+    """The error of a line that never got an outcome in ``tries`` submissions (it expired,
+    was cancelled, or its batch failed each time)."""
+    why = {
+        "expired": "expired unprocessed in the provider's batch window",
+        "cancelled": "was cancelled before it ran",
+        "failed": "was in a batch the provider failed",
+    }.get(kind, "got no outcome")
+    detail = f" ({problem})" if problem else ""
+    return CallError(
+        f"the line {why} in each of its {tries} submissions{detail}; --resume sends it again",
+        provider=provider,
+        model=model,
+        error_type=f"batch_{kind}",
+        attempt=tries,
+    )
