@@ -30,7 +30,7 @@ def main(gcs: str, url: str, redis: str, prefix: str, output: str, *flags: str) 
     ds = ds.map_batches(
         Caller,
         fn_constructor_kwargs={"calls": calls, "config": config, "job": "skip-done-test"},
-        concurrency=2,
+        compute=ray.data.ActorPoolStrategy(size=2),
         num_cpus=0.25,
         batch_size=20,
         batch_format="pyarrow",

@@ -72,7 +72,7 @@ def run(ds: Any, config: Any, *, calls: Calls = CALLS, actors: int = 2, **kwargs
     return ds.map_batches(
         Caller,
         fn_constructor_kwargs={"calls": calls, "config": config, **kwargs},
-        concurrency=actors,
+        compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=0.25,
         batch_size=25,
         batch_format="pyarrow",
@@ -94,7 +94,12 @@ def quota_run(redis_url: str, prefix: str, rows: int, rate_limit: dict[str, Any]
         arrivals = list(sim.arrivals)
     exact = most_in_any_window(arrivals, period)
     counted = most_in_any_window(arrivals, period - TRANSIT_SLACK)
-    print(f"{rows} rows in {took:.1f} s; busiest {period:g} s window at the server: {exact}")
+    span = max(arrivals) - min(arrivals)
+    print(
+        f"{rows} rows in {took:.1f} s (first call after {min(arrivals) - started:.1f} s, "
+        f"calls over {span:.1f} s); busiest {period:g} s window at the server: {exact}, "
+        f"busiest {period - TRANSIT_SLACK:g} s window: {counted}"
+    )
     return out, arrivals, counted
 
 
@@ -194,7 +199,7 @@ def test_an_actor_killed_mid_run_is_restarted_and_each_row_is_written_once(redis
         ds = ray.data.from_items(questions(rows), override_num_blocks=12).map_batches(
             RegisteredCaller,
             fn_constructor_kwargs={"calls": CALLS, "config": config, "registry": name},
-            concurrency=2,
+            compute=ray.data.ActorPoolStrategy(size=2),
             num_cpus=0.25,
             batch_size=25,
             batch_format="pyarrow",
