@@ -3,6 +3,8 @@ a request, row keys that depend on what a row asks and nothing else, bad rows as
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
@@ -105,9 +107,8 @@ def test_a_row_that_cannot_be_a_request_is_a_bad_row_with_a_reason(calls, row, s
     ],
 )
 def test_calls_say_what_is_wrong_with_them(fields, says):
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=re.escape(says)):
         Calls(**fields)
-    assert says in str(caught.value)
 
 
 def _result(**fields) -> ChatResult:
