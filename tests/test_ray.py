@@ -22,6 +22,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import ray
 
@@ -151,21 +154,70 @@ def test_faults_end_as_answers_or_error_rows_and_none_is_lost(redis_url, prefix)
 
 
 def test_a_call_failing_past_max_wait_is_an_error_row_not_a_failed_task(redis_url, prefix):
+    """The Caller on its own, in this process (Ray's actors run the same code)."""
     with simulator(SimulatorConfig(output_tokens=8)) as (url, sim):
-        config = sim_config(url, redis_url, prefix)
         calls = Calls(
             model="loop:sim-small",
             prompt="question",
             max_wait=1.0,
             params={"extra_headers": {"x-sim-fault": "500"}},
         )
-        out = run(ray.data.from_items(questions(6)), config, calls=calls).take_all()
+        caller = Caller(calls, sim_config(url, redis_url, prefix), progress_interval=None)
+        try:
+            out = caller(pa.Table.from_pylist(questions(6))).to_pylist()
+        finally:
+            caller.close()
         seen = sim.seen
     assert_each_row_once(out, 6)
     # The error that kept each call waiting: the 500s, or the breaker they opened.
     assert {r["error_type"] for r in out} <= {"ServerError", "CircuitOpen"}
     assert all(r["error_message"] and r["text"] is None for r in out)
     assert seen >= 6  # each was sent, and failed until its max_wait
+
+
+def test_bad_rows_are_error_rows_and_the_rest_are_called(redis_url, prefix):
+    rows = [{"id": 0, "question": "fine"}, {"id": 1, "question": None}, {"id": 2}]
+    with simulator(SimulatorConfig(output_tokens=8)) as (url, sim):
+        caller = Caller(CALLS, sim_config(url, redis_url, prefix), progress_interval=None)
+        try:
+            table = pa.Table.from_pylist(rows)
+            out = caller(table)
+            pandas_out = caller(table.to_pandas())
+            numpy_out = caller({"id": np.array([0]), "question": np.array(["fine"])})
+        finally:
+            caller.close()
+        seen = sim.seen
+    got = out.to_pylist()
+    assert out.column_names == ["id", "question", *OUTPUT_COLUMNS]
+    assert [r["error_type"] for r in got] == [None, "BadRow", "BadRow"]
+    assert got[0]["text"] and got[0]["model"] == "loop:sim-small"
+    assert "column 'question' holds NoneType" in got[1]["error_message"]
+    assert seen == 1 + 1 + 1  # only the good row of each batch was sent
+    assert pandas_out.to_pylist()[0]["sluice_key"] == got[0]["sluice_key"]
+    assert numpy_out.to_pylist()[0]["sluice_key"] == got[0]["sluice_key"]
+    assert out.schema.field("input_tokens").type == pa.int64()
+    assert out.schema.field("cost_usd").type == pa.float64()
+
+
+def test_an_input_column_named_like_an_output_column_needs_a_prefix(redis_url, prefix):
+    rows = pa.Table.from_pylist([{"question": "q", "text": "an input column"}])
+    with simulator() as (url, _sim):
+        config = sim_config(url, redis_url, prefix)
+        caller = Caller(CALLS, config, progress_interval=None)
+        prefixed = Caller(
+            Calls(model="loop:sim-small", prompt="question", prefix="llm_"),
+            config,
+            progress_interval=None,
+        )
+        try:
+            with pytest.raises(ValueError, match=r"columns \['text'\]: give Calls a prefix="):
+                caller(rows)
+            (row,) = prefixed(rows).to_pylist()
+        finally:
+            caller.close()
+            prefixed.close()
+    assert row["text"] == "an input column"
+    assert row["llm_text"] and row["llm_error_type"] is None
 
 
 @ray.remote(num_cpus=0)
@@ -264,10 +316,12 @@ def test_a_rerun_with_skip_done_after_a_cancelled_job_calls_only_the_missing_row
         while not list(out.glob("*.parquet")) and time.monotonic() < deadline:
             assert first.poll() is None, first.communicate()[0].decode()[-3000:]
             time.sleep(0.1)
+        print(f"first file after {time.monotonic() - deadline + 120:.1f} s")
         first.send_signal(signal.SIGINT)  # Ctrl-C: the job is cancelled
         first.communicate(timeout=60)
         calls_first = settled(sim)
         done_first = done_keys(out)
+        print(f"first run over after {time.monotonic() - deadline + 120:.1f} s")
         assert 0 < len(done_first) < rows, len(done_first)
 
         second = subprocess.run(
@@ -278,16 +332,14 @@ def test_a_rerun_with_skip_done_after_a_cancelled_job_calls_only_the_missing_row
         )
         assert second.returncode == 0, second.stdout.decode()[-3000:] + second.stderr.decode()
         calls_second = sim.seen - calls_first
+        print(f"second run over after {time.monotonic() - deadline + 120:.1f} s")
     assert calls_second == rows - len(done_first)
-    final = ray.data.read_parquet(str(out)).take_all()
+    final = pq.read_table(out).to_pylist()
     assert_each_row_once(final, rows)
     assert set(OUTPUT_COLUMNS) <= set(final[0])
 
 
 def test_skip_done_keeps_what_no_output_holds(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     calls = Calls(model="loop:sim-small", prompt="question")
     done = [calls.build(r)[0] for r in questions(5)]
     out = tmp_path / "answers"
@@ -298,19 +350,8 @@ def test_skip_done_keeps_what_no_output_holds(tmp_path):
     assert done_keys(out) == set(done[:4])
     left = skip_done(ray.data.from_items(questions(5)), out, calls).take_all()
     assert [r["id"] for r in left] == [4]
-    assert skip_done(ray.data.from_items(questions(2)), tmp_path / "none", calls).count() == 2
-
-
-def test_an_input_column_named_like_an_output_column_needs_a_prefix(redis_url, prefix):
-    rows = [{"question": "q", "text": "an input column"}]
-    with simulator() as (url, _sim):
-        config = sim_config(url, redis_url, prefix)
-        with pytest.raises(Exception, match="give Calls a prefix"):
-            run(ray.data.from_items(rows), config, actors=1).take_all()
-        calls = Calls(model="loop:sim-small", prompt="question", prefix="llm_")
-        (row,) = run(ray.data.from_items(rows), config, calls=calls, actors=1).take_all()
-    assert row["text"] == "an input column"
-    assert row["llm_text"] and row["llm_error_type"] is None
+    nothing_done = ray.data.from_items(questions(2))
+    assert skip_done(nothing_done, tmp_path / "none", calls) is nothing_done
 
 
 def test_import_sluice_does_not_import_ray():
