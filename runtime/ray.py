@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from ._messages import ChatRequest
     from .sync import Runtime
 
-__all__ = ["OUTPUT_COLUMNS", "Caller", "Calls", "done_keys", "skip_done"]
+__all__ = ["OUTPUT_COLUMNS", "BadRow", "Caller", "Calls", "done_keys", "skip_done"]
 
 log = logging.getLogger("sluice.ray")
 
