@@ -24,7 +24,7 @@ def main(gcs: str, url: str, redis: str, prefix: str, output: str, *flags: str) 
     windows = [{"dimension": "requests", "limit": 30, "per": 1.0}]
     config = sim_config(url, redis, prefix, windows=windows)
     calls = Calls(model="loop:sim-small", prompt="question", params={"max_tokens": 8})
-    ds = ray.data.from_items(questions(ROWS), override_num_blocks=12)
+    ds: ray.data.Dataset = ray.data.from_items(questions(ROWS), override_num_blocks=12)
     if "--skip-done" in flags:
         ds = skip_done(ds, output, calls)
     ds = ds.map_batches(
