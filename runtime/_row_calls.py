@@ -229,6 +229,9 @@ class ColumnsBuilder:
         self.columns: dict[str, list[Any]] = {name: [None] * n for name in OUTPUT_COLUMNS}
         self.columns["sluice_key"] = list(keys)
         self.answered = self.failed = self.tokens = self.cost_micros = 0
+        self.first_error: SluiceError | None = None
+        """The first failure in the row order, as an exception (a bad row as ConfigError)."""
+        self._first_at = n
 
     def answer(self, index: int, result: ChatResult) -> None:
         c = self.columns
@@ -253,3 +256,6 @@ class ColumnsBuilder:
         self.columns["error_type"][index] = kind
         self.columns["error_message"][index] = message
         self.failed += 1
+        if index < self._first_at:
+            self._first_at = index
+            self.first_error = ConfigError(message) if isinstance(error, BadRow) else error

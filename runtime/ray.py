@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._config import RuntimeConfig, load_config_file
-from ._errors import SluiceError
 from ._ledger.setup import price_table
 from ._row_calls import OUTPUT_COLUMNS, BadRow, Calls, ColumnsBuilder
 from .sync import open_runtime
@@ -173,9 +172,8 @@ class Caller:
             )
         columns = self._run(rt, table)
         self._progress.batch_done(columns, rt)
-        if self.calls.raise_errors and columns.failed:
-            first = next(m for m in columns.columns["error_message"] if m is not None)
-            raise SluiceError(f"a call failed and Calls.raise_errors is set: {first}")
+        if self.calls.raise_errors and columns.first_error is not None:
+            raise columns.first_error
         for name, values in zip(names, OUTPUT_COLUMNS, strict=True):
             table = table.append_column(
                 name, pa.array(columns.columns[values], _TYPES.get(values, pa.string()))

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
+from sluice import BadRequest
 from sluice.ray import OUTPUT_COLUMNS, Caller, Calls, done_keys, skip_done
 from sluice.simulator import SimulatorConfig
 
@@ -197,6 +198,18 @@ def test_bad_rows_are_error_rows_and_the_rest_are_called(redis_url, prefix):
     assert numpy_out.to_pylist()[0]["sluice_key"] == got[0]["sluice_key"]
     assert out.schema.field("input_tokens").type == pa.int64()
     assert out.schema.field("cost_usd").type == pa.float64()
+
+
+def test_raise_errors_makes_a_failed_call_fail_the_batch(redis_url, prefix):
+    rows = pa.Table.from_pylist([{"question": "fine"}, {"question": "fails"}])
+    with simulator(SimulatorConfig(output_tokens=8, script=("ok", "400"))) as (url, _sim):
+        calls = Calls(model="loop:sim-small", prompt="question", raise_errors=True)
+        caller = Caller(calls, sim_config(url, redis_url, prefix), max_in_flight=1)
+        try:
+            with pytest.raises(BadRequest):
+                caller(rows)
+        finally:
+            caller.close()
 
 
 def test_an_input_column_named_like_an_output_column_needs_a_prefix(redis_url, prefix):

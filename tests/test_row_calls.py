@@ -8,7 +8,7 @@ import re
 import orjson
 import pytest
 
-from sluice import ChatResult, Message, RateLimited, ServerError, ToolCall, Usage
+from sluice import ChatResult, ConfigError, Message, RateLimited, ServerError, ToolCall, Usage
 from sluice._ledger.prices import ModelPrice, PriceTable
 from sluice._row_calls import OUTPUT_COLUMNS, BadRow, Calls, ColumnsBuilder
 
@@ -148,6 +148,7 @@ def test_columns_hold_answers_and_errors_in_the_rows_places():
     assert "slow down" in c["error_message"][1]
     assert (columns.answered, columns.failed, columns.tokens) == (2, 2, 3000)
     assert columns.cost_micros == 4000
+    assert isinstance(columns.first_error, RateLimited)  # the first failure in row order
 
 
 def test_an_unpriced_model_has_no_cost_rather_than_zero():
@@ -157,3 +158,7 @@ def test_an_unpriced_model_has_no_cost_rather_than_zero():
     other = ColumnsBuilder(["k"], PriceTable({}, shipped={}))
     other.fail(0, ServerError("boom", provider="sim", status=500))
     assert other.columns["error_type"] == ["ServerError"]
+    bad = ColumnsBuilder(["a", "b"], PriceTable({}, shipped={}))
+    bad.fail(1, ServerError("later", provider="sim", status=500))
+    bad.fail(0, BadRow("column 'q' holds NoneType, not text"))
+    assert isinstance(bad.first_error, ConfigError) and "holds NoneType" in str(bad.first_error)
