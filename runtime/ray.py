@@ -11,13 +11,14 @@
     ds = ds.map_batches(
         Caller,
         fn_constructor_kwargs={"calls": calls, "config": "sluice.toml", "job": "questions-1"},
-        concurrency=4,
+        compute=ray.data.ActorPoolStrategy(size=4),   # concurrency=4 before Ray 2.51
+        num_cpus=0.25,
         batch_size=256,
         batch_format="pyarrow",
     )
     ds.write_parquet("answers/")
 
-Each of the ``concurrency`` actors opens one sluice runtime (the blocking door,
+Each of the pool's actors opens one sluice runtime (the blocking door,
 :mod:`sluice.sync`: Ray's threads never see trio) on the config it is given. With the config's
 ``store = "redis://..."`` every quota, cooldown, learned limit and budget is shared by all
 actors on all nodes, and each actor's ledger rows go to that Redis too (``sluice ledger

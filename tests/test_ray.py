@@ -23,6 +23,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -32,6 +33,7 @@ from sluice import BadRequest
 from sluice.ray import OUTPUT_COLUMNS, Caller, Calls, done_keys, skip_done
 from sluice.simulator import SimulatorConfig
 
+from .helpers import SLUICE
 from .ray_helpers import (
     ROOT,
     env_for_driver,
@@ -198,6 +200,33 @@ def test_bad_rows_are_error_rows_and_the_rest_are_called(redis_url, prefix):
     assert numpy_out.to_pylist()[0]["sluice_key"] == got[0]["sluice_key"]
     assert out.schema.field("input_tokens").type == pa.int64()
     assert out.schema.field("cost_usd").type == pa.float64()
+
+
+def test_every_actor_books_under_one_job_that_sluice_ledger_store_sums(redis_url, prefix, tmp_path):
+    """Two Callers (two actors' worth) with one job: ``sluice ledger --store`` shows the job's
+    calls and tokens from both, as the rows' own columns count them."""
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    out = []
+    with simulator(SimulatorConfig(output_tokens=8)) as (url, _sim):
+        config = sim_config(url, redis_url, prefix)
+        for part in (questions(3), questions(4, start=3)):
+            caller = Caller(CALLS, config, job=job, progress_interval=None)
+            try:
+                out += caller(pa.Table.from_pylist(part)).to_pylist()
+            finally:
+                caller.close()
+    (tmp_path / "c.toml").write_text(f'store_prefix = "{prefix}"\n')
+    command = [SLUICE, "ledger", "--store", redis_url, "--config", str(tmp_path / "c.toml")]
+    shown = subprocess.run(
+        [*command, "--by", "job", "--format", "json"],
+        capture_output=True,
+        check=True,
+        env=env_for_driver(),
+    )
+    rows = {r["job"]: r for r in orjson.loads(shown.stdout)["rows"]}
+    assert rows[job]["calls"] == 7 and rows[job]["failures"] == 0
+    assert rows[job]["output_tokens"] == sum(r["output_tokens"] for r in out)
+    assert rows[job]["input_tokens"] == sum(r["input_tokens"] for r in out)
 
 
 def test_raise_errors_makes_a_failed_call_fail_the_batch(redis_url, prefix):
