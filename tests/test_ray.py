@@ -229,6 +229,17 @@ def test_every_actor_books_under_one_job_that_sluice_ledger_store_sums(redis_url
     assert rows[job]["input_tokens"] == sum(r["input_tokens"] for r in out)
 
 
+def test_each_actor_prints_a_progress_line_of_its_job(redis_url, prefix, capsys):
+    rows = pa.Table.from_pylist([{"question": "fine"}, {"question": None}])
+    with simulator(SimulatorConfig(output_tokens=8)) as (url, _sim):
+        caller = Caller(CALLS, sim_config(url, redis_url, prefix), job="j1", progress_interval=0)
+        try:
+            caller(rows)
+        finally:
+            caller.close()
+    assert "sluice job j1: this actor 1 done, 1 failed, " in capsys.readouterr().err
+
+
 def test_raise_errors_makes_a_failed_call_fail_the_batch(redis_url, prefix):
     rows = pa.Table.from_pylist([{"question": "fine"}, {"question": "fails"}])
     with simulator(SimulatorConfig(output_tokens=8, script=("ok", "400"))) as (url, _sim):
