@@ -60,3 +60,14 @@ def redis_server(tmp_path):
     server.start()
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``minutes`` (full-size real-time runs) are deselected unless the ``-m``
+    expression names them (``pytest -m minutes``): the suite keeps their scaled versions."""
+    if "minutes" in (config.getoption("markexpr") or ""):
+        return
+    keep = [item for item in items if item.get_closest_marker("minutes") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep

@@ -36,6 +36,10 @@ NOT_FOR_A_CALL = (
     "sluice._observe",
     "prometheus_client",
     "opentelemetry",
+    # sluice.ray (the ray extra) loads only when imported by name.
+    "sluice.ray",
+    "ray",
+    "pyarrow",
 )
 
 

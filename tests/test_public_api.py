@@ -54,6 +54,8 @@ PUBLIC = {
         "serve_connection",
         "serve_simulator",
     ],
+    # Loads Ray (the ray extra; tests/test_ray.py checks `import sluice` never does).
+    "sluice.ray": ["OUTPUT_COLUMNS", "BadRow", "Caller", "Calls", "done_keys", "skip_done"],
     "sluice.stores": [
         "BudgetAsk",
         "BudgetRefused",
@@ -119,6 +121,7 @@ _OUTSIDE = {
     "Path": pathlib.Path,
     "PathLike": os.PathLike,
     "TracerProvider": typing.Any,  # OpenTelemetry's, optional
+    "Dataset": typing.Any,  # Ray Data's (sluice.ray)
     "Tracer": typing.Any,
     "TextIO": typing.TextIO,
     "TracebackType": types.TracebackType,
