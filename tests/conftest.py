@@ -20,6 +20,7 @@
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -56,6 +57,10 @@ SERIAL_MODULES = frozenset(
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    here = Path(__file__).parent
+    if missing := sorted(m for m in SERIAL_MODULES if not (here / f"{m}.py").exists()):
+        # A renamed module would otherwise join the parallel pass without a word.
+        raise pytest.UsageError(f"tests/conftest.py SERIAL_MODULES names no file: {missing}")
     config.addinivalue_line(
         "markers", "serial: measures wall-clock time; `make test` runs it after the parallel pass"
     )
