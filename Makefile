@@ -15,8 +15,11 @@ MODULE_LIST := $(VENV)/.modules
 demo: $(STAMP)
 	$(BIN)/sluice batch examples/demo_batch.jsonl -o out/demo_results.jsonl --overwrite
 
+# Two passes: the tests that may share the cores, one xdist worker per core; then the "serial"
+# ones alone (they count calls per window of wall time; see tests/conftest.py).
 test: lint typecheck redis-server
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto -m "not serial"
+	$(BIN)/pytest -q -m serial
 
 # The shared-quota tests run a real Debian redis-server: installed here (quietly) when it is
 # missing and we are root with apt-get; otherwise those tests skip, or fail under CI=true.

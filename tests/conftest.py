@@ -11,10 +11,16 @@
   not timing.
 - No autouse async fixtures (pytest-trio never runs them). The one sync autouse fixture turns
   the ledger file off (``SLUICE_LEDGER_DB=off``).
+- ``make test`` runs the suite in two passes: everything not marked ``serial`` spread over one
+  worker per core (pytest-xdist), then the ``serial`` tests alone. Serial are the modules in
+  ``SERIAL_MODULES``: real processes and real clocks whose assertions count calls per window of
+  wall time or bound measured latencies, which a second worker's load on the same cores would
+  skew. Each xdist worker has its own session, hence its own ``redis_url`` server.
 """
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -30,6 +36,40 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+SERIAL_MODULES = frozenset(
+    {
+        "test_batch_pacing",
+        "test_groups_shared",
+        "test_loadtest_accuracy",
+        "test_loadtest_edges",
+        "test_loadtest_sim",
+        "test_redis_gauges",
+        "test_redis_outages",
+        "test_redis_shards",
+        "test_redis_shared",
+        "test_shared_budget_faults",
+        "test_store_epoch",
+    }
+)
+"""Modules whose tests measure wall-clock rates or latencies of real processes: run alone."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    here = Path(__file__).parent
+    if missing := sorted(m for m in SERIAL_MODULES if not (here / f"{m}.py").exists()):
+        # A renamed module would otherwise join the parallel pass without a word.
+        raise pytest.UsageError(f"tests/conftest.py SERIAL_MODULES names no file: {missing}")
+    config.addinivalue_line(
+        "markers", "serial: measures wall-clock time; `make test` runs it after the parallel pass"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)
