@@ -15,11 +15,13 @@ MODULE_LIST := $(VENV)/.modules
 demo: $(STAMP)
 	$(BIN)/sluice batch examples/demo_batch.jsonl -o out/demo_results.jsonl --overwrite
 
-# Two passes: the tests that may share the cores, one xdist worker per core; then the "serial"
-# ones alone (they count calls per window of wall time; see tests/conftest.py).
+# Three passes: the tests that may share the cores, one xdist worker per core; then the "serial"
+# ones alone (they count calls per window of wall time; see tests/conftest.py); then the
+# full-size real-time runs (marked "minutes": several minutes each, mostly waiting on a quota).
 test: lint typecheck redis-server
-	$(BIN)/pytest -q -n auto -m "not serial"
-	$(BIN)/pytest -q -m serial
+	$(BIN)/pytest -q -n auto -m "not serial and not minutes"
+	$(BIN)/pytest -q -m "serial and not minutes"
+	$(BIN)/pytest -q -m minutes
 
 # The shared-quota tests run a real Debian redis-server: installed here (quietly) when it is
 # missing and we are root with apt-get; otherwise those tests skip, or fail under CI=true.

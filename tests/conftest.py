@@ -45,6 +45,7 @@ SERIAL_MODULES = frozenset(
         "test_loadtest_accuracy",
         "test_loadtest_edges",
         "test_loadtest_sim",
+        "test_ray",
         "test_redis_gauges",
         "test_redis_outages",
         "test_redis_shards",
@@ -64,12 +65,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "serial: measures wall-clock time; `make test` runs it after the parallel pass"
     )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.stem in SERIAL_MODULES:
-            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(autouse=True)
@@ -103,8 +98,12 @@ def redis_server(tmp_path):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``minutes`` (full-size real-time runs) are deselected unless the ``-m``
-    expression names them (``pytest -m minutes``): the suite keeps their scaled versions."""
+    """Mark the tests of :data:`SERIAL_MODULES` ``serial``. Tests marked ``minutes`` (full-size
+    real-time runs) are deselected unless the ``-m`` expression names them (``make test`` runs
+    them in a pass of their own, ``pytest -m minutes``); the suite also keeps scaled versions."""
+    for item in items:
+        if item.path.stem in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
     if "minutes" in (config.getoption("markexpr") or ""):
         return
     keep = [item for item in items if item.get_closest_marker("minutes") is None]
