@@ -126,6 +126,20 @@ def started(out):
     return lambda: any(r["t"] == "file" for r in journal(out))
 
 
+def test_kill_after_the_upload_before_its_answer(tmp_path):
+    # The file is stored at the provider, its id never reached the journal and no create was
+    # sent: the resume uploads again (the orphan file costs nothing) and creates each batch once.
+    source, out = write_input(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
+    with sim("--batch-upload-delay", "2", "--batch-time", "0.2") as url:
+        proc = start_batch(*args(source, out, url))
+        wait_until(proc, lambda: stats(url)["files_uploaded"] == 1, "the first upload")
+        kill(proc)
+        kinds = [r["t"] for r in journal(out)]
+        assert kinds[-1] == "intent" and "file" not in kinds
+        assert stats(url)["batches_created"] == 0
+        resume_and_check(source, out, url, batches=3)
+
+
 def test_kill_after_the_upload_while_the_create_is_unanswered(tmp_path):
     # The batch exists at the provider, its create's answer not yet given: the journal has
     # the intent and the file id, no batch id. The resume finds the batch by fingerprint.

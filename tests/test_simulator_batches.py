@@ -332,6 +332,7 @@ def test_sim_flags_set_the_batch_knobs() -> None:
         batch_max_requests=10_000,
         batch_max_bytes=1_000_000,
         batch_enqueued_tokens=90_000,
+        batch_upload_delay=1.5,
         batch_create_delay=2.0,
         batch_download_rate=50_000.0,
     )
@@ -343,5 +344,6 @@ def test_sim_flags_set_the_batch_knobs() -> None:
     )
     assert (config.batch_max_requests, config.batch_max_bytes) == (10_000, 1_000_000)
     assert config.batch_enqueued_tokens == 90_000 and config.batch_create_delay == 2.0
+    assert config.batch_upload_delay == 1.5
     assert config.batch_download_rate == 50_000.0
     assert main(["sim", "--batch-error-rate", "0.7", "--batch-expiry-rate", "0.5"]) == 2

@@ -127,6 +127,8 @@ class SimFlags:
     """bytes of a batch input file or create body (default: 200 MB or 256 MB)."""
     batch_enqueued_tokens: int | None = None
     """prompt tokens per model that may wait in unfinished batches (default: no limit)."""
+    batch_upload_delay: float = 0.0
+    """seconds a file upload waits, once the file is stored, before it answers."""
     batch_create_delay: float = 0.0
     """seconds a batch create waits, once the batch exists, before it answers."""
     batch_download_rate: float | None = None
@@ -189,6 +191,7 @@ class SimFlags:
             batch_max_requests=self.batch_max_requests,
             batch_max_bytes=self.batch_max_bytes,
             batch_enqueued_tokens=self.batch_enqueued_tokens,
+            batch_upload_delay=self.batch_upload_delay,
             batch_create_delay=self.batch_create_delay,
             batch_download_rate=self.batch_download_rate,
         )

@@ -235,6 +235,12 @@ class BatchCore:
             pair = f"{key}={value}"
             stats.creates_by_metadata[pair] = stats.creates_by_metadata.get(pair, 0) + 1
 
+    async def upload_delay(self) -> None:
+        """Wait ``batch_upload_delay`` after a file is stored, before answering (a process
+        killed meanwhile never learns the file id)."""
+        if self.config.batch_upload_delay:
+            await trio.sleep(self.config.batch_upload_delay)
+
     async def create_delay(self) -> None:
         """Wait ``batch_create_delay`` after the batch exists, before answering (a process
         killed meanwhile never learns the id)."""

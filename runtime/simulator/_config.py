@@ -165,6 +165,8 @@ class SimulatorConfig:
     """Prompt tokens per model that may wait in unfinished batches; a batch over it fails with
     ``token_limit_exceeded`` (OpenAI) or its create is refused with 429 (Anthropic). None: no
     limit."""
+    batch_upload_delay: float = attrs.field(default=0.0, validator=ge(0))
+    """Seconds a file upload waits, after the file is stored, before it answers."""
     batch_create_delay: float = attrs.field(default=0.0, validator=ge(0))
     """Seconds a batch create waits, after the batch exists, before it answers."""
     batch_download_rate: float | None = attrs.field(default=None, validator=optional(gt(0)))

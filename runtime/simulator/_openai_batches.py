@@ -95,7 +95,9 @@ class OpenAIBatches:
         parts = route.strip("/").split("/")[1:]  # after "v1"
         if parts[0] == "files":
             if len(parts) == 1 and method == "POST":
-                return self._upload(content_type, body, request_id)
+                reply = self._upload(content_type, body, request_id)
+                await self.core.upload_delay()
+                return reply
             if len(parts) == 2 and method == "GET":
                 return self._file(parts[1], request_id, now)
             if len(parts) == 3 and parts[2] == "content" and method == "GET":
