@@ -227,8 +227,10 @@ def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
     """Answer the Supervisor (once per attempt: the reply channel has room for one)."""
     try:
         msg.reply_to.send_nowait(outcome)
-    except (trio.BrokenResourceError, trio.WouldBlock):
-        pass  # the Supervisor's call task is gone (runtime shutting down)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+        # The Supervisor's call task is gone (the runtime shutting down, Ctrl-C): it closed
+        # the channel it handed over (the same object), so nobody waits for this answer.
+        pass
 
 
 class _Attempt:

@@ -142,7 +142,7 @@ async def _serve(
 def _answer(msg: QueryLedger, answer: list[LedgerSummary] | OSError) -> None:
     try:
         msg.reply_to.send_nowait(answer)
-    except (trio.BrokenResourceError, trio.WouldBlock):
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
         pass  # the asker left
 
 
