@@ -10,6 +10,7 @@ tests/test_provider_batch_kill.py.
 from __future__ import annotations
 
 import random
+import subprocess
 
 import orjson
 import trio
@@ -20,6 +21,8 @@ from sluice._jobs.batch import run_batch
 from sluice._jobs.provider_batch.engine import LaneOptions
 from sluice._serde import Secret
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+
+from .helpers import SLUICE, clean_env
 
 LANE = LaneOptions(poll_interval=0.05)
 
@@ -148,3 +151,30 @@ async def test_anthropic_message_batches_20000_lines_in_2_batches(tmp_path):
             await run_batch(few, realtime, runtime=rt)
     for custom_id, body in bodies(realtime).items():
         assert got[custom_id] == body, custom_id
+
+
+def test_sluice_ledger_by_job_shows_the_batch_lines_at_half_price(tmp_path):
+    """The command line end to end: the same 60 lines run once per lane under two jobs, into
+    one ledger file; ``sluice ledger --by job`` prices the provider lane's at half."""
+    source = tmp_path / "in.jsonl"
+    write_input(source, 60)
+    env = clean_env(tmp_path, SLUICE_LEDGER_DB=str(tmp_path / "ledger.db"))
+    for via in ("realtime", "provider"):
+        run = [SLUICE, "batch", str(source), "-o", str(tmp_path / f"{via}.jsonl")]
+        run += ["--via", via, "--job", via]
+        if via == "provider":
+            run += ["--poll-interval", "0.1"]
+        done = subprocess.run(run, env=env, capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr.decode()
+    shown = subprocess.run(
+        [SLUICE, "ledger", "--by", "job", "--format", "json"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr.decode()
+    rows = {row["job"]: row for row in orjson.loads(shown.stdout)["rows"]}
+    realtime, batch = rows["realtime"], rows["provider"]
+    assert batch["input_tokens"] == realtime["input_tokens"]
+    assert batch["output_tokens"] == realtime["output_tokens"]
+    assert abs(2 * batch["cost_micros"] - realtime["cost_micros"]) <= 60  # rounded per line
