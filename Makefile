@@ -17,11 +17,12 @@ demo: $(STAMP)
 
 # Three passes: the tests that may share the cores, one xdist worker per core; then the "serial"
 # ones alone (they count calls per window of wall time; see tests/conftest.py); then the
-# full-size real-time runs (marked "minutes": several minutes each, mostly waiting on a quota).
+# full-size real-time runs (marked "minutes": several minutes each, mostly waiting on a quota,
+# so the stack dump that shows a hang waits 15 minutes instead of the suite's 2).
 test: lint typecheck redis-server
 	$(BIN)/pytest -q -n auto -m "not serial and not minutes"
 	$(BIN)/pytest -q -m "serial and not minutes"
-	$(BIN)/pytest -q -m minutes
+	$(BIN)/pytest -q -m minutes -o faulthandler_timeout=900
 
 # The shared-quota tests run a real Debian redis-server: installed here (quietly) when it is
 # missing and we are root with apt-get; otherwise those tests skip, or fail under CI=true.
