@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from .._errors import ConfigError
-from .base import AttemptOutput, Codec, HttpRequest, StreamDecoder
+from .base import AttemptOutput, Codec, EmbedCodec, HttpRequest, StreamDecoder
 from .quirks import RequestQuirks
 
 __all__ = [
     "AttemptOutput",
     "Codec",
+    "EmbedCodec",
     "HttpRequest",
     "RequestQuirks",
     "StreamDecoder",
     "codec_for",
+    "embed_codec",
 ]
 
 PROTOCOLS = ("openai", "anthropic", "gemini", "ollama")
@@ -41,3 +43,10 @@ def codec_for(protocol: str, *, quirks: RequestQuirks | None = None) -> Codec:
 
         return OllamaCodec()
     raise ConfigError(f"unknown protocol {protocol!r}; known protocols: {', '.join(PROTOCOLS)}")
+
+
+def embed_codec(codec: Codec) -> EmbedCodec | None:
+    """``codec`` as an :class:`EmbedCodec`, or None when its protocol has no embeddings."""
+    if hasattr(codec, "build_embed_request") and hasattr(codec, "decode_embed_body"):
+        return codec  # type: ignore[return-value]
+    return None

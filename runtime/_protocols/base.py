@@ -17,10 +17,11 @@ from .._messages import ChatRequest, FinishReason, Message, Usage
 from .._record import Record
 
 if TYPE_CHECKING:
+    from .._embeddings import EmbedOutput, EmbedRequest
     from .._errors import CallError
     from .._events import DeltaEvent
 
-__all__ = ["AttemptOutput", "Codec", "HttpRequest", "StreamDecoder"]
+__all__ = ["AttemptOutput", "Codec", "EmbedCodec", "HttpRequest", "StreamDecoder"]
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -119,4 +120,39 @@ class Codec(Protocol):
         ``headers`` keys are lower case. ``wall_now`` (seconds since the epoch) is only used to
         read a ``Retry-After`` given as an HTTP date.
         """
+        ...
+
+
+class EmbedCodec(Protocol):
+    """A wire protocol's embedding endpoint (OpenAI-compatible ``/embeddings``, Gemini
+    ``batchEmbedContents``, Ollama ``/api/embed``). A codec class of a protocol that has one
+    provides these two methods beside :class:`Codec`'s; error replies go through the same
+    ``decode_error``. A protocol without embeddings does not have them (see
+    :func:`sluice._protocols.embed_codec`)."""
+
+    def build_embed_request(
+        self,
+        request: EmbedRequest,
+        *,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpRequest:
+        """The HTTP request for one attempt of ``request`` (model name without provider
+        prefix), every input in one request."""
+        ...
+
+    def decode_embed_body(self, body: bytes, *, inputs: int) -> EmbedOutput:
+        """Decode a complete embedding reply that should hold ``inputs`` vectors.
+
+        Raises:
+            CallError: the body is an error, malformed, or holds another number of vectors
+                (ProtocolError).
+        """
+        ...
+
+    def decode_error(
+        self, status: int, headers: Mapping[str, str], body: bytes, *, wall_now: float
+    ) -> CallError:
+        """As :meth:`Codec.decode_error`."""
         ...
