@@ -84,6 +84,12 @@ def format_summary(document: dict[str, Any]) -> str:
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
     lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    workers = agg.get("workers")  # --workers: each process's own send lag
+    if workers:
+        lines.append(
+            f"  workers: {len(workers)} processes, send lag p99 by worker: "
+            + ", ".join(_ms(w["lag_p99_s"]) for w in workers)
+        )
     reuse = agg.get("http_reuse")
     if reuse and reuse["measured"]:
         connect, headers, receive = agg["http_connect"], agg["http_headers"], agg["http_receive"]
@@ -424,7 +430,7 @@ async def _run(
             ):
                 nursery.start_soon(_on_signal, signals, interrupt)
                 await scraper.start(nursery)
-                runner = _Runner(rt, options, prepared, direct, progress, interrupt)
+                runner = _Runner(rt, options, prepared, direct, progress, interrupt, run_config)
                 document = await runner.measure()
                 nursery.cancel_scope.cancel()
     except ConfigError as exc:
@@ -449,10 +455,18 @@ class _Runner:
     direct: DirectTarget | None
     progress: Callable[[Progress], None]
     interrupt: Interrupt
+    config: Any = None
+    """The runtime config ``rt`` was opened with, for ``--workers`` processes."""
+    workers: int = 1
+    """Processes that sent the run (``--workers``)."""
 
     @property
     def settings(self) -> dict[str, Any]:
-        return {"base_url": self.options.base_url, "respect_limits": self.options.respect_limits}
+        return {
+            "base_url": self.options.base_url,
+            "respect_limits": self.options.respect_limits,
+            "workers": self.workers,
+        }
 
     async def measure(self) -> dict[str, Any]:
         from .._jobs.loadtest.results import results_document
@@ -468,6 +482,17 @@ class _Runner:
     async def _one(self, test: LoadTest) -> RunResult:
         from .._jobs.loadtest import run_load
 
+        # ---- --workers (loadtest_workers.py): the schedule sent by several processes ----
+        from .loadtest_workers import run_spread
+
+        folder = _records_folder(self.options.out)
+        spread = await run_spread(
+            self.options, test, self.config, self.direct, self.progress, self.interrupt, folder
+        )
+        if spread is not None:
+            self.workers = len(spread.workers)
+            return spread.run
+        # ---- end --workers ----
         return await run_load(
             self.rt,
             test,

@@ -146,6 +146,12 @@ class LoadTestOptions:
     metrics_port: int | None = None
     """serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the test runs
     (docs/metrics.md lists them)."""
+    # ---- --workers (workers.py) ---------------------------------------------------------------
+    workers: str = "auto"
+    """processes that send an open-loop schedule (--rate, --ramp, --trace), each with its own
+    runtime, the arrivals dealt out in turn and the results merged: a number, or auto (one
+    process up to 100 requests/s; above, as many as the client CPU per request measured in
+    the warm-up needs, at most one per core). A sweep or closed loop runs in one process."""
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -161,6 +167,7 @@ class LoadTestOptions:
             if self.trace is None:
                 self.load_shape(None)
             _slos_and_lag(self)
+            self.worker_count()
         except ValueError as exc:  # an attrs validator of a value made from a flag
             raise ConfigError(str(exc)) from None
 
@@ -238,6 +245,26 @@ class LoadTestOptions:
             )
         except ValueError as exc:
             raise ConfigError(f"--rate/--burstiness: {exc}") from None
+
+    def worker_count(self) -> int | None:
+        """``--workers`` as a number, None for ``auto`` (one for a sweep or closed loop).
+
+        Raises:
+            ConfigError: not a number of at least 1 or ``auto``, or more than one for a
+                shape that has no schedule to share.
+        """
+        text = self.workers.strip()
+        if text == "auto":
+            return None if self.sweep is None and self.concurrency is None else 1
+        count = int(text) if text.isdigit() else 0
+        if count < 1:
+            raise ConfigError(f"--workers {self.workers!r}: expected a number (at least 1) or auto")
+        if count > 1 and (self.sweep is not None or self.concurrency is not None):
+            raise ConfigError(
+                "--workers shares an open-loop schedule (--rate, --ramp, --trace): not with "
+                "--sweep or --concurrency"
+            )
+        return count
 
     def outputs(self) -> list[Path]:
         """Every file the run writes: --out, the files beside it, --report."""

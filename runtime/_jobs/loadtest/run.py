@@ -42,11 +42,12 @@ from .spec import LoadTest
 from .stats import percentile
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from ..._messages import ChatResult
     from ..._runtime import CallStream, Runtime
+    from .workers import Share, Start
     from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
@@ -162,6 +163,10 @@ class _Run:
         self.interrupt = interrupt
         if interrupt is not None:
             interrupt.watch(self.sending, self.scope)
+        # ---- --workers (workers.py): this process's share of the schedule, and when it
+        # starts (the shared t0, after the warm-up); None: the whole schedule, at once.
+        self.share: Share | None = None
+        self.start_at: Callable[[], Awaitable[Start]] | None = None
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -179,6 +184,9 @@ class _Run:
                 for index, offset in enumerate(shape.schedule(rng)):
                     if not self.due(index, offset):
                         break
+                    if self.share is not None and not self.share.mine(index):
+                        self.skip(index)  # another worker's: draw its prompt all the same
+                        continue
                     scheduled = self.t0 + offset
                     if spin:
                         await trio.sleep_until(scheduled - SPIN_MARGIN)
@@ -215,6 +223,15 @@ class _Run:
         async with trio.open_nursery() as nursery:
             for _ in range(shape.concurrency):
                 nursery.start_soon(user)
+
+    def skip(self, index: int) -> None:
+        """Draw arrival ``index``'s prompt and drop it (another worker sends it): the
+        workload's generator is used in arrival order, so each worker's own requests are
+        the ones one process would have sent."""
+        if self.test.workload.turns > 1:
+            self.session_items(index)
+        else:
+            self.test.workload.item(index, self.work_rng)
 
     def session_items(self, session: int) -> list[WorkItem]:
         """The new user message of each turn of ``session``, drawn now (in session order, so
@@ -550,6 +567,7 @@ async def run_load(
     interrupt: Interrupt | None = None,
     direct: DirectTarget | None = None,
     folder: Path | None = None,
+    start_at: Callable[[], Awaitable[Start]] | None = None,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -570,10 +588,14 @@ async def run_load(
         direct: where a completions or embeddings test sends (``test.endpoint`` other than
             chat needs it).
         folder: where the records' temporary file is made.
+        start_at: ``--workers``: awaited after the warm-up, says when the schedule starts
+            (the workers' shared t0, as a trio time) and which of its arrivals this process
+            sends. Default: the whole schedule, at once.
     """
     if test.endpoint != "chat" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
     run = _Run(rt, test, on_send, interrupt, None, folder)
+    run.start_at = start_at
     if direct is None:
         return await _run_load(run, progress, progress_interval)
     import httpx
@@ -591,8 +613,13 @@ async def _run_load(
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
-    started_at = time.time()
-    run.t0 = trio.current_time()
+    if run.start_at is not None:  # --workers: every worker starts at the shared t0
+        start = await run.start_at()
+        run.t0, run.share = start.t0, start.share
+        started_at = time.time() + (run.t0 - trio.current_time())
+    else:
+        started_at = time.time()
+        run.t0 = trio.current_time()
     with run.scope:
         await _drive(run, progress, progress_interval)
     if run.fatal is not None:
@@ -601,7 +628,19 @@ async def _run_load(
         raise run.broken
     if progress is not None:
         progress(run.progress())
-    records = run.records
+    return conclude(test, run.records, warm, started_at, interrupt)
+
+
+def conclude(
+    test: LoadTest,
+    records: RecordFile,
+    warm: Sequence[RequestRecord],
+    started_at: float,
+    interrupt: Interrupt | None,
+) -> RunResult:
+    """The :class:`RunResult` of a run of ``test`` that made ``records``: its aggregates and
+    validity. One place for both a run in this process and the merged records of its
+    ``--workers`` processes, so they come out the same."""
     aggregates = aggregate(
         records,
         slos=test.slos,
