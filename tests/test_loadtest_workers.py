@@ -305,6 +305,43 @@ def test_ctrl_c_stops_every_worker_and_writes_what_they_measured(tmp_path):
     assert "INTERRUPTED (drained)" in stdout
 
 
+def test_a_second_sigterm_cancels_every_worker_s_requests_in_flight(tmp_path):
+    out = tmp_path / "r.json"
+    with sim_process("--ttft", "30") as url:
+        args = loadtest(url, out, "--rate", "20", "--arrival", "constant", "--requests", "2000")
+        proc = subprocess.Popen(
+            [*args, "--workers", "2", "--warmup", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        seen = ""
+        while "sluice loadtest:" not in seen:
+            line = proc.stderr.readline()
+            assert line, seen
+            seen += line
+        children = workers_of(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        while "stopping" not in seen:
+            line = proc.stderr.readline()
+            assert line, seen
+            seen += line
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert len(children) == 2 and all(gone(pid) for pid in children)
+    document = orjson.loads(out.read_bytes())
+    assert document["interrupted"] == "cancelled"
+    assert "SIGTERM" in document["invalid_reason"]
+    records = document["requests"]
+    # Nothing could finish (30 s to first token): each request sent is one Cancelled record.
+    assert records and all(r["error_type"] == "Cancelled" for r in records)
+    assert len({r["index"] for r in records}) == len(records)
+    assert {w["requests"] > 0 for w in document["aggregates"]["workers"]} == {True}
+
+
 def test_auto_sizes_the_workers_from_the_measured_cost(tmp_path):
     out = tmp_path / "r.json"
     rate = 2 * ONE_PROCESS_RATE
