@@ -413,10 +413,14 @@ def parse_responses_body(
 
 
 def response_usage(usage: Usage) -> dict[str, Any]:
-    """A ``usage`` object of the Responses API."""
+    """A ``usage`` object of the Responses API (``cache_write_tokens``: the prompt tokens
+    written to the provider's cache, which the SDK's model requires beside ``cached_tokens``)."""
     return {
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        "input_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
         "output_tokens": usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
@@ -571,6 +575,20 @@ def render_response(
 
 
 # ---- a call's events -> the Responses stream -------------------------------------------------
+
+
+_RATE_LIMITED = frozenset({"rate_limit_exceeded", "requests", "tokens", "insufficient_quota"})
+
+
+def _failure_code(error: Mapping[str, Any]) -> str:
+    """A failed response's ``error.code``: the Responses API allows only its own codes, so a
+    rate limit is ``rate_limit_exceeded``, a bad request ``invalid_prompt``, the rest
+    ``server_error``."""
+    if error.get("code") in _RATE_LIMITED or error.get("type") in _RATE_LIMITED:
+        return "rate_limit_exceeded"
+    if error.get("type") == "invalid_request_error":
+        return "invalid_prompt"
+    return "server_error"
 
 
 class _Item:
@@ -833,15 +851,13 @@ class ResponsesEvents:
 
     def error(self, body: bytes) -> bytes:
         """``response.failed`` after the stream began, from an OpenAI error body
-        (``{"error": {"message", "type", "code", ...}}``): the error's code and message."""
+        (``{"error": {"message", "type", "code", ...}}``): its message, and the one of the
+        Responses API's failure codes that fits it (see :func:`_failure_code`)."""
         try:
             error = orjson.loads(body).get("error") or {}
         except (orjson.JSONDecodeError, AttributeError):
             error = {}
-        detail = {
-            "code": error.get("code") or error.get("type") or "server_error",
-            "message": error.get("message") or "the call failed",
-        }
+        detail = {"code": _failure_code(error), "message": error.get("message") or "failed"}
         out = self._close("incomplete")
         output = [self._item_body(i, "incomplete") for i in self._items]
         response = _response(

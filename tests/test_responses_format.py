@@ -1,6 +1,8 @@
 """The Responses API as a server speaks it, pure: request bodies into ChatRequest (with errors
 naming the field), results into ``response`` objects, a call's deltas into the SSE events."""
 
+import typing
+
 import orjson
 import pytest
 
@@ -254,7 +256,7 @@ _ECHO = {
 }
 _USAGE = {
     "input_tokens": 10,
-    "input_tokens_details": {"cached_tokens": 4},
+    "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 0},
     "output_tokens": 5,
     "output_tokens_details": {"reasoning_tokens": 2},
     "total_tokens": 15,
@@ -374,7 +376,8 @@ def test_a_text_stream_has_exact_bytes():
         .replace(b'"output":[]', b'"output":[' + done_item + b"]")
         .replace(
             b'"usage":null',
-            b'"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},'
+            b'"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4,'
+            b'"cache_write_tokens":0},'
             b'"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},'
             b'"total_tokens":15}',
         )
@@ -526,3 +529,27 @@ def test_logprobs_go_on_the_delta():
     lp = {"content": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105], "top_logprobs": []}]}
     event = _events(encoder.text("Hi", lp))[-1][1]
     assert event["logprobs"] == lp["content"]
+
+
+def test_the_openai_sdk_models_accept_the_bodies_and_every_event():
+    """The SDK's own (pydantic) models validate what the module writes, strictly."""
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    result = _result(
+        ReasoningPart(text="hmm"),
+        TextPart("Hi"),
+        ToolCall(id="call_1", name="w", arguments="{}"),
+        finish="tool_calls",
+    )
+    Response.model_validate(
+        render_response(result, response_id="resp_v", model="m", created_at=1), strict=True
+    )
+    encoder = ResponsesEvents("resp_v", "m", 1)
+    raw = encoder.start() + encoder.reasoning("hmm") + encoder.text("Hi")
+    raw += encoder.tool_call(ToolCallDelta("c", 0, "call_1", "w", "{}")) + encoder.finish(result)
+    failing = ResponsesEvents("resp_f", "m", 1)
+    raw += failing.start() + failing.error(b'{"error":{"message":"no","type":"tokens"}}')
+    union = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+    by_type = {typing.get_args(c.model_fields["type"].annotation)[0]: c for c in union}
+    for name, data in _events(raw):
+        by_type[name].model_validate(data, strict=True)
