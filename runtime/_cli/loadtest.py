@@ -72,6 +72,12 @@ def format_summary(document: dict[str, Any]) -> str:
         f"  throughput: {tp['requests_per_s']:.2f} requests/s, "
         f"{tp['output_tokens_per_s']:.1f} output tokens/s over {tp['elapsed_s']:.1f} s"
     )
+    if tp.get("embeddings_per_s") is not None:  # --endpoint embeddings: inputs a request
+        lines.append(
+            f"  embeddings: {tp['requests_per_s']:.2f} requests/s, "
+            f"{tp['embeddings_per_s']:.1f} inputs/s "
+            f"({document['config'].get('embedding_batch')} inputs a request)"
+        )
     good = agg["goodput"]
     for check in good["slos"]:
         lines.append(
@@ -361,13 +367,13 @@ def _run_config(options: LoadTestOptions) -> Any:
 
 
 def _direct_target(options: LoadTestOptions, run_config: Any) -> DirectTarget | None:
-    """Where ``--endpoint completions|embeddings`` sends, straight to the server (None for
-    chat, which goes through the runtime).
+    """Where ``--endpoint completions`` sends, straight to the server (None for the
+    endpoints that go through the runtime: chat, embeddings).
 
     Raises:
         ConfigError: no base URL is known for the provider.
     """
-    if options.endpoint == "chat":
+    if options.endpoint != "completions":
         return None
     provider, _, model_name = options.model.partition(":")
     entry = run_config.providers.get(provider)

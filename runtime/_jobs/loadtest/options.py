@@ -130,8 +130,9 @@ class LoadTestOptions:
     server_metrics_interval: float = 1.0
     """seconds between scrapes."""
     endpoint: str = "chat"
-    """chat (through the runtime, any provider protocol), completions (OpenAI text
-    completions, streamed) or embeddings, the last two sent straight to the base URL."""
+    """chat or embeddings (through the runtime: any provider protocol, its quotas and, with
+    --respect-limits, its retries), or completions (OpenAI text completions, streamed, sent
+    straight to the base URL)."""
     embedding_batch: int = 1
     """inputs per embeddings request (the results add embeddings/s)."""
     timeout: float = 600.0

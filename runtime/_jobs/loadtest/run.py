@@ -35,7 +35,7 @@ from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
-from .endpoints import DirectTarget, call_endpoint
+from .endpoints import DirectTarget, Outcome, call_embed, call_endpoint
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
 from .spec import LoadTest
@@ -287,7 +287,7 @@ class _Run:
         turn: int | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed."""
-        if self.direct is not None:
+        if self.test.endpoint != "chat":
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
         tracker = self._start(index, scheduled)
@@ -366,8 +366,6 @@ class _Run:
         warmup: bool,
     ) -> str | None:
         """:meth:`one` for a completions or embeddings test (:mod:`.endpoints`)."""
-        assert self.direct is not None
-        target, client = self.direct
         t0 = self.t0
         tracker = self._start(index, scheduled)
         embeddings = self.test.endpoint == "embeddings"
@@ -378,15 +376,11 @@ class _Run:
             "inputs": self.test.embedding_batch if embeddings else None,
         }
         try:
-            outcome = await call_endpoint(
-                client,
-                target,
-                "embeddings" if embeddings else "completions",
-                item,
-                tracker,
-                lambda: trio.current_time() - t0,
-                batch=self.test.embedding_batch,
-            )
+            outcome = await self.endpoint_call(item, tracker)
+        except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
+            self.fatal = self.fatal or exc
+            self.scope.cancel(reason="the load test cannot call its model")
+            return None
         except trio.Cancelled:
             self._cancelled(tracker, described)
             raise
@@ -401,10 +395,42 @@ class _Run:
                 status=outcome.status,
                 error_type=outcome.error_type,
                 error=outcome.error,
+                attempts=outcome.attempts,
+                request_id=outcome.request_id,
                 **described,
             )
         )
         return outcome.text if outcome.ok else None
+
+    # ---- the endpoints besides chat (endpoints.py) ------------------------------------------
+
+    async def endpoint_call(self, item: WorkItem, tracker: Tracker) -> Outcome:
+        """Send ``item`` to the test's endpoint: embeddings through the runtime (quotas,
+        retries, ``--respect-limits``), completions straight to the base URL.
+
+        Raises:
+            ConfigError: the model cannot be called at all.
+        """
+        test = self.test
+        if test.endpoint == "embeddings":
+            outcome = await call_embed(
+                self.rt, test.model, item, test.embedding_batch, self.deadlines
+            )
+            tracker.queue_wait = outcome.queue_wait
+            return outcome
+        assert self.direct is not None
+        target, client = self.direct
+        t0 = self.t0
+        return await call_endpoint(
+            client,
+            target,
+            "completions",
+            item,
+            tracker,
+            lambda: trio.current_time() - t0,
+        )
+
+    # ---- end of the endpoints besides chat --------------------------------------------------
 
     def keep(self, record: RequestRecord) -> None:
         """Add ``record`` to the run's file; a write that fails stops the run."""
@@ -436,7 +462,7 @@ async def _start_provider(run: _Run) -> None:
     by the first scheduled request, that work held up the scheduler and the requests due
     meanwhile all left at once when it ended. A model that cannot be routed is left to the
     first request to report."""
-    if run.direct is not None:
+    if run.test.endpoint == "completions":  # sent straight to the server: no actor
         return
     with contextlib.suppress(SluiceError):
         await run.rt.start_provider(run.test.model)
@@ -585,14 +611,14 @@ async def run_load(
         on_send: called in each request's task just before it is sent (after its lag is
             fixed); tests use it to starve the client on purpose.
         interrupt: ends the run early when told to (the results then say so).
-        direct: where a completions or embeddings test sends (``test.endpoint`` other than
-            chat needs it).
+        direct: where a completions test sends (the one endpoint not called through the
+            runtime).
         folder: where the records' temporary file is made.
         start_at: ``--workers``: awaited after the warm-up, says when the schedule starts
             (the workers' shared t0, as a trio time) and which of its arrivals this process
             sends. Default: the whole schedule, at once.
     """
-    if test.endpoint != "chat" and direct is None:
+    if test.endpoint == "completions" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
     run = _Run(rt, test, on_send, interrupt, None, folder)
     run.start_at = start_at

@@ -58,7 +58,7 @@ class LoadTest:
     request's content gives them the same draws. Their records are kept, marked ``warmup``,
     and left out of every aggregate."""
     endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(ENDPOINTS))
-    """``chat`` through the runtime (any protocol), or ``completions``/``embeddings`` sent
+    """``chat`` or ``embeddings`` through the runtime (any protocol), or ``completions`` sent
     straight to the provider's base URL (:mod:`.endpoints`)."""
     embedding_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     """Inputs per embeddings request."""
