@@ -15,6 +15,8 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import attrs
 import orjson
@@ -29,6 +31,7 @@ from sluice._jobs.loadtest import (
     LoadTest,
     LoadTestOptions,
     OpenLoop,
+    RunResult,
     Step,
     Workload,
     loadtest_config,
@@ -104,15 +107,17 @@ def test_auto_keeps_one_process_for_low_rates_and_scales_with_the_measured_cost(
 
 
 def test_workers_flag_is_checked():
-    base = {"model": MODEL, "out": "r.json", "duration": 1.0}
-    assert LoadTestOptions(**base, rate=5).worker_count() is None  # auto, the default
-    assert LoadTestOptions(**base, rate=5, workers="3").worker_count() == 3
-    assert LoadTestOptions(**base, concurrency="4").worker_count() == 1
+    def options(**given: Any) -> LoadTestOptions:
+        return LoadTestOptions(model=MODEL, out=Path("r.json"), duration=1.0, **given)
+
+    assert options(rate=5).worker_count() is None  # auto, the default
+    assert options(rate=5, workers="3").worker_count() == 3
+    assert options(concurrency="4").worker_count() == 1
     for bad in ("0", "x", "-1"):
         with pytest.raises(ConfigError, match="--workers"):
-            LoadTestOptions(**base, rate=5, workers=bad)
+            options(rate=5, workers=bad)
     with pytest.raises(ConfigError, match="not with --sweep or --concurrency"):
-        LoadTestOptions(**base, concurrency="4", workers="2")
+        options(concurrency="4", workers="2")
 
 
 # --- workers send what one process sends (virtual time) -------------------------------------
@@ -144,7 +149,7 @@ async def run_workers(app, nursery, test, count):
     ready = trio.Event()
     waiting = [0]
     t0: list[float] = []
-    results = [None] * count
+    results: list[RunResult | None] = [None] * count
 
     async def worker(index: int) -> None:
         async def start_at() -> Start:
@@ -166,7 +171,9 @@ async def run_workers(app, nursery, test, count):
     async with trio.open_nursery() as inner:
         for index in range(count):
             inner.start_soon(worker, index)
-    return results
+    done = [result for result in results if result is not None]
+    assert len(done) == count
+    return done
 
 
 def close(a, b) -> bool:
@@ -372,7 +379,7 @@ def test_respect_limits_with_workers_needs_a_shared_store(tmp_path):
 def test_the_options_survive_the_trip_to_a_worker():
     import pickle
 
-    options = LoadTestOptions(model=MODEL, out="r.json", rate=5, duration=1.0, api_key="sk-x")
+    options = LoadTestOptions(model=MODEL, out=Path("r.json"), rate=5, duration=1.0, api_key="sk-x")
     back = pickle.loads(pickle.dumps(options))
     assert back == options and "sk-x" not in repr(back)
     assert attrs.evolve(back, server_metrics=None).rate == 5

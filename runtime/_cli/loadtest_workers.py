@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from .._jobs.loadtest import Interrupt, LoadTest, Progress
+    from .._jobs.loadtest.metrics import RequestRecord
     from .._jobs.loadtest.workers import Start
 
 __all__ = ["Spread", "run_spread"]
@@ -332,7 +333,7 @@ def _merge(test: LoadTest, workers: list[_Worker], interrupt: Interrupt, folder:
     from .._jobs.loadtest.workers import worker_summary
 
     records = RecordFile(folder)
-    warm = []
+    warm: list[RequestRecord] = []
     summaries = []
     for worker in workers:
         lags = array("d")
