@@ -616,7 +616,9 @@ class ResponsesEvents:
     An item opens (``output_item.added``) with its first delta and is done
     (``output_item.done``) when an item of another kind opens or the reply ends; function
     calls stay open side by side until then, so fragments of several calls may interleave.
-    Every event carries the next ``sequence_number``, from 0.
+    Every event carries the next ``sequence_number``, from 0; :meth:`start`'s two events
+    always hold 0 and 1, so it may be called after the first deltas were encoded (the gateway
+    makes the opening events when it writes the first output, which may be a batch of deltas).
     """
 
     __slots__ = ("_body", "_calls", "_created_at", "_id", "_items", "_model", "_open", "_seq")
@@ -628,7 +630,7 @@ class ResponsesEvents:
         self._model = model
         self._created_at = created_at
         self._body: Mapping[str, Any] = body or {}
-        self._seq = 0
+        self._seq = 2  # 0 and 1 are response.created and response.in_progress
         self._items: list[_Item] = []
         self._open: list[_Item] = []
         """Items added and not yet done: one reasoning or message item, or function calls."""
@@ -639,9 +641,11 @@ class ResponsesEvents:
     def response_id(self) -> str:
         return self._id
 
-    def _event(self, kind: str, data: dict[str, Any]) -> bytes:
-        data = {"type": kind, "sequence_number": self._seq, **data}
-        self._seq += 1
+    def _event(self, kind: str, data: dict[str, Any], number: int | None = None) -> bytes:
+        if number is None:
+            number = self._seq
+            self._seq += 1
+        data = {"type": kind, "sequence_number": number, **data}
         return b"event: %s\ndata: %s\n\n" % (kind.encode(), orjson.dumps(data))
 
     def _shell(self, status: str, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -653,8 +657,8 @@ class ResponsesEvents:
         """``response.created`` and ``response.in_progress`` (``usage`` is not told before
         the end in this format)."""
         shell = self._shell("in_progress")
-        return self._event("response.created", {"response": shell}) + self._event(
-            "response.in_progress", {"response": shell}
+        return self._event("response.created", {"response": shell}, 0) + self._event(
+            "response.in_progress", {"response": shell}, 1
         )
 
     # -- items --

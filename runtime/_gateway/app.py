@@ -11,7 +11,14 @@ They also set ``retry_visible=False``: the client (an SDK with retry logic of it
 upstream's 429 or 503 at once, with its ``Retry-After``; the gateway retries only a connection
 that failed before the reply began, which the client cannot see, for about a second.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models`` (aliases,
+A ``POST /v1/responses`` body (OpenAI's Responses API) is read the same way
+(:mod:`sluice._responses_format`), so any provider answers it too: reasoning comes back as a
+``reasoning`` item, tool calls as ``function_call`` items. Its parameters that only OpenAI's
+own Responses API can honour (``previous_response_id``, ``background``) are refused for any
+other upstream rather than dropped.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
+``GET /v1/models`` (aliases,
 groups, configured models and the default provider's; see :mod:`.models`),
 ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry,
 with the gateway's own series in it: requests by route and status, open connections; see
@@ -56,6 +63,7 @@ from .._limits.store import (
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body
 from .._record import Record
+from .._responses_format import ResponsesEvents, parse_responses_body, render_response
 from . import anthropic_wire, openai_wire
 from .errors import (
     BadBody,
@@ -97,7 +105,14 @@ _ENDS = (Completed, Failed)
 _PROXY_TOOLS = ToolOptions(allow_parallel=True)
 """A client that forces a tool call and leaves ``parallel_tool_calls`` unset gets what the
 upstream does by default: several calls allowed, and no ``parallel_tool_calls`` added."""
-_CHAT_ROUTES: dict[bytes, Wire] = {b"/v1/chat/completions": "openai", b"/v1/messages": "anthropic"}
+_CHAT_ROUTES: dict[bytes, Wire] = {
+    b"/v1/chat/completions": "openai",
+    b"/v1/messages": "anthropic",
+    b"/v1/responses": "openai",
+}
+_RESPONSES_PROTOCOL = "openai-responses"
+"""The provider protocol that speaks OpenAI's Responses API upstream: the only one that takes
+a Responses body's own parameters (``extra_body``) as they are."""
 
 
 def _name_set(names: Iterable[str] | None) -> frozenset[str] | None:
@@ -182,6 +197,9 @@ class Gateway:
             elif path == b"/v1/messages" and method == b"POST":
                 route = "/v1/messages"
                 await self._chat(request, respond, "anthropic")
+            elif path == b"/v1/responses" and method == b"POST":
+                route = "/v1/responses"
+                await self._chat(request, respond, "openai", responses=True)
             elif path == b"/v1/models" and method == b"GET":
                 route = "/v1/models"
                 await self._models(request, respond)
@@ -339,7 +357,14 @@ class Gateway:
         return found
 
     def _parse(
-        self, body: Any, model: str, wire: Wire, key: VirtualKey | None, http: Request | None = None
+        self,
+        body: Any,
+        model: str,
+        wire: Wire,
+        key: VirtualKey | None,
+        http: Request | None = None,
+        *,
+        responses: bool = False,
     ) -> ChatRequest:
         # The gateway's own fields go to the parser's constructor: checked once, with no
         # attrs.evolve afterwards (which would run every converter and validator again).
@@ -356,11 +381,17 @@ class Gateway:
         forwarded = None if http is None else _anthropic_headers(http)
         if forwarded and self._protocol(model.partition(":")[0]) == "anthropic":
             fields["extra_headers"] = forwarded
-        if wire == "openai":
+        own: str = wire
+        if responses:
+            request = parse_responses_body(body, model=model, path="body", fields=fields)
+            own = _RESPONSES_PROTOCOL
+            if any(p != own for p in self._protocols_of(model)):
+                _refuse_stored(request)
+        elif wire == "openai":
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
             request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
-        if request.extra_body and any(p != wire for p in self._protocols_of(model)):
+        if request.extra_body and any(p != own for p in self._protocols_of(model)):
             # Parameters of the client's protocol mean nothing (or an error) to another.
             request = attrs.evolve(request, extra_body={})
         return request
@@ -373,7 +404,9 @@ class Gateway:
             return [self._protocol(model.partition(":")[0])]
         return [self._protocol(d.model.partition(":")[0]) for d in group.deployments]
 
-    async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
+    async def _chat(
+        self, request: Request, respond: Responder, wire: Wire, *, responses: bool = False
+    ) -> None:
         """Answer one chat request: read it, hold the key's quota, call, settle the quota.
 
         A request refused before the call (a :class:`~.errors.Refused`, or a
@@ -381,7 +414,7 @@ class Gateway:
         :func:`~.errors.response_for` gives it; nothing is held for it.
         """
         try:
-            chat = self._read_chat(request, wire)
+            chat = self._read_chat(request, wire, responses=responses)
             reservation = await self._hold(chat)
         except (Refused, ConfigError) as exc:
             await respond.send(*response_for(wire, exc))
@@ -389,13 +422,17 @@ class Gateway:
         result: ChatResult | None = None
         try:
             if chat.body.get("stream") is True:
-                result = await self._stream(respond, chat.request, wire, chat.shown, chat.body)
+                result = await self._stream(
+                    respond, chat.request, wire, chat.shown, chat.body, responses=responses
+                )
             else:
-                result = await self._complete(respond, chat.request, wire, chat.shown)
+                result = await self._complete(
+                    respond, chat.request, wire, chat.shown, chat.body if responses else None
+                )
         finally:
             await self._settle(reservation, result)
 
-    def _read_chat(self, request: Request, wire: Wire) -> _Chat:
+    def _read_chat(self, request: Request, wire: Wire, *, responses: bool = False) -> _Chat:
         """The caller's key, the body and the :class:`ChatRequest` made of it, checked in this
         order: key, JSON object, model served, model known, key may call it, fields.
 
@@ -415,7 +452,8 @@ class Gateway:
         model = self._resolve_model(shown, wire)
         if key is not None and not key.allows(model):
             raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
-        return _Chat(key, body, shown, self._parse(body, model, wire, key, request))
+        parsed = self._parse(body, model, wire, key, request, responses=responses)
+        return _Chat(key, body, shown, parsed)
 
     def _caller(self, request: Request) -> VirtualKey | None:
         """The caller's key (None on an open gateway without one).
@@ -464,14 +502,31 @@ class Gateway:
         return f"{self._ids}{self._count}"
 
     async def _complete(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        responses_body: Mapping[str, Any] | None = None,
     ) -> ChatResult | None:
+        """Call and send the whole reply: a ``response`` object when ``responses_body`` (the
+        Responses request's body, which the object repeats the settings of) is given."""
         try:
             result = await self.rt.chat(request)
         except SluiceError as exc:
             await respond.send(*response_for(wire, exc))
             return None
-        if wire == "openai":
+        if responses_body is not None:
+            body = orjson.dumps(
+                render_response(
+                    result,
+                    response_id=f"resp_{self._next_id()}",
+                    model=shown,
+                    created_at=int(self._wall_clock()),
+                    body=responses_body,
+                )
+            )
+        elif wire == "openai":
             body = openai_wire.render_completion(
                 result,
                 completion_id=f"chatcmpl-{self._next_id()}",
@@ -486,10 +541,21 @@ class Gateway:
         return result
 
     async def _stream(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str, body: Any
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        body: Any,
+        *,
+        responses: bool = False,
     ) -> ChatResult | None:
-        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents
-        if wire == "openai":
+        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents | ResponsesEvents
+        if responses:
+            encoder = ResponsesEvents(
+                f"resp_{self._next_id()}", shown, int(self._wall_clock()), body
+            )
+        elif wire == "openai":
             encoder = openai_wire.OpenAIChunks(
                 f"chatcmpl-{self._next_id()}",
                 shown,
@@ -636,6 +702,25 @@ class Gateway:
             await respond.send(200, [_JSON], orjson.dumps(key.public()))
         else:
             raise NoRoute(f"no admin route {request.method.decode()} {path}")
+
+
+def _refuse_stored(request: ChatRequest) -> None:
+    """Refuse the Responses parameters no upstream but OpenAI's own Responses API can honour.
+
+    Raises:
+        ConfigError: naming the parameter and what to send instead.
+    """
+    extra = request.extra_body
+    if extra.get("previous_response_id") is not None:
+        raise ConfigError(
+            "body.previous_response_id: this model's provider keeps no stored responses; "
+            "send the whole conversation in 'input' instead"
+        )
+    if extra.get("background"):
+        raise ConfigError(
+            "body.background: background responses are not supported for this model's provider;"
+            " call without it (stream: true for a long reply)"
+        )
 
 
 def _token(request: Request) -> str | None:
