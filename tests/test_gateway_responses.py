@@ -10,6 +10,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from sluice._gateway import GatewaySettings, KeyRing, issue_key
 from sluice.simulator import SimulatorConfig
+from sluice.simulator._text import count_tokens
 
 from .gateway_helpers import gateway_harness
 from .helpers import virtual_deadline
@@ -61,7 +62,8 @@ def _ring(**specs):
 
 @virtual_deadline(60)
 async def test_a_plain_response_and_its_stream(autojump_clock):
-    async with gateway_harness(settings=OPEN, config=CONFIG, sim=SimulatorConfig(output_tokens=6)) as gw:
+    sim = SimulatorConfig(output_tokens=6)
+    async with gateway_harness(settings=OPEN, config=CONFIG, sim=sim) as gw:
         status, headers, raw = await gw.call(
             "/v1/responses", body(instructions="Be brief.", metadata={"k": "v"})
         )
@@ -74,7 +76,7 @@ async def test_a_plain_response_and_its_stream(autojump_clock):
         (message,) = reply["output"]
         assert len(message["content"][0]["text"].split()) == 6
         assert reply["usage"]["output_tokens"] == 6
-        assert reply["usage"]["input_tokens"] == len("Be brief. Tell me about rivers.".split())
+        assert reply["usage"]["input_tokens"] == count_tokens("Be brief. Tell me about rivers.")
 
         status, headers, raw = await gw.call("/v1/responses", body(stream=True))
         assert status == 200 and headers["content-type"].startswith("text/event-stream")
@@ -136,7 +138,8 @@ async def test_a_function_tool_comes_back_as_a_function_call_item(autojump_clock
 
 @virtual_deadline(60)
 async def test_an_anthropic_model_answers_a_responses_client(autojump_clock):
-    async with gateway_harness(settings=OPEN, config=CONFIG, sim=SimulatorConfig(output_tokens=5)) as gw:
+    sim = SimulatorConfig(output_tokens=5)
+    async with gateway_harness(settings=OPEN, config=CONFIG, sim=sim) as gw:
         status, _, raw = await gw.call(
             "/v1/responses",
             body("simant:claude-sim", instructions="Be brief.", max_output_tokens=100),
