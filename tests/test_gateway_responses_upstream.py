@@ -1,0 +1,138 @@
+"""A Responses client in front of a recorded Anthropic upstream that thinks: the thinking comes
+back as a ``reasoning`` item (its text the summary, its signature ``encrypted_content``),
+streamed and not, and a later turn that sends the item back gives the upstream its thinking
+block, signature and all. Real HTTP over loopback on both sides (``sluice.serve`` and
+:class:`RecordingUpstream`, the suite's own provider stand-in replaying recorded bytes); real
+clock, behaviour only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import trio
+from openai.types.responses import Response
+
+import sluice
+from sluice._gateway import GatewaySettings
+
+from .recording_upstream import RecordingUpstream, sse_reply
+
+RAW = Path(__file__).parent / "conformance_data" / "raw" / "anthropic"
+THINKING_SSE = (RAW / "messages_stream_thinking_signature_then_text.sse").read_bytes()
+
+
+def _recorded() -> tuple[str, str, str]:
+    """The recorded stream's thinking text, signature and answer text."""
+    thinking, signature, text = [], "", []
+    for block in THINKING_SSE.replace(b"\r\n", b"\n").split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if not line.startswith(b"data: "):
+                continue
+            event = orjson.loads(line[6:])
+            delta = event.get("delta", {})
+            if delta.get("type") == "thinking_delta":
+                thinking.append(delta["thinking"])
+            elif delta.get("type") == "signature_delta":
+                signature = delta["signature"]
+            elif delta.get("type") == "text_delta":
+                text.append(delta["text"])
+    return "".join(thinking), signature, "".join(text)
+
+
+THINKING, SIGNATURE, ANSWER = _recorded()
+
+
+async def _start(nursery: trio.Nursery) -> tuple[RecordingUpstream, str]:
+    upstream = RecordingUpstream()
+    up_port = await nursery.start(upstream.serve)
+    config = sluice.load_config(
+        {
+            "ledger": {"persist": False},
+            "providers": {
+                "ant": {
+                    "protocol": "anthropic",
+                    "base_url": f"http://127.0.0.1:{up_port}/v1",
+                    "api_key": "sk-up",
+                }
+            },
+        }
+    )
+    port = await nursery.start(
+        lambda task_status: sluice.serve(
+            config, port=0, settings=GatewaySettings(require_key=False), task_status=task_status
+        )
+    )
+    return upstream, f"http://127.0.0.1:{port}"
+
+
+async def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as client:
+        return await client.post(f"{url}/v1/responses", json=body)
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    return [
+        orjson.loads(line[6:])
+        for block in raw.split(b"\n\n")
+        for line in block.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+
+
+async def test_thinking_comes_back_as_a_reasoning_item_and_goes_back_upstream():
+    assert THINKING and SIGNATURE and ANSWER
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            upstream, url = await _start(nursery)
+            upstream.reply(sse_reply(THINKING_SSE), sse_reply(THINKING_SSE))
+            plain = await _post(url, {"model": "ant:claude", "input": "What is 5 + 3?"})
+            streamed = await _post(
+                url, {"model": "ant:claude", "input": "What is 5 + 3?", "stream": True}
+            )
+            reply = plain.json()
+            Response.model_validate(reply, strict=True)
+            reasoning, message = reply["output"]
+            assert reasoning["type"] == "reasoning"
+            assert reasoning["summary"] == [{"type": "summary_text", "text": THINKING}]
+            assert reasoning["encrypted_content"] == SIGNATURE
+            assert message["content"][0]["text"] == ANSWER
+            assert reply["usage"]["input_tokens"] == 50  # as recorded
+
+            events = _events(streamed.content)
+            summary = "".join(
+                e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"
+            )
+            assert summary == THINKING
+            final = events[-1]
+            assert final["type"] == "response.completed"
+            assert [{**i, "id": None} for i in final["response"]["output"]] == [
+                {**i, "id": None} for i in reply["output"]
+            ]
+
+            # The next turn hands the reasoning item back: the upstream gets its thinking.
+            upstream.reply(sse_reply(THINKING_SSE))
+            follow = await _post(
+                url,
+                {
+                    "model": "ant:claude",
+                    "input": [
+                        {"role": "user", "content": "What is 5 + 3?"},
+                        reasoning,
+                        message,
+                        {"role": "user", "content": "And 6 + 3?"},
+                    ],
+                },
+            )
+            assert follow.status_code == 200
+            sent = upstream.received[-1].body["messages"]
+            assert sent[1]["role"] == "assistant"
+            assert sent[1]["content"][0] == {
+                "type": "thinking",
+                "thinking": THINKING,
+                "signature": SIGNATURE,
+            }
+            assert sent[1]["content"][1]["text"] == ANSWER
+            nursery.cancel_scope.cancel()
