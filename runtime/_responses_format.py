@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ResponsesEvents",
+    "chat_extra",
     "parse_responses_body",
     "render_response",
     "response_usage",
@@ -407,6 +408,25 @@ def parse_responses_body(
         extra_body=extra,
         **(fields or {}),
     )
+
+
+_CHAT_SAME = ("user", "service_tier", "prompt_cache_key", "safety_identifier")
+
+
+def chat_extra(extra_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of a Responses body's ``extra_body`` that chat completions knows too,
+    under chat's names: ``user``, ``service_tier``, ``prompt_cache_key``,
+    ``safety_identifier`` as they are, ``reasoning.effort`` as ``reasoning_effort`` and
+    ``text.verbosity`` as ``verbosity``. The rest (``store``, ``include``, ``metadata``...)
+    means nothing, or something else, to a chat upstream."""
+    out = {key: extra_body[key] for key in _CHAT_SAME if key in extra_body}
+    reasoning = extra_body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+        out["reasoning_effort"] = reasoning["effort"]
+    text = extra_body.get("text")
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
+    return out
 
 
 # ---- ChatResult -> response ------------------------------------------------------------------

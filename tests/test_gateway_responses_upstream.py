@@ -136,3 +136,92 @@ async def test_thinking_comes_back_as_a_reasoning_item_and_goes_back_upstream():
             }
             assert sent[1]["content"][1]["text"] == ANSWER
             nursery.cancel_scope.cancel()
+
+
+OPENAI_RAW = RAW.parent / "openai"
+PARALLEL_SSE = (OPENAI_RAW / "chat_stream_parallel_tool_calls_usage.sse").read_bytes()
+
+
+def _recorded_calls() -> dict[str, list[str]]:
+    """Each recorded tool call's id, name and arguments."""
+    calls: dict[int, list[str]] = {}
+    for line in PARALLEL_SSE.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        for choice in orjson.loads(line[6:])["choices"]:
+            for delta in choice["delta"].get("tool_calls") or []:
+                call = calls.setdefault(delta["index"], ["", "", ""])
+                call[0] = delta.get("id") or call[0]
+                call[1] = delta["function"].get("name") or call[1]
+                call[2] += delta["function"].get("arguments") or ""
+    return {call[0]: call[1:] for call in calls.values()}
+
+
+async def test_a_chat_upstream_gets_chats_names_and_its_parallel_calls_come_back_as_items():
+    weather = {
+        "type": "function",
+        "name": "getCurrentWeather",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+    }
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            upstream = RecordingUpstream()
+            up_port = await nursery.start(upstream.serve)
+            config = sluice.load_config(
+                {
+                    "ledger": {"persist": False},
+                    "providers": {
+                        "oai": {
+                            "protocol": "openai",
+                            "base_url": f"http://127.0.0.1:{up_port}/v1",
+                            "api_key": "sk-up",
+                        }
+                    },
+                }
+            )
+            port = await nursery.start(
+                lambda task_status: sluice.serve(
+                    config,
+                    port=0,
+                    settings=GatewaySettings(require_key=False),
+                    task_status=task_status,
+                )
+            )
+            upstream.reply(sse_reply(PARALLEL_SSE))
+            reply = await _post(
+                f"http://127.0.0.1:{port}",
+                {
+                    "model": "oai:gpt-4.1",
+                    "instructions": "Use tools.",
+                    "input": "Weather in Paris and Lyon?",
+                    "tools": [weather, {"type": "function", "name": "getCurrentTime"}],
+                    "reasoning": {"effort": "low", "summary": "auto"},
+                    "text": {"verbosity": "low"},
+                    "user": "u-1",
+                    "store": False,
+                    "include": ["reasoning.encrypted_content"],
+                    "metadata": {"k": "v"},
+                    "max_output_tokens": 300,
+                    "stream": True,
+                },
+            )
+            nursery.cancel_scope.cancel()
+    sent = upstream.received[0]
+    assert sent.path == "/v1/chat/completions"
+    body = sent.body
+    assert body["messages"] == [
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "Weather in Paris and Lyon?"},
+    ]
+    assert body["tools"][0]["function"]["name"] == "getCurrentWeather"
+    assert body["reasoning_effort"] == "low" and body["verbosity"] == "low"
+    assert body["user"] == "u-1"
+    for only_responses in ("store", "include", "metadata", "reasoning", "text", "input"):
+        assert only_responses not in body
+    events = _events(reply.content)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.completed"
+    items = {i["call_id"]: [i["name"], i["arguments"]] for i in final["output"]}
+    assert items == _recorded_calls() and len(items) == 2
+    assert final["usage"]["input_tokens"] == 121 and final["usage"]["output_tokens"] == 50
+    assert final["metadata"] == {"k": "v"}

@@ -15,7 +15,9 @@ A ``POST /v1/responses`` body (OpenAI's Responses API) is read the same way
 (:mod:`sluice._responses_format`), so any provider answers it too: reasoning comes back as a
 ``reasoning`` item, tool calls as ``function_call`` items. Its parameters that only OpenAI's
 own Responses API can honour (``previous_response_id``, ``background``) are refused for any
-other upstream rather than dropped.
+other upstream rather than dropped; a chat-completions upstream gets the ones it knows too
+(``reasoning.effort`` as ``reasoning_effort``, ``user``, ...; see
+:func:`~sluice._responses_format.chat_extra`).
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
 ``GET /v1/models`` (aliases,
@@ -63,7 +65,12 @@ from .._limits.store import (
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body
 from .._record import Record
-from .._responses_format import ResponsesEvents, parse_responses_body, render_response
+from .._responses_format import (
+    ResponsesEvents,
+    chat_extra,
+    parse_responses_body,
+    render_response,
+)
 from . import anthropic_wire, openai_wire
 from .errors import (
     BadBody,
@@ -385,8 +392,12 @@ class Gateway:
         if responses:
             request = parse_responses_body(body, model=model, path="body", fields=fields)
             own = _RESPONSES_PROTOCOL
-            if any(p != own for p in self._protocols_of(model)):
+            protocols = self._protocols_of(model)
+            if any(p != own for p in protocols):
                 _refuse_stored(request)
+            if request.extra_body and all(p == "openai" for p in protocols):
+                # A chat upstream: the parameters chat completions knows too, renamed.
+                return attrs.evolve(request, extra_body=chat_extra(request.extra_body))
         elif wire == "openai":
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
