@@ -19,8 +19,12 @@ other upstream rather than dropped; a chat-completions upstream gets the ones it
 (``reasoning.effort`` as ``reasoning_effort``, ``user``, ...; see
 :func:`~sluice._responses_format.chat_extra`).
 
+``POST /v1/embeddings`` goes through ``rt.embed`` under the same keys, quotas and budgets (a
+key's tokens per minute reserve the inputs' estimated tokens); vectors go back as floats or,
+as the openai SDK asks by default, as base64 float32 (:mod:`.embeddings_wire`).
+
 Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
-``GET /v1/models`` (aliases,
+``POST /v1/embeddings``, ``GET /v1/models`` (aliases,
 groups, configured models and the default provider's; see :mod:`.models`),
 ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry,
 with the gateway's own series in it: requests by route and status, open connections; see
@@ -43,6 +47,8 @@ import orjson
 import trio
 
 from .._capabilities import ToolOptions
+from .._embed_calls import embed_cost
+from .._embeddings import EmbedRequest
 from .._errors import ConfigError, SluiceError
 from .._events import (
     Completed,
@@ -72,6 +78,7 @@ from .._responses_format import (
     render_response,
 )
 from . import anthropic_wire, openai_wire
+from .embeddings_wire import parse_embeddings_body, render_embeddings
 from .errors import (
     BadBody,
     KeyOverRate,
@@ -91,6 +98,7 @@ from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._embeddings import EmbedResult
     from .._messages import ChatResult
     from .._runtime import Runtime
     from .errors import Wire
@@ -116,6 +124,7 @@ _CHAT_ROUTES: dict[bytes, Wire] = {
     b"/v1/chat/completions": "openai",
     b"/v1/messages": "anthropic",
     b"/v1/responses": "openai",
+    b"/v1/embeddings": "openai",
 }
 _RESPONSES_PROTOCOL = "openai-responses"
 """The provider protocol that speaks OpenAI's Responses API upstream: the only one that takes
@@ -207,6 +216,9 @@ class Gateway:
             elif path == b"/v1/responses" and method == b"POST":
                 route = "/v1/responses"
                 await self._chat(request, respond, "openai", responses=True)
+            elif path == b"/v1/embeddings" and method == b"POST":
+                route = "/v1/embeddings"
+                await self._embeddings(request, respond)
             elif path == b"/v1/models" and method == b"GET":
                 route = "/v1/models"
                 await self._models(request, respond)
@@ -310,7 +322,7 @@ class Gateway:
             self._budgeted.add(key.name)
 
     async def _reserve(
-        self, key: VirtualKey, request: ChatRequest
+        self, key: VirtualKey, request: ChatRequest | EmbedRequest
     ) -> Reservation | TooLarge | float | None:
         specs = []
         if key.rpm is not None:
@@ -319,11 +331,12 @@ class Gateway:
             specs.append(WindowSpec("total_tokens", key.tpm, _KEY_PERIOD))
         if not specs:
             return None
-        cost = (
-            estimate_cost(request, self.settings.expected_output_tokens)
-            if key.tpm is not None
-            else Cost()
-        )
+        if key.tpm is None:
+            cost = Cost()
+        elif isinstance(request, EmbedRequest):
+            cost = embed_cost(request)
+        else:
+            cost = estimate_cost(request, self.settings.expected_output_tokens)
         got = await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
         assert not isinstance(got, BudgetRefused)  # only a reserve that asks a budget gets it
         return got
@@ -426,7 +439,7 @@ class Gateway:
         """
         try:
             chat = self._read_chat(request, wire, responses=responses)
-            reservation = await self._hold(chat)
+            reservation = await self._hold(chat.key, chat.request)
         except (Refused, ConfigError) as exc:
             await respond.send(*response_for(wire, exc))
             return
@@ -477,17 +490,18 @@ class Gateway:
             raise Unauthenticated(key)
         return key
 
-    async def _hold(self, chat: _Chat) -> Reservation | None:
+    async def _hold(
+        self, key: VirtualKey | None, request: ChatRequest | EmbedRequest
+    ) -> Reservation | None:
         """The key's own quota for this call, held until :meth:`_settle` (None: nothing held).
 
         Raises:
             KeyOverRate: the key's requests or tokens per minute are spent for now.
             KeyTooLarge: the call needs more tokens than the key may use in a minute.
         """
-        key = chat.key
         if key is None:
             return None
-        held = await self._reserve(key, chat.request)
+        held = await self._reserve(key, request)
         if isinstance(held, float):
             raise KeyOverRate(
                 f"key {key.name!r} is over its rate limit; retry in {held:.1f}s", retry_after=held
@@ -499,7 +513,9 @@ class Gateway:
             )
         return held
 
-    async def _settle(self, reservation: Reservation | None, result: ChatResult | None) -> None:
+    async def _settle(
+        self, reservation: Reservation | None, result: ChatResult | EmbedResult | None
+    ) -> None:
         """Replace the reserved tokens by the real ones (a call counts as one request whatever
         its end): a key without tokens per minute, which reserved none, has nothing to settle.
         Shielded: the quota is settled even when the client left."""
@@ -626,6 +642,51 @@ class Gateway:
             respond.start(200, _SSE)
         await respond.finish(b"".join(pending) + encoder.error(response_for(wire, error)[2]))
         return None
+
+    # ---- embeddings -----------------------------------------------------------------------
+
+    async def _embeddings(self, request: Request, respond: Responder) -> None:
+        """Answer one embeddings request: read it, hold the key's quota, embed, settle.
+
+        Checked in the chat route's order (key, JSON object, model served, model known, key
+        may call it, fields); a refusal or a failed call gets OpenAI's error shape.
+        """
+        try:
+            key = self._caller(request)
+            body = _json_object(request)
+            shown = body.get("model")
+            shown = shown if isinstance(shown, str) else ""
+            if not self._serves(shown):
+                raise ModelNotServed(
+                    f"the model {shown[:200]!r} is not served here (the gateway's model list)"
+                )
+            model = self._resolve_model(shown, "openai")
+            if key is not None and not key.allows(model):
+                raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
+            fields, encoding = parse_embeddings_body(body)
+            if "extra_body" in fields and any(p != "openai" for p in self._protocols_of(model)):
+                del fields["extra_body"]  # OpenAI's own parameters (``user``) mean nothing there
+            embed = EmbedRequest(
+                model=model,
+                retry_visible=False,
+                tag=None if key is None else key.name,
+                **fields,
+            )
+            reservation = await self._hold(key, embed)
+        except (Refused, ConfigError) as exc:
+            await respond.send(*response_for("openai", exc))
+            return
+        result: EmbedResult | None = None
+        try:
+            try:
+                result = await self.rt.embed(embed)
+            except SluiceError as exc:
+                await respond.send(*response_for("openai", exc))
+                return
+            reply = render_embeddings(result, model=shown, encoding_format=encoding)
+            await respond.send(200, [_JSON], reply)
+        finally:
+            await self._settle(reservation, result)
 
     # ---- models and admin -----------------------------------------------------------------
 
