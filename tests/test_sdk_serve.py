@@ -1,11 +1,14 @@
-"""The official ``openai`` SDK's Responses API through a real ``sluice serve`` process (a virtual
-key from a key file) in front of a real ``sluice sim`` process: plain, streamed (the SDK's own
-accumulator rebuilds the response from the events) and with a function tool, to an
-OpenAI-protocol upstream and to an Anthropic-protocol one; and the simulator's own
+"""The official ``openai`` SDK through a real ``sluice serve`` process (a virtual key from a key
+file) in front of a real ``sluice sim`` process: the Responses API plain, streamed (the SDK's
+own accumulator rebuilds the response from the events) and with a function tool, to an
+OpenAI-protocol upstream and to an Anthropic-protocol one; embeddings of one input, of 100,
+with ``dimensions``, in base64 (the SDK's default) and in floats; and the simulator's own
 ``/v1/responses`` reached by the SDK directly. Loopback, real clock, behaviour only."""
 
+import base64
 import json
 import signal
+import struct
 import subprocess
 
 import openai
@@ -168,3 +171,42 @@ def test_the_simulator_serves_the_responses_api_to_the_sdk(simulator):
     assert reply.usage.output_tokens_details.reasoning_tokens > 0
     (call,) = final.output
     assert call.type == "function_call" and "city" in json.loads(call.arguments)
+
+
+EMBEDDER = "simoa:text-embedding-3-small"
+
+
+def test_embeddings_one_and_a_hundred_inputs(client):
+    one = client.embeddings.create(model=EMBEDDER, input="hello world")
+    (item,) = one.data
+    assert item.index == 0 and len(item.embedding) > 1
+    assert all(isinstance(x, float) for x in item.embedding)
+    assert one.usage.prompt_tokens == 2 and one.model == EMBEDDER
+    texts = [f"chunk {i} of a corpus" for i in range(100)]
+    many = client.embeddings.create(model=EMBEDDER, input=texts)
+    assert [d.index for d in many.data] == list(range(100))
+    assert len({tuple(d.embedding) for d in many.data}) == 100
+    again = client.embeddings.create(model=EMBEDDER, input=[texts[42]])
+    assert again.data[0].embedding == many.data[42].embedding
+
+
+def test_embeddings_dimensions_and_encodings(client):
+    small = client.embeddings.create(model=EMBEDDER, input=["a", "b"], dimensions=8)
+    assert [len(d.embedding) for d in small.data] == [8, 8]
+    # The SDK asks for base64 by default and decodes it; asked for floats, it gets floats.
+    floats = client.embeddings.create(
+        model=EMBEDDER, input=["a", "b"], dimensions=8, encoding_format="float"
+    )
+    for packed, plain in zip(small.data, floats.data, strict=True):
+        assert packed.embedding == list(struct.unpack("<8f", struct.pack("<8f", *plain.embedding)))
+    raw = client.embeddings.with_raw_response.create(
+        model=EMBEDDER, input="a", dimensions=4, encoding_format="base64"
+    )
+    wire = json.loads(raw.http_response.text)["data"][0]["embedding"]
+    assert isinstance(wire, str) and len(base64.b64decode(wire)) == 16
+
+
+def test_token_ids_are_refused_clearly(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.embeddings.create(model=EMBEDDER, input=[[1, 2, 3]])
+    assert "token-id arrays are not supported" in caught.value.message
