@@ -17,7 +17,8 @@ MODEL = "sim:text-embedding-3-small"
 
 
 def _ring(**specs):
-    keys, tokens = {}, {}
+    keys: dict = {}
+    tokens: dict[str, str] = {}
     for name, limits in specs.items():
         keys[name], tokens[name] = issue_key(keys, name, now=0.0, **limits)
     return KeyRing(None, keys), tokens

@@ -54,7 +54,8 @@ def events(raw: bytes) -> list[tuple[str, dict]]:
 
 
 def _ring(**specs):
-    keys, tokens = {}, {}
+    keys: dict = {}
+    tokens: dict[str, str] = {}
     for name, limits in specs.items():
         keys[name], tokens[name] = issue_key(keys, name, now=0.0, **limits)
     return KeyRing(None, keys), tokens

@@ -238,7 +238,7 @@ def _result(*parts, finish="stop", usage=_SOME_USAGE):
     )
 
 
-_ECHO = {
+_ECHO: dict[str, typing.Any] = {
     "instructions": None,
     "max_output_tokens": None,
     "metadata": {},

@@ -10,6 +10,7 @@ import json
 import signal
 import struct
 import subprocess
+from typing import Any
 
 import openai
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from .helpers import SLUICE, sim_process
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-WEATHER = {
+WEATHER: Any = {  # the SDK's FunctionToolParam, which also wants 'strict'
     "type": "function",
     "name": "get_weather",
     "description": "Weather",
@@ -168,7 +169,7 @@ def test_the_simulator_serves_the_responses_api_to_the_sdk(simulator):
     reasoning, message = reply.output
     assert reasoning.type == "reasoning" and reasoning.summary[0].text
     assert message.type == "message" and reply.output_text
-    assert reply.usage.output_tokens_details.reasoning_tokens > 0
+    assert reply.usage is not None and reply.usage.output_tokens_details.reasoning_tokens > 0
     (call,) = final.output
     assert call.type == "function_call" and "city" in json.loads(call.arguments)
 
