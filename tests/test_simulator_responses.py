@@ -254,3 +254,16 @@ async def test_faults_quotas_and_errors_are_openai_shaped(
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "input"
     assert app.chat_requests_seen == 4
+
+
+async def test_the_token_quota_counts_the_reasoning_tokens_too() -> None:
+    # "Tell me about rivers." is 4 prompt tokens; 4 output tokens; a summary 12 more.
+    with trio.fail_after(10):
+        config = SimulatorConfig(output_tokens=4, tpm=30)
+        async with client(config) as http:
+            plain = [(await http.post("/responses", json=request())).status_code for _ in range(3)]
+        async with client(config) as http:
+            asked = request(reasoning={"summary": "auto"})
+            thinking = [(await http.post("/responses", json=asked)).status_code for _ in range(2)]
+    assert plain == [200, 200, 200]  # 8 tokens each
+    assert thinking == [200, 429]  # 20 tokens each

@@ -274,8 +274,8 @@ class SimulatorApp:
             return self._error(route, 400, exc.message, request_id, exc.param)
         if type(directive) is Empty:
             reply = Reply(tokens=(), finish_reason="stop", prompt_tokens=reply.prompt_tokens)
+        tokens = reply.prompt_tokens + reply.completion_tokens + route.hidden_tokens(request)
         if self._shared_quota is not None:
-            tokens = reply.prompt_tokens + reply.completion_tokens
             try:
                 refusal = await self._shared_quota.admit(tokens)
             except StoreUnavailable as exc:
@@ -283,9 +283,7 @@ class SimulatorApp:
             if refusal is not None:
                 return self._over_quota(route, *refusal, request_id)
         elif self._quota is not None:
-            refusal = self._quota.admit(
-                trio.current_time(), reply.prompt_tokens + reply.completion_tokens
-            )
+            refusal = self._quota.admit(trio.current_time(), tokens)
             if refusal is not None:
                 return self._over_quota(route, *refusal, request_id)
         if type(directive) is Stall and directive.after is None:

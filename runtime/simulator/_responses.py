@@ -38,6 +38,7 @@ __all__ = [
     "MALFORMED",
     "ResponsesRequest",
     "parse_responses_request",
+    "reasoning_tokens",
     "response_body",
     "response_events",
 ]
@@ -287,6 +288,13 @@ def parse_responses_request(body: bytes, *, ignore_tool_choice: bool = False) ->
 
 
 # ---- the reply ---------------------------------------------------------------------------------
+
+
+def reasoning_tokens(request: ChatRequest) -> int:
+    """The reasoning tokens the reply to ``request`` spends: its summary's, when asked."""
+    if isinstance(request, ResponsesRequest) and request.summary:
+        return SUMMARY_TOKENS
+    return 0
 
 
 def _summary(request: ChatRequest) -> tuple[str, ...]:

@@ -25,7 +25,12 @@ from ._anthropic_wire import (
 )
 from ._request import parse_chat_request
 from ._responses import MALFORMED as RESPONSES_MALFORMED
-from ._responses import parse_responses_request, response_body, response_events
+from ._responses import (
+    parse_responses_request,
+    reasoning_tokens,
+    response_body,
+    response_events,
+)
 from ._wire import (
     MALFORMED as OPENAI_MALFORMED,
 )
@@ -90,6 +95,11 @@ class Route(ABC):
     @abstractmethod
     def status_error(self, status: int, request_id: str) -> bytes:
         """The body of a fault directive's error ``status``."""
+
+    def hidden_tokens(self, request: ChatRequest) -> int:
+        """Output tokens the reply spends beyond its planned tokens (reasoning), which the
+        quotas count as usage reports them."""
+        return 0
 
     def stream_head(self, request_id: bytes) -> list[Header]:
         return [self._stream_type, _NO_CACHE, (self.request_id_header, request_id)]
@@ -229,6 +239,9 @@ class _Responses(_OpenAI):
 
     def parse(self, body: bytes, *, ignore_tool_choice: bool) -> ChatRequest:
         return parse_responses_request(body, ignore_tool_choice=ignore_tool_choice)
+
+    def hidden_tokens(self, request: ChatRequest) -> int:
+        return reasoning_tokens(request)
 
     def stream_events(
         self,
