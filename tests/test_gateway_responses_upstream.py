@@ -1,9 +1,10 @@
-"""A Responses client in front of a recorded Anthropic upstream that thinks: the thinking comes
-back as a ``reasoning`` item (its text the summary, its signature ``encrypted_content``),
+"""A Responses client in front of recorded upstreams (real HTTP over loopback on both sides:
+``sluice.serve`` and :class:`RecordingUpstream`, the suite's own provider stand-in replaying
+recorded bytes; real clock, behaviour only). An Anthropic upstream that thinks: the thinking
+comes back as a ``reasoning`` item (its text the summary, its signature ``encrypted_content``),
 streamed and not, and a later turn that sends the item back gives the upstream its thinking
-block, signature and all. Real HTTP over loopback on both sides (``sluice.serve`` and
-:class:`RecordingUpstream`, the suite's own provider stand-in replaying recorded bytes); real
-clock, behaviour only."""
+block, signature and all. A chat-completions upstream gets chat's own parameter names, and its
+parallel tool calls come back as items; a Gemini upstream's function call does too."""
 
 from __future__ import annotations
 
@@ -225,3 +226,57 @@ async def test_a_chat_upstream_gets_chats_names_and_its_parallel_calls_come_back
     assert items == _recorded_calls() and len(items) == 2
     assert final["usage"]["input_tokens"] == 121 and final["usage"]["output_tokens"] == 50
     assert final["metadata"] == {"k": "v"}
+
+
+GEMINI_SSE = (RAW.parent / "gemini" / "stream_function_call_thought_signature.sse").read_bytes()
+
+
+async def test_a_gemini_model_answers_a_responses_client_with_a_function_call():
+    country = {"type": "function", "name": "get_country", "parameters": {"type": "object"}}
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            upstream = RecordingUpstream()
+            up_port = await nursery.start(upstream.serve)
+            config = sluice.load_config(
+                {
+                    "ledger": {"persist": False},
+                    "providers": {
+                        "gem": {
+                            "protocol": "gemini",
+                            "base_url": f"http://127.0.0.1:{up_port}/v1beta",
+                            "api_key": "gm-up",
+                        }
+                    },
+                }
+            )
+            port = await nursery.start(
+                lambda task_status: sluice.serve(
+                    config,
+                    port=0,
+                    settings=GatewaySettings(require_key=False),
+                    task_status=task_status,
+                )
+            )
+            upstream.reply(sse_reply(GEMINI_SSE))
+            reply = await _post(
+                f"http://127.0.0.1:{port}",
+                {
+                    "model": "gem:gemini-3-pro-preview",
+                    "input": "What is the capital of the user country? Call the tool",
+                    "tools": [country],
+                    "stream": True,
+                },
+            )
+            nursery.cancel_scope.cancel()
+    sent = upstream.received[0]
+    assert "streamGenerateContent" in sent.path
+    declared = sent.body["tools"][0]["functionDeclarations"][0]
+    assert declared["name"] == "get_country"
+    events = _events(reply.content)
+    assert events[-1]["type"] == "response.completed"
+    final = events[-1]["response"]
+    (call,) = final["output"]
+    assert call["type"] == "function_call" and call["name"] == "get_country"
+    assert orjson.loads(call["arguments"]) == {}
+    assert final["usage"]["input_tokens"] == 29
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 110
