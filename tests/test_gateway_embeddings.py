@@ -75,7 +75,11 @@ async def test_base64_is_the_float32_packing_of_the_same_vectors(autojump_clock)
 
 @virtual_deadline(60)
 async def test_bad_bodies_and_unknown_models_are_openai_errors(autojump_clock):
-    async with gateway_harness(settings=OPEN) as gw:
+    config = {
+        "ledger": {"persist": False},
+        "providers": {"simant": {"protocol": "anthropic", "base_url": "http://sim.invalid/v1"}},
+    }
+    async with gateway_harness(settings=OPEN, config=config) as gw:
         cases = [
             ({"model": MODEL, "input": [[1, 2, 3]]}, 400, "body.input: token-id arrays"),
             ({"model": MODEL}, 400, "body.input: missing"),
@@ -83,6 +87,7 @@ async def test_bad_bodies_and_unknown_models_are_openai_errors(autojump_clock):
             ({"model": MODEL, "input": "x", "encoding_format": "int8"}, 400, "body.encoding"),
             ({"model": "bare", "input": "x"}, 400, "names no provider"),
             ({"model": "nosuch:m", "input": "x"}, 400, "nosuch"),
+            ({"model": "simant:claude", "input": "x"}, 400, "embedding"),
         ]
         for body, status, words in cases:
             got, _, raw = await gw.call("/v1/embeddings", body)
@@ -90,6 +95,7 @@ async def test_bad_bodies_and_unknown_models_are_openai_errors(autojump_clock):
             assert (got, error["type"]) == (status, "invalid_request_error"), raw
             assert words in error["message"]
         assert gw.gateway.requests[("/v1/embeddings", 400)] == len(cases)
+        assert gw.sim.requests_seen == 0  # nothing went upstream
 
 
 @virtual_deadline(300)
