@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ResponsesEvents",
+    "chat_extra",
     "parse_responses_body",
     "render_response",
     "response_usage",
@@ -409,6 +410,25 @@ def parse_responses_body(
     )
 
 
+_CHAT_SAME = ("user", "service_tier", "prompt_cache_key", "safety_identifier")
+
+
+def chat_extra(extra_body: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of a Responses body's ``extra_body`` that chat completions knows too,
+    under chat's names: ``user``, ``service_tier``, ``prompt_cache_key``,
+    ``safety_identifier`` as they are, ``reasoning.effort`` as ``reasoning_effort`` and
+    ``text.verbosity`` as ``verbosity``. The rest (``store``, ``include``, ``metadata``...)
+    means nothing, or something else, to a chat upstream."""
+    out = {key: extra_body[key] for key in _CHAT_SAME if key in extra_body}
+    reasoning = extra_body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+        out["reasoning_effort"] = reasoning["effort"]
+    text = extra_body.get("text")
+    if isinstance(text, dict) and text.get("verbosity") is not None:
+        out["verbosity"] = text["verbosity"]
+    return out
+
+
 # ---- ChatResult -> response ------------------------------------------------------------------
 
 
@@ -616,7 +636,9 @@ class ResponsesEvents:
     An item opens (``output_item.added``) with its first delta and is done
     (``output_item.done``) when an item of another kind opens or the reply ends; function
     calls stay open side by side until then, so fragments of several calls may interleave.
-    Every event carries the next ``sequence_number``, from 0.
+    Every event carries the next ``sequence_number``, from 0; :meth:`start`'s two events
+    always hold 0 and 1, so it may be called after the first deltas were encoded (the gateway
+    makes the opening events when it writes the first output, which may be a batch of deltas).
     """
 
     __slots__ = ("_body", "_calls", "_created_at", "_id", "_items", "_model", "_open", "_seq")
@@ -628,7 +650,7 @@ class ResponsesEvents:
         self._model = model
         self._created_at = created_at
         self._body: Mapping[str, Any] = body or {}
-        self._seq = 0
+        self._seq = 2  # 0 and 1 are response.created and response.in_progress
         self._items: list[_Item] = []
         self._open: list[_Item] = []
         """Items added and not yet done: one reasoning or message item, or function calls."""
@@ -639,9 +661,11 @@ class ResponsesEvents:
     def response_id(self) -> str:
         return self._id
 
-    def _event(self, kind: str, data: dict[str, Any]) -> bytes:
-        data = {"type": kind, "sequence_number": self._seq, **data}
-        self._seq += 1
+    def _event(self, kind: str, data: dict[str, Any], number: int | None = None) -> bytes:
+        if number is None:
+            number = self._seq
+            self._seq += 1
+        data = {"type": kind, "sequence_number": number, **data}
         return b"event: %s\ndata: %s\n\n" % (kind.encode(), orjson.dumps(data))
 
     def _shell(self, status: str, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -653,8 +677,8 @@ class ResponsesEvents:
         """``response.created`` and ``response.in_progress`` (``usage`` is not told before
         the end in this format)."""
         shell = self._shell("in_progress")
-        return self._event("response.created", {"response": shell}) + self._event(
-            "response.in_progress", {"response": shell}
+        return self._event("response.created", {"response": shell}, 0) + self._event(
+            "response.in_progress", {"response": shell}, 1
         )
 
     # -- items --

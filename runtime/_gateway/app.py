@@ -11,7 +11,20 @@ They also set ``retry_visible=False``: the client (an SDK with retry logic of it
 upstream's 429 or 503 at once, with its ``Retry-After``; the gateway retries only a connection
 that failed before the reply began, which the client cannot see, for about a second.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models`` (aliases,
+A ``POST /v1/responses`` body (OpenAI's Responses API) is read the same way
+(:mod:`sluice._responses_format`), so any provider answers it too: reasoning comes back as a
+``reasoning`` item, tool calls as ``function_call`` items. Its parameters that only OpenAI's
+own Responses API can honour (``previous_response_id``, ``background``) are refused for any
+other upstream rather than dropped; a chat-completions upstream gets the ones it knows too
+(``reasoning.effort`` as ``reasoning_effort``, ``user``, ...; see
+:func:`~sluice._responses_format.chat_extra`).
+
+``POST /v1/embeddings`` goes through ``rt.embed`` under the same keys, quotas and budgets (a
+key's tokens per minute reserve the inputs' estimated tokens); vectors go back as floats or,
+as the openai SDK asks by default, as base64 float32 (:mod:`.embeddings_wire`).
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
+``POST /v1/embeddings``, ``GET /v1/models`` (aliases,
 groups, configured models and the default provider's; see :mod:`.models`),
 ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry,
 with the gateway's own series in it: requests by route and status, open connections; see
@@ -34,6 +47,8 @@ import orjson
 import trio
 
 from .._capabilities import ToolOptions
+from .._embed_calls import embed_cost
+from .._embeddings import EmbedRequest
 from .._errors import ConfigError, SluiceError
 from .._events import (
     Completed,
@@ -56,7 +71,14 @@ from .._limits.store import (
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body
 from .._record import Record
+from .._responses_format import (
+    ResponsesEvents,
+    chat_extra,
+    parse_responses_body,
+    render_response,
+)
 from . import anthropic_wire, openai_wire
+from .embeddings_wire import parse_embeddings_body, render_embeddings
 from .errors import (
     BadBody,
     KeyOverRate,
@@ -76,6 +98,7 @@ from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._embeddings import EmbedResult
     from .._messages import ChatResult
     from .._runtime import Runtime
     from .errors import Wire
@@ -97,7 +120,15 @@ _ENDS = (Completed, Failed)
 _PROXY_TOOLS = ToolOptions(allow_parallel=True)
 """A client that forces a tool call and leaves ``parallel_tool_calls`` unset gets what the
 upstream does by default: several calls allowed, and no ``parallel_tool_calls`` added."""
-_CHAT_ROUTES: dict[bytes, Wire] = {b"/v1/chat/completions": "openai", b"/v1/messages": "anthropic"}
+_CHAT_ROUTES: dict[bytes, Wire] = {
+    b"/v1/chat/completions": "openai",
+    b"/v1/messages": "anthropic",
+    b"/v1/responses": "openai",
+    b"/v1/embeddings": "openai",
+}
+_RESPONSES_PROTOCOL = "openai-responses"
+"""The provider protocol that speaks OpenAI's Responses API upstream: the only one that takes
+a Responses body's own parameters (``extra_body``) as they are."""
 
 
 def _name_set(names: Iterable[str] | None) -> frozenset[str] | None:
@@ -182,6 +213,12 @@ class Gateway:
             elif path == b"/v1/messages" and method == b"POST":
                 route = "/v1/messages"
                 await self._chat(request, respond, "anthropic")
+            elif path == b"/v1/responses" and method == b"POST":
+                route = "/v1/responses"
+                await self._chat(request, respond, "openai", responses=True)
+            elif path == b"/v1/embeddings" and method == b"POST":
+                route = "/v1/embeddings"
+                await self._embeddings(request, respond)
             elif path == b"/v1/models" and method == b"GET":
                 route = "/v1/models"
                 await self._models(request, respond)
@@ -285,7 +322,7 @@ class Gateway:
             self._budgeted.add(key.name)
 
     async def _reserve(
-        self, key: VirtualKey, request: ChatRequest
+        self, key: VirtualKey, request: ChatRequest | EmbedRequest
     ) -> Reservation | TooLarge | float | None:
         specs = []
         if key.rpm is not None:
@@ -294,11 +331,12 @@ class Gateway:
             specs.append(WindowSpec("total_tokens", key.tpm, _KEY_PERIOD))
         if not specs:
             return None
-        cost = (
-            estimate_cost(request, self.settings.expected_output_tokens)
-            if key.tpm is not None
-            else Cost()
-        )
+        if key.tpm is None:
+            cost = Cost()
+        elif isinstance(request, EmbedRequest):
+            cost = embed_cost(request)
+        else:
+            cost = estimate_cost(request, self.settings.expected_output_tokens)
         got = await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
         assert not isinstance(got, BudgetRefused)  # only a reserve that asks a budget gets it
         return got
@@ -339,7 +377,14 @@ class Gateway:
         return found
 
     def _parse(
-        self, body: Any, model: str, wire: Wire, key: VirtualKey | None, http: Request | None = None
+        self,
+        body: Any,
+        model: str,
+        wire: Wire,
+        key: VirtualKey | None,
+        http: Request | None = None,
+        *,
+        responses: bool = False,
     ) -> ChatRequest:
         # The gateway's own fields go to the parser's constructor: checked once, with no
         # attrs.evolve afterwards (which would run every converter and validator again).
@@ -356,11 +401,21 @@ class Gateway:
         forwarded = None if http is None else _anthropic_headers(http)
         if forwarded and self._protocol(model.partition(":")[0]) == "anthropic":
             fields["extra_headers"] = forwarded
-        if wire == "openai":
+        own: str = wire
+        if responses:
+            request = parse_responses_body(body, model=model, path="body", fields=fields)
+            own = _RESPONSES_PROTOCOL
+            protocols = self._protocols_of(model)
+            if any(p != own for p in protocols):
+                _refuse_stored(request)
+            if request.extra_body and all(p == "openai" for p in protocols):
+                # A chat upstream: the parameters chat completions knows too, renamed.
+                return attrs.evolve(request, extra_body=chat_extra(request.extra_body))
+        elif wire == "openai":
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
             request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
-        if request.extra_body and any(p != wire for p in self._protocols_of(model)):
+        if request.extra_body and any(p != own for p in self._protocols_of(model)):
             # Parameters of the client's protocol mean nothing (or an error) to another.
             request = attrs.evolve(request, extra_body={})
         return request
@@ -373,7 +428,9 @@ class Gateway:
             return [self._protocol(model.partition(":")[0])]
         return [self._protocol(d.model.partition(":")[0]) for d in group.deployments]
 
-    async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
+    async def _chat(
+        self, request: Request, respond: Responder, wire: Wire, *, responses: bool = False
+    ) -> None:
         """Answer one chat request: read it, hold the key's quota, call, settle the quota.
 
         A request refused before the call (a :class:`~.errors.Refused`, or a
@@ -381,21 +438,25 @@ class Gateway:
         :func:`~.errors.response_for` gives it; nothing is held for it.
         """
         try:
-            chat = self._read_chat(request, wire)
-            reservation = await self._hold(chat)
+            chat = self._read_chat(request, wire, responses=responses)
+            reservation = await self._hold(chat.key, chat.request)
         except (Refused, ConfigError) as exc:
             await respond.send(*response_for(wire, exc))
             return
         result: ChatResult | None = None
         try:
             if chat.body.get("stream") is True:
-                result = await self._stream(respond, chat.request, wire, chat.shown, chat.body)
+                result = await self._stream(
+                    respond, chat.request, wire, chat.shown, chat.body, responses=responses
+                )
             else:
-                result = await self._complete(respond, chat.request, wire, chat.shown)
+                result = await self._complete(
+                    respond, chat.request, wire, chat.shown, chat.body if responses else None
+                )
         finally:
             await self._settle(reservation, result)
 
-    def _read_chat(self, request: Request, wire: Wire) -> _Chat:
+    def _read_chat(self, request: Request, wire: Wire, *, responses: bool = False) -> _Chat:
         """The caller's key, the body and the :class:`ChatRequest` made of it, checked in this
         order: key, JSON object, model served, model known, key may call it, fields.
 
@@ -415,7 +476,8 @@ class Gateway:
         model = self._resolve_model(shown, wire)
         if key is not None and not key.allows(model):
             raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
-        return _Chat(key, body, shown, self._parse(body, model, wire, key, request))
+        parsed = self._parse(body, model, wire, key, request, responses=responses)
+        return _Chat(key, body, shown, parsed)
 
     def _caller(self, request: Request) -> VirtualKey | None:
         """The caller's key (None on an open gateway without one).
@@ -428,17 +490,18 @@ class Gateway:
             raise Unauthenticated(key)
         return key
 
-    async def _hold(self, chat: _Chat) -> Reservation | None:
+    async def _hold(
+        self, key: VirtualKey | None, request: ChatRequest | EmbedRequest
+    ) -> Reservation | None:
         """The key's own quota for this call, held until :meth:`_settle` (None: nothing held).
 
         Raises:
             KeyOverRate: the key's requests or tokens per minute are spent for now.
             KeyTooLarge: the call needs more tokens than the key may use in a minute.
         """
-        key = chat.key
         if key is None:
             return None
-        held = await self._reserve(key, chat.request)
+        held = await self._reserve(key, request)
         if isinstance(held, float):
             raise KeyOverRate(
                 f"key {key.name!r} is over its rate limit; retry in {held:.1f}s", retry_after=held
@@ -450,7 +513,9 @@ class Gateway:
             )
         return held
 
-    async def _settle(self, reservation: Reservation | None, result: ChatResult | None) -> None:
+    async def _settle(
+        self, reservation: Reservation | None, result: ChatResult | EmbedResult | None
+    ) -> None:
         """Replace the reserved tokens by the real ones (a call counts as one request whatever
         its end): a key without tokens per minute, which reserved none, has nothing to settle.
         Shielded: the quota is settled even when the client left."""
@@ -464,14 +529,31 @@ class Gateway:
         return f"{self._ids}{self._count}"
 
     async def _complete(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        responses_body: Mapping[str, Any] | None = None,
     ) -> ChatResult | None:
+        """Call and send the whole reply: a ``response`` object when ``responses_body`` (the
+        Responses request's body, which the object repeats the settings of) is given."""
         try:
             result = await self.rt.chat(request)
         except SluiceError as exc:
             await respond.send(*response_for(wire, exc))
             return None
-        if wire == "openai":
+        if responses_body is not None:
+            body = orjson.dumps(
+                render_response(
+                    result,
+                    response_id=f"resp_{self._next_id()}",
+                    model=shown,
+                    created_at=int(self._wall_clock()),
+                    body=responses_body,
+                )
+            )
+        elif wire == "openai":
             body = openai_wire.render_completion(
                 result,
                 completion_id=f"chatcmpl-{self._next_id()}",
@@ -486,10 +568,21 @@ class Gateway:
         return result
 
     async def _stream(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str, body: Any
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        body: Any,
+        *,
+        responses: bool = False,
     ) -> ChatResult | None:
-        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents
-        if wire == "openai":
+        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents | ResponsesEvents
+        if responses:
+            encoder = ResponsesEvents(
+                f"resp_{self._next_id()}", shown, int(self._wall_clock()), body
+            )
+        elif wire == "openai":
             encoder = openai_wire.OpenAIChunks(
                 f"chatcmpl-{self._next_id()}",
                 shown,
@@ -549,6 +642,51 @@ class Gateway:
             respond.start(200, _SSE)
         await respond.finish(b"".join(pending) + encoder.error(response_for(wire, error)[2]))
         return None
+
+    # ---- embeddings -----------------------------------------------------------------------
+
+    async def _embeddings(self, request: Request, respond: Responder) -> None:
+        """Answer one embeddings request: read it, hold the key's quota, embed, settle.
+
+        Checked in the chat route's order (key, JSON object, model served, model known, key
+        may call it, fields); a refusal or a failed call gets OpenAI's error shape.
+        """
+        try:
+            key = self._caller(request)
+            body = _json_object(request)
+            shown = body.get("model")
+            shown = shown if isinstance(shown, str) else ""
+            if not self._serves(shown):
+                raise ModelNotServed(
+                    f"the model {shown[:200]!r} is not served here (the gateway's model list)"
+                )
+            model = self._resolve_model(shown, "openai")
+            if key is not None and not key.allows(model):
+                raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
+            fields, encoding = parse_embeddings_body(body)
+            if "extra_body" in fields and any(p != "openai" for p in self._protocols_of(model)):
+                del fields["extra_body"]  # OpenAI's own parameters (``user``) mean nothing there
+            embed = EmbedRequest(
+                model=model,
+                retry_visible=False,
+                tag=None if key is None else key.name,
+                **fields,
+            )
+            reservation = await self._hold(key, embed)
+        except (Refused, ConfigError) as exc:
+            await respond.send(*response_for("openai", exc))
+            return
+        result: EmbedResult | None = None
+        try:
+            try:
+                result = await self.rt.embed(embed)
+            except SluiceError as exc:
+                await respond.send(*response_for("openai", exc))
+                return
+            reply = render_embeddings(result, model=shown, encoding_format=encoding)
+            await respond.send(200, [_JSON], reply)
+        finally:
+            await self._settle(reservation, result)
 
     # ---- models and admin -----------------------------------------------------------------
 
@@ -636,6 +774,25 @@ class Gateway:
             await respond.send(200, [_JSON], orjson.dumps(key.public()))
         else:
             raise NoRoute(f"no admin route {request.method.decode()} {path}")
+
+
+def _refuse_stored(request: ChatRequest) -> None:
+    """Refuse the Responses parameters no upstream but OpenAI's own Responses API can honour.
+
+    Raises:
+        ConfigError: naming the parameter and what to send instead.
+    """
+    extra = request.extra_body
+    if extra.get("previous_response_id") is not None:
+        raise ConfigError(
+            "body.previous_response_id: this model's provider keeps no stored responses; "
+            "send the whole conversation in 'input' instead"
+        )
+    if extra.get("background"):
+        raise ConfigError(
+            "body.background: background responses are not supported for this model's provider;"
+            " call without it (stream: true for a long reply)"
+        )
 
 
 def _token(request: Request) -> str | None:
