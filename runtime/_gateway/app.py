@@ -12,16 +12,10 @@ upstream's 429 or 503 at once, with its ``Retry-After``; the gateway retries onl
 that failed before the reply began, which the client cannot see, for about a second.
 
 A ``POST /v1/responses`` body (OpenAI's Responses API) is read the same way
-(:mod:`sluice._responses_format`), so any provider answers it too: reasoning comes back as a
-``reasoning`` item, tool calls as ``function_call`` items. Its parameters that only OpenAI's
-own Responses API can honour (``previous_response_id``, ``background``) are refused for any
-other upstream rather than dropped; a chat-completions upstream gets the ones it knows too
-(``reasoning.effort`` as ``reasoning_effort``, ``user``, ...; see
-:func:`~sluice._responses_format.chat_extra`).
-
-``POST /v1/embeddings`` goes through ``rt.embed`` under the same keys, quotas and budgets (a
-key's tokens per minute reserve the inputs' estimated tokens); vectors go back as floats or,
-as the openai SDK asks by default, as base64 float32 (:mod:`.embeddings_wire`).
+(:mod:`sluice._responses_format`), so any provider answers it; ``previous_response_id`` and
+``background``, which only OpenAI's own Responses API honours, are refused for other upstreams.
+``POST /v1/embeddings`` goes through ``rt.embed`` under the same keys, quotas and budgets
+(:mod:`.embeddings_route`).
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
 ``POST /v1/embeddings``, ``GET /v1/models`` (aliases,
@@ -34,7 +28,6 @@ with the gateway's own series in it: requests by route and status, open connecti
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import time
@@ -78,22 +71,21 @@ from .._responses_format import (
     render_response,
 )
 from . import anthropic_wire, openai_wire
-from .embeddings_wire import parse_embeddings_body, render_embeddings
+from .admin import serve_admin
+from .embeddings_route import serve_embeddings
 from .errors import (
-    BadBody,
     KeyOverRate,
     KeyTooLarge,
     ModelNotAllowed,
     ModelNotServed,
     NoRoute,
-    NotAdmin,
     Refused,
     Unauthenticated,
     response_for,
 )
-from .json_body import BodyError, load_json_body
 from .models import ModelCatalog, ModelEntry, render_list, render_model
-from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
+from .request_parts import anthropic_headers, bearer_token, json_object, refuse_stored, wire_of
+from .vkeys import KeyRing, VirtualKey
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -242,7 +234,7 @@ class Gateway:
                 await self._admin(request, respond)
             else:
                 refused = NoRoute(f"no route {method.decode()} {path.decode('latin-1')}")
-                await respond.send(*response_for(_wire_of(request), refused))
+                await respond.send(*response_for(wire_of(request), refused))
         except BaseException as exc:
             status = respond.status
             if not status:  # no response: the client left (499, as nginx says), or a bug
@@ -275,7 +267,7 @@ class Gateway:
 
     def _authenticate(self, request: Request) -> VirtualKey | str | None:
         """The caller's key; None on an open gateway with no key given; else why not (str)."""
-        token = _token(request)
+        token = bearer_token(request)
         self.keys.refresh(trio.current_time())
         if token is None:
             if not self.settings.require_key:
@@ -343,7 +335,7 @@ class Gateway:
 
     # ---- chat -----------------------------------------------------------------------------
 
-    def _resolve_model(self, name: Any, wire: Wire) -> str:
+    def resolve_model(self, name: Any, wire: Wire) -> str:
         if not isinstance(name, str) or not name:
             raise ConfigError("model: required, a string")
         alias = self.settings.aliases.get(name)
@@ -358,7 +350,7 @@ class Gateway:
             f"(for example 'sim:{name}')"
         )
 
-    def _serves(self, name: str) -> bool:
+    def serves(self, name: str) -> bool:
         """Whether the allow-list (:attr:`GatewaySettings.models`) lets ``name`` through: it is
         listed, is an alias or a group, or names a listed model through the default provider."""
         allowed = self.settings.models
@@ -398,16 +390,16 @@ class Gateway:
         }
         if key is not None:
             fields["tag"] = key.name
-        forwarded = None if http is None else _anthropic_headers(http)
+        forwarded = None if http is None else anthropic_headers(http)
         if forwarded and self._protocol(model.partition(":")[0]) == "anthropic":
             fields["extra_headers"] = forwarded
         own: str = wire
         if responses:
             request = parse_responses_body(body, model=model, path="body", fields=fields)
             own = _RESPONSES_PROTOCOL
-            protocols = self._protocols_of(model)
+            protocols = self.protocols_of(model)
             if any(p != own for p in protocols):
-                _refuse_stored(request)
+                refuse_stored(request)
             if request.extra_body and all(p == "openai" for p in protocols):
                 # A chat upstream: the parameters chat completions knows too, renamed.
                 return attrs.evolve(request, extra_body=chat_extra(request.extra_body))
@@ -415,12 +407,12 @@ class Gateway:
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
             request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
-        if request.extra_body and any(p != own for p in self._protocols_of(model)):
+        if request.extra_body and any(p != own for p in self.protocols_of(model)):
             # Parameters of the client's protocol mean nothing (or an error) to another.
             request = attrs.evolve(request, extra_body={})
         return request
 
-    def _protocols_of(self, model: str) -> list[str]:
+    def protocols_of(self, model: str) -> list[str]:
         """The protocols ``model`` may be sent in: its provider's, or every deployment's of
         the group it names."""
         group = self.rt.config.groups.get(model)
@@ -439,7 +431,7 @@ class Gateway:
         """
         try:
             chat = self._read_chat(request, wire, responses=responses)
-            reservation = await self._hold(chat.key, chat.request)
+            reservation = await self.hold(chat.key, chat.request)
         except (Refused, ConfigError) as exc:
             await respond.send(*response_for(wire, exc))
             return
@@ -454,7 +446,7 @@ class Gateway:
                     respond, chat.request, wire, chat.shown, chat.body if responses else None
                 )
         finally:
-            await self._settle(reservation, result)
+            await self.settle(reservation, result)
 
     def _read_chat(self, request: Request, wire: Wire, *, responses: bool = False) -> _Chat:
         """The caller's key, the body and the :class:`ChatRequest` made of it, checked in this
@@ -464,22 +456,22 @@ class Gateway:
             Refused: the key, the body or the model is refused.
             ConfigError: the model names no provider, or a field is wrong.
         """
-        key = self._caller(request)
-        body = _json_object(request)
+        key = self.caller(request)
+        body = json_object(request)
         shown = body.get("model")
         shown = shown if isinstance(shown, str) else ""
-        if not self._serves(shown):
+        if not self.serves(shown):
             # Refused before anything (a breaker, a quota key, a series) is made for the name.
             raise ModelNotServed(
                 f"the model {shown[:200]!r} is not served here (the gateway's model list)"
             )
-        model = self._resolve_model(shown, wire)
+        model = self.resolve_model(shown, wire)
         if key is not None and not key.allows(model):
             raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
         parsed = self._parse(body, model, wire, key, request, responses=responses)
         return _Chat(key, body, shown, parsed)
 
-    def _caller(self, request: Request) -> VirtualKey | None:
+    def caller(self, request: Request) -> VirtualKey | None:
         """The caller's key (None on an open gateway without one).
 
         Raises:
@@ -490,7 +482,7 @@ class Gateway:
             raise Unauthenticated(key)
         return key
 
-    async def _hold(
+    async def hold(
         self, key: VirtualKey | None, request: ChatRequest | EmbedRequest
     ) -> Reservation | None:
         """The key's own quota for this call, held until :meth:`_settle` (None: nothing held).
@@ -513,7 +505,7 @@ class Gateway:
             )
         return held
 
-    async def _settle(
+    async def settle(
         self, reservation: Reservation | None, result: ChatResult | EmbedResult | None
     ) -> None:
         """Replace the reserved tokens by the real ones (a call counts as one request whatever
@@ -643,50 +635,8 @@ class Gateway:
         await respond.finish(b"".join(pending) + encoder.error(response_for(wire, error)[2]))
         return None
 
-    # ---- embeddings -----------------------------------------------------------------------
-
     async def _embeddings(self, request: Request, respond: Responder) -> None:
-        """Answer one embeddings request: read it, hold the key's quota, embed, settle.
-
-        Checked in the chat route's order (key, JSON object, model served, model known, key
-        may call it, fields); a refusal or a failed call gets OpenAI's error shape.
-        """
-        try:
-            key = self._caller(request)
-            body = _json_object(request)
-            shown = body.get("model")
-            shown = shown if isinstance(shown, str) else ""
-            if not self._serves(shown):
-                raise ModelNotServed(
-                    f"the model {shown[:200]!r} is not served here (the gateway's model list)"
-                )
-            model = self._resolve_model(shown, "openai")
-            if key is not None and not key.allows(model):
-                raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
-            fields, encoding = parse_embeddings_body(body)
-            if "extra_body" in fields and any(p != "openai" for p in self._protocols_of(model)):
-                del fields["extra_body"]  # OpenAI's own parameters (``user``) mean nothing there
-            embed = EmbedRequest(
-                model=model,
-                retry_visible=False,
-                tag=None if key is None else key.name,
-                **fields,
-            )
-            reservation = await self._hold(key, embed)
-        except (Refused, ConfigError) as exc:
-            await respond.send(*response_for("openai", exc))
-            return
-        result: EmbedResult | None = None
-        try:
-            try:
-                result = await self.rt.embed(embed)
-            except SluiceError as exc:
-                await respond.send(*response_for("openai", exc))
-                return
-            reply = render_embeddings(result, model=shown, encoding_format=encoding)
-            await respond.send(200, [_JSON], reply)
-        finally:
-            await self._settle(reservation, result)
+        await serve_embeddings(self, request, respond)
 
     # ---- models and admin -----------------------------------------------------------------
 
@@ -703,7 +653,7 @@ class Gateway:
 
     def _listed_target(self, name: str) -> str:
         try:
-            return self._resolve_model(name, "openai")
+            return self.resolve_model(name, "openai")
         except ConfigError:
             return name
 
@@ -711,9 +661,9 @@ class Gateway:
         self, request: Request, respond: Responder, model_id: str | None = None
     ) -> None:
         """``GET /v1/models`` (``model_id`` None) or ``GET /v1/models/{model_id}``."""
-        wire = _wire_of(request)
+        wire = wire_of(request)
         try:
-            entries = await self._model_entries(self._caller(request))
+            entries = await self._model_entries(self.caller(request))
             if model_id is None:
                 await respond.send(200, [_JSON], orjson.dumps(render_list(wire, entries)))
                 return
@@ -726,122 +676,14 @@ class Gateway:
         await respond.send(200, [_JSON], orjson.dumps(render_model(wire, entry)))
 
     async def _admin(self, request: Request, respond: Responder) -> None:
-        token = _token(request)
-        expected = self.settings.admin_token_hash
-        assert expected is not None
-        if token is None or not hmac.compare_digest(hash_token(token), expected):
-            await respond.send(
-                *response_for("openai", NotAdmin("the admin API needs the admin token"))
-            )
-            return
-        self.keys.refresh(trio.current_time())
-        try:
-            await self._admin_keys(request, respond)
-        except (ConfigError, orjson.JSONDecodeError, TypeError) as exc:
-            await respond.send(*response_for("openai", BadBody(str(exc))))
-        except Refused as exc:
-            await respond.send(*response_for("openai", exc))
-
-    async def _admin_keys(self, request: Request, respond: Responder) -> None:
-        """``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``, for the admin.
-
-        Raises:
-            ConfigError: the key asked for cannot be made or revoked.
-            NoRoute: no such admin route.
-        """
-        path = request.path.decode("latin-1")
-        if path == "/admin/keys" and request.method == b"GET":
-            listed = [k.public() for k in self.keys.by_name.values()]
-            await respond.send(200, [_JSON], orjson.dumps({"keys": listed}))
-        elif path == "/admin/keys" and request.method == b"POST":
-            spec = orjson.loads(request.body)
-            if not isinstance(spec, dict):
-                raise ConfigError("the body must be an object")
-            key, secret = issue_key(
-                self.keys.by_name,
-                str(spec.get("name", "")),
-                rpm=spec.get("rpm"),
-                tpm=spec.get("tpm"),
-                budget_usd=spec.get("budget_usd"),
-                models=spec.get("models") or (),
-                now=self._wall_clock(),
-            )
-            self.keys.put(key)
-            await respond.send(200, [_JSON], orjson.dumps({**key.public(), "key": secret}))
-        elif path.startswith("/admin/keys/") and request.method == b"DELETE":
-            key = revoke_key(self.keys.by_name, path.removeprefix("/admin/keys/"))
-            self.keys.put(key)
-            await respond.send(200, [_JSON], orjson.dumps(key.public()))
-        else:
-            raise NoRoute(f"no admin route {request.method.decode()} {path}")
-
-
-def _refuse_stored(request: ChatRequest) -> None:
-    """Refuse the Responses parameters no upstream but OpenAI's own Responses API can honour.
-
-    Raises:
-        ConfigError: naming the parameter and what to send instead.
-    """
-    extra = request.extra_body
-    if extra.get("previous_response_id") is not None:
-        raise ConfigError(
-            "body.previous_response_id: this model's provider keeps no stored responses; "
-            "send the whole conversation in 'input' instead"
+        assert self.settings.admin_token_hash is not None
+        await serve_admin(
+            request,
+            respond,
+            keys=self.keys,
+            token_hash=self.settings.admin_token_hash,
+            wall_clock=self._wall_clock,
         )
-    if extra.get("background"):
-        raise ConfigError(
-            "body.background: background responses are not supported for this model's provider;"
-            " call without it (stream: true for a long reply)"
-        )
-
-
-def _token(request: Request) -> str | None:
-    for name, value in request.headers:
-        if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() == b"bearer" and token:
-                return token.strip().decode("latin-1")
-        elif name == b"x-api-key" and value:
-            return value.decode("latin-1")
-    return None
-
-
-_NOT_FORWARDED = frozenset({b"anthropic-version"})
-"""``anthropic-*`` request headers the upstream provider sets itself."""
-
-
-def _anthropic_headers(request: Request) -> dict[str, str] | None:
-    """The client's ``anthropic-*`` headers (``anthropic-beta`` and the like) for an Anthropic
-    upstream, except the version, which the provider sets itself; credentials never match."""
-    found: dict[str, str] | None = None
-    for name, value in request.headers:
-        if name[:10] == b"anthropic-" and name not in _NOT_FORWARDED:
-            if found is None:
-                found = {}
-            text = value.decode("latin-1")
-            key = name.decode("latin-1")
-            found[key] = f"{found[key]},{text}" if key in found else text
-    return found
-
-
-def _wire_of(request: Request) -> Wire:
-    """Anthropic clients send ``anthropic-version``; everyone else gets OpenAI's format."""
-    return "anthropic" if request.header(b"anthropic-version") is not None else "openai"
-
-
-def _json_object(request: Request) -> dict[str, Any]:
-    """The request's body, a JSON object.
-
-    Raises:
-        BadBody: it is not JSON, nests too deep, or is no object.
-    """
-    try:
-        body = load_json_body(request.body)
-    except BodyError as exc:
-        raise BadBody(str(exc)) from None
-    if not isinstance(body, dict):
-        raise BadBody("the request body must be a JSON object")
-    return body
 
 
 @attrs.frozen
