@@ -286,3 +286,41 @@ def test_the_packer_closes_a_request_when_the_next_input_does_not_fit():
 def test_embed_request_fields_are_checked_before_any_input_is_read():
     with pytest.raises(TypeError):
         EmbedRequest(model=SMALL, input=(), nonsense=1)  # type: ignore[call-arg]
+
+
+class Outage(Server):
+    """Answers 503 until ``until`` (trio time), then as :class:`Server`."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__()
+        self.until = until
+        self.refused = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if trio.current_time() < self.until:
+            self.refused += 1
+            return httpx.Response(503, json={"error": {"message": "down for maintenance"}})
+        return await super().__call__(request)
+
+
+@virtual_deadline(3600)
+async def test_embed_many_waits_out_an_outage_instead_of_failing(autojump_clock):
+    """Batch priority by default: its requests wait through five minutes of 503s (more than
+    any retry count of an interactive call, within the default total deadline of ten) and
+    end with every vector."""
+    server = Outage(until=300.0)
+    async with runtime(server, config()) as rt:
+        found, outcomes = await collect(rt, [f"o{i}" for i in range(300)], batch_size=100)
+    assert outcomes.failed == 0 and [o.index for o in found] == list(range(300))
+    assert server.refused > 10 and trio.current_time() >= 300
+
+
+@virtual_deadline(120)
+async def test_an_embed_call_fails_at_its_total_deadline(autojump_clock):
+    server = Server(delay=lambda n: 100)
+    async with runtime(server, config()) as rt:
+        with pytest.raises(sluice.CallTimeout):
+            await rt.embed(
+                EmbedRequest(model=SMALL, input="slow", deadlines=sluice.Deadlines(total=5))
+            )
+        assert trio.current_time() == pytest.approx(5, abs=0.01)
