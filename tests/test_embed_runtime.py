@@ -339,7 +339,8 @@ def test_a_cache_file_keeps_vectors_across_runtimes(tmp_path):
 
     async def once() -> EmbedResult:
         async with runtime(server, cfg) as rt:
-            return await rt.embed(SMALL, ["k", "l"], encoding_format="base64")
+            result: EmbedResult = await rt.embed(SMALL, ["k", "l"], encoding_format="base64")
+        return result
 
     first = trio.run(once)
     again = trio.run(once)
