@@ -346,3 +346,25 @@ def test_a_cache_file_keeps_vectors_across_runtimes(tmp_path):
     again = trio.run(once)
     assert again.cached and list(map(list, again.vectors)) == list(map(list, first.vectors))
     assert len(server.requests) == 1
+
+
+@virtual_deadline(60)
+async def test_a_model_group_of_embedding_deployments_fails_over(autojump_clock):
+    """A group's call goes to a deployment, and an overloaded one moves it to the other."""
+    from sluice import ModelGroup
+
+    server = Embeddings(down=frozenset({"text-embedding-3-small"}))
+    cfg = config(
+        groups={
+            "emb": ModelGroup(
+                deployments=[SMALL, "openai:text-embedding-3-large"], strategy="round-robin"
+            )
+        }
+    )
+    async with runtime(server, cfg) as rt:
+        results = [await rt.embed("emb", [f"g{i}"]) for i in range(4)]
+        stats = await rt.statistics()
+    assert {r.model for r in results} == {"text-embedding-3-large"}
+    assert all(r.vectors == (vector(f"g{i}"),) for i, r in enumerate(results))
+    assert stats.calls_in_flight == 0
+    assert sum(d.in_flight for group in stats.groups.values() for d in group) == 0
