@@ -85,8 +85,9 @@ def failure_error(error: object) -> CallError:
 
     ``{"code", "message", "param"}``: the code is the error type. A code that says the request
     itself is wrong (``invalid_...``, the image codes, ``invalid_prompt``) is read as a 400, so
-    it is not retried; a rate-limit or quota code as a 429; anything else (``server_error``)
-    as a server error.
+    it is not retried; the rest are read by their code alone (see
+    :func:`.http_errors.error_for_status`: ``rate_limit_exceeded`` is a rate limit,
+    ``server_error`` and unknown codes a server error).
     """
     message, code = "the provider reported an error without a message", None
     if type(error) is dict:
@@ -104,8 +105,6 @@ def failure_error(error: object) -> CallError:
         lowered = code.lower()
         if lowered in _CLIENT_CODES or lowered.startswith("invalid_") or "image" in lowered:
             status = 400
-        elif "rate_limit" in lowered or "insufficient_quota" in lowered:
-            status = 429
     error_obj = error_for_status(status, message, error_type=code)
     param = error.get("param") if type(error) is dict else None
     if isinstance(param, str) or code is not None:
