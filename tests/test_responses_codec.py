@@ -23,7 +23,13 @@ from sluice._errors import (
     ServerError,
     StreamBroken,
 )
-from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from sluice._events import (
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from sluice._messages import (
     ChatRequest,
     FilePart,
@@ -317,6 +323,7 @@ def test_reasoning_summary_parts_text_and_usage():
         ReasoningDelta("c1", "**Plan**"),
         ReasoningDelta("c1", "\n\n"),
         ReasoningDelta("c1", "Add them."),
+        ReasoningSignature("c1", "rs_9 gAAAB"),
         TextDelta("c1", "4"),
         UsageReported("c1", Usage(120, 40, 100, 0, 30)),
     ]

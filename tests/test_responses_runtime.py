@@ -21,7 +21,7 @@ import trio
 import sluice
 from sluice import BudgetExceeded, ChatRequest, Message, RetryConfig, RuntimeConfig, Tool, Usage
 from sluice._config import BudgetConfig, LedgerConfig, ModelConfig, PriceConfig, ProviderConfig
-from sluice._events import ReasoningDelta, ToolCallDelta
+from sluice._events import ReasoningDelta, ReasoningSignature, ToolCallDelta
 from sluice._protocols.responses_request import split_reasoning_signature
 from sluice._serde import Secret
 from sluice._tools import ToolOptions
@@ -198,6 +198,8 @@ async def test_broken_arguments_are_repaired_and_reasoning_and_usage_reach_the_r
     assert result.usage == Usage(120, 40, 100, 0, 30)
     assert (result.request_id, result.model) == ("resp_abc", "gpt-5")
     assert [e.text for e in events if isinstance(e, ReasoningDelta)] == ["Need the weather."]
+    signed = [e for e in events if isinstance(e, ReasoningSignature)]
+    assert [(e.signature, e.redacted) for e in signed] == [("rs_1 gAAAAB-secret", False)]
     deltas = [e for e in events if isinstance(e, ToolCallDelta)]
     assert (deltas[0].id, deltas[0].name) == ("call_1", "get_weather")
     assert server.paths == ["/v1/responses"]

@@ -17,7 +17,8 @@ A streamed reply is a sequence of typed events (``response.created``, ...,
 * ``response.output_item.done`` of a ``reasoning`` item gives the part its signature: the
   item's id and ``encrypted_content`` (see
   :func:`~sluice._protocols.responses_request.reasoning_signature`), so the part can be sent
-  back on the next turn;
+  back on the next turn; it goes out as a :class:`ReasoningSignature` (``redacted`` when the
+  item had no text), as a whole reply's would;
 * ``response.completed`` and ``response.incomplete`` end the reply with its usage (cached and
   reasoning tokens from the usage details); ``incomplete_details.reason`` names why it was cut
   (``max_output_tokens``: ``length``; ``content_filter``);
@@ -37,7 +38,14 @@ import attrs
 import orjson
 
 from .._errors import CallError, ProtocolError, StreamBroken
-from .._events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from .._events import (
+    DeltaEvent,
+    ReasoningDelta,
+    ReasoningSignature,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
@@ -401,6 +409,9 @@ class ResponsesStreamDecoder:
                 item.signature = reasoning_signature(
                     item_id, encrypted if isinstance(encrypted, str) else None
                 )
+                out.append(
+                    ReasoningSignature(self._call_id, item.signature, redacted=not item.text)
+                )
         elif kind == "function_call":
             item = self._item_for({"item_id": raw.get("id"), **event}, "function_call")
             opened = item.call_id is not None or item.name is not None
@@ -460,8 +471,11 @@ def _deltas(call_id: str, message: Message) -> list[DeltaEvent]:
     for part in message.content:
         if isinstance(part, TextPart):
             out.append(TextDelta(call_id, part.text))
-        elif isinstance(part, ReasoningPart) and part.text:
-            out.append(ReasoningDelta(call_id, part.text))
+        elif isinstance(part, ReasoningPart):
+            if part.text:
+                out.append(ReasoningDelta(call_id, part.text))
+            if part.signature:
+                out.append(ReasoningSignature(call_id, part.signature, redacted=not part.text))
         elif isinstance(part, ToolCall):
             out.append(ToolCallDelta(call_id, index, part.id, part.name, part.arguments))
             index += 1
