@@ -19,7 +19,6 @@ sluice's own ``"store": false`` is checked, then dropped (the recorder's client 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -31,26 +30,17 @@ from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReport
 from sluice._messages import ChatRequest, Message, Tool, ToolCall, Usage
 from sluice._protocols.responses import ResponsesCodec
 from sluice._protocols.responses_request import split_reasoning_signature
-from tests.conformance import Case, decode_pieces, splits
+from tests.conformance import Case, conformance_dir, decode_pieces, load_cases, splits
 
 if TYPE_CHECKING:
     from sluice._protocols.base import AttemptOutput
 
-ROOT = Path(__file__).resolve().parent / "conformance_data"
+ROOT = conformance_dir()
 CODEC = ResponsesCodec()
 
 
-def load() -> list[Case]:
-    """The cases of ``openai_responses/manifest.json``, in its order."""
-    manifest = ROOT / "openai_responses" / "manifest.json"
-    entries = orjson.loads(manifest.read_bytes())["cases"]
-    return [
-        Case(e["provider"], e["case"], e["kind"], tuple(ROOT / f["path"] for f in e["files"]))
-        for e in entries
-    ]
-
-
-CASES = load()
+MANIFEST = "openai_responses/manifest.json"
+CASES = load_cases(manifest_name=MANIFEST)
 
 
 @attrs.frozen(kw_only=True)
