@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
+from sluice._cli import main
 from sluice._config import load_config
 from sluice._errors import (
     BadRequest,
@@ -52,7 +54,9 @@ from sluice._protocols.responses_request import (
     split_reasoning_signature,
 )
 from sluice.providers._codec import provider_codec
+from sluice.providers._operations import check_model
 from sluice.providers._registry import resolve_provider
+from sluice.transport import HttpxTransport
 
 CODEC = ResponsesCodec()
 BASE = "https://api.openai.com/v1"
@@ -658,3 +662,48 @@ def test_reasoning_effort_goes_where_the_responses_api_reads_it():
     body = orjson.loads(built.body)
     assert body["reasoning"] == {"effort": "high"}
     assert "seed" not in body and "presence_penalty" not in body and "reasoning_effort" not in body
+
+
+# ``sluice providers`` ---------------------------------------------------------------------
+
+
+async def test_providers_check_calls_the_responses_endpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    seen: list[tuple[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), orjson.loads(request.content)))
+        body = response(
+            output=[{"type": "message", "content": [{"type": "output_text", "text": "pong"}]}]
+        )
+        return httpx.Response(200, json=body)
+
+    config = load_config({"providers": {"openai": {"protocol": "openai-responses"}}})
+    spec = resolve_provider("openai", config, {"OPENAI_API_KEY": "sk-test"})
+    client = HttpxTransport(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    result = await check_model(spec, "gpt-5", client)
+    assert result.ok and result.message == "model 'gpt-5' answered, 40 output tokens"
+    (url, body) = seen[0]
+    assert url == "https://api.openai.com/v1/responses"
+    assert (body["model"], body["max_output_tokens"], body["input"]) == (
+        "gpt-5",
+        16,
+        [{"role": "user", "content": "ping"}],
+    )
+
+
+def test_providers_list_shows_the_protocol(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.delenv("SLUICE_CONFIG", raising=False)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[providers.corp]\nbase_url = "http://corp/v1"\nprotocol = "openai-responses"\n'
+    )
+    assert main(["providers", "list", "--config", str(path)]) == 0
+    (line,) = [row for row in capsys.readouterr().out.splitlines() if row.startswith("corp ")]
+    assert line.split()[:2] == ["corp", "openai-responses"]
+    assert main(["providers", "list", "--json", "--config", str(path)]) == 0
+    rows = {r["id"]: r for r in orjson.loads(capsys.readouterr().out)["providers"]}
+    assert rows["corp"]["protocol"] == "openai-responses"
