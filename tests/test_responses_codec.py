@@ -707,3 +707,44 @@ def test_providers_list_shows_the_protocol(capsys, tmp_path, monkeypatch):
     assert main(["providers", "list", "--json", "--config", str(path)]) == 0
     rows = {r["id"]: r for r in orjson.loads(capsys.readouterr().out)["providers"]}
     assert rows["corp"]["protocol"] == "openai-responses"
+
+
+def test_logprobs_ride_with_the_text_in_the_chat_apis_shape():
+    first = [{"token": "4", "logprob": -0.01, "bytes": [52], "top_logprobs": []}]
+    body = sse(
+        CREATED,
+        {"type": "response.output_text.delta", "item_id": "m", "output_index": 0,
+         "content_index": 0, "delta": "4", "logprobs": first},
+        {"type": "response.completed", "response": response()},
+    )  # fmt: skip
+    out, events = decode(body)
+    assert events[0] == TextDelta("c1", "4", {"content": first})
+    assert out.logprobs == {"content": first}
+    whole = response(
+        output=[
+            {
+                "type": "message",
+                "content": [{"type": "output_text", "text": "4", "logprobs": first}],
+            }
+        ]
+    )
+    assert CODEC.decode_body(orjson.dumps(whole)).logprobs == {"content": first}
+
+
+def test_a_type_named_only_by_the_event_line_is_read():
+    body = (
+        b"event: response.output_text.delta\n"
+        b'data: {"item_id":"m","output_index":0,"delta":"Hi"}\n\n'
+        b"event: response.completed\n"
+        b"data: " + orjson.dumps({"response": response()}) + b"\n\n"
+    )
+    out, _ = decode(body)
+    assert (out.message.text, out.finish_reason) == ("Hi", "stop")
+
+
+def test_a_tool_call_in_a_users_message_is_refused():
+    request = ChatRequest(
+        model="openai:gpt-4o", messages=[Message.user([ToolCall(id="c", name="f")])]
+    )
+    with pytest.raises(ConfigError, match="a tool_call part cannot be sent"):
+        CODEC.build_request(request, base_url=BASE, api_key=None)

@@ -10,10 +10,11 @@ A streamed reply is a sequence of typed events (``response.created``, ...,
   ``item_id`` (or else ``output_index``) it names; ``...arguments.done`` and
   ``response.output_item.done`` supply arguments that never came in pieces;
 * ``response.output_text.delta`` and ``response.refusal.delta`` are text (a refusal is the
-  model's answer in words); ``response.reasoning_summary_text.delta`` and
-  ``response.reasoning_text.delta`` (raw reasoning, as DeepSeek and open-weight servers send
-  it) are reasoning; the summary parts of one reasoning item are joined by a blank line, and
-  that line goes out as a delta of its own;
+  model's answer in words); a text delta's ``logprobs`` go out with it as
+  ``{"content": [...]}``, the chat API's shape, and joined with the output;
+* ``response.reasoning_summary_text.delta`` and ``response.reasoning_text.delta`` (raw
+  reasoning, as DeepSeek and open-weight servers send it) are reasoning; the summary parts of
+  one reasoning item are joined by a blank line, and that line goes out as a delta of its own;
 * ``response.output_item.done`` of a ``reasoning`` item gives the part its signature: the
   item's id and ``encrypted_content`` (see
   :func:`~sluice._protocols.responses_request.reasoning_signature`), so the part can be sent
@@ -199,6 +200,7 @@ class ResponsesStreamDecoder:
         "_done",
         "_finish",
         "_items",
+        "_logprobs",
         "_response_id",
         "_service_tier",
         "_sse",
@@ -213,6 +215,8 @@ class ResponsesStreamDecoder:
         self._chunks = 0
         self._done = False
         self._items: list[_Item] = []
+        self._logprobs: list[Any] = []
+        """The token log probabilities of the text, when the request asked for them."""
         self._by_id: dict[str, _Item] = {}
         self._by_output: dict[int, _Item] = {}
         self._calls = 0
@@ -236,11 +240,11 @@ class ResponsesStreamDecoder:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        for _, payload in self._sse.feed(data):
+        for name, payload in self._sse.feed(data):
             if payload and not self._done:
                 if payload[0] != 0x7B and payload.startswith(b"[DONE]"):  # 0x7B: "{"
                     continue
-                self._event(payload, out)
+                self._event(name, payload, out)
         return out
 
     def finish(self) -> AttemptOutput:
@@ -256,7 +260,7 @@ class ResponsesStreamDecoder:
             for event in self._sse.end():
                 if event.data and event.data[0] == 0x7B and not self._done:
                     try:
-                        self._event(event.data, ignored)
+                        self._event(event.event, event.data, ignored)
                     except ProtocolError:
                         break  # the body was cut inside this event
         if self._finish is None:
@@ -270,10 +274,11 @@ class ResponsesStreamDecoder:
             raw_finish_reason=self._finish[1],
             usage=self._usage,
             response_id=self._response_id,
+            logprobs={"content": self._logprobs} if self._logprobs else None,
             service_tier=self._service_tier,
         )
 
-    def _event(self, payload: bytes, out: list[DeltaEvent]) -> None:
+    def _event(self, name: str, payload: bytes, out: list[DeltaEvent]) -> None:
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -281,14 +286,19 @@ class ResponsesStreamDecoder:
         if type(event) is not dict:
             raise _malformed("a stream event is not a JSON object", payload)
         self._chunks += 1
-        kind = event.get("type")
+        kind = event.get("type") or name  # a server that names the type only in ``event:``
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             delta = event.get("delta")
             if delta:
                 if type(delta) is not str:
                     raise _malformed("a text delta is not a string", payload)
                 self._item_for(event, "message").text.append(delta)
-                out.append(TextDelta(self._call_id, delta))
+                logprobs = event.get("logprobs")
+                if logprobs and type(logprobs) is list:
+                    self._logprobs.extend(logprobs)
+                    out.append(TextDelta(self._call_id, delta, {"content": logprobs}))
+                else:
+                    out.append(TextDelta(self._call_id, delta))
         elif kind == "response.function_call_arguments.delta":
             delta = event.get("delta")
             if delta:
@@ -482,8 +492,9 @@ def _deltas(call_id: str, message: Message) -> list[DeltaEvent]:
     return out
 
 
-def _output(response: dict[str, Any], body: bytes) -> Message:
-    """The assistant message of a whole ``response`` object's ``output`` items."""
+def _output(response: dict[str, Any], body: bytes, logprobs: list[Any] | None = None) -> Message:
+    """The assistant message of a whole ``response`` object's ``output`` items; the text's
+    log probabilities, where it has them, are added to ``logprobs``."""
     output = response.get("output") or []
     if type(output) is not list:
         raise _malformed("the response's output is not a list", body)
@@ -502,6 +513,9 @@ def _output(response: dict[str, Any], body: bytes) -> Message:
                 text = piece.get("text") if piece.get("type") == "output_text" else None
                 if piece.get("type") == "refusal":
                     text = piece.get("refusal")
+                found = piece.get("logprobs")
+                if logprobs is not None and found and type(found) is list:
+                    logprobs.extend(found)
                 if text:
                     if type(text) is not str:
                         raise _malformed("a message's text is not a string", body)
@@ -566,7 +580,8 @@ def decode_body(body: bytes) -> AttemptOutput:
         raise failure_error("the response failed without an error object")
     if "output" not in reply:
         raise _malformed("the reply is not a response (no output)", body)
-    message = _output(reply, body)
+    logprobs: list[Any] = []
+    message = _output(reply, body, logprobs)
     finish, raw = reply_finish(status, reply.get("incomplete_details"), bool(message.tool_calls))
     usage = reply.get("usage")
     response_id = reply.get("id")
@@ -577,5 +592,6 @@ def decode_body(body: bytes) -> AttemptOutput:
         raw_finish_reason=raw,
         usage=normalize_usage(usage) if usage else None,
         response_id=response_id if isinstance(response_id, str) and response_id else None,
+        logprobs={"content": logprobs} if logprobs else None,
         service_tier=tier if isinstance(tier, str) and tier else None,
     )

@@ -185,8 +185,8 @@ def _input(messages: tuple[Message, ...]) -> tuple[str | None, list[dict[str, An
                         "output": part.content,
                     }
                 )
-            elif not isinstance(part, ReasoningPart | ToolCall):
-                rest.append(part)
+            elif not isinstance(part, ReasoningPart):
+                rest.append(part)  # a tool call here is refused by _content_item
         if rest or not message.content:
             role = "user" if message.role == "tool" else message.role
             items.append({"role": role, "content": _content(rest)})
