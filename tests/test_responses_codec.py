@@ -44,7 +44,7 @@ from sluice._messages import (
     ToolCall,
     Usage,
 )
-from sluice._protocols import PROTOCOLS, codec_for
+from sluice._protocols import PROTOCOLS, codec_for, embed_codec
 from sluice._protocols.openai import OpenAICodec
 from sluice._protocols.openai_family import OpenAIFamilyCodec
 from sluice._protocols.quirks import RequestQuirks
@@ -748,3 +748,17 @@ def test_a_tool_call_in_a_users_message_is_refused():
     )
     with pytest.raises(ConfigError, match="a tool_call part cannot be sent"):
         CODEC.build_request(request, base_url=BASE, api_key=None)
+
+
+def test_embeddings_are_whatever_the_chat_protocol_offers():
+    """One server serves both APIs and ``/embeddings``: a provider on the Responses protocol,
+    or with a model on it, embeds exactly as it would on chat completions."""
+    chat = embed_codec(codec_for("openai"))
+    family = OpenAIFamilyCodec(OpenAICodec(), {}, chat=OpenAICodec(), responses=CODEC)
+    for codec in (CODEC, family):
+        found = embed_codec(codec)
+        assert (found is None) == (chat is None)
+        if chat is not None:
+            assert type(found) is type(codec)
+    with pytest.raises(AttributeError, match="no attribute 'build_request_twice'"):
+        CODEC.build_request_twice  # type: ignore[attr-defined]  # noqa: B018

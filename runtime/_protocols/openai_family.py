@@ -10,7 +10,7 @@ without per-model protocols never meets this module (its codec is its protocol's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -63,6 +63,13 @@ class OpenAIFamilyCodec:
         self._by_model = dict(by_model)
         self._chat = chat
         self._responses = responses
+
+    def __getattr__(self, name: str) -> Any:
+        """The chat codec's embedding methods, where it has them (one server serves both APIs
+        and ``/embeddings``); anything else is an AttributeError."""
+        if name in ("build_embed_request", "decode_embed_body"):
+            return getattr(self._chat, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def build_request(
         self,

@@ -7,7 +7,7 @@ APIs answer errors alike. It holds no state, so one instance serves every call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .openai import OpenAICodec
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ResponsesCodec", "ResponsesStreamDecoder"]
 
-_ERRORS = OpenAICodec()
+_EMBED_METHODS = frozenset({"build_embed_request", "decode_embed_body"})
 
 
 class ResponsesCodec:
@@ -34,10 +34,20 @@ class ResponsesCodec:
     :func:`.responses_request.build_request`).
     """
 
-    __slots__ = ("quirks",)
+    __slots__ = ("_chat", "quirks")
 
     def __init__(self, quirks: RequestQuirks | None = None) -> None:
         self.quirks = quirks
+        self._chat = OpenAICodec(quirks)
+
+    def __getattr__(self, name: str) -> Any:
+        """The embedding methods of the chat protocol's codec (``build_embed_request``,
+        ``decode_embed_body``), where it has them: a server with the Responses API serves
+        ``/embeddings`` as OpenAI's does. Anything else is an AttributeError, so
+        :func:`sluice._protocols.embed_codec` sees exactly what the chat codec offers."""
+        if name in _EMBED_METHODS:
+            return getattr(self._chat, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def build_request(
         self,
@@ -67,4 +77,4 @@ class ResponsesCodec:
     ) -> CallError:
         """As :meth:`.openai.OpenAICodec.decode_error`: the Responses API's error replies are
         the chat API's (``{"error": {"message", "type", "param", "code"}}``)."""
-        return _ERRORS.decode_error(status, headers, body, wall_now=wall_now)
+        return self._chat.decode_error(status, headers, body, wall_now=wall_now)

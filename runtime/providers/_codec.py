@@ -77,7 +77,7 @@ class ParamsCodec:
     ) -> None:
         self._inner = inner
         self._protocol = protocol
-        self._model_protocols = model_protocols or {}
+        self._model_protocols = model_protocols or None
         self._params = params
         self._model_params = model_params
         self._drop = drop
@@ -90,9 +90,12 @@ class ParamsCodec:
         api_key: str | None,
         headers: Mapping[str, str] | None = None,
     ) -> HttpRequest:
+        protocol = self._protocol
+        if self._model_protocols is not None:
+            protocol = self._model_protocols.get(request.model_name, protocol)
         request = apply_params(
             request,
-            self._model_protocols.get(request.model_name, self._protocol),
+            protocol,
             provider=self._params,
             model=self._model_params.get(request.model_name),
             drop=self._drop,
