@@ -155,6 +155,24 @@ EXPECTED: dict[str, Reply | ErrorReply] = {
         response_id="resp_0b028a7a2aca8d68006942f4e05a848193a3052f1530ea1deb",
         service_tier="default",
     ),
+    "stream_reasoning_summary_parts_ABRIDGED": Reply(
+        # Three deltas of each of the four summary parts were kept (see INDEX.md); the parts
+        # are joined by a blank line, which went out as a delta of its own.
+        reasoning=(
+            "**Providing street crossing\n\n**Explaining street\n\n**Sharing street crossing"
+            "\n\n**Providing safe crossing"
+        ),
+        reasoning_ids=("rs_68c42d1d0878819d8266007cd3d1402c08fbf9b1584184ff",),
+        encrypted=(440,),
+        text="I'm not a",
+        # Usage counts the whole reply: 1,408 of its 1,680 output tokens were reasoning.
+        usage=Usage(13, 1680, 0, 0, 1408),
+        finish_reason="stop",
+        raw_finish_reason="completed",
+        response_id="resp_68c42d0fb418819dbfa579f69406b49508fbf9b1584184ff",
+        service_tier="default",
+        events=37,
+    ),
     "error_400_temperature": ErrorReply(
         cls=BadRequest,
         status=400,
@@ -352,6 +370,14 @@ REQUESTS: dict[str, ChatRequest] = {
         extra_body={
             "include": ["reasoning.encrypted_content"],
             "reasoning": {"effort": "high", "summary": "auto"},
+        },
+    ),
+    "stream_reasoning_summary_parts_ABRIDGED": ChatRequest(
+        model="openai:o3-mini",
+        messages="How do I cross the street?",
+        extra_body={
+            "include": ["reasoning.encrypted_content"],
+            "reasoning": {"effort": "high", "summary": "detailed"},
         },
     ),
     "error_400_temperature": ChatRequest(model="openai:gpt-4o", messages=FRANCE, temperature=-1),
