@@ -394,7 +394,7 @@ def without_nulls(value: Any) -> Any:
 
 def normalized_recording(recorded: dict[str, Any]) -> dict[str, Any]:
     """The recorded body without what the module docstring lists."""
-    body = without_nulls(recorded)
+    body: dict[str, Any] = without_nulls(recorded)
     if body.get("stream") is False:
         del body["stream"]
     if body.get("instructions") == "":
