@@ -413,6 +413,10 @@ async def _run(
     run_config = loadtest_config(
         run_config, options.provider, respect_limits=options.respect_limits
     )
+    if options.endpoint == "responses":  # chat calls through OpenAI's Responses API
+        from .._jobs.loadtest.endpoints import responses_config
+
+        run_config = responses_config(run_config, options.model)
     simulator = None
     if options.provider == "sim" and options.base_url is None:
         from ..simulator import SimulatorConfig

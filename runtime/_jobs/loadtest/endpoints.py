@@ -7,7 +7,9 @@ speak, go straight over HTTP (httpx) to the provider's base URL (:func:`call_end
 measured the same way as chat: the :class:`~.metrics.Tracker` gets each text chunk as it
 arrives.
 
-Chat itself, in any of the four protocols, goes through the runtime (:mod:`.run`).
+Chat itself, in any of the four protocols, goes through the runtime (:mod:`.run`), and so
+does ``responses``: chat calls whose model speaks OpenAI's Responses API (the
+``openai-responses`` protocol, set by :func:`responses_config`), measured exactly as chat.
 """
 
 from __future__ import annotations
@@ -20,15 +22,24 @@ import orjson
 if TYPE_CHECKING:
     import httpx
 
+    from ..._config import RuntimeConfig
     from ..._messages import Deadlines
     from ..._runtime import Runtime
     from .metrics import Tracker
     from .workload import WorkItem
 
-__all__ = ["ENDPOINTS", "DirectTarget", "Outcome", "call_embed", "call_endpoint", "embed_inputs"]
+__all__ = [
+    "ENDPOINTS",
+    "DirectTarget",
+    "Outcome",
+    "call_embed",
+    "call_endpoint",
+    "embed_inputs",
+    "responses_config",
+]
 
-ENDPOINTS = ("chat", "completions", "embeddings")
-Endpoint = Literal["chat", "completions", "embeddings"]
+ENDPOINTS = ("chat", "completions", "embeddings", "responses")
+Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 
 
 @attrs.frozen(repr=False)
@@ -76,6 +87,24 @@ def _failure(status: int | None, body: bytes, kind: str) -> Outcome:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     return Outcome(False, status=status, error_type=kind, error=message)
+
+
+def responses_config(config: RuntimeConfig, model: str) -> RuntimeConfig:
+    """``config`` with ``model`` (``provider:model``) speaking OpenAI's Responses API, for a
+    ``responses`` load test: its chat calls then go to ``/responses`` through the same actors.
+
+    Raises:
+        ConfigError: the provider does not speak OpenAI's protocols (when the runtime starts
+            it: a model can only choose between OpenAI's two APIs).
+    """
+    from ..._config import ModelConfig, ProviderConfig
+
+    provider, _, name = model.partition(":")
+    entry = config.providers.get(provider, ProviderConfig())
+    known = entry.models.get(name, ModelConfig())
+    models = {**entry.models, name: attrs.evolve(known, protocol="openai-responses")}
+    entry = attrs.evolve(entry, models=models)
+    return attrs.evolve(config, providers={**config.providers, provider: entry})
 
 
 def embed_inputs(item: WorkItem, batch: int) -> list[str]:

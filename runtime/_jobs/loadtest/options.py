@@ -37,7 +37,7 @@ _FINITE = (
     "server_metrics_interval",
 )
 _ARRIVALS = (None, "constant", "poisson", "gamma")
-_ENDPOINTS = ("chat", "completions", "embeddings")
+_ENDPOINTS = ("chat", "completions", "embeddings", "responses")
 
 
 def flag(name: str) -> str:
@@ -130,9 +130,9 @@ class LoadTestOptions:
     server_metrics_interval: float = 1.0
     """seconds between scrapes."""
     endpoint: str = "chat"
-    """chat or embeddings (through the runtime: any provider protocol, its quotas and, with
-    --respect-limits, its retries), or completions (OpenAI text completions, streamed, sent
-    straight to the base URL)."""
+    """chat, embeddings or responses (chat through OpenAI's Responses API), all through the
+    runtime (its quotas and, with --respect-limits, its retries), or completions (OpenAI text
+    completions, streamed, sent straight to the base URL)."""
     embedding_batch: int = 1
     """inputs per embeddings request (the results add embeddings/s)."""
     timeout: float = 600.0
@@ -346,7 +346,9 @@ def _check_targets(o: LoadTestOptions) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if o.endpoint not in _ENDPOINTS:
-        raise ConfigError(f"--endpoint {o.endpoint!r}: expected chat, completions or embeddings")
+        raise ConfigError(
+            f"--endpoint {o.endpoint!r}: expected chat, completions, embeddings or responses"
+        )
     if o.embedding_batch < 1:
         raise ConfigError("--embedding-batch must be at least 1")
     if o.server_metrics is not None:

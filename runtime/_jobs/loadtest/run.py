@@ -287,7 +287,7 @@ class _Run:
         turn: int | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed."""
-        if self.test.endpoint != "chat":
+        if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
         tracker = self._start(index, scheduled)

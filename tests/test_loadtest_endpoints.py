@@ -1,11 +1,15 @@
-"""``sluice loadtest --endpoint embeddings`` goes through the runtime (issue 34): the
-configured quotas hold it back with ``--respect-limits`` (and the wait shows as queue wait), a
-server's 429 is retried then and counted as a failure without it, and the results count
-embedding requests and inputs. Under trio's autojump clock over in-memory HTTP to the
-simulator; the command runs once against the in-process simulator.
+"""``sluice loadtest --endpoint embeddings`` and ``--endpoint responses`` go through the
+runtime (issue 34): the configured quotas hold them back with ``--respect-limits`` (and the
+wait shows as queue wait), a server error is retried then and counted as a failure (with its
+request id) without it, the results count embedding requests and inputs, and a responses
+test's calls reach the server's ``/v1/responses`` and are measured as chat. Under trio's
+autojump clock over in-memory HTTP to the simulator (or a scripted server); each command runs
+once against the in-process simulator.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 import httpx
@@ -16,11 +20,13 @@ import sluice
 from sluice._cli import main
 from sluice._config import ProviderConfig, RateLimitConfig, RetryConfig, RuntimeConfig
 from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config, run_load
+from sluice._jobs.loadtest.endpoints import responses_config
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline
 
 MODEL = "sim:sim-embed"
+MODEL_R = "sim:sim-small"
 SMALL = "openai:text-embedding-3-small"
 
 
@@ -132,3 +138,72 @@ def test_the_command_embeds_through_the_runtime(tmp_path, capsys):
     assert all(r["inputs"] == 4 and r["input_tokens"] == 3 + 3 * 4 for r in document["requests"])
     summary = capsys.readouterr().out
     assert "embeddings: " in summary and " inputs/s" in summary
+
+
+# --- --endpoint responses: chat calls through OpenAI's Responses API -------------------------
+
+
+class Routes:
+    """A simulator app that notes the route of every request it serves."""
+
+    def __init__(self, app: SimulatorApp) -> None:
+        self.app = app
+        self.routes: list[str] = []
+
+    async def handle(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        self.routes.append(path.partition("?")[0])
+        return await self.app.handle(method, path, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+
+def responses_test(requests: int) -> LoadTest:
+    return LoadTest(
+        model="sim:sim-small",
+        shape=OpenLoop.at_rate(10.0, arrival="constant"),
+        requests=requests,
+        workload=Workload(input_tokens=Lengths("fixed", 6), output_tokens=Lengths("fixed", 7)),
+        endpoint="responses",
+    )
+
+
+@pytest.mark.parametrize("respect", [False, True])
+@virtual_deadline(600)
+async def test_responses_go_through_the_runtime_and_its_quota(autojump_clock, nursery, respect):
+    limited = RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(requests_per_minute=2))}
+    )
+    app = Routes(SimulatorApp(SimulatorConfig(ttft=0.2, tokens_per_second=50)))
+    transport = memory_transport(app, nursery)
+    prepared = responses_config(loadtest_config(limited, "sim", respect_limits=respect), MODEL_R)
+    try:
+        async with sluice.open_runtime(prepared, transport=transport) as rt:
+            run = await run_load(rt, responses_test(requests=3))
+    finally:
+        await transport.aclose()
+    assert set(app.routes) == {"/v1/responses"}  # the warm-up's and the three measured
+    assert len(app.routes) == 4
+    assert all(r.ok and r.output_tokens == 7 and r.input_tokens == 6 for r in run.records)
+    # The simulator's 0.2 s to the first token, after whatever the runtime held it back.
+    assert [r.ttft for r in run.records] == [
+        pytest.approx(0.2 + r.queue_wait, abs=1e-6) for r in run.records
+    ]
+    assert run.aggregates["itl"]["count"] == 3 * 6
+    waits = [r.queue_wait for r in run.records]
+    if respect:  # the quota holds the second and third back a minute
+        assert waits[0] == 0.0 and all(55.0 < w < 125.0 for w in waits[1:])
+    else:
+        assert waits == [0.0, 0.0, 0.0]
+
+
+def test_the_command_load_tests_responses(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    args = ["loadtest", "--model", MODEL_R, "--endpoint", "responses", "--rate", "20"]
+    args += ["--requests", "6", "--output-tokens", "5", "--max-lag", "2s"]
+    assert main([*args, "--out", str(out)]) == 0
+    document = orjson.loads(out.read_bytes())
+    assert document["config"]["endpoint"] == "responses"
+    agg = document["aggregates"]
+    assert agg["requests"]["ok"] == 6 and agg["throughput"]["output_tokens"] == 30
+    assert "TTFT" in capsys.readouterr().out
