@@ -118,6 +118,9 @@ def test_workers_flag_is_checked():
             options(rate=5, workers=bad)
     with pytest.raises(ConfigError, match="not with --sweep or --concurrency"):
         options(concurrency="4", workers="2")
+    with pytest.raises(ConfigError, match="--metrics-port serves one runtime"):
+        options(rate=5, workers="2", metrics_port=9464)
+    assert options(rate=500, metrics_port=9464).worker_count() == 1
 
 
 # --- workers send what one process sends (virtual time) -------------------------------------

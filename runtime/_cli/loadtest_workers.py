@@ -365,8 +365,11 @@ async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
     async def emit(message: dict[str, Any]) -> None:
         await out.send_all(orjson.dumps(message) + b"\n")
 
+    from .._gc import tune_for_service
+
     options = attrs.evolve(spec.options, server_metrics=None)
     test = build_test(options).test
+    tune_for_service()  # as the sluice command does: a worker is a process sluice owns
     if spec.calibrate:
         count, seconds = CALIBRATION
         test = attrs.evolve(

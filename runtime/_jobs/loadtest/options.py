@@ -152,7 +152,8 @@ class LoadTestOptions:
     """processes that send an open-loop schedule (--rate, --ramp, --trace), each with its own
     runtime, the arrivals dealt out in turn and the results merged: a number, or auto (one
     process up to 100 requests/s; above, as many as the client CPU per request measured in
-    the warm-up needs, at most one per core). A sweep or closed loop runs in one process."""
+    the warm-up needs, at most one per core). A sweep, a closed loop or --metrics-port runs in
+    one process."""
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -256,7 +257,8 @@ class LoadTestOptions:
         """
         text = self.workers.strip()
         if text == "auto":
-            return None if self.sweep is None and self.concurrency is None else 1
+            one = self.sweep is not None or self.concurrency is not None
+            return 1 if one or self.metrics_port is not None else None
         count = int(text) if text.isdigit() else 0
         if count < 1:
             raise ConfigError(f"--workers {self.workers!r}: expected a number (at least 1) or auto")
@@ -264,6 +266,11 @@ class LoadTestOptions:
             raise ConfigError(
                 "--workers shares an open-loop schedule (--rate, --ramp, --trace): not with "
                 "--sweep or --concurrency"
+            )
+        if count > 1 and self.metrics_port is not None:
+            raise ConfigError(
+                "--metrics-port serves one runtime's metrics: with --workers each worker has "
+                "its own; give --workers 1 to serve them"
             )
         return count
 
