@@ -27,6 +27,7 @@ __all__ = [
     "aggregate",
     "error_verdict",
     "lag_verdict",
+    "length_verdict",
     "token_times",
 ]
 
@@ -84,6 +85,19 @@ def error_verdict(failed: int, total: int, max_error_rate: float) -> str | None:
     )
 
 
+def length_verdict(short: int, asked: int, received: int, requested: int) -> str | None:
+    """Why a run that asked for fixed output lengths is invalid (replies came back shorter
+    than asked), or None."""
+    if not short:
+        return None
+    return (
+        f"{short} of {asked} replies came back shorter than the output length asked "
+        f"({received} of {requested} tokens in all) although --fixed-output asked for exactly "
+        "that length: the server ignored ignore_eos/min_tokens, so output lengths, E2E and "
+        "throughput are not those of the workload asked for"
+    )
+
+
 def aggregate(
     records: Iterable[RequestRecord],
     *,
@@ -92,6 +106,7 @@ def aggregate(
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     bin_seconds: float | None = None,
     span: tuple[float, float] | None = None,
+    fixed_output: bool = False,
 ) -> dict[str, Any]:
     """The run's aggregates (see the module docstring).
 
@@ -122,6 +137,9 @@ def aggregate(
         for r in (
             error_verdict(failed, total, max_error_rate),
             lag_verdict(_number(lag["p99"]), max_lag),
+            length_verdict(acc.short, acc.asked, acc.received, acc.requested)
+            if fixed_output
+            else None,
         )
         if r is not None
     ]
