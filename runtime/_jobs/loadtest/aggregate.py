@@ -163,6 +163,9 @@ def aggregate(
         "sessions": acc.sessions.summary(),
         "token_counts": acc.token_counts(),
         "queue_wait": acc.queue_wait.summary(),
+        "ttft_after_queue": acc.ttft_after_queue.summary(intervals=True),
+        "e2e_after_queue": acc.e2e_after_queue.summary(intervals=True),
+        "sluice_waits": acc.waits(),
         **acc.http_phases(),
         "client_lag": lag | {"max_allowed": max_lag},
         "throughput": _throughput(acc, elapsed, rows),
@@ -209,6 +212,9 @@ class _Pass:
         self.ratio = Samples()
         self.compared = self.server_reported = self.client_counted = self.differing = 0
         self.sessions = _Sessions()
+        self.ttft_after_queue, self.e2e_after_queue = Samples(), Samples()
+        self.queued = self.retried = self.attempts = 0
+        self.retry_wait = Samples()
         self.own = [Samples() for _ in slos]
         """Per SLO (but ITL ones, measured over every token): each ok request's own value."""
         self.good = 0
@@ -217,6 +223,11 @@ class _Pass:
         self.total += 1
         self.lag.add(r.lag)
         self.queue_wait.add(r.queue_wait)
+        self.queued += r.queue_wait > 0
+        self.attempts += r.attempts
+        if r.attempts > 1:
+            self.retried += 1
+            self.retry_wait.add(r.retry_wait)
         self.has_inputs = self.has_inputs or r.inputs is not None
         self.sessions.add(r)
         if not r.ok:
@@ -233,6 +244,11 @@ class _Pass:
         if r.tpot is not None:
             self.tpot.add(r.tpot)
         self.e2e.add(r.e2e)
+        if r.admitted is not None:
+            after = r.ttft_after_queue
+            if after is not None:
+                self.ttft_after_queue.add(after)
+            self.e2e_after_queue.add(r.end - r.admitted)
         self.itl.extend(r.itls)
         self.icl.extend(r.icls)
         self.output_tokens += r.output_tokens
@@ -271,6 +287,16 @@ class _Pass:
                 v is not None and v <= slo.seconds for v, slo in zip(values, self.slos, strict=True)
             ):
                 self.good += 1
+
+    def waits(self) -> dict[str, Any]:
+        """What sluice itself added (with ``--respect-limits``): requests that waited in its
+        queue (a quota, a 429's cooldown), requests it retried, their attempts and backoff."""
+        return {
+            "requests_queued": self.queued,
+            "requests_retried": self.retried,
+            "attempts": self.attempts,
+            "retry_backoff": self.retry_wait.summary(),
+        }
 
     def http_phases(self) -> dict[str, Any]:
         """The HTTP phases of the ok requests, as sluice's transport measured them: connect

@@ -221,9 +221,12 @@ def requests_csv(document: dict[str, Any]) -> Iterator[bytes]:
 
 
 def aggregates_csv(document: dict[str, Any]) -> str:
-    """The latency summaries as CSV: one row per metric (count, mean, percentiles, and the
-    bootstrap confidence bounds when there are), then the throughput figures, then how many
-    requests reused a connection."""
+    """The aggregates as CSV: one row per latency metric (count, mean, percentiles, and the
+    bootstrap confidence bounds when there are), then ``name,value`` sections: the run's
+    validity, the request counts and error rate, goodput, the load as scheduled, sent and
+    completed, sluice's own retries and queueing, the throughput figures, and how many
+    requests reused a connection. A section the results do not hold (an older file) is left
+    out."""
     agg = document["aggregates"]
     metrics = [k for k, v in agg.items() if isinstance(v, dict) and "p50" in v]
     flat: dict[str, dict[str, Any]] = {}
@@ -237,14 +240,25 @@ def aggregates_csv(document: dict[str, Any]) -> str:
         columns += [c for c in row if c not in columns]
     rows: list[list[Any]] = [["metric", *columns]]
     rows += [[key, *(flat[key].get(c) for c in columns)] for key in metrics]
-    rows.append([])
-    rows.append(["throughput", "value"])
-    rows += [[k, v] for k, v in agg["throughput"].items()]
-    reuse = agg.get("http_reuse")
-    if reuse is not None:  # results from before the transport measured HTTP phases have none
+    goodput = agg.get("goodput") or {}
+    sections: list[tuple[str, dict[str, Any] | None]] = [
+        (
+            "validity",
+            {"valid": document.get("valid"), "invalid_reason": document.get("invalid_reason")},
+        ),
+        ("requests", agg.get("requests")),
+        ("goodput", {k: v for k, v in goodput.items() if k != "slos"} if goodput else None),
+        ("load", agg.get("load")),
+        ("sluice_waits", agg.get("sluice_waits")),
+        ("throughput", agg.get("throughput")),
+        ("http_reuse", agg.get("http_reuse")),
+    ]
+    for name, values in sections:
+        if values is None:
+            continue
         rows.append([])
-        rows.append(["http_reuse", "value"])
-        rows += [[k, v] for k, v in reuse.items()]
+        rows.append([name, "value"])
+        rows += [[k, v] for k, v in values.items() if not isinstance(v, dict | list)]
     return _csv(rows)
 
 
