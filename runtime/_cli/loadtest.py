@@ -62,7 +62,7 @@ def format_summary(document: dict[str, Any]) -> str:
             else ""
         ),
     ]
-    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
+    for key, label in (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         s = agg[key]
         lines.append(
             f"  {label:<5} p50 {_ms(s['p50'])}  p90 {_ms(s['p90'])}  p99 {_ms(s['p99'])}  "
@@ -77,18 +77,19 @@ def format_summary(document: dict[str, Any]) -> str:
     good = agg["goodput"]
     for check in good["slos"]:
         lines.append(
-            f"  SLO {check['slo']} <= {check['bound'] * 1000:g} ms: measured "
-            f"{_ms(check['measured'])}, {'met' if check['met'] else 'MISSED'}"
+            f"  SLO {check['slo']} <= {check['bound_s'] * 1000:g} ms: measured "
+            f"{_ms(check['measured_s'])}, {'met' if check['met'] else 'MISSED'}"
         )
     if good["slos"]:
         lines.append(
             f"  goodput: {good['requests_per_s']:.2f} requests/s "
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
-    lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    lines.append(f"  client send lag p99: {_ms(agg['client_lag_s']['p99'])}")
     reuse = agg.get("http_reuse")
     if reuse and reuse["measured"]:
-        connect, headers, receive = agg["http_connect"], agg["http_headers"], agg["http_receive"]
+        connect, headers = agg["http_connect_s"], agg["http_headers_s"]
+        receive = agg["http_receive_s"]
         lines.append(
             f"  HTTP: connect p50 {_ms(connect['p50'])} p99 {_ms(connect['p99'])} "
             f"({reuse['new']} new), headers p50 {_ms(headers['p50'])} p99 {_ms(headers['p99'])},"
@@ -111,7 +112,7 @@ def format_summary(document: dict[str, Any]) -> str:
         lines.append(
             f"  sessions: {sessions['complete']} of {sessions['count']} complete "
             f"({sessions['turns']} turns), TTFT p50 by turn: "
-            + ", ".join(_ms(t["ttft_p50"]) for t in sessions["per_turn"])
+            + ", ".join(_ms(t["ttft_p50_s"]) for t in sessions["per_turn"])
         )
     lines += _sweep_lines(document)
     if document.get("interrupted"):
@@ -145,19 +146,19 @@ def _sluice_wait_lines(agg: dict[str, Any]) -> list[str]:
     total = agg["requests"]["total"]
     lines = []
     if waits["requests_retried"]:
-        backoff = waits["retry_backoff"]
+        backoff = waits["retry_backoff_s"]
         lines.append(
             f"  retries: {waits['requests_retried']} of {total} requests retried, "
             f"{waits['attempts']} attempts in all, backoff p50 {_ms(backoff['p50'])} "
             f"max {_ms(backoff['max'])}"
         )
     if waits["requests_queued"]:
-        queue = agg["queue_wait"]
+        queue = agg["queue_wait_s"]
         lines.append(
             f"  queue wait in sluice: {waits['requests_queued']} of {total} requests waited, "
             f"p50 {_ms(queue['p50'])}  p99 {_ms(queue['p99'])}  max {_ms(queue['max'])}"
         )
-    ttft, e2e = agg["ttft_after_queue"], agg["e2e_after_queue"]
+    ttft, e2e = agg["ttft_after_queue_s"], agg["e2e_after_queue_s"]
     lines.append(
         f"  without sluice's waits (from the last attempt's admission): TTFT p50 "
         f"{_ms(ttft['p50'])} p99 {_ms(ttft['p99'])}, E2E p50 {_ms(e2e['p50'])} "
@@ -189,7 +190,7 @@ def _sweep_lines(document: dict[str, Any]) -> list[str]:
         for point in swept:
             lines.append(
                 f"  concurrency {point['concurrency']}: {point['requests_per_s']:.3g} requests/s,"
-                f" TTFT p50 {_ms(point['ttft_p50'])}, E2E p99 {_ms(point['e2e_p99'])}"
+                f" TTFT p50 {_ms(point['ttft_p50_s'])}, E2E p99 {_ms(point['e2e_p99_s'])}"
             )
     return lines
 
@@ -481,7 +482,7 @@ async def _run(
         return EXIT_FAILED
     finally:
         await scraper.close()
-    document["config"]["wall_seconds"] = round(time.monotonic() - started, 3)
+    document["config"]["wall_s"] = round(time.monotonic() - started, 3)
     scraper.summarize(document)
     return _finish(options, document, interrupt)
 

@@ -38,19 +38,21 @@ _ROWS: tuple[tuple[str, tuple[str, ...], str, bool], ...] = (
     ("requests ok", ("aggregates", "requests", "ok"), "", False),
     ("requests failed", ("aggregates", "requests", "failed"), "", True),
     ("error rate", ("aggregates", "requests", "error_rate"), "%", True),
-    ("TTFT p50", ("aggregates", "ttft", "p50"), "ms", True),
-    ("TTFT p99", ("aggregates", "ttft", "p99"), "ms", True),
-    ("TTST p50", ("aggregates", "ttst", "p50"), "ms", True),
-    ("ITL p50", ("aggregates", "itl", "p50"), "ms", True),
-    ("ITL p99", ("aggregates", "itl", "p99"), "ms", True),
-    ("TPOT p50", ("aggregates", "tpot", "p50"), "ms", True),
-    ("E2E p50", ("aggregates", "e2e", "p50"), "ms", True),
-    ("E2E p95", ("aggregates", "e2e", "p95"), "ms", True),
-    ("E2E p99", ("aggregates", "e2e", "p99"), "ms", True),
+    ("TTFT p50", ("aggregates", "ttft_s", "p50"), "ms", True),
+    ("TTFT p99", ("aggregates", "ttft_s", "p99"), "ms", True),
+    ("TTST p50", ("aggregates", "ttst_s", "p50"), "ms", True),
+    ("ITL p50", ("aggregates", "itl_s", "p50"), "ms", True),
+    ("ITL p99", ("aggregates", "itl_s", "p99"), "ms", True),
+    ("TPOT p50", ("aggregates", "tpot_s", "p50"), "ms", True),
+    ("E2E p50", ("aggregates", "e2e_s", "p50"), "ms", True),
+    ("E2E p95", ("aggregates", "e2e_s", "p95"), "ms", True),
+    ("E2E p99", ("aggregates", "e2e_s", "p99"), "ms", True),
+    ("queue wait p99", ("aggregates", "queue_wait_s", "p99"), "ms", True),
     ("requests/s", ("aggregates", "throughput", "requests_per_s"), "/s", False),
     ("output tokens/s", ("aggregates", "throughput", "output_tokens_per_s"), "/s", False),
     ("goodput requests/s", ("aggregates", "goodput", "requests_per_s"), "/s", False),
-    ("client lag p99", ("aggregates", "client_lag", "p99"), "ms", True),
+    ("sent requests/s", ("aggregates", "load", "offered_rate_per_s"), "/s", False),
+    ("client lag p99", ("aggregates", "client_lag_s", "p99"), "ms", True),
     ("saturation rate", ("sweep", "saturation_rate"), "/s", False),
 )
 
@@ -107,6 +109,12 @@ def load_results(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not JSON: {exc}") from None
+    if isinstance(data, dict) and data.get("format") == "sluice-loadtest/1":
+        raise ConfigError(
+            f"{path} was written by an older sluice (format sluice-loadtest/1, durations under "
+            f"bare names like ttft); this one reads {FORMAT} (the same seconds, under names "
+            "that say so: ttft_s): run the test again to compare it"
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a sluice loadtest results file ({FORMAT})")
     return data

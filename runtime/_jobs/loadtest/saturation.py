@@ -39,6 +39,8 @@ class Verdict:
     error_rate: float
     saturated: bool
     reason: str | None
+    typical: float = 0.0
+    """The median end-to-end latency of the first third's ok requests (seconds)."""
 
 
 def judge(
@@ -78,13 +80,18 @@ def judge(
         reason = f"completed {achieved:.3g}/s of {realized:.3g}/s sent"
     elif growth is not None and growth > max_growth:
         reason = f"median latency grew {growth:.2f}x during the run"
-    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason)
+    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason, typical)
 
 
 
 MIN_JUDGED = 20
 """Requests a run needs before :func:`load_figures` judges whether it kept up: with fewer,
 one slow reply at the end moves the completion rate by more than the margin."""
+
+MIN_WINDOW = 10
+"""Typical request latencies the sending window must span before :func:`load_figures` judges
+it: over a shorter window the last replies' spread alone moves the completion rate past the
+margin."""
 
 
 def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -94,6 +101,10 @@ def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, 
     ``completed_rate_per_s`` and ``latency_growth`` (:func:`judge`'s), ``saturated`` (None
     when not judged: a closed loop, a ramp or trace, fewer than :data:`MIN_JUDGED` requests)
     and ``saturation_reason``.
+
+    Judged: completions fell behind when they ran below 95 % of the rate sent (see
+    :func:`judge`), over at least :data:`MIN_JUDGED` requests sent over a window at least
+    :data:`MIN_WINDOW` typical latencies long.
 
     The window a steady-rate run sent over is its ``duration`` when that bounded it (a sweep
     point's), else the span of the due times stretched by one gap (``n`` requests due over
@@ -135,7 +146,7 @@ def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, 
     verdict = judge(records, window, max_error_rate=1.0)
     figures["completed_rate_per_s"] = verdict.achieved
     figures["latency_growth"] = verdict.growth
-    if n < MIN_JUDGED:
+    if n < MIN_JUDGED or window < MIN_WINDOW * verdict.typical:
         return figures
     behind = verdict.achieved < 0.95 * verdict.realized
     figures["saturated"] = behind

@@ -102,7 +102,7 @@ class LoadTest:
             "max_lag_s": self.max_lag,
             "timeout_s": self.timeout,
             "warmup": self.warmup,
-            "warmup_seconds": self.warmup_seconds,
+            "warmup_s": self.warmup_seconds,
             "endpoint": self.endpoint,
             "embedding_batch": self.embedding_batch if self.endpoint == "embeddings" else None,
             "max_error_rate": self.max_error_rate,
