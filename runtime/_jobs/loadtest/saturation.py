@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .metrics import RequestRecord
     from .spec import LoadTest
 
-__all__ = ["MIN_JUDGED", "Verdict", "judge", "load_figures"]
+__all__ = ["MAX_GROWTH", "MIN_JUDGED", "MIN_RATIO", "Verdict", "judge", "load_figures"]
 
 _MIN_SAMPLES = 5
 """Requests a third of the window needs before its latency is compared."""
@@ -39,8 +39,6 @@ class Verdict:
     error_rate: float
     saturated: bool
     reason: str | None
-    typical: float = 0.0
-    """The median end-to-end latency of the first third's ok requests (seconds)."""
 
 
 def judge(
@@ -80,18 +78,19 @@ def judge(
         reason = f"completed {achieved:.3g}/s of {realized:.3g}/s sent"
     elif growth is not None and growth > max_growth:
         reason = f"median latency grew {growth:.2f}x during the run"
-    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason, typical)
+    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason)
 
 
+
+MIN_RATIO = 0.95
+"""Completions per request sent below which a run fell behind."""
+
+MAX_GROWTH = 1.5
+"""Growth of the median latency (last third over middle third) that shows a queue building."""
 
 MIN_JUDGED = 20
 """Requests a run needs before :func:`load_figures` judges whether it kept up: with fewer,
 one slow reply at the end moves the completion rate by more than the margin."""
-
-MIN_WINDOW = 10
-"""Typical request latencies the sending window must span before :func:`load_figures` judges
-it: over a shorter window the last replies' spread alone moves the completion rate past the
-margin."""
 
 
 def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -102,9 +101,11 @@ def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, 
     when not judged: a closed loop, a ramp or trace, fewer than :data:`MIN_JUDGED` requests)
     and ``saturation_reason``.
 
-    Judged: completions fell behind when they ran below 95 % of the rate sent (see
-    :func:`judge`), over at least :data:`MIN_JUDGED` requests sent over a window at least
-    :data:`MIN_WINDOW` typical latencies long.
+    Saturated: both of :func:`judge`'s signs at once, completions below :data:`MIN_RATIO` of
+    the rate sent and the median latency of the last third above :data:`MAX_GROWTH` times
+    the middle third's, over at least :data:`MIN_JUDGED` requests. Either alone can come
+    from the last replies' spread in a short run, or from a client stalled by its own
+    machine; a queue that builds up shows both.
 
     The window a steady-rate run sent over is its ``duration`` when that bounded it (a sweep
     point's), else the span of the due times stretched by one gap (``n`` requests due over
@@ -146,20 +147,17 @@ def load_figures(test: LoadTest, records: Sequence[RequestRecord]) -> dict[str, 
     verdict = judge(records, window, max_error_rate=1.0)
     figures["completed_rate_per_s"] = verdict.achieved
     figures["latency_growth"] = verdict.growth
-    if n < MIN_JUDGED or window < MIN_WINDOW * verdict.typical:
+    growth = verdict.growth
+    if n < MIN_JUDGED or growth is None:
         return figures
-    behind = verdict.achieved < 0.95 * verdict.realized
+    behind = verdict.achieved < MIN_RATIO * verdict.realized and growth > MAX_GROWTH
     figures["saturated"] = behind
     if behind:
-        grew = (
-            f"; median latency grew {verdict.growth:.2f}x from the middle third to the last"
-            if verdict.growth is not None and verdict.growth > 1
-            else ""
-        )
         figures["saturation_reason"] = (
             f"saturated: requests completed at {verdict.achieved:.3g}/s while "
-            f"{verdict.realized:.3g}/s were sent{grew}, so a queue built up and the latencies "
-            "measure that queue, not the endpoint at this rate (lower --rate, or --sweep to "
-            "find the highest rate it sustains)"
+            f"{verdict.realized:.3g}/s were sent, and the median latency grew {growth:.2f}x "
+            "from the middle third of the run to the last, so a queue built up and the "
+            "latencies measure that queue, not the endpoint at this rate (lower --rate, or "
+            "--sweep to find the highest rate it sustains)"
         )
     return figures
