@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
@@ -64,9 +64,9 @@ async def run_burst(server: BurstServer, test: LoadTest):
         return await run_load(rt, test)
 
 
-def options(tmp_path: Path, **flags) -> LoadTestOptions:
-    base = {"model": "t:m", "out": tmp_path / "r.json", "concurrency": "1", "requests": 3}
-    base |= {"warmup": "0", "output_tokens": "16", "input_tokens": "3"}
+def options(tmp_path: Path, **flags: Any) -> LoadTestOptions:
+    base: dict[str, Any] = {"model": "t:m", "out": tmp_path / "r.json", "concurrency": "1"}
+    base |= {"requests": 3, "warmup": "0", "output_tokens": "16", "input_tokens": "3"}
     return LoadTestOptions(**(base | flags))
 
 
