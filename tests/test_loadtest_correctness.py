@@ -36,6 +36,7 @@ from sluice._jobs.loadtest import (
     run_load,
 )
 from sluice._jobs.loadtest.compare import compare, config_differences
+from sluice._jobs.loadtest.report import render_report
 from sluice._jobs.loadtest.results import FORMAT, aggregates_csv, results_document
 from sluice.simulator import SimulatorApp, SimulatorConfig
 from sluice.transport import FastTransport
@@ -197,6 +198,7 @@ async def test_respect_limits_shows_queue_wait_retries_and_latency_without_them(
     assert "without sluice's waits (from the last attempt's admission): TTFT p50 200.0 ms" in (
         summary
     )
+    assert "1 requests retried (11 attempts)" in render_report(results_document(run))
     # The default run: the 429 is a measured failure, nothing queued, no such lines.
     plain = await run_sim(nursery, SimulatorApp(config), test, respect_limits=False)
     assert plain.aggregates["sluice_waits"]["requests_queued"] == 0
@@ -239,6 +241,7 @@ async def test_the_offered_rate_is_measured_and_a_run_past_saturation_is_invalid
     assert "/s while 6/s were sent, and the median latency grew" in agg["invalid_reason"]
     summary = format_summary(results_document(over))
     assert "load: scheduled 6/s, sent 6/s, completed" in summary and "SATURATED" in summary
+    assert "scheduled 6.00/s, sent 6.00/s, completed" in render_report(results_document(over))
 
 
 @virtual_deadline(60)

@@ -308,6 +308,34 @@ def render_report(document: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _load_and_waits(agg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The load as scheduled, sent and completed, and sluice's own retries and queueing."""
+    rows = []
+    load = agg.get("load")
+    if load and load["offered_rate_per_s"] is not None:
+        shown = [
+            f"{name} {_num(load[key])}/s"
+            for name, key in (
+                ("scheduled", "scheduled_rate_per_s"),
+                ("sent", "offered_rate_per_s"),
+                ("completed", "completed_rate_per_s"),
+            )
+            if load[key] is not None
+        ]
+        state = {True: ": SATURATED", False: ": kept up", None: ""}[load["saturated"]]
+        rows.append(("load", ", ".join(shown) + state))
+    waits = agg.get("sluice_waits")
+    if waits and (waits["requests_retried"] or waits["requests_queued"]):
+        rows.append(
+            (
+                "sluice's own waits",
+                f"{waits['requests_retried']} requests retried ({waits['attempts']} attempts), "
+                f"{waits['requests_queued']} queued",
+            )
+        )
+    return rows
+
+
 def _summary_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
     """The "Requests and throughput" table: counts, rates, goodput, SLOs and the checks."""
     agg = document["aggregates"]
@@ -334,6 +362,7 @@ def _summary_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{_ms(check['measured_s'])} ms: {verdict}",
             )
         )
+    summary += _load_and_waits(agg)
     sweep = document.get("sweep")
     if sweep:
         rate = sweep["saturation_rate"]
