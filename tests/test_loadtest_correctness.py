@@ -241,7 +241,7 @@ async def test_the_offered_rate_is_measured_and_a_run_past_saturation_is_invalid
     assert "/s while 6/s were sent, and the median latency grew" in agg["invalid_reason"]
     summary = format_summary(results_document(over))
     assert "load: scheduled 6/s, sent 6/s, completed" in summary and "SATURATED" in summary
-    assert "scheduled 6.00/s, sent 6.00/s, completed" in render_report(results_document(over))
+    assert "scheduled 6/s, sent 6.00/s, completed" in render_report(results_document(over))
 
 
 @virtual_deadline(60)
