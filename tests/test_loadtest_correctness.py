@@ -335,3 +335,41 @@ def test_compare_warns_naming_the_settings_that_differ(tmp_path, capsys):
     old.write_bytes(orjson.dumps(a | {"format": "sluice-loadtest/1"}))
     assert main(["loadtest", "compare", str(old), str(paths[0])]) == 2
     assert "written by an older sluice (format sluice-loadtest/1" in capsys.readouterr().err
+
+
+# --- the flags on the real command line ---------------------------------------------------------
+
+
+def test_the_request_flags_work_from_the_command_line(tmp_path, capsys):
+    # The in-process simulator honours ignore_eos and min_tokens: every reply is as long as
+    # asked, and the flags reach the results' config (the header's value never does).
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            *("loadtest", "--model", "sim:sim-small", "--concurrency", "1", "--requests", "3"),
+            *("--output-tokens", "5", "--max-lag", "2s", "--out", str(out), "--fixed-output"),
+            *("--header", "x-team:search", "--header", "x-run:42"),
+            *("--extra-body", '{"top_k": 20}'),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    document = orjson.loads(out.read_bytes())
+    config = document["config"]
+    assert config["header_names"] == ["x-team", "x-run"] and config["fixed_output"] is True
+    assert config["extra_body"] == {"top_k": 20}
+    assert document["aggregates"]["output_length"]["requests_exact"] == 3
+    assert b"search" not in out.read_bytes()
+    assert main(["loadtest", "--model", "sim:sim-small", "--rate", "1", "--requests", "1",
+                 "--extra-body", "[]", "--out", str(out)]) == 2  # fmt: skip
+    assert "--extra-body must be a JSON object" in capsys.readouterr().err
+
+
+def test_compare_of_many_marks_a_best_run_only_outside_the_others_intervals():
+    from sluice._jobs.loadtest.compare import format_many
+
+    runs = [document(0.100, (0.095, 0.105)), document(0.098, (0.094, 0.103))]
+    row = next(line for line in format_many(runs, ["1", "2"]).splitlines() if "TTFT" in line)
+    assert "*" not in row  # 98 ms inside 100 ms's interval: no winner
+    runs.append(document(0.050, (0.048, 0.052)))
+    row = next(line for line in format_many(runs, ["1", "2", "3"]).splitlines() if "TTFT" in line)
+    assert row.endswith("50.00 ms (-50.0 %) *")

@@ -237,16 +237,33 @@ def format_comparison(rows: Sequence[Difference], name_a: str, name_b: str) -> s
     return "\n".join(lines)
 
 
+def _overlaps_another(intervals: Sequence[tuple[float, float] | None], index: int) -> bool:
+    """Whether run ``index``'s interval overlaps any other run's."""
+    mine = intervals[index]
+    if mine is None:
+        return False
+    return any(
+        other is not None and mine[0] <= other[1] and other[0] <= mine[1]
+        for number, other in enumerate(intervals)
+        if number != index
+    )
+
+
 def format_many(documents: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
     """A plain-text table of every headline number of every run: the first run's value, then
-    each other run's with its change against the first; ``*`` marks the best run of a row."""
+    each other run's with its change against the first; ``*`` marks the best run of a row,
+    unless its 95 % interval overlaps another run's (then no run is told apart)."""
     table = [("metric", *names)]
     for label, path, unit, lower in _ROWS:
         values = [_get(document, path) for document in documents]
         known = [v for v in values if v is not None]
         if not known:
             continue
-        best = min(known) if lower else max(known)
+        best: float | None = min(known) if lower else max(known)
+        intervals = [_interval(document, path) for document in documents]
+        winner = values.index(best)
+        if _overlaps_another(intervals, winner):
+            best = None
         base = values[0]
         cells = []
         for index, value in enumerate(values):
