@@ -373,3 +373,15 @@ def test_compare_of_many_marks_a_best_run_only_outside_the_others_intervals():
     runs.append(document(0.050, (0.048, 0.052)))
     row = next(line for line in format_many(runs, ["1", "2", "3"]).splitlines() if "TTFT" in line)
     assert row.endswith("50.00 ms (-50.0 %) *")
+
+
+def test_judging_replies_that_took_no_time_does_not_divide_by_zero():
+    from sluice._jobs.loadtest.metrics import Tracker
+    from sluice._jobs.loadtest.saturation import judge
+
+    instant = [
+        Tracker(i, i * 0.1, i * 0.1).finish(i * 0.1, input_tokens=1, output_tokens=1, ok=True)
+        for i in range(30)
+    ]
+    verdict = judge(instant, 3.0)
+    assert verdict.growth is None and not verdict.saturated

@@ -59,7 +59,7 @@ async def test_tokens_of_one_read_split_its_gap_exactly(autojump_clock, nursery)
         assert record.itls == pytest.approx((TOKEN_GAP,) * (PER_WRITE * (WRITES - 1)), abs=EXACT)
         assert record.icls == pytest.approx((SPACING,) * (WRITES - 1), abs=EXACT)
         assert record.ttst == record.ttft == pytest.approx(0.05, abs=EXACT)
-    itl = run.aggregates["itl"]
+    itl = run.aggregates["itl_s"]
     assert itl["p50"] == pytest.approx(TOKEN_GAP, abs=EXACT)
     assert itl["max"] - itl["min"] < EXACT
 

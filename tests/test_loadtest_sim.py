@@ -183,7 +183,7 @@ async def test_results_document_has_every_key(autojump_clock, nursery):
     assert {"sluice", "trio", "python"} <= set(doc["versions"])
     assert doc["config"]["model"] == MODEL and doc["config"]["rate"] == 4
     assert set(doc["requests"][0]) >= {
-        "scheduled", "sent", "lag", "queue_wait", "ttft", "itls", "tpot", "e2e",
+        "scheduled_s", "sent_s", "lag_s", "queue_wait_s", "ttft_s", "itls_s", "tpot_s", "e2e_s",
         "input_tokens", "output_tokens", "ok", "status", "error_type",
     }  # fmt: skip
     # ttft_p99 = 200 ms is met; itl_p50 = 20 ms misses 10 ms, so no request is good.

@@ -66,7 +66,9 @@ def judge(
     typical = percentile(early, 50) if early else 0.0
     growth = None
     if len(middle) >= _MIN_SAMPLES and len(late) >= _MIN_SAMPLES:
-        growth = percentile(late, 50) / percentile(middle, 50)
+        base = percentile(middle, 50)
+        # A middle third answered in no time at all (a test clock) has no growth to measure.
+        growth = percentile(late, 50) / base if base > 0 else None
     span = last - first - typical
     achieved = ok / max(span, window / 2)
     realized = len(records) / window
