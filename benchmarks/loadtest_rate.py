@@ -89,7 +89,7 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
             raise SystemExit(f"sluice loadtest failed ({done.returncode}):\n{done.stderr}")
         document = orjson.loads(out.read_bytes())
     agg = document["aggregates"]
-    lag, requests = agg["client_lag"], agg["requests"]
+    lag, requests = agg["client_lag_s"], agg["requests"]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     sent = requests["total"]
     per_worker = agg.get("workers") or []

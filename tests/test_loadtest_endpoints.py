@@ -189,7 +189,7 @@ async def test_responses_go_through_the_runtime_and_its_quota(autojump_clock, nu
     assert [r.ttft for r in run.records] == [
         pytest.approx(0.2 + r.queue_wait, abs=1e-6) for r in run.records
     ]
-    assert run.aggregates["itl"]["count"] == 3 * 6
+    assert run.aggregates["itl_s"]["count"] == 3 * 6
     waits = [r.queue_wait for r in run.records]
     if respect:  # the quota holds the second and third back a minute
         assert waits[0] == 0.0 and all(55.0 < w < 125.0 for w in waits[1:])

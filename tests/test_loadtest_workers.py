@@ -220,7 +220,7 @@ async def test_workers_together_send_exactly_what_one_process_sends(autojump_clo
     assert len({r.requested_input_tokens for r in alone.records}) > 5  # the draws vary
     result = conclude(test, merged, [], alone.started_at, None)
     # Same requests at the same times against the same seeded simulator: the same numbers.
-    for name in ("requests", "ttft", "itl", "e2e", "throughput", "client_lag"):
+    for name in ("requests", "ttft_s", "itl_s", "e2e_s", "throughput", "client_lag_s"):
         assert close(result.aggregates[name], alone.aggregates[name]), name
     assert result.aggregates["valid"] is True
 
@@ -270,7 +270,7 @@ def test_two_workers_write_one_merged_result(tmp_path):
     records = document["requests"]
     assert [r["index"] for r in records] == list(range(60))
     assert all(r["ok"] for r in records)
-    scheduled = [r["scheduled"] for r in records]
+    scheduled = [r["scheduled_s"] for r in records]
     assert scheduled == sorted(scheduled)
     assert document["config"]["workers"] == 2
     workers = document["aggregates"]["workers"]
