@@ -386,3 +386,15 @@ def test_the_options_survive_the_trip_to_a_worker():
     back = pickle.loads(pickle.dumps(options))
     assert back == options and "sk-x" not in repr(back)
     assert attrs.evolve(back, server_metrics=None).rate == 5
+
+
+def test_auto_keeps_a_low_rate_in_this_process(tmp_path):
+    from sluice._cli import main
+
+    out = tmp_path / "r.json"
+    args = ["loadtest", "--model", MODEL, "--rate", "20", "--requests", "4", "--max-lag", "2s"]
+    assert main([*args, "--output-tokens", "3", "--out", str(out)]) == 0
+    document = orjson.loads(out.read_bytes())
+    assert document["config"]["workers"] == 1
+    assert "workers" not in document["aggregates"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sluice-loadtest-worker")]
