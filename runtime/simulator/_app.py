@@ -14,8 +14,9 @@ APIs (OpenAI's ``/v1/files`` and ``/v1/batches``: :mod:`.openai_batches`; Anthro
 ``/v1/messages/batches``: :mod:`.message_batches`) and their counters (``GET /sim/stats``).
 Anything else is a 404 with an OpenAI-style error body. The generation routes share the
 latency model, the fault directives, the fault dice and the quotas; only the wire format
-differs (:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) as their whole
-latency and count against the quotas, but draw no faults.
+differs (:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) plus their input
+tokens at ``embedding_tokens_per_second`` as their latency and count against the quotas, but
+draw no faults.
 
 Seeded latency draws are keyed on the request, not on its place in the arrival order: each
 generation request draws from a generator seeded with ``latency_seed``, the digest of its
@@ -436,19 +437,34 @@ class SimulatorApp:
         )
 
     async def _embed(self, body: bytes, request_id: bytes) -> SimResponse:
-        from ._embeddings import embeddings_body, parse_embeddings
+        """An embeddings reply (:mod:`.embeddings`): refused as OpenAI refuses, held to the
+        quotas as a chat request is (its tokens are the inputs'), due after a drawn ``ttft``
+        plus the inputs' tokens at ``embedding_tokens_per_second``."""
+        from ._embeddings import EmbeddingsRefused, embeddings_body, parse_embeddings
 
         try:
             request = parse_embeddings(body)
+        except EmbeddingsRefused as exc:
+            content = error_body(exc.message, exc.type_, exc.param, exc.code)
+            return self._json(OPENAI, 400, content, request_id)
         except RequestError as exc:
             return self._error(OPENAI, 400, exc.message, request_id, exc.param)
-        if self._quota is not None:
+        if self._shared_quota is not None:
+            try:
+                refusal = await self._shared_quota.admit(request.tokens)
+            except StoreUnavailable as exc:
+                return self._error(OPENAI, 503, str(exc), request_id, None)
+            if refusal is not None:
+                return self._over_quota(OPENAI, *refusal, request_id)
+        elif self._quota is not None:
             refusal = self._quota.admit(trio.current_time(), request.tokens)
             if refusal is not None:
                 return self._over_quota(OPENAI, *refusal, request_id)
         config = self.config
         digest = derive_digest(request.inputs)
         delay = gamma_draw(self._request_rng(digest), config.ttft, config.ttft_jitter)
+        if config.embedding_tokens_per_second:
+            delay += request.tokens / config.embedding_tokens_per_second
         if delay:
             await trio.sleep(delay)
         return _json(200, embeddings_body(request, seed=config.seed), request_id)
