@@ -9,6 +9,7 @@ import math
 import struct
 
 import httpx
+import orjson
 import pytest
 import trio
 
@@ -147,3 +148,42 @@ async def test_tokens_count_against_the_tpm_quota_as_chat_does(autojump_clock):
         assert (await http.post("/v1/chat/completions", json=chat)).status_code == 429
         await trio.sleep(wait)
         assert (await http.post("/v1/embeddings", json=body)).status_code == 200
+
+
+@virtual_deadline(60)
+async def test_a_provider_batch_of_embeddings_lines_answers_each_as_the_realtime_route(
+    autojump_clock,
+):
+    url = "/v1/embeddings"
+    bodies = [
+        {"model": "text-embedding-3-small", "input": ["first text", "second"], "dimensions": 4},
+        {"model": "text-embedding-3-small", "input": "third", "encoding_format": "base64"},
+        {"model": "text-embedding-3-small", "input": ["x"] * 2049},  # refused as realtime is
+    ]
+    content = b"".join(
+        orjson.dumps({"custom_id": f"e{i}", "method": "POST", "url": url, "body": b}) + b"\n"
+        for i, b in enumerate(bodies)
+    )
+    app = SimulatorApp(SimulatorConfig(batch_time=10.0))
+    async with httpx.AsyncClient(transport=mock_transport(app), base_url="http://sim/v1") as c:
+        form = {"purpose": "batch"}
+        file_id = (await c.post("/files", files={"file": ("in", content)}, data=form)).json()["id"]
+        fields = {"input_file_id": file_id, "endpoint": url, "completion_window": "24h"}
+        batch = (await c.post("/batches", json=fields)).json()
+        assert batch["status"] == "validating", batch
+        await trio.sleep(11.0)
+        done = (await c.get(f"/batches/{batch['id']}")).json()
+        assert done["status"] == "completed" and done["request_counts"]["total"] == 3
+        out = (await c.get(f"/files/{done['output_file_id']}/content")).content.splitlines()
+        errors = (await c.get(f"/files/{done['error_file_id']}/content")).content.splitlines()
+        realtime = [(await c.post("/embeddings", json=b)).json() for b in bodies]
+    records = {r["custom_id"]: r for r in map(orjson.loads, out + errors)}
+    assert sorted(records) == ["e0", "e1", "e2"]
+    for i in range(3):
+        record = records[f"e{i}"]
+        assert record["error"] is None
+        assert record["response"]["body"] == realtime[i]
+    assert records["e0"]["response"]["status_code"] == 200
+    assert [len(d["embedding"]) for d in records["e0"]["response"]["body"]["data"]] == [4, 4]
+    assert records["e0"]["response"]["body"]["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    assert records["e2"]["response"]["status_code"] == 400

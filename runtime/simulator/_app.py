@@ -440,15 +440,12 @@ class SimulatorApp:
         """An embeddings reply (:mod:`.embeddings`): refused as OpenAI refuses, held to the
         quotas as a chat request is (its tokens are the inputs'), due after a drawn ``ttft``
         plus the inputs' tokens at ``embedding_tokens_per_second``."""
-        from ._embeddings import EmbeddingsRefused, embeddings_body, parse_embeddings
+        from ._embeddings import embeddings_body, parse_embeddings, refusal_body
 
         try:
             request = parse_embeddings(body)
-        except EmbeddingsRefused as exc:
-            content = error_body(exc.message, exc.type_, exc.param, exc.code)
-            return self._json(OPENAI, 400, content, request_id)
         except RequestError as exc:
-            return self._error(OPENAI, 400, exc.message, request_id, exc.param)
+            return self._json(OPENAI, 400, refusal_body(exc), request_id)
         if self._shared_quota is not None:
             try:
                 refusal = await self._shared_quota.admit(request.tokens)

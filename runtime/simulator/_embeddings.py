@@ -33,11 +33,14 @@ from typing import Any, Literal
 import attrs
 import orjson
 
+from ._batch_core import LineEndpoint
 from ._request import RequestError
 from ._text import count_tokens
+from ._wire import error_body
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
+    "EMBEDDING_LINES",
     "MAX_INPUTS",
     "MAX_INPUT_TOKENS",
     "MAX_REQUEST_TOKENS",
@@ -258,3 +261,33 @@ def embeddings_body(request: EmbeddingRequest, *, seed: int) -> bytes:
             "usage": {"prompt_tokens": request.tokens, "total_tokens": request.tokens},
         }
     )
+
+
+def refusal_body(error: RequestError) -> bytes:
+    """The OpenAI error body of a refused embeddings request."""
+    if isinstance(error, EmbeddingsRefused):
+        return error_body(error.message, error.type_, error.param, error.code)
+    return error_body(error.message, "invalid_request_error", error.param)
+
+
+class _EmbeddingLines(LineEndpoint):
+    """``/v1/embeddings`` lines of an OpenAI batch: each answered as the realtime route
+    answers it."""
+
+    def line_reply(self, body: bytes, *, seed: int) -> tuple[int, bytes]:
+        try:
+            request = parse_embeddings(body)
+        except RequestError as exc:
+            return 400, refusal_body(exc)
+        return 200, embeddings_body(request, seed=seed)
+
+    def line_check(self, body: bytes) -> tuple[str, int] | None:
+        try:
+            request = parse_embeddings(body)
+        except RequestError:
+            return None
+        return request.model, request.tokens
+
+
+EMBEDDING_LINES: LineEndpoint = _EmbeddingLines()
+"""The batch endpoint ``/v1/embeddings``."""
