@@ -109,10 +109,10 @@ def test_model_override_applies_to_bare_model_names():
         ),
         (line(method="GET"), "r1", "invalid_method", "line 7: method must be POST"),
         (
-            line(url="/v1/embeddings"),
+            line(url="/v1/images/generations"),
             "r1",
             "invalid_url",
-            "line 7: url must be /v1/chat/completions",
+            "line 7: url must be /v1/chat/completions, /v1/responses or /v1/embeddings",
         ),
         (
             orjson.dumps({"custom_id": "r1"}),

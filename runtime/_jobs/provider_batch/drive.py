@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from ..._embeddings import EmbedRequest
 from ..._errors import BudgetExceeded, CallError, ConfigError, SluiceError
 from ..._ledger.prices import worst_case_micros
 from ..._limits.cost import estimate_cost
@@ -27,19 +28,29 @@ from ..batch_lines import (
     parse_input_line,
     render_bad_line,
     render_error_line,
+    render_result_line,
 )
 from ..batch_report import BatchProgress
-from .backend import BatchBackend, Entry, RemoteBatch
+from .backend import BatchBackend, Entry, RemoteBatch, embed_backend
 from .journal import Journal, Submission
-from .merge import line_id, render_failure, render_ok, result_of, unfinished_error
+from .merge import (
+    embed_result_of,
+    line_id,
+    render_failure,
+    render_ok,
+    result_of,
+    unfinished_error,
+)
 from .plan import Gate, Packer, Planned, Sealed, affordable
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable, Collection
+    from collections.abc import AsyncIterator, Callable, Collection
 
+    from ..._embeddings import EmbedResult
+    from ..._messages import ChatResult
     from ..._runtime import Runtime
-    from ..batch_lines import Answered
+    from ..batch_lines import Answered, Endpoint
     from ..batch_loop import BatchInterrupt
     from ..batch_report import BatchSummary, Interrupted
     from .backend import LineOutcome
@@ -116,7 +127,7 @@ class Engine:
         self.max_in_flight = max_in_flight
         self.max_wait = max_wait
         self.backends: dict[str, BatchBackend | None] = {}
-        self.packers: dict[tuple[str, str], Packer] = {}
+        self.packers: dict[tuple[str, str, str], Packer] = {}
         self.gate = Gate()
         self.flights: dict[int, _Flight] = {}
         self.claimed: set[int] = set()
@@ -281,12 +292,22 @@ class Engine:
             return backend
 
     async def _route(self, item: InputLine) -> None:
-        """Send one line on its way: into a batch of its provider and model, or to the
-        realtime lane (a provider without a batch API, a model group, past the switch)."""
+        """Send one line on its way: into a batch of its provider, model and endpoint, or to
+        the realtime lane (a provider without a batch API, or whose batches take no
+        embeddings, a model group, past the switch). A ``/v1/responses`` line is a chat
+        request: it goes in a chat batch of its own, its reply written as a response."""
         await self._check_switch()
         provider, sep, model = item.request.model.partition(":")
         backend = self._backend(provider) if sep else None
-        if backend is None or self.switched:
+        request = item.request
+        if backend is not None and isinstance(request, EmbedRequest):
+            embedder = embed_backend(backend)
+            entry = embedder.embed_entry(item.custom_id, request) if embedder else None
+        elif backend is not None and not isinstance(request, EmbedRequest):
+            entry = backend.entry(item.custom_id, request)
+        else:
+            entry = None
+        if backend is None or entry is None or self.switched:
             self.job.count(realtime_lines=1)
             assert self.realtime_send is not None
             await self.realtime_send.send(item)
@@ -299,7 +320,11 @@ class Engine:
             )
             await self._write_error(item.custom_id, item.lineno, error)
             return
-        entry = backend.entry(item.custom_id, item.request)
+        extra: Any = None
+        if item.endpoint == "responses":
+            extra = item.echo or None
+        elif isinstance(request, EmbedRequest) and request.encoding_format is not None:
+            extra = {"encoding_format": request.encoding_format}
         planned = Planned(
             entry.wire_id,
             item.lineno,
@@ -308,8 +333,9 @@ class Engine:
             entry.tokens,
             micros,
             self.tries.get(item.lineno, 0),
+            extra,
         )
-        packer = self.packers.get((provider, model))
+        packer = self.packers.get((provider, model, item.endpoint))
         if packer is None:
             limits = backend.limits
             most = self.lane.options.max_requests
@@ -318,7 +344,8 @@ class Engine:
             cap = self.lane.options.enqueued_tokens.get(f"{provider}:{model}")
             cap = cap if cap is not None else limits.enqueued_tokens
             self.gate.limits[f"{provider}:{model}"] = cap
-            packer = self.packers[provider, model] = Packer(provider, model, limits, cap)
+            packer = Packer(provider, model, limits, cap, endpoint=item.endpoint)
+            self.packers[provider, model, item.endpoint] = packer
         sealed = packer.add(planned)
         if sealed is not None:
             await self._place(sealed)
@@ -333,8 +360,13 @@ class Engine:
         price = prices.lookup(provider, model) if prices is not None else None
         if price is None:
             return None
+        request = item.request
+        if isinstance(request, EmbedRequest):
+            from ..._embed_calls import embed_cost
+
+            return worst_case_micros(price.for_batch(), embed_cost(request))
         spec = self.rt.resolve_provider(provider)
-        cost = estimate_cost(item.request, spec.rate_limit.expected_output_tokens)
+        cost = estimate_cost(request, spec.rate_limit.expected_output_tokens)
         return worst_case_micros(price.for_batch(), cost)
 
     # -- submitting ------------------------------------------------------------------------
@@ -395,6 +427,8 @@ class Engine:
             lines=[(p.wire_id, p.lineno, p.custom_id) for p in sealed.lines],
             tokens=sealed.tokens,
             micros=sealed.micros,
+            endpoint=sealed.endpoint,
+            extra={p.wire_id: p.extra for p in sealed.lines if p.extra is not None},
         )
         sub = await trio.to_thread.run_sync(intent)
         self.gate.enter(sub.provider, sub.model, sub.tokens, sub.micros)
@@ -405,8 +439,12 @@ class Engine:
         file_id = await self._patient(backend.upload, entries)
         if file_id is not None:
             await trio.to_thread.run_sync(journal.uploaded, sub, file_id)
+        embedder = embed_backend(backend) if sub.endpoint == "embeddings" else None
         try:
-            remote = await backend.create(entries, file_id, fingerprint)
+            if embedder is not None:
+                remote = await embedder.create_embeddings(entries, file_id, fingerprint)
+            else:
+                remote = await backend.create(entries, file_id, fingerprint)
         except (SluiceError, OSError) as exc:
             # Whether the batch exists is unknown: look for it before anything else.
             found = await self._patient(backend.find, fingerprint, since=at - 1)
@@ -466,6 +504,10 @@ class Engine:
         lines = await trio.to_thread.run_sync(self.journal.lines, sub)
         pending = {wire: (lineno, custom_id) for wire, lineno, custom_id in lines}
         del lines
+        endpoint: Endpoint = sub.endpoint  # type: ignore[assignment]
+        extra: dict[str, Any] = {}
+        if endpoint != "chat":
+            extra = await trio.to_thread.run_sync(self.journal.extra, sub)
         answered = run.answered.custom_ids if run.answered is not None else frozenset()
         provider, model = sub.provider, sub.model
         chunk: list[bytes] = []
@@ -490,7 +532,13 @@ class Engine:
             usage_records.clear()
 
         outcome: LineOutcome
-        async for outcome in flight.backend.results(remote):
+        results: AsyncIterator[LineOutcome]
+        embedder = embed_backend(flight.backend) if endpoint == "embeddings" else None
+        if embedder is not None:
+            results = embedder.embed_results(remote)
+        else:
+            results = flight.backend.results(remote)
+        async for outcome in results:
             hit = pending.pop(outcome.wire_id, None)
             if hit is None:
                 continue
@@ -499,8 +547,20 @@ class Engine:
                 continue  # written before a crash: this is the merge done again
             kind = outcome.kind
             if kind == "ok":
-                result = result_of(outcome, provider, model)
-                chunk.append(render_ok(custom_id, result, created=created))
+                result: ChatResult | EmbedResult
+                if outcome.embedded is not None:
+                    result = embed_result_of(outcome, provider, model)
+                else:
+                    result = result_of(outcome, provider, model)
+                chunk.append(
+                    render_ok(
+                        custom_id,
+                        result,
+                        created=created,
+                        endpoint=endpoint,
+                        extra=extra.get(outcome.wire_id),
+                    )
+                )
                 usage = result.usage
                 _add(
                     counts,
@@ -601,17 +661,21 @@ class Engine:
         run = self.job
         async with receive:
             async for item in receive:
-                request = attrs.evolve(
-                    item.request,
-                    stream=run.stream,
-                    priority="batch",
-                    tag=item.request.tag or run.tag,
-                    failure_mode="wait",
-                    max_wait=self.max_wait,
-                )
+                settings: dict[str, Any] = {
+                    "priority": "batch",
+                    "tag": item.request.tag or run.tag,
+                    "failure_mode": "wait",
+                    "max_wait": self.max_wait,
+                }
+                request = item.request
                 self.realtime_in_flight += 1
+                result: ChatResult | EmbedResult
                 try:
-                    result = await self.rt.chat(request)
+                    if isinstance(request, EmbedRequest):
+                        result = await self.rt.embed(attrs.evolve(request, **settings))
+                    else:
+                        settings["stream"] = run.stream
+                        result = await self.rt.chat(attrs.evolve(request, **settings))
                 except SluiceError as exc:
                     await self._write_error(item.custom_id, item.lineno, exc)
                     run.count(calls=1)
@@ -619,7 +683,15 @@ class Engine:
                 finally:
                     self.realtime_in_flight -= 1
                 usage = result.usage
-                data = render_ok(item.custom_id, result, created=int(time.time()))
+                data = render_result_line(
+                    item.custom_id,
+                    result,
+                    line_id=line_id(),
+                    created=int(time.time()),
+                    endpoint=item.endpoint,
+                    echo=item.echo,
+                    encoding_format=getattr(request, "encoding_format", None),
+                )
                 await run.write(
                     data,
                     {

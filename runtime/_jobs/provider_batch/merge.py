@@ -15,14 +15,26 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from ..._embeddings import EmbedResult
 from ..._errors import CallError
 from ..._messages import ChatResult, Usage
 from ..batch_lines import error_code, render_error_line, render_result_line
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from ..batch_lines import Endpoint
     from .backend import LineOutcome
 
-__all__ = ["line_id", "render_failure", "render_ok", "result_of", "unfinished_error"]
+__all__ = [
+    "embed_result_of",
+    "line_id",
+    "render_failure",
+    "render_ok",
+    "result_of",
+    "unfinished_error",
+]
 
 
 def line_id() -> str:
@@ -52,8 +64,47 @@ def result_of(outcome: LineOutcome, provider: str, model: str) -> ChatResult:
     )
 
 
-def render_ok(custom_id: str, result: ChatResult, *, created: int) -> bytes:
-    return render_result_line(custom_id, result, line_id=line_id(), created=created)
+def embed_result_of(outcome: LineOutcome, provider: str, model: str) -> EmbedResult:
+    """The result a realtime embedding call would have returned for an ``ok`` outcome."""
+    output = outcome.embedded
+    assert output is not None, "an ok embeddings outcome carries its vectors"
+    return EmbedResult(
+        call_id=secrets.token_hex(12),
+        provider=provider,
+        model=model,
+        vectors=output.vectors,
+        usage=output.usage if output.usage is not None else Usage(),
+        request_id=outcome.request_id or output.response_id,
+        models_tried=(f"{provider}:{model}",),
+    )
+
+
+def render_ok(
+    custom_id: str,
+    result: ChatResult | EmbedResult,
+    *,
+    created: int,
+    endpoint: Endpoint = "chat",
+    extra: Any = None,
+) -> bytes:
+    """The output line of an ``ok`` outcome, in ``endpoint``'s shape; ``extra`` is what the
+    line's result needs besides its reply (a response's repeated settings, an embeddings
+    line's ``encoding_format``)."""
+    echo: Mapping[str, Any] | None = None
+    encoding = None
+    if endpoint == "responses" and isinstance(extra, dict):
+        echo = extra
+    elif endpoint == "embeddings" and isinstance(extra, dict):
+        encoding = extra.get("encoding_format")
+    return render_result_line(
+        custom_id,
+        result,
+        line_id=line_id(),
+        created=created,
+        endpoint=endpoint,
+        echo=echo,
+        encoding_format=encoding,
+    )
 
 
 def render_failure(
