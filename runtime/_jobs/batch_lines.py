@@ -41,6 +41,7 @@ from .._responses_format import parse_responses_body, render_response
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
+    from .._embeddings import EncodingFormat
     from .._errors import SluiceError
     from .._messages import ChatResult
 
@@ -270,7 +271,7 @@ def render_result_line(
     body gave) or an embeddings ``list`` (vectors as ``encoding_format`` asks)."""
     body: dict[str, Any]
     if isinstance(result, EmbedResult):
-        packed = "base64" if encoding_format == "base64" else None
+        packed: EncodingFormat | None = "base64" if encoding_format == "base64" else None
         body = render_embeddings(result, encoding_format=packed)
     elif endpoint == "responses":
         body = render_response(

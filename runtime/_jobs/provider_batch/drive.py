@@ -456,7 +456,7 @@ class Engine:
                 # for one line in it: sent again in halves, as a batch failed whole is.
                 halved = _refused(exc) and len(tries) > 1
                 if halved:
-                    self._shrink(sub.provider, sub.model, len(tries) // 2)
+                    self._shrink(sub, len(tries) // 2)
                 for lineno, custom_id, n in tries:
                     n -= 1 if halved else 0
                     await self._hand_back_line(lineno, custom_id, n, "failed", problem, sub)
@@ -592,7 +592,7 @@ class Engine:
         # its size, which finds either (a line alone that fails again counts its tries).
         halved = remote.problem is not None and sub.count > 1
         if halved:
-            self._shrink(provider, model, sub.count // 2)
+            self._shrink(sub, sub.count // 2)
         for lineno, custom_id, why in unfinished:
             tries = self.tries.get(lineno, 0) - (1 if halved else 0)
             await self._hand_back_line(lineno, custom_id, tries, why, remote.problem, sub)
@@ -620,9 +620,10 @@ class Engine:
         error = unfinished_error(kind, sub.provider, sub.model, tries, problem)
         await self._write_error(custom_id, lineno, error)
 
-    def _shrink(self, provider: str, model: str, requests: int) -> None:
-        """Batches of ``provider:model`` hold at most ``requests`` lines from now on."""
-        packer = self.packers.get((provider, model))
+    def _shrink(self, sub: Submission, requests: int) -> None:
+        """Batches like ``sub``'s (its provider, model and endpoint) hold at most ``requests``
+        lines from now on."""
+        packer = self.packers.get((sub.provider, sub.model, sub.endpoint))
         if packer is not None and requests < packer.limits.max_requests:
             packer.limits = attrs.evolve(packer.limits, max_requests=requests)
 
