@@ -21,6 +21,7 @@ import trio
 
 from sluice._config import ReplyLimits
 from sluice._content_length import BadContentLength, parse_content_length
+from sluice._embed_calls import embed_for
 from sluice._errors import (
     BadRequest,
     CallError,
@@ -58,6 +59,7 @@ from sluice._protocols.base import AttemptOutput, Codec
 from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
 from sluice._record import Record
 from sluice._redact import redact_error, secrets_of
+from sluice.providers._embedding import build_embed, decode_embed
 from sluice.providers._registry import ResolvedProvider
 from sluice.transport._base import HotTransport
 from sluice.transport._errors import (
@@ -76,6 +78,7 @@ from ._token_ledger import TokenLedgerHandle
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from sluice._embeddings import EmbedOutput
     from sluice._mail import Call
     from sluice._observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
     from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas
@@ -410,12 +413,21 @@ class _Attempt:
         spec = ctx.state.settings
         base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
         try:
-            request = ctx.codec.build_request(
-                call.request,
-                base_url=base_url,
-                api_key=spec.api_key.reveal() if spec.api_key else None,
-                headers=spec.headers,
-            )
+            if call.embed is None:
+                request = ctx.codec.build_request(
+                    call.request,
+                    base_url=base_url,
+                    api_key=spec.api_key.reveal() if spec.api_key else None,
+                    headers=spec.headers,
+                )
+            else:
+                request = build_embed(
+                    ctx.codec,
+                    spec,
+                    embed_for(call),
+                    base_url=base_url,
+                    api_key=spec.api_key.reveal() if spec.api_key else None,
+                )
         except orjson.JSONEncodeError as exc:
             # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
             # deep, or a value JSON has no form for. That is this call's fault alone; left to
@@ -446,6 +458,7 @@ class _Attempt:
                 # A whole reply has begun: its body may take the whole generation to come.
                 self.hedge_at = math.inf
                 self.scope.deadline = self.first_deadline
+            output: AttemptOutput | EmbedOutput
             if form is STREAM:
                 output = await self._read_stream(response)
             elif form is FOREIGN:
@@ -573,9 +586,15 @@ class _Attempt:
         except CallError:
             raise error from None
 
-    async def _read_body(self, response: HotResponse) -> AttemptOutput:
+    async def _read_body(self, response: HotResponse) -> AttemptOutput | EmbedOutput:
         body = await self._whole_body(response)
         codec = self.ctx.codec
+        embed = self.call.embed
+        if embed is not None:
+            # An embedding reply has no deltas: decoded whole, it is the first chunk.
+            vectors = decode_embed(codec, body, len(embed.input))
+            await self._first_chunk()
+            return vectors
         try:
             output = codec.decode_body(body)
         except ProtocolError as exc:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import attrs
 import trio
@@ -59,6 +59,8 @@ from sluice._call_step import (
     step,
 )
 from sluice._config import RetryConfig
+from sluice._embed_calls import embed_result
+from sluice._embeddings import EmbedResult
 from sluice._errors import (
     CallError,
     CallTimeout,
@@ -71,6 +73,7 @@ from sluice._events import (
     Admitted,
     CallEvent,
     Completed,
+    Embedded,
     Failed,
     FallingBack,
     Queued,
@@ -255,7 +258,7 @@ class _CallRun:
         batch = [*self.pending, *events]
         self.pending = []
         if self.call.quiet:
-            batch = [e for e in batch if isinstance(e, Completed | Failed)]
+            batch = [e for e in batch if isinstance(e, Completed | Failed | Embedded)]
         if batch:
             await put(self.call.events, batch)
 
@@ -311,7 +314,12 @@ class _CallRun:
                             route.provider.name, route.model, True, self.attempt, call.request.tag
                         )
                     )
-                    await self._emit(*_forced_calls(route, result), Completed(call.call_id, result))
+                    if isinstance(result, EmbedResult):
+                        await self._emit(Embedded(call.call_id, result))
+                    else:
+                        await self._emit(
+                            *_forced_calls(route, result), Completed(call.call_id, result)
+                        )
                     return
                 case MoveOn(error=error, reset=reset, failover=failover, refused=refused):
                     self.attempt += refused  # a refused attempt counts, as its error says
@@ -557,8 +565,10 @@ class _CallRun:
         match outcome:
             case AttemptSucceeded():
                 ticket.succeeded(trio.current_time())
+                if route.embed is not None:
+                    return Won(self._embed_result(route, outcome, admission.at))
                 try:
-                    output = self._finalize(route, outcome.output)
+                    output = self._finalize(route, cast("AttemptOutput", outcome.output))
                 except ToolCallError as exc:
                     assert route.prepared is not None
                     fixed = self._fix(exc, route)
@@ -606,6 +616,21 @@ class _CallRun:
         from sluice._tools.finalization import finalize  # only calls with tools load it
 
         return finalize(output, prepared, rng=self.peers.rng)
+
+    def _embed_result(
+        self, route: Call, outcome: AttemptSucceeded, admitted_at: float
+    ) -> EmbedResult:
+        first = outcome.first_token_at
+        if first is not None:
+            self.backend_ttft = first - admitted_at
+        return embed_result(
+            self.call,
+            route,
+            outcome,
+            attempts=self.attempt,
+            models_tried=tuple(self.models_tried),
+            admitted_at=admitted_at,
+        )
 
     def _result(
         self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float

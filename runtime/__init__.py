@@ -16,6 +16,7 @@ from ._config import BreakerConfig as BreakerConfig
 from ._config import BudgetConfig as BudgetConfig
 from ._config import CacheConfig as CacheConfig
 from ._config import Deployment as Deployment
+from ._config import EmbedLimits as EmbedLimits
 from ._config import GatewayConfig as GatewayConfig
 from ._config import LedgerConfig as LedgerConfig
 from ._config import MetricsConfig as MetricsConfig
@@ -33,6 +34,9 @@ from ._config import Secret as Secret
 from ._config import TracingConfig as TracingConfig
 from ._config import WindowLimit as WindowLimit
 from ._config import load_config as load_config
+from ._embeddings import EmbedRequest as EmbedRequest
+from ._embeddings import EmbedResult as EmbedResult
+from ._embeddings import EncodingFormat as EncodingFormat
 from ._errors import ActorCrashed as ActorCrashed
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import BadRequest as BadRequest
@@ -224,6 +228,10 @@ __all__ = [
     "ContextTooLong",
     "Deadlines",
     "Deployment",
+    "EmbedLimits",
+    "EmbedRequest",
+    "EmbedResult",
+    "EncodingFormat",
     "DeploymentStatistics",
     "Dimension",
     "EmptyResponse",

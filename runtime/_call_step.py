@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
+from ._embeddings import EmbedResult
 from ._errors import CallError, ToolCallError
 from ._messages import ChatResult
 from ._retry_policy import CallState, Fail, after_failure, when_blocked
@@ -136,7 +137,7 @@ class Won:
     """The attempt's reply, finalized. Also the decision that follows it: finish with it
     (one object on the path of every successful call, not two)."""
 
-    result: ChatResult
+    result: ChatResult | EmbedResult
 
 
 @attrs.frozen(eq=False)

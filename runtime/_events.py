@@ -14,7 +14,7 @@ the consumer one by one. A call answered from the response cache yields only its
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
@@ -22,11 +22,16 @@ from ._errors import CallError
 from ._messages import ChatResult, Message, ReasoningPart, Usage
 from ._record import Record
 
+if TYPE_CHECKING:
+    # Only a type here (the embeddings' model sits a layer above the events').
+    from ._embeddings import EmbedResult  # noqa: TC004
+
 __all__ = [
     "Admitted",
     "CallEvent",
     "Completed",
     "DeltaEvent",
+    "Embedded",
     "Failed",
     "FallingBack",
     "FirstToken",
@@ -156,6 +161,15 @@ class Completed(Record):
 
 
 @attrs.frozen(repr=False)
+class Embedded(Record):
+    """The end of an embedding call (in place of ``Completed``): only ``Runtime.embed`` reads
+    an embedding call's events, so a chat stream never holds one."""
+
+    call_id: str
+    result: EmbedResult
+
+
+@attrs.frozen(repr=False)
 class Failed(Record):
     call_id: str
     error: CallError
@@ -173,6 +187,7 @@ CallEvent: TypeAlias = (
     | Retrying
     | FallingBack
     | Completed
+    | Embedded
     | Failed
 )
 

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ._config import RateLimitConfig
+from ._embeddings import EmbedOutput, EmbedRequest
 from ._errors import CallError
 from ._events import CallEvent
 from ._ledger.book import LedgerQuery, LedgerSummary, LedgerTotals
@@ -112,6 +113,12 @@ class Call(Record):
     """Where the caller wants each attempt's HTTP phases noted (the load tester); the
     provider hands it to its transport, which starts it over for every request it sends.
     Shared by every copy of the call; None, the usual case, costs nothing."""
+    embed: EmbedRequest | None = None
+    """An embedding call (None for every chat call). ``request`` then carries the fields the
+    two kinds share (model and fallbacks, tag, priority, deadlines, failure mode, retry
+    visibility, headers), so the Supervisor routes, admits and retries it as any call (see
+    :mod:`sluice._embed_calls`); the provider sends this request's inputs to the model
+    ``request`` names now (a fallback or a group's deployment), whatever ``embed.model`` says."""
 
     @property
     def abandoned(self) -> bool:
@@ -281,7 +288,8 @@ RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterSt
 
 @attrs.frozen(eq=False, repr=False)
 class AttemptSucceeded(Record):
-    output: AttemptOutput
+    output: AttemptOutput | EmbedOutput
+    """An embedding call's (``Call.embed``) is an :class:`EmbedOutput`."""
     first_token_at: float | None
     request_id: str | None
     delivered: int

@@ -27,6 +27,7 @@ from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
+from ._embed_runs import EmbedMethods
 from ._errors import ConfigError, RuntimeClosed
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
@@ -84,8 +85,9 @@ RateLimiter answers between admissions, and one may be waiting on a quota store 
 answer."""
 
 
-class Runtime:
-    """The handle to a running sluice: submit calls here. Created by :func:`open_runtime`."""
+class Runtime(EmbedMethods):
+    """The handle to a running sluice: submit calls here. Created by :func:`open_runtime`.
+    Its embedding methods (``embed``, ``embed_many``) live in :mod:`sluice._embed_runs`."""
 
     def __init__(
         self,

@@ -168,6 +168,7 @@ _INTERNAL = {
     "TokenLedgerHandle.record",
     "TokenLedgerHandle.budget_book",
     "ResponseCache.key",
+    "ResponseCache.get_embed",
     "Runtime.resolve_provider",
 }
 

@@ -24,9 +24,10 @@ import attrs
 import orjson
 
 if TYPE_CHECKING:
+    from .._embeddings import EmbedRequest
     from .._messages import ChatRequest
 
-__all__ = ["KEY_VERSION", "request_key"]
+__all__ = ["KEY_VERSION", "embed_key", "request_key"]
 
 KEY_VERSION: Final = 1
 """Part of every key: a change to what the key covers changes this, so old entries miss."""
@@ -83,6 +84,32 @@ def request_key(
         "base_url": base_url,
     }
     if request.extra_headers:  # a beta header can change the answer; absent, keys stay as they were
+        canonical["extra_headers"] = {k.lower(): v for k, v in request.extra_headers.items()}
+    text = orjson.dumps(canonical, default=_canonical, option=_OPTIONS)
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+def embed_key(request: EmbedRequest, *, model: str, base_url: str | None = None) -> str:
+    """The cache key of an embedding ``request`` sent to ``model`` (``provider:model``) at
+    ``base_url``: its inputs in order, ``dimensions``, ``encoding_format``, ``extra_body`` and
+    fallbacks (a chat request never shares it: the key names its kind). What only changes how
+    the call runs is left out, as for :func:`request_key`.
+
+    Raises:
+        TypeError: ``extra_body`` holds a value that has no JSON form.
+    """
+    canonical: dict[str, Any] = {
+        "v": KEY_VERSION,
+        "kind": "embeddings",
+        "model": model,
+        "fallbacks": request.fallbacks,
+        "input": request.input,
+        "dimensions": request.dimensions,
+        "encoding_format": request.encoding_format,
+        "extra_body": request.extra_body,
+        "base_url": base_url,
+    }
+    if request.extra_headers:
         canonical["extra_headers"] = {k.lower(): v for k, v in request.extra_headers.items()}
     text = orjson.dumps(canonical, default=_canonical, option=_OPTIONS)
     return hashlib.blake2b(text, digest_size=16).hexdigest()

@@ -19,7 +19,7 @@ where trio's clock starts afresh.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 import trio
@@ -28,18 +28,21 @@ from .._events import CallEvent, Completed, ReasoningDelta, TextDelta, signature
 from .._messages import ChatResult, Timings, Usage
 from .._record import Record
 from .._tools.streaming import whole_call_deltas
-from .key import request_key
+from .key import embed_key, request_key
 from .memory import LruCache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._config import CacheConfig
+    from .._embeddings import EmbedRequest, EmbedResult
     from .._messages import ChatRequest
     from ..providers._registry import ResolvedProvider
     from .sqlite import SQLiteCacheStore
 
 __all__ = ["CacheStatistics", "ResponseCache", "replay_events"]
+
+R = TypeVar("R", "ChatResult", "EmbedResult")
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -84,7 +87,9 @@ class ResponseCache:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self._memory: LruCache[ChatResult] = LruCache(config.max_entries, config.ttl)
+        self._memory: LruCache[ChatResult | EmbedResult] = LruCache(
+            config.max_entries, config.ttl
+        )
         self._store = store
         self._clock = clock
         self._hits = self._file_hits = self._misses = self._stores = self._skipped = 0
@@ -120,18 +125,54 @@ class ResponseCache:
 
     def get(self, key: str, call_id: str) -> ChatResult | None:
         """The stored result for ``key``, as call ``call_id``'s result; None on a miss."""
+        found = self._find(key, ChatResult)
+        return None if found is None else attrs.evolve(found, call_id=call_id)
+
+    def _find(self, key: str, kind: type[R]) -> R | None:
+        """What is stored under ``key`` if it is a ``kind`` (counted as a hit or a miss)."""
         now = self._clock()
         found = self._memory.get(key, now)
         if found is None and self._store is not None:
-            found = self._store.get(key, now)
+            found = self._store.get(key, now, kind)
             if found is not None:
                 self._file_hits += 1
                 self._memory.put(key, found, now)
-        if found is None:
+        if not isinstance(found, kind):
             self._misses += 1
             return None
         self._hits += 1
-        return attrs.evolve(found, call_id=call_id)
+        return found
+
+    def get_embed(
+        self, request: EmbedRequest, model: str, provider: ResolvedProvider, call_id: str
+    ) -> tuple[EmbedResult | None, str | None]:
+        """The cached result of embedding ``request`` with ``model`` (``provider:model``) of
+        ``provider`` as call ``call_id``'s (None on a miss), and the key to store its result
+        under (None: its ``extra_body`` has no JSON form, so it is not cached)."""
+        from .._embeddings import EmbedResult
+
+        try:
+            key = embed_key(request, model=model, base_url=provider.base_url)
+        except TypeError:
+            return None, None
+        found = self._find(key, EmbedResult)
+        return (None if found is None else attrs.evolve(found, call_id=call_id)), key
+
+    def put_embed(self, key: str, result: EmbedResult) -> None:
+        """Store an embedding ``result`` under ``key`` as every later hit returns it: its
+        vectors, ``cached=True``, no usage and no attempts."""
+        stored = attrs.evolve(
+            result, call_id="", usage=Usage(), attempts=0, timings=Timings(), cached=True
+        )
+        now = self._clock()
+        self._memory.put(key, stored, now)
+        if self._store is not None:
+            self._store.put(key, stored, now)
+        self._stores += 1
+
+    def embed_storer(self, key: str) -> Callable[[EmbedResult], None]:
+        """A callback that stores an embedding result under ``key``."""
+        return lambda result: self.put_embed(key, result)
 
     def put(self, key: str, result: ChatResult) -> None:
         """Store ``result`` under ``key`` as every later hit will return it, unless it holds

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import orjson
 
@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     import os
     from pathlib import Path
 
+    from .._embeddings import EmbedResult
+
 __all__ = ["BUSY_TIMEOUT", "SQLiteCacheStore"]
+
+R = TypeVar("R", "ChatResult", "EmbedResult")
 
 log = logging.getLogger("sluice._cache")
 
@@ -91,9 +95,10 @@ class SQLiteCacheStore:
         db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         return cls(where, db, ttl, max_stored)
 
-    def get(self, key: str, now: float) -> ChatResult | None:
-        """The result stored under ``key``; None when there is none, it has expired, or it
-        cannot be read (the last two are dropped)."""
+    def get(self, key: str, now: float, kind: type[R] = ChatResult) -> R | None:  # type: ignore[assignment]
+        """The result stored under ``key`` (a ``kind``: a chat or an embedding result); None
+        when there is none, it has expired, or it cannot be read (the last two are
+        dropped)."""
         db = self._db
         if db is None:
             return None
@@ -111,14 +116,14 @@ class SQLiteCacheStore:
             self.delete(key)
             return None
         try:
-            result: ChatResult = get_converter().structure(orjson.loads(value), ChatResult)
+            result: R = get_converter().structure(orjson.loads(value), kind)
         except Exception as exc:  # written by another version, or damaged: a miss
             log.warning("dropping an unreadable entry of %s: %s", self.path, exc)
             self.delete(key)
             return None
         return result
 
-    def put(self, key: str, result: ChatResult, now: float) -> None:
+    def put(self, key: str, result: ChatResult | EmbedResult, now: float) -> None:
         """Store ``result`` under ``key`` (best effort: a failure is logged).
 
         Every ``max_stored // 10`` stores the oldest entries beyond ``max_stored`` are dropped,

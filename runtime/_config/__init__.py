@@ -20,6 +20,7 @@ environment). Import them from here.
 from __future__ import annotations
 
 from .._serde import Secret
+from .embed_limits import EmbedLimits
 from .failures import BreakerConfig, RetryConfig
 from .groups import Deployment, ModelGroup
 from .groups import RoutingStrategy as RoutingStrategy
@@ -40,6 +41,7 @@ __all__ = [
     "BudgetConfig",
     "CacheConfig",
     "Deployment",
+    "EmbedLimits",
     "GatewayConfig",
     "LedgerConfig",
     "MetricsConfig",

@@ -14,6 +14,7 @@ from .._checks import check_env_name, check_http_url
 from .._messages import Deadlines
 from .._record import Record
 from .._serde import Secret
+from .embed_limits import EmbedLimits
 from .failures import BreakerConfig
 from .quota import RateLimitConfig
 
@@ -34,6 +35,9 @@ class ModelConfig(Record):
     params: Mapping[str, Any] = attrs.field(factory=dict)
     """Generation parameters for this model, over the provider's ``params`` and under the
     call's own (see :func:`sluice.providers._params.merge_params`)."""
+    embed_limits: EmbedLimits | None = None
+    """How many inputs and tokens one embedding request to this model may hold (over the
+    provider's ``embed_limits``)."""
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -111,3 +115,6 @@ class ProviderConfig(Record):
     """
     models: Mapping[str, ModelConfig] = attrs.field(factory=dict)
     """Per-model settings, by model name without the provider prefix."""
+    embed_limits: EmbedLimits | None = None
+    """How many inputs and tokens one embedding request may hold, when they differ from what
+    sluice knows of this provider (see :class:`EmbedLimits`)."""

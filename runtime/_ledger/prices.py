@@ -200,6 +200,10 @@ SHIPPED_PRICES: Mapping[str, Mapping[str, ModelPrice]] = {
         "o3": ModelPrice.usd(2.00, 8.00, 0.50),
         "o3-mini": ModelPrice.usd(1.10, 4.40, 0.55),
         "o4-mini": ModelPrice.usd(1.10, 4.40, 0.275),
+        # Embedding models: input tokens only (an embedding has no output tokens).
+        "text-embedding-3-small": ModelPrice.usd(0.02, 0),
+        "text-embedding-3-large": ModelPrice.usd(0.13, 0),
+        "text-embedding-ada-002": ModelPrice.usd(0.10, 0),
     },
     "anthropic": {
         # cache_write is the 5-minute cache write (1.25 x input); reads are 0.1 x input.
@@ -228,6 +232,7 @@ SHIPPED_PRICES: Mapping[str, Mapping[str, ModelPrice]] = {
         "gemini-3-pro-preview": ModelPrice.usd(
             2.00, 12.00, 0.20, long_context=(200_000, ModelPrice.usd(4.00, 18.00, 0.40))
         ),
+        "gemini-embedding-001": ModelPrice.usd(0.15, 0),
     },
     "deepseek": {
         # One price for both since V3.2 (2025-09-29): cache-hit input, cache-miss input, output.

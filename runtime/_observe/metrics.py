@@ -188,6 +188,16 @@ class Metrics:
             ("key",),
             _WAIT_BUCKETS,
         )
+        self.embed_calls = Counter(
+            "sluice_embed_calls",
+            "Embedding calls ended, by outcome (ok, error, abandoned); also in sluice_calls.",
+            ("provider", "model", "outcome"),
+        )
+        self.embed_inputs = Counter(
+            "sluice_embed_inputs",
+            "Inputs embedded by successful embedding calls (one vector each).",
+            ("provider", "model"),
+        )
         self.restarts = Counter(
             "sluice_actor_restarts", "Actor crashes that were restarted.", ("actor",)
         )
@@ -224,7 +234,8 @@ class _Families(Collector):
 
     def collect(self) -> Iterator[Any]:
         m = self.metrics
-        for counter in (m.calls, m.attempts, m.tokens, m.cost, m.unpriced, m.restarts):
+        counters = (m.calls, m.attempts, m.tokens, m.cost, m.unpriced, m.embed_calls)
+        for counter in (*counters, m.embed_inputs, m.restarts):
             yield counter.family()
         for histogram in (m.duration, m.ttft, m.itl, m.admission_wait):
             yield histogram.family()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice._config import RuntimeConfig
+    from sluice._embeddings import EmbedResult
     from sluice._errors import SluiceError
     from sluice._ledger.book import LedgerBook
     from sluice._ledger.prices import PriceTable
@@ -132,6 +133,41 @@ class Observer:
                     queued=result.timings.queued if result is not None else None,
                 )
             )
+
+    def embed_ended(
+        self, call: Call, result: EmbedResult | None, error: SluiceError | None
+    ) -> None:
+        """An embedding call ended: counted as a call (``sluice_calls``, its duration) and as
+        an embedding call with its inputs; its attempts' tokens and cost were counted as they
+        ended."""
+        outcome: Outcome = (
+            "ok" if result is not None else "error" if error is not None else "abandoned"
+        )
+        if outcome == "error" and log.isEnabledFor(logging.INFO):
+            log.info(
+                "embedding call %s to %s:%s failed: %s",
+                call.call_id,
+                call.provider.name,
+                call.model,
+                error,
+            )
+        metrics = self.metrics
+        if metrics is None:
+            return
+        if result is not None:
+            provider, model = result.provider, result.model
+            duration = result.timings.total
+        else:
+            provider = getattr(error, "provider", None) or call.provider.name
+            model = getattr(error, "model", None) or call.model
+            duration = trio.current_time() - call.submitted_at
+        error_type = type(error).__name__ if error is not None else ""
+        label = metrics.models.fold(model)
+        metrics.calls.inc((provider, label, outcome, error_type))
+        metrics.duration.observe((provider, label, outcome), duration)
+        metrics.embed_calls.inc((provider, label, outcome))
+        if result is not None:
+            metrics.embed_inputs.inc((provider, label), len(result.vectors))
 
     # attempts ------------------------------------------------------------------------------
 

@@ -16,11 +16,13 @@ import orjson
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .http_errors import error_for_status, excerpt, provider_wait
 from .openai_decode import OpenAIStreamDecoder, decode_body, error_fields
+from .openai_embed import build_embed_request, decode_embed_body
 from .openai_request import build_request
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._embeddings import EmbedOutput, EmbedRequest
     from .._errors import CallError
     from .._messages import ChatRequest
     from .base import AttemptOutput, HttpRequest
@@ -30,7 +32,8 @@ __all__ = ["OpenAICodec", "OpenAIStreamDecoder"]
 
 
 class OpenAICodec:
-    """The :class:`~sluice._protocols.base.Codec` for ``POST /chat/completions``.
+    """The :class:`~sluice._protocols.base.Codec` for ``POST /chat/completions``, and the
+    :class:`~sluice._protocols.base.EmbedCodec` for ``POST /embeddings``.
 
     ``quirks`` adapt every request body to one provider's server (see :mod:`.quirks`).
     """
@@ -62,6 +65,23 @@ class OpenAICodec:
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice._protocols.openai_decode.decode_body`."""
         return decode_body(body)
+
+    def build_embed_request(
+        self,
+        request: EmbedRequest,
+        *,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpRequest:
+        """See :func:`sluice._protocols.openai_embed.build_embed_request`."""
+        return build_embed_request(
+            request, base_url=base_url, api_key=api_key, headers=headers, quirks=self.quirks
+        )
+
+    def decode_embed_body(self, body: bytes, *, inputs: int) -> EmbedOutput:
+        """See :func:`sluice._protocols.openai_embed.decode_embed_body`."""
+        return decode_embed_body(body, inputs=inputs)
 
     def decode_error(
         self, status: int, headers: Mapping[str, str], body: bytes, *, wall_now: float

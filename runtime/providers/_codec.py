@@ -53,6 +53,12 @@ class ParamsCodec:
         self._model_params = model_params
         self._drop = drop
 
+    @property
+    def inner(self) -> Codec:
+        """The protocol's codec this one lays parameters under (embedding requests go to it
+        directly: generation parameters mean nothing to an embedding model)."""
+        return self._inner
+
     def build_request(
         self,
         request: ChatRequest,

@@ -23,6 +23,7 @@ from .._capabilities import (
     ToolCapabilities,
 )
 from .._checks import check_env_name, check_env_names, check_http_url
+from .._config.embed_limits import EmbedLimits
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
 from .._record import Record
 
@@ -182,6 +183,9 @@ class ProviderDefinition(Record):
     """Parameters the server rejects."""
     aliases: tuple[str, ...] = ()
     """Older ids that name this provider too."""
+    embed_limits: EmbedLimits | None = None
+    """How much one embedding request may hold, where the provider differs from its
+    protocol's usual limits (see :func:`sluice.providers._embedding.embed_limits`)."""
     batch_api: Literal["openai", "anthropic"] | None = None
     """The provider's batch API, if it has one: ``openai`` (Files + Batches, at
     ``{base_url}/files`` and ``{base_url}/batches``) or ``anthropic`` (Message Batches).
