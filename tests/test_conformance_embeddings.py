@@ -81,17 +81,6 @@ def _codec(protocol: str) -> EmbedCodec:
     return codec
 
 
-def _needs(protocol: str) -> list[pytest.MarkDecorator]:
-    """OpenAI's embedding codec comes from another branch: until it is merged the OpenAI cases
-    are expected to fail (strictly: they fail the suite once the codec exists, so this mark
-    cannot outlive its reason)."""
-    if protocol == "openai" and embed_codec(codec_for("openai")) is None:
-        return [
-            pytest.mark.xfail(reason="the OpenAI embedding codec is not merged yet", strict=True)
-        ]
-    return []
-
-
 def _read(case: str, suffix: str) -> bytes:
     return (CORPUS / f"{case}{suffix}").read_bytes()
 
@@ -115,7 +104,7 @@ def test_the_manifest_lists_every_file_with_its_size_and_digest() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(case, marks=_needs(spec[0]), id=case) for case, spec in REPLIES.items()],
+    [pytest.param(case, id=case) for case in REPLIES],
 )
 def test_a_recorded_reply_decodes_exactly(case: str) -> None:
     protocol, vectors, usage = REPLIES[case]
@@ -129,7 +118,7 @@ def test_a_recorded_reply_decodes_exactly(case: str) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(case, marks=_needs(spec[0]), id=case) for case, spec in ERRORS.items()],
+    [pytest.param(case, id=case) for case in ERRORS],
 )
 def test_a_recorded_error_maps_to_not_found(case: str) -> None:
     protocol, text = ERRORS[case]
@@ -144,7 +133,7 @@ def test_a_recorded_error_maps_to_not_found(case: str) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(case, marks=_needs(spec[0]), id=case) for case, spec in REPLIES.items()],
+    [pytest.param(case, id=case) for case in REPLIES],
 )
 def test_a_reply_with_fewer_vectors_than_inputs_is_refused(case: str) -> None:
     """A reply is checked against the number of inputs sent: one more input than the recorded

@@ -1,0 +1,167 @@
+"""One batch file mixing the Batch API's three URLs (``/v1/chat/completions``,
+``/v1/responses``, ``/v1/embeddings``) through both lanes: one output line per input line, each
+body in its endpoint's shape.
+
+The runtime sends through the simulator's transport (no sockets); the provider lane uses the
+simulator's own Files + Batches API, which takes a batch of one endpoint's lines, so the file
+makes one batch per endpoint. Real clock, short batch times; each test has a trio.fail_after
+guard.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+
+import orjson
+import pytest
+import trio
+
+from sluice import RuntimeConfig, open_runtime
+from sluice._jobs.batch import run_batch
+from sluice._jobs.provider_batch.engine import LaneOptions
+from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+
+GUARD = 60
+CHAT, RESPONSES, EMBEDDINGS = "/v1/chat/completions", "/v1/responses", "/v1/embeddings"
+LINES = [
+    (
+        "chat-1",
+        CHAT,
+        {"model": "sim:sim-small", "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    (
+        "resp-1",
+        RESPONSES,
+        {
+            "model": "sim:sim-small",
+            "instructions": "Be brief.",
+            "input": "Say something",
+            "max_output_tokens": 50,
+            "metadata": {"run": "mixed"},
+        },
+    ),
+    (
+        "resp-tool",
+        RESPONSES,
+        {
+            "model": "sim:sim-small",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "weather?"}]}],
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                }
+            ],
+            "tool_choice": "required",
+        },
+    ),
+    (
+        "emb-2",
+        EMBEDDINGS,
+        {"model": "sim:text-embedding-3-small", "input": ["first text", "second"], "dimensions": 8},
+    ),
+    (
+        "emb-b64",
+        EMBEDDINGS,
+        {
+            "model": "sim:text-embedding-3-small",
+            "input": "packed",
+            "dimensions": 8,
+            "encoding_format": "base64",
+        },
+    ),
+]
+
+
+def write_input(path) -> None:
+    with open(path, "wb") as f:
+        for custom_id, url, body in LINES:
+            line = {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+            f.write(orjson.dumps(line) + b"\n")
+
+
+def check_output(path) -> None:
+    got = [orjson.loads(raw) for raw in path.read_bytes().splitlines()]
+    assert sorted(line["custom_id"] for line in got) == sorted(c for c, _, _ in LINES)
+    by_id = {line["custom_id"]: line for line in got}
+    for custom_id, line in by_id.items():
+        assert line["error"] is None, (custom_id, line["error"])
+        assert line["id"].startswith("batch_req_")
+        assert line["response"]["status_code"] == 200
+
+    chat = by_id["chat-1"]["response"]["body"]
+    assert chat["object"] == "chat.completion"
+    assert chat["choices"][0]["message"]["role"] == "assistant"
+
+    response = by_id["resp-1"]["response"]["body"]
+    assert response["object"] == "response" and response["id"].startswith("resp_")
+    assert response["status"] == "completed"
+    assert response["instructions"] == "Be brief." and response["metadata"] == {"run": "mixed"}
+    assert response["max_output_tokens"] == 50
+    message = [item for item in response["output"] if item["type"] == "message"]
+    assert message[0]["content"][0]["type"] == "output_text"
+    assert message[0]["content"][0]["text"]
+    assert response["usage"]["input_tokens"] > 0 and response["usage"]["output_tokens"] > 0
+    tool = by_id["resp-tool"]["response"]["body"]
+    calls = [item for item in tool["output"] if item["type"] == "function_call"]
+    assert [c["name"] for c in calls] == ["get_weather"]
+    assert "city" in orjson.loads(calls[0]["arguments"])
+    assert tool["tools"][0]["name"] == "get_weather"
+
+    embeddings = by_id["emb-2"]["response"]["body"]
+    assert embeddings["object"] == "list"
+    assert [d["index"] for d in embeddings["data"]] == [0, 1]
+    for item in embeddings["data"]:
+        assert item["object"] == "embedding" and len(item["embedding"]) == 8
+        assert math.isclose(math.fsum(x * x for x in item["embedding"]), 1.0, rel_tol=1e-5)
+    assert embeddings["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    packed = by_id["emb-b64"]["response"]["body"]["data"][0]["embedding"]
+    values = struct.unpack("<8f", base64.b64decode(packed))
+    assert math.isclose(math.fsum(x * x for x in values), 1.0, rel_tol=1e-5)
+
+
+async def test_a_mixed_file_on_the_realtime_lane(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(source)
+    app = SimulatorApp(SimulatorConfig())
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig(), transport=mock_transport(app)) as rt:
+            summary = await run_batch(source, out, runtime=rt)
+    check_output(out)
+    assert (summary.lines, summary.ok, summary.failed) == (len(LINES), len(LINES), 0)
+    assert app.batch_stats.batches_created == 0
+
+
+async def test_a_mixed_file_on_the_provider_lane_makes_one_batch_per_endpoint(tmp_path):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(source)
+    app = SimulatorApp(SimulatorConfig(batch_time=0.2))
+    lane = LaneOptions(poll_interval=0.05)
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig(), transport=mock_transport(app)) as rt:
+            summary = await run_batch(source, out, runtime=rt, via="provider", lane_options=lane)
+    check_output(out)
+    assert (summary.lines, summary.ok, summary.failed) == (len(LINES), len(LINES), 0)
+    # Chat and responses lines both go as chat completions, in batches of their own (their
+    # results are written differently); embeddings in a /v1/embeddings batch.
+    assert summary.batch_lines == len(LINES)
+    assert app.batch_stats.batches_created == summary.batches == 3
+
+
+@pytest.mark.parametrize("url", [RESPONSES, EMBEDDINGS])
+async def test_a_bad_body_of_each_endpoint_is_an_error_line_naming_the_field(tmp_path, url):
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    body = {"model": "sim:m", "input": 5}
+    source.write_bytes(
+        orjson.dumps({"custom_id": "x", "method": "POST", "url": url, "body": body}) + b"\n"
+    )
+    with trio.fail_after(GUARD):
+        async with open_runtime(RuntimeConfig()) as rt:
+            await run_batch(source, out, runtime=rt)
+    (line,) = [orjson.loads(raw) for raw in out.read_bytes().splitlines()]
+    assert line["custom_id"] == "x" and line["response"] is None
+    assert line["error"]["code"] == "invalid_request"
+    assert line["error"]["message"].startswith("line 1: body.input")
