@@ -121,6 +121,27 @@ class InputLine:
     echo: Mapping[str, Any] | None = None
     """A ``responses`` line: the settings of its body that its response object repeats."""
 
+    @property
+    def extra(self) -> dict[str, Any] | None:
+        """What the line's result needs besides its reply, kept with it while it waits in a
+        provider batch: a response's repeated settings, an embeddings line's encoding."""
+        if self.endpoint == "responses":
+            return dict(self.echo) if self.echo else None
+        encoding = getattr(self.request, "encoding_format", None)
+        return {"encoding_format": encoding} if encoding is not None else None
+
+    def render(self, result: ChatResult | EmbedResult, *, line_id: str, created: int) -> bytes:
+        """The output line of this line's finished call (:func:`render_result_line`)."""
+        return render_result_line(
+            self.custom_id,
+            result,
+            line_id=line_id,
+            created=created,
+            endpoint=self.endpoint,
+            echo=self.echo,
+            encoding_format=getattr(self.request, "encoding_format", None),
+        )
+
 
 @attrs.frozen
 class BadLine:

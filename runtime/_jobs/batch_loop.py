@@ -28,7 +28,6 @@ from .batch_lines import (
     parse_input_line,
     render_bad_line,
     render_error_line,
-    render_result_line,
 )
 from .batch_report import BatchProgress, quota_limits
 from .batch_run import BatchRun, Flight
@@ -168,15 +167,7 @@ async def _call_line(
             return
         run.latency.add(trio.current_time() - started)
         if result is not None:
-            data = render_result_line(
-                line.custom_id,
-                result,
-                line_id=_line_id(),
-                created=int(time.time()),
-                endpoint=line.endpoint,
-                echo=line.echo,
-                encoding_format=getattr(request, "encoding_format", None),
-            )
+            data = line.render(result, line_id=_line_id(), created=int(time.time()))
             usage = result.usage
             await run.emit(
                 seq,

@@ -36,6 +36,7 @@ __all__ = [
     "RemoteBatch",
     "RemoteState",
     "embed_backend",
+    "outcomes",
 ]
 
 
@@ -180,3 +181,11 @@ def embed_backend(backend: BatchBackend) -> EmbedBatchBackend | None:
     protocol) takes no embedding lines."""
     can = getattr(backend, "takes_embeddings", False)
     return backend if can else None  # type: ignore[return-value]
+
+
+def outcomes(
+    backend: BatchBackend, batch: RemoteBatch, endpoint: str
+) -> AsyncIterator[LineOutcome]:
+    """The line outcomes of ``batch``, an ended batch of ``endpoint``'s lines."""
+    embedder = embed_backend(backend) if endpoint == "embeddings" else None
+    return embedder.embed_results(batch) if embedder is not None else backend.results(batch)

@@ -19,7 +19,6 @@ from ..._embeddings import EmbedRequest
 from ..._errors import BudgetExceeded, CallError, ConfigError, SluiceError
 from ..._ledger.prices import worst_case_micros
 from ..._limits.cost import estimate_cost
-from ..._mail import RecordCall, RecordUsage
 from ..batch_lines import (
     BadLine,
     InputLine,
@@ -28,24 +27,16 @@ from ..batch_lines import (
     parse_input_line,
     render_bad_line,
     render_error_line,
-    render_result_line,
 )
 from ..batch_report import BatchProgress
-from .backend import BatchBackend, Entry, RemoteBatch, embed_backend
+from .backend import BatchBackend, Entry, RemoteBatch, embed_backend, outcomes
 from .journal import Journal, Submission
-from .merge import (
-    embed_result_of,
-    line_id,
-    render_failure,
-    render_ok,
-    result_of,
-    unfinished_error,
-)
+from .merge import Tally, line_id, unfinished_error
 from .plan import Gate, Packer, Planned, Sealed, affordable
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import AsyncIterator, Callable, Collection
+    from collections.abc import Callable, Collection
 
     from ..._embeddings import EmbedResult
     from ..._messages import ChatResult
@@ -53,7 +44,6 @@ if TYPE_CHECKING:
     from ..batch_lines import Answered, Endpoint
     from ..batch_loop import BatchInterrupt
     from ..batch_report import BatchSummary, Interrupted
-    from .backend import LineOutcome
     from .engine import ProviderLane
 
 __all__ = ["BatchRun", "Engine"]
@@ -320,11 +310,6 @@ class Engine:
             )
             await self._write_error(item.custom_id, item.lineno, error)
             return
-        extra: Any = None
-        if item.endpoint == "responses":
-            extra = item.echo or None
-        elif isinstance(request, EmbedRequest) and request.encoding_format is not None:
-            extra = {"encoding_format": request.encoding_format}
         planned = Planned(
             entry.wire_id,
             item.lineno,
@@ -333,7 +318,7 @@ class Engine:
             entry.tokens,
             micros,
             self.tries.get(item.lineno, 0),
-            extra,
+            item.extra,
         )
         packer = self.packers.get((provider, model, item.endpoint))
         if packer is None:
@@ -509,80 +494,20 @@ class Engine:
         if endpoint != "chat":
             extra = await trio.to_thread.run_sync(self.journal.extra, sub)
         answered = run.answered.custom_ids if run.answered is not None else frozenset()
-        provider, model = sub.provider, sub.model
-        chunk: list[bytes] = []
-        usage_records: list[Any] = []
-        counts: dict[str, int] = {}
-        errors: dict[str, int] = {}
+        tally = Tally(sub.provider, sub.model, endpoint, run.tag, int(time.time()))
         unfinished: list[tuple[int, str, str]] = []
-        created = int(time.time())
-
-        async def flush() -> None:
-            if chunk:
-                await run.write(b"".join(chunk), {}, None)
-                chunk.clear()
-                for key, n in counts.items():
-                    run.count(**{key: n})
-                for code, n in errors.items():
-                    run.errors[code] = run.errors.get(code, 0) + n
-                counts.clear()
-                errors.clear()
-            for msg in usage_records:
-                await self.rt.ledger.record(msg)
-            usage_records.clear()
-
-        outcome: LineOutcome
-        results: AsyncIterator[LineOutcome]
-        embedder = embed_backend(flight.backend) if endpoint == "embeddings" else None
-        if embedder is not None:
-            results = embedder.embed_results(remote)
-        else:
-            results = flight.backend.results(remote)
-        async for outcome in results:
+        async for outcome in outcomes(flight.backend, remote, endpoint):
             hit = pending.pop(outcome.wire_id, None)
             if hit is None:
                 continue
             lineno, custom_id = hit
             if custom_id in answered:
                 continue  # written before a crash: this is the merge done again
-            kind = outcome.kind
-            if kind == "ok":
-                result: ChatResult | EmbedResult
-                if outcome.embedded is not None:
-                    result = embed_result_of(outcome, provider, model)
-                else:
-                    result = result_of(outcome, provider, model)
-                chunk.append(
-                    render_ok(
-                        custom_id,
-                        result,
-                        created=created,
-                        endpoint=endpoint,
-                        extra=extra.get(outcome.wire_id),
-                    )
-                )
-                usage = result.usage
-                _add(
-                    counts,
-                    ok=1,
-                    calls=1,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    batch_lines=1,
-                )
-                usage_records.append(RecordUsage(provider, model, usage, tag=run.tag, batch=True))
-                usage_records.append(RecordCall(provider, model, True, 1, tag=run.tag))
-            elif kind == "error":
-                data, code = render_failure(custom_id, lineno, outcome, provider, model)
-                chunk.append(data)
-                _add(counts, failed=1, calls=1, batch_lines=1)
-                errors[code] = errors.get(code, 0) + 1
-                usage_records.append(RecordCall(provider, model, False, 1, tag=run.tag))
-            else:
-                unfinished.append((lineno, custom_id, kind))
-            if len(chunk) >= _WRITE_LINES:
-                await flush()
-        await flush()
+            if not tally.add(outcome, custom_id, lineno, extra.get(outcome.wire_id)):
+                unfinished.append((lineno, custom_id, outcome.kind))
+            if len(tally.chunk) >= _WRITE_LINES:
+                await self._flush(tally)
+        await self._flush(tally)
         missing = "failed" if remote.problem else "cancelled"
         for lineno, custom_id in pending.values():
             if custom_id not in answered:
@@ -598,6 +523,22 @@ class Engine:
             await self._hand_back_line(lineno, custom_id, tries, why, remote.problem, sub)
         await trio.to_thread.run_sync(self.journal.finished, sub)
         self._land(flight)
+
+    async def _flush(self, tally: Tally) -> None:
+        """Write the lines ``tally`` holds, count them, and book their records."""
+        run = self.job
+        if tally.chunk:
+            await run.write(b"".join(tally.chunk), {}, None)
+            tally.chunk.clear()
+            for key, n in tally.counts.items():
+                run.count(**{key: n})
+            for code, n in tally.errors.items():
+                run.errors[code] = run.errors.get(code, 0) + n
+            tally.counts.clear()
+            tally.errors.clear()
+        for msg in tally.records:
+            await self.rt.ledger.record(msg)
+        tally.records.clear()
 
     async def _hand_back_line(
         self,
@@ -684,15 +625,7 @@ class Engine:
                 finally:
                     self.realtime_in_flight -= 1
                 usage = result.usage
-                data = render_result_line(
-                    item.custom_id,
-                    result,
-                    line_id=line_id(),
-                    created=int(time.time()),
-                    endpoint=item.endpoint,
-                    echo=item.echo,
-                    encoding_format=getattr(request, "encoding_format", None),
-                )
+                data = item.render(result, line_id=line_id(), created=int(time.time()))
                 await run.write(
                     data,
                     {
@@ -752,11 +685,6 @@ class Engine:
         while True:
             await trio.sleep(interval)
             progress(self._snapshot(self.job.summary(await self._job_cost()), False))
-
-
-def _add(counts: dict[str, int], **more: int) -> None:
-    for key, n in more.items():
-        counts[key] = counts.get(key, 0) + n
 
 
 def _refused(exc: BaseException) -> bool:

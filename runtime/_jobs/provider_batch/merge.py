@@ -17,17 +17,18 @@ import attrs
 
 from ..._embeddings import EmbedResult
 from ..._errors import CallError
+from ..._mail import RecordCall, RecordUsage
 from ..._messages import ChatResult, Usage
-from ..batch_lines import error_code, render_error_line, render_result_line
+from ..batch_lines import Endpoint, error_code, render_error_line, render_result_line
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from ..batch_lines import Endpoint
     from .backend import LineOutcome
 
 __all__ = [
+    "Tally",
     "embed_result_of",
     "line_id",
     "render_failure",
@@ -138,3 +139,59 @@ def unfinished_error(
         error_type=f"batch_{kind}",
         attempt=tries,
     )
+
+
+@attrs.define
+class Tally:
+    """The output lines of a batch's outcomes being merged, and what they add to the run's
+    counts and the ledger, until the engine writes them (:meth:`add` for each outcome)."""
+
+    provider: str
+    model: str
+    endpoint: Endpoint
+    tag: str | None
+    created: int
+    chunk: list[bytes] = attrs.Factory(list)
+    counts: dict[str, int] = attrs.Factory(dict)
+    errors: dict[str, int] = attrs.Factory(dict)
+    records: list[RecordUsage | RecordCall] = attrs.Factory(list)
+    """Usage and call records for the ledger."""
+
+    def add(self, outcome: LineOutcome, custom_id: str, lineno: int, extra: Any) -> bool:
+        """Add the output line of an ``ok`` or ``error`` outcome; False (nothing added) for
+        one with no result (expired, cancelled)."""
+        provider, model, tag = self.provider, self.model, self.tag
+        if outcome.kind == "ok":
+            result: ChatResult | EmbedResult
+            if outcome.embedded is not None:
+                result = embed_result_of(outcome, provider, model)
+            else:
+                result = result_of(outcome, provider, model)
+            self.chunk.append(
+                render_ok(
+                    custom_id, result, created=self.created, endpoint=self.endpoint, extra=extra
+                )
+            )
+            usage = result.usage
+            self._count(
+                ok=1,
+                calls=1,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                batch_lines=1,
+            )
+            self.records.append(RecordUsage(provider, model, usage, tag=tag, batch=True))
+            self.records.append(RecordCall(provider, model, True, 1, tag=tag))
+            return True
+        if outcome.kind == "error":
+            data, code = render_failure(custom_id, lineno, outcome, provider, model)
+            self.chunk.append(data)
+            self._count(failed=1, calls=1, batch_lines=1)
+            self.errors[code] = self.errors.get(code, 0) + 1
+            self.records.append(RecordCall(provider, model, False, 1, tag=tag))
+            return True
+        return False
+
+    def _count(self, **more: int) -> None:
+        for key, n in more.items():
+            self.counts[key] = self.counts.get(key, 0) + n
