@@ -187,3 +187,31 @@ async def test_a_provider_batch_of_embeddings_lines_answers_each_as_the_realtime
     assert [len(d["embedding"]) for d in records["e0"]["response"]["body"]["data"]] == [4, 4]
     assert records["e0"]["response"]["body"]["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
     assert records["e2"]["response"]["status_code"] == 400
+
+
+async def test_simulators_sharing_a_redis_quota_count_embedding_tokens_as_one_account(
+    redis_url,
+):
+    """Two apps on one Redis quota of 1,000 tokens a minute: 600 embedding tokens pass on the
+    first, the next 600 are refused on the second, as one account would refuse them."""
+    import uuid
+
+    from sluice._limits.redis_store import open_redis_store
+    from sluice.simulator._shared_quota import SharedServerQuota
+
+    body = {"model": "m", "input": [words(300), words(300)], "dimensions": 4}
+    statuses = []
+    with trio.fail_after(30):
+        async with open_redis_store(redis_url, prefix=f"sim-{uuid.uuid4().hex}") as store:
+            apps = [
+                SimulatorApp(
+                    SimulatorConfig(tpm=1000),
+                    shared_quota=SharedServerQuota(store, rpm=None, tpm=1000),
+                )
+                for _ in range(2)
+            ]
+            for app in apps:
+                async with httpx.AsyncClient(transport=mock_transport(app)) as http:
+                    reply = await http.post("http://sim/v1/embeddings", json=body)
+                    statuses.append(reply.status_code)
+    assert statuses == [200, 429]
