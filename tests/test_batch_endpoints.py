@@ -165,3 +165,47 @@ async def test_a_bad_body_of_each_endpoint_is_an_error_line_naming_the_field(tmp
     assert line["custom_id"] == "x" and line["response"] is None
     assert line["error"]["code"] == "invalid_request"
     assert line["error"]["message"].startswith("line 1: body.input")
+
+
+async def test_responses_lines_to_anthropic_go_in_a_message_batch_and_embeddings_say_none(
+    tmp_path,
+):
+    """An Anthropic model: the /v1/responses lines go through Message Batches as chat calls
+    and come back as response objects; an embeddings line cannot (Anthropic has none), goes
+    to the realtime lane and gets an error line that says so."""
+    from sluice._config import ProviderConfig
+    from sluice._serde import Secret
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    model = "anthropic:claude-haiku-4-5"
+    lines = [
+        ("r1", RESPONSES, {"model": model, "input": "one", "instructions": "Be brief."}),
+        ("r2", RESPONSES, {"model": model, "input": "two", "max_output_tokens": 20}),
+        ("e1", EMBEDDINGS, {"model": model, "input": "no vectors here"}),
+    ]
+    source.write_bytes(
+        b"".join(
+            orjson.dumps({"custom_id": c, "method": "POST", "url": url, "body": body}) + b"\n"
+            for c, url, body in lines
+        )
+    )
+    app = SimulatorApp(SimulatorConfig(batch_time=0.2))
+    anthropic = ProviderConfig(base_url="http://sim.test/v1", api_key=Secret("sk-ant-test"))
+    config = RuntimeConfig(providers={"anthropic": anthropic})
+    lane = LaneOptions(poll_interval=0.05)
+    with trio.fail_after(GUARD):
+        async with open_runtime(config, transport=mock_transport(app), environ={}) as rt:
+            summary = await run_batch(source, out, runtime=rt, via="provider", lane_options=lane)
+    by_id = {o["custom_id"]: o for o in map(orjson.loads, out.read_bytes().splitlines())}
+    assert sorted(by_id) == ["e1", "r1", "r2"]
+    first, second = by_id["r1"]["response"]["body"], by_id["r2"]["response"]["body"]
+    assert first["object"] == second["object"] == "response"
+    assert first["model"] == "claude-haiku-4-5"
+    assert (first["status"], first["instructions"]) == ("completed", "Be brief.")
+    # The simulator's 24-token reply is cut at max_output_tokens: incomplete, as OpenAI says.
+    assert (second["status"], second["max_output_tokens"]) == ("incomplete", 20)
+    assert second["incomplete_details"] == {"reason": "max_output_tokens"}
+    error = by_id["e1"]["error"]
+    assert "anthropic protocol, which has no embeddings" in error["message"]
+    assert (summary.ok, summary.failed, summary.batches) == (2, 1, 1)
+    assert app.batch_stats.batches_created == 1
