@@ -209,3 +209,67 @@ async def test_responses_lines_to_anthropic_go_in_a_message_batch_and_embeddings
     assert "anthropic protocol, which has no embeddings" in error["message"]
     assert (summary.ok, summary.failed, summary.batches) == (2, 1, 1)
     assert app.batch_stats.batches_created == 1
+
+
+def test_a_mixed_file_killed_while_its_batches_run_resumes_without_paying_twice(
+    tmp_path, monkeypatch
+):
+    """The real ``sluice batch --via provider`` on 60 lines of the three URLs against a
+    ``sluice sim`` process, killed with SIGKILL once its three batches (one per endpoint)
+    exist; the resume adopts them from the journal, merges each in its endpoint's shape and
+    creates nothing again."""
+    import signal
+    import subprocess
+    import time
+
+    import httpx
+
+    from .helpers import SLUICE, count_lines, sim_process, start_batch, whole_lines
+
+    monkeypatch.delenv("SLUICE_CONFIG", raising=False)
+    monkeypatch.setenv("SLUICE_LEDGER_DB", "off")
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    bodies = {
+        CHAT: {"model": "sim:m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4},
+        RESPONSES: {"model": "sim:m", "input": "x", "instructions": "Hm.", "max_output_tokens": 50},
+        EMBEDDINGS: {"model": "sim:m", "input": ["a b", "c"], "dimensions": 4},
+    }
+    urls = [CHAT, RESPONSES, EMBEDDINGS] * 20
+    source.write_bytes(
+        b"".join(
+            orjson.dumps({"custom_id": f"q{i}", "method": "POST", "url": u, "body": bodies[u]})
+            + b"\n"
+            for i, u in enumerate(urls)
+        )
+    )
+    argv = [str(source), "-o", str(out), "--resume", "--via", "provider"]
+    argv += ["--poll-interval", "0.1", "--model", "sim:m", "--api-key", "sk-test"]
+    with sim_process("--batch-time", "3") as url:
+        argv += ["--base-url", url]
+        proc = start_batch(*argv)
+        journal = out.with_name("out.batches.jsonl")
+
+        def created() -> int:
+            return journal.read_bytes().count(b'"t":"batch"') if journal.exists() else 0
+
+        deadline = time.monotonic() + GUARD
+        while created() < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "three batches never created"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=GUARD)
+        assert count_lines(out) == 0
+        done = subprocess.run([SLUICE, "batch", *argv], capture_output=True, timeout=GUARD)
+        assert done.returncode == 0, done.stderr.decode()
+        counted = httpx.get(f"{url}/sim/stats").json()
+    assert counted["batches_created"] == 3 and counted["duplicate_creates"] == 0
+    got = {o["custom_id"]: o for o in whole_lines(out)}
+    assert sorted(got) == sorted(f"q{i}" for i in range(len(urls)))
+    objects = {"chat.completion": 0, "response": 0, "list": 0}
+    for line in got.values():
+        assert line["error"] is None
+        objects[line["response"]["body"]["object"]] += 1
+    assert objects == {"chat.completion": 20, "response": 20, "list": 20}
+    assert got["q1"]["response"]["body"]["instructions"] == "Hm."
+    assert [len(d["embedding"]) for d in got["q2"]["response"]["body"]["data"]] == [4, 4]
