@@ -17,7 +17,7 @@ from sluice._jobs.batch_lines import (
     render_error_line,
     render_result_line,
 )
-from sluice._messages import ChatResult, Message, Usage
+from sluice._messages import ChatRequest, ChatResult, Message, Usage
 
 
 def split_all(data: bytes, cuts: list[int]) -> list[tuple[int, bytes]]:
@@ -68,6 +68,7 @@ def test_a_valid_line_becomes_a_streaming_request():
     item = parse_input_line(line(), 3)
     assert isinstance(item, InputLine)
     assert (item.lineno, item.custom_id, item.request.model) == (3, "r1", "sim:sim-small")
+    assert item.endpoint == "chat" and isinstance(item.request, ChatRequest)
     assert item.request.stream is True
 
 
