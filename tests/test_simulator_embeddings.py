@@ -215,3 +215,32 @@ async def test_simulators_sharing_a_redis_quota_count_embedding_tokens_as_one_ac
                     reply = await http.post("http://sim/v1/embeddings", json=body)
                     statuses.append(reply.status_code)
     assert statuses == [200, 429]
+
+
+@virtual_deadline(30)
+async def test_rt_embed_through_an_azure_deployment_reaches_the_simulators_route(autojump_clock):
+    """Azure OpenAI's deployment path for embeddings: the deployment's name is the model, and
+    its vectors are that model's size."""
+    import sluice
+    from sluice import ProviderConfig, RuntimeConfig, Secret
+
+    seen: list[httpx.Request] = []
+    inner = mock_transport(SimulatorApp())
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return await inner.handle_async_request(request)
+
+    azure = ProviderConfig(
+        base_url="https://contoso.openai.azure.com",
+        api_version="2024-10-21",
+        api_key=Secret("azure-key-0123456789abcdef"),
+    )
+    config = RuntimeConfig(providers={"azure-openai": azure})
+    transport = httpx.MockTransport(record)
+    async with sluice.open_runtime(config, transport=transport, environ={}) as rt:
+        result = await rt.embed("azure-openai:text-embedding-3-large", ["one", "two three"])
+    (request,) = seen
+    assert request.url.path == "/openai/deployments/text-embedding-3-large/embeddings"
+    assert [len(v) for v in result.vectors] == [3072, 3072]
+    assert result.usage.input_tokens == 3

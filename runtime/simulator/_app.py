@@ -7,8 +7,8 @@ quotas) live in their own modules; this one only sequences them and waits.
 
 Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
 ``POST /v1/completions`` (OpenAI text completions), ``POST /v1/embeddings``,
-``POST /openai/deployments/{name}/chat/completions`` (Azure OpenAI's deployment API: OpenAI's
-route, the deployment's name as the model),
+``POST /openai/deployments/{name}/chat/completions`` and ``.../embeddings`` (Azure OpenAI's
+deployment API: OpenAI's routes, the deployment's name as the model),
 ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``), the batch
 APIs (OpenAI's ``/v1/files`` and ``/v1/batches``: :mod:`.openai_batches`; Anthropic's
 ``/v1/messages/batches``: :mod:`.message_batches`) and their counters (``GET /sim/stats``).
@@ -214,6 +214,8 @@ class SimulatorApp:
         elif method == "POST" and (deployment := azure_deployment(route)) is not None:
             body = with_model(body, deployment)
             response = await self._generate(OPENAI, headers, body, request_id)
+        elif method == "POST" and (deployment := azure_deployment(route, _AZURE_EMBED)):
+            response = await self._embed(with_model(body, deployment), request_id)
         elif route.startswith(_BATCH_ROUTES):
             response = await self._batch_api(method, path, headers, body, request_id)
         else:
@@ -593,13 +595,15 @@ def _header(headers: Headers, name: bytes) -> str | None:
 
 _AZURE_PREFIX = "/openai/deployments/"
 _AZURE_SUFFIX = "/chat/completions"
+_AZURE_EMBED = "/embeddings"
 
 
-def azure_deployment(route: str) -> str | None:
-    """The deployment named by an Azure OpenAI chat path, or None for any other path."""
-    if not (route.startswith(_AZURE_PREFIX) and route.endswith(_AZURE_SUFFIX)):
+def azure_deployment(route: str, operation: str = _AZURE_SUFFIX) -> str | None:
+    """The deployment named by an Azure OpenAI path of ``operation`` (chat completions, or
+    ``/embeddings``), or None for any other path."""
+    if not (route.startswith(_AZURE_PREFIX) and route.endswith(operation)):
         return None
-    name = unquote(route[len(_AZURE_PREFIX) : -len(_AZURE_SUFFIX)])
+    name = unquote(route[len(_AZURE_PREFIX) : -len(operation)])
     return name if name and "/" not in name else None
 
 
