@@ -258,7 +258,7 @@ class _CallRun:
         batch = [*self.pending, *events]
         self.pending = []
         if self.call.quiet:
-            batch = [e for e in batch if isinstance(e, Completed | Failed | Embedded)]
+            batch = [e for e in batch if isinstance(e, _ENDS)]
         if batch:
             await put(self.call.events, batch)
 
@@ -666,6 +666,8 @@ class _CallRun:
 
 
 _NOTHING_DELIVERED = AttemptLost(0)
+_ENDS = (Completed, Failed, Embedded)
+"""The events a quiet consumer gets: a call's end."""
 
 
 def _lead_went_out(outcome: AttemptOutcome) -> bool:

@@ -34,6 +34,8 @@ from ._config import Secret as Secret
 from ._config import TracingConfig as TracingConfig
 from ._config import WindowLimit as WindowLimit
 from ._config import load_config as load_config
+from ._embed_many import EmbedOutcome as EmbedOutcome
+from ._embed_many import EmbedOutcomes as EmbedOutcomes
 from ._embeddings import EmbedRequest as EmbedRequest
 from ._embeddings import EmbedResult as EmbedResult
 from ._embeddings import EncodingFormat as EncodingFormat
@@ -229,6 +231,8 @@ __all__ = [
     "Deadlines",
     "Deployment",
     "EmbedLimits",
+    "EmbedOutcome",
+    "EmbedOutcomes",
     "EmbedRequest",
     "EmbedResult",
     "EncodingFormat",

@@ -28,13 +28,23 @@ if TYPE_CHECKING:
 
     from sluice.actors._token_ledger import TokenLedgerHandle
 
+    from ._embed_many import EmbedOutcome
     from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
     from ._ledger.budget import BudgetStatus
     from ._mail import EventBatch
     from ._messages import ChatRequest
     from ._runtime import MapOutcome, Runtime
 
-__all__ = ["DoorLedger", "LedgerCore", "Link", "awaited", "blocking", "relay_map", "relay_stream"]
+__all__ = [
+    "DoorLedger",
+    "LedgerCore",
+    "Link",
+    "awaited",
+    "blocking",
+    "relay_embed_many",
+    "relay_map",
+    "relay_stream",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -109,6 +119,25 @@ async def relay_map(
     try:
         with link.scope:
             async with rt.map(requests, max_in_flight=max_in_flight) as inner:
+                while (batch := await inner.next_batch()) is not None:
+                    await link.put(batch)
+    except Exception as exc:
+        link.closing_error = exc
+    finally:
+        link.end()
+
+
+async def relay_embed_many(
+    rt: Runtime,
+    texts: Iterable[str] | AsyncIterable[str],
+    options: dict[str, Any],
+    link: Link[list[EmbedOutcome]],
+) -> None:
+    """The trio half of a door's ``embed_many``, as :func:`relay_map` is of its ``map``: each
+    request's outcomes handed over as one batch, in input order."""
+    try:
+        with link.scope:
+            async with rt.embed_many(texts, **options) as inner:
                 while (batch := await inner.next_batch()) is not None:
                     await link.put(batch)
     except Exception as exc:

@@ -8,6 +8,7 @@ Supervisor and waits for its one end, exactly as ``Runtime.chat`` does for a cha
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -15,16 +16,21 @@ import trio
 from sluice.actors._tell import put
 
 from ._embed_calls import as_embed_request, prepare_embed_call, wait_embedded
-from ._embeddings import EmbedResult
+from ._embed_many import EmbedCounts, EmbedOutcome, EmbedOutcomes, feed_embed_many
+from ._embed_packing import Packer, request_limits
+from ._embeddings import EmbedRequest, EmbedResult
 from ._errors import RuntimeClosed, SluiceError
 from ._mail import Submit
+from ._prepare import model_target
+from ._protocols import codec_for
+from .providers._embedding import FALLBACK_BATCH, embed_limits, embedding_codec, no_embeddings
 
 if TYPE_CHECKING:
     import itertools
-    from collections.abc import Iterable
+    from collections.abc import AsyncIterable, AsyncIterator, Iterable
 
     from ._cache import ResponseCache
-    from ._embeddings import EmbedRequest
+    from ._config import RuntimeConfig
     from ._mail import SupervisorMsg
     from ._observe.observer import Observer
     from ._prepare import GroupPlacement
@@ -37,6 +43,7 @@ class EmbedMethods:
     """The embedding methods of :class:`~sluice._runtime.Runtime` (which sets every attribute
     declared here)."""
 
+    config: RuntimeConfig
     _providers: Providers | None
     _groups: GroupPlacement
     _supervisor: trio.MemorySendChannel[SupervisorMsg]
@@ -108,3 +115,84 @@ class EmbedMethods:
         if made.store is not None:
             made.store(result)
         return result
+
+    @asynccontextmanager
+    async def embed_many(
+        self,
+        texts: Iterable[str] | AsyncIterable[str],
+        *,
+        model: str,
+        batch_size: int | None = None,
+        max_in_flight: int = 4,
+        **fields: Any,
+    ) -> AsyncIterator[EmbedOutcomes]:
+        """Embed many inputs, packed into as few requests as the provider takes; yield every
+        input's outcome in input order.
+
+        Each request holds at most ``batch_size`` inputs (default: as many as the provider
+        takes in one request, e.g. 2048 for OpenAI, 100 for Gemini; see
+        :class:`~sluice.EmbedLimits`) and no more estimated tokens than one request, or one
+        window of the provider's token quota, may carry. At most ``max_in_flight`` requests
+        run at once, and inputs are read from ``texts`` (any iterable or async iterable of
+        strings) only as far ahead as they hold, so a corpus of any size streams through in
+        bounded memory. ``fields`` are :class:`~sluice.EmbedRequest`'s (``dimensions``,
+        ``encoding_format``, ``tag``, ``fallbacks``, ...); ``priority`` defaults to
+        ``"batch"``, so requests wait out outages rather than fail.
+
+        A request that fails (after its retries) gives each of its inputs an
+        :class:`EmbedOutcome` with the error; the others go on. Leaving the block early
+        cancels the requests still running.
+
+        Raises:
+            ConfigError: the model names an unknown provider, or one without a key.
+            BadRequest: the provider has no embeddings.
+        """
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        fields.setdefault("priority", "batch")
+        template = EmbedRequest(model=model, input=(), **fields)
+        max_inputs, max_tokens = await self._request_limits(model, batch_size)
+        counts = EmbedCounts()
+        send, receive = trio.open_memory_channel[list[EmbedOutcome]](1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                feed_embed_many,
+                self.embed,
+                texts,
+                template,
+                Packer(max_inputs, max_tokens),
+                max_in_flight,
+                send,
+                counts,
+            )
+            with receive:
+                yield EmbedOutcomes(receive, counts)
+            nursery.cancel_scope.cancel(reason="the consumer of Runtime.embed_many left")
+
+    async def _request_limits(self, model: str, batch_size: int | None) -> tuple[int, int | None]:
+        """``(inputs, tokens)`` per request for ``model``: the tightest over a group's
+        deployments (see :func:`sluice._embed_packing.request_limits`).
+
+        Raises:
+            ConfigError: the model names an unknown provider or group, or a provider without
+                a key.
+            BadRequest: the (first) provider has no embeddings.
+        """
+        assert self._providers is not None
+        target = model_target(model, self._groups.routing.groups)
+        routes = await self._providers.routes(target.providers)
+        first = routes[0][0]
+        if embedding_codec(codec_for(first.protocol)) is None:
+            raise no_embeddings(first.name, first.protocol)
+        inputs: int | None = None
+        tokens: int | None = None
+        for (spec, _), name in zip(routes, target.models, strict=True):
+            limits = embed_limits(spec, self.config.providers.get(spec.name), name)
+            n, t = request_limits(limits, spec.rate_limit, batch_size, FALLBACK_BATCH)
+            inputs = n if inputs is None else min(inputs, n)
+            if t is not None:
+                tokens = t if tokens is None else min(tokens, t)
+        assert inputs is not None
+        return inputs, tokens

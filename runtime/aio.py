@@ -24,12 +24,22 @@ import asyncio
 import functools
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import trio
 
 from ._cursor import AsyncEventCursor
-from ._doors import DoorLedger, LedgerCore, Link, awaited, relay_map, relay_stream
+from ._doors import (
+    DoorLedger,
+    LedgerCore,
+    Link,
+    awaited,
+    relay_embed_many,
+    relay_map,
+    relay_stream,
+)
+from ._embed_calls import as_embed_request
+from ._embed_many import EmbedOutcome
 from ._errors import RuntimeClosed, SluiceError
 from ._guest import Guest, Pipe, await_host, run_in_trio
 from ._runtime import MapOutcome, RuntimeStatistics, as_request
@@ -41,12 +51,21 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
+    from ._embeddings import EmbedRequest, EmbedResult
     from ._jobs.batch import BatchSummary
     from ._ledger.book import LedgerTotals
     from ._mail import EventBatch
     from ._messages import ChatRequest, ChatResult, Message
 
-__all__ = ["CallStream", "Ledger", "MapOutcomes", "Runtime", "open_runtime", "run_batch"]
+__all__ = [
+    "CallStream",
+    "EmbedOutcomes",
+    "Ledger",
+    "MapOutcomes",
+    "Runtime",
+    "open_runtime",
+    "run_batch",
+]
 
 T = TypeVar("T")
 
@@ -102,18 +121,18 @@ class CallStream(AsyncEventCursor):
         return self._arrived(batch, closing)
 
 
-class MapOutcomes:
-    """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
+class _Outcomes(Generic[T]):
+    """Outcomes handed over from trio in batches: ``async for o in outcomes``."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._link: _Link[list[MapOutcome]] = _Link(loop, _MAP_WINDOW)
-        self._batch: list[MapOutcome] = []
+        self._link: _Link[list[T]] = _Link(loop, _MAP_WINDOW)
+        self._batch: list[T] = []
         self._pos = 0
 
-    def __aiter__(self) -> MapOutcomes:
+    def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> MapOutcome:
+    async def __anext__(self) -> T:
         while self._pos >= len(self._batch):
             batch = await self._link.pipe.get()
             if batch is None:
@@ -127,19 +146,27 @@ class MapOutcomes:
         return outcome
 
 
-class _HostRequests:
-    """An asyncio async iterable of requests, read from trio (one asyncio step per request)."""
+class MapOutcomes(_Outcomes[MapOutcome]):
+    """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, requests: AsyncIterable[ChatRequest]
-    ) -> None:
+
+class EmbedOutcomes(_Outcomes[EmbedOutcome]):
+    """The outcomes of :meth:`Runtime.embed_many`, one per input in input order:
+    ``async for o in outcomes``."""
+
+
+class _HostRequests(Generic[T]):
+    """An asyncio async iterable (of requests, or texts), read from trio (one asyncio step
+    per item)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, requests: AsyncIterable[T]) -> None:
         self._loop = loop
         self._iterator = aiter(requests)
 
-    def __aiter__(self) -> _HostRequests:
+    def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> ChatRequest:
+    async def __anext__(self) -> T:
         more, request = await await_host(self._loop, _next_request(self._iterator))
         if not more:
             raise StopAsyncIteration
@@ -147,9 +174,7 @@ class _HostRequests:
         return request
 
 
-async def _next_request(
-    iterator: AsyncIterator[ChatRequest],
-) -> tuple[bool, ChatRequest | None]:
+async def _next_request(iterator: AsyncIterator[T]) -> tuple[bool, T | None]:
     try:
         return True, await anext(iterator)
     except StopAsyncIteration:
@@ -292,6 +317,47 @@ class Runtime:
             yield outcomes
         finally:
             link.close("the consumer of Runtime.map left")
+
+    async def embed(
+        self, request: EmbedRequest | str, input: str | Iterable[str] | None = None, **fields: Any
+    ) -> EmbedResult:
+        """One embedding call, every input in one request (see :meth:`sluice.Runtime.embed`).
+
+        Raises:
+            CallError: the call failed (after whatever retries the policy allowed).
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        assert self._trio is not None
+        embed = as_embed_request(request, input, fields)
+        result: EmbedResult = await self._run(self._trio.embed, embed)
+        return result
+
+    @asynccontextmanager
+    async def embed_many(
+        self,
+        texts: Iterable[str] | AsyncIterable[str],
+        *,
+        model: str,
+        batch_size: int | None = None,
+        max_in_flight: int = 4,
+        **fields: Any,
+    ) -> AsyncIterator[EmbedOutcomes]:
+        """Embed many inputs packed into requests; yield their outcomes, one per input in
+        input order (see :meth:`sluice.Runtime.embed_many`). ``texts`` may be an asyncio
+        async iterable. An unknown model or a provider without embeddings raises at the first
+        outcome. Leaving the block early cancels the requests still running."""
+        assert self._trio is not None
+        source: Iterable[str] | AsyncIterable[str] = texts
+        if isinstance(texts, AsyncIterable):
+            source = _HostRequests(self._loop, texts)
+        outcomes = EmbedOutcomes(self._loop)
+        link = outcomes._link
+        options = dict(fields, model=model, batch_size=batch_size, max_in_flight=max_in_flight)
+        self._spawn(relay_embed_many, self._trio, source, options, link)
+        try:
+            yield outcomes
+        finally:
+            link.close("the consumer of Runtime.embed_many left")
 
     async def statistics(self) -> RuntimeStatistics:
         """What is in flight now, per actor (see :class:`sluice.RuntimeStatistics`)."""

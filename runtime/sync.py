@@ -27,12 +27,22 @@ from __future__ import annotations
 import functools
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import trio
 
 from ._cursor import BlockingEventCursor
-from ._doors import DoorLedger, LedgerCore, Link, blocking, relay_map, relay_stream
+from ._doors import (
+    DoorLedger,
+    LedgerCore,
+    Link,
+    blocking,
+    relay_embed_many,
+    relay_map,
+    relay_stream,
+)
+from ._embed_calls import as_embed_request
+from ._embed_many import EmbedOutcome
 from ._errors import RuntimeClosed, SluiceError
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
 from ._runtime import MapOutcome, RuntimeStatistics, as_request
@@ -46,6 +56,7 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
+    from ._embeddings import EmbedRequest, EmbedResult
     from ._jobs.batch import BatchSummary
     from ._ledger.book import LedgerTotals
     from ._mail import EventBatch
@@ -53,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallStream",
+    "EmbedOutcomes",
     "Ledger",
     "MapOutcomes",
     "Runtime",
@@ -67,6 +79,8 @@ _STREAM_WINDOW = 8
 """Event batches a stream's reader may leave unread before the call waits for it."""
 _MAP_WINDOW = 2
 """Batches of outcomes (each at most ``max_in_flight``) a map's reader may leave unread."""
+_TEXTS_AHEAD = 256
+"""Inputs of an ``embed_many`` the reading thread reads at a time, when the runtime asks."""
 
 
 class _Link(Link[T]):
@@ -133,24 +147,21 @@ class CallStream(BlockingEventCursor):
         self.close()
 
 
-class MapOutcomes:
-    """The outcomes of :meth:`Runtime.map`, in completion order: ``for o in outcomes``.
-
-    Also a context manager: leaving the block (or :meth:`close`) early cancels the calls
-    still running.
-    """
+class _Outcomes(Generic[T]):
+    """Outcomes read in batches from the runtime's thread: ``for o in outcomes``; a context
+    manager too, and leaving the block (or :meth:`close`) early cancels what still runs."""
 
     def __init__(self, portal: Portal) -> None:
         self._portal = portal
-        self._link: _Link[list[MapOutcome]] = _Link(portal, _MAP_WINDOW)
+        self._link: _Link[list[T]] = _Link(portal, _MAP_WINDOW)
         self._feed: RequestFeed | None = None
-        self._batch: list[MapOutcome] = []
+        self._batch: list[T] = []
         self._pos = 0
 
-    def __iter__(self) -> MapOutcomes:
+    def __iter__(self) -> Self:
         return self
 
-    def __next__(self) -> MapOutcome:
+    def __next__(self) -> T:
         while self._pos >= len(self._batch):
             batch = self._link.pipe.get_or_feed(self._feed)
             if isinstance(batch, RequestFeed):
@@ -174,7 +185,7 @@ class MapOutcomes:
         """Cancel the calls still running, if the outcomes were not all read."""
         self._link.close(self._portal)
 
-    def __enter__(self) -> MapOutcomes:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -187,6 +198,20 @@ class MapOutcomes:
 
     def __del__(self) -> None:
         self.close()
+
+
+class MapOutcomes(_Outcomes[MapOutcome]):
+    """The outcomes of :meth:`Runtime.map`, in completion order: ``for o in outcomes``.
+
+    Also a context manager: leaving the block (or :meth:`close`) early cancels the calls
+    still running.
+    """
+
+
+class EmbedOutcomes(_Outcomes[EmbedOutcome]):
+    """The outcomes of :meth:`Runtime.embed_many`, one per input in input order:
+    ``for o in outcomes``. Also a context manager: leaving the block (or :meth:`close`)
+    early cancels the requests still running."""
 
 
 class Ledger(DoorLedger):
@@ -286,6 +311,43 @@ class Runtime:
             )
         link = outcomes._link
         self._portal.start(link.pipe.end, relay_map, self._trio, source, max_in_flight, link)
+        return outcomes
+
+    def embed(
+        self, request: EmbedRequest | str, input: str | Iterable[str] | None = None, **fields: Any
+    ) -> EmbedResult:
+        """One embedding call, every input in one request (see :meth:`sluice.Runtime.embed`).
+
+        Raises:
+            CallError: the call failed (after whatever retries the policy allowed).
+            ConfigError: the model names an unknown provider, or one without a key.
+        """
+        return self._portal.call(self._trio.embed, as_embed_request(request, input, fields))
+
+    def embed_many(
+        self,
+        texts: Iterable[str],
+        *,
+        model: str,
+        batch_size: int | None = None,
+        max_in_flight: int = 4,
+        **fields: Any,
+    ) -> EmbedOutcomes:
+        """Embed many inputs packed into requests; iterate the returned outcomes, one per
+        input in input order (see :meth:`sluice.Runtime.embed_many`).
+
+        Any iterable other than a list or tuple is read by the thread that reads the
+        outcomes, while it waits for them, a few hundred inputs at a time; an exception it
+        raises comes out of that thread's ``next()``. An unknown model or a provider without
+        embeddings raises there too, at the first ``next()``.
+        """
+        outcomes = EmbedOutcomes(self._portal)
+        source: Iterable[str] | RequestFeed = texts
+        if not isinstance(texts, list | tuple):
+            source = outcomes._feed = RequestFeed(outcomes._link.pipe, iter(texts), _TEXTS_AHEAD)
+        options = dict(fields, model=model, batch_size=batch_size, max_in_flight=max_in_flight)
+        link = outcomes._link
+        self._portal.start(link.pipe.end, relay_embed_many, self._trio, source, options, link)
         return outcomes
 
     def statistics(self) -> RuntimeStatistics:

@@ -82,10 +82,16 @@ class Case:
         return None if path is None else orjson.loads(path.read_bytes())
 
 
-def load_cases(providers: frozenset[str] | None = None) -> list[Case]:
-    """The cases of ``manifest.json``, in its order, optionally only for ``providers``."""
+def load_cases(
+    providers: frozenset[str] | None = None, *, manifest_name: str = "manifest.json"
+) -> list[Case]:
+    """The cases of ``manifest.json``, in its order, optionally only for ``providers``.
+
+    ``manifest_name`` names another manifest under the corpus root whose file paths are
+    relative to that root (``openai_responses/manifest.json``, the Responses API's cases).
+    """
     root = conformance_dir()
-    manifest = root / "manifest.json"
+    manifest = root / manifest_name
     if not manifest.is_file():
         raise FileNotFoundError(f"no conformance manifest at {manifest}")
     cases = []

@@ -481,3 +481,14 @@ def test_model_names_benchmark_runs_sluice_serve_and_reports_rss_and_series() ->
     )
     assert refused["statuses"] == [{"404": 30}] and refused["ledger"] == "file"
     assert refused["model_label_values"] == [1, 1]
+
+
+def test_embed_many_benchmark_stays_within_its_token_window() -> None:
+    report = _run_benchmark(
+        "benchmarks.embed_many", *("--texts", "3000", "--tpm", "12000", "--per", "2")
+    )
+    assert report["in_order"] is True and report["outcomes"] == 3000
+    assert report["failed"] == 0 and report["server_429"] == 0
+    assert report["within_limit"] is True
+    assert report["max_tokens_in_any_window"] <= 12000
+    assert report["requests"] >= 3  # 24,000 tokens through a 12,000-token window

@@ -31,9 +31,14 @@ PROTOCOL_OF = {
     "anthropic": "anthropic",
     "gemini": "gemini",
     "ollama": "ollama",
+    "openai_responses": "openai-responses",
 }
 PROTOCOLS = sorted(set(PROTOCOL_OF.values()))
-CASES = [c for c in load_cases() if c.body_path is not None and c.provider in PROTOCOL_OF]
+CASES = [
+    c
+    for c in load_cases() + load_cases(manifest_name="openai_responses/manifest.json")
+    if c.body_path is not None and c.provider in PROTOCOL_OF
+]
 STREAMED = [c for c in CASES if c.streamed and c.status() < 400]
 WHOLE = [c for c in CASES if not c.streamed and c.status() < 400]
 ERRORS = [c for c in CASES if c.status() >= 400]

@@ -277,3 +277,94 @@ async def test_end_to_end_against_the_in_process_simulator():
     assert again.vectors[0] == result.vectors[2]  # the simulator embeds a text the same way
     assert result.usage.input_tokens > 0
     assert totals["sim:emb"].calls == 2
+
+
+@virtual_deadline(30)
+async def test_an_azure_deployment_embeds_at_its_deployment_path_with_its_key(autojump_clock):
+    server = Embeddings()
+    cfg = config(
+        providers={
+            "azure-openai": ProviderConfig(
+                base_url="https://contoso.openai.azure.com",
+                api_version="2024-10-21",
+                api_key=sluice.Secret("azure-key-0123456789abcdef"),
+            )
+        }
+    )
+    seen: list[httpx.Request] = []
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return await server(request)
+
+    async with sluice.open_runtime(cfg, transport=httpx.MockTransport(record), environ={}) as rt:
+        result = await rt.embed("azure-openai:emb prod", ["x", "y"])
+    assert len(result.vectors) == 2
+    [request] = seen
+    assert str(request.url) == (
+        "https://contoso.openai.azure.com/openai/deployments/emb%20prod/embeddings"
+        "?api-version=2024-10-21"
+    )
+    assert request.headers["api-key"] == "azure-key-0123456789abcdef"
+    assert "authorization" not in request.headers
+    assert orjson.loads(request.content)["model"] == "emb prod"
+
+
+def test_the_ledger_command_shows_embedding_cost(tmp_path, capsys):
+    """Real clock (the ledger file is written from a worker thread); the reply is scripted."""
+    from sluice._cli import main
+
+    path = tmp_path / "ledger.sqlite3"
+    server = Embeddings()
+
+    async def run() -> None:
+        cfg = config(ledger=LedgerConfig(path=str(path)))
+        async with runtime(server, cfg) as rt:
+            # 1,000,000 characters -> 250,000 tokens per input, 2 inputs: 500,000 tokens.
+            await rt.embed(SMALL, ["z" * 1_000_000] * 2)
+
+    trio.run(run)
+    assert main(["ledger", "--db", str(path), "--format", "json"]) == 0
+    printed = orjson.loads(capsys.readouterr().out)
+    [row] = printed["rows"]
+    assert row["model"] == "text-embedding-3-small"
+    assert row["input_tokens"] == 500_000 and row["output_tokens"] == 0
+    assert row["cost_usd"] == "0.010000"  # 500,000 tokens at $0.02 / M
+
+
+def test_a_cache_file_keeps_vectors_across_runtimes(tmp_path):
+    """Real clock (the cache file opens in a worker thread); the reply is scripted."""
+    server = Embeddings()
+    cfg = config(cache=CacheConfig(enabled=True, path=str(tmp_path / "cache.sqlite3")))
+
+    async def once() -> EmbedResult:
+        async with runtime(server, cfg) as rt:
+            result: EmbedResult = await rt.embed(SMALL, ["k", "l"], encoding_format="base64")
+        return result
+
+    first = trio.run(once)
+    again = trio.run(once)
+    assert again.cached and list(map(list, again.vectors)) == list(map(list, first.vectors))
+    assert len(server.requests) == 1
+
+
+@virtual_deadline(60)
+async def test_a_model_group_of_embedding_deployments_fails_over(autojump_clock):
+    """A group's call goes to a deployment, and an overloaded one moves it to the other."""
+    from sluice import ModelGroup
+
+    server = Embeddings(down=frozenset({"text-embedding-3-small"}))
+    cfg = config(
+        groups={
+            "emb": ModelGroup(
+                deployments=[SMALL, "openai:text-embedding-3-large"], strategy="round-robin"
+            )
+        }
+    )
+    async with runtime(server, cfg) as rt:
+        results = [await rt.embed("emb", [f"g{i}"]) for i in range(4)]
+        stats = await rt.statistics()
+    assert {r.model for r in results} == {"text-embedding-3-large"}
+    assert all(r.vectors == (vector(f"g{i}"),) for i, r in enumerate(results))
+    assert stats.calls_in_flight == 0
+    assert sum(d.in_flight for group in stats.groups.values() for d in group) == 0

@@ -55,6 +55,7 @@ def test_the_front_doors_are_pinned():
 
     assert sluice.aio.__all__ == [
         "CallStream",
+        "EmbedOutcomes",
         "Ledger",
         "MapOutcomes",
         "Runtime",
@@ -63,6 +64,7 @@ def test_the_front_doors_are_pinned():
     ]
     assert sluice.sync.__all__ == [
         "CallStream",
+        "EmbedOutcomes",
         "Ledger",
         "MapOutcomes",
         "Runtime",
@@ -72,5 +74,6 @@ def test_the_front_doors_are_pinned():
     ]
     for door in (sluice.aio, sluice.sync):
         assert all(hasattr(door, name) for name in door.__all__)
-        for method in ("chat", "stream", "map", "statistics", "ledger_totals"):
+        methods = ("chat", "stream", "map", "embed", "embed_many", "statistics", "ledger_totals")
+        for method in methods:
             assert callable(getattr(door.Runtime, method)), (door, method)

@@ -238,7 +238,7 @@ def _result(*parts, finish="stop", usage=_SOME_USAGE):
     )
 
 
-_ECHO = {
+_ECHO: dict[str, typing.Any] = {
     "instructions": None,
     "max_output_tokens": None,
     "metadata": {},
@@ -553,3 +553,11 @@ def test_the_openai_sdk_models_accept_the_bodies_and_every_event():
     by_type = {typing.get_args(c.model_fields["type"].annotation)[0]: c for c in union}
     for name, data in _events(raw):
         by_type[name].model_validate(data, strict=True)
+
+
+def test_the_opening_events_hold_numbers_0_and_1_whenever_they_are_made():
+    early = ResponsesEvents("resp_o", "m", 0)
+    late = ResponsesEvents("resp_o", "m", 0)
+    first = early.start() + early.text("Hi")
+    delta = late.text("Hi")
+    assert late.start() + delta == first

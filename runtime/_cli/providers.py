@@ -149,9 +149,10 @@ async def list_(*, as_json: _Json = False, config: Path | None = None) -> int:
         _print_json({"providers": rows, "groups": groups, "problems": problems})
         return EXIT_OK
     width = max(len(r["id"]) for r in rows)
+    spoken = max(9, *(len(r["protocol"]) for r in rows))
     for r in rows:
         url = r["base_url"] or "(set base_url)"
-        print(f"{r['id']:<{width}}  {r['protocol']:<9}  key: {r['key']:<22}  {url}")
+        print(f"{r['id']:<{width}}  {r['protocol']:<{spoken}}  key: {r['key']:<22}  {url}")
     for g in groups:
         print(f"group {g['name']} ({g['strategy']}, affinity {g['affinity']}):")
         for d in g["deployments"]:

@@ -38,6 +38,14 @@ class ModelConfig(Record):
     embed_limits: EmbedLimits | None = None
     """How many inputs and tokens one embedding request to this model may hold (over the
     provider's ``embed_limits``)."""
+    protocol: Literal["openai", "openai-responses"] | None = None
+    """Which of OpenAI's two APIs this model's calls go to, on a provider that speaks one of
+    them: ``openai-responses`` for a model served only by the Responses API (``o3-pro``,
+    ``gpt-5-codex``) or whose reasoning summaries a caller wants; None: the provider's
+    ``protocol``. A call chooses by its model, so one provider serves both::
+
+        {"providers": {"openai": {"models": {"o3-pro": {"protocol": "openai-responses"}}}}}
+    """
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -71,7 +79,7 @@ class ProviderConfig(Record):
     """One backend. Builtin providers fill what is left unset here; any other name is a custom
     provider, which needs a ``base_url`` (and a ``protocol``, unless it is OpenAI-compatible)."""
 
-    protocol: Literal["openai", "anthropic", "gemini", "ollama"] | None = None
+    protocol: Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"] | None = None
     base_url: str | None = attrs.field(default=None, validator=check_http_url)
     """An absolute http(s) URL, with the protocol's version prefix (``.../v1``)."""
     region: str | None = None

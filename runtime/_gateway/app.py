@@ -11,7 +11,14 @@ They also set ``retry_visible=False``: the client (an SDK with retry logic of it
 upstream's 429 or 503 at once, with its ``Retry-After``; the gateway retries only a connection
 that failed before the reply began, which the client cannot see, for about a second.
 
-Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``GET /v1/models`` (aliases,
+A ``POST /v1/responses`` body (OpenAI's Responses API) is read the same way
+(:mod:`sluice._responses_format`), so any provider answers it; ``previous_response_id`` and
+``background``, which only OpenAI's own Responses API honours, are refused for other upstreams.
+``POST /v1/embeddings`` goes through ``rt.embed`` under the same keys, quotas and budgets
+(:mod:`.embeddings_route`).
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/messages``, ``POST /v1/responses``,
+``POST /v1/embeddings``, ``GET /v1/models`` (aliases,
 groups, configured models and the default provider's; see :mod:`.models`),
 ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics`` (the runtime's Prometheus registry,
 with the gateway's own series in it: requests by route and status, open connections; see
@@ -21,7 +28,6 @@ with the gateway's own series in it: requests by route and status, open connecti
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import time
@@ -34,6 +40,8 @@ import orjson
 import trio
 
 from .._capabilities import ToolOptions
+from .._embed_calls import embed_cost
+from .._embeddings import EmbedRequest
 from .._errors import ConfigError, SluiceError
 from .._events import (
     Completed,
@@ -56,26 +64,33 @@ from .._limits.store import (
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body
 from .._record import Record
+from .._responses_format import (
+    ResponsesEvents,
+    chat_extra,
+    parse_responses_body,
+    render_response,
+)
 from . import anthropic_wire, openai_wire
+from .admin import serve_admin
+from .embeddings_route import serve_embeddings
 from .errors import (
-    BadBody,
     KeyOverRate,
     KeyTooLarge,
     ModelNotAllowed,
     ModelNotServed,
     NoRoute,
-    NotAdmin,
     Refused,
     Unauthenticated,
     response_for,
 )
-from .json_body import BodyError, load_json_body
 from .models import ModelCatalog, ModelEntry, render_list, render_model
-from .vkeys import KeyRing, VirtualKey, hash_token, issue_key, revoke_key
+from .request_parts import anthropic_headers, bearer_token, json_object, refuse_stored, wire_of
+from .vkeys import KeyRing, VirtualKey
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from .._embeddings import EmbedResult
     from .._messages import ChatResult
     from .._runtime import Runtime
     from .errors import Wire
@@ -97,7 +112,15 @@ _ENDS = (Completed, Failed)
 _PROXY_TOOLS = ToolOptions(allow_parallel=True)
 """A client that forces a tool call and leaves ``parallel_tool_calls`` unset gets what the
 upstream does by default: several calls allowed, and no ``parallel_tool_calls`` added."""
-_CHAT_ROUTES: dict[bytes, Wire] = {b"/v1/chat/completions": "openai", b"/v1/messages": "anthropic"}
+_CHAT_ROUTES: dict[bytes, Wire] = {
+    b"/v1/chat/completions": "openai",
+    b"/v1/messages": "anthropic",
+    b"/v1/responses": "openai",
+    b"/v1/embeddings": "openai",
+}
+_RESPONSES_PROTOCOL = "openai-responses"
+"""The provider protocol that speaks OpenAI's Responses API upstream: the only one that takes
+a Responses body's own parameters (``extra_body``) as they are."""
 
 
 def _name_set(names: Iterable[str] | None) -> frozenset[str] | None:
@@ -182,6 +205,12 @@ class Gateway:
             elif path == b"/v1/messages" and method == b"POST":
                 route = "/v1/messages"
                 await self._chat(request, respond, "anthropic")
+            elif path == b"/v1/responses" and method == b"POST":
+                route = "/v1/responses"
+                await self._chat(request, respond, "openai", responses=True)
+            elif path == b"/v1/embeddings" and method == b"POST":
+                route = "/v1/embeddings"
+                await self._embeddings(request, respond)
             elif path == b"/v1/models" and method == b"GET":
                 route = "/v1/models"
                 await self._models(request, respond)
@@ -205,7 +234,7 @@ class Gateway:
                 await self._admin(request, respond)
             else:
                 refused = NoRoute(f"no route {method.decode()} {path.decode('latin-1')}")
-                await respond.send(*response_for(_wire_of(request), refused))
+                await respond.send(*response_for(wire_of(request), refused))
         except BaseException as exc:
             status = respond.status
             if not status:  # no response: the client left (499, as nginx says), or a bug
@@ -238,7 +267,7 @@ class Gateway:
 
     def _authenticate(self, request: Request) -> VirtualKey | str | None:
         """The caller's key; None on an open gateway with no key given; else why not (str)."""
-        token = _token(request)
+        token = bearer_token(request)
         self.keys.refresh(trio.current_time())
         if token is None:
             if not self.settings.require_key:
@@ -285,7 +314,7 @@ class Gateway:
             self._budgeted.add(key.name)
 
     async def _reserve(
-        self, key: VirtualKey, request: ChatRequest
+        self, key: VirtualKey, request: ChatRequest | EmbedRequest
     ) -> Reservation | TooLarge | float | None:
         specs = []
         if key.rpm is not None:
@@ -294,18 +323,19 @@ class Gateway:
             specs.append(WindowSpec("total_tokens", key.tpm, _KEY_PERIOD))
         if not specs:
             return None
-        cost = (
-            estimate_cost(request, self.settings.expected_output_tokens)
-            if key.tpm is not None
-            else Cost()
-        )
+        if key.tpm is None:
+            cost = Cost()
+        elif isinstance(request, EmbedRequest):
+            cost = embed_cost(request)
+        else:
+            cost = estimate_cost(request, self.settings.expected_output_tokens)
         got = await self.quotas.reserve(f"vkey:{key.name}", specs, cost, trio.current_time())
         assert not isinstance(got, BudgetRefused)  # only a reserve that asks a budget gets it
         return got
 
     # ---- chat -----------------------------------------------------------------------------
 
-    def _resolve_model(self, name: Any, wire: Wire) -> str:
+    def resolve_model(self, name: Any, wire: Wire) -> str:
         if not isinstance(name, str) or not name:
             raise ConfigError("model: required, a string")
         alias = self.settings.aliases.get(name)
@@ -320,7 +350,7 @@ class Gateway:
             f"(for example 'sim:{name}')"
         )
 
-    def _serves(self, name: str) -> bool:
+    def serves(self, name: str) -> bool:
         """Whether the allow-list (:attr:`GatewaySettings.models`) lets ``name`` through: it is
         listed, is an alias or a group, or names a listed model through the default provider."""
         allowed = self.settings.models
@@ -339,7 +369,14 @@ class Gateway:
         return found
 
     def _parse(
-        self, body: Any, model: str, wire: Wire, key: VirtualKey | None, http: Request | None = None
+        self,
+        body: Any,
+        model: str,
+        wire: Wire,
+        key: VirtualKey | None,
+        http: Request | None = None,
+        *,
+        responses: bool = False,
     ) -> ChatRequest:
         # The gateway's own fields go to the parser's constructor: checked once, with no
         # attrs.evolve afterwards (which would run every converter and validator again).
@@ -353,19 +390,29 @@ class Gateway:
         }
         if key is not None:
             fields["tag"] = key.name
-        forwarded = None if http is None else _anthropic_headers(http)
+        forwarded = None if http is None else anthropic_headers(http)
         if forwarded and self._protocol(model.partition(":")[0]) == "anthropic":
             fields["extra_headers"] = forwarded
-        if wire == "openai":
+        own: str = wire
+        if responses:
+            request = parse_responses_body(body, model=model, path="body", fields=fields)
+            own = _RESPONSES_PROTOCOL
+            protocols = self.protocols_of(model)
+            if any(p != own for p in protocols):
+                refuse_stored(request)
+            if request.extra_body and all(p == "openai" for p in protocols):
+                # A chat upstream: the parameters chat completions knows too, renamed.
+                return attrs.evolve(request, extra_body=chat_extra(request.extra_body))
+        elif wire == "openai":
             request = parse_chat_body(body, model=model, path="body", fields=fields)
         else:
             request = anthropic_wire.parse_messages_body(body, model=model, fields=fields)
-        if request.extra_body and any(p != wire for p in self._protocols_of(model)):
+        if request.extra_body and any(p != own for p in self.protocols_of(model)):
             # Parameters of the client's protocol mean nothing (or an error) to another.
             request = attrs.evolve(request, extra_body={})
         return request
 
-    def _protocols_of(self, model: str) -> list[str]:
+    def protocols_of(self, model: str) -> list[str]:
         """The protocols ``model`` may be sent in: its provider's, or every deployment's of
         the group it names."""
         group = self.rt.config.groups.get(model)
@@ -373,7 +420,9 @@ class Gateway:
             return [self._protocol(model.partition(":")[0])]
         return [self._protocol(d.model.partition(":")[0]) for d in group.deployments]
 
-    async def _chat(self, request: Request, respond: Responder, wire: Wire) -> None:
+    async def _chat(
+        self, request: Request, respond: Responder, wire: Wire, *, responses: bool = False
+    ) -> None:
         """Answer one chat request: read it, hold the key's quota, call, settle the quota.
 
         A request refused before the call (a :class:`~.errors.Refused`, or a
@@ -381,21 +430,25 @@ class Gateway:
         :func:`~.errors.response_for` gives it; nothing is held for it.
         """
         try:
-            chat = self._read_chat(request, wire)
-            reservation = await self._hold(chat)
+            chat = self._read_chat(request, wire, responses=responses)
+            reservation = await self.hold(chat.key, chat.request)
         except (Refused, ConfigError) as exc:
             await respond.send(*response_for(wire, exc))
             return
         result: ChatResult | None = None
         try:
             if chat.body.get("stream") is True:
-                result = await self._stream(respond, chat.request, wire, chat.shown, chat.body)
+                result = await self._stream(
+                    respond, chat.request, wire, chat.shown, chat.body, responses=responses
+                )
             else:
-                result = await self._complete(respond, chat.request, wire, chat.shown)
+                result = await self._complete(
+                    respond, chat.request, wire, chat.shown, chat.body if responses else None
+                )
         finally:
-            await self._settle(reservation, result)
+            await self.settle(reservation, result)
 
-    def _read_chat(self, request: Request, wire: Wire) -> _Chat:
+    def _read_chat(self, request: Request, wire: Wire, *, responses: bool = False) -> _Chat:
         """The caller's key, the body and the :class:`ChatRequest` made of it, checked in this
         order: key, JSON object, model served, model known, key may call it, fields.
 
@@ -403,21 +456,22 @@ class Gateway:
             Refused: the key, the body or the model is refused.
             ConfigError: the model names no provider, or a field is wrong.
         """
-        key = self._caller(request)
-        body = _json_object(request)
+        key = self.caller(request)
+        body = json_object(request)
         shown = body.get("model")
         shown = shown if isinstance(shown, str) else ""
-        if not self._serves(shown):
+        if not self.serves(shown):
             # Refused before anything (a breaker, a quota key, a series) is made for the name.
             raise ModelNotServed(
                 f"the model {shown[:200]!r} is not served here (the gateway's model list)"
             )
-        model = self._resolve_model(shown, wire)
+        model = self.resolve_model(shown, wire)
         if key is not None and not key.allows(model):
             raise ModelNotAllowed(f"key {key.name!r} may not call {model}")
-        return _Chat(key, body, shown, self._parse(body, model, wire, key, request))
+        parsed = self._parse(body, model, wire, key, request, responses=responses)
+        return _Chat(key, body, shown, parsed)
 
-    def _caller(self, request: Request) -> VirtualKey | None:
+    def caller(self, request: Request) -> VirtualKey | None:
         """The caller's key (None on an open gateway without one).
 
         Raises:
@@ -428,17 +482,18 @@ class Gateway:
             raise Unauthenticated(key)
         return key
 
-    async def _hold(self, chat: _Chat) -> Reservation | None:
+    async def hold(
+        self, key: VirtualKey | None, request: ChatRequest | EmbedRequest
+    ) -> Reservation | None:
         """The key's own quota for this call, held until :meth:`_settle` (None: nothing held).
 
         Raises:
             KeyOverRate: the key's requests or tokens per minute are spent for now.
             KeyTooLarge: the call needs more tokens than the key may use in a minute.
         """
-        key = chat.key
         if key is None:
             return None
-        held = await self._reserve(key, chat.request)
+        held = await self._reserve(key, request)
         if isinstance(held, float):
             raise KeyOverRate(
                 f"key {key.name!r} is over its rate limit; retry in {held:.1f}s", retry_after=held
@@ -450,7 +505,9 @@ class Gateway:
             )
         return held
 
-    async def _settle(self, reservation: Reservation | None, result: ChatResult | None) -> None:
+    async def settle(
+        self, reservation: Reservation | None, result: ChatResult | EmbedResult | None
+    ) -> None:
         """Replace the reserved tokens by the real ones (a call counts as one request whatever
         its end): a key without tokens per minute, which reserved none, has nothing to settle.
         Shielded: the quota is settled even when the client left."""
@@ -464,14 +521,31 @@ class Gateway:
         return f"{self._ids}{self._count}"
 
     async def _complete(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        responses_body: Mapping[str, Any] | None = None,
     ) -> ChatResult | None:
+        """Call and send the whole reply: a ``response`` object when ``responses_body`` (the
+        Responses request's body, which the object repeats the settings of) is given."""
         try:
             result = await self.rt.chat(request)
         except SluiceError as exc:
             await respond.send(*response_for(wire, exc))
             return None
-        if wire == "openai":
+        if responses_body is not None:
+            body = orjson.dumps(
+                render_response(
+                    result,
+                    response_id=f"resp_{self._next_id()}",
+                    model=shown,
+                    created_at=int(self._wall_clock()),
+                    body=responses_body,
+                )
+            )
+        elif wire == "openai":
             body = openai_wire.render_completion(
                 result,
                 completion_id=f"chatcmpl-{self._next_id()}",
@@ -486,10 +560,21 @@ class Gateway:
         return result
 
     async def _stream(
-        self, respond: Responder, request: ChatRequest, wire: Wire, shown: str, body: Any
+        self,
+        respond: Responder,
+        request: ChatRequest,
+        wire: Wire,
+        shown: str,
+        body: Any,
+        *,
+        responses: bool = False,
     ) -> ChatResult | None:
-        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents
-        if wire == "openai":
+        encoder: openai_wire.OpenAIChunks | anthropic_wire.AnthropicEvents | ResponsesEvents
+        if responses:
+            encoder = ResponsesEvents(
+                f"resp_{self._next_id()}", shown, int(self._wall_clock()), body
+            )
+        elif wire == "openai":
             encoder = openai_wire.OpenAIChunks(
                 f"chatcmpl-{self._next_id()}",
                 shown,
@@ -550,6 +635,9 @@ class Gateway:
         await respond.finish(b"".join(pending) + encoder.error(response_for(wire, error)[2]))
         return None
 
+    async def _embeddings(self, request: Request, respond: Responder) -> None:
+        await serve_embeddings(self, request, respond)
+
     # ---- models and admin -----------------------------------------------------------------
 
     async def _model_entries(self, key: VirtualKey | None) -> list[ModelEntry]:
@@ -565,7 +653,7 @@ class Gateway:
 
     def _listed_target(self, name: str) -> str:
         try:
-            return self._resolve_model(name, "openai")
+            return self.resolve_model(name, "openai")
         except ConfigError:
             return name
 
@@ -573,9 +661,9 @@ class Gateway:
         self, request: Request, respond: Responder, model_id: str | None = None
     ) -> None:
         """``GET /v1/models`` (``model_id`` None) or ``GET /v1/models/{model_id}``."""
-        wire = _wire_of(request)
+        wire = wire_of(request)
         try:
-            entries = await self._model_entries(self._caller(request))
+            entries = await self._model_entries(self.caller(request))
             if model_id is None:
                 await respond.send(200, [_JSON], orjson.dumps(render_list(wire, entries)))
                 return
@@ -588,103 +676,14 @@ class Gateway:
         await respond.send(200, [_JSON], orjson.dumps(render_model(wire, entry)))
 
     async def _admin(self, request: Request, respond: Responder) -> None:
-        token = _token(request)
-        expected = self.settings.admin_token_hash
-        assert expected is not None
-        if token is None or not hmac.compare_digest(hash_token(token), expected):
-            await respond.send(
-                *response_for("openai", NotAdmin("the admin API needs the admin token"))
-            )
-            return
-        self.keys.refresh(trio.current_time())
-        try:
-            await self._admin_keys(request, respond)
-        except (ConfigError, orjson.JSONDecodeError, TypeError) as exc:
-            await respond.send(*response_for("openai", BadBody(str(exc))))
-        except Refused as exc:
-            await respond.send(*response_for("openai", exc))
-
-    async def _admin_keys(self, request: Request, respond: Responder) -> None:
-        """``GET|POST /admin/keys`` and ``DELETE /admin/keys/NAME``, for the admin.
-
-        Raises:
-            ConfigError: the key asked for cannot be made or revoked.
-            NoRoute: no such admin route.
-        """
-        path = request.path.decode("latin-1")
-        if path == "/admin/keys" and request.method == b"GET":
-            listed = [k.public() for k in self.keys.by_name.values()]
-            await respond.send(200, [_JSON], orjson.dumps({"keys": listed}))
-        elif path == "/admin/keys" and request.method == b"POST":
-            spec = orjson.loads(request.body)
-            if not isinstance(spec, dict):
-                raise ConfigError("the body must be an object")
-            key, secret = issue_key(
-                self.keys.by_name,
-                str(spec.get("name", "")),
-                rpm=spec.get("rpm"),
-                tpm=spec.get("tpm"),
-                budget_usd=spec.get("budget_usd"),
-                models=spec.get("models") or (),
-                now=self._wall_clock(),
-            )
-            self.keys.put(key)
-            await respond.send(200, [_JSON], orjson.dumps({**key.public(), "key": secret}))
-        elif path.startswith("/admin/keys/") and request.method == b"DELETE":
-            key = revoke_key(self.keys.by_name, path.removeprefix("/admin/keys/"))
-            self.keys.put(key)
-            await respond.send(200, [_JSON], orjson.dumps(key.public()))
-        else:
-            raise NoRoute(f"no admin route {request.method.decode()} {path}")
-
-
-def _token(request: Request) -> str | None:
-    for name, value in request.headers:
-        if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() == b"bearer" and token:
-                return token.strip().decode("latin-1")
-        elif name == b"x-api-key" and value:
-            return value.decode("latin-1")
-    return None
-
-
-_NOT_FORWARDED = frozenset({b"anthropic-version"})
-"""``anthropic-*`` request headers the upstream provider sets itself."""
-
-
-def _anthropic_headers(request: Request) -> dict[str, str] | None:
-    """The client's ``anthropic-*`` headers (``anthropic-beta`` and the like) for an Anthropic
-    upstream, except the version, which the provider sets itself; credentials never match."""
-    found: dict[str, str] | None = None
-    for name, value in request.headers:
-        if name[:10] == b"anthropic-" and name not in _NOT_FORWARDED:
-            if found is None:
-                found = {}
-            text = value.decode("latin-1")
-            key = name.decode("latin-1")
-            found[key] = f"{found[key]},{text}" if key in found else text
-    return found
-
-
-def _wire_of(request: Request) -> Wire:
-    """Anthropic clients send ``anthropic-version``; everyone else gets OpenAI's format."""
-    return "anthropic" if request.header(b"anthropic-version") is not None else "openai"
-
-
-def _json_object(request: Request) -> dict[str, Any]:
-    """The request's body, a JSON object.
-
-    Raises:
-        BadBody: it is not JSON, nests too deep, or is no object.
-    """
-    try:
-        body = load_json_body(request.body)
-    except BodyError as exc:
-        raise BadBody(str(exc)) from None
-    if not isinstance(body, dict):
-        raise BadBody("the request body must be a JSON object")
-    return body
+        assert self.settings.admin_token_hash is not None
+        await serve_admin(
+            request,
+            respond,
+            keys=self.keys,
+            token_hash=self.settings.admin_token_hash,
+            wall_clock=self._wall_clock,
+        )
 
 
 @attrs.frozen

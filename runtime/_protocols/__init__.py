@@ -17,11 +17,12 @@ __all__ = [
     "embed_codec",
 ]
 
-PROTOCOLS = ("openai", "anthropic", "gemini", "ollama")
+PROTOCOLS = ("openai", "openai-responses", "anthropic", "gemini", "ollama")
 
 
 def codec_for(protocol: str, *, quirks: RequestQuirks | None = None) -> Codec:
-    """The codec for ``protocol``; ``quirks`` (OpenAI protocol only) adapt its request bodies.
+    """The codec for ``protocol``; ``quirks`` (the OpenAI protocols only) adapt its request
+    bodies.
 
     Raises:
         ConfigError: no such protocol.
@@ -30,6 +31,10 @@ def codec_for(protocol: str, *, quirks: RequestQuirks | None = None) -> Codec:
         from .openai import OpenAICodec
 
         return OpenAICodec(quirks)
+    if protocol == "openai-responses":
+        from .responses import ResponsesCodec
+
+        return ResponsesCodec(quirks)
     if protocol == "anthropic":
         from .anthropic import AnthropicCodec
 

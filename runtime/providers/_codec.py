@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .._errors import CallError
     from .._messages import ChatRequest
     from .._protocols.base import AttemptOutput, Codec, HttpRequest, StreamDecoder
+    from .._protocols.quirks import RequestQuirks
     from ._registry import ResolvedProvider
 
 __all__ = ["ParamsCodec", "provider_codec"]
@@ -29,15 +30,41 @@ def provider_codec(spec: ResolvedProvider) -> Codec:
     (provider -> model -> call, see :func:`sluice.providers._params.apply_params`)."""
     quirks = None if spec.quirks.changes_nothing else spec.quirks
     codec = codec_for(spec.protocol, quirks=quirks)
+    if spec.model_protocols:
+        codec = _family_codec(codec, spec, quirks)
     if not spec.params and not spec.model_params and not spec.drop_params:
         return codec
-    return ParamsCodec(codec, spec.protocol, spec.params, spec.model_params, spec.drop_params)
+    return ParamsCodec(
+        codec,
+        spec.protocol,
+        spec.params,
+        spec.model_params,
+        spec.drop_params,
+        spec.model_protocols,
+    )
+
+
+def _family_codec(default: Codec, spec: ResolvedProvider, quirks: RequestQuirks | None) -> Codec:
+    """A codec that sends each model to the OpenAI API its config names (see
+    :mod:`sluice._protocols.openai_family`)."""
+    from .._protocols.openai_family import OpenAIFamilyCodec
+
+    codecs = {spec.protocol: default}
+    for protocol in set(spec.model_protocols.values()):
+        codecs[protocol] = codec_for(protocol, quirks=quirks)
+    by_model = {model: codecs[protocol] for model, protocol in spec.model_protocols.items()}
+    return OpenAIFamilyCodec(
+        default,
+        by_model,
+        chat=codecs.get("openai") or codec_for("openai", quirks=quirks),
+        responses=codecs.get("openai-responses") or codec_for("openai-responses", quirks=quirks),
+    )
 
 
 class ParamsCodec:
     """A codec that lays a provider's and its models' parameters under each request."""
 
-    __slots__ = ("_drop", "_inner", "_model_params", "_params", "_protocol")
+    __slots__ = ("_drop", "_inner", "_model_params", "_model_protocols", "_params", "_protocol")
 
     def __init__(
         self,
@@ -46,9 +73,11 @@ class ParamsCodec:
         params: Mapping[str, Any],
         model_params: Mapping[str, Mapping[str, Any]],
         drop: frozenset[str],
+        model_protocols: Mapping[str, str] | None = None,
     ) -> None:
         self._inner = inner
         self._protocol = protocol
+        self._model_protocols = model_protocols or None
         self._params = params
         self._model_params = model_params
         self._drop = drop
@@ -67,9 +96,12 @@ class ParamsCodec:
         api_key: str | None,
         headers: Mapping[str, str] | None = None,
     ) -> HttpRequest:
+        protocol = self._protocol
+        if self._model_protocols is not None:
+            protocol = self._model_protocols.get(request.model_name, protocol)
         request = apply_params(
             request,
-            self._protocol,
+            protocol,
             provider=self._params,
             model=self._model_params.get(request.model_name),
             drop=self._drop,

@@ -30,6 +30,7 @@ from .._record import Record
 __all__ = [
     "AUTH_STYLES",
     "DEFAULT_AUTH",
+    "OPENAI_FAMILY",
     "PROTOCOLS",
     "AuthStyle",
     "ModelInfo",
@@ -38,14 +39,24 @@ __all__ = [
     "auth_header",
     "models",
     "protocol_capabilities",
+    "same_server_protocol",
     "suffix_capabilities",
 ]
 
-Protocol = Literal["openai", "anthropic", "gemini", "ollama"]
+Protocol = Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"]
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "api-key", "none"]
 """Where the key goes: ``Authorization: Bearer``, one of three key headers, or nowhere."""
 
-PROTOCOLS: Final[tuple[Protocol, ...]] = ("openai", "anthropic", "gemini", "ollama")
+PROTOCOLS: Final[tuple[Protocol, ...]] = (
+    "openai",
+    "openai-responses",
+    "anthropic",
+    "gemini",
+    "ollama",
+)
+OPENAI_FAMILY: Final = frozenset({"openai", "openai-responses"})
+"""OpenAI's two APIs, chat completions and Responses: one server, one key, one set of models,
+so a builtin OpenAI-compatible provider switched to the other keeps what describes it."""
 AUTH_STYLES: Final[tuple[AuthStyle, ...]] = (
     "bearer",
     "x-api-key",
@@ -55,6 +66,7 @@ AUTH_STYLES: Final[tuple[AuthStyle, ...]] = (
 )
 DEFAULT_AUTH: Final[Mapping[str, AuthStyle]] = {
     "openai": "bearer",
+    "openai-responses": "bearer",
     "anthropic": "x-api-key",
     "gemini": "x-goog-api-key",
     "ollama": "bearer",
@@ -78,6 +90,13 @@ def protocol_capabilities(protocol: str) -> ToolCapabilities:
     return {"anthropic": ANTHROPIC, "gemini": GEMINI, "ollama": OLLAMA}.get(
         protocol, OPENAI_COMPATIBLE_CUSTOM
     )
+
+
+def same_server_protocol(defined: str, configured: str) -> bool:
+    """Whether a provider defined with protocol ``defined`` and configured to speak
+    ``configured`` still talks to the server its definition describes (the same protocol, or
+    OpenAI's other API): then its auth, quirks and capabilities hold."""
+    return defined == configured or (defined in OPENAI_FAMILY and configured in OPENAI_FAMILY)
 
 
 def suffix_capabilities(

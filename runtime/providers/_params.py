@@ -31,6 +31,12 @@ REQUEST_FIELDS: Final = ("temperature", "top_p", "max_tokens", "seed", "stop")
 
 _NATIVE: Final[Mapping[str, Mapping[str, tuple[str, ...] | None]]] = {
     "openai": {},
+    "openai-responses": {
+        "frequency_penalty": None,
+        "presence_penalty": None,
+        "seed": None,
+        "reasoning_effort": ("reasoning", "effort"),
+    },
     "anthropic": {"frequency_penalty": None, "presence_penalty": None, "seed": None},
     "gemini": {
         "top_k": ("generationConfig", "topK"),

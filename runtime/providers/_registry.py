@@ -31,11 +31,13 @@ from .._record import Record
 from ._builtins import BUILTIN_BY_ID, BUILTINS
 from ._definition import (
     DEFAULT_AUTH,
+    OPENAI_FAMILY,
     AuthStyle,
     ModelInfo,
     ProviderDefinition,
     auth_header,
     protocol_capabilities,
+    same_server_protocol,
     suffix_capabilities,
 )
 from ._keys import KeyStore
@@ -99,6 +101,9 @@ class ResolvedProvider(Record):
     """Generation parameters for every call (the definition's, then the config's)."""
     model_params: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     """Per model (name without provider prefix): the config's ``models.NAME.params``."""
+    model_protocols: Mapping[str, str] = attrs.field(factory=dict)
+    """Per model (name without provider prefix): the config's ``models.NAME.protocol``, where
+    it differs from :attr:`protocol` (OpenAI's other API for that model)."""
     drop_params: frozenset[str] = frozenset()
     models: tuple[ModelInfo, ...] = attrs.field(default=(), repr=False)
     lists_models: bool = True
@@ -229,6 +234,7 @@ def resolve_provider(
         quirks=_quirks(definition, protocol, user),
         params=merge_params(definition.params if definition else None, user.params),
         model_params={m: dict(c.params) for m, c in user.models.items() if c.params},
+        model_protocols=_model_protocols(name, protocol, user),
         model_tools={m: c.tools for m, c in user.models.items() if c.tools is not None},
         drop_params=(definition.drop_params if definition else frozenset()) | user.drop_params,
         models=model_list,
@@ -244,12 +250,32 @@ def _protocol(name: str, definition: ProviderDefinition | None, user: ProviderCo
         ConfigError: an Azure ``api_version`` with another protocol than OpenAI's.
     """
     protocol = user.protocol or (definition.protocol if definition else "openai")
-    if user.api_version is not None and protocol != "openai":
+    if user.api_version is not None and protocol not in OPENAI_FAMILY:
         raise ConfigError(
             f"providers.{name}.api_version is Azure OpenAI's deployment API, which speaks the "
-            f'openai protocol, not {protocol!r}: drop api_version or set protocol = "openai"'
+            f'openai protocols, not {protocol!r}: drop api_version or set protocol = "openai"'
         )
     return protocol
+
+
+def _model_protocols(name: str, protocol: str, user: ProviderConfig) -> dict[str, str]:
+    """The models of ``user`` configured to speak another protocol than the provider's.
+
+    Raises:
+        ConfigError: a model's protocol on a provider outside OpenAI's family (one server
+            speaks both OpenAI APIs; no server speaks another protocol for one model).
+    """
+    found: dict[str, str] = {}
+    for model, config in user.models.items():
+        if config.protocol is None or config.protocol == protocol:
+            continue
+        if protocol not in OPENAI_FAMILY:
+            raise ConfigError(
+                f"providers.{name}.models.{model}.protocol: a model can choose between OpenAI's "
+                f"two APIs (openai, openai-responses), and provider {name!r} speaks {protocol!r}"
+            )
+        found[model] = config.protocol
+    return found
 
 
 def _key(
@@ -282,7 +308,11 @@ def _auth_style(
     protocol), else Azure's ``api-key`` with an ``api_version``, else the protocol's way."""
     return (
         user.auth
-        or (definition.auth_style if definition and definition.protocol == protocol else None)
+        or (
+            definition.auth_style
+            if definition and same_server_protocol(definition.protocol, protocol)
+            else None
+        )
         or ("api-key" if user.api_version is not None else None)
         or DEFAULT_AUTH[protocol]
     )
@@ -417,9 +447,9 @@ def _capabilities(
     another protocol or (for OpenAI-compatible ones) another server is configured."""
     if definition is not None and definition.in_process:
         return definition.tool_capabilities, definition.model_capabilities
-    if definition is None or definition.protocol != protocol:
+    if definition is None or not same_server_protocol(definition.protocol, protocol):
         return protocol_capabilities(protocol), {}
-    if custom_url and protocol == "openai":
+    if custom_url and protocol in OPENAI_FAMILY:
         return OPENAI_COMPATIBLE_CUSTOM, {}
     return definition.tool_capabilities, definition.model_capabilities
 
@@ -427,7 +457,8 @@ def _capabilities(
 def _quirks(
     definition: ProviderDefinition | None, protocol: str, user: ProviderConfig
 ) -> RequestQuirks:
-    quirks = definition.quirks if definition and definition.protocol == protocol else NO_QUIRKS
+    same = definition is not None and same_server_protocol(definition.protocol, protocol)
+    quirks = definition.quirks if definition is not None and same else NO_QUIRKS
     if definition is not None and user.base_url is not None:
         # Another server at the builtin's name: keep what describes the models (reasoning
         # echo), not what describes the builtin's own server.

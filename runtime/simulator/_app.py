@@ -6,7 +6,8 @@ virtual. The pure parts (request parsing, reply planning, encoding, fault choice
 quotas) live in their own modules; this one only sequences them and waits.
 
 Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
-``POST /v1/completions`` (OpenAI text completions), ``POST /v1/embeddings``,
+``POST /v1/completions`` (OpenAI text completions), ``POST /v1/responses`` (OpenAI's
+Responses API), ``POST /v1/embeddings``,
 ``POST /openai/deployments/{name}/chat/completions`` and ``.../embeddings`` (Azure OpenAI's
 deployment API: OpenAI's routes, the deployment's name as the model),
 ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``), the batch
@@ -61,7 +62,7 @@ from ._latency import Generation, GenerationSlots, draw_generation, gamma_draw, 
 from ._quota import QuotaWindow, format_duration
 from ._reply import Reply, plan_reply
 from ._request import RequestError
-from ._routes import ANTHROPIC, COMPLETIONS, OPENAI, Route
+from ._routes import ANTHROPIC, COMPLETIONS, OPENAI, RESPONSES, Route
 from ._shaping import Schedule, cut_after, half, insert_after, schedule, stall_after, truncate
 from ._wire import error_body, model_body, models_body
 
@@ -209,6 +210,8 @@ class SimulatorApp:
             response = await self._generate(ANTHROPIC, headers, body, request_id)
         elif route == "/v1/completions" and method == "POST":
             response = await self._generate(COMPLETIONS, headers, body, request_id)
+        elif route == "/v1/responses" and method == "POST":
+            response = await self._generate(RESPONSES, headers, body, request_id)
         elif route == "/v1/embeddings" and method == "POST":
             response = await self._embed(body, request_id)
         elif method == "POST" and (deployment := azure_deployment(route)) is not None:
@@ -274,8 +277,8 @@ class SimulatorApp:
             return self._error(route, 400, exc.message, request_id, exc.param)
         if type(directive) is Empty:
             reply = Reply(tokens=(), finish_reason="stop", prompt_tokens=reply.prompt_tokens)
+        tokens = reply.prompt_tokens + reply.completion_tokens + route.hidden_tokens(request)
         if self._shared_quota is not None:
-            tokens = reply.prompt_tokens + reply.completion_tokens
             try:
                 refusal = await self._shared_quota.admit(tokens)
             except StoreUnavailable as exc:
@@ -283,9 +286,7 @@ class SimulatorApp:
             if refusal is not None:
                 return self._over_quota(route, *refusal, request_id)
         elif self._quota is not None:
-            refusal = self._quota.admit(
-                trio.current_time(), reply.prompt_tokens + reply.completion_tokens
-            )
+            refusal = self._quota.admit(trio.current_time(), tokens)
             if refusal is not None:
                 return self._over_quota(route, *refusal, request_id)
         if type(directive) is Stall and directive.after is None:
@@ -496,7 +497,7 @@ class SimulatorApp:
                 extra.append((b"retry-after", email.utils.formatdate(when, usegmt=True).encode()))
             else:
                 extra.append((b"retry-after", b"%d" % math.ceil(seconds)))
-                if route is OPENAI:
+                if route is OPENAI or route is RESPONSES:
                     extra.append((b"retry-after-ms", b"%d" % round(seconds * 1000)))
         if route is ANTHROPIC and fail.status == 529:
             extra.append((b"x-should-retry", b"true"))  # as Anthropic's recorded 529s carry
@@ -508,7 +509,7 @@ class SimulatorApp:
     ) -> SimResponse:
         limit = self.config.rpm if dimension == "requests" else self.config.tpm
         extra = [(b"retry-after", b"%d" % math.ceil(wait))]
-        if route is OPENAI:
+        if route is OPENAI or route is RESPONSES:
             extra.append((b"retry-after-ms", b"%d" % math.ceil(wait * 1000)))
             content = error_body(
                 f"Rate limit reached on {dimension} per min (simulated): Limit {limit}. "

@@ -1,6 +1,7 @@
-"""The two generation protocols behind one interface: what differs between them, and no more.
+"""The generation protocols behind one interface: what differs between them, and no more.
 
-:data:`OPENAI` (``POST /v1/chat/completions``) and :data:`ANTHROPIC` (``POST /v1/messages``)
+:data:`OPENAI` (``POST /v1/chat/completions``), :data:`ANTHROPIC` (``POST /v1/messages``),
+:data:`COMPLETIONS` (``POST /v1/completions``) and :data:`RESPONSES` (``POST /v1/responses``)
 each parse a request into a :class:`~.request.ChatRequest`, encode a planned reply as SSE
 events or a JSON body, and write error bodies and response heads their own way. The app
 sequences them, waits and applies faults identically for both. Pure.
@@ -23,6 +24,13 @@ from ._anthropic_wire import (
     message_events,
 )
 from ._request import parse_chat_request
+from ._responses import MALFORMED as RESPONSES_MALFORMED
+from ._responses import (
+    parse_responses_request,
+    reasoning_tokens,
+    response_body,
+    response_events,
+)
 from ._wire import (
     MALFORMED as OPENAI_MALFORMED,
 )
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
     from ._reply import Reply
     from ._request import ChatRequest
 
-__all__ = ["ANTHROPIC", "COMPLETIONS", "OPENAI", "Route"]
+__all__ = ["ANTHROPIC", "COMPLETIONS", "OPENAI", "RESPONSES", "Route"]
 
 Header = tuple[bytes, bytes]
 
@@ -87,6 +95,11 @@ class Route(ABC):
     @abstractmethod
     def status_error(self, status: int, request_id: str) -> bytes:
         """The body of a fault directive's error ``status``."""
+
+    def hidden_tokens(self, request: ChatRequest) -> int:
+        """Output tokens the reply spends beyond its planned tokens (reasoning), which the
+        quotas count as usage reports them."""
+        return 0
 
     def stream_head(self, request_id: bytes) -> list[Header]:
         return [self._stream_type, _NO_CACHE, (self.request_id_header, request_id)]
@@ -218,9 +231,47 @@ class _Completions(_OpenAI):
         )
 
 
+class _Responses(_OpenAI):
+    """OpenAI's Responses API: OpenAI's errors and heads, its own request and events."""
+
+    name = "responses"
+    malformed = RESPONSES_MALFORMED
+
+    def parse(self, body: bytes, *, ignore_tool_choice: bool) -> ChatRequest:
+        return parse_responses_request(body, ignore_tool_choice=ignore_tool_choice)
+
+    def hidden_tokens(self, request: ChatRequest) -> int:
+        return reasoning_tokens(request)
+
+    def stream_events(
+        self,
+        request: ChatRequest,
+        reply: Reply,
+        *,
+        request_id: str,
+        created: int,
+        tokens_per_chunk: int,
+        paced: bool,
+        ping_every: int,
+    ) -> list[list[bytes]]:
+        return response_events(
+            request,
+            reply,
+            request_id=request_id,
+            created=created,
+            tokens_per_chunk=tokens_per_chunk,
+            paced=paced,
+        )
+
+    def body(self, request: ChatRequest, reply: Reply, *, request_id: str, created: int) -> bytes:
+        return response_body(request, reply, request_id=request_id, created=created)
+
+
 OPENAI: Route = _OpenAI()
 """OpenAI chat completions."""
 ANTHROPIC: Route = _Anthropic()
 """Anthropic messages."""
 COMPLETIONS: Route = _Completions()
 """OpenAI text completions (``/v1/completions``)."""
+RESPONSES: Route = _Responses()
+"""OpenAI's Responses API (``/v1/responses``)."""
