@@ -32,7 +32,7 @@ import attrs
 import orjson
 
 from .._embeddings import EmbedRequest, EmbedResult
-from .._embeddings_format import parse_embeddings_body, render_embeddings
+from .._embeddings_format import embed_request, render_embeddings
 from .._errors import CallError, ConfigError
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body, render_chat_completion
@@ -41,7 +41,6 @@ from .._responses_format import parse_responses_body, render_response
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
 
-    from .._embeddings import EncodingFormat
     from .._errors import SluiceError
     from .._messages import ChatResult
 
@@ -267,7 +266,7 @@ def parse_input_line(
             request = parse_responses_body(body, model=model, stream=stream)
             echo = {key: body[key] for key in _ECHOED if key in body}
         else:
-            request = parse_embeddings_body(body, model=model)
+            request = embed_request(body, model=model)
     except ConfigError as exc:
         return BadLine(lineno, custom_id, "invalid_request", f"{where}: {exc}")
     return InputLine(lineno, custom_id, request, endpoint, echo)
@@ -290,10 +289,12 @@ def render_result_line(
     """The output line for a finished call, newline included; its body in ``endpoint``'s
     shape: a ``chat.completion``, a ``response`` (repeating ``echo``, the settings its line's
     body gave) or an embeddings ``list`` (vectors as ``encoding_format`` asks)."""
-    body: dict[str, Any]
+    body: dict[str, Any] | orjson.Fragment
     if isinstance(result, EmbedResult):
-        packed: EncodingFormat | None = "base64" if encoding_format == "base64" else None
-        body = render_embeddings(result, encoding_format=packed)
+        packed = "base64" if encoding_format == "base64" else "float"
+        body = orjson.Fragment(
+            render_embeddings(result, model=result.model, encoding_format=packed)
+        )
     elif endpoint == "responses":
         body = render_response(
             result,
