@@ -1,6 +1,7 @@
 """The simulator's ``/v1/embeddings`` as OpenAI serves it: model-sized vectors, ``dimensions``,
 ``encoding_format: base64``, OpenAI's per-request limits, latency per input token and the
-quotas. Through the httpx transport under the autojump clock: exact virtual timings."""
+quotas; and its OpenAI Batch API taking ``/v1/embeddings`` and ``/v1/responses`` lines. Through
+the httpx transport under the autojump clock: exact virtual timings."""
 
 from __future__ import annotations
 
@@ -244,3 +245,37 @@ async def test_rt_embed_through_an_azure_deployment_reaches_the_simulators_route
     assert request.url.path == "/openai/deployments/text-embedding-3-large/embeddings"
     assert [len(v) for v in result.vectors] == [3072, 3072]
     assert result.usage.input_tokens == 3
+
+
+@virtual_deadline(60)
+async def test_a_provider_batch_of_responses_lines_answers_with_response_objects(autojump_clock):
+    """OpenAI's Batch API takes /v1/responses lines too: each answered as the realtime route
+    answers it (ids and timestamps aside)."""
+    url = "/v1/responses"
+    bodies = [
+        {"model": "sim-small", "input": f"question {i}", "max_output_tokens": 30} for i in range(3)
+    ]
+    content = b"".join(
+        orjson.dumps({"custom_id": f"r{i}", "method": "POST", "url": url, "body": b}) + b"\n"
+        for i, b in enumerate(bodies)
+    )
+    app = SimulatorApp(SimulatorConfig(batch_time=5.0))
+    async with httpx.AsyncClient(transport=mock_transport(app), base_url="http://sim/v1") as c:
+        form = {"purpose": "batch"}
+        file_id = (await c.post("/files", files={"file": ("in", content)}, data=form)).json()["id"]
+        fields = {"input_file_id": file_id, "endpoint": url, "completion_window": "24h"}
+        batch = (await c.post("/batches", json=fields)).json()
+        await trio.sleep(6.0)
+        done = (await c.get(f"/batches/{batch['id']}")).json()
+        assert done["status"] == "completed", done
+        out = (await c.get(f"/files/{done['output_file_id']}/content")).content.splitlines()
+        realtime = [(await c.post("/responses", json=b)).json() for b in bodies]
+    records = {r["custom_id"]: r for r in map(orjson.loads, out)}
+    for i in range(3):
+        body = records[f"r{i}"]["response"]["body"]
+        assert body["object"] == "response" and body["status"] == "completed"
+        assert (
+            body["output"][0]["content"][0]["text"]
+            == realtime[i]["output"][0]["content"][0]["text"]
+        )
+        assert body["usage"] == realtime[i]["usage"]

@@ -23,7 +23,7 @@ import orjson
 from ._batch_core import BatchCore, BatchReply, LineEndpoint, SimBatch, digest, json_reply
 from ._embeddings import EMBEDDING_LINES
 from ._multipart import FormError, parse_form
-from ._routes import COMPLETIONS, OPENAI
+from ._routes import COMPLETIONS, OPENAI, RESPONSES
 from ._wire import error_body
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ WINDOW = 24 * 3600
 _ENDPOINTS: dict[str, Route | LineEndpoint] = {
     "/v1/chat/completions": OPENAI,
     "/v1/completions": COMPLETIONS,
+    "/v1/responses": RESPONSES,
     "/v1/embeddings": EMBEDDING_LINES,
 }
 _EXPIRED = {
