@@ -273,3 +273,37 @@ def test_a_mixed_file_killed_while_its_batches_run_resumes_without_paying_twice(
     assert objects == {"chat.completion": 20, "response": 20, "list": 20}
     assert got["q1"]["response"]["body"]["instructions"] == "Hm."
     assert [len(d["embedding"]) for d in got["q2"]["response"]["body"]["data"]] == [4, 4]
+
+
+async def test_a_model_served_through_the_responses_api_goes_in_responses_batches(tmp_path):
+    """A model its provider serves through the Responses API (``protocol =
+    "openai-responses"``): its lines, chat or responses, go to the batch API as /v1/responses
+    lines, in /v1/responses batches, and each comes back in its own line's shape."""
+    import httpx
+
+    from sluice._config import ModelConfig, ProviderConfig
+
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [line for line in LINES if line[1] != EMBEDDINGS]
+    source.write_bytes(
+        b"".join(
+            orjson.dumps({"custom_id": c, "method": "POST", "url": url, "body": body}) + b"\n"
+            for c, url, body in lines
+        )
+    )
+    app = SimulatorApp(SimulatorConfig(batch_time=0.2))
+    sim = ProviderConfig(models={"sim-small": ModelConfig(protocol="openai-responses")})
+    config = RuntimeConfig(providers={"sim": sim})
+    lane = LaneOptions(poll_interval=0.05)
+    with trio.fail_after(GUARD):
+        async with open_runtime(config, transport=mock_transport(app)) as rt:
+            summary = await run_batch(source, out, runtime=rt, via="provider", lane_options=lane)
+        async with httpx.AsyncClient(transport=mock_transport(app), base_url="http://s/v1") as c:
+            listed = (await c.get("/batches")).json()["data"]
+    by_id = {o["custom_id"]: o for o in map(orjson.loads, out.read_bytes().splitlines())}
+    assert sorted(by_id) == sorted(c for c, _, _ in lines)
+    assert all(o["error"] is None for o in by_id.values())
+    assert by_id["chat-1"]["response"]["body"]["object"] == "chat.completion"
+    assert by_id["resp-1"]["response"]["body"]["object"] == "response"
+    assert (summary.ok, summary.batches) == (3, 2)
+    assert [b["endpoint"] for b in listed] == ["/v1/responses", "/v1/responses"]

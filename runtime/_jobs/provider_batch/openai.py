@@ -41,6 +41,7 @@ OPENAI_LIMITS = BatchLimits(max_requests=50_000, max_bytes=200_000_000)
 FINGERPRINT_KEY = "sluice_fingerprint"
 """The ``metadata`` key that carries a batch's fingerprint."""
 ENDPOINT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 EMBEDDINGS = "/v1/embeddings"
 CLOCK_SKEW = 300.0
 """Seconds the provider's clock may be behind ours: :meth:`OpenAIBatchBackend.find` looks
@@ -95,10 +96,13 @@ class OpenAIBatchBackend:
         if request.stream:  # a copy only when needed: the engine may pass stream=False
             request = attrs.evolve(request, stream=False)
         built = self._codec.build_request(request, base_url=self._control.base_url, api_key=None)
+        # A model the provider serves through the Responses API gets a Responses body: its
+        # line goes to that endpoint (and its batch with it, see create).
+        path = built.url.partition("?")[0]
         line = {
             "custom_id": wire_id,
             "method": "POST",
-            "url": ENDPOINT,
+            "url": RESPONSES if path.endswith("/responses") else ENDPOINT,
             "body": orjson.Fragment(built.body),
         }
         tokens = estimate_cost(request, self._expected_output).total_tokens
@@ -146,7 +150,7 @@ class OpenAIBatchBackend:
         """``POST /batches`` from ``file_id``, ``metadata`` carrying ``fingerprint``. Tried again
         only when the provider surely did not act (no connection, or a 429); any other
         failure is raised, for the engine to look for the batch with :meth:`find`."""
-        return await self._create(file_id, fingerprint, ENDPOINT)
+        return await self._create(file_id, fingerprint, _endpoint_of(entries))
 
     async def create_embeddings(
         self, entries: Sequence[Entry], file_id: str | None, fingerprint: str
@@ -274,6 +278,15 @@ class OpenAIBatchBackend:
         except BadRequest:
             return await self.get(batch_id)
         return remote_batch(reply)
+
+
+def _endpoint_of(entries: Sequence[Entry]) -> str:
+    """The endpoint a batch of chat entries goes to: the ``url`` its lines carry (one model's
+    lines all go to the API its provider serves it through)."""
+    if not entries:
+        return ENDPOINT
+    url = orjson.loads(entries[0].data).get("url")
+    return url if url in (ENDPOINT, RESPONSES) else ENDPOINT
 
 
 def remote_batch(reply: Any) -> RemoteBatch:
