@@ -94,7 +94,7 @@ async def step(rt: sluice.Runtime, a: argparse.Namespace, rate: float) -> dict[s
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     busy_after = machine_busy_s()
     agg = run.aggregates
-    lag = agg["client_lag"]
+    lag = agg["client_lag_s"]
     found = {
         "rate": round(rate, 3),
         "sent": agg["requests"]["total"],
@@ -105,7 +105,7 @@ async def step(rt: sluice.Runtime, a: argparse.Namespace, rate: float) -> dict[s
         "lag_p99_ms": lag["p99"] * 1000,
         "lag_max_ms": lag["max"] * 1000,
         "completed_per_s": agg["throughput"]["requests_per_s"],
-        "ttft_p50_ms": (agg["ttft"]["p50"] or 0) * 1000,
+        "ttft_p50_ms": (agg["ttft_s"]["p50"] or 0) * 1000,
         "cpu_s": round(cpu, 3),
         "wall_s": round(wall, 3),
         "client_cpu_share": round(cpu / wall, 3) if wall else None,

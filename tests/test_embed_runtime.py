@@ -354,13 +354,7 @@ async def test_a_model_group_of_embedding_deployments_fails_over(autojump_clock)
     from sluice import ModelGroup
 
     server = Embeddings(down=frozenset({"text-embedding-3-small"}))
-    cfg = config(
-        groups={
-            "emb": ModelGroup(
-                deployments=[SMALL, "openai:text-embedding-3-large"], strategy="round-robin"
-            )
-        }
-    )
+    cfg = config(groups={"emb": ModelGroup(deployments=[SMALL, "openai:text-embedding-3-large"])})
     async with runtime(server, cfg) as rt:
         results = [await rt.embed("emb", [f"g{i}"]) for i in range(4)]
         stats = await rt.statistics()

@@ -31,7 +31,7 @@ from .helpers import virtual_deadline
 
 MODEL = "sim:sim-small"
 CONNECT = 0.05
-HTTP_FIELDS = {"http_connect", "http_headers", "http_receive", "http_reused"}
+HTTP_FIELDS = {"http_connect_s", "http_headers_s", "http_receive_s", "http_reused"}
 
 
 @pytest.fixture(autouse=True)
@@ -82,9 +82,9 @@ async def test_each_request_carries_its_phases_and_they_add_up_to_its_latency(
         assert (r.http_connect or 0.0) + r.http_headers <= r.ttft + 1e-9
     agg = run.aggregates
     assert agg["http_reuse"] == {"measured": 3, "reused": 2, "new": 1, "fraction": 2 / 3}
-    assert agg["http_connect"]["count"] == 1
-    assert agg["http_connect"]["p50"] == pytest.approx(CONNECT, abs=1e-9)
-    assert agg["http_headers"]["count"] == agg["http_receive"]["count"] == 3
+    assert agg["http_connect_s"]["count"] == 1
+    assert agg["http_connect_s"]["p50"] == pytest.approx(CONNECT, abs=1e-9)
+    assert agg["http_headers_s"]["count"] == agg["http_receive_s"]["count"] == 3
 
     document = results_document(run)
     assert all(set(r) >= HTTP_FIELDS for r in document["requests"])
@@ -105,17 +105,17 @@ def test_the_cli_writes_the_phases_it_measured_on_loopback(tmp_path, capsys):
                  "--report", str(report)]) == 0  # fmt: skip
     lines = [orjson.loads(x) for x in (tmp_path / "run.requests.jsonl").read_bytes().splitlines()]
     assert [r["http_reused"] for r in lines] == [False, True, True]
-    assert lines[0]["http_connect"] > 0
-    assert [r["http_connect"] for r in lines[1:]] == [None, None]
+    assert lines[0]["http_connect_s"] > 0
+    assert [r["http_connect_s"] for r in lines[1:]] == [None, None]
     for r in lines:
-        assert 0 < r["http_headers"] <= r["e2e"]
-        assert r["http_headers"] + r["http_receive"] <= r["e2e"]
+        assert 0 < r["http_headers_s"] <= r["e2e_s"]
+        assert r["http_headers_s"] + r["http_receive_s"] <= r["e2e_s"]
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run.requests.csv").read_text())))
     assert set(rows[0]) >= HTTP_FIELDS
     assert [row["http_reused"] for row in rows] == ["False", "True", "True"]
     aggregates = list(csv.reader(io.StringIO((tmp_path / "run.aggregates.csv").read_text())))
     metrics = {row[0]: row for row in aggregates[1:] if row}
-    assert {"http_connect", "http_headers", "http_receive"} <= set(metrics)
+    assert {"http_connect_s", "http_headers_s", "http_receive_s"} <= set(metrics)
     assert metrics["fraction"][1] == str(2 / 3)
     document = orjson.loads(out.read_bytes())
     assert document["aggregates"]["http_reuse"]["reused"] == 2

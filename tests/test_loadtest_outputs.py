@@ -51,10 +51,10 @@ async def test_chunks_of_several_tokens_give_icl_itl_and_ttst(autojump_clock, nu
     agg = run.aggregates
     # Every chunk 3 tokens / 100 tokens/s = 30 ms apart (the simulator paces chunks evenly);
     # per token that is 10 ms, and the last chunk's single token took the whole 30 ms.
-    assert agg["icl"]["p50"] == pytest.approx(0.03) and agg["icl"]["count"] == 10 * 3
-    assert agg["itl"]["count"] == 10 * 7 and agg["itl"]["p50"] == pytest.approx(0.01)
+    assert agg["icl_s"]["p50"] == pytest.approx(0.03) and agg["icl_s"]["count"] == 10 * 3
+    assert agg["itl_s"]["count"] == 10 * 7 and agg["itl_s"]["p50"] == pytest.approx(0.01)
     # The first chunk carried 3 tokens: the second token came with the first.
-    assert agg["ttst"]["p50"] == pytest.approx(agg["ttft"]["p50"]) == pytest.approx(0.2)
+    assert agg["ttst_s"]["p50"] == pytest.approx(agg["ttft_s"]["p50"]) == pytest.approx(0.2)
     assert agg["output_length"] | {"received_over_requested": None} == {
         "requested": 100,
         "received": 100,
@@ -72,7 +72,7 @@ async def test_chunks_of_several_tokens_give_icl_itl_and_ttst(autojump_clock, nu
         "server_unreported": 0,
     }
     assert all(r.input_tokens == r.requested_input_tokens == 7 for r in run.records)
-    low, high = agg["ttft"]["ci95"]["p50"]
+    low, high = agg["ttft_s"]["ci95"]["p50"]
     assert low == pytest.approx(0.2) and high == pytest.approx(0.2)
 
 
@@ -109,13 +109,18 @@ def test_the_run_writes_jsonl_and_csv_beside_the_json(tmp_path, capsys):
     assert [r for r in lines if not r["warmup"]] == document["requests"]
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run.requests.csv").read_text())))
     assert len(rows) == 10 and rows[2]["requested_output_tokens"] == "5"
-    assert {"ttft", "ttst", "icl_mean", "server_output_tokens", "client_output_tokens"} <= set(
-        rows[0]
-    )
+    assert {
+        "ttft_s",
+        "ttst_s",
+        "icl_mean_s",
+        "server_output_tokens",
+        "client_output_tokens",
+    } <= set(rows[0])
     aggregates = list(csv.reader(io.StringIO((tmp_path / "run.aggregates.csv").read_text())))
     header = aggregates[0]
     assert header[0] == "metric" and "p99" in header and "p99_ci95_low" in header
-    assert {row[0] for row in aggregates[1:] if row} >= {"ttft", "ttst", "itl", "icl", "e2e"}
+    latencies = {"ttft_s", "ttst_s", "itl_s", "icl_s", "e2e_s"}
+    assert {row[0] for row in aggregates[1:] if row} >= latencies
     assert document["config"]["load"] == "constant 40/s"
     assert document["aggregates"]["requests"]["total"] == 8
 
@@ -165,10 +170,10 @@ def test_completions_and_embeddings_endpoints(tmp_path, capsys):
     assert agg["requests"]["ok"] == 6 and agg["throughput"]["output_tokens"] == 30
     assert agg["token_counts"]["requests_differing"] == 0
     assert all(r["input_tokens"] == 9 and r["chunks"] == 3 for r in document["requests"])
-    assert agg["icl"]["count"] == 6 * 2 and agg["itl"]["count"] == 6 * 3
+    assert agg["icl_s"]["count"] == 6 * 2 and agg["itl_s"]["count"] == 6 * 3
     document = orjson.loads(embedded.read_bytes())
     agg = document["aggregates"]
-    assert agg["requests"]["ok"] == 6 and agg["ttft"]["count"] == 0
+    assert agg["requests"]["ok"] == 6 and agg["ttft_s"]["count"] == 0
     assert all(r["inputs"] == 4 for r in document["requests"])
     # Four inputs: the prompt (3 words) and three numbered copies (4 words each).
     assert all(r["input_tokens"] == 3 + 3 * 4 for r in document["requests"])

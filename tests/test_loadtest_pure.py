@@ -218,12 +218,14 @@ def test_aggregates_goodput_and_errors():
         "errors": {"rate_limit_exceeded": 1},
         "statuses": {"429": 1},
     }
-    assert agg["ttft"]["p50"] == pytest.approx(0.25)
+    assert agg["ttft_s"]["p50"] == pytest.approx(0.25)
     assert agg["goodput"]["good"] == 2  # TTFT 0.1 and 0.2 are within 250 ms
     assert agg["goodput"]["slos"][0]["met"] is True
     assert agg["throughput"]["output_tokens"] == 12
     assert sum(b["sent"] for b in agg["timeline"]) == 5
-    assert sum(b["output_tokens_per_s"] * b["width"] for b in agg["timeline"]) == pytest.approx(12)
+    assert sum(b["output_tokens_per_s"] * b["width_s"] for b in agg["timeline"]) == pytest.approx(
+        12
+    )
     # 1 of 5 failed: above the default 5 % error rate, so the run is invalid and says why.
     assert agg["valid"] is False
     assert agg["invalid_reason"].startswith("1 of 5 requests failed (20.0%)")
@@ -266,8 +268,8 @@ def test_sweep_plans_and_verdicts():
 
 
 def test_compare_reports_changes_and_direction():
-    a = {"aggregates": {"ttft": {"p99": 0.2}, "throughput": {"requests_per_s": 10.0}}}
-    b = {"aggregates": {"ttft": {"p99": 0.3}, "throughput": {"requests_per_s": 12.0}}}
+    a = {"aggregates": {"ttft_s": {"p99": 0.2}, "throughput": {"requests_per_s": 10.0}}}
+    b = {"aggregates": {"ttft_s": {"p99": 0.3}, "throughput": {"requests_per_s": 12.0}}}
     rows = {row.label: row for row in compare(a, b)}
     assert set(rows) == {"TTFT p99", "requests/s"}
     assert rows["TTFT p99"].verdict == "worse" and rows["requests/s"].verdict == "better"

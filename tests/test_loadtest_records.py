@@ -213,7 +213,7 @@ def test_memory_per_request_stays_flat(tmp_path):
                     )
             await transport.aclose()
         assert run.aggregates["requests"]["ok"] == 3100
-        assert run.aggregates["itl"]["count"] == 3100 * (32 - 8)  # the first chunk has none
+        assert run.aggregates["itl_s"]["count"] == 3100 * (32 - 8)  # the first chunk has none
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     growth = seen[3000] - seen[1000]

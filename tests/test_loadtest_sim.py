@@ -71,11 +71,11 @@ async def test_measured_ttft_and_itl_match_the_configured_distributions(autojump
     assert agg["requests"]["ok"] == 200 and agg["requests"]["failed"] == 0
     # TTFT: 200 gamma draws, mean 0.3, sd 0.08 -> the sample mean is within 4*0.08/sqrt(200)
     # = 0.023 s, the sample sd within ~20 %.
-    assert agg["ttft"]["mean"] == pytest.approx(ttft, abs=4 * ttft_sd / math.sqrt(200))
-    assert agg["ttft"]["std"] == pytest.approx(ttft_sd, rel=0.2)
+    assert agg["ttft_s"]["mean"] == pytest.approx(ttft, abs=4 * ttft_sd / math.sqrt(200))
+    assert agg["ttft_s"]["std"] == pytest.approx(ttft_sd, rel=0.2)
     # ITL per token: 31 tokens in chunks of 3 -> 10 gaps after the first chunk, each spread
     # over its 3 tokens, so 200 * 30 samples taking 2000 independent draws of mean 1/40 s.
-    itl = agg["itl"]
+    itl = agg["itl_s"]
     assert itl["count"] == 200 * (31 - 3)  # the last chunk carries one token
     assert itl["mean"] == pytest.approx(1 / tps, abs=4 * itl_sd / math.sqrt(2000))
     assert itl["std"] == pytest.approx(itl_sd, rel=0.2)
@@ -88,7 +88,7 @@ async def test_measured_ttft_and_itl_match_the_configured_distributions(autojump
         assert r.e2e == pytest.approx(r.ttft + sum(r.itls), abs=1e-9)
     # Under the autojump clock an uncapped open loop sends every request on time (to the
     # rounding of the mock clock's arithmetic).
-    assert agg["client_lag"]["max"] < 1e-9 and agg["valid"] is True
+    assert agg["client_lag_s"]["max"] < 1e-9 and agg["valid"] is True
 
 
 @virtual_deadline(600)
@@ -106,14 +106,14 @@ async def test_a_capped_client_falls_behind_and_the_run_is_marked_invalid(autoju
     run = await run_against(app, nursery, test)
     agg = run.aggregates
     assert agg["requests"]["ok"] == 40
-    assert agg["client_lag"]["p99"] > 1.0
+    assert agg["client_lag_s"]["p99"] > 1.0
     assert agg["valid"] is False
     assert "fell behind its own schedule" in agg["invalid_reason"]
     assert "send lag p99" in agg["invalid_reason"]
     # The same schedule without the cap keeps time exactly.
     free = attrs.evolve(test, shape=OpenLoop.at_rate(5))
     again = await run_against(SimulatorApp(app.config), nursery, free)
-    assert again.aggregates["client_lag"]["max"] < 1e-9 and again.aggregates["valid"] is True
+    assert again.aggregates["client_lag_s"]["max"] < 1e-9 and again.aggregates["valid"] is True
 
 
 async def test_a_cpu_starved_client_is_caught_by_its_lag(nursery):
@@ -130,7 +130,7 @@ async def test_a_cpu_starved_client_is_caught_by_its_lag(nursery):
     await transport.aclose()
     agg = run.aggregates
     assert agg["requests"]["ok"] == 20
-    assert agg["client_lag"]["p99"] > 0.1  # 20 x 30 ms of work against ~0.4 s of schedule
+    assert agg["client_lag_s"]["p99"] > 0.1  # 20 x 30 ms of work against ~0.4 s of schedule
     assert agg["valid"] is False and "fell behind" in agg["invalid_reason"]
 
 
@@ -174,16 +174,16 @@ async def test_results_document_has_every_key(autojump_clock, nursery):
     run = await run_against(app, nursery, test)
     doc = results_document(run, settings={"base_url": None})
     agg = doc["aggregates"]
-    assert agg["ttft"]["p99"] == pytest.approx(0.2)
-    assert agg["itl"]["p50"] == pytest.approx(0.02)
-    assert agg["e2e"]["p95"] == pytest.approx(0.2 + 9 * 0.02)
+    assert agg["ttft_s"]["p99"] == pytest.approx(0.2)
+    assert agg["itl_s"]["p50"] == pytest.approx(0.02)
+    assert agg["e2e_s"]["p95"] == pytest.approx(0.2 + 9 * 0.02)
     assert agg["requests"]["ok"] == len(doc["requests"]) > 0 and agg["requests"]["failed"] == 0
     assert agg["throughput"]["output_tokens_per_s"] > 0
-    assert agg["client_lag"]["p99"] < 1e-9
+    assert agg["client_lag_s"]["p99"] < 1e-9
     assert {"sluice", "trio", "python"} <= set(doc["versions"])
     assert doc["config"]["model"] == MODEL and doc["config"]["rate"] == 4
     assert set(doc["requests"][0]) >= {
-        "scheduled", "sent", "lag", "queue_wait", "ttft", "itls", "tpot", "e2e",
+        "scheduled_s", "sent_s", "lag_s", "queue_wait_s", "ttft_s", "itls_s", "tpot_s", "e2e_s",
         "input_tokens", "output_tokens", "ok", "status", "error_type",
     }  # fmt: skip
     # ttft_p99 = 200 ms is met; itl_p50 = 20 ms misses 10 ms, so no request is good.

@@ -89,8 +89,8 @@ async def test_multi_turn_sessions_carry_the_history(autojump_clock):
     assert [t["requests"] for t in sessions["per_turn"]] == [4, 4, 4]
     assert sessions["count"] == 4 and sessions["complete"] == 4 and sessions["turns"] == 3
     # Each turn takes the 0.1 s TTFT (4 tokens, unpaced), one after another: 0.3 s a session.
-    assert sessions["duration"]["min"] == pytest.approx(0.3)
-    assert sessions["per_turn"][2]["ttft_p50"] == pytest.approx(0.1)
+    assert sessions["duration_s"]["min"] == pytest.approx(0.3)
+    assert sessions["per_turn"][2]["ttft_p50_s"] == pytest.approx(0.1)
 
 
 @virtual_deadline(600)

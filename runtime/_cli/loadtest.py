@@ -62,31 +62,34 @@ def format_summary(document: dict[str, Any]) -> str:
             else ""
         ),
     ]
-    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
+    for key, label in (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         s = agg[key]
         lines.append(
             f"  {label:<5} p50 {_ms(s['p50'])}  p90 {_ms(s['p90'])}  p99 {_ms(s['p99'])}  "
             f"mean {_ms(s['mean'])}"
         )
+    lines += _sluice_wait_lines(agg)
     lines.append(
         f"  throughput: {tp['requests_per_s']:.2f} requests/s, "
         f"{tp['output_tokens_per_s']:.1f} output tokens/s over {tp['elapsed_s']:.1f} s"
     )
+    lines += _load_lines(agg)
     good = agg["goodput"]
     for check in good["slos"]:
         lines.append(
-            f"  SLO {check['slo']} <= {check['bound'] * 1000:g} ms: measured "
-            f"{_ms(check['measured'])}, {'met' if check['met'] else 'MISSED'}"
+            f"  SLO {check['slo']} <= {check['bound_s'] * 1000:g} ms: measured "
+            f"{_ms(check['measured_s'])}, {'met' if check['met'] else 'MISSED'}"
         )
     if good["slos"]:
         lines.append(
             f"  goodput: {good['requests_per_s']:.2f} requests/s "
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
-    lines.append(f"  client send lag p99: {_ms(agg['client_lag']['p99'])}")
+    lines.append(f"  client send lag p99: {_ms(agg['client_lag_s']['p99'])}")
     reuse = agg.get("http_reuse")
     if reuse and reuse["measured"]:
-        connect, headers, receive = agg["http_connect"], agg["http_headers"], agg["http_receive"]
+        connect, headers = agg["http_connect_s"], agg["http_headers_s"]
+        receive = agg["http_receive_s"]
         lines.append(
             f"  HTTP: connect p50 {_ms(connect['p50'])} p99 {_ms(connect['p99'])} "
             f"({reuse['new']} new), headers p50 {_ms(headers['p50'])} p99 {_ms(headers['p99'])},"
@@ -109,7 +112,7 @@ def format_summary(document: dict[str, Any]) -> str:
         lines.append(
             f"  sessions: {sessions['complete']} of {sessions['count']} complete "
             f"({sessions['turns']} turns), TTFT p50 by turn: "
-            + ", ".join(_ms(t["ttft_p50"]) for t in sessions["per_turn"])
+            + ", ".join(_ms(t["ttft_p50_s"]) for t in sessions["per_turn"])
         )
     lines += _sweep_lines(document)
     if document.get("interrupted"):
@@ -117,6 +120,51 @@ def format_summary(document: dict[str, Any]) -> str:
     if not document["valid"]:
         lines.append(f"  INVALID RUN: {document['invalid_reason']}")
     return "\n".join(lines)
+
+
+def _load_lines(agg: dict[str, Any]) -> list[str]:
+    """An open loop's load as asked, as sent and as completed."""
+    load = agg.get("load")
+    if not load or load["scheduled_rate_per_s"] is None:
+        return []
+    shown = [f"scheduled {load['scheduled_rate_per_s']:.3g}/s"]
+    if load["offered_rate_per_s"] is not None:
+        shown.append(f"sent {load['offered_rate_per_s']:.3g}/s")
+    if load["completed_rate_per_s"] is not None:
+        shown.append(f"completed {load['completed_rate_per_s']:.3g}/s")
+    state = {True: ", SATURATED", False: ", kept up", None: ""}[load["saturated"]]
+    return [f"  load: {', '.join(shown)}{state}"]
+
+
+def _sluice_wait_lines(agg: dict[str, Any]) -> list[str]:
+    """Retries and time in sluice's own queue, whenever there were any (``--respect-limits``
+    lets quotas, cooldowns and retries act): they are part of the TTFT and E2E above, so the
+    two are shown again from the final attempt's admission."""
+    waits = agg.get("sluice_waits")
+    if not waits or not (waits["requests_retried"] or waits["requests_queued"]):
+        return []
+    total = agg["requests"]["total"]
+    lines = []
+    if waits["requests_retried"]:
+        backoff = waits["retry_backoff_s"]
+        lines.append(
+            f"  retries: {waits['requests_retried']} of {total} requests retried, "
+            f"{waits['attempts']} attempts in all, backoff p50 {_ms(backoff['p50'])} "
+            f"max {_ms(backoff['max'])}"
+        )
+    if waits["requests_queued"]:
+        queue = agg["queue_wait_s"]
+        lines.append(
+            f"  queue wait in sluice: {waits['requests_queued']} of {total} requests waited, "
+            f"p50 {_ms(queue['p50'])}  p99 {_ms(queue['p99'])}  max {_ms(queue['max'])}"
+        )
+    ttft, e2e = agg["ttft_after_queue_s"], agg["e2e_after_queue_s"]
+    lines.append(
+        f"  without sluice's waits (from the last attempt's admission): TTFT p50 "
+        f"{_ms(ttft['p50'])} p99 {_ms(ttft['p99'])}, E2E p50 {_ms(e2e['p50'])} "
+        f"p99 {_ms(e2e['p99'])}"
+    )
+    return lines
 
 
 def _sweep_lines(document: dict[str, Any]) -> list[str]:
@@ -142,7 +190,7 @@ def _sweep_lines(document: dict[str, Any]) -> list[str]:
         for point in swept:
             lines.append(
                 f"  concurrency {point['concurrency']}: {point['requests_per_s']:.3g} requests/s,"
-                f" TTFT p50 {_ms(point['ttft_p50'])}, E2E p99 {_ms(point['e2e_p99'])}"
+                f" TTFT p50 {_ms(point['ttft_p50_s'])}, E2E p99 {_ms(point['e2e_p99_s'])}"
             )
     return lines
 
@@ -434,7 +482,7 @@ async def _run(
         return EXIT_FAILED
     finally:
         await scraper.close()
-    document["config"]["wall_seconds"] = round(time.monotonic() - started, 3)
+    document["config"]["wall_s"] = round(time.monotonic() - started, 3)
     scraper.summarize(document)
     return _finish(options, document, interrupt)
 
@@ -584,8 +632,10 @@ def _finish(options: LoadTestOptions, document: dict[str, Any], interrupt: Inter
 @loadtest_app.command(name="compare")
 async def compare(a: Path, b: Path, /, *more: Path) -> int:
     """Print the differences between results files. With two: each headline number of A and
-    B, the change, and whether B is better or worse. With more: every run side by side, each
-    with its change against the first, the best of each row marked with *.
+    B, the change, and whether B is better or worse (for a latency, only when the two runs'
+    95 % confidence intervals do not overlap: else "within CI"). With more: every run side by
+    side, each with its change against the first, the best of each row marked with *. A
+    warning names every setting in which a run's configuration differs from the first's.
 
     Args:
         a: the baseline results file.
@@ -593,7 +643,13 @@ async def compare(a: Path, b: Path, /, *more: Path) -> int:
         more: further results files.
     """
     from .._jobs.loadtest.compare import compare as diff
-    from .._jobs.loadtest.compare import format_comparison, format_many, load_results
+    from .._jobs.loadtest.compare import (
+        config_differences,
+        format_comparison,
+        format_config_differences,
+        format_many,
+        load_results,
+    )
 
     paths = [a, b, *more]
     try:
@@ -608,6 +664,10 @@ async def compare(a: Path, b: Path, /, *more: Path) -> int:
         labels = [str(i + 1) for i in range(len(paths))]
         names = [f"{label} {path.name}" for label, path in zip(labels, paths, strict=True)]
         print(format_many(documents, names), flush=True)
+    for name, document in zip(labels[1:], documents[1:], strict=True):
+        differing = config_differences(documents[0], document)
+        if differing:
+            print(format_config_differences(differing, labels[0], name))
     for name, document in zip(labels, documents, strict=True):
         if not document.get("valid", True):
             print(f"note: {name} is an invalid run: {document.get('invalid_reason')}")

@@ -419,6 +419,80 @@ class _Events:
         return b"event: %s\ndata: %s\n\n" % (kind.encode(), body)
 
 
+def _summary_events(
+    event: _Events, suffix: str, summary: tuple[str, ...], tokens_per_chunk: int
+) -> list[bytes]:
+    """The reasoning item's events, whole: added, its summary part streamed, done."""
+    text = "".join(summary)
+    ids = {"item_id": f"rs_{suffix}", "output_index": 0, "summary_index": 0}
+    part = {"type": "summary_text", "text": text}
+    return [
+        event(
+            "response.output_item.added",
+            {"output_index": 0, "item": {**_reasoning_item(suffix, ""), "summary": []}},
+        ),
+        event("response.reasoning_summary_part.added", {**ids, "part": {**part, "text": ""}}),
+        *(
+            event("response.reasoning_summary_text.delta", {**ids, "delta": piece})
+            for piece in group_tokens(summary, tokens_per_chunk)
+        ),
+        event("response.reasoning_summary_text.done", {**ids, "text": text}),
+        event("response.reasoning_summary_part.done", {**ids, "part": part}),
+        event(
+            "response.output_item.done",
+            {"output_index": 0, "item": _reasoning_item(suffix, text)},
+        ),
+    ]
+
+
+def _answer_events(
+    event: _Events, reply: Reply, suffix: str, index: int, status: str, tokens_per_chunk: int
+) -> tuple[list[bytes], list[bytes], list[bytes], dict[str, Any]]:
+    """The answer item's events: ``(opening, deltas, closing, the finished item)``; the answer
+    is a message with one text part, or one function call."""
+    opening: list[bytes]
+    text = "".join(reply.tokens)
+    chunks: list[bytes]
+    if reply.tool_name is None:
+        ids = {"item_id": f"msg_{suffix}", "output_index": index, "content_index": 0}
+        opening = [
+            event(
+                "response.output_item.added",
+                {"output_index": index, "item": _message_item(suffix, None, "in_progress")},
+            ),
+            event("response.content_part.added", {**ids, "part": _text_part("")}),
+        ]
+        chunks = [
+            event("response.output_text.delta", {**ids, "delta": piece, "logprobs": []})
+            for piece in group_tokens(reply.tokens, tokens_per_chunk)
+        ]
+        closing = [
+            event("response.output_text.done", {**ids, "text": text, "logprobs": []}),
+            event("response.content_part.done", {**ids, "part": _text_part(text)}),
+        ]
+        done_item = _message_item(suffix, text, status)
+    else:
+        ids = {"item_id": f"fc_{suffix}", "output_index": index}
+        opening = [
+            event(
+                "response.output_item.added",
+                {"output_index": index, "item": _call_item(suffix, reply, "", "in_progress")},
+            )
+        ]
+        chunks = [
+            event("response.function_call_arguments.delta", {**ids, "delta": piece})
+            for piece in group_tokens(reply.tokens, tokens_per_chunk)
+        ]
+        closing = [
+            event(
+                "response.function_call_arguments.done",
+                {**ids, "name": reply.tool_name, "arguments": text},
+            )
+        ]
+        done_item = _call_item(suffix, reply, text, status)
+    return opening, chunks, closing, done_item
+
+
 def response_events(
     request: ChatRequest,
     reply: Reply,
@@ -441,67 +515,13 @@ def response_events(
     ]
     index = 0
     if summary:
-        text = "".join(summary)
-        ids = {"item_id": f"rs_{suffix}", "output_index": 0, "summary_index": 0}
-        part = {"type": "summary_text", "text": text}
-        opening += [
-            event(
-                "response.output_item.added",
-                {"output_index": 0, "item": {**_reasoning_item(suffix, ""), "summary": []}},
-            ),
-            event("response.reasoning_summary_part.added", {**ids, "part": {**part, "text": ""}}),
-            *(
-                event("response.reasoning_summary_text.delta", {**ids, "delta": piece})
-                for piece in group_tokens(summary, tokens_per_chunk)
-            ),
-            event("response.reasoning_summary_text.done", {**ids, "text": text}),
-            event("response.reasoning_summary_part.done", {**ids, "part": part}),
-            event(
-                "response.output_item.done",
-                {"output_index": 0, "item": _reasoning_item(suffix, text)},
-            ),
-        ]
+        opening += _summary_events(event, suffix, summary, tokens_per_chunk)
         index = 1
     status = _status(reply)
-    text = "".join(reply.tokens)
-    chunks: list[bytes]
-    if reply.tool_name is None:
-        ids = {"item_id": f"msg_{suffix}", "output_index": index, "content_index": 0}
-        opening += [
-            event(
-                "response.output_item.added",
-                {"output_index": index, "item": _message_item(suffix, None, "in_progress")},
-            ),
-            event("response.content_part.added", {**ids, "part": _text_part("")}),
-        ]
-        chunks = [
-            event("response.output_text.delta", {**ids, "delta": piece, "logprobs": []})
-            for piece in group_tokens(reply.tokens, tokens_per_chunk)
-        ]
-        closing = [
-            event("response.output_text.done", {**ids, "text": text, "logprobs": []}),
-            event("response.content_part.done", {**ids, "part": _text_part(text)}),
-        ]
-        done_item = _message_item(suffix, text, status)
-    else:
-        ids = {"item_id": f"fc_{suffix}", "output_index": index}
-        opening.append(
-            event(
-                "response.output_item.added",
-                {"output_index": index, "item": _call_item(suffix, reply, "", "in_progress")},
-            )
-        )
-        chunks = [
-            event("response.function_call_arguments.delta", {**ids, "delta": piece})
-            for piece in group_tokens(reply.tokens, tokens_per_chunk)
-        ]
-        closing = [
-            event(
-                "response.function_call_arguments.done",
-                {**ids, "name": reply.tool_name, "arguments": text},
-            )
-        ]
-        done_item = _call_item(suffix, reply, text, status)
+    added, chunks, closing, done_item = _answer_events(
+        event, reply, suffix, index, status, tokens_per_chunk
+    )
+    opening += added
     output = _items(reply, suffix, "".join(summary) if summary else None, status)
     closing += [
         event("response.output_item.done", {"output_index": index, "item": done_item}),

@@ -15,7 +15,7 @@ Example::
     async with sluice.open_runtime(loadtest_config(config, "sim", respect_limits=False)) as rt:
         run = await run_load(rt, LoadTest(model="sim:sim-small",
                                           shape=OpenLoop.at_rate(5), duration=30))
-    print(run.aggregates["ttft"]["p99"])
+    print(run.aggregates["ttft_s"]["p99"])
 """
 
 from .arrivals import ClosedLoop, OpenLoop, Step, load_trace

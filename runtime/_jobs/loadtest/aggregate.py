@@ -1,9 +1,11 @@
 """From request records to the run's aggregates: latency summaries, throughput over time,
 error rates, goodput under SLOs and the verdict on the client's own lag. Pure.
 
-Every duration is in seconds. The dict returned by :func:`aggregate` is what the results file
-holds under ``aggregates``; ``http_connect``, ``http_headers``, ``http_receive`` and
-``http_reuse`` summarize the HTTP phases sluice's transport noted per request.
+Every duration is in seconds, and every key holding one says so with ``_s`` (a summary such
+as ``ttft_s`` holds its count, mean, percentiles and intervals in that unit). The dict
+returned by :func:`aggregate` is what the results file holds under ``aggregates``;
+``http_connect_s``, ``http_headers_s``, ``http_receive_s`` and ``http_reuse`` summarize the
+HTTP phases sluice's transport noted per request.
 """
 
 from __future__ import annotations
@@ -27,12 +29,17 @@ __all__ = [
     "aggregate",
     "error_verdict",
     "lag_verdict",
+    "length_verdict",
     "token_times",
 ]
 
 DEFAULT_MAX_LAG = 0.010
 """Send-lag p99 beyond which a run is invalid (seconds). A request sent 10 ms late hides up
 to 10 ms of the latency the schedule meant to expose."""
+
+QUEUED = 0.001
+"""Queue wait (seconds) from which a request counts as queued in sluice: below it the wait is
+the message hop to the RateLimiter actor, not a quota or a cooldown holding the request."""
 
 DEFAULT_MAX_ERROR_RATE = 0.05
 """Fraction of failed requests beyond which a run is invalid."""
@@ -84,6 +91,19 @@ def error_verdict(failed: int, total: int, max_error_rate: float) -> str | None:
     )
 
 
+def length_verdict(short: int, asked: int, received: int, requested: int) -> str | None:
+    """Why a run that asked for fixed output lengths is invalid (replies came back shorter
+    than asked), or None."""
+    if not short:
+        return None
+    return (
+        f"{short} of {asked} replies came back shorter than the output length asked "
+        f"({received} of {requested} tokens in all) although --fixed-output asked for exactly "
+        "that length: the server ignored ignore_eos/min_tokens, so output lengths, E2E and "
+        "throughput are not those of the workload asked for"
+    )
+
+
 def aggregate(
     records: Iterable[RequestRecord],
     *,
@@ -92,6 +112,7 @@ def aggregate(
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     bin_seconds: float | None = None,
     span: tuple[float, float] | None = None,
+    fixed_output: bool = False,
 ) -> dict[str, Any]:
     """The run's aggregates (see the module docstring).
 
@@ -122,6 +143,9 @@ def aggregate(
         for r in (
             error_verdict(failed, total, max_error_rate),
             lag_verdict(_number(lag["p99"]), max_lag),
+            length_verdict(acc.short, acc.asked, acc.received, acc.requested)
+            if fixed_output
+            else None,
         )
         if r is not None
     ]
@@ -135,18 +159,21 @@ def aggregate(
             "errors": dict(acc.errors.most_common()),
             "statuses": {str(k): v for k, v in acc.statuses.items()},
         },
-        "ttft": acc.ttft.summary(intervals=True),
-        "ttst": acc.ttst.summary(intervals=True),
-        "itl": acc.itl.summary(intervals=True),
-        "icl": acc.icl.summary(intervals=True),
-        "tpot": acc.tpot.summary(intervals=True),
-        "e2e": acc.e2e.summary(intervals=True),
+        "ttft_s": acc.ttft.summary(intervals=True),
+        "ttst_s": acc.ttst.summary(intervals=True),
+        "itl_s": acc.itl.summary(intervals=True),
+        "icl_s": acc.icl.summary(intervals=True),
+        "tpot_s": acc.tpot.summary(intervals=True),
+        "e2e_s": acc.e2e.summary(intervals=True),
         "output_length": acc.lengths(),
         "sessions": acc.sessions.summary(),
         "token_counts": acc.token_counts(),
-        "queue_wait": acc.queue_wait.summary(),
+        "queue_wait_s": acc.queue_wait.summary(),
+        "ttft_after_queue_s": acc.ttft_after_queue.summary(intervals=True),
+        "e2e_after_queue_s": acc.e2e_after_queue.summary(intervals=True),
+        "sluice_waits": acc.waits(),
         **acc.http_phases(),
-        "client_lag": lag | {"max_allowed": max_lag},
+        "client_lag_s": lag | {"max_allowed": max_lag},
         "throughput": _throughput(acc, elapsed, rows),
         "timeline": rows,
         "goodput": acc.goodput(elapsed),
@@ -191,6 +218,9 @@ class _Pass:
         self.ratio = Samples()
         self.compared = self.server_reported = self.client_counted = self.differing = 0
         self.sessions = _Sessions()
+        self.ttft_after_queue, self.e2e_after_queue = Samples(), Samples()
+        self.queued = self.retried = self.attempts = 0
+        self.retry_wait = Samples()
         self.own = [Samples() for _ in slos]
         """Per SLO (but ITL ones, measured over every token): each ok request's own value."""
         self.good = 0
@@ -199,6 +229,11 @@ class _Pass:
         self.total += 1
         self.lag.add(r.lag)
         self.queue_wait.add(r.queue_wait)
+        self.queued += r.queue_wait >= QUEUED
+        self.attempts += r.attempts
+        if r.attempts > 1:
+            self.retried += 1
+            self.retry_wait.add(r.retry_wait)
         self.has_inputs = self.has_inputs or r.inputs is not None
         self.sessions.add(r)
         if not r.ok:
@@ -215,6 +250,11 @@ class _Pass:
         if r.tpot is not None:
             self.tpot.add(r.tpot)
         self.e2e.add(r.e2e)
+        if r.admitted is not None:
+            after = r.ttft_after_queue
+            if after is not None:
+                self.ttft_after_queue.add(after)
+            self.e2e_after_queue.add(r.end - r.admitted)
         self.itl.extend(r.itls)
         self.icl.extend(r.icls)
         self.output_tokens += r.output_tokens
@@ -254,15 +294,26 @@ class _Pass:
             ):
                 self.good += 1
 
+    def waits(self) -> dict[str, Any]:
+        """What sluice itself added (with ``--respect-limits``): requests that waited in its
+        queue (a quota, a 429's cooldown: at least :data:`QUEUED`), requests it retried,
+        their attempts and backoff."""
+        return {
+            "requests_queued": self.queued,
+            "requests_retried": self.retried,
+            "attempts": self.attempts,
+            "retry_backoff_s": self.retry_wait.summary(),
+        }
+
     def http_phases(self) -> dict[str, Any]:
         """The HTTP phases of the ok requests, as sluice's transport measured them: connect
         time over the requests that opened a connection, time to response headers and
         receive time over every measured request, and how many reused a kept-alive
         connection."""
         return {
-            "http_connect": self.connect.summary(),
-            "http_headers": self.headers.summary(),
-            "http_receive": self.receive.summary(),
+            "http_connect_s": self.connect.summary(),
+            "http_headers_s": self.headers.summary(),
+            "http_receive_s": self.receive.summary(),
             "http_reuse": {
                 "measured": self.measured,
                 "reused": self.reused,
@@ -313,8 +364,8 @@ class _Pass:
             checks.append(
                 {
                     "slo": slo.name,
-                    "bound": slo.seconds,
-                    "measured": measured,
+                    "bound_s": slo.seconds,
+                    "measured_s": measured,
                     "met": measured is not None and measured <= slo.seconds,
                 }
             )
@@ -377,10 +428,10 @@ class _Sessions:
                     "requests": requests,
                     "ok": good,
                     "input_tokens_mean": tokens / good if good else None,
-                    "ttft_p50": ttft.percentile(50),
-                    "ttft_p99": ttft.percentile(99),
-                    "e2e_p50": e2e.percentile(50),
-                    "e2e_p99": e2e.percentile(99),
+                    "ttft_p50_s": ttft.percentile(50),
+                    "ttft_p99_s": ttft.percentile(99),
+                    "e2e_p50_s": e2e.percentile(50),
+                    "e2e_p99_s": e2e.percentile(99),
                 }
             )
         most = max(self.turns) + 1
@@ -395,7 +446,7 @@ class _Sessions:
             "count": sum(self.seen),
             "turns": most,
             "complete": complete,
-            "duration": duration,
+            "duration_s": duration,
             "per_turn": per_turn,
         }
 
@@ -463,18 +514,18 @@ class _Timeline:
         width = self.width
         return [
             {
-                "t": i * width,
-                "width": width,
+                "t_s": i * width,
+                "width_s": width,
                 "sent": self.sent[i],
                 "completed": self.done[i],
                 "failed": self.failed[i],
                 "requests_per_s": self.done[i] / width,
                 "output_tokens_per_s": self.tokens[i] / width,
-                "ttft_p50": self.ttfts[i].percentile(50),
-                "ttft_p99": self.ttfts[i].percentile(99),
-                "itl_p50": self.itls[i].percentile(50),
-                "itl_p99": self.itls[i].percentile(99),
-                "lag_p99": self.lags[i].percentile(99),
+                "ttft_p50_s": self.ttfts[i].percentile(50),
+                "ttft_p99_s": self.ttfts[i].percentile(99),
+                "itl_p50_s": self.itls[i].percentile(50),
+                "itl_p99_s": self.itls[i].percentile(99),
+                "lag_p99_s": self.lags[i].percentile(99),
             }
             for i in range(self.count)
         ]

@@ -76,7 +76,8 @@ class RequestRecord:
     lag: float
     """``sent - scheduled``: how late the client was."""
     queue_wait: float
-    """Time in the RateLimiter's queue before admission (client side)."""
+    """Time in sluice's RateLimiter queue before admission (client side), summed over the
+    attempts: with ``--respect-limits`` a quota or a 429's cooldown holds requests here."""
     ttft: float | None
     """Sent to the first chunk of output."""
     e2e: float
@@ -118,6 +119,13 @@ class RequestRecord:
     error_type: str | None = None
     error: str | None = None
     attempts: int = 1
+    """HTTP attempts the request took (more than 1 when sluice retried it)."""
+    retry_wait: float = 0.0
+    """Seconds of backoff sluice waited between attempts."""
+    admitted: float | None = None
+    """When the attempt that ended the request left sluice's queue (run-relative; None when
+    no attempt was admitted, or the endpoint is called without the runtime). TTFT and E2E
+    measured from here leave out sluice's queueing, backoff and failed attempts."""
     http_connect: float | None = None
     """Seconds to open the connection the request went out on (DNS, TCP, TLS), as sluice's
     transport measured it; None when it reused a pooled connection, or when nothing was
@@ -140,6 +148,18 @@ class RequestRecord:
     def end(self) -> float:
         return self.sent + self.e2e
 
+    @property
+    def ttft_after_queue(self) -> float | None:
+        """TTFT from the final attempt's admission (None without both)."""
+        if self.ttft is None or self.admitted is None:
+            return None
+        return self.sent + self.ttft - self.admitted
+
+    @property
+    def e2e_after_queue(self) -> float | None:
+        """E2E from the final attempt's admission (None when none was admitted)."""
+        return None if self.admitted is None else self.end - self.admitted
+
 
 class Tracker:
     """Collects one request's moments as they happen; :meth:`finish` makes the record.
@@ -151,9 +171,11 @@ class Tracker:
     __slots__ = (
         "_chunk_at",
         "_chunk_tokens",
+        "admitted",
         "index",
         "lag",
         "queue_wait",
+        "retry_wait",
         "scheduled",
         "sent",
     )
@@ -167,6 +189,11 @@ class Tracker:
         self.lag = sent - scheduled if lag is None else lag
         """Given when the caller has it from absolute times, free of rounding."""
         self.queue_wait = 0.0
+        """Seconds in sluice's queue, summed over the attempts."""
+        self.retry_wait = 0.0
+        """Seconds of retry backoff between the attempts."""
+        self.admitted: float | None = None
+        """When the latest attempt left sluice's queue (run-relative)."""
         self._chunk_at: list[float] = []
         self._chunk_tokens: list[int] = []
 
@@ -226,6 +253,8 @@ class Tracker:
             sent=self.sent,
             lag=self.lag,
             queue_wait=self.queue_wait,
+            retry_wait=self.retry_wait,
+            admitted=self.admitted,
             ttft=times[0] - self.sent if times else None,
             e2e=max(at, last) - self.sent,
             itls=tuple(itls),

@@ -147,12 +147,24 @@ class LoadTestOptions:
     """serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the test runs
     (docs/metrics.md lists them)."""
 
+    # ---- what each chat request carries beyond the workload (issue 35) -------------------
+    extra_body: str | None = None
+    """a JSON object merged into every request's body as-is, e.g. '{"top_k": 20}' (chat)."""
+    header: tuple[str, ...] | None = None
+    """NAME:VALUE added to every request's HTTP headers (repeatable; chat). The results keep
+    the names only."""
+    fixed_output: bool = False
+    """make every reply as long as --output-tokens asks: sends ignore_eos true and min_tokens
+    equal to max_tokens (vLLM, SGLang and the simulator honour both), and marks the run
+    invalid when replies come back shorter (chat)."""
+
     def __attrs_post_init__(self) -> None:
         try:
             _check_shape_flags(self)
             _check_bounds(self)
             _check_workload(self)
             _check_targets(self)
+            self.request_extras()
             # The values parsed from text (each raises naming its flag); a trace's shape
             # waits for the file (build_test).
             self.levels()
@@ -238,6 +250,10 @@ class LoadTestOptions:
             )
         except ValueError as exc:
             raise ConfigError(f"--rate/--burstiness: {exc}") from None
+
+    def request_extras(self) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
+        """``--extra-body`` as a dict and ``--header`` as (name, value) pairs."""
+        return _request_extras(self)
 
     def outputs(self) -> list[Path]:
         """Every file the run writes: --out, the files beside it, --report."""
@@ -328,6 +344,36 @@ def _check_targets(o: LoadTestOptions) -> None:
             raise ConfigError("--server-metrics-interval must be above 0")
 
 
+def _request_extras(o: LoadTestOptions) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
+    """``--extra-body``, ``--header`` and ``--fixed-output``, checked."""
+    import orjson
+
+    shaped = o.extra_body is not None or o.header or o.fixed_output
+    if shaped and o.endpoint != "chat":
+        raise ConfigError(
+            "--extra-body, --header and --fixed-output apply to --endpoint chat, "
+            f"not {o.endpoint}"
+        )
+    body: dict[str, Any] = {}
+    if o.extra_body is not None:
+        try:
+            body = orjson.loads(o.extra_body)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"--extra-body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ConfigError(
+                f"--extra-body must be a JSON object like '{{\"top_k\": 20}}', not {o.extra_body!r}"
+            )
+    headers = []
+    for text in o.header or ():
+        name, colon, value = text.partition(":")
+        name = name.strip()
+        if not colon or not name or any(c.isspace() for c in name):
+            raise ConfigError(f"--header {text!r}: expected NAME:VALUE, e.g. x-team:search")
+        headers.append((name, value.strip()))
+    return body, tuple(headers)
+
+
 def _slos_and_lag(o: LoadTestOptions) -> tuple[tuple[Any, ...], float]:
     from .slo import parse_seconds, parse_slo
 
@@ -351,6 +397,12 @@ def _ramp_steps(ramp: str) -> list[tuple[float, float]]:
             )
         steps.append(step)
     return steps
+
+
+def _shaping(o: LoadTestOptions) -> dict[str, Any]:
+    """The :class:`LoadTest` fields of ``--extra-body``, ``--header`` and ``--fixed-output``."""
+    body, headers = o.request_extras()
+    return {"extra_body": body, "headers": headers, "fixed_output": o.fixed_output}
 
 
 @attrs.frozen
@@ -412,6 +464,7 @@ def build_test(options: LoadTestOptions) -> Prepared:
             warmup_seconds=warm_seconds,
             endpoint=o.endpoint,
             embedding_batch=o.embedding_batch,
+            **_shaping(o),
         )
     except ValueError as exc:  # an attrs validator: a value out of range
         raise ConfigError(str(exc)) from None

@@ -173,5 +173,5 @@ def summarize_scrapes(log: ScrapeLog) -> dict[str, Any]:
         "last_error": log.last_error,
         "dropped_series": log.dropped_series,
         "series": summary,
-        "timeline": [{"t": at, "values": samples} for at, samples in log.scrapes],
+        "timeline": [{"t_s": at, "values": samples} for at, samples in log.scrapes],
     }

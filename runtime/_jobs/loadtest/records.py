@@ -30,7 +30,15 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-__all__ = ["RecordDicts", "RecordFile", "record_from_json", "record_json", "record_line"]
+__all__ = [
+    "KEYS",
+    "SECONDS",
+    "RecordDicts",
+    "RecordFile",
+    "record_from_json",
+    "record_json",
+    "record_line",
+]
 
 RECENT = 500
 """Latest requests whose TTFT and lag stay in memory, for the live progress view."""
@@ -38,29 +46,55 @@ RECENT = 500
 
 _FIELDS = tuple(field.name for field in attrs.fields(RequestRecord))
 
+SECONDS = frozenset(
+    {
+        "scheduled",
+        "sent",
+        "lag",
+        "queue_wait",
+        "ttft",
+        "ttst",
+        "e2e",
+        "tpot",
+        "itls",
+        "icls",
+        "retry_wait",
+        "admitted",
+        "http_connect",
+        "http_headers",
+        "http_receive",
+    }
+)
+"""The record's fields in seconds: written with an ``_s`` suffix (``ttft_s``), so every key
+of the results names its unit."""
+
+KEYS = {name: f"{name}_s" if name in SECONDS else name for name in _FIELDS}
+"""Each :class:`RequestRecord` field's key in the JSON record."""
+_NAMES = {key: name for name, key in KEYS.items()}
+_PAIRS = tuple(KEYS.items())
+
 
 def record_json(record: RequestRecord) -> dict[str, Any]:
-    """One request's record as JSON-ready data."""
-    return attrs.asdict(record, value_serializer=_lists)
+    """One request's record as JSON-ready data (keys as :data:`KEYS` names them)."""
+    return {
+        key: list(value) if isinstance(value := getattr(record, name), tuple) else value
+        for name, key in _PAIRS
+    }
 
 
 def record_line(record: RequestRecord) -> bytes:
     """:func:`record_json`'s JSON text, made without building lists: orjson writes the
-    record's tuples as arrays itself. It runs once per request during the run, where
-    :func:`attrs.asdict` would cost several times more."""
-    return orjson.dumps({name: getattr(record, name) for name in _FIELDS})
-
-
-def _lists(_instance: Any, _attribute: Any, value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+    record's tuples as arrays itself. It runs once per request during the run."""
+    return orjson.dumps({key: getattr(record, name) for name, key in _PAIRS})
 
 
 def record_from_json(data: dict[str, Any]) -> RequestRecord:
     """The record :func:`record_json` wrote (floats come back bit for bit: orjson writes the
     shortest text that reads back as the same double)."""
-    data["itls"] = tuple(data["itls"])
-    data["icls"] = tuple(data["icls"])
-    return RequestRecord(**data)
+    fields = {_NAMES.get(key, key): value for key, value in data.items()}
+    fields["itls"] = tuple(fields["itls"])
+    fields["icls"] = tuple(fields["icls"])
+    return RequestRecord(**fields)
 
 
 class RecordFile(Sequence[RequestRecord]):

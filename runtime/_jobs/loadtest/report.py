@@ -67,20 +67,22 @@ def _latency_table(agg: dict[str, Any]) -> str:
     head = "".join(f"<th>{n}</th>" for n in ["metric (ms)", "count", "mean", *names, "max"])
     rows = []
     for key, label in (
-        ("ttft", "time to first token"),
-        ("ttst", "time to second token"),
-        ("itl", "inter-token latency (per token)"),
-        ("icl", "inter-chunk latency"),
-        ("tpot", "time per output token"),
-        ("e2e", "end-to-end latency"),
-        ("queue_wait", "queue wait (client)"),
-        ("client_lag", "client send lag"),
-        ("http_connect", "HTTP connect (new connections)"),
-        ("http_headers", "HTTP request sent to headers"),
-        ("http_receive", "HTTP headers to last byte"),
+        ("ttft_s", "time to first token"),
+        ("ttst_s", "time to second token"),
+        ("itl_s", "inter-token latency (per token)"),
+        ("icl_s", "inter-chunk latency"),
+        ("tpot_s", "time per output token"),
+        ("e2e_s", "end-to-end latency"),
+        ("queue_wait_s", "queue wait (in sluice)"),
+        ("ttft_after_queue_s", "TTFT from admission (sluice's waits left out)"),
+        ("e2e_after_queue_s", "E2E from admission (sluice's waits left out)"),
+        ("client_lag_s", "client send lag"),
+        ("http_connect_s", "HTTP connect (new connections)"),
+        ("http_headers_s", "HTTP request sent to headers"),
+        ("http_receive_s", "HTTP headers to last byte"),
     ):
         s = agg.get(key)
-        if s is None or (key.startswith("http_") and not s["count"]):
+        if s is None or (key.startswith(("http_", "ttft_after", "e2e_after")) and not s["count"]):
             continue  # a results file from before the metric existed, or nothing measured
         cells = [escape(label), str(s["count"]), _ms(s["mean"])]
         cells += [_ms(s[n]) for n in names] + [_ms(s["max"])]
@@ -115,30 +117,30 @@ def _collect(document: dict[str, Any]) -> dict[str, list[Any]]:
     requests = document["requests"]
     n = len(requests)
     per_request = _every(agg["requests"]["ok"], _MAX_VALUES)
-    per_token = _every(agg["itl"]["count"] or 0, _MAX_VALUES)
-    ttft_step = max(1, (agg["ttft"]["count"] or 0) // _MAX_DOTS)
+    per_token = _every(agg["itl_s"]["count"] or 0, _MAX_VALUES)
+    ttft_step = max(1, (agg["ttft_s"]["count"] or 0) // _MAX_DOTS)
     lag_step = max(1, n // _MAX_DOTS)
     got: dict[str, list[Any]] = {k: [] for k in ("ttft", "itl", "tpot", "e2e", "dots", "lag")}
     ok = tokens = with_ttft = 0
     for number, r in enumerate(requests):
         if number % lag_step == 0:
-            got["lag"].append((r["scheduled"], r["lag"] * 1000))
+            got["lag"].append((r["scheduled_s"], r["lag_s"] * 1000))
         if not r["ok"]:
             continue
-        if r["ttft"] is not None:
+        if r["ttft_s"] is not None:
             if with_ttft % ttft_step == 0:
-                got["dots"].append((r["sent"], r["ttft"] * 1000))
+                got["dots"].append((r["sent_s"], r["ttft_s"] * 1000))
             with_ttft += 1
-        for x in r["itls"]:
+        for x in r["itls_s"]:
             if tokens % per_token == 0:
                 got["itl"].append(x * 1000)
             tokens += 1
         if ok % per_request == 0:
-            if r["ttft"] is not None:
-                got["ttft"].append(r["ttft"] * 1000)
-            if r["tpot"] is not None:
-                got["tpot"].append(r["tpot"] * 1000)
-            got["e2e"].append(r["e2e"] * 1000)
+            if r["ttft_s"] is not None:
+                got["ttft"].append(r["ttft_s"] * 1000)
+            if r["tpot_s"] is not None:
+                got["tpot"].append(r["tpot_s"] * 1000)
+            got["e2e"].append(r["e2e_s"] * 1000)
         ok += 1
     return got
 
@@ -152,7 +154,7 @@ def _histograms(agg: dict[str, Any], got: dict[str, Any]) -> list[str]:
         ("tpot", "TPOT", got["tpot"]),
         ("e2e", "end-to-end latency", got["e2e"]),
     ):
-        markers = [(name, value * 1000) for name, value in _markers(agg[key])]
+        markers = [(name, value * 1000) for name, value in _markers(agg[f"{key}_s"])]
         out.append(
             histogram(
                 f"{key}-histogram",
@@ -170,7 +172,7 @@ def _charts(document: dict[str, Any]) -> list[str]:
     timeline = agg["timeline"]
     got = _collect(document)
     out = _histograms(agg, got)
-    mid = [b["t"] + b["width"] / 2 for b in timeline]
+    mid = [b["t_s"] + b["width_s"] / 2 for b in timeline]
 
     def line(name: str, key: str, color: str, scale: float = 1000.0) -> Series:
         points = [
@@ -185,8 +187,8 @@ def _charts(document: dict[str, Any]) -> list[str]:
             "TTFT over the run (by send time)",
             [
                 Series("each request", ttft_dots, PALETTE[0], line=False, dots=True),
-                line("p50", "ttft_p50", PALETTE[1]),
-                line("p99", "ttft_p99", PALETTE[3]),
+                line("p50", "ttft_p50_s", PALETTE[1]),
+                line("p99", "ttft_p99_s", PALETTE[3]),
             ],
             x_label="seconds since start",
             y_label="milliseconds",
@@ -196,7 +198,7 @@ def _charts(document: dict[str, Any]) -> list[str]:
         xy_chart(
             "itl-over-time",
             "Inter-token latency over the run",
-            [line("p50", "itl_p50", PALETTE[0]), line("p99", "itl_p99", PALETTE[1])],
+            [line("p50", "itl_p50_s", PALETTE[0]), line("p99", "itl_p99_s", PALETTE[1])],
             x_label="seconds since start",
             y_label="milliseconds",
         )
@@ -264,9 +266,9 @@ def _sweep_charts(document: dict[str, Any]) -> list[str]:
                         dots=True,
                     )
                     for name, key, color in (
-                        ("TTFT p50", "ttft_p50", PALETTE[0]),
-                        ("TTFT p99", "ttft_p99", PALETTE[1]),
-                        ("E2E p50", "e2e_p50", PALETTE[2]),
+                        ("TTFT p50", "ttft_p50_s", PALETTE[0]),
+                        ("TTFT p99", "ttft_p99_s", PALETTE[1]),
+                        ("E2E p50", "e2e_p50_s", PALETTE[2]),
                     )
                 ],
                 x_label="offered requests/s",
@@ -306,6 +308,34 @@ def render_report(document: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _load_and_waits(agg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The load as scheduled, sent and completed, and sluice's own retries and queueing."""
+    rows = []
+    load = agg.get("load")
+    if load and load["offered_rate_per_s"] is not None:
+        shown = [
+            f"{name} {_num(load[key])}/s"
+            for name, key in (
+                ("scheduled", "scheduled_rate_per_s"),
+                ("sent", "offered_rate_per_s"),
+                ("completed", "completed_rate_per_s"),
+            )
+            if load[key] is not None
+        ]
+        state = {True: ": SATURATED", False: ": kept up", None: ""}[load["saturated"]]
+        rows.append(("load", ", ".join(shown) + state))
+    waits = agg.get("sluice_waits")
+    if waits and (waits["requests_retried"] or waits["requests_queued"]):
+        rows.append(
+            (
+                "sluice's own waits",
+                f"{waits['requests_retried']} requests retried ({waits['attempts']} attempts), "
+                f"{waits['requests_queued']} queued",
+            )
+        )
+    return rows
+
+
 def _summary_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
     """The "Requests and throughput" table: counts, rates, goodput, SLOs and the checks."""
     agg = document["aggregates"]
@@ -328,15 +358,16 @@ def _summary_rows(document: dict[str, Any]) -> list[tuple[str, str]]:
         verdict = "met" if check["met"] else "MISSED"
         summary.append(
             (
-                f"SLO {check['slo']} <= {check['bound'] * 1000:g} ms",
-                f"{_ms(check['measured'])} ms: {verdict}",
+                f"SLO {check['slo']} <= {check['bound_s'] * 1000:g} ms",
+                f"{_ms(check['measured_s'])} ms: {verdict}",
             )
         )
+    summary += _load_and_waits(agg)
     sweep = document.get("sweep")
     if sweep:
         rate = sweep["saturation_rate"]
         summary.append(("saturation rate", "-" if rate is None else f"{rate:.3g} requests/s"))
-    ci = agg["ttft"].get("ci95") or {}
+    ci = agg["ttft_s"].get("ci95") or {}
     if ci:
         summary.append(
             (
@@ -384,7 +415,7 @@ def _sessions_and_server(document: dict[str, Any]) -> list[str]:
             (
                 f"turn {t['turn']}",
                 f"{t['ok']}/{t['requests']} ok, input {_num(t['input_tokens_mean'] or 0)} "
-                f"tokens, TTFT p50 {_ms(t['ttft_p50'])} ms, E2E p50 {_ms(t['e2e_p50'])} ms",
+                f"tokens, TTFT p50 {_ms(t['ttft_p50_s'])} ms, E2E p50 {_ms(t['e2e_p50_s'])} ms",
             )
             for t in sessions["per_turn"]
         ]
@@ -392,7 +423,7 @@ def _sessions_and_server(document: dict[str, Any]) -> list[str]:
             (
                 "sessions",
                 f"{sessions['complete']}/{sessions['count']} complete, duration p50 "
-                f"{_ms(sessions['duration']['p50'])} ms",
+                f"{_ms(sessions['duration_s']['p50'])} ms",
             )
         )
         parts.append("<h2>Multi-turn sessions</h2>" + _kv_table(rows))

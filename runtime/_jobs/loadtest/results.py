@@ -1,8 +1,8 @@
 """The results file: one JSON document with the config, the versions, the aggregates, every
 request's record and the sweep, when there was one. Pure apart from :func:`write_results`.
 
-Durations are seconds. The shape is versioned by ``format`` so :mod:`.compare` can refuse a
-file it does not understand.
+Durations are seconds, and every key holding one ends in ``_s``. The shape is versioned by
+``format`` (:data:`FORMAT`) so :mod:`.compare` can refuse a file it does not understand.
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ __all__ = [
     "write_results",
 ]
 
-FORMAT = "sluice-loadtest/1"
+FORMAT = "sluice-loadtest/2"
+"""Version 2 (issue 35) names the unit of every duration in its key (``ttft_s``,
+``aggregates.ttft_s.p99``, ``timeline[].t_s``, the CSV headers); version 1 had the same
+numbers, in seconds, under bare names (``ttft``). :mod:`.compare` reads only version 2."""
 
 
 def versions() -> dict[str, str]:
@@ -108,11 +111,11 @@ def point_summary(run: RunResult) -> dict[str, Any]:
         "error_rate": agg["requests"]["error_rate"],
         "requests_per_s": agg["throughput"]["requests_per_s"],
         "output_tokens_per_s": agg["throughput"]["output_tokens_per_s"],
-        "ttft_p50": agg["ttft"]["p50"],
-        "ttft_p99": agg["ttft"]["p99"],
-        "itl_p50": agg["itl"]["p50"],
-        "e2e_p50": agg["e2e"]["p50"],
-        "e2e_p99": agg["e2e"]["p99"],
+        "ttft_p50_s": agg["ttft_s"]["p50"],
+        "ttft_p99_s": agg["ttft_s"]["p99"],
+        "itl_p50_s": agg["itl_s"]["p50"],
+        "e2e_p50_s": agg["e2e_s"]["p50"],
+        "e2e_p99_s": agg["e2e_s"]["p99"],
         "valid": agg["valid"],
     }
 
@@ -159,16 +162,18 @@ _REQUEST_COLUMNS = (
     "ok",
     "status",
     "error_type",
-    "scheduled",
-    "sent",
-    "lag",
-    "queue_wait",
-    "ttft",
-    "ttst",
-    "e2e",
-    "tpot",
-    "itl_mean",
-    "icl_mean",
+    "scheduled_s",
+    "sent_s",
+    "lag_s",
+    "queue_wait_s",
+    "admitted_s",
+    "retry_wait_s",
+    "ttft_s",
+    "ttst_s",
+    "e2e_s",
+    "tpot_s",
+    "itl_mean_s",
+    "icl_mean_s",
     "chunks",
     "requested_input_tokens",
     "input_tokens",
@@ -178,9 +183,9 @@ _REQUEST_COLUMNS = (
     "client_output_tokens",
     "attempts",
     "request_id",
-    "http_connect",
-    "http_headers",
-    "http_receive",
+    "http_connect_s",
+    "http_headers_s",
+    "http_receive_s",
     "http_reused",
 )
 
@@ -196,8 +201,9 @@ def _csv(rows: list[list[Any]]) -> str:
 
 
 def requests_csv(document: dict[str, Any]) -> Iterator[bytes]:
-    """Every request (warm-ups first, marked) as CSV, one row each; seconds. In pieces: the
-    header, then one row per record as it is read."""
+    """Every request (warm-ups first, marked) as CSV, one row each; durations in seconds,
+    as their ``_s`` headers say. In pieces: the header, then one row per record as it is
+    read."""
     import csv
     import io
 
@@ -212,18 +218,21 @@ def requests_csv(document: dict[str, Any]) -> Iterator[bytes]:
 
     yield row(list(_REQUEST_COLUMNS))
     for record in itertools.chain(document.get("warmup_requests", ()), document["requests"]):
-        itls, icls = record.get("itls") or [], record.get("icls") or []
+        itls, icls = record.get("itls_s") or [], record.get("icls_s") or []
         derived = {
-            "itl_mean": sum(itls) / len(itls) if itls else None,
-            "icl_mean": sum(icls) / len(icls) if icls else None,
+            "itl_mean_s": sum(itls) / len(itls) if itls else None,
+            "icl_mean_s": sum(icls) / len(icls) if icls else None,
         }
         yield row([derived[c] if c in derived else record.get(c) for c in _REQUEST_COLUMNS])
 
 
 def aggregates_csv(document: dict[str, Any]) -> str:
-    """The latency summaries as CSV: one row per metric (count, mean, percentiles, and the
-    bootstrap confidence bounds when there are), then the throughput figures, then how many
-    requests reused a connection."""
+    """The aggregates as CSV: one row per latency metric (count, mean, percentiles, and the
+    bootstrap confidence bounds when there are), then ``name,value`` sections: the run's
+    validity, the request counts and error rate, goodput, the load as scheduled, sent and
+    completed, sluice's own retries and queueing, the throughput figures, and how many
+    requests reused a connection. A section the results do not hold (an older file) is left
+    out."""
     agg = document["aggregates"]
     metrics = [k for k, v in agg.items() if isinstance(v, dict) and "p50" in v]
     flat: dict[str, dict[str, Any]] = {}
@@ -237,14 +246,25 @@ def aggregates_csv(document: dict[str, Any]) -> str:
         columns += [c for c in row if c not in columns]
     rows: list[list[Any]] = [["metric", *columns]]
     rows += [[key, *(flat[key].get(c) for c in columns)] for key in metrics]
-    rows.append([])
-    rows.append(["throughput", "value"])
-    rows += [[k, v] for k, v in agg["throughput"].items()]
-    reuse = agg.get("http_reuse")
-    if reuse is not None:  # results from before the transport measured HTTP phases have none
+    goodput = agg.get("goodput") or {}
+    sections: list[tuple[str, dict[str, Any] | None]] = [
+        (
+            "validity",
+            {"valid": document.get("valid"), "invalid_reason": document.get("invalid_reason")},
+        ),
+        ("requests", agg.get("requests")),
+        ("goodput", {k: v for k, v in goodput.items() if k != "slos"} if goodput else None),
+        ("load", agg.get("load")),
+        ("sluice_waits", agg.get("sluice_waits")),
+        ("throughput", agg.get("throughput")),
+        ("http_reuse", agg.get("http_reuse")),
+    ]
+    for name, values in sections:
+        if values is None:
+            continue
         rows.append([])
-        rows.append(["http_reuse", "value"])
-        rows += [[k, v] for k, v in reuse.items()]
+        rows.append([name, "value"])
+        rows += [[k, v] for k, v in values.items() if not isinstance(v, dict | list)]
     return _csv(rows)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from ..._errors import CallError, ConfigError, SluiceError
 from ..._events import (
     Admitted,
     ReasoningDelta,
+    Retrying,
     StreamReset,
     TextDelta,
     ToolCallDelta,
@@ -38,6 +38,7 @@ from .arrivals import ClosedLoop, OpenLoop
 from .endpoints import DirectTarget, call_endpoint
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
+from .saturation import load_figures
 from .spec import LoadTest
 from .stats import percentile
 
@@ -152,6 +153,7 @@ class _Run:
         self.in_flight = 0
         self.work_rng = random.Random(f"{test.seed}:workload")
         self.deadlines = Deadlines(total=test.timeout)
+        self.headers = dict(test.headers)
         self.fatal: ConfigError | None = None
         self.broken: OSError | None = None
         """Why the records could not be kept (the disk is full): the run stops."""
@@ -274,11 +276,14 @@ class _Run:
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
         tracker = self._start(index, scheduled)
+        test = self.test
         request = ChatRequest(
-            model=self.test.model,
+            model=test.model,
             messages=item.messages,
             max_tokens=item.max_tokens,
             deadlines=self.deadlines,
+            extra_body=test.request_body(item.max_tokens),
+            extra_headers=self.headers,
         )
         described: dict[str, Any] = {
             "requested_output_tokens": item.max_tokens,
@@ -291,7 +296,7 @@ class _Run:
         usage_seen = False
         try:
             async with self.rt.stream_with_phases(request, phases) as call:
-                usage_seen = await _follow(call, tracker, lambda: trio.current_time() - t0)
+                usage_seen = await _follow(call, tracker, t0)
                 end = trio.current_time() - t0
                 result, error = call.result, call.error
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
@@ -467,22 +472,34 @@ def _real_clock() -> bool:
     return not isinstance(trio.lowlevel.current_clock(), MockClock)
 
 
-async def _follow(call: CallStream, tracker: Tracker, clock: Callable[[], float]) -> bool:
-    """Read ``call``'s events into ``tracker`` (``clock``: seconds since the run began);
-    True when the provider reported usage."""
+async def _follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
+    """Read ``call``'s events into ``tracker`` (times relative to ``origin``, the run's
+    start on trio's clock); True when the provider reported usage.
+
+    The clock is read once per batch: a batch is what one network read decoded (or several,
+    when the reader fell behind), so its deltas share one arrival time and the tracker
+    merges them into one chunk whose tokens split the gap since the previous read. Reading
+    the clock per event would give the first of them the whole gap and the rest gaps of a
+    few microseconds: the time this loop took, not anything the server did."""
     usage_seen = False
-    async for event in call:
-        match event:
-            case TextDelta(text=text) | ReasoningDelta(text=text):
-                tracker.chunk(clock(), text)
-            case ToolCallDelta(arguments=text):
-                tracker.chunk(clock(), text)
-            case Admitted(waited=waited):
-                tracker.queue_wait = waited
-            case UsageReported():
-                usage_seen = True
-            case StreamReset():
-                tracker.reset()
+    now = trio.current_time
+    while (batch := await call.next_events()) is not None:
+        at = now() - origin
+        for event in batch:
+            match event:
+                case TextDelta(text=text) | ReasoningDelta(text=text):
+                    tracker.chunk(at, text)
+                case ToolCallDelta(arguments=text):
+                    tracker.chunk(at, text)
+                case Admitted(waited=waited, at=admitted):
+                    tracker.queue_wait += waited
+                    tracker.admitted = admitted - origin
+                case Retrying(delay=delay):
+                    tracker.retry_wait += delay
+                case UsageReported():
+                    usage_seen = True
+                case StreamReset():
+                    tracker.reset()
     return usage_seen
 
 
@@ -536,6 +553,7 @@ def _error_fields(error: SluiceError | None) -> dict[str, Any]:
             "error_type": error.error_type or error.kind,
             "error": error.message,
             "attempts": max(error.attempt, 1),
+            "request_id": error.request_id,
         }
     return {"error_type": type(error).__name__, "error": str(error)}
 
@@ -608,18 +626,19 @@ async def _run_load(
         max_lag=test.max_lag,
         max_error_rate=test.max_error_rate,
         span=records.span,
+        fixed_output=test.fixed_output,
     )
-    aggregates["offered_rate"] = _offered(test, records)
+    load = load_figures(test, records)
+    aggregates["load"] = load
+    if load["saturated"]:
+        _invalid(aggregates, load["saturation_reason"])
     stopped = None if interrupt is None else interrupt.state
     if interrupt is not None and stopped is not None:
         why = (
             f"interrupted ({interrupt.cause}, {stopped}): partial results of the requests sent"
             " so far"
         )
-        aggregates["valid"] = False
-        aggregates["invalid_reason"] = "; ".join(
-            r for r in (why, aggregates["invalid_reason"]) if r
-        )
+        _invalid(aggregates, why, first=True)
     return RunResult(test, records, aggregates, started_at, warm, stopped)
 
 
@@ -643,11 +662,9 @@ async def _drive(
         nursery.cancel_scope.cancel()
 
 
-def _offered(test: LoadTest, records: RecordFile) -> float | None:
-    """Requests per second the schedule asked for (None for a closed loop)."""
-    if not isinstance(test.shape, OpenLoop) or not records:
-        return None
-    if test.shape.rate is not None:
-        return test.shape.rate
-    span = records[-1].scheduled - records[0].scheduled
-    return (len(records) - 1) / span if span > 0 and math.isfinite(span) else None
+def _invalid(aggregates: dict[str, Any], reason: str, *, first: bool = False) -> None:
+    """Mark the run invalid for ``reason`` (before the others with ``first``)."""
+    known = aggregates["invalid_reason"]
+    reasons = (reason, known) if first else (known, reason)
+    aggregates["valid"] = False
+    aggregates["invalid_reason"] = "; ".join(r for r in reasons if r)

@@ -5,6 +5,7 @@ the load shape, the bound, the workload, what counts as good). Pure data, checke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -65,6 +66,20 @@ class LoadTest:
     warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     """Warm up for this many seconds instead (requests one after another, at least one when
     above 0); with both, the warm-up ends when either is reached."""
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict)
+    """Merged into every chat request's body as-is (``ChatRequest.extra_body``)."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """HTTP headers added to every chat request (``ChatRequest.extra_headers``)."""
+    fixed_output: bool = False
+    """Ask for replies exactly ``max_tokens`` long: each request also carries ``ignore_eos``
+    and ``min_tokens`` (for servers that honour them, such as vLLM), and a reply that comes
+    back shorter makes the run invalid."""
+
+    def request_body(self, max_tokens: int | None) -> dict[str, Any]:
+        """What a request asking for ``max_tokens`` adds to its body."""
+        if not self.fixed_output:
+            return dict(self.extra_body)
+        return {**self.extra_body, "ignore_eos": True, "min_tokens": max_tokens}
 
     def __attrs_post_init__(self) -> None:
         if self.duration is None and self.requests is None:
@@ -87,8 +102,11 @@ class LoadTest:
             "max_lag_s": self.max_lag,
             "timeout_s": self.timeout,
             "warmup": self.warmup,
-            "warmup_seconds": self.warmup_seconds,
+            "warmup_s": self.warmup_seconds,
             "endpoint": self.endpoint,
             "embedding_batch": self.embedding_batch if self.endpoint == "embeddings" else None,
             "max_error_rate": self.max_error_rate,
+            "extra_body": dict(self.extra_body),
+            "header_names": [name for name, _ in self.headers],
+            "fixed_output": self.fixed_output,
         }

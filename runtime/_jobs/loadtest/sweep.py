@@ -1,7 +1,7 @@
 """A sweep over request rates that finds where the endpoint saturates.
 
 Each point is a full open-loop run at one offered rate. A point is *saturated* when the
-endpoint stops keeping up with it, judged from the run itself (:func:`judge`, pure):
+endpoint stops keeping up with it, judged from the run itself (:func:`~.saturation.judge`, pure):
 
 * completions per second fall below ``min_ratio`` (95 %) of the requests the schedule
   actually sent per second of its window (the realized rate, so a Poisson draw that happened
@@ -21,81 +21,31 @@ rate reported is the highest rate that did not saturate.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .arrivals import OpenLoop
 from .run import LoadTest, RunResult, run_load
-from .stats import percentile
+from .saturation import Verdict, judge
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from pathlib import Path
 
     from ..._runtime import Runtime
     from .endpoints import DirectTarget
-    from .metrics import RequestRecord
     from .run import Interrupt, Progress
 
-__all__ = ["SweepPlan", "SweepPoint", "SweepResult", "judge", "parse_sweep", "run_sweep"]
-
-
-_MIN_SAMPLES = 5
-"""Requests a third of the window needs before its latency is compared."""
-
-
-@attrs.frozen
-class Verdict:
-    achieved: float
-    """Completed requests per second over the run."""
-    realized: float
-    """Requests the schedule sent per second of its window."""
-    growth: float | None
-    error_rate: float
-    saturated: bool
-    reason: str | None
-
-
-def judge(
-    records: Sequence[RequestRecord],
-    window: float,
-    *,
-    min_ratio: float = 0.95,
-    max_growth: float = 1.5,
-    max_error_rate: float = 0.05,
-) -> Verdict:
-    """Whether the run of ``records``, sent over ``window`` seconds, saturated the endpoint."""
-    if not records:
-        return Verdict(0.0, 0.0, None, 0.0, True, "no request was sent")
-    third = window / 3
-    thirds: tuple[list[float], list[float], list[float]] = ([], [], [])
-    ok = 0
-    first, last = math.inf, -math.inf
-    for r in records:  # one pass, keeping one number per request: records may be on disk
-        first, last = min(first, r.sent), max(last, r.end)
-        if r.ok:
-            ok += 1
-            part = 0 if r.scheduled < third else 1 if r.scheduled < 2 * third else 2
-            thirds[part].append(r.e2e)
-    early, middle, late = (sorted(values) for values in thirds)
-    typical = percentile(early, 50) if early else 0.0
-    growth = None
-    if len(middle) >= _MIN_SAMPLES and len(late) >= _MIN_SAMPLES:
-        growth = percentile(late, 50) / percentile(middle, 50)
-    span = last - first - typical
-    achieved = ok / max(span, window / 2)
-    realized = len(records) / window
-    error_rate = 1 - ok / len(records)
-    reason = None
-    if error_rate > max_error_rate:
-        reason = f"{error_rate:.0%} of the requests failed"
-    elif achieved < min_ratio * realized:
-        reason = f"completed {achieved:.3g}/s of {realized:.3g}/s sent"
-    elif growth is not None and growth > max_growth:
-        reason = f"median latency grew {growth:.2f}x during the run"
-    return Verdict(achieved, realized, growth, error_rate, reason is not None, reason)
+__all__ = [
+    "SweepPlan",
+    "SweepPoint",
+    "SweepResult",
+    "Verdict",
+    "judge",
+    "parse_sweep",
+    "run_sweep",
+]
 
 
 @attrs.frozen
@@ -155,13 +105,13 @@ class SweepPoint:
             "error_rate": self.verdict.error_rate,
             "saturated": self.verdict.saturated,
             "reason": self.verdict.reason,
-            "ttft_p50": agg["ttft"]["p50"],
-            "ttft_p99": agg["ttft"]["p99"],
-            "itl_p50": agg["itl"]["p50"],
-            "e2e_p50": agg["e2e"]["p50"],
-            "e2e_p99": agg["e2e"]["p99"],
+            "ttft_p50_s": agg["ttft_s"]["p50"],
+            "ttft_p99_s": agg["ttft_s"]["p99"],
+            "itl_p50_s": agg["itl_s"]["p50"],
+            "e2e_p50_s": agg["e2e_s"]["p50"],
+            "e2e_p99_s": agg["e2e_s"]["p99"],
             "output_tokens_per_s": agg["throughput"]["output_tokens_per_s"],
-            "client_lag_p99": agg["client_lag"]["p99"],
+            "client_lag_p99_s": agg["client_lag_s"]["p99"],
             "valid": agg["valid"],
         }
 

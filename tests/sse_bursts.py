@@ -1,0 +1,162 @@
+"""A chat-completions server of the suite's own for the load tester's tests: it streams its
+reply in bursts, several SSE events in one write (as vLLM and proxies do when they batch),
+and keeps every request it read, so a test can check what the load tester sent.
+
+:class:`BurstServer` serves one connection at a time from either side of the clock: over
+trio memory streams (``open_stream``, for sluice's transport under ``autojump_clock``) or on
+a loopback TCP port (:meth:`BurstServer.serve_tcp`, real clock). Each reply is ``writes``
+writes of ``per_write`` one-word content events, ``spacing`` seconds apart, the first
+``first_after`` seconds after the request; then a usage event and ``[DONE]``. ``reply_words``
+cuts the reply short (a server that stops early, or ignores ``ignore_eos``); ``status`` other
+than 200 answers an error with an ``x-request-id`` header instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+import trio
+import trio.testing
+
+PIECE = 65536
+
+
+@attrs.define
+class Received:
+    """One request as the server read it."""
+
+    head: bytes
+    body: dict[str, Any]
+
+    def header(self, name: str) -> str | None:
+        for line in self.head.split(b"\r\n")[1:]:
+            key, _, value = line.partition(b":")
+            if key.strip().lower() == name.lower().encode():
+                return value.strip().decode()
+        return None
+
+
+@attrs.define
+class BurstServer:
+    writes: int = 4
+    per_write: int = 4
+    spacing: float = 0.125
+    first_after: float = 0.05
+    reply_words: int | None = None
+    """Words of the reply when it stops early (None: ``writes * per_write``)."""
+    status: int = 200
+    received: list[Received] = attrs.Factory(list)
+    nursery: trio.Nursery | None = None
+
+    @property
+    def words(self) -> int:
+        full = self.writes * self.per_write
+        return full if self.reply_words is None else min(full, self.reply_words)
+
+    async def open_stream(self, host: str, port: int) -> trio.abc.Stream:
+        """For ``FastTransport(open_stream=...)``: a memory stream served by :meth:`serve`."""
+        assert self.nursery is not None
+        client, server = trio.testing.memory_stream_pair()
+        self.nursery.start_soon(self.serve, server)
+        return client
+
+    async def serve_tcp(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve on a free loopback port; ``nursery.start`` returns the port."""
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(self.serve, listeners)
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        try:
+            while await self._one(stream):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _one(self, stream: trio.abc.Stream) -> bool:
+        """Answer one request; False when the client closed instead of sending one."""
+        request = await _read_request(stream)
+        if request is None:
+            return False
+        self.received.append(request)
+        number = len(self.received)
+        if self.status != 200:
+            body = orjson.dumps({"error": {"message": "scripted failure", "type": "server_error"}})
+            await stream.send_all(
+                f"HTTP/1.1 {self.status} Oops\r\ncontent-type: application/json\r\n"
+                f"x-request-id: req-{number}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            return True
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + f"x-request-id: req-{number}\r\n".encode()
+            + b"transfer-encoding: chunked\r\n\r\n"
+        )
+        words = self.words
+        sent = 0
+        start = trio.current_time() + self.first_after
+        for write in range(self.writes):
+            await trio.sleep_until(start + write * self.spacing)
+            count = min(self.per_write, words - sent)
+            if count <= 0:
+                break
+            await stream.send_all(
+                _chunked(b"".join(_delta(f" w{sent + i}") for i in range(count)))
+            )
+            sent += count
+        tail = _event(
+            {
+                "id": "chatcmpl-burst",
+                "object": "chat.completion.chunk",
+                "model": "m",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": sent, "total_tokens": 3 + sent},
+            }
+        )
+        await stream.send_all(_chunked(tail + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return True
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+def _delta(text: str) -> bytes:
+    return _event(
+        {
+            "id": "chatcmpl-burst",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        }
+    )
+
+
+def _chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def _read_request(stream: trio.abc.Stream) -> Received | None:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = await stream.receive_some(PIECE)
+        if not data:
+            return None
+        buf += data
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        data = await stream.receive_some(PIECE)
+        if not data:
+            return None
+        body += data
+    return Received(head, orjson.loads(body) if body else {})
