@@ -58,6 +58,7 @@ async def test_gemini_embeds_through_batch_embed_contents(autojump_clock):
                 extra_body={"taskType": "RETRIEVAL_DOCUMENT"},
             )
         )
+        totals = await rt.ledger_totals()
     [(url, headers, body)] = server.requests
     assert url == (
         "https://generativelanguage.googleapis.com/v1beta/models/embedding-001:batchEmbedContents"
@@ -76,9 +77,12 @@ async def test_gemini_embeds_through_batch_embed_contents(autojump_clock):
     assert [len(v) for v in result.vectors] == [768, 768, 768]
     assert result.vectors[0][0] == 0.049097817 and result.vectors[1][-1] == -0.054475877
     assert result.vectors[0] == result.vectors[2]
-    # Gemini reports no token count (the codec's usage is None, test_embed_codecs.py); what the
-    # runtime books for such a reply is the runtime's own rule.
+    # Gemini reports no token count (the codec's usage is None, test_embed_codecs.py): the call
+    # is booked at its admission estimate, never at zero, and the result says the same.
     assert result.usage.output_tokens == 0
+    assert result.usage.input_tokens > 0
+    [booked] = totals.values()
+    assert booked.input_tokens == result.usage.input_tokens
 
 
 @virtual_deadline(30)
