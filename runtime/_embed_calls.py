@@ -138,7 +138,9 @@ def embed_result(
         provider=route.provider.name,
         model=route.model,
         vectors=output.vectors,
-        usage=output.usage if output.usage is not None else Usage(),
+        # A provider that counts nothing (Gemini) is booked at the admission estimate, as the
+        # ProviderActor tells the ledger; the result says the same, not zero.
+        usage=output.usage if output.usage is not None else Usage(route.cost.input_tokens),
         attempts=attempts,
         timings=Timings(
             queued=admitted_at - call.submitted_at,

@@ -17,7 +17,7 @@ from sluice._jobs.batch_lines import (
     render_error_line,
     render_result_line,
 )
-from sluice._messages import ChatResult, Message, Usage
+from sluice._messages import ChatRequest, ChatResult, Message, Usage
 
 
 def split_all(data: bytes, cuts: list[int]) -> list[tuple[int, bytes]]:
@@ -68,6 +68,7 @@ def test_a_valid_line_becomes_a_streaming_request():
     item = parse_input_line(line(), 3)
     assert isinstance(item, InputLine)
     assert (item.lineno, item.custom_id, item.request.model) == (3, "r1", "sim:sim-small")
+    assert item.endpoint == "chat" and isinstance(item.request, ChatRequest)
     assert item.request.stream is True
 
 
@@ -109,10 +110,10 @@ def test_model_override_applies_to_bare_model_names():
         ),
         (line(method="GET"), "r1", "invalid_method", "line 7: method must be POST"),
         (
-            line(url="/v1/embeddings"),
+            line(url="/v1/images/generations"),
             "r1",
             "invalid_url",
-            "line 7: url must be /v1/chat/completions",
+            "line 7: url must be /v1/chat/completions, /v1/responses or /v1/embeddings",
         ),
         (
             orjson.dumps({"custom_id": "r1"}),

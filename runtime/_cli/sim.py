@@ -75,6 +75,9 @@ class SimFlags:
     exact)."""
     itl_jitter: float = 0.0
     """standard deviation of the time per token (gamma draws around 1/--tps; needs --tps)."""
+    embed_tps: float = 0.0
+    """input tokens per second of an embeddings request, on top of --ttft (0: no time per
+    token)."""
     tokens_per_chunk: int = 1
     """tokens carried by each streamed chunk."""
     capacity: int | None = None
@@ -167,6 +170,7 @@ class SimFlags:
             tokens_per_second=self.tps,
             ttft_jitter=self.ttft_jitter,
             itl_jitter=self.itl_jitter,
+            embedding_tokens_per_second=self.embed_tps,
             tokens_per_chunk=self.tokens_per_chunk,
             capacity=self.capacity,
             output_tokens=self.output_tokens,

@@ -14,20 +14,29 @@ Output line, success::
 Output line, failure: ``error`` is ``{"code", "message"}`` and its message starts with
 ``line N:``. When the provider answered with an HTTP status, ``response`` holds that status and an
 OpenAI-style error body; otherwise (bad input line, no reply) ``response`` is null.
+
+A line's ``url`` names its endpoint, as in OpenAI's Batch API: ``/v1/chat/completions`` (the
+default), ``/v1/responses`` (read by :mod:`sluice._responses_format` into the same chat call,
+answered with a ``response`` object) or ``/v1/embeddings`` (:mod:`sluice._embeddings_format`:
+an embedding call, answered with the embeddings ``list``). One file may mix them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
 
+from .._embeddings import EmbedRequest, EmbedResult
+from .._embeddings_format import embed_request, render_embeddings
 from .._errors import CallError, ConfigError
 from .._messages import ChatRequest
 from .._openai_format import parse_chat_body, render_chat_completion
+from .._responses_format import parse_responses_body, render_response
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
@@ -41,6 +50,7 @@ __all__ = [
     "RetryErrors",
     "BOM",
     "BadLine",
+    "Endpoint",
     "InputLine",
     "LineSplitter",
     "Shard",
@@ -53,11 +63,48 @@ __all__ = [
     "render_bad_line",
     "render_error_line",
     "render_result_line",
+    "url_of",
 ]
 
 BOM = b"\xef\xbb\xbf"
 """The UTF-8 byte order mark."""
-_CHAT_URLS = frozenset({"/v1/chat/completions", "/chat/completions"})
+Endpoint = Literal["chat", "responses", "embeddings"]
+"""What a line asks for, by its ``url``."""
+_ENDPOINTS: dict[str, Endpoint] = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/embeddings": "embeddings",
+}
+_URLS: dict[Endpoint, str] = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
+# The settings of a /v1/responses body that its response object repeats (see
+# sluice._responses_format.render_response): kept with the line until its result is written.
+_ECHOED = (
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "reasoning",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "truncation",
+    "user",
+)
+
+
+def url_of(endpoint: Endpoint) -> str:
+    """The Batch API ``url`` of ``endpoint`` (``/v1/embeddings``, ...)."""
+    return _URLS[endpoint]
 
 
 @attrs.frozen
@@ -67,7 +114,32 @@ class InputLine:
     lineno: int
     """1-based line number in the input file."""
     custom_id: str
-    request: ChatRequest
+    request: ChatRequest | EmbedRequest
+    """An :class:`EmbedRequest` for an ``embeddings`` line, else a :class:`ChatRequest`."""
+    endpoint: Endpoint = "chat"
+    echo: Mapping[str, Any] | None = None
+    """A ``responses`` line: the settings of its body that its response object repeats."""
+
+    @property
+    def extra(self) -> dict[str, Any] | None:
+        """What the line's result needs besides its reply, kept with it while it waits in a
+        provider batch: a response's repeated settings, an embeddings line's encoding."""
+        if self.endpoint == "responses":
+            return dict(self.echo) if self.echo else None
+        encoding = getattr(self.request, "encoding_format", None)
+        return {"encoding_format": encoding} if encoding is not None else None
+
+    def render(self, result: ChatResult | EmbedResult, *, line_id: str, created: int) -> bytes:
+        """The output line of this line's finished call (:func:`render_result_line`)."""
+        return render_result_line(
+            self.custom_id,
+            result,
+            line_id=line_id,
+            created=created,
+            endpoint=self.endpoint,
+            echo=self.echo,
+            encoding_format=getattr(self.request, "encoding_format", None),
+        )
 
 
 @attrs.frozen
@@ -146,7 +218,8 @@ def parse_input_line(
     Returns:
         None for a blank line (not a request), else an :class:`InputLine`, or a
         :class:`BadLine` whose message names the line and the problem. ``method`` and ``url``
-        may be left out; when present they must be ``POST`` and ``/v1/chat/completions``.
+        may be left out (a chat line); when present they must be ``POST`` and one of
+        ``/v1/chat/completions``, ``/v1/responses`` and ``/v1/embeddings``.
     """
     if not raw.strip():
         return None
@@ -167,12 +240,14 @@ def parse_input_line(
             lineno, custom_id, "invalid_method", f"{where}: method must be POST, got {method!r}"
         )
     url = data.get("url", "/v1/chat/completions")
-    if url not in _CHAT_URLS:
+    endpoint = _ENDPOINTS.get(url) if isinstance(url, str) else None
+    if endpoint is None:
         return BadLine(
             lineno,
             custom_id,
             "invalid_url",
-            f"{where}: url must be /v1/chat/completions, got {url!r}",
+            f"{where}: url must be /v1/chat/completions, /v1/responses or /v1/embeddings,"
+            f" got {url!r}",
         )
     if "body" not in data:
         return BadLine(lineno, custom_id, "missing_required_parameter", f"{where}: body missing")
@@ -181,28 +256,60 @@ def parse_input_line(
         named = body.get("model") if isinstance(body, dict) else None
         if isinstance(named, str) and named in groups:
             model = named
+    body = data["body"]
+    echo = None
+    request: ChatRequest | EmbedRequest
     try:
-        request = parse_chat_body(data["body"], model=model, stream=stream)
+        if endpoint == "chat":
+            request = parse_chat_body(body, model=model, stream=stream)
+        elif endpoint == "responses":
+            request = parse_responses_body(body, model=model, stream=stream)
+            echo = {key: body[key] for key in _ECHOED if key in body}
+        else:
+            request = embed_request(body, model=model)
     except ConfigError as exc:
         return BadLine(lineno, custom_id, "invalid_request", f"{where}: {exc}")
-    return InputLine(lineno, custom_id, request)
+    return InputLine(lineno, custom_id, request, endpoint, echo)
 
 
 def _dump(line: dict[str, Any]) -> bytes:
     return orjson.dumps(line) + b"\n"
 
 
-def render_result_line(custom_id: str, result: ChatResult, *, line_id: str, created: int) -> bytes:
-    """The output line for a finished call, newline included."""
+def render_result_line(
+    custom_id: str,
+    result: ChatResult | EmbedResult,
+    *,
+    line_id: str,
+    created: int,
+    endpoint: Endpoint = "chat",
+    echo: Mapping[str, Any] | None = None,
+    encoding_format: str | None = None,
+) -> bytes:
+    """The output line for a finished call, newline included; its body in ``endpoint``'s
+    shape: a ``chat.completion``, a ``response`` (repeating ``echo``, the settings its line's
+    body gave) or an embeddings ``list`` (vectors as ``encoding_format`` asks)."""
+    body: dict[str, Any] | orjson.Fragment
+    if isinstance(result, EmbedResult):
+        packed = "base64" if encoding_format == "base64" else "float"
+        body = orjson.Fragment(
+            render_embeddings(result, model=result.model, encoding_format=packed)
+        )
+    elif endpoint == "responses":
+        body = render_response(
+            result,
+            response_id=f"resp_{result.call_id}",
+            model=result.model,
+            created_at=created,
+            body=echo,
+        )
+    else:
+        body = render_chat_completion(result, created=created)
     return _dump(
         {
             "id": line_id,
             "custom_id": custom_id,
-            "response": {
-                "status_code": 200,
-                "request_id": result.request_id,
-                "body": render_chat_completion(result, created=created),
-            },
+            "response": {"status_code": 200, "request_id": result.request_id, "body": body},
             "error": None,
         }
     )

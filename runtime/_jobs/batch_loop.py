@@ -1,7 +1,11 @@
 """The run proper of a batch, on an open runtime and an open output: a reader task that starts
 a call per valid line (and writes bad lines at once), a task per call that writes its line, a
 watcher that turns a :class:`BatchInterrupt` into a drain or a cancel, and the progress
-reports. :func:`run_lines` leaves the final summary in :attr:`BatchRun.final`."""
+reports. :func:`run_lines` leaves the final summary in :attr:`BatchRun.final`.
+
+Chat and ``/v1/responses`` lines are chat calls (``rt.stream``, whose events say when the call
+is admitted); ``/v1/embeddings`` lines are embedding calls (``rt.embed``), which report no
+admission: a drain withdraws them wherever they are, and a resume does them again."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import attrs
 import trio
 
+from .._embeddings import EmbedRequest
 from .._errors import SluiceError
 from .._events import Admitted, FallingBack, FirstToken, Queued, Retrying
 from .batch_files import READ_SIZE, open_input
@@ -23,7 +28,6 @@ from .batch_lines import (
     parse_input_line,
     render_bad_line,
     render_error_line,
-    render_result_line,
 )
 from .batch_report import BatchProgress, quota_limits
 from .batch_run import BatchRun, Flight
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Collection
 
+    from .._embeddings import EmbedResult
     from .._messages import ChatRequest, ChatResult
     from .._runtime import Runtime
     from .batch_options import BatchOptions
@@ -139,29 +144,30 @@ async def _call_line(
     run: BatchRun,
     seq: int,
     line: InputLine,
-    request: ChatRequest,
+    request: ChatRequest | EmbedRequest,
     slots: trio.Semaphore,
 ) -> None:
     """Run one line's call and write its line; a withdrawn call writes nothing."""
     flight = Flight()
     run.flights.add(flight)
     started = trio.current_time()
-    result: ChatResult | None = None
+    result: ChatResult | EmbedResult | None = None
     error: SluiceError | None = None
     try:
         with flight.scope:
             if run.withdrawing:
                 flight.scope.cancel()
-            result, error = await _call(rt, request, flight, run)
+            if isinstance(request, EmbedRequest):
+                result, error = await _embed(rt, request)
+            else:
+                result, error = await _call(rt, request, flight, run)
         if result is None and error is None:  # withdrawn: the line stays for a resume
             run.count(lines=-1)
             await run.skip(seq)
             return
         run.latency.add(trio.current_time() - started)
         if result is not None:
-            data = render_result_line(
-                line.custom_id, result, line_id=_line_id(), created=int(time.time())
-            )
+            data = line.render(result, line_id=_line_id(), created=int(time.time()))
             usage = result.usage
             await run.emit(
                 seq,
@@ -206,6 +212,16 @@ async def _call(
     except SluiceError as exc:
         return None, exc
     return call.result, call.error
+
+
+async def _embed(
+    rt: Runtime, request: EmbedRequest
+) -> tuple[EmbedResult | None, SluiceError | None]:
+    """The embedding call's result or error (it reports no admission: see the module)."""
+    try:
+        return await rt.embed(request), None
+    except SluiceError as exc:
+        return None, exc
 
 
 async def _job_cost(rt: Runtime) -> int:

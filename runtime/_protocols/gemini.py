@@ -1,8 +1,9 @@
-"""The Gemini API protocol (``generateContent``, and ``streamGenerateContent`` with ``alt=sse``).
+"""The Gemini API protocol (``generateContent``, and ``streamGenerateContent`` with ``alt=sse``;
+embeddings through ``batchEmbedContents``).
 
 :class:`GeminiCodec` ties together request building (:mod:`.gemini_request`), reply decoding
-(:mod:`.gemini_decode`) and error mapping (:mod:`.http_errors`). It holds no state, so one
-instance serves every call.
+(:mod:`.gemini_decode`), embeddings (:mod:`.gemini_embed`) and error mapping
+(:mod:`.http_errors`). It holds no state, so one instance serves every call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .http_errors import error_for_status, excerpt, provider_wait
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._embeddings import EmbedOutput, EmbedRequest
     from .._errors import CallError
     from .._messages import ChatRequest
     from .base import AttemptOutput, HttpRequest
@@ -27,7 +29,8 @@ __all__ = ["GeminiCodec", "GeminiStreamDecoder"]
 
 
 class GeminiCodec:
-    """The :class:`~sluice._protocols.base.Codec` for ``POST /v1beta/models/{model}:...``."""
+    """The :class:`~sluice._protocols.base.Codec` for ``POST /v1beta/models/{model}:...``, and
+    its :class:`~sluice._protocols.base.EmbedCodec` for ``:batchEmbedContents``."""
 
     __slots__ = ()
 
@@ -51,6 +54,25 @@ class GeminiCodec:
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice._protocols.gemini_decode.decode_body`."""
         return decode_body(body)
+
+    def build_embed_request(
+        self,
+        request: EmbedRequest,
+        *,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpRequest:
+        """See :func:`sluice._protocols.gemini_embed.build_embed_request`."""
+        from .gemini_embed import build_embed_request
+
+        return build_embed_request(request, base_url=base_url, api_key=api_key, headers=headers)
+
+    def decode_embed_body(self, body: bytes, *, inputs: int) -> EmbedOutput:
+        """See :func:`sluice._protocols.gemini_embed.decode_embed_body`."""
+        from .gemini_embed import decode_embed_body
+
+        return decode_embed_body(body, inputs=inputs)
 
     def decode_error(
         self, status: int, headers: Mapping[str, str], body: bytes, *, wall_now: float

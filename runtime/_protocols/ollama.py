@@ -1,8 +1,9 @@
-"""Ollama's native chat protocol (``POST /api/chat``, NDJSON streams).
+"""Ollama's native chat protocol (``POST /api/chat``, NDJSON streams), and its embeddings
+(``POST /api/embed``).
 
 :class:`OllamaCodec` ties together request building (:mod:`.ollama_request`), reply decoding
-(:mod:`.ollama_decode`) and error mapping (:mod:`.http_errors`). It holds no state, so one
-instance serves every call.
+(:mod:`.ollama_decode`), embeddings (:mod:`.ollama_embed`) and error mapping
+(:mod:`.http_errors`). It holds no state, so one instance serves every call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .ollama_request import build_request
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .._embeddings import EmbedOutput, EmbedRequest
     from .._errors import CallError
     from .._messages import ChatRequest
     from .base import AttemptOutput, HttpRequest
@@ -27,7 +29,8 @@ __all__ = ["OllamaCodec", "OllamaStreamDecoder"]
 
 
 class OllamaCodec:
-    """The :class:`~sluice._protocols.base.Codec` for Ollama's ``POST /api/chat``."""
+    """The :class:`~sluice._protocols.base.Codec` for Ollama's ``POST /api/chat``, and its
+    :class:`~sluice._protocols.base.EmbedCodec` for ``POST /api/embed``."""
 
     __slots__ = ()
 
@@ -53,6 +56,25 @@ class OllamaCodec:
     def decode_body(self, body: bytes) -> AttemptOutput:
         """See :func:`sluice._protocols.ollama_decode.decode_body`."""
         return decode_body(body)
+
+    def build_embed_request(
+        self,
+        request: EmbedRequest,
+        *,
+        base_url: str,
+        api_key: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpRequest:
+        """See :func:`sluice._protocols.ollama_embed.build_embed_request`."""
+        from .ollama_embed import build_embed_request
+
+        return build_embed_request(request, base_url=base_url, api_key=api_key, headers=headers)
+
+    def decode_embed_body(self, body: bytes, *, inputs: int) -> EmbedOutput:
+        """See :func:`sluice._protocols.ollama_embed.decode_embed_body`."""
+        from .ollama_embed import decode_embed_body
+
+        return decode_embed_body(body, inputs=inputs)
 
     def decode_error(
         self, status: int, headers: Mapping[str, str], body: bytes, *, wall_now: float

@@ -8,15 +8,16 @@ quotas) live in their own modules; this one only sequences them and waits.
 Routes: ``POST /v1/chat/completions`` (OpenAI), ``POST /v1/messages`` (Anthropic),
 ``POST /v1/completions`` (OpenAI text completions), ``POST /v1/responses`` (OpenAI's
 Responses API), ``POST /v1/embeddings``,
-``POST /openai/deployments/{name}/chat/completions`` (Azure OpenAI's deployment API: OpenAI's
-route, the deployment's name as the model),
+``POST /openai/deployments/{name}/chat/completions`` and ``.../embeddings`` (Azure OpenAI's
+deployment API: OpenAI's routes, the deployment's name as the model),
 ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health`` (and ``/v1/health``), the batch
 APIs (OpenAI's ``/v1/files`` and ``/v1/batches``: :mod:`.openai_batches`; Anthropic's
 ``/v1/messages/batches``: :mod:`.message_batches`) and their counters (``GET /sim/stats``).
 Anything else is a 404 with an OpenAI-style error body. The generation routes share the
 latency model, the fault directives, the fault dice and the quotas; only the wire format
-differs (:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) as their whole
-latency and count against the quotas, but draw no faults.
+differs (:mod:`.routes`). Embeddings take ``ttft`` (drawn with its jitter) plus their input
+tokens at ``embedding_tokens_per_second`` as their latency and count against the quotas, but
+draw no faults.
 
 Seeded latency draws are keyed on the request, not on its place in the arrival order: each
 generation request draws from a generator seeded with ``latency_seed``, the digest of its
@@ -216,6 +217,8 @@ class SimulatorApp:
         elif method == "POST" and (deployment := azure_deployment(route)) is not None:
             body = with_model(body, deployment)
             response = await self._generate(OPENAI, headers, body, request_id)
+        elif method == "POST" and (deployment := azure_deployment(route, _AZURE_EMBED)):
+            response = await self._embed(with_model(body, deployment), request_id)
         elif route.startswith(_BATCH_ROUTES):
             response = await self._batch_api(method, path, headers, body, request_id)
         else:
@@ -437,19 +440,31 @@ class SimulatorApp:
         )
 
     async def _embed(self, body: bytes, request_id: bytes) -> SimResponse:
-        from ._embeddings import embeddings_body, parse_embeddings
+        """An embeddings reply (:mod:`.embeddings`): refused as OpenAI refuses, held to the
+        quotas as a chat request is (its tokens are the inputs'), due after a drawn ``ttft``
+        plus the inputs' tokens at ``embedding_tokens_per_second``."""
+        from ._embeddings import embeddings_body, parse_embeddings, refusal_body
 
         try:
             request = parse_embeddings(body)
         except RequestError as exc:
-            return self._error(OPENAI, 400, exc.message, request_id, exc.param)
-        if self._quota is not None:
+            return self._json(OPENAI, 400, refusal_body(exc), request_id)
+        if self._shared_quota is not None:
+            try:
+                refusal = await self._shared_quota.admit(request.tokens)
+            except StoreUnavailable as exc:
+                return self._error(OPENAI, 503, str(exc), request_id, None)
+            if refusal is not None:
+                return self._over_quota(OPENAI, *refusal, request_id)
+        elif self._quota is not None:
             refusal = self._quota.admit(trio.current_time(), request.tokens)
             if refusal is not None:
                 return self._over_quota(OPENAI, *refusal, request_id)
         config = self.config
         digest = derive_digest(request.inputs)
         delay = gamma_draw(self._request_rng(digest), config.ttft, config.ttft_jitter)
+        if config.embedding_tokens_per_second:
+            delay += request.tokens / config.embedding_tokens_per_second
         if delay:
             await trio.sleep(delay)
         return _json(200, embeddings_body(request, seed=config.seed), request_id)
@@ -581,13 +596,15 @@ def _header(headers: Headers, name: bytes) -> str | None:
 
 _AZURE_PREFIX = "/openai/deployments/"
 _AZURE_SUFFIX = "/chat/completions"
+_AZURE_EMBED = "/embeddings"
 
 
-def azure_deployment(route: str) -> str | None:
-    """The deployment named by an Azure OpenAI chat path, or None for any other path."""
-    if not (route.startswith(_AZURE_PREFIX) and route.endswith(_AZURE_SUFFIX)):
+def azure_deployment(route: str, operation: str = _AZURE_SUFFIX) -> str | None:
+    """The deployment named by an Azure OpenAI path of ``operation`` (chat completions, or
+    ``/embeddings``), or None for any other path."""
+    if not (route.startswith(_AZURE_PREFIX) and route.endswith(operation)):
         return None
-    name = unquote(route[len(_AZURE_PREFIX) : -len(_AZURE_SUFFIX)])
+    name = unquote(route[len(_AZURE_PREFIX) : -len(operation)])
     return name if name and "/" not in name else None
 
 

@@ -11,7 +11,8 @@ the realtime route would refuse (400) is an errored line carrying that refusal.
 
 Each reply is exactly what the realtime route answers, unstreamed and without faults, for the
 same request: the same seed rule, the same body, only its ``id`` and ``created`` differ, as they
-do between two realtime calls.
+do between two realtime calls. An endpoint that is not a generation route (embeddings) answers
+its lines through a :class:`LineEndpoint`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
@@ -35,12 +37,26 @@ if TYPE_CHECKING:
     from ._config import SimulatorConfig
     from ._routes import Route
 
-__all__ = ["BatchCore", "BatchReply", "BatchStats", "PacedBody", "SimBatch"]
+__all__ = ["BatchCore", "BatchReply", "BatchStats", "LineEndpoint", "PacedBody", "SimBatch"]
 
 OK, ERRORED, INVALID, EXPIRED = b"o", b"e", b"i", b"x"
 """A line's fate: processed, failed at random, refused as the realtime route would, expired."""
 
 _PIECE = 65536
+
+
+class LineEndpoint(ABC):
+    """A batch endpoint other than a generation :class:`~.routes.Route`: how it answers one
+    line's request and what the request holds."""
+
+    @abstractmethod
+    def line_reply(self, body: bytes, *, seed: int) -> tuple[int, bytes]:
+        """``(status, body)`` the realtime endpoint answers for the request ``body``."""
+
+    @abstractmethod
+    def line_check(self, body: bytes) -> tuple[str, int] | None:
+        """``(model, prompt tokens)`` of a request the endpoint takes, None for one it
+        refuses."""
 
 
 @attrs.frozen
@@ -248,10 +264,12 @@ class BatchCore:
             await trio.sleep(self.config.batch_create_delay)
 
     def reply(
-        self, route: Route, body: bytes, *, request_id: str, created: int
+        self, route: Route | LineEndpoint, body: bytes, *, request_id: str, created: int
     ) -> tuple[int, bytes]:
         """``(status, body)`` the realtime route answers for ``body`` (unstreamed, no faults)."""
         config = self.config
+        if isinstance(route, LineEndpoint):
+            return route.line_reply(body, seed=config.seed)
         try:
             request = route.parse(body, ignore_tool_choice=config.ignore_tool_choice)
             reply = plan_reply(request, seed=config.seed, output_tokens=config.output_tokens)
@@ -259,8 +277,10 @@ class BatchCore:
             return 400, route.error("invalid_request_error", exc.message, request_id, exc.param)
         return 200, route.body(request, reply, request_id=request_id, created=created)
 
-    def check(self, route: Route, body: bytes) -> tuple[str, int] | None:
+    def check(self, route: Route | LineEndpoint, body: bytes) -> tuple[str, int] | None:
         """``(model, prompt tokens)`` of a request the route takes, None for one it refuses."""
+        if isinstance(route, LineEndpoint):
+            return route.line_check(body)
         try:
             request = route.parse(body, ignore_tool_choice=self.config.ignore_tool_choice)
             if request.tool is not None or request.json_schema is not None:  # a schema to satisfy

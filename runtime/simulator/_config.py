@@ -139,6 +139,11 @@ class SimulatorConfig:
     latency grow as on a real server at its batch limit."""
     latency_seed: int = 0
     """Seeds the latency draws, apart from the fault dice."""
+    embedding_tokens_per_second: float | None = attrs.field(
+        default=None, validator=_non_negative_or_none
+    )
+    """Input tokens an embeddings request is processed at, on top of its ``ttft`` draw (a
+    request of N tokens answers ``N / this`` seconds later); 0 or None: no time per token."""
 
     # The batch APIs (OpenAI's Files + Batches, Anthropic's Message Batches; :mod:`.batch_core`).
     batch_time: float = attrs.field(default=0.0, validator=ge(0))

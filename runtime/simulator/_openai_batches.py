@@ -20,9 +20,10 @@ from urllib.parse import parse_qs
 import attrs
 import orjson
 
-from ._batch_core import BatchCore, BatchReply, SimBatch, digest, json_reply
+from ._batch_core import BatchCore, BatchReply, LineEndpoint, SimBatch, digest, json_reply
+from ._embeddings import EMBEDDING_LINES
 from ._multipart import FormError, parse_form
-from ._routes import COMPLETIONS, OPENAI
+from ._routes import COMPLETIONS, OPENAI, RESPONSES
 from ._wire import error_body
 
 if TYPE_CHECKING:
@@ -35,7 +36,12 @@ __all__ = ["OpenAIBatches"]
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
 WINDOW = 24 * 3600
-_ENDPOINTS: dict[str, Route] = {"/v1/chat/completions": OPENAI, "/v1/completions": COMPLETIONS}
+_ENDPOINTS: dict[str, Route | LineEndpoint] = {
+    "/v1/chat/completions": OPENAI,
+    "/v1/completions": COMPLETIONS,
+    "/v1/responses": RESPONSES,
+    "/v1/embeddings": EMBEDDING_LINES,
+}
 _EXPIRED = {
     "code": "batch_expired",
     "message": "This request could not be executed before the completion window expired.",

@@ -17,21 +17,26 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
 
+from ..._embeddings import EmbedOutput
 from ..._errors import CallError
 from ..._protocols.base import AttemptOutput
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from ..._embeddings import EmbedRequest
     from ..._messages import ChatRequest
 
 __all__ = [
     "BatchBackend",
     "BatchLimits",
+    "EmbedBatchBackend",
     "Entry",
     "LineOutcome",
     "RemoteBatch",
     "RemoteState",
+    "embed_backend",
+    "outcomes",
 ]
 
 
@@ -94,6 +99,8 @@ class LineOutcome:
     kind: Literal["ok", "error", "expired", "cancelled"]
     output: AttemptOutput | None = None
     """The decoded reply (``ok`` only), the same object a realtime call's decoder gives."""
+    embedded: EmbedOutput | None = None
+    """The decoded embeddings (``ok`` of an embeddings line, in place of ``output``)."""
     error: CallError | None = None
     """What went wrong (``error`` only): the provider's status, type and message."""
     request_id: str | None = None
@@ -144,3 +151,41 @@ class BatchBackend(Protocol):
     async def cancel(self, batch_id: str) -> RemoteBatch:
         """Ask the provider to stop the batch; lines already done keep their results."""
         ...
+
+
+class EmbedBatchBackend(BatchBackend, Protocol):
+    """A batch API that also takes embedding requests (OpenAI's ``/v1/embeddings`` lines).
+
+    A batch holds one endpoint's lines, so embedding lines go in batches of their own: made
+    with :meth:`embed_entry` and :meth:`create_embeddings`, read with :meth:`embed_results`.
+    """
+
+    def embed_entry(self, wire_id: str, request: EmbedRequest) -> Entry:
+        """Encode one embedding request as this API takes it: the body the realtime lane
+        would send."""
+        ...
+
+    async def create_embeddings(
+        self, entries: Sequence[Entry], file_id: str | None, fingerprint: str
+    ) -> RemoteBatch:
+        """As :meth:`BatchBackend.create`, for a batch of embedding entries."""
+        ...
+
+    def embed_results(self, batch: RemoteBatch) -> AsyncIterator[LineOutcome]:
+        """As :meth:`BatchBackend.results`, each ``ok`` outcome carrying ``embedded``."""
+        ...
+
+
+def embed_backend(backend: BatchBackend) -> EmbedBatchBackend | None:
+    """``backend`` as an :class:`EmbedBatchBackend`, or None when its API (or its provider's
+    protocol) takes no embedding lines."""
+    can = getattr(backend, "takes_embeddings", False)
+    return backend if can else None  # type: ignore[return-value]
+
+
+def outcomes(
+    backend: BatchBackend, batch: RemoteBatch, endpoint: str
+) -> AsyncIterator[LineOutcome]:
+    """The line outcomes of ``batch``, an ended batch of ``endpoint``'s lines."""
+    embedder = embed_backend(backend) if endpoint == "embeddings" else None
+    return embedder.embed_results(batch) if embedder is not None else backend.results(batch)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from ..._embeddings import EmbedRequest
 from ..._errors import BudgetExceeded, CallError, ConfigError, SluiceError
 from ..._ledger.prices import worst_case_micros
 from ..._limits.cost import estimate_cost
-from ..._mail import RecordCall, RecordUsage
 from ..batch_lines import (
     BadLine,
     InputLine,
@@ -29,20 +29,21 @@ from ..batch_lines import (
     render_error_line,
 )
 from ..batch_report import BatchProgress
-from .backend import BatchBackend, Entry, RemoteBatch
+from .backend import BatchBackend, Entry, RemoteBatch, embed_backend, outcomes
 from .journal import Journal, Submission
-from .merge import line_id, render_failure, render_ok, result_of, unfinished_error
+from .merge import Tally, line_id, unfinished_error
 from .plan import Gate, Packer, Planned, Sealed, affordable
 
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Collection
 
+    from ..._embeddings import EmbedResult
+    from ..._messages import ChatResult
     from ..._runtime import Runtime
-    from ..batch_lines import Answered
+    from ..batch_lines import Answered, Endpoint
     from ..batch_loop import BatchInterrupt
     from ..batch_report import BatchSummary, Interrupted
-    from .backend import LineOutcome
     from .engine import ProviderLane
 
 __all__ = ["BatchRun", "Engine"]
@@ -116,7 +117,7 @@ class Engine:
         self.max_in_flight = max_in_flight
         self.max_wait = max_wait
         self.backends: dict[str, BatchBackend | None] = {}
-        self.packers: dict[tuple[str, str], Packer] = {}
+        self.packers: dict[tuple[str, str, str], Packer] = {}
         self.gate = Gate()
         self.flights: dict[int, _Flight] = {}
         self.claimed: set[int] = set()
@@ -281,12 +282,22 @@ class Engine:
             return backend
 
     async def _route(self, item: InputLine) -> None:
-        """Send one line on its way: into a batch of its provider and model, or to the
-        realtime lane (a provider without a batch API, a model group, past the switch)."""
+        """Send one line on its way: into a batch of its provider, model and endpoint, or to
+        the realtime lane (a provider without a batch API, or whose batches take no
+        embeddings, a model group, past the switch). A ``/v1/responses`` line is a chat
+        request: it goes in a chat batch of its own, its reply written as a response."""
         await self._check_switch()
         provider, sep, model = item.request.model.partition(":")
         backend = self._backend(provider) if sep else None
-        if backend is None or self.switched:
+        request = item.request
+        if backend is not None and isinstance(request, EmbedRequest):
+            embedder = embed_backend(backend)
+            entry = embedder.embed_entry(item.custom_id, request) if embedder else None
+        elif backend is not None and not isinstance(request, EmbedRequest):
+            entry = backend.entry(item.custom_id, request)
+        else:
+            entry = None
+        if backend is None or entry is None or self.switched:
             self.job.count(realtime_lines=1)
             assert self.realtime_send is not None
             await self.realtime_send.send(item)
@@ -299,7 +310,6 @@ class Engine:
             )
             await self._write_error(item.custom_id, item.lineno, error)
             return
-        entry = backend.entry(item.custom_id, item.request)
         planned = Planned(
             entry.wire_id,
             item.lineno,
@@ -308,8 +318,9 @@ class Engine:
             entry.tokens,
             micros,
             self.tries.get(item.lineno, 0),
+            item.extra,
         )
-        packer = self.packers.get((provider, model))
+        packer = self.packers.get((provider, model, item.endpoint))
         if packer is None:
             limits = backend.limits
             most = self.lane.options.max_requests
@@ -318,7 +329,8 @@ class Engine:
             cap = self.lane.options.enqueued_tokens.get(f"{provider}:{model}")
             cap = cap if cap is not None else limits.enqueued_tokens
             self.gate.limits[f"{provider}:{model}"] = cap
-            packer = self.packers[provider, model] = Packer(provider, model, limits, cap)
+            packer = Packer(provider, model, limits, cap, endpoint=item.endpoint)
+            self.packers[provider, model, item.endpoint] = packer
         sealed = packer.add(planned)
         if sealed is not None:
             await self._place(sealed)
@@ -333,8 +345,13 @@ class Engine:
         price = prices.lookup(provider, model) if prices is not None else None
         if price is None:
             return None
+        request = item.request
+        if isinstance(request, EmbedRequest):
+            from ..._embed_calls import embed_cost
+
+            return worst_case_micros(price.for_batch(), embed_cost(request))
         spec = self.rt.resolve_provider(provider)
-        cost = estimate_cost(item.request, spec.rate_limit.expected_output_tokens)
+        cost = estimate_cost(request, spec.rate_limit.expected_output_tokens)
         return worst_case_micros(price.for_batch(), cost)
 
     # -- submitting ------------------------------------------------------------------------
@@ -395,6 +412,8 @@ class Engine:
             lines=[(p.wire_id, p.lineno, p.custom_id) for p in sealed.lines],
             tokens=sealed.tokens,
             micros=sealed.micros,
+            endpoint=sealed.endpoint,
+            extra={p.wire_id: p.extra for p in sealed.lines if p.extra is not None},
         )
         sub = await trio.to_thread.run_sync(intent)
         self.gate.enter(sub.provider, sub.model, sub.tokens, sub.micros)
@@ -405,8 +424,12 @@ class Engine:
         file_id = await self._patient(backend.upload, entries)
         if file_id is not None:
             await trio.to_thread.run_sync(journal.uploaded, sub, file_id)
+        embedder = embed_backend(backend) if sub.endpoint == "embeddings" else None
         try:
-            remote = await backend.create(entries, file_id, fingerprint)
+            if embedder is not None:
+                remote = await embedder.create_embeddings(entries, file_id, fingerprint)
+            else:
+                remote = await backend.create(entries, file_id, fingerprint)
         except (SluiceError, OSError) as exc:
             # Whether the batch exists is unknown: look for it before anything else.
             found = await self._patient(backend.find, fingerprint, since=at - 1)
@@ -418,7 +441,7 @@ class Engine:
                 # for one line in it: sent again in halves, as a batch failed whole is.
                 halved = _refused(exc) and len(tries) > 1
                 if halved:
-                    self._shrink(sub.provider, sub.model, len(tries) // 2)
+                    self._shrink(sub, len(tries) // 2)
                 for lineno, custom_id, n in tries:
                     n -= 1 if halved else 0
                     await self._hand_back_line(lineno, custom_id, n, "failed", problem, sub)
@@ -466,63 +489,25 @@ class Engine:
         lines = await trio.to_thread.run_sync(self.journal.lines, sub)
         pending = {wire: (lineno, custom_id) for wire, lineno, custom_id in lines}
         del lines
+        endpoint: Endpoint = sub.endpoint  # type: ignore[assignment]
+        extra: dict[str, Any] = {}
+        if endpoint != "chat":
+            extra = await trio.to_thread.run_sync(self.journal.extra, sub)
         answered = run.answered.custom_ids if run.answered is not None else frozenset()
-        provider, model = sub.provider, sub.model
-        chunk: list[bytes] = []
-        usage_records: list[Any] = []
-        counts: dict[str, int] = {}
-        errors: dict[str, int] = {}
+        tally = Tally(sub.provider, sub.model, endpoint, run.tag, int(time.time()))
         unfinished: list[tuple[int, str, str]] = []
-        created = int(time.time())
-
-        async def flush() -> None:
-            if chunk:
-                await run.write(b"".join(chunk), {}, None)
-                chunk.clear()
-                for key, n in counts.items():
-                    run.count(**{key: n})
-                for code, n in errors.items():
-                    run.errors[code] = run.errors.get(code, 0) + n
-                counts.clear()
-                errors.clear()
-            for msg in usage_records:
-                await self.rt.ledger.record(msg)
-            usage_records.clear()
-
-        outcome: LineOutcome
-        async for outcome in flight.backend.results(remote):
+        async for outcome in outcomes(flight.backend, remote, endpoint):
             hit = pending.pop(outcome.wire_id, None)
             if hit is None:
                 continue
             lineno, custom_id = hit
             if custom_id in answered:
                 continue  # written before a crash: this is the merge done again
-            kind = outcome.kind
-            if kind == "ok":
-                result = result_of(outcome, provider, model)
-                chunk.append(render_ok(custom_id, result, created=created))
-                usage = result.usage
-                _add(
-                    counts,
-                    ok=1,
-                    calls=1,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    batch_lines=1,
-                )
-                usage_records.append(RecordUsage(provider, model, usage, tag=run.tag, batch=True))
-                usage_records.append(RecordCall(provider, model, True, 1, tag=run.tag))
-            elif kind == "error":
-                data, code = render_failure(custom_id, lineno, outcome, provider, model)
-                chunk.append(data)
-                _add(counts, failed=1, calls=1, batch_lines=1)
-                errors[code] = errors.get(code, 0) + 1
-                usage_records.append(RecordCall(provider, model, False, 1, tag=run.tag))
-            else:
-                unfinished.append((lineno, custom_id, kind))
-            if len(chunk) >= _WRITE_LINES:
-                await flush()
-        await flush()
+            if not tally.add(outcome, custom_id, lineno, extra.get(outcome.wire_id)):
+                unfinished.append((lineno, custom_id, outcome.kind))
+            if len(tally.chunk) >= _WRITE_LINES:
+                await self._flush(tally)
+        await self._flush(tally)
         missing = "failed" if remote.problem else "cancelled"
         for lineno, custom_id in pending.values():
             if custom_id not in answered:
@@ -532,12 +517,28 @@ class Engine:
         # its size, which finds either (a line alone that fails again counts its tries).
         halved = remote.problem is not None and sub.count > 1
         if halved:
-            self._shrink(provider, model, sub.count // 2)
+            self._shrink(sub, sub.count // 2)
         for lineno, custom_id, why in unfinished:
             tries = self.tries.get(lineno, 0) - (1 if halved else 0)
             await self._hand_back_line(lineno, custom_id, tries, why, remote.problem, sub)
         await trio.to_thread.run_sync(self.journal.finished, sub)
         self._land(flight)
+
+    async def _flush(self, tally: Tally) -> None:
+        """Write the lines ``tally`` holds, count them, and book their records."""
+        run = self.job
+        if tally.chunk:
+            await run.write(b"".join(tally.chunk), {}, None)
+            tally.chunk.clear()
+            for key, n in tally.counts.items():
+                run.count(**{key: n})
+            for code, n in tally.errors.items():
+                run.errors[code] = run.errors.get(code, 0) + n
+            tally.counts.clear()
+            tally.errors.clear()
+        for msg in tally.records:
+            await self.rt.ledger.record(msg)
+        tally.records.clear()
 
     async def _hand_back_line(
         self,
@@ -560,9 +561,10 @@ class Engine:
         error = unfinished_error(kind, sub.provider, sub.model, tries, problem)
         await self._write_error(custom_id, lineno, error)
 
-    def _shrink(self, provider: str, model: str, requests: int) -> None:
-        """Batches of ``provider:model`` hold at most ``requests`` lines from now on."""
-        packer = self.packers.get((provider, model))
+    def _shrink(self, sub: Submission, requests: int) -> None:
+        """Batches like ``sub``'s (its provider, model and endpoint) hold at most ``requests``
+        lines from now on."""
+        packer = self.packers.get((sub.provider, sub.model, sub.endpoint))
         if packer is not None and requests < packer.limits.max_requests:
             packer.limits = attrs.evolve(packer.limits, max_requests=requests)
 
@@ -601,17 +603,21 @@ class Engine:
         run = self.job
         async with receive:
             async for item in receive:
-                request = attrs.evolve(
-                    item.request,
-                    stream=run.stream,
-                    priority="batch",
-                    tag=item.request.tag or run.tag,
-                    failure_mode="wait",
-                    max_wait=self.max_wait,
-                )
+                settings: dict[str, Any] = {
+                    "priority": "batch",
+                    "tag": item.request.tag or run.tag,
+                    "failure_mode": "wait",
+                    "max_wait": self.max_wait,
+                }
+                request = item.request
                 self.realtime_in_flight += 1
+                result: ChatResult | EmbedResult
                 try:
-                    result = await self.rt.chat(request)
+                    if isinstance(request, EmbedRequest):
+                        result = await self.rt.embed(attrs.evolve(request, **settings))
+                    else:
+                        settings["stream"] = run.stream
+                        result = await self.rt.chat(attrs.evolve(request, **settings))
                 except SluiceError as exc:
                     await self._write_error(item.custom_id, item.lineno, exc)
                     run.count(calls=1)
@@ -619,7 +625,7 @@ class Engine:
                 finally:
                     self.realtime_in_flight -= 1
                 usage = result.usage
-                data = render_ok(item.custom_id, result, created=int(time.time()))
+                data = item.render(result, line_id=line_id(), created=int(time.time()))
                 await run.write(
                     data,
                     {
@@ -679,11 +685,6 @@ class Engine:
         while True:
             await trio.sleep(interval)
             progress(self._snapshot(self.job.summary(await self._job_cost()), False))
-
-
-def _add(counts: dict[str, int], **more: int) -> None:
-    for key, n in more.items():
-        counts[key] = counts.get(key, 0) + n
 
 
 def _refused(exc: BaseException) -> bool:

@@ -6,7 +6,10 @@ step it records:
 
 * ``intent`` (before the upload and the create): the submission's number, provider, model,
   fingerprint, wall time, worst-case tokens and cost, and its lines (``[wire_id, lineno,
-  custom_id]`` each);
+  custom_id]`` each); for a batch of another endpoint than chat completions its ``url``
+  (``responses``, ``embeddings``: absent in journals of older versions, which made only chat
+  batches), and what its lines' results need besides their reply (``extra``, by wire id: the
+  settings a response object repeats, an embeddings line's ``encoding_format``);
 * ``file`` (after the upload): the input file's id;
 * ``batch`` (after the create): the batch's id;
 * ``done`` (after every line of the ended batch is in the output, or handed back to be sent
@@ -34,7 +37,7 @@ import orjson
 from ..._errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["Journal", "Submission", "journal_path"]
 
@@ -59,6 +62,8 @@ class Submission:
     micros: int
     offset: int
     """Where the intent record starts in the journal (its lines are read from there)."""
+    endpoint: str = "chat"
+    """What its lines ask for: ``chat``, ``responses`` or ``embeddings``."""
     file_id: str | None = None
     batch_id: str | None = None
     done: bool = False
@@ -127,6 +132,7 @@ class Journal:
                     tokens=int(data["tokens"]),
                     micros=int(data["micros"]),
                     offset=offset,
+                    endpoint=str(data.get("url", "chat")),
                 )
                 return True
             sub = self.submissions[int(data["n"])]
@@ -176,23 +182,31 @@ class Journal:
         lines: Sequence[tuple[str, int, str]],
         tokens: int,
         micros: int,
+        endpoint: str = "chat",
+        extra: Mapping[str, Any] | None = None,
     ) -> Submission:
-        """Record a submission before anything is sent for it."""
+        """Record a submission before anything is sent for it; ``extra`` maps a line's wire
+        id to what its result needs besides the reply (see the module docstring)."""
         seq = self.next_seq
-        offset = self._write(
-            {
-                "t": "intent",
-                "n": seq,
-                "provider": provider,
-                "model": model,
-                "fp": fingerprint,
-                "at": at,
-                "tokens": tokens,
-                "micros": micros,
-                "lines": lines,
-            }
+        record: dict[str, Any] = {
+            "t": "intent",
+            "n": seq,
+            "provider": provider,
+            "model": model,
+            "fp": fingerprint,
+            "at": at,
+            "tokens": tokens,
+            "micros": micros,
+            "lines": lines,
+        }
+        if endpoint != "chat":
+            record["url"] = endpoint
+        if extra:
+            record["extra"] = extra
+        offset = self._write(record)
+        sub = Submission(
+            seq, provider, model, fingerprint, at, len(lines), tokens, micros, offset, endpoint
         )
-        sub = Submission(seq, provider, model, fingerprint, at, len(lines), tokens, micros, offset)
         self.submissions[seq] = sub
         return sub
 
@@ -210,10 +224,19 @@ class Journal:
 
     def lines(self, sub: Submission) -> list[tuple[str, int, str]]:
         """The submission's lines, read back from its intent record."""
+        data = self._intent(sub)
+        return [(str(w), int(n), str(c)) for w, n, c in data["lines"]]
+
+    def extra(self, sub: Submission) -> dict[str, Any]:
+        """What the submission's lines' results need besides the reply, by wire id."""
+        extra = self._intent(sub).get("extra")
+        return extra if isinstance(extra, dict) else {}
+
+    def _intent(self, sub: Submission) -> dict[str, Any]:
         with open(self.path, "rb") as f:
             f.seek(sub.offset)
-            data = orjson.loads(f.readline())
-        return [(str(w), int(n), str(c)) for w, n, c in data["lines"]]
+            data: dict[str, Any] = orjson.loads(f.readline())
+        return data
 
     def close(self) -> None:
         os.close(self._fd)

@@ -22,12 +22,14 @@ import orjson
 
 from ..._errors import BadRequest, CallError, ProtocolError
 from ..._limits.cost import estimate_cost
+from ..._protocols import embed_codec
 from ..._protocols.http_errors import error_for_status
 from .backend import BatchLimits, Entry, LineOutcome, RemoteBatch, RemoteState
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
+    from ..._embeddings import EmbedOutput, EmbedRequest
     from ..._messages import ChatRequest
     from ..._protocols.base import Codec
     from .control import Control
@@ -39,6 +41,8 @@ OPENAI_LIMITS = BatchLimits(max_requests=50_000, max_bytes=200_000_000)
 FINGERPRINT_KEY = "sluice_fingerprint"
 """The ``metadata`` key that carries a batch's fingerprint."""
 ENDPOINT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
+EMBEDDINGS = "/v1/embeddings"
 CLOCK_SKEW = 300.0
 """Seconds the provider's clock may be behind ours: :meth:`OpenAIBatchBackend.find` looks
 this much before ``since``, so a batch is found even when its ``created_at`` reads earlier."""
@@ -72,8 +76,15 @@ class OpenAIBatchBackend:
     ) -> None:
         self._control = control
         self._codec = codec
+        self._embed_codec = embed_codec(codec)
         self.limits = limits
         self._expected_output = expected_output_tokens
+
+    @property
+    def takes_embeddings(self) -> bool:
+        """Whether ``/v1/embeddings`` lines can go in this provider's batches: its protocol
+        has embeddings (see :func:`.backend.embed_backend`)."""
+        return self._embed_codec is not None
 
     def __repr__(self) -> str:
         return f"OpenAIBatchBackend({self._control.base_url!r})"
@@ -85,14 +96,33 @@ class OpenAIBatchBackend:
         if request.stream:  # a copy only when needed: the engine may pass stream=False
             request = attrs.evolve(request, stream=False)
         built = self._codec.build_request(request, base_url=self._control.base_url, api_key=None)
+        # A model the provider serves through the Responses API gets a Responses body: its
+        # line goes to that endpoint (and its batch with it, see create).
+        path = built.url.partition("?")[0]
         line = {
             "custom_id": wire_id,
             "method": "POST",
-            "url": ENDPOINT,
+            "url": RESPONSES if path.endswith("/responses") else ENDPOINT,
             "body": orjson.Fragment(built.body),
         }
         tokens = estimate_cost(request, self._expected_output).total_tokens
         return Entry(wire_id, orjson.dumps(line) + b"\n", tokens)
+
+    def embed_entry(self, wire_id: str, request: EmbedRequest) -> Entry:
+        """One ``/v1/embeddings`` JSONL line, its body the one the codec builds for the
+        realtime lane."""
+        from ..._embed_calls import embed_cost
+
+        codec = self._embed_codec
+        assert codec is not None, "takes_embeddings said no"
+        built = codec.build_embed_request(request, base_url=self._control.base_url, api_key=None)
+        line = {
+            "custom_id": wire_id,
+            "method": "POST",
+            "url": EMBEDDINGS,
+            "body": orjson.Fragment(built.body),
+        }
+        return Entry(wire_id, orjson.dumps(line) + b"\n", embed_cost(request).total_tokens)
 
     async def upload(self, entries: Sequence[Entry]) -> str | None:
         """``POST /files`` (multipart: ``purpose=batch`` and the JSONL file); the file's id.
@@ -120,6 +150,15 @@ class OpenAIBatchBackend:
         """``POST /batches`` from ``file_id``, ``metadata`` carrying ``fingerprint``. Tried again
         only when the provider surely did not act (no connection, or a 429); any other
         failure is raised, for the engine to look for the batch with :meth:`find`."""
+        return await self._create(file_id, fingerprint, _endpoint_of(entries))
+
+    async def create_embeddings(
+        self, entries: Sequence[Entry], file_id: str | None, fingerprint: str
+    ) -> RemoteBatch:
+        """As :meth:`create`, for a batch of ``/v1/embeddings`` lines."""
+        return await self._create(file_id, fingerprint, EMBEDDINGS)
+
+    async def _create(self, file_id: str | None, fingerprint: str, endpoint: str) -> RemoteBatch:
         if file_id is None:
             raise ValueError("an OpenAI batch is created from an uploaded file")
         reply = await self._control.json(
@@ -127,7 +166,7 @@ class OpenAIBatchBackend:
             "/batches",
             {
                 "input_file_id": file_id,
-                "endpoint": ENDPOINT,
+                "endpoint": endpoint,
                 "completion_window": "24h",
                 "metadata": {FINGERPRINT_KEY: fingerprint},
             },
@@ -163,16 +202,28 @@ class OpenAIBatchBackend:
         download that breaks resumes past the lines already given). An async generator: a
         caller that may stop early wraps it in ``contextlib.aclosing``, so the download's
         connection is released at once, not by the garbage collector."""
+        async for line in self._result_lines(batch):
+            yield self.decode_line(line)
+
+    async def embed_results(self, batch: RemoteBatch) -> AsyncIterator[LineOutcome]:
+        """As :meth:`results`, for a batch of ``/v1/embeddings`` lines."""
+        async for line in self._result_lines(batch):
+            yield self.decode_line(line, embeddings=True)
+
+    async def _result_lines(self, batch: RemoteBatch) -> AsyncIterator[bytes]:
         reply = await self._control.json("GET", f"/batches/{batch.id}")
         for key in ("output_file_id", "error_file_id"):
             file_id = reply.get(key)
             if not isinstance(file_id, str) or not file_id:
                 continue
             async for line in self._control.lines(f"/files/{file_id}/content"):
-                yield self.decode_line(line)
+                yield line
 
-    def decode_line(self, line: bytes) -> LineOutcome:
-        """One line of an output or error file.
+    def decode_line(self, line: bytes, *, embeddings: bool = False) -> LineOutcome:
+        """One line of an output or error file (of an embeddings batch: ``embeddings``).
+
+        An embeddings reply is checked against the number of vectors it says it holds: the
+        line's own inputs are not at hand when its batch is merged.
 
         Raises:
             ProtocolError: the line is not a batch result.
@@ -191,6 +242,9 @@ class OpenAIBatchBackend:
             body = orjson.dumps(response.get("body"))
             if status == 200:
                 try:
+                    if embeddings:
+                        embedded = self._decode_embeddings(response.get("body"), body)
+                        return LineOutcome(wire_id, "ok", embedded=embedded, request_id=request_id)
                     output = self._codec.decode_body(body)
                 except CallError as exc:
                     return LineOutcome(wire_id, "error", error=exc, request_id=request_id)
@@ -211,6 +265,12 @@ class OpenAIBatchBackend:
         )
         return LineOutcome(wire_id, "error", error=failure)
 
+    def _decode_embeddings(self, parsed: Any, body: bytes) -> EmbedOutput:
+        codec = self._embed_codec
+        assert codec is not None, "an embeddings batch is made only where the codec has them"
+        data = parsed.get("data") if isinstance(parsed, dict) else None
+        return codec.decode_embed_body(body, inputs=len(data) if isinstance(data, list) else 0)
+
     async def cancel(self, batch_id: str) -> RemoteBatch:
         """``POST /batches/{id}/cancel``; a batch that had already ended is returned as it is."""
         try:
@@ -218,6 +278,15 @@ class OpenAIBatchBackend:
         except BadRequest:
             return await self.get(batch_id)
         return remote_batch(reply)
+
+
+def _endpoint_of(entries: Sequence[Entry]) -> str:
+    """The endpoint a batch of chat entries goes to: the ``url`` its lines carry (one model's
+    lines all go to the API its provider serves it through)."""
+    if not entries:
+        return ENDPOINT
+    url = orjson.loads(entries[0].data).get("url")
+    return url if url in (ENDPOINT, RESPONSES) else ENDPOINT
 
 
 def remote_batch(reply: Any) -> RemoteBatch:

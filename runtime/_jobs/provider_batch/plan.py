@@ -11,7 +11,7 @@ a budget that covers half the lines submits the half it covers (:func:`affordabl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -37,14 +37,18 @@ class Planned:
     """Worst-case cost at the batch price (counted against the budget)."""
     tries: int = 0
     """Earlier submissions of this line in this run (it expired, or its batch failed)."""
+    extra: Any = None
+    """What the line's result needs besides its reply (see :meth:`.journal.Journal.intend`)."""
 
 
 @attrs.define
 class Sealed:
-    """A batch ready to submit: lines of one provider and model, within the limits."""
+    """A batch ready to submit: lines of one provider, model and endpoint, within the
+    limits."""
 
     provider: str
     model: str
+    endpoint: str = "chat"
     lines: list[Planned] = attrs.Factory(list)
     size: int = 0
     tokens: int = 0
@@ -58,7 +62,7 @@ class Sealed:
 
     def split(self, keep: int) -> Sealed:
         """Keep the first ``keep`` lines; the rest as a batch of their own."""
-        rest = Sealed(self.provider, self.model)
+        rest = Sealed(self.provider, self.model, self.endpoint)
         for line in self.lines[keep:]:
             rest.add(line)
         del self.lines[keep:]
@@ -70,7 +74,8 @@ class Sealed:
 
 @attrs.define
 class Packer:
-    """Fills batches of one provider and model; seals one when the next line would not fit."""
+    """Fills batches of one provider, model and endpoint (a batch API takes one endpoint's
+    lines a batch); seals one when the next line would not fit."""
 
     provider: str
     model: str
@@ -78,6 +83,7 @@ class Packer:
     max_tokens: int | None = None
     """Tokens a batch may hold: the model's enqueued-token limit."""
     open: Sealed | None = None
+    endpoint: str = "chat"
 
     def add(self, line: Planned) -> Sealed | None:
         """Add ``line``; the batch it sealed, if it did (``line`` then opens the next)."""
@@ -86,7 +92,7 @@ class Packer:
         if batch is not None and batch.lines and not self._fits(batch, line):
             sealed, batch = batch, None
         if batch is None:
-            batch = self.open = Sealed(self.provider, self.model)
+            batch = self.open = Sealed(self.provider, self.model, self.endpoint)
         batch.add(line)
         if len(batch.lines) >= self.limits.max_requests:
             # Full: sealed at once, so a full batch never waits for a line that will not come.
