@@ -73,6 +73,12 @@ def format_summary(document: dict[str, Any]) -> str:
         f"  throughput: {tp['requests_per_s']:.2f} requests/s, "
         f"{tp['output_tokens_per_s']:.1f} output tokens/s over {tp['elapsed_s']:.1f} s"
     )
+    if tp.get("embeddings_per_s") is not None:  # --endpoint embeddings: inputs a request
+        lines.append(
+            f"  embeddings: {tp['requests_per_s']:.2f} requests/s, "
+            f"{tp['embeddings_per_s']:.1f} inputs/s "
+            f"({document['config'].get('embedding_batch')} inputs a request)"
+        )
     lines += _load_lines(agg)
     good = agg["goodput"]
     for check in good["slos"]:
@@ -86,6 +92,12 @@ def format_summary(document: dict[str, Any]) -> str:
             f"({good['fraction'] * 100:.1f} % of requests met every SLO)"
         )
     lines.append(f"  client send lag p99: {_ms(agg['client_lag_s']['p99'])}")
+    workers = agg.get("workers")  # --workers: each process's own send lag
+    if workers:
+        lines.append(
+            f"  workers: {len(workers)} processes, send lag p99 by worker: "
+            + ", ".join(_ms(w["lag_p99_s"]) for w in workers)
+        )
     reuse = agg.get("http_reuse")
     if reuse and reuse["measured"]:
         connect, headers = agg["http_connect_s"], agg["http_headers_s"]
@@ -403,13 +415,13 @@ def _run_config(options: LoadTestOptions) -> Any:
 
 
 def _direct_target(options: LoadTestOptions, run_config: Any) -> DirectTarget | None:
-    """Where ``--endpoint completions|embeddings`` sends, straight to the server (None for
-    chat, which goes through the runtime).
+    """Where ``--endpoint completions`` sends, straight to the server (None for the
+    endpoints that go through the runtime: chat, embeddings).
 
     Raises:
         ConfigError: no base URL is known for the provider.
     """
-    if options.endpoint == "chat":
+    if options.endpoint != "completions":
         return None
     provider, _, model_name = options.model.partition(":")
     entry = run_config.providers.get(provider)
@@ -449,6 +461,10 @@ async def _run(
     run_config = loadtest_config(
         run_config, options.provider, respect_limits=options.respect_limits
     )
+    if options.endpoint == "responses":  # chat calls through OpenAI's Responses API
+        from .._jobs.loadtest.endpoints import responses_config
+
+        run_config = responses_config(run_config, options.model)
     simulator = None
     if options.provider == "sim" and options.base_url is None:
         from ..simulator import SimulatorConfig
@@ -472,7 +488,7 @@ async def _run(
             ):
                 nursery.start_soon(_on_signal, signals, interrupt)
                 await scraper.start(nursery)
-                runner = _Runner(rt, options, prepared, direct, progress, interrupt)
+                runner = _Runner(rt, options, prepared, direct, progress, interrupt, run_config)
                 document = await runner.measure()
                 nursery.cancel_scope.cancel()
     except ConfigError as exc:
@@ -497,10 +513,18 @@ class _Runner:
     direct: DirectTarget | None
     progress: Callable[[Progress], None]
     interrupt: Interrupt
+    config: Any = None
+    """The runtime config ``rt`` was opened with, for ``--workers`` processes."""
+    workers: int = 1
+    """Processes that sent the run (``--workers``)."""
 
     @property
     def settings(self) -> dict[str, Any]:
-        return {"base_url": self.options.base_url, "respect_limits": self.options.respect_limits}
+        return {
+            "base_url": self.options.base_url,
+            "respect_limits": self.options.respect_limits,
+            "workers": self.workers,
+        }
 
     async def measure(self) -> dict[str, Any]:
         from .._jobs.loadtest.results import results_document
@@ -516,6 +540,17 @@ class _Runner:
     async def _one(self, test: LoadTest) -> RunResult:
         from .._jobs.loadtest import run_load
 
+        # ---- --workers (loadtest_workers.py): the schedule sent by several processes ----
+        from .loadtest_workers import run_spread
+
+        folder = _records_folder(self.options.out)
+        spread = await run_spread(
+            self.options, test, self.config, self.direct, self.progress, self.interrupt, folder
+        )
+        if spread is not None:
+            self.workers = len(spread.workers)
+            return spread.run
+        # ---- end --workers ----
         return await run_load(
             self.rt,
             test,

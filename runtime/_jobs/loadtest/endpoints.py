@@ -1,9 +1,15 @@
-"""Load-testing the endpoints the runtime does not call: OpenAI text completions
-(``/completions``, streamed) and embeddings (``/embeddings``, batches of inputs). Requests go
-straight over HTTP (httpx) to the provider's base URL, measured the same way as chat: the
-:class:`~.metrics.Tracker` gets each text chunk as it arrives.
+"""The endpoints a load test calls besides chat.
 
-Chat itself, in any of the four protocols, goes through the runtime (:mod:`.run`).
+Embeddings go through the runtime (:func:`call_embed`: ``Runtime.embed``, so the quotas,
+retries, breakers and ``--respect-limits`` apply as they do to chat), a batch of inputs a
+request. OpenAI text completions (``/completions``, streamed), which the runtime does not
+speak, go straight over HTTP (httpx) to the provider's base URL (:func:`call_endpoint`),
+measured the same way as chat: the :class:`~.metrics.Tracker` gets each text chunk as it
+arrives.
+
+Chat itself, in any of the four protocols, goes through the runtime (:mod:`.run`), and so
+does ``responses``: chat calls whose model speaks OpenAI's Responses API (the
+``openai-responses`` protocol, set by :func:`responses_config`), measured exactly as chat.
 """
 
 from __future__ import annotations
@@ -16,13 +22,24 @@ import orjson
 if TYPE_CHECKING:
     import httpx
 
+    from ..._config import RuntimeConfig
+    from ..._messages import Deadlines
+    from ..._runtime import Runtime
     from .metrics import Tracker
     from .workload import WorkItem
 
-__all__ = ["ENDPOINTS", "DirectTarget", "Outcome", "call_endpoint"]
+__all__ = [
+    "ENDPOINTS",
+    "DirectTarget",
+    "Outcome",
+    "call_embed",
+    "call_endpoint",
+    "embed_inputs",
+    "responses_config",
+]
 
-ENDPOINTS = ("chat", "completions", "embeddings")
-Endpoint = Literal["chat", "completions", "embeddings"]
+ENDPOINTS = ("chat", "completions", "embeddings", "responses")
+Endpoint = Literal["chat", "completions", "embeddings", "responses"]
 
 
 @attrs.frozen(repr=False)
@@ -54,6 +71,10 @@ class Outcome:
     error_type: str | None = None
     error: str | None = None
     text: str = ""
+    attempts: int = 1
+    request_id: str | None = None
+    queue_wait: float = 0.0
+    """Seconds the runtime held the request before sending it (a quota, a cooldown)."""
 
 
 def _failure(status: int | None, body: bytes, kind: str) -> Outcome:
@@ -66,6 +87,70 @@ def _failure(status: int | None, body: bytes, kind: str) -> Outcome:
     except (orjson.JSONDecodeError, AttributeError):
         pass
     return Outcome(False, status=status, error_type=kind, error=message)
+
+
+def responses_config(config: RuntimeConfig, model: str) -> RuntimeConfig:
+    """``config`` with ``model`` (``provider:model``) speaking OpenAI's Responses API, for a
+    ``responses`` load test: its chat calls then go to ``/responses`` through the same actors.
+
+    Raises:
+        ConfigError: the provider does not speak OpenAI's protocols (when the runtime starts
+            it: a model can only choose between OpenAI's two APIs).
+    """
+    from ..._config import ModelConfig, ProviderConfig
+
+    provider, _, name = model.partition(":")
+    entry = config.providers.get(provider, ProviderConfig())
+    known = entry.models.get(name, ModelConfig())
+    models = {**entry.models, name: attrs.evolve(known, protocol="openai-responses")}
+    entry = attrs.evolve(entry, models=models)
+    return attrs.evolve(config, providers={**config.providers, provider: entry})
+
+
+def embed_inputs(item: WorkItem, batch: int) -> list[str]:
+    """The inputs of an embeddings request for ``item``: ``batch`` copies of its prompt,
+    numbered so a server (or a cache) cannot tell them to be the same."""
+    prompt = item.messages if isinstance(item.messages, str) else item.messages[-1].text
+    return [prompt if i == 0 else f"{i} {prompt}" for i in range(batch)]
+
+
+async def call_embed(
+    rt: Runtime, model: str, item: WorkItem, batch: int, deadlines: Deadlines
+) -> Outcome:
+    """One embeddings request for ``item`` (``batch`` inputs) through ``rt``; how it ended.
+
+    Raises:
+        ConfigError: the model cannot be called at all (unknown provider, no key).
+    """
+    from ..._embeddings import EmbedRequest
+    from ..._errors import CallError, ConfigError, SluiceError
+
+    request = EmbedRequest(
+        model=model, input=embed_inputs(item, batch), deadlines=deadlines, response_cache=False
+    )
+    try:
+        result = await rt.embed(request)
+    except ConfigError:
+        raise
+    except CallError as exc:
+        return Outcome(
+            False,
+            status=exc.status,
+            error_type=exc.error_type or exc.kind,
+            error=exc.message,
+            attempts=max(exc.attempt, 1),
+            request_id=exc.request_id,
+        )
+    except SluiceError as exc:
+        return Outcome(False, error_type=type(exc).__name__, error=str(exc))
+    return Outcome(
+        True,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=0,
+        attempts=result.attempts,
+        request_id=result.request_id,
+        queue_wait=result.timings.queued,
+    )
 
 
 async def call_endpoint(

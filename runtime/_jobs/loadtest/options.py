@@ -37,7 +37,7 @@ _FINITE = (
     "server_metrics_interval",
 )
 _ARRIVALS = (None, "constant", "poisson", "gamma")
-_ENDPOINTS = ("chat", "completions", "embeddings")
+_ENDPOINTS = ("chat", "completions", "embeddings", "responses")
 
 
 def flag(name: str) -> str:
@@ -130,8 +130,9 @@ class LoadTestOptions:
     server_metrics_interval: float = 1.0
     """seconds between scrapes."""
     endpoint: str = "chat"
-    """chat (through the runtime, any provider protocol), completions (OpenAI text
-    completions, streamed) or embeddings, the last two sent straight to the base URL."""
+    """chat, embeddings or responses (chat through OpenAI's Responses API), all through the
+    runtime (its quotas and, with --respect-limits, its retries), or completions (OpenAI text
+    completions, streamed, sent straight to the base URL)."""
     embedding_batch: int = 1
     """inputs per embeddings request (the results add embeddings/s)."""
     timeout: float = 600.0
@@ -146,6 +147,13 @@ class LoadTestOptions:
     metrics_port: int | None = None
     """serve Prometheus metrics at http://127.0.0.1:PORT/metrics while the test runs
     (docs/metrics.md lists them)."""
+    # ---- --workers (workers.py) ---------------------------------------------------------------
+    workers: str = "auto"
+    """processes that send an open-loop schedule (--rate, --ramp, --trace), each with its own
+    runtime, the arrivals dealt out in turn and the results merged: a number, or auto (one
+    process up to 100 requests/s; above, as many as the client CPU per request measured in
+    the warm-up needs, at most one per core). A sweep, a closed loop or --metrics-port runs in
+    one process."""
 
     # ---- what each chat request carries beyond the workload (issue 35) -------------------
     extra_body: str | None = None
@@ -173,6 +181,7 @@ class LoadTestOptions:
             if self.trace is None:
                 self.load_shape(None)
             _slos_and_lag(self)
+            self.worker_count()
         except ValueError as exc:  # an attrs validator of a value made from a flag
             raise ConfigError(str(exc)) from None
 
@@ -250,6 +259,32 @@ class LoadTestOptions:
             )
         except ValueError as exc:
             raise ConfigError(f"--rate/--burstiness: {exc}") from None
+
+    def worker_count(self) -> int | None:
+        """``--workers`` as a number, None for ``auto`` (one for a sweep or closed loop).
+
+        Raises:
+            ConfigError: not a number of at least 1 or ``auto``, or more than one for a
+                shape that has no schedule to share.
+        """
+        text = self.workers.strip()
+        if text == "auto":
+            one = self.sweep is not None or self.concurrency is not None
+            return 1 if one or self.metrics_port is not None else None
+        count = int(text) if text.isdigit() else 0
+        if count < 1:
+            raise ConfigError(f"--workers {self.workers!r}: expected a number (at least 1) or auto")
+        if count > 1 and (self.sweep is not None or self.concurrency is not None):
+            raise ConfigError(
+                "--workers shares an open-loop schedule (--rate, --ramp, --trace): not with "
+                "--sweep or --concurrency"
+            )
+        if count > 1 and self.metrics_port is not None:
+            raise ConfigError(
+                "--metrics-port serves one runtime's metrics: with --workers each worker has "
+                "its own; give --workers 1 to serve them"
+            )
+        return count
 
     def request_extras(self) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
         """``--extra-body`` as a dict and ``--header`` as (name, value) pairs."""
@@ -334,7 +369,9 @@ def _check_targets(o: LoadTestOptions) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if o.endpoint not in _ENDPOINTS:
-        raise ConfigError(f"--endpoint {o.endpoint!r}: expected chat, completions or embeddings")
+        raise ConfigError(
+            f"--endpoint {o.endpoint!r}: expected chat, completions, embeddings or responses"
+        )
     if o.embedding_batch < 1:
         raise ConfigError("--embedding-batch must be at least 1")
     if o.server_metrics is not None:

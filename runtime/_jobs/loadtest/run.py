@@ -35,7 +35,7 @@ from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
-from .endpoints import DirectTarget, call_endpoint
+from .endpoints import DirectTarget, Outcome, call_embed, call_endpoint
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
 from .saturation import load_figures
@@ -43,11 +43,12 @@ from .spec import LoadTest
 from .stats import percentile
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from ..._messages import ChatResult
     from ..._runtime import CallStream, Runtime
+    from .workers import Share, Start
     from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
@@ -164,6 +165,10 @@ class _Run:
         self.interrupt = interrupt
         if interrupt is not None:
             interrupt.watch(self.sending, self.scope)
+        # ---- --workers (workers.py): this process's share of the schedule, and when it
+        # starts (the shared t0, after the warm-up); None: the whole schedule, at once.
+        self.share: Share | None = None
+        self.start_at: Callable[[], Awaitable[Start]] | None = None
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -181,6 +186,9 @@ class _Run:
                 for index, offset in enumerate(shape.schedule(rng)):
                     if not self.due(index, offset):
                         break
+                    if self.share is not None and not self.share.mine(index):
+                        self.skip(index)  # another worker's: draw its prompt all the same
+                        continue
                     scheduled = self.t0 + offset
                     if spin:
                         await trio.sleep_until(scheduled - SPIN_MARGIN)
@@ -217,6 +225,15 @@ class _Run:
         async with trio.open_nursery() as nursery:
             for _ in range(shape.concurrency):
                 nursery.start_soon(user)
+
+    def skip(self, index: int) -> None:
+        """Draw arrival ``index``'s prompt and drop it (another worker sends it): the
+        workload's generator is used in arrival order, so each worker's own requests are
+        the ones one process would have sent."""
+        if self.test.workload.turns > 1:
+            self.session_items(index)
+        else:
+            self.test.workload.item(index, self.work_rng)
 
     def session_items(self, session: int) -> list[WorkItem]:
         """The new user message of each turn of ``session``, drawn now (in session order, so
@@ -272,7 +289,7 @@ class _Run:
         turn: int | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed."""
-        if self.direct is not None:
+        if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
         tracker = self._start(index, scheduled)
@@ -354,8 +371,6 @@ class _Run:
         warmup: bool,
     ) -> str | None:
         """:meth:`one` for a completions or embeddings test (:mod:`.endpoints`)."""
-        assert self.direct is not None
-        target, client = self.direct
         t0 = self.t0
         tracker = self._start(index, scheduled)
         embeddings = self.test.endpoint == "embeddings"
@@ -366,15 +381,11 @@ class _Run:
             "inputs": self.test.embedding_batch if embeddings else None,
         }
         try:
-            outcome = await call_endpoint(
-                client,
-                target,
-                "embeddings" if embeddings else "completions",
-                item,
-                tracker,
-                lambda: trio.current_time() - t0,
-                batch=self.test.embedding_batch,
-            )
+            outcome = await self.endpoint_call(item, tracker)
+        except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
+            self.fatal = self.fatal or exc
+            self.scope.cancel(reason="the load test cannot call its model")
+            return None
         except trio.Cancelled:
             self._cancelled(tracker, described)
             raise
@@ -389,10 +400,42 @@ class _Run:
                 status=outcome.status,
                 error_type=outcome.error_type,
                 error=outcome.error,
+                attempts=outcome.attempts,
+                request_id=outcome.request_id,
                 **described,
             )
         )
         return outcome.text if outcome.ok else None
+
+    # ---- the endpoints besides chat (endpoints.py) ------------------------------------------
+
+    async def endpoint_call(self, item: WorkItem, tracker: Tracker) -> Outcome:
+        """Send ``item`` to the test's endpoint: embeddings through the runtime (quotas,
+        retries, ``--respect-limits``), completions straight to the base URL.
+
+        Raises:
+            ConfigError: the model cannot be called at all.
+        """
+        test = self.test
+        if test.endpoint == "embeddings":
+            outcome = await call_embed(
+                self.rt, test.model, item, test.embedding_batch, self.deadlines
+            )
+            tracker.queue_wait = outcome.queue_wait
+            return outcome
+        assert self.direct is not None
+        target, client = self.direct
+        t0 = self.t0
+        return await call_endpoint(
+            client,
+            target,
+            "completions",
+            item,
+            tracker,
+            lambda: trio.current_time() - t0,
+        )
+
+    # ---- end of the endpoints besides chat --------------------------------------------------
 
     def keep(self, record: RequestRecord) -> None:
         """Add ``record`` to the run's file; a write that fails stops the run."""
@@ -424,7 +467,7 @@ async def _start_provider(run: _Run) -> None:
     by the first scheduled request, that work held up the scheduler and the requests due
     meanwhile all left at once when it ended. A model that cannot be routed is left to the
     first request to report."""
-    if run.direct is not None:
+    if run.test.endpoint == "completions":  # sent straight to the server: no actor
         return
     with contextlib.suppress(SluiceError):
         await run.rt.start_provider(run.test.model)
@@ -568,6 +611,7 @@ async def run_load(
     interrupt: Interrupt | None = None,
     direct: DirectTarget | None = None,
     folder: Path | None = None,
+    start_at: Callable[[], Awaitable[Start]] | None = None,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -585,13 +629,17 @@ async def run_load(
         on_send: called in each request's task just before it is sent (after its lag is
             fixed); tests use it to starve the client on purpose.
         interrupt: ends the run early when told to (the results then say so).
-        direct: where a completions or embeddings test sends (``test.endpoint`` other than
-            chat needs it).
+        direct: where a completions test sends (the one endpoint not called through the
+            runtime).
         folder: where the records' temporary file is made.
+        start_at: ``--workers``: awaited after the warm-up, says when the schedule starts
+            (the workers' shared t0, as a trio time) and which of its arrivals this process
+            sends. Default: the whole schedule, at once.
     """
-    if test.endpoint != "chat" and direct is None:
+    if test.endpoint == "completions" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
     run = _Run(rt, test, on_send, interrupt, None, folder)
+    run.start_at = start_at
     if direct is None:
         return await _run_load(run, progress, progress_interval)
     import httpx
@@ -609,8 +657,13 @@ async def _run_load(
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
-    started_at = time.time()
-    run.t0 = trio.current_time()
+    if run.start_at is not None:  # --workers: every worker starts at the shared t0
+        start = await run.start_at()
+        run.t0, run.share = start.t0, start.share
+        started_at = time.time() + (run.t0 - trio.current_time())
+    else:
+        started_at = time.time()
+        run.t0 = trio.current_time()
     with run.scope:
         await _drive(run, progress, progress_interval)
     if run.fatal is not None:
@@ -619,7 +672,19 @@ async def _run_load(
         raise run.broken
     if progress is not None:
         progress(run.progress())
-    records = run.records
+    return conclude(test, run.records, warm, started_at, interrupt)
+
+
+def conclude(
+    test: LoadTest,
+    records: RecordFile,
+    warm: Sequence[RequestRecord],
+    started_at: float,
+    interrupt: Interrupt | None,
+) -> RunResult:
+    """The :class:`RunResult` of a run of ``test`` that made ``records``: its aggregates and
+    validity. One place for both a run in this process and the merged records of its
+    ``--workers`` processes, so they come out the same."""
     aggregates = aggregate(
         records,
         slos=test.slos,

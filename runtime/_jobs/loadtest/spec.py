@@ -59,8 +59,10 @@ class LoadTest:
     request's content gives them the same draws. Their records are kept, marked ``warmup``,
     and left out of every aggregate."""
     endpoint: str = attrs.field(default="chat", validator=attrs.validators.in_(ENDPOINTS))
-    """``chat`` through the runtime (any protocol), or ``completions``/``embeddings`` sent
-    straight to the provider's base URL (:mod:`.endpoints`)."""
+    """``chat``, ``embeddings`` or ``responses`` through the runtime (a responses test's
+    model must speak the ``openai-responses`` protocol:
+    :func:`~.endpoints.responses_config`), or ``completions`` sent straight to the
+    provider's base URL (:mod:`.endpoints`)."""
     embedding_batch: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     """Inputs per embeddings request."""
     warmup_seconds: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
