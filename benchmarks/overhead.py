@@ -422,6 +422,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if a.cprofile else None
     aiohttp_version = None
     replay: float | None = None
+    own: dict[str, float] | None = None
     async with trio.open_nursery() as services:
         if a.sim:
             chunks = 20 if a.chunks is None else a.chunks
@@ -561,6 +562,12 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     replay = await _sdk_replay(
                         tracer_provider, lambda n: phase("sluice_observed", n, "capture")
                     )
+                # -- observability's cost, split: sluice's own work, replayed --
+                if "sluice_metrics" in sides and rt_metrics is not None:
+                    own = await _observer_replay(
+                        config, rt_metrics, lambda n: phase("sluice_metrics", n, "capture")
+                    )
+                # --
         finally:
             await bare.aclose()
             if door is not None:
@@ -575,22 +582,52 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     if replay is not None and report["sluice_cpu_s_per_1k"]:
         report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
         report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
-    _observability_report(report, results, replay)
+    _observability_report(report, results, replay, own)
     return report
 
 
 # -- observability's cost, split (--observability) ---------------------------------------------
 
 
+async def _observer_replay(
+    config: sluice.RuntimeConfig, rt: sluice.Runtime, capture: Any
+) -> dict[str, float] | None:
+    """CPU seconds per call of sluice's own observer work (see
+    :mod:`benchmarks._observer_replay`): a few calls through the metrics side are recorded
+    (after the measured rounds), then replayed through observers with nothing, metrics, and
+    no-op tracing on."""
+    from sluice._ledger.setup import price_table
+
+    from ._observer_replay import capture as recording
+    from ._observer_replay import replay_costs
+
+    with recording(500) as trail:
+        await capture(500)
+    quotas = (await rt.statistics()).quotas
+    return replay_costs(trail, price_table(config.ledger), next(iter(quotas), PROVIDER))
+
+
 def _observability_report(
-    report: dict[str, Any], results: dict[str, list[Phase]], replay: float | None
+    report: dict[str, Any],
+    results: dict[str, list[Phase]],
+    replay: float | None,
+    own: dict[str, float] | None,
 ) -> None:
     """Each observability side over the ``sluice`` side (median of the per-round ratios, as
     the sides alternate within a round), and sluice's own part of the SDK-traced side: its
-    ratio less the SDK's replayed cost. ``observability_goals`` holds issue #35's ceilings."""
+    ratio less the SDK's replayed cost. ``observability_goals`` holds issue #35's ceilings.
+    With ``own`` (the observer replayed), sluice's own work per call for metrics and no-op
+    tracing, in microseconds and as a ratio over the ``sluice`` side's CPU per call: the
+    figure a busy machine does not blur."""
     plain = results.get("sluice")
     if not plain:
         return
+    base_ms = _median([p.cpu_s_per_1k for p in plain])  # CPU-s per 1k calls = ms per call
+    if own is not None and base_ms:
+        report["observer_replay_us_per_call"] = {k: _round(v * 1e6, 2) for k, v in own.items()}
+        for key in ("metrics", "noop_tracing"):
+            extra_ms = (own[key] - own["off"]) * 1000
+            report[f"{key}_own_ratio"] = _round(1 + extra_ms / base_ms, 4)
 
     def ratios(side: str) -> list[float]:
         return [

@@ -196,6 +196,11 @@ def test_overhead_benchmark_splits_observability_into_its_parts() -> None:
     # the SDK's replayed share, and sluice's own part of the SDK-traced side beside it
     assert report["otel_sdk_replay_ms_per_call"] > 0 and report["otel_sdk_replay_share"] > 0
     assert report["observed_ratio_without_sdk"] < report["observed_ratio_of_rounds"]
+    # sluice's own observer work, replayed: a few microseconds a call, metrics or no-op tracing
+    replayed = report["observer_replay_us_per_call"]
+    assert set(replayed) == {"off", "metrics", "noop_tracing"}
+    assert all(0 < us < 1000 for us in replayed.values()), replayed
+    assert report["metrics_own_ratio"] > 0 and report["noop_tracing_own_ratio"] > 0
     goals = report["observability_goals"]
     assert {k: v["ceiling"] for k, v in goals.items()} == {
         "metrics_ratio": 1.03,
