@@ -9,8 +9,9 @@ module it loads included; interpreter start-up and ``site`` are not). The JSON l
 median, the ten modules with the largest median cumulative time, the ten with the largest self
 time, self time summed per top-level package (what dominates), and, from one more fresh
 interpreter, which of the modules that a call does not need are in ``sys.modules`` after the
-import (``rich``, ``cyclopts``, ``h11``, ``httpx``, ``sluice.simulator``, ``cryptography``,
-``coredis``). The tables cover only what ``import sluice`` loaded, not interpreter start-up.
+import (``rich``, ``cyclopts``, ``click``, ``h11``, ``httpx``, ``sluice.simulator``,
+``cryptography``, ``coredis``, ``importlib.metadata``, ``email``, ``decimal``, the gateway, the
+jobs and the codecs). The tables cover only what ``import sluice`` loaded, not interpreter start-up.
 
 ``-X importtime`` itself slows imports a little, so the JSON also has the import timed from
 inside a fresh interpreter without it (``perf_counter`` around ``import sluice``) and the
@@ -32,9 +33,26 @@ from typing import Any
 
 import orjson
 
-HEAVY = ("rich", "cyclopts", "h11", "httpx", "sluice.simulator", "cryptography", "coredis")
-"""Modules ``import sluice`` should not load (a call does not need them)."""
-GOAL_MS = 150.0
+HEAVY = (
+    "rich",
+    "cyclopts",
+    "click",
+    "h11",
+    "httpx",
+    "sluice.simulator",
+    "cryptography",
+    "coredis",
+    "importlib.metadata",
+    "email",
+    "decimal",
+    "sluice._gateway",
+    "sluice._jobs",
+    "sluice._protocols.openai",
+)
+"""Modules ``import sluice`` should not load (a call does not need them, or loads them itself
+when it does: a codec when its provider starts). ``tests/test_import_cost.py`` pins a longer
+list."""
+GOAL_MS = 120.0
 _SKEWING_ENV = frozenset(
     {
         "PYTHONSTARTUP",
@@ -58,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=5, help="fresh interpreters per measure (5)")
     p.add_argument("--module", default="sluice", help="the module to import (sluice)")
     p.add_argument("--top", type=int, default=10, help="modules listed per table (10)")
-    p.add_argument("--goal-ms", type=float, default=GOAL_MS, help="the target, in ms (150)")
+    p.add_argument("--goal-ms", type=float, default=GOAL_MS, help="the target, in ms (120)")
     p.add_argument("--python", default=sys.executable, help="the interpreter to measure (this one)")
     a = p.parse_args(argv)
     if a.runs < 1 or a.top < 1:

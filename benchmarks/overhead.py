@@ -16,6 +16,10 @@ Runs N streamed chat calls, against the same server and in one process run, thro
 * ``sluice_observed`` (with ``--observed``): a second runtime like ``sluice`` with Prometheus
   metrics and OpenTelemetry tracing on (the SDK's tracer provider, spans recorded and then
   dropped: no exporter), so ``observed_ratio`` is what observability costs per call;
+* ``sluice_metrics`` and ``sluice_noop_tracing`` (with ``--observability``, which also adds
+  ``sluice_observed``): metrics alone, and tracing alone through the OpenTelemetry API's no-op
+  tracer provider (sluice's own tracing work, no SDK), each in a runtime of its own, so that
+  sluice's part of observability and the SDK's are told apart in one run;
 * ``bare``: a bare trio + httpx loop (``shared/perf/client_trio_httpx.py``: one shared
   ``AsyncClient`` with a pool sized to the concurrency, ``aiter_lines``, orjson per data line);
 * ``aiohttp``: a bare asyncio + aiohttp loop (``shared/perf/client_asyncio_aiohttp.py``), when
@@ -83,9 +87,21 @@ SIDES = (
     "sluice_aio",
     "sluice_sync",
     "sluice_observed",
+    # -- observability's cost, split (--observability) --
+    "sluice_metrics",
+    "sluice_noop_tracing",
+    # --
     "sluice_group",
 )
 """Every side, in the order of the first round."""
+OBSERVED_SIDES = {
+    "sluice_metrics": "metrics",
+    "sluice_noop_tracing": "tracing-api",
+}
+"""The split observability sides and the ``--observe`` mode each runs (``sluice_observed``
+runs ``--observe``'s)."""
+OBSERVABILITY_GOALS = {"metrics_ratio": 1.03, "noop_tracing_ratio": 1.03, "observed_ratio": 1.05}
+"""Issue #35's ceilings, over the ``sluice`` side (the SDK-traced one is meant for 200 chunks)."""
 DOORS = ("aio", "sync")
 GROUP = "bench_group"
 """``--group N``: a model group of N deployments (provider entries at the same server)."""
@@ -200,6 +216,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK)",
     )
     p.add_argument(
+        "--observability",
+        action="store_true",
+        help="measure observability's cost split in one run: sluice_metrics (metrics alone), "
+        "sluice_noop_tracing (tracing through the API's no-op provider) and sluice_observed "
+        "(--observe, default metrics and SDK tracing), with the SDK's replayed share",
+    )
+    p.add_argument(
         "--trace-sample",
         type=float,
         default=1.0,
@@ -226,10 +249,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.aiohttp_skipped = None
     doors = [f"sluice_{a.api}"] if a.api in DOORS else []
     if a.only == "all":
+        optional = ("sluice_aio", "sluice_sync", "sluice_observed", "sluice_group")
         a.sides = [
-            side
-            for side in SIDES
-            if not side.startswith(("sluice_aio", "sluice_sync", "sluice_observed", "sluice_group"))
+            side for side in SIDES if not side.startswith(optional) and side not in OBSERVED_SIDES
         ]
         a.sides += doors
         if not aiohttp_available():
@@ -250,6 +272,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         a.sides = [side for side in SIDES if side in a.sides]
     if a.observed and "sluice_observed" not in a.sides:
         a.sides.append("sluice_observed")
+    # -- observability's cost, split --
+    if a.observability:
+        a.sides += [s for s in ("sluice_observed", *OBSERVED_SIDES) if s not in a.sides]
+    # --
     if a.group < 0:
         p.error("--group must not be negative")
     if a.group and "sluice_group" not in a.sides:
@@ -277,9 +303,10 @@ async def _observed_runtime(
         tracing=sluice.TracingConfig(enabled=observe != "metrics"),
     )
     # "tracing-api": sluice's own tracing work with the API's no-op provider, without the SDK's.
+    provider: Any = None
     if observe == "tracing-api":
-        provider: Any = NoOpTracerProvider()
-    else:
+        provider = NoOpTracerProvider()
+    elif observe != "metrics":
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
@@ -395,6 +422,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if a.cprofile else None
     aiohttp_version = None
     replay: float | None = None
+    own: dict[str, float] | None = None
     async with trio.open_nursery() as services:
         if a.sim:
             chunks = 20 if a.chunks is None else a.chunks
@@ -461,7 +489,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 _observed_runtime(
                     "sluice_observed" in sides, config, a.observe, a.trace_sample
                 ) as (rt_observed, tracer_provider),
+                _observed_runtime("sluice_metrics" in sides, config, "metrics", 1.0) as (
+                    rt_metrics,
+                    _,
+                ),
+                _observed_runtime("sluice_noop_tracing" in sides, config, "tracing-api", 1.0) as (
+                    rt_noop_tracing,
+                    _,
+                ),
             ):
+                runtimes = {
+                    "sluice_observed": rt_observed,
+                    "sluice_metrics": rt_metrics,
+                    "sluice_noop_tracing": rt_noop_tracing,
+                }
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
                     if side == "bare":
@@ -487,7 +528,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             label, calls, expect, through_door, max_seconds=a.max_seconds
                         )
                     model = models.get(side, models["sluice"])
-                    runtime = rt_observed if side == "sluice_observed" else rt
+                    runtime = runtimes.get(side, rt)
                     assert runtime is not None
                     measured = side == a.cprofile_side and label.startswith("round")
                     profile = profiler if measured else None
@@ -521,6 +562,12 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     replay = await _sdk_replay(
                         tracer_provider, lambda n: phase("sluice_observed", n, "capture")
                     )
+                # -- observability's cost, split: sluice's own work, replayed --
+                if "sluice_metrics" in sides and rt_metrics is not None:
+                    own = await _observer_replay(
+                        config, rt_metrics, lambda n: phase("sluice_metrics", n, "capture")
+                    )
+                # --
         finally:
             await bare.aclose()
             if door is not None:
@@ -535,7 +582,86 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     if replay is not None and report["sluice_cpu_s_per_1k"]:
         report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
         report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
+    _observability_report(report, results, replay, own)
     return report
+
+
+# -- observability's cost, split (--observability) ---------------------------------------------
+
+
+async def _observer_replay(
+    config: sluice.RuntimeConfig, rt: sluice.Runtime, capture: Any
+) -> dict[str, float] | None:
+    """CPU seconds per call of sluice's own observer work (see
+    :mod:`benchmarks._observer_replay`): a few calls through the metrics side are recorded
+    (after the measured rounds), then replayed through observers with nothing, metrics, and
+    no-op tracing on."""
+    from sluice._ledger.setup import price_table
+
+    from ._observer_replay import capture as recording
+    from ._observer_replay import replay_costs
+
+    with recording(500) as trail:
+        await capture(500)
+    quotas = (await rt.statistics()).quotas
+    return replay_costs(trail, price_table(config.ledger), next(iter(quotas), PROVIDER))
+
+
+def _observability_report(
+    report: dict[str, Any],
+    results: dict[str, list[Phase]],
+    replay: float | None,
+    own: dict[str, float] | None,
+) -> None:
+    """Each observability side over the ``sluice`` side (median of the per-round ratios, as
+    the sides alternate within a round), and sluice's own part of the SDK-traced side: its
+    ratio less the SDK's replayed cost. ``observability_goals`` holds issue #35's ceilings.
+    With ``own`` (the observer replayed), sluice's own work per call for metrics and no-op
+    tracing, in microseconds and as a ratio over the ``sluice`` side's CPU per call: the
+    figure a busy machine does not blur."""
+    plain = results.get("sluice")
+    if not plain:
+        return
+    base_ms = _median([p.cpu_s_per_1k for p in plain])  # CPU-s per 1k calls = ms per call
+    if own is not None and base_ms:
+        report["observer_replay_us_per_call"] = {k: _round(v * 1e6, 2) for k, v in own.items()}
+        for key in ("metrics", "noop_tracing"):
+            extra_ms = (own[key] - own["off"]) * 1000
+            report[f"{key}_own_ratio"] = _round(1 + extra_ms / base_ms, 4)
+
+    def ratios(side: str) -> list[float]:
+        return [
+            o.cpu_s_per_1k / p.cpu_s_per_1k
+            for o, p in zip(results.get(side, []), plain, strict=False)
+            if p.cpu_s_per_1k
+        ]
+
+    for side, key in (("sluice_metrics", "metrics"), ("sluice_noop_tracing", "noop_tracing")):
+        if side not in results:
+            continue
+        found = ratios(side)
+        report[f"{side}_cpu_s_per_1k"] = _round(_median([p.cpu_s_per_1k for p in results[side]]))
+        report[f"{key}_ratio"] = _round(_median(found), 3)
+        report[f"{key}_ratio_per_round"] = [_round(r, 3) for r in found]
+    observed = ratios("sluice_observed")
+    if observed:
+        report["observed_ratio_of_rounds"] = _round(_median(observed), 3)
+    if observed and replay is not None:
+        base = _median([p.cpu_s_per_1k for p in plain])
+        if base:
+            # What the SDK's replay says it spent, taken off the traced side's ratio.
+            report["observed_ratio_without_sdk"] = _round(
+                _median(observed) - replay * 1000 / base, 3
+            )
+    if any(side in results for side in ("sluice_metrics", "sluice_noop_tracing")):
+        report["observability_goals"] = {
+            key: {"ceiling": goal, "met": report.get(key) is not None and report[key] <= goal}
+            for key, goal in OBSERVABILITY_GOALS.items()
+            if report.get(key) is not None
+        }
+
+
+# --
 
 
 async def _sdk_replay(provider: Any, capture: Any) -> float | None:

@@ -26,6 +26,7 @@ import attrs
 from ._embeddings import EmbedResult
 from ._errors import CallError, ToolCallError
 from ._messages import ChatResult
+from ._record import Record
 from ._retry_policy import CallState, Fail, after_failure, when_blocked
 from ._tools.correct import NO_CORRECTIONS, Corrections
 
@@ -73,8 +74,8 @@ LOST_ATTEMPTS_MAX = 3
 """Attempts a call may lose to crashing actors on one model before it fails."""
 
 
-@attrs.frozen(eq=False)
-class Tries:
+@attrs.frozen(eq=False, repr=False)
+class Tries(Record):
     """The state of a call's tries on its current model; a value (made afresh per model)."""
 
     waits: bool
@@ -113,18 +114,18 @@ def first_tries(waits: bool, fails_over: bool, falls_back: bool) -> Tries:
 # ---- what the loop has seen ---------------------------------------------------------------
 
 
-@attrs.frozen(eq=False)
-class Ready:
+@attrs.frozen(eq=False, repr=False)
+class Ready(Record):
     """The call is about to try (its first attempt on the model, or after a pause)."""
 
 
-@attrs.frozen(eq=False)
-class Left:
+@attrs.frozen(eq=False, repr=False)
+class Left(Record):
     """The consumer left: before an attempt, or as its end."""
 
 
-@attrs.frozen(eq=False)
-class Refused:
+@attrs.frozen(eq=False, repr=False)
+class Refused(Record):
     """The breaker refused the attempt: ``error`` (a ``CircuitOpen``) says why; it lets a probe
     through in ``retry_in`` seconds (0: one is testing it now)."""
 
@@ -132,16 +133,16 @@ class Refused:
     retry_in: float
 
 
-@attrs.frozen(eq=False)
-class Won:
+@attrs.frozen(eq=False, repr=False)
+class Won(Record):
     """The attempt's reply, finalized. Also the decision that follows it: finish with it
     (one object on the path of every successful call, not two)."""
 
     result: ChatResult | EmbedResult
 
 
-@attrs.frozen(eq=False)
-class Failure:
+@attrs.frozen(eq=False, repr=False)
+class Failure(Record):
     """The attempt failed (or admission refused it) after ``delivered`` deltas reached the
     consumer."""
 
@@ -149,8 +150,8 @@ class Failure:
     delivered: int
 
 
-@attrs.frozen(eq=False)
-class Misfired:
+@attrs.frozen(eq=False, repr=False)
+class Misfired(Record):
     """The reply broke the call's tool contract (``prepared`` says how it was prepared)."""
 
     error: ToolCallError
@@ -158,16 +159,16 @@ class Misfired:
     delivered: int
 
 
-@attrs.frozen(eq=False)
-class Lost:
+@attrs.frozen(eq=False, repr=False)
+class Lost(Record):
     """The attempt's actor died without an answer, after ``delivered`` deltas."""
 
     error: CallError
     delivered: int
 
 
-@attrs.frozen(eq=False)
-class WaitedOut:
+@attrs.frozen(eq=False, repr=False)
+class WaitedOut(Record):
     """A waiting call reached its ``max_wait`` while it waited for admission; ``error`` says so
     (it ends with its last failure instead, when it had one)."""
 
@@ -183,24 +184,24 @@ Seen: TypeAlias = Ready | Left | Refused | Won | Failure | Misfired | Lost | Wai
 # ---- what the loop does next --------------------------------------------------------------
 
 
-@attrs.frozen(eq=False)
-class Go:
+@attrs.frozen(eq=False, repr=False)
+class Go(Record):
     """Make an attempt (ask the breaker, then the RateLimiter); first spend a retry from the
     budget when ``spend_retry`` (it has room: ``free_in`` said 0 at this ``now``)."""
 
     spend_retry: bool
 
 
-@attrs.frozen(eq=False)
-class Pause:
+@attrs.frozen(eq=False, repr=False)
+class Pause(Record):
     """Something blocks the call: wait ``delay`` seconds, then it is :data:`READY` again."""
 
     delay: float
     tries: Tries
 
 
-@attrs.frozen(eq=False)
-class Retry:
+@attrs.frozen(eq=False, repr=False)
+class Retry(Record):
     """Tell the consumer (``StreamReset`` first when ``reset``) and retry after ``delay``
     seconds; spend a retry from the budget now when ``spend_retry`` (else ``tries.retrying``
     says the next attempt pays for it)."""
@@ -212,8 +213,8 @@ class Retry:
     tries: Tries
 
 
-@attrs.frozen(eq=False)
-class Correct:
+@attrs.frozen(eq=False, repr=False)
+class Correct(Record):
     """Retry at once with ``tries.corrections``: no backoff, no budget, not a transport
     attempt (``StreamReset`` first when ``reset``)."""
 
@@ -222,8 +223,8 @@ class Correct:
     tries: Tries
 
 
-@attrs.frozen(eq=False)
-class Resubmit:
+@attrs.frozen(eq=False, repr=False)
+class Resubmit(Record):
     """Send the lost attempt again (``StreamReset`` first when ``reset``)."""
 
     error: CallError
@@ -231,13 +232,13 @@ class Resubmit:
     tries: Tries
 
 
-@attrs.frozen(eq=False)
-class Leave:
+@attrs.frozen(eq=False, repr=False)
+class Leave(Record):
     """The consumer left: end the call without a word."""
 
 
-@attrs.frozen(eq=False)
-class MoveOn:
+@attrs.frozen(eq=False, repr=False)
+class MoveOn(Record):
     """Leave this model for the chain's next (``StreamReset`` first when ``reset``):
     ``failover`` when it is the group's next deployment. ``refused``: the breaker refused the
     attempt that was due, which counts as an attempt (``error`` is numbered so)."""
@@ -248,8 +249,8 @@ class MoveOn:
     refused: bool = False
 
 
-@attrs.frozen(eq=False)
-class GiveUp:
+@attrs.frozen(eq=False, repr=False)
+class GiveUp(Record):
     """The call fails with ``error``; ``refused`` as for :class:`MoveOn`."""
 
     error: CallError

@@ -33,7 +33,6 @@ from ._conversation import (
     is_temporary,
     strip_temporary,
 )
-from ._openai_parse import parse_message, parse_tool
 from ._record import Record
 
 __all__ = [
@@ -123,6 +122,8 @@ def _messages(value: str | Iterable[Message | Mapping[str, Any]]) -> tuple[Messa
         if isinstance(item, Message):
             out.append(item)
         elif isinstance(item, Mapping):
+            from ._openai_parse import parse_message  # only for OpenAI-format dicts
+
             out.append(parse_message(item, f"ChatRequest.messages[{index}]"))
         else:
             raise TypeError(
@@ -143,6 +144,8 @@ def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
         if isinstance(item, Tool):
             out.append(item)
         elif isinstance(item, Mapping):
+            from ._openai_parse import parse_tool  # only for OpenAI-format dicts
+
             out.append(parse_tool(item, f"ChatRequest.tools[{index}]"))
         else:
             raise TypeError(

@@ -37,6 +37,7 @@ from ._errors import ConfigError, RuntimeClosed
 from ._limits.cost import estimate_cost
 from ._mail import Call, EventBatch, ProviderMsg
 from ._messages import ChatRequest, ChatResult, split_model
+from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
 
 if TYPE_CHECKING:
@@ -68,8 +69,8 @@ __all__ = [
 Route = tuple["ResolvedProvider", trio.MemorySendChannel[ProviderMsg]]
 
 
-@attrs.frozen(eq=False)
-class Target:
+@attrs.frozen(eq=False, repr=False)
+class Target(Record):
     """Where a request's model points: one ``provider:model``, or a model group's
     deployments (in the group's order)."""
 
@@ -79,8 +80,8 @@ class Target:
     """Each deployment's model name without the provider prefix."""
 
 
-@attrs.frozen(eq=False)
-class Placed:
+@attrs.frozen(eq=False, repr=False)
+class Placed(Record):
     """A request placed on one of its target's deployments."""
 
     request: ChatRequest
@@ -92,8 +93,8 @@ class Placed:
     """How many of the request's models are deployments of the group."""
 
 
-@attrs.frozen(eq=False)
-class Ready:
+@attrs.frozen(eq=False, repr=False)
+class Ready(Record):
     """A call to hand to the Supervisor, and the consumer's end of its event channel."""
 
     call: Call
@@ -102,8 +103,8 @@ class Ready:
     """Stores the result in the response cache; None when the call is not cached."""
 
 
-@attrs.frozen(eq=False)
-class Replay:
+@attrs.frozen(eq=False, repr=False)
+class Replay(Record):
     """The response cache answered: no call is made."""
 
     hit: ChatResult

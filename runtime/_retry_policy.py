@@ -39,6 +39,7 @@ from ._errors import (
     ServerError,
     StreamBroken,
 )
+from ._record import Record
 
 if TYPE_CHECKING:
     import random
@@ -72,8 +73,8 @@ _BACKEND_FAILURES = (
 )
 
 
-@attrs.frozen
-class CallState:
+@attrs.frozen(repr=False)
+class CallState(Record):
     """What the policy needs to know about a call."""
 
     attempts: int
@@ -94,22 +95,22 @@ class CallState:
     """When ``retry_visible`` is off: the time after which no failure is retried at all."""
 
 
-@attrs.frozen
-class Retry:
+@attrs.frozen(repr=False)
+class Retry(Record):
     """Try again after ``delay`` seconds (the retry budget permitting)."""
 
     delay: float
 
 
-@attrs.frozen
-class Wait:
+@attrs.frozen(repr=False)
+class Wait(Record):
     """Something blocks the call; look again after ``delay`` seconds."""
 
     delay: float
 
 
-@attrs.frozen
-class Fail:
+@attrs.frozen(repr=False)
+class Fail(Record):
     """End the call (or move to its next fallback model) with ``error``."""
 
     error: CallError

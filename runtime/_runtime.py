@@ -150,7 +150,7 @@ class Runtime(EmbedMethods):
     def simulator_config(self) -> SimulatorConfig:
         """Internal, for the provider batch lane: the config of the simulator this runtime
         serves in-process providers (``sim`` without a base URL) with."""
-        return self._wiring.simulator
+        return self._wiring.simulator_config()
 
     async def _submit(
         self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
@@ -567,10 +567,6 @@ async def _running(
         ledger_parts = await open_ledger(
             config.ledger, ledger_store, mirror=mirror() if mirror is not None else None
         )
-        if simulator is None:
-            from sluice.simulator import SimulatorConfig
-
-            simulator = SimulatorConfig()
         mail = _Mailboxes(
             trio.open_memory_channel[RateLimiterMsg](MAILBOX_BUFFER),
             trio.open_memory_channel[LedgerMsg](MAILBOX_BUFFER),

@@ -58,9 +58,19 @@ class ProviderWiring:
     """What every provider sends through instead of its own (``open_runtime``'s ``transport``)."""
     environ: Mapping[str, str] | None
     """Where keys are looked up (None: ``os.environ``)."""
-    simulator: SimulatorConfig
-    """The in-process simulator's config, for providers without a base URL."""
+    simulator: SimulatorConfig | None
+    """The in-process simulator's config, for providers without a base URL (None: its
+    defaults, made on first need: a runtime without ``sim`` models never loads the
+    simulator)."""
     observer: Observer | None = None
+
+    def simulator_config(self) -> SimulatorConfig:
+        """The simulator's config: the one given, else its defaults."""
+        if self.simulator is not None:
+            return self.simulator
+        from sluice.simulator import SimulatorConfig
+
+        return SimulatorConfig()
 
 
 class Providers:
@@ -217,7 +227,7 @@ class Providers:
         server serves it: its config may decide every model's tool capabilities."""
         if self.wiring.transport is not None:
             return _SIM_URL_WITH_TRANSPORT, spec
-        served = self.wiring.simulator
+        served = self.wiring.simulator_config()
         if self._sim_url is None:
             from sluice.simulator import serve_simulator
 
@@ -240,10 +250,12 @@ def hot_transport(
     A given httpx transport (tests use ``httpx.MockTransport``) goes behind the httpx adapter;
     a given hot transport is used as it is and stays the caller's to close.
     """
-    from sluice.transport import FastTransport, HttpxTransport
-
+    # Each branch imports its own transport: httpx (which loads rich and click when they are
+    # installed) is only for the httpx branches, never for a call on the fast transport.
     if given is not None and hasattr(given, "handle_async_request"):
-        import httpx  # only here: the fast path does not load httpx at all
+        import httpx
+
+        from sluice.transport import HttpxTransport
 
         assert isinstance(given, httpx.AsyncBaseTransport)
 
@@ -254,9 +266,13 @@ def hot_transport(
     if given is not None:
         return given, False
     if spec.transport == "httpx":
+        from sluice.transport import HttpxTransport
+
         return HttpxTransport(
             max_connections=spec.max_connections, connect_timeout=spec.connect_timeout
         ), True
+    from sluice.transport import FastTransport
+
     return FastTransport(
         max_connections=spec.max_connections,
         connect_timeout=spec.connect_timeout,

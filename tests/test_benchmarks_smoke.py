@@ -171,6 +171,42 @@ def test_overhead_benchmark_selects_sides() -> None:
     ]
     with pytest.raises(SystemExit):
         parse_args(["--sim", "--only", "sluice_aio"])  # a door's side needs its --api
+    assert parse_args(["--sim", "--only", "both", "--observability"]).sides == [
+        "bare",
+        "sluice",
+        "sluice_observed",
+        "sluice_metrics",
+        "sluice_noop_tracing",
+    ]
+    assert "sluice_metrics" not in parse_args(["--sim"]).sides  # only when asked
+
+
+def test_overhead_benchmark_splits_observability_into_its_parts() -> None:
+    report = _run_json(
+        "benchmarks.overhead",
+        *("--sim", "--calls", "16", "--concurrency", "4", "--repeat", "2", "--warmup", "4"),
+        *("--only", "sluice", "--observability"),
+    )
+    assert report["errors"] == 0, report["first_errors"]
+    assert report["sides"] == ["sluice", "sluice_observed", "sluice_metrics", "sluice_noop_tracing"]
+    for key in ("metrics_ratio", "noop_tracing_ratio", "observed_ratio"):
+        assert report[key] > 0, key
+    assert len(report["metrics_ratio_per_round"]) == 2
+    assert len(report["noop_tracing_ratio_per_round"]) == 2
+    # the SDK's replayed share, and sluice's own part of the SDK-traced side beside it
+    assert report["otel_sdk_replay_ms_per_call"] > 0 and report["otel_sdk_replay_share"] > 0
+    assert report["observed_ratio_without_sdk"] < report["observed_ratio_of_rounds"]
+    # sluice's own observer work, replayed: a few microseconds a call, metrics or no-op tracing
+    replayed = report["observer_replay_us_per_call"]
+    assert set(replayed) == {"off", "metrics", "noop_tracing"}
+    assert all(0 < us < 1000 for us in replayed.values()), replayed
+    assert report["metrics_own_ratio"] > 0 and report["noop_tracing_own_ratio"] > 0
+    goals = report["observability_goals"]
+    assert {k: v["ceiling"] for k, v in goals.items()} == {
+        "metrics_ratio": 1.03,
+        "noop_tracing_ratio": 1.03,
+        "observed_ratio": 1.05,
+    }
 
 
 def test_overhead_benchmark_measures_the_front_doors_next_to_the_trio_api() -> None:
@@ -211,8 +247,10 @@ def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
     assert report["module"] == "sluice" and report["import_ms"] > 0
     assert len(report["import_ms_runs"]) == 1 and len(report["top_cumulative"]) == 3
     assert all(row["module"] != "sluice" for row in report["top_cumulative"])
-    heavy = {"rich", "cyclopts", "h11", "httpx", "sluice.simulator", "cryptography", "coredis"}
-    assert set(report["heavy_loaded"]) | set(report["heavy_not_loaded"]) == heavy
+    from benchmarks.import_time import HEAVY
+
+    assert set(report["heavy_loaded"]) | set(report["heavy_not_loaded"]) == set(HEAVY)
+    assert report["heavy_loaded"] == []
     assert "sluice" in report["sluice_modules_loaded"]
     assert isinstance(report["meets_goal"], bool)
 

@@ -9,9 +9,12 @@ below (dollars per million tokens times tokens is micro-dollars).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice._errors import BudgetExceeded
 from sluice._ledger.book import LedgerBook, LedgerKey, LedgerTotals, summarize, utc_day
@@ -174,6 +177,32 @@ def test_config_prices_override_and_extend_the_table() -> None:
     assert PRICES.lookup("azure-proxy", "gpt-4o") is None
     with pytest.raises(ValueError, match="provider:model"):
         PriceTable({"gpt-4o": ModelPrice.usd(1, 1)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=0, max_value=1e6, allow_nan=False),
+        st.integers(min_value=0, max_value=10**12),
+        st.decimals(min_value=0, max_value=10**6, allow_nan=False, allow_infinity=False, places=9),
+        st.from_regex(r"\A[0-9]{1,7}(\.[0-9]{0,12})?\Z"),
+    )
+)
+def test_dollars_to_micros_reads_plain_text_exactly_as_decimal_does(usd: object) -> None:
+    """Plain decimal text is read without ``decimal`` (not loaded by ``import sluice``): the
+    same micro-dollars, rounded half up, as ``Decimal``."""
+    expected = int(
+        (decimal.Decimal(str(usd)) * 1_000_000).to_integral_value(rounding=decimal.ROUND_HALF_UP)
+    )
+    assert usd_to_micros(usd) == expected  # type: ignore[arg-type]
+
+
+def test_dollars_to_micros_refuses_what_is_not_an_amount() -> None:
+    assert usd_to_micros("1e-05") == 10 and usd_to_micros(" 2.5 ") == 2_500_000
+    assert usd_to_micros("0.0000005") == 1 and usd_to_micros("0.00000049") == 0
+    for bad in ("", ".", "1.2.3", "abc", "True", "-0.5", "inf", "nan"):
+        with pytest.raises(ValueError, match="dollar amount"):
+            usd_to_micros(bad)
 
 
 def test_cost_arithmetic_is_integer_micro_dollars() -> None:

@@ -185,3 +185,35 @@ async def test_a_trace_the_sampler_leaves_out_records_no_attempt_either(autojump
         result = await rt.chat("sim:sim-small", "hello")
     assert result.attempts == 2
     assert exporter.get_finished_spans() == ()
+
+
+@virtual_deadline(60)
+async def test_sampling_as_documented_follows_the_parent_and_drops_untraced_root_calls(
+    autojump_clock,
+):
+    """The README's sampling recipe: ``ParentBased(TraceIdRatioBased(ratio))`` on the tracer
+    provider. A call made inside a traced request is traced with it whatever the ratio; root
+    calls are kept at the ratio (here 0: none), each left out at the cost of one unrecorded
+    span."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.0)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app_provider, app_exporter = tracing()  # the application's own, recording every request
+    app = app_provider.get_tracer("app")  # type: ignore[attr-defined]
+    config = RuntimeConfig(tracing=TracingConfig(enabled=True))
+    async with sluice.open_runtime(
+        config, transport=mock_transport(), tracer_provider=provider
+    ) as rt:
+        for _ in range(20):
+            await rt.chat("sim:sim-small", "a root call")
+        with app.start_as_current_span("request handler") as outer:
+            await rt.chat("sim:sim-small", "inside a traced request")
+    finished = exporter.get_finished_spans()
+    # only the call with a traced parent: its span and its attempt's
+    assert sorted(s.name for s in finished) == ["attempt 1", "chat sim-small"]
+    spans = {s.name: s for s in finished}
+    chat = spans["chat sim-small"]
+    assert chat.parent is not None and chat.parent.span_id == outer.get_span_context().span_id
+    assert [s.name for s in app_exporter.get_finished_spans()] == ["request handler"]

@@ -16,7 +16,6 @@ its alias is listed under its own name (``gpt-4o-2024-05-13``).
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
 import attrs
@@ -25,6 +24,7 @@ from .._record import Record
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from decimal import Decimal
 
     from .._limits.cost import Cost
     from .._messages import Usage
@@ -52,16 +52,33 @@ _CACHED = 4096
 def usd_to_micros(usd: float | int | str | Decimal) -> int:
     """``usd`` dollars as whole micro-dollars (half up). ``2.5`` -> ``2_500_000``.
 
+    Exact: plain decimal text (what ``str`` gives for the prices in this module) is read with
+    integer arithmetic, anything else (an exponent, surrounding blanks) through ``Decimal``,
+    which is then imported (the shipped price table is built at import, and ``decimal`` is not
+    something a call needs).
+
     Raises:
         ValueError: not a finite non-negative number.
     """
+    text = usd if isinstance(usd, str) else str(usd)
+    whole, _, fraction = text.partition(".")
+    if _digits(whole) and (not fraction or _digits(fraction)):
+        micros = int(whole) * _MILLION + int(fraction[:6].ljust(6, "0"))
+        return micros + 1 if fraction[6:7] >= "5" else micros  # half up on the 7th digit
+    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
     try:
-        value = Decimal(str(usd))
+        value = Decimal(text)
     except InvalidOperation:
         raise ValueError(f"not a dollar amount: {usd!r}") from None
     if not value.is_finite() or value < 0:
         raise ValueError(f"a dollar amount must be finite and not negative: {usd!r}")
     return int((value * _MILLION).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only, at least one."""
+    return text.isascii() and text.isdigit()
 
 
 def format_usd(micros: int | None) -> str:

@@ -18,7 +18,6 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -84,6 +83,8 @@ def http_date(text: str | None) -> float | None:
     ``Date`` is read once per reset header, and the same value comes for a whole second."""
     if not text:
         return None
+    from email.utils import parsedate_to_datetime  # the email package: not on import
+
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

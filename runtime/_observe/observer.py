@@ -50,6 +50,10 @@ class _AttemptWatch:
         self.started = started
 
 
+_WATCHED = _AttemptWatch(None, 0.0)
+"""The watch of every attempt when only metrics are on (they need nothing from its start)."""
+
+
 class Observer:
     """Hands what calls and attempts did to the parts that are on."""
 
@@ -186,6 +190,8 @@ class Observer:
         span = self.tracer.attempt_started(msg.call, msg.attempt) if self.tracer else None
         # Clock reads cost a trio lookup each: only a hook's record needs the start time.
         timed = self.hooks is not None and self.hooks.hooks.on_attempt_end is not None
+        if span is None and not timed:
+            return _WATCHED  # metrics alone keep nothing per attempt: no object either
         return _AttemptWatch(span, trio.current_time() if timed else 0.0)
 
     def attempt_ended(
@@ -225,6 +231,7 @@ class Observer:
             result = "abandoned"
         if watch is None:
             return
+        now = trio.current_time()  # one clock read for the metrics, the trace and the hook
         cost = None if usage is None else self._cost(provider, model, usage.usage)
         metrics = self.metrics
         if metrics is not None:
@@ -235,14 +242,12 @@ class Observer:
                 metrics.usage(provider, label, usage.usage, cost)
                 out = usage.usage.output_tokens
                 if result == "ok" and first_token_at is not None and out > 1:
-                    itl = (trio.current_time() - first_token_at) / (out - 1)
-                    metrics.itl.observe((provider, label), itl)
+                    metrics.itl.observe((provider, label), (now - first_token_at) / (out - 1))
         if self.tracer is not None and watch.span is not None:
             self.tracer.attempt_ended(
-                watch.span, call, result, error, usage.usage if usage else None, delivered
+                watch.span, now, result, error, usage.usage if usage else None, delivered
             )
         if self.hooks is not None and self.hooks.hooks.on_attempt_end is not None:
-            now = trio.current_time()
             self.hooks.attempt_ended(
                 AttemptRecord(
                     call_id=call.call_id,

@@ -45,9 +45,9 @@ class _Attempt:
         "delivered",
         "ended",
         "error",
-        "model",
         "number",
         "outcome",
+        "provider",
         "request_model",
         "started",
         "usage",
@@ -55,9 +55,9 @@ class _Attempt:
 
     def __init__(self, number: int, call: Call, started: float) -> None:
         self.number = number
-        self.model = f"{call.provider.name}:{call.model}"
-        """``provider:model``: an attempt to another one than the last is a fallback."""
+        self.provider = call.provider.name
         self.request_model = call.model
+        """With ``provider``: an attempt to another model than the last is a fallback."""
         self.started = started
         self.ended: float | None = None
         self.outcome: Outcome = "abandoned"
@@ -98,13 +98,14 @@ class Tracer:
     def attempt_ended(
         self,
         record: _Attempt,
-        call: Call,
+        now: float,
         outcome: Outcome,
         error: SluiceError | None,
         usage: Usage | None,
         delivered: int,
     ) -> None:
-        record.ended = trio.current_time()
+        """The attempt ended at ``now`` (trio's clock)."""
+        record.ended = now
         record.outcome = outcome
         record.error = error
         record.usage = usage
@@ -169,8 +170,10 @@ class Tracer:
 
 def _between(span: Any, previous: _Attempt, attempt: _Attempt, at: int) -> None:
     """The event on the call's span that says why ``attempt`` followed ``previous``."""
-    if previous.model != attempt.model:
-        span.add_event("sluice.fallback", {"from": previous.model, "to": attempt.model}, at)
+    if (previous.provider, previous.request_model) != (attempt.provider, attempt.request_model):
+        before = f"{previous.provider}:{previous.request_model}"
+        after = f"{attempt.provider}:{attempt.request_model}"
+        span.add_event("sluice.fallback", {"from": before, "to": after}, at)
     elif previous.outcome == "ok":
         span.add_event("sluice.correction", {"sluice.attempt": attempt.number}, at)
     else:
