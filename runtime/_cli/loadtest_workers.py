@@ -355,21 +355,13 @@ def _merge(test: LoadTest, workers: list[_Worker], interrupt: Interrupt, folder:
 # ---- the worker process ------------------------------------------------------------------------
 
 
-async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
-    from pathlib import Path
-
-    from .._jobs.loadtest import Interrupt, build_test, run_load
-    from .._jobs.loadtest.workers import Share, Start, cpu_per_request
-    from .._runtime import open_runtime
-
-    async def emit(message: dict[str, Any]) -> None:
-        await out.send_all(orjson.dumps(message) + b"\n")
-
-    from .._gc import tune_for_service
+def _worker_test(spec: _Spec) -> tuple[Any, Any]:
+    """The worker's test (with the calibration warm-up when it measures its cost) and the
+    simulator it starts in-process, if its provider is the simulator with no base URL."""
+    from .._jobs.loadtest import build_test
 
     options = attrs.evolve(spec.options, server_metrics=None)
     test = build_test(options).test
-    tune_for_service()  # as the sluice command does: a worker is a process sluice owns
     if spec.calibrate:
         count, seconds = CALIBRATION
         test = attrs.evolve(
@@ -382,6 +374,23 @@ async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
         from ..simulator import SimulatorConfig
 
         simulator = SimulatorConfig(output_tokens=1_000_000)
+    return test, simulator
+
+
+async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
+    from pathlib import Path
+
+    from .._jobs.loadtest import Interrupt, run_load
+    from .._jobs.loadtest.workers import Share, Start, cpu_per_request
+    from .._runtime import open_runtime
+
+    async def emit(message: dict[str, Any]) -> None:
+        await out.send_all(orjson.dumps(message) + b"\n")
+
+    from .._gc import tune_for_service
+
+    test, simulator = _worker_test(spec)
+    tune_for_service()  # as the sluice command does: a worker is a process sluice owns
     interrupt = Interrupt()
     sends: list[float] = []
     started = trio.Event()

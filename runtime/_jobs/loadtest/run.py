@@ -21,21 +21,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..._errors import CallError, ConfigError, SluiceError
-from ..._events import (
-    Admitted,
-    ReasoningDelta,
-    Retrying,
-    StreamReset,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-)
+from ..._errors import ConfigError, SluiceError
 from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
 from .endpoints import DirectTarget, Outcome, call_embed, call_endpoint
+from .follow import finished, follow, http_fields
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
 from .saturation import load_figures
@@ -46,8 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from pathlib import Path
 
-    from ..._messages import ChatResult
-    from ..._runtime import CallStream, Runtime
+    from ..._runtime import Runtime
     from .workers import Share, Start
     from .workload import WorkItem
 
@@ -313,7 +304,7 @@ class _Run:
         usage_seen = False
         try:
             async with self.rt.stream_with_phases(request, phases) as call:
-                usage_seen = await _follow(call, tracker, t0)
+                usage_seen = await follow(call, tracker, t0)
                 end = trio.current_time() - t0
                 result, error = call.result, call.error
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
@@ -323,12 +314,12 @@ class _Run:
         except SluiceError as exc:  # the call could not be submitted
             end, result, error = trio.current_time() - t0, None, exc
         except trio.Cancelled:  # an interrupt cancelled the run: still one record each
-            self._cancelled(tracker, described | _http_fields(phases))
+            self._cancelled(tracker, described | http_fields(phases))
             raise
         finally:
             self._done(cap)
-        described |= _http_fields(phases)
-        self.keep(_finished(tracker, end, result, error, usage_seen, described))
+        described |= http_fields(phases)
+        self.keep(finished(tracker, end, result, error, usage_seen, described))
         return result.text if result is not None else None
 
     def _start(self, index: int, scheduled: float) -> Tracker:
@@ -513,92 +504,6 @@ def _real_clock() -> bool:
     from trio.testing import MockClock
 
     return not isinstance(trio.lowlevel.current_clock(), MockClock)
-
-
-async def _follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
-    """Read ``call``'s events into ``tracker`` (times relative to ``origin``, the run's
-    start on trio's clock); True when the provider reported usage.
-
-    The clock is read once per batch: a batch is what one network read decoded (or several,
-    when the reader fell behind), so its deltas share one arrival time and the tracker
-    merges them into one chunk whose tokens split the gap since the previous read. Reading
-    the clock per event would give the first of them the whole gap and the rest gaps of a
-    few microseconds: the time this loop took, not anything the server did."""
-    usage_seen = False
-    now = trio.current_time
-    while (batch := await call.next_events()) is not None:
-        at = now() - origin
-        for event in batch:
-            match event:
-                case TextDelta(text=text) | ReasoningDelta(text=text):
-                    tracker.chunk(at, text)
-                case ToolCallDelta(arguments=text):
-                    tracker.chunk(at, text)
-                case Admitted(waited=waited, at=admitted):
-                    tracker.queue_wait += waited
-                    tracker.admitted = admitted - origin
-                case Retrying(delay=delay):
-                    tracker.retry_wait += delay
-                case UsageReported():
-                    usage_seen = True
-                case StreamReset():
-                    tracker.reset()
-    return usage_seen
-
-
-def _finished(
-    tracker: Tracker,
-    end: float,
-    result: ChatResult | None,
-    error: SluiceError | None,
-    usage_seen: bool,
-    described: dict[str, Any],
-) -> RequestRecord:
-    """The record of a request that ended at ``end`` with ``result`` or ``error``."""
-    if result is None:
-        return tracker.finish(
-            end,
-            input_tokens=None,
-            output_tokens=None,
-            ok=False,
-            **_error_fields(error),
-            **described,
-        )
-    usage = result.usage
-    reported = usage_seen or usage.output_tokens > 0
-    return tracker.finish(
-        end,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens if reported else None,
-        ok=True,
-        attempts=result.attempts,
-        request_id=result.request_id,
-        **described,
-    )
-
-
-def _http_fields(phases: HttpPhases) -> dict[str, Any]:
-    """The record's ``http_*`` fields from what the transport noted."""
-    return {
-        "http_connect": phases.connect,
-        "http_headers": phases.time_to_headers,
-        "http_receive": phases.receive,
-        "http_reused": phases.reused,
-    }
-
-
-def _error_fields(error: SluiceError | None) -> dict[str, Any]:
-    if error is None:
-        return {"error_type": "RuntimeClosed", "error": "the call ended without a result"}
-    if isinstance(error, CallError):
-        return {
-            "status": error.status,
-            "error_type": error.error_type or error.kind,
-            "error": error.message,
-            "attempts": max(error.attempt, 1),
-            "request_id": error.request_id,
-        }
-    return {"error_type": type(error).__name__, "error": str(error)}
 
 
 async def run_load(
