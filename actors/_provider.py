@@ -406,30 +406,8 @@ class _Attempt:
         )
 
     async def _exchange(self) -> AttemptOutcome:
-        ctx, call = self.ctx, self.call
-        spec = ctx.state.settings
-        base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
-        try:
-            request = ctx.codec.build_request(
-                call.request,
-                base_url=base_url,
-                api_key=spec.api_key.reveal() if spec.api_key else None,
-                headers=spec.headers,
-            )
-        except orjson.JSONEncodeError as exc:
-            # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
-            # deep, or a value JSON has no form for. That is this call's fault alone; left to
-            # propagate, it would crash the actor and, repeated, end the runtime.
-            raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
-        phases = call.phases
-        if phases is None:
-            response = await ctx.transport.send(
-                request.method, request.url, request.headers, request.body
-            )
-        else:
-            response = await ctx.transport.send(
-                request.method, request.url, request.headers, request.body, phases=phases
-            )
+        call = self.call
+        response = await self._send()
         self.headers = headers = response.headers
         try:
             request_id = headers.get("x-request-id") or headers.get("request-id")
@@ -462,6 +440,36 @@ class _Attempt:
             with trio.CancelScope(shield=True):
                 await response.aclose()
         return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
+
+    async def _send(self) -> HotResponse:
+        """Build the attempt's request and send it; the response once its head arrived.
+
+        The request (its body above all) is not kept while the reply streams: it lives only
+        in this frame, so an open stream holds none of it.
+        """
+        ctx, call = self.ctx, self.call
+        spec = ctx.state.settings
+        base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
+        try:
+            request = ctx.codec.build_request(
+                call.request,
+                base_url=base_url,
+                api_key=spec.api_key.reveal() if spec.api_key else None,
+                headers=spec.headers,
+            )
+        except orjson.JSONEncodeError as exc:
+            # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
+            # deep, or a value JSON has no form for. That is this call's fault alone; left to
+            # propagate, it would crash the actor and, repeated, end the runtime.
+            raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
+        phases = call.phases
+        if phases is None:
+            return await ctx.transport.send(
+                request.method, request.url, request.headers, request.body
+            )
+        return await ctx.transport.send(
+            request.method, request.url, request.headers, request.body, phases=phases
+        )
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         # The status and headers already tell what happened (a 429 and its pause, say); the
