@@ -224,12 +224,12 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
-    """Answer the Supervisor (once per attempt: the reply channel has room for one)."""
+    """Answer the Supervisor (once per attempt: the reply holds one answer)."""
     try:
         msg.reply_to.send_nowait(outcome)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-        # The Supervisor's call task is gone (the runtime shutting down, Ctrl-C): it closed
-        # the channel it handed over (the same object), so nobody waits for this answer.
+        # The Supervisor's call task is gone (the runtime shutting down, Ctrl-C): it left
+        # the reply it handed over, so nobody waits for this answer.
         pass
 
 

@@ -95,6 +95,7 @@ from sluice._mail import (
 )
 from sluice._messages import ChatRequest, ChatResult, Timings, Usage
 from sluice._record import Record
+from sluice._reply import Reply
 from sluice._retry_budget import RetryBudget
 from sluice._retry_policy import CallState, blames_backend, call_state, describe
 from sluice._routing import Routing, breaker_mark
@@ -538,16 +539,16 @@ class _CallRun:
         """
         control = self.call.control
         scope = trio.CancelScope()
-        reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
-        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply_to, hedge)
+        reply = Reply[AttemptOutcome]()
+        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply, hedge)
         control.watch(scope)
         try:
-            with reply_to, reply:
-                await put(route.provider_mailbox, msg)
-                return await reply.receive()
+            await put(route.provider_mailbox, msg)
+            return await reply.receive()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
             return _NOTHING_DELIVERED
         finally:
+            reply.leave()
             control.unwatch()
 
     def _seen(
