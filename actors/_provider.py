@@ -271,8 +271,9 @@ class _Attempt:
 
     def _tally(self, events: list[DeltaEvent]) -> None:
         for event in events:
-            if isinstance(event, TextDelta | ReasoningDelta):
-                self.output_chars += len(event.text)
+            kind = type(event)
+            if kind is TextDelta or kind is ReasoningDelta:  # every chunk: no union built
+                self.output_chars += len(event.text)  # type: ignore[union-attr]
             elif isinstance(event, ToolCallDelta):
                 self.output_chars += len(event.arguments) + len(event.name or "")
             elif isinstance(event, UsageReported):
