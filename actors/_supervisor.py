@@ -282,13 +282,12 @@ class _CallRun:
     async def run_in_group(self) -> None:
         """:meth:`run` for a group's call: counted in flight on its deployment until it ends,
         on every path."""
+        group, routing = self.call.group, self.peers.routing
+        assert group is not None and routing is not None
         try:
             await self.run()
         finally:
-            assert self.peers.routing is not None
-            self.peers.routing.finished(
-                self.call.group, self.deployment, self.backend_ttft, None, trio.current_time()
-            )
+            routing.finished(group, self.deployment, self.backend_ttft, None, trio.current_time())
 
     async def run(self) -> None:
         call, peers = self.call, self.peers
