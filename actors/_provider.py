@@ -535,6 +535,7 @@ class _Attempt:
                 self.delivered += len(events)
             if idle is not None:
                 scope.deadline = min(total, trio.current_time() + idle)
+            del data, events, batch  # delivered: an open stream holds none of it while it waits
         try:
             return decoder.finish()
         except StreamBroken as exc:
