@@ -481,3 +481,14 @@ def test_model_names_benchmark_runs_sluice_serve_and_reports_rss_and_series() ->
     )
     assert refused["statuses"] == [{"404": 30}] and refused["ledger"] == "file"
     assert refused["model_label_values"] == [1, 1]
+
+
+def test_call_cost_benchmark_counts_the_actors_steps_per_call() -> None:
+    report = _run_json(
+        "benchmarks.call_cost", "--sim", "--calls", "40", "--concurrency", "4", "--profile"
+    )
+    steps = report["task_steps_per_call_by_function"]
+    assert steps["_supervise"] == 3.0  # start, admitted, answered
+    assert steps["_one"] == 2.0  # rt.map's task per call: start, outcome
+    assert report["tasks_spawned_per_call"] >= 3
+    assert report["python_calls_per_call"] > 0 and report["cpu_ms_per_call"] > 0
