@@ -227,12 +227,12 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
-    """Answer the Supervisor (once per attempt: the reply channel has room for one)."""
+    """Answer the Supervisor (once per attempt: the reply holds one answer)."""
     try:
         msg.reply_to.send_nowait(outcome)
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-        # The Supervisor's call task is gone (the runtime shutting down, Ctrl-C): it closed
-        # the channel it handed over (the same object), so nobody waits for this answer.
+        # The Supervisor's call task is gone (the runtime shutting down, Ctrl-C): it left
+        # the reply it handed over, so nobody waits for this answer.
         pass
 
 
@@ -274,8 +274,9 @@ class _Attempt:
 
     def _tally(self, events: list[DeltaEvent]) -> None:
         for event in events:
-            if isinstance(event, TextDelta | ReasoningDelta):
-                self.output_chars += len(event.text)
+            kind = type(event)
+            if kind is TextDelta or kind is ReasoningDelta:  # every chunk: no union built
+                self.output_chars += len(event.text)  # type: ignore[union-attr]
             elif isinstance(event, ToolCallDelta):
                 self.output_chars += len(event.arguments) + len(event.name or "")
             elif isinstance(event, UsageReported):
@@ -409,39 +410,8 @@ class _Attempt:
         )
 
     async def _exchange(self) -> AttemptOutcome:
-        ctx, call = self.ctx, self.call
-        spec = ctx.state.settings
-        base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
-        try:
-            if call.embed is None:
-                request = ctx.codec.build_request(
-                    call.request,
-                    base_url=base_url,
-                    api_key=spec.api_key.reveal() if spec.api_key else None,
-                    headers=spec.headers,
-                )
-            else:
-                request = build_embed(
-                    ctx.codec,
-                    spec,
-                    embed_for(call),
-                    base_url=base_url,
-                    api_key=spec.api_key.reveal() if spec.api_key else None,
-                )
-        except orjson.JSONEncodeError as exc:
-            # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
-            # deep, or a value JSON has no form for. That is this call's fault alone; left to
-            # propagate, it would crash the actor and, repeated, end the runtime.
-            raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
-        phases = call.phases
-        if phases is None:
-            response = await ctx.transport.send(
-                request.method, request.url, request.headers, request.body
-            )
-        else:
-            response = await ctx.transport.send(
-                request.method, request.url, request.headers, request.body, phases=phases
-            )
+        call = self.call
+        response = await self._send()
         self.headers = headers = response.headers
         try:
             request_id = headers.get("x-request-id") or headers.get("request-id")
@@ -475,6 +445,45 @@ class _Attempt:
             with trio.CancelScope(shield=True):
                 await response.aclose()
         return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
+
+    async def _send(self) -> HotResponse:
+        """Build the attempt's request and send it; the response once its head arrived.
+
+        The request (its body above all) is not kept while the reply streams: it lives only
+        in this frame, so an open stream holds none of it.
+        """
+        ctx, call = self.ctx, self.call
+        spec = ctx.state.settings
+        base_url = spec.base_url or ctx.base_url  # None: served here, at the actor's URL
+        try:
+            if call.embed is None:
+                request = ctx.codec.build_request(
+                    call.request,
+                    base_url=base_url,
+                    api_key=spec.api_key.reveal() if spec.api_key else None,
+                    headers=spec.headers,
+                )
+            else:
+                request = build_embed(
+                    ctx.codec,
+                    spec,
+                    embed_for(call),
+                    base_url=base_url,
+                    api_key=spec.api_key.reveal() if spec.api_key else None,
+                )
+        except orjson.JSONEncodeError as exc:
+            # The caller's data (extra_body, a schema) cannot be written as JSON: nested too
+            # deep, or a value JSON has no form for. That is this call's fault alone; left to
+            # propagate, it would crash the actor and, repeated, end the runtime.
+            raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
+        phases = call.phases
+        if phases is None:
+            return await ctx.transport.send(
+                request.method, request.url, request.headers, request.body
+            )
+        return await ctx.transport.send(
+            request.method, request.url, request.headers, request.body, phases=phases
+        )
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         # The status and headers already tell what happened (a 429 and its pause, say); the
@@ -539,6 +548,7 @@ class _Attempt:
                 self.delivered += len(events)
             if idle is not None:
                 scope.deadline = min(total, trio.current_time() + idle)
+            del data, events, batch  # delivered: an open stream holds none of it while it waits
         try:
             return decoder.finish()
         except StreamBroken as exc:

@@ -55,6 +55,7 @@ from sluice._mail import (
 )
 from sluice._messages import Usage
 from sluice._record import Record
+from sluice._reply import Reply
 
 from ._tell import put, take, tell
 
@@ -486,9 +487,7 @@ class _Limiter:
         }
 
 
-def _ready(
-    reply: trio.MemoryReceiveChannel[Admission | Refusal],
-) -> Admission | Refusal | None:
+def _ready(reply: Reply[Admission | Refusal]) -> Admission | Refusal | None:
     """The answer already in ``reply``, if any."""
     try:
         return reply.receive_nowait()
@@ -560,19 +559,19 @@ class RateLimiterHandle(Record):
         wait_for_store: float | None = None,
     ) -> Admission | Refusal | None:
         """One request for admission; None when the limiter ended without answering."""
-        reply_to, reply = trio.open_memory_channel[Admission | Refusal](1)
+        reply = Reply[Admission | Refusal]()
         msg = Acquire(
             key,
             limits,
             cost,
             priority,
             trio.current_time(),
-            reply_to,
+            reply,
             budget,
             fail_on_cooldown,
             wait_for_store,
         )
-        with reply_to, reply:
+        try:
             try:
                 await put(self._mailbox, msg)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -584,17 +583,17 @@ class RateLimiterHandle(Record):
             except trio.Cancelled:
                 await self._give_up(msg, reply)
                 raise
+        finally:
+            reply.leave()
 
-    async def _give_up(
-        self, msg: Acquire, reply: trio.MemoryReceiveChannel[Admission | Refusal]
-    ) -> None:
+    async def _give_up(self, msg: Acquire, reply: Reply[Admission | Refusal]) -> None:
         """Leave the queue after a cancellation, consuming nothing.
 
         An admission that arrived first is settled as unused. Otherwise a ``Withdraw`` goes
         out; while it waits for room in a full mailbox, the limiter may still admit the ask,
-        so the reply channel is looked at again afterwards. The caller closes the channel
-        right after this returns, with no checkpoint between: an admission sent later fails to
-        arrive, and the limiter refunds it itself.
+        so the reply is looked at again afterwards. The caller leaves the reply right after
+        this returns, with no checkpoint between: an admission sent later fails to arrive,
+        and the limiter refunds it itself.
         """
         answer = _ready(reply)
         if answer is None:

@@ -98,6 +98,7 @@ from sluice._mail import (
 )
 from sluice._messages import ChatRequest, ChatResult, Timings, Usage
 from sluice._record import Record
+from sluice._reply import Reply
 from sluice._retry_budget import RetryBudget
 from sluice._retry_policy import CallState, blames_backend, call_state, describe
 from sluice._routing import Routing, breaker_mark
@@ -204,34 +205,37 @@ async def run_supervisor(
 
 
 async def _supervise(peers: SupervisorPeers, call: Call) -> None:
-    """Run ``call`` to its end; always closes the consumer's stream."""
+    """Run ``call`` to its end; always closes the consumer's stream.
+
+    As few frames as the logic allows between the call's task and its wait: each is held for
+    as long as the call's stream is open.
+    """
     peers.in_flight.value += 1
     try:
-        await _supervise_call(peers, call)
+        with call.events:  # a plain close: `async with` would add a checkpoint per call
+            try:
+                run = _CallRun(peers, call)
+                await (run.run() if call.group is None else run.run_in_group())
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the consumer left; its attempt (if any) was already abandoned
+            except Exception as exc:
+                if not peers.catch_bugs:
+                    raise
+                await _fail_on_bug(call, exc)  # before the stream closes: it carries Failed
     finally:
         peers.in_flight.value -= 1
 
 
-async def _supervise_call(peers: SupervisorPeers, call: Call) -> None:
-    with call.events:  # a plain close: `async with` would add a checkpoint per call
-        try:
-            await _CallRun(peers, call).run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the consumer left; its attempt (if any) was already abandoned
-        except Exception as exc:
-            if not peers.catch_bugs:
-                raise
-            # The one place a bug is caught: it fails this call, never its siblings.
-            log.exception("bug while supervising call %s", call.call_id)
-            error = InternalError(
-                f"sluice failed internally ({type(exc).__name__}); see the log"
-            ).in_context(
-                call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=0
-            )
-            try:
-                await put(call.events, (Failed(call.call_id, error),))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+async def _fail_on_bug(call: Call, exc: Exception) -> None:
+    """The one place a bug is caught: it fails this call, never its siblings."""
+    log.exception("bug while supervising call %s", call.call_id, exc_info=exc)
+    error = InternalError(
+        f"sluice failed internally ({type(exc).__name__}); see the log"
+    ).in_context(call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=0)
+    try:
+        await put(call.events, (Failed(call.call_id, error),))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
 
 
 class _CallRun:
@@ -278,20 +282,17 @@ class _CallRun:
             attempt=self.attempt,
         )
 
-    async def run(self) -> None:
-        if self.call.group is None:
-            await self._run()
-            return
-        # A group's call is counted in flight on its deployment until it ends, on every path.
+    async def run_in_group(self) -> None:
+        """:meth:`run` for a group's call: counted in flight on its deployment until it ends,
+        on every path."""
+        group, routing = self.call.group, self.peers.routing
+        assert group is not None and routing is not None
         try:
-            await self._run()
+            await self.run()
         finally:
-            assert self.peers.routing is not None
-            self.peers.routing.finished(
-                self.call.group, self.deployment, self.backend_ttft, None, trio.current_time()
-            )
+            routing.finished(group, self.deployment, self.backend_ttft, None, trio.current_time())
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         call, peers = self.call, self.peers
         peers.budget.first_attempt(trio.current_time())
         route = call
@@ -546,16 +547,16 @@ class _CallRun:
         """
         control = self.call.control
         scope = trio.CancelScope()
-        reply_to, reply = trio.open_memory_channel[AttemptOutcome](1)
-        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply_to, hedge)
+        reply = Reply[AttemptOutcome]()
+        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply, hedge)
         control.watch(scope)
         try:
-            with reply_to, reply:
-                await put(route.provider_mailbox, msg)
-                return await reply.receive()
+            await put(route.provider_mailbox, msg)
+            return await reply.receive()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
             return _NOTHING_DELIVERED
         finally:
+            reply.leave()
             control.unwatch()
 
     def _seen(

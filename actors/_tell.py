@@ -49,8 +49,10 @@ async def put(channel: trio.MemorySendChannel[T], msg: T) -> None:
     """
     try:
         channel.send_nowait(msg)
+        return
     except trio.WouldBlock:
-        await channel.send(msg)
+        pass  # waited for outside the handler, which would hold the exception meanwhile
+    await channel.send(msg)
 
 
 async def take(channel: trio.MemoryReceiveChannel[T]) -> T:
@@ -66,4 +68,6 @@ async def take(channel: trio.MemoryReceiveChannel[T]) -> T:
     try:
         return channel.receive_nowait()
     except trio.WouldBlock:
-        return await channel.receive()
+        pass  # waited for outside the handler, which would hold the exception (and its
+        # traceback) for as long as the wait lasts: for a call's whole stream
+    return await channel.receive()

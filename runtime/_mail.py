@@ -5,8 +5,9 @@ compare, and each generated ``__eq__``/``__hash__`` pair would only add to the c
 
 Each actor has one mailbox union (``RateLimiterMsg``, ``ProviderMsg``, ``LedgerMsg``,
 ``SupervisorMsg``) that it dispatches with ``match`` and ``assert_never``. Requests that need an
-answer carry a ``reply_to`` channel the asker made; actors answer with ``send_nowait`` and treat
-a closed ``reply_to`` (the asker was cancelled) as normal.
+answer carry a ``reply_to`` the asker made (a one-shot :class:`~sluice._reply.Reply` on every
+call's path, a channel elsewhere); actors answer with ``send_nowait`` and treat a closed or left
+``reply_to`` (the asker was cancelled) as normal.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ._limits.queue import Priority
 from ._messages import ChatRequest, Usage
 from ._protocols.base import AttemptOutput
 from ._record import Record
+from ._reply import Reply
 from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
@@ -194,7 +196,7 @@ class Acquire(Record):
     cost: Cost
     priority: Priority
     enqueued_at: float
-    reply_to: trio.MemorySendChannel[Admission | Refusal]
+    reply_to: Reply[Admission | Refusal]
     budget: BudgetClaim | None = None
     """Who to charge in the spending budgets (None: no budget applies)."""
     fail_on_cooldown: bool = False
@@ -337,7 +339,7 @@ class StartAttempt(Record):
     scope: trio.CancelScope
     """The scope the attempt runs under, made unentered by the Supervisor: the provider enters
     it and moves its deadline; a consumer that leaves cancels it (``Call.abandon``)."""
-    reply_to: trio.MemorySendChannel[AttemptOutcome]
+    reply_to: Reply[AttemptOutcome]
     hedge: float | None = None
     """A model group's hedge time when the call has another deployment to move to: the
     attempt gives up (``CallTimeout`` of kind ``hedge``) if no answer came by then (a stream:

@@ -143,7 +143,7 @@ async def feed_map(
                 slots.acquire_nowait()
             except trio.WouldBlock:
                 await slots.acquire()
-            calls.start_soon(_one, chat, index, request, send.clone(), slots)
+            calls.start_soon(_one, chat, index, request, send, slots)
             index += 1
 
         # Two plain loops rather than one async generator over both kinds: a generator
@@ -164,15 +164,16 @@ async def _one(
 ) -> None:
     # The slot is held until the outcome is handed over, so a slow consumer holds back
     # new calls: at most max_in_flight running plus max_in_flight waiting to be taken.
+    # ``send`` is feed_map's own end, shared (no clone per call): feed_map closes it once
+    # its nursery, this task included, is done.
     try:
-        with send:  # a plain close: `async with` would add a checkpoint per call
-            try:
-                outcome = MapOutcome(index, request, await chat(request), None)
-            except SluiceError as exc:
-                outcome = MapOutcome(index, request, None, exc)
-            try:
-                await put(send, outcome)
-            except trio.BrokenResourceError:
-                pass  # the consumer left
+        try:
+            outcome = MapOutcome(index, request, await chat(request), None)
+        except SluiceError as exc:
+            outcome = MapOutcome(index, request, None, exc)
+        try:
+            await put(send, outcome)
+        except trio.BrokenResourceError:
+            pass  # the consumer left
     finally:
         slots.release()

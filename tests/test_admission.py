@@ -8,7 +8,6 @@ import random
 from collections import deque
 
 import pytest
-import trio
 
 from sluice._config import RateLimitConfig
 from sluice._errors import (
@@ -23,6 +22,7 @@ from sluice._limits.admission import Admit, QuotaKey, Refuse, StoreDown, Wait
 from sluice._limits.cost import Cost
 from sluice._limits.store import BudgetRefused, Reservation, TooLarge
 from sluice._mail import Acquire, Admission, Refusal
+from sluice._reply import Reply
 
 ONE = Cost(1, 0, 0)
 
@@ -30,7 +30,7 @@ ONE = Cost(1, 0, 0)
 def ask(
     at: float = 0.0, *, fail_on_cooldown: bool = False, wait_for_store: float | None = None
 ) -> Acquire:
-    reply_to, _ = trio.open_memory_channel[Admission | Refusal](1)
+    reply_to = Reply[Admission | Refusal]()
     return Acquire(
         "k",
         RateLimitConfig(),

@@ -530,3 +530,14 @@ def test_embed_many_benchmark_stays_within_its_token_window() -> None:
     assert report["within_limit"] is True
     assert report["max_tokens_in_any_window"] <= 12000
     assert report["requests"] >= 3  # 24,000 tokens through a 12,000-token window
+
+
+def test_call_cost_benchmark_counts_the_actors_steps_per_call() -> None:
+    report = _run_json(
+        "benchmarks.call_cost", "--sim", "--calls", "40", "--concurrency", "4", "--profile"
+    )
+    steps = report["task_steps_per_call_by_function"]
+    assert steps["_supervise"] == 3.0  # start, admitted, answered
+    assert steps["_one"] == 2.0  # rt.map's task per call: start, outcome
+    assert report["tasks_spawned_per_call"] >= 3
+    assert report["python_calls_per_call"] > 0 and report["cpu_ms_per_call"] > 0

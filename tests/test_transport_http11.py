@@ -631,3 +631,14 @@ def test_a_decompression_bomb_is_refused_per_piece() -> None:
     assert Decompressor(gzip=False).decode(zlib.compress(b"\0" * MAX_EXPANSION, 9)) == (
         b"\0" * MAX_EXPANSION
     )
+
+
+def test_repeated_short_header_values_share_one_string() -> None:
+    """Every open stream holds its response's headers: the values a server repeats in every
+    response are one string, not a copy per response; values differ as they should."""
+    raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-request-id: req_1\r\n"
+    first, _, _ = parse([raw + b"content-length: 0\r\n\r\n"])
+    second, _, _ = parse([raw.replace(b"req_1", b"req_2") + b"content-length: 0\r\n\r\n"])
+    assert first.headers["content-type"] == "text/event-stream"
+    assert first.headers["content-type"] is second.headers["content-type"]
+    assert (first.headers["x-request-id"], second.headers["x-request-id"]) == ("req_1", "req_2")

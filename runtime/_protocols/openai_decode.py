@@ -28,7 +28,14 @@ from typing import Any
 import orjson
 
 from .._errors import CallError, ProtocolError, StreamBroken
-from .._events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
+from .._events import (
+    DeltaEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+    text_delta,
+)
 from .._messages import (
     ContentPart,
     FinishReason,
@@ -315,7 +322,7 @@ class OpenAIStreamDecoder:
                     # Most chunks carry nothing but a piece of text: skip the other lookups.
                     if text and len(delta) == 1 and type(text) is str:
                         self._text.append(text)
-                        out.append(TextDelta(self._call_id, text, logprobs))
+                        out.append(text_delta(self._call_id, text, logprobs))
                     else:
                         self._delta(delta, payload, out, logprobs)
                 reason = choice.get("finish_reason")

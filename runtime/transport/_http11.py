@@ -50,6 +50,13 @@ MAX_CONTENT_LENGTH = 1 << 40
 # token check and lower-casing run once per name rather than once per response.
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 512
+# Header values seen before, raw -> text, for the short ones: a server sends many of the same
+# values in every response (content type, versions, limits, policies), and every open stream
+# holds its response's headers, so each shares one string instead of holding a copy. Cleared
+# when full, so values that are never repeated (ids, dates) cannot keep out the common ones.
+_VALUES: dict[bytes, str] = {}
+_MAX_VALUES = 1024
+_MAX_SHARED_VALUE = 64
 
 # Parser states. Plain ints: compared on every body read.
 _HEAD = 0
@@ -297,6 +304,7 @@ class ResponseParser:
         headers: dict[str, str] = {}
         name = ""
         names = _NAMES
+        values = _VALUES
         for raw in lines[1:]:
             key, colon, value = raw.partition(b":")
             if not colon:
@@ -318,7 +326,13 @@ class ResponseParser:
                 if len(names) < _MAX_NAMES:
                     names[key] = lower
             name = lower
-            text = value.strip(b" \t").decode("latin-1")
+            text = values.get(value)
+            if text is None:
+                text = value.strip(b" \t").decode("latin-1")
+                if len(value) <= _MAX_SHARED_VALUE:
+                    if len(values) >= _MAX_VALUES:
+                        values.clear()
+                    values[value] = text
             old = headers.get(name)
             headers[name] = text if old is None else f"{old}, {text}"
         if status < 200:

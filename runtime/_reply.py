@@ -1,0 +1,120 @@
+"""A one-shot answer from an actor to the one task that asked: lighter than a memory channel.
+
+Every attempt and every admission is a question with exactly one answer. A trio memory channel
+pair made for each (a state with a deque and two task tables, a send and a receive end) costs
+far more to make, and to hold while a stream is open, than one slot and one waiting task. A
+:class:`Reply` keeps the parts of a channel's contract the actors rely on:
+
+* the answerer's ``send_nowait`` raises :class:`trio.BrokenResourceError` once the asker has
+  left (:meth:`Reply.leave`), :class:`trio.ClosedResourceError` once the answerer closed it,
+  and :class:`trio.WouldBlock` for a second answer; it never waits;
+* the answerer's :meth:`Reply.close` (also as ``with reply:``) without an answer makes the
+  asker's ``receive`` raise :class:`trio.EndOfChannel`: the question will never be answered;
+* the asker's ``receive`` returns at once when the answer is already there (no checkpoint:
+  its caller's next wait is one, as with :func:`sluice.actors._tell.take`), and otherwise
+  waits, cancellably, for the answer or the close.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar, cast
+
+import trio
+
+__all__ = ["Reply"]
+
+T = TypeVar("T")
+
+_EMPTY = object()
+
+
+class Reply(Generic[T]):
+    """A slot for one answer, written by one actor, read by one waiting task."""
+
+    __slots__ = ("_closed", "_left", "_value", "_waiter")
+
+    def __init__(self) -> None:
+        self._value: object = _EMPTY
+        self._waiter: trio.lowlevel.Task | None = None
+        self._closed = False
+        self._left = False
+
+    # -- the answering side -------------------------------------------------------------------
+
+    def send_nowait(self, value: T) -> None:
+        """Answer; never waits.
+
+        Raises:
+            trio.ClosedResourceError: the answerer already closed the reply.
+            trio.BrokenResourceError: the asker has left; nobody will read the answer.
+            trio.WouldBlock: there already is an answer.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the reply was closed")
+        if self._left:
+            raise trio.BrokenResourceError("the asker has left")
+        if self._value is not _EMPTY:
+            raise trio.WouldBlock
+        self._value = value
+        self._wake()
+
+    def close(self) -> None:
+        """The answerer is done: an asker still waiting without an answer gets
+        :class:`trio.EndOfChannel`. Twice is harmless."""
+        self._closed = True
+        self._wake()
+
+    def __enter__(self) -> Reply[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the asking side ----------------------------------------------------------------------
+
+    def receive_nowait(self) -> T:
+        """The answer, if it has come (taken: a second call does not see it).
+
+        Raises:
+            trio.WouldBlock: no answer yet, and the answerer has not closed the reply.
+            trio.EndOfChannel: the answerer closed the reply without answering.
+        """
+        value = self._value
+        if value is not _EMPTY:
+            self._value = _EMPTY
+            return cast("T", value)
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    async def receive(self) -> T:
+        """Wait for the answer (see :meth:`receive_nowait` for what ends the wait).
+
+        Raises:
+            trio.EndOfChannel: the answerer closed the reply without answering.
+            trio.BusyResourceError: another task is already waiting on this reply.
+        """
+        try:
+            return self.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        if self._waiter is not None:
+            raise trio.BusyResourceError("another task is already waiting for this reply")
+        self._waiter = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return self.receive_nowait()
+
+    def leave(self) -> None:
+        """The asker will not read the answer: a later ``send_nowait`` raises
+        :class:`trio.BrokenResourceError`, so the answerer can undo what it granted."""
+        self._left = True
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(waiter)

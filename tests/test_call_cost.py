@@ -1,0 +1,138 @@
+"""What a streamed call costs sluice, in counts that do not depend on the machine's speed.
+
+The server (``tests/canned_sse_server.py``) runs as its own process over loopback and writes each
+reply in one piece, so what is counted here is the client alone: the trips through trio's
+scheduler that the actors' tasks make per call, and the memory an open stream holds (under
+``tracemalloc``). Each bound fails on the code before the change that earned it (see the
+assertions' messages).
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+import sluice
+from sluice import ChatRequest, RuntimeConfig, TextDelta
+from sluice._config import ProviderConfig, Secret
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SERVER = Path(__file__).with_name("canned_sse_server.py")
+TEXT = "word0 word1 word2 word3 word4"
+CALLS = 20
+STREAMS = 200
+MAX_BYTES_PER_STREAM = 25_000
+"""What an open stream may hold, its connection and the consumer's side included: the request
+body stays no longer than its sending, and an attempt's and an admission's answer come in a
+one-shot reply instead of a memory channel pair (before those changes: over 29,000)."""
+
+
+@pytest.fixture
+def canned() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    with subprocess.Popen(
+        [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline())
+            yield proc, f"http://127.0.0.1:{port}"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _config(url: str, connections: int = 16) -> RuntimeConfig:
+    def provider(base_url: str) -> ProviderConfig:
+        return ProviderConfig(
+            base_url=base_url, api_key=Secret("sk-test"), max_connections=connections
+        )
+
+    return RuntimeConfig(
+        providers={"canned": provider(f"{url}/v1"), "held": provider(f"{url}/hold/v1")}
+    )
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of the Supervisor's call tasks and the providers' attempt tasks."""
+
+    def __init__(self) -> None:
+        self.steps = {"_supervise": 0, "_serve_attempt": 0}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        name = getattr(task.coro, "cr_code", None)
+        if name is not None and name.co_name in self.steps:
+            self.steps[name.co_name] += 1
+
+
+async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) -> None:
+    """The Supervisor's task runs three times (start, admitted, answered), the attempt's task
+    twice (send, then the whole reply in one read): the request's write and the read that
+    finds the body complete cost no trip through the scheduler (they did: seven in all)."""
+    _, url = canned
+    request = ChatRequest(model="canned:m", messages="hi")
+    async with sluice.open_runtime(_config(url)) as rt:
+        await rt.chat(request)  # opens the connection, which every measured call reuses
+        counter = _Steps()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            for _ in range(CALLS):
+                async with rt.stream(request) as call:
+                    async for _event in call:
+                        pass
+                assert call.result is not None and call.result.text == TEXT
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert counter.steps == {"_supervise": 3 * CALLS, "_serve_attempt": 2 * CALLS}
+
+
+async def test_an_open_stream_holds_a_bounded_amount_of_memory(canned) -> None:
+    """STREAMS calls held open after their first chunk, measured under tracemalloc; then the
+    server lets them finish, and each completes."""
+    proc, url = canned
+    async with sluice.open_runtime(_config(url, STREAMS)) as rt:
+        await rt.chat("canned:m", "hi")  # the runtime warm: the measured streams are all new
+        started = 0
+        all_started = trio.Event()
+        finished = 0
+
+        async def one() -> None:
+            nonlocal started, finished
+            async with rt.stream(ChatRequest(model="held:m", messages="hi")) as call:
+                first = True
+                async for event in call:
+                    if first and isinstance(event, TextDelta):
+                        first = False
+                        started += 1
+                        if started == STREAMS:
+                            all_started.set()
+            assert call.result is not None and call.result.text == TEXT
+            finished += 1
+
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            async with trio.open_nursery() as nursery:
+                for _ in range(STREAMS):
+                    nursery.start_soon(one)
+                with trio.fail_after(30):
+                    await all_started.wait()
+                gc.collect()
+                held = tracemalloc.take_snapshot()
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        finally:
+            tracemalloc.stop()
+    assert finished == STREAMS
+    per_stream = sum(stat.size_diff for stat in held.compare_to(before, "filename")) / STREAMS
+    assert per_stream < MAX_BYTES_PER_STREAM, per_stream
