@@ -158,11 +158,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--chunks", type=int, default=None, help="expected completion_tokens")
     p.add_argument("--max-seconds", type=float, default=600.0)
+    p.add_argument(
+        "--gc",
+        choices=("default", "tuned"),
+        default="default",
+        help="tuned: the collector settings sluice's own processes use (gc.freeze() once "
+        "started, a young-generation threshold of 10,000), so both sides run alike",
+    )
     a = p.parse_args(argv)
     side = Side(a.url, a.model, a.concurrency, a.chunks)
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(side.open())
+        if a.gc == "tuned":
+            gc.freeze()
+            young, middle, old = gc.get_threshold()
+            gc.set_threshold(max(young, 10_000), middle, old)
         _emit({"ready": True, "aiohttp": metadata.version("aiohttp")})
         for line in sys.stdin:
             command = line.strip()

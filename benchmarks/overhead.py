@@ -230,6 +230,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the SDK sampler's ratio for sluice_observed (ParentBased(TraceIdRatioBased)); "
         "1.0 (default) records every call",
     )
+    p.add_argument(
+        "--gc",
+        choices=("default", "tuned"),
+        default="default",
+        help="garbage-collector settings of every side: default (CPython's; what a library "
+        "embedded in a program gets) or tuned (what sluice's own commands set, "
+        "sluice._gc.tune_for_service, applied to this process and the aiohttp child alike)",
+    )
     a = p.parse_args(argv)
     if a.calls < 1 or a.concurrency < 1 or a.repeat < 1:
         p.error("--calls, --concurrency and --repeat must be at least 1")
@@ -323,10 +331,17 @@ class AiohttpChild:
     """
 
     def __init__(
-        self, url: str, model: str, concurrency: int, chunks: int | None, max_seconds: float
+        self,
+        url: str,
+        model: str,
+        concurrency: int,
+        chunks: int | None,
+        max_seconds: float,
+        gc_mode: str = "default",
     ) -> None:
         self.command = [sys.executable, str(AIOHTTP_SIDE), "--url", url, "--model", model]
         self.command += ["--concurrency", str(concurrency), "--max-seconds", str(max_seconds)]
+        self.command += ["--gc", gc_mode]
         if chunks is not None:
             self.command += ["--chunks", str(chunks)]
         self.max_seconds = max_seconds
@@ -469,7 +484,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         bare = BareClient(base_url, MODEL, a.concurrency, per_worker=a.bare_pool == "perworker")
         child = None
         if "aiohttp" in a.sides:
-            child = AiohttpChild(base_url, MODEL, a.concurrency, chunks, a.max_seconds)
+            child = AiohttpChild(base_url, MODEL, a.concurrency, chunks, a.max_seconds, a.gc)
         sides = a.sides
         results: dict[str, list[Phase]] = {side: [] for side in sides}
         warmups: list[Phase] = []
@@ -498,6 +513,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     _,
                 ),
             ):
+                if a.gc == "tuned":
+                    from sluice._gc import tune_for_service
+
+                    tune_for_service()  # once everything is started, as the sluice command does
                 runtimes = {
                     "sluice_observed": rt_observed,
                     "sluice_metrics": rt_metrics,
@@ -756,6 +775,7 @@ def _report(
             3,
         ),
         "server": server,
+        "gc": a.gc,
         "base_url": base_url,
         "bare_pool": a.bare_pool,
         "sluice_max_connections": a.sluice_max_connections,

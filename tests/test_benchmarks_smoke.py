@@ -136,9 +136,10 @@ def test_overhead_benchmark_measures_every_side_on_paced_streams() -> None:
     report = _run_json(
         "benchmarks.overhead",
         *("--sim", "--calls", "16", "--concurrency", "8", "--repeat", "1", "--warmup", "4"),
-        *("--chunks", "4", "--itl-ms", "2"),
+        *("--chunks", "4", "--itl-ms", "2", "--gc", "tuned"),
     )
     assert report["errors"] == 0, report["first_errors"]
+    assert report["gc"] == "tuned"  # every side, the aiohttp child included, runs it
     assert report["texts_match"] is True and report["timed_out"] is False
     assert report["chunks"] == 4 and report["itl_ms"] == 2 and report["concurrency"] == 8
     for side in ("sluice", "sluice_httpx", "bare"):
