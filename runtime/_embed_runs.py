@@ -53,8 +53,11 @@ class EmbedMethods:
     _cache: ResponseCache | None
     _cache_by_default: bool
 
-    async def _open_cache(self) -> ResponseCache:
-        raise NotImplementedError  # Runtime's
+    if TYPE_CHECKING:
+
+        async def _open_cache(self) -> ResponseCache:
+            """The runtime's response cache, opened on first use (``Runtime`` defines it)."""
+            ...
 
     async def embed(
         self, request: EmbedRequest | str, input: str | Iterable[str] | None = None, **fields: Any
