@@ -58,10 +58,9 @@ from .._messages import (
     ToolResultPart,
     is_temporary,
 )
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import add_headers, arguments_object, to_json
+from .wire import arguments_object, request_headers, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -93,23 +92,18 @@ def build_request(
     Raises:
         ConfigError: a part cannot be sent in this protocol (see the module docstring).
     """
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "text/event-stream" if request.stream else "application/json",
-        "anthropic-version": ANTHROPIC_VERSION,
-    }
-    if api_key:
-        merged["x-api-key"] = api_key
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("x-api-key", api_key) if api_key else None
+    built = request_headers(
+        "text/event-stream" if request.stream else "application/json",
+        credential,
+        request.extra_headers,
+        headers,
+        ("anthropic-version", ANTHROPIC_VERSION),
+    )
     return HttpRequest(
         method="POST",
         url=base_url.rstrip("/") + "/messages",
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_body(request), default=to_json),
     )
 

@@ -27,7 +27,6 @@ __all__ = [
 ]
 
 
-
 def count(value: object) -> int:
     """A token count as a provider reports it: a positive int, anything else is 0."""
     return value if type(value) is int and value > 0 else 0

@@ -44,10 +44,9 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import add_headers, arguments_object, to_json
+from .wire import arguments_object, request_headers, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -78,22 +77,17 @@ def build_request(
     """
     model = request.model_name.removeprefix("models/")
     method = "streamGenerateContent?alt=sse" if request.stream else "generateContent"
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "text/event-stream" if request.stream else "application/json",
-    }
-    if api_key:
-        merged["x-goog-api-key"] = api_key
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("x-goog-api-key", api_key) if api_key else None
+    built = request_headers(
+        "text/event-stream" if request.stream else "application/json",
+        credential,
+        request.extra_headers,
+        headers,
+    )
     return HttpRequest(
         method="POST",
         url=f"{base_url.rstrip('/')}/models/{quote(model, safe='')}:{method}",
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_body(request), default=to_json),
     )
 

@@ -37,10 +37,9 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import add_headers, arguments_object, to_json
+from .wire import arguments_object, request_headers, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -73,22 +72,17 @@ def build_request(
     Raises:
         ConfigError: a part cannot be sent in this protocol.
     """
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "application/x-ndjson" if request.stream else "application/json",
-    }
-    if api_key:
-        merged["authorization"] = f"Bearer {api_key}"
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("authorization", f"Bearer {api_key}") if api_key else None
+    built = request_headers(
+        "application/x-ndjson" if request.stream else "application/json",
+        credential,
+        request.extra_headers,
+        headers,
+    )
     return HttpRequest(
         method="POST",
         url=chat_url(base_url),
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_body(request), default=to_json),
     )
 

@@ -26,12 +26,11 @@ import orjson
 
 from .._embeddings import EmbedOutput
 from .._messages import Usage
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .decode_shared import malformed
 from .openai_decode import error_from_payload
 from .openai_request import merge_extra
-from .wire import add_headers, to_json
+from .wire import request_headers, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -57,22 +56,12 @@ def build_embed_request(
     ``content-type``, ``accept: application/json``, ``authorization`` when ``api_key`` is
     given, the request's ``extra_headers`` (credentials and framing never taken from there),
     then ``headers``, which replace defaults of the same name."""
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "application/json",
-    }
-    if api_key:
-        merged["authorization"] = f"Bearer {api_key}"
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("authorization", f"Bearer {api_key}") if api_key else None
+    built = request_headers("application/json", credential, request.extra_headers, headers)
     return HttpRequest(
         method="POST",
         url=embed_url(base_url, request.model_name, quirks),
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_embed_body(request), default=to_json),
     )
 

@@ -38,10 +38,9 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
-from .wire import add_headers, to_json
+from .wire import request_headers, to_json
 
 __all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
@@ -65,22 +64,17 @@ def build_request(
     defaults of the same name.
     ``quirks`` adapt the body to one provider's server (see :mod:`.quirks`).
     """
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "text/event-stream" if request.stream else "application/json",
-    }
-    if api_key:
-        merged["authorization"] = f"Bearer {api_key}"
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("authorization", f"Bearer {api_key}") if api_key else None
+    built = request_headers(
+        "text/event-stream" if request.stream else "application/json",
+        credential,
+        request.extra_headers,
+        headers,
+    )
     return HttpRequest(
         method="POST",
         url=chat_url(base_url, request.model_name, quirks),
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_body(request, quirks), default=to_json),
     )
 

@@ -46,10 +46,9 @@ from .._messages import (
     ToolCall,
     ToolResultPart,
 )
-from .._version import USER_AGENT
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import add_headers, to_json
+from .wire import request_headers, to_json
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -100,22 +99,17 @@ def build_request(
     ``{base_url}/openai/responses?api-version=...``, the deployment named by ``model``); the
     others describe chat-completions bodies.
     """
-    merged = {
-        "user-agent": USER_AGENT,
-        "content-type": "application/json",
-        "accept": "text/event-stream" if request.stream else "application/json",
-    }
-    if api_key:
-        merged["authorization"] = f"Bearer {api_key}"
-    if request.extra_headers:
-        add_headers(merged, request.extra_headers, headers)
-    elif headers:
-        for name, value in headers.items():
-            merged[name.lower()] = value
+    credential = ("authorization", f"Bearer {api_key}") if api_key else None
+    built = request_headers(
+        "text/event-stream" if request.stream else "application/json",
+        credential,
+        request.extra_headers,
+        headers,
+    )
     return HttpRequest(
         method="POST",
         url=responses_url(base_url, quirks),
-        headers=tuple(merged.items()),
+        headers=built,
         body=orjson.dumps(build_body(request, quirks), default=to_json),
     )
 

@@ -6,11 +6,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
+from .._version import USER_AGENT
 
 if TYPE_CHECKING:
     from .._messages import ToolCall
 
-__all__ = ["PROTECTED_HEADERS", "add_headers", "arguments_object", "to_json"]
+__all__ = [
+    "PROTECTED_HEADERS",
+    "add_headers",
+    "arguments_object",
+    "request_headers",
+    "to_json",
+]
 
 PROTECTED_HEADERS = frozenset(
     {
@@ -52,6 +59,30 @@ def add_headers(
     if configured:
         for name, value in configured.items():
             merged[name.lower()] = value
+
+
+def request_headers(
+    accept: str,
+    credential: tuple[str, str] | None,
+    extra: Mapping[str, str],
+    configured: Mapping[str, str] | None,
+    *fixed: tuple[str, str],
+) -> tuple[tuple[str, str], ...]:
+    """Every header of one provider request, in the order sent: the user agent, the JSON
+    content type, ``accept``, the protocol's ``fixed`` ones (a version), the ``credential``
+    (a name and value; None without a key), then the call's ``extra`` and the provider's
+    ``configured`` headers as :func:`add_headers` merges them."""
+    merged = {"user-agent": USER_AGENT, "content-type": "application/json", "accept": accept}
+    for name, value in fixed:
+        merged[name] = value
+    if credential is not None:
+        merged[credential[0]] = credential[1]
+    if extra:
+        add_headers(merged, extra, configured)
+    elif configured:
+        for name, value in configured.items():
+            merged[name.lower()] = value
+    return tuple(merged.items())
 
 
 def to_json(value: object) -> object:
