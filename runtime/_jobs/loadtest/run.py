@@ -422,6 +422,8 @@ class _Run:
                 item,
                 test.embedding_batch,
                 self.deadlines,
+                extra_body=test.extra_body,
+                extra_headers=self.headers,
             )
             tracker.queue_wait = outcome.queue_wait
             return outcome
@@ -433,6 +435,8 @@ class _Run:
             item,
             tracker,
             self.t0,
+            extra_body=test.request_body(item.max_tokens),
+            extra_headers=self.headers,
             total=test.timeout,
         )
 
