@@ -93,7 +93,11 @@ async def test_tokens_of_one_read_split_its_gap_exactly(autojump_clock, nursery,
     server = bursts(chunk_per_event, nursery)
     run = await run_completions(server, completions_test(3))
     assert_write_gaps_shared(run, server, 3)
-    assert [r.request_id for r in run.records] == ["req-1", "req-2", "req-3"]
+    records = run.records
+    assert [r.request_id for r in records] == ["req-1", "req-2", "req-3"]
+    # The transport noted the HTTP phases, as for chat: one connection, kept alive.
+    assert [r.http_reused for r in records] == [False, True, True]
+    assert [r.http_receive for r in records] == [pytest.approx(0.05 + 3 * SPACING)] * 3
 
 
 @pytest.mark.parametrize("chunk_per_event", [False, True], ids=["one-chunk", "chunk-per-event"])

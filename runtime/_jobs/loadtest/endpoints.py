@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..._messages import Deadlines
     from ..._protocols.sse import SSEEvent
     from ..._runtime import Runtime
-    from ...transport import HotResponse, HotTransport
+    from ...transport import HotResponse, HotTransport, HttpPhases
     from .metrics import Tracker
     from .workload import WorkItem
 
@@ -208,6 +208,7 @@ async def call_completions(
     extra_body: Mapping[str, Any] = _NOTHING,
     extra_headers: Mapping[str, str] = _NOTHING,
     total: float | None = None,
+    phases: HttpPhases | None = None,
 ) -> Outcome:
     """Send one streamed text-completions request for ``item`` through ``transport`` and feed
     ``tracker`` (times relative to ``origin``, the run's start on trio's clock).
@@ -219,7 +220,8 @@ async def call_completions(
     gets that time, as :func:`~.follow.follow` does for chat: the tracker merges them into
     one chunk whose tokens share the gap since the previous read. ``total`` bounds the
     whole request (seconds). The key, and any ``extra_headers`` value that may be a secret,
-    are masked in whatever the outcome quotes of the server's reply.
+    are masked in whatever the outcome quotes of the server's reply. ``phases`` is given to
+    the transport, which notes the exchange's HTTP phases there (as for chat).
     """
     from ..._errors import ProtocolError
     from ..._protocols.openai_request import merge_extra
@@ -244,6 +246,7 @@ async def call_completions(
                 f"{target.base_url}/completions",
                 target.headers(extra_headers),
                 orjson.dumps(body),
+                phases=phases,
             )
             try:
                 request_id = response.headers.get("x-request-id")

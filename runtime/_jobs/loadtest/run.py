@@ -378,17 +378,19 @@ class _Run:
             "warmup": warmup,
             "inputs": self.test.embedding_batch if embeddings else None,
         }
+        phases = HttpPhases()  # noted by the transport for completions; embeddings: none
         try:
-            outcome = await self.endpoint_call(item, tracker)
+            outcome = await self.endpoint_call(item, tracker, phases)
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
             return None
         except trio.Cancelled:
-            self._cancelled(tracker, described)
+            self._cancelled(tracker, described | http_fields(phases))
             raise
         finally:
             self._done(cap)
+        described |= http_fields(phases)
         self.keep(
             tracker.finish(
                 trio.current_time() - t0,
@@ -407,9 +409,10 @@ class _Run:
 
     # ---- the endpoints besides chat (endpoints.py) ------------------------------------------
 
-    async def endpoint_call(self, item: WorkItem, tracker: Tracker) -> Outcome:
+    async def endpoint_call(self, item: WorkItem, tracker: Tracker, phases: HttpPhases) -> Outcome:
         """Send ``item`` to the test's endpoint: embeddings through the runtime (quotas,
-        retries, ``--respect-limits``), completions straight to the base URL.
+        retries, ``--respect-limits``), completions straight to the base URL (its HTTP phases
+        noted in ``phases``).
 
         Raises:
             ConfigError: the model cannot be called at all.
@@ -438,6 +441,7 @@ class _Run:
             extra_body=test.request_body(item.max_tokens),
             extra_headers=self.headers,
             total=test.timeout,
+            phases=phases,
         )
 
     # ---- end of the endpoints besides chat --------------------------------------------------
