@@ -323,11 +323,9 @@ def _masked(outcome: Outcome, secrets: tuple[str, ...]) -> Outcome:
     if not secrets:
         return outcome
     quoted = ("error", "error_type", "request_id")
-    return attrs.evolve(
-        outcome,
-        **{
-            name: redact(value, secrets)
-            for name in quoted
-            if isinstance(value := getattr(outcome, name), str)
-        },
-    )
+    changes: dict[str, Any] = {
+        name: redact(value, secrets)
+        for name in quoted
+        if isinstance(value := getattr(outcome, name), str)
+    }
+    return attrs.evolve(outcome, **changes)
