@@ -1,6 +1,7 @@
-"""A chat-completions server of the suite's own for the load tester's tests: it streams its
-reply in bursts, several SSE events in one write (as vLLM and proxies do when they batch),
-and keeps every request it read, so a test can check what the load tester sent.
+"""A chat-completions (or text-completions) server of the suite's own for the load tester's
+tests: it streams its reply in bursts, several SSE events in one write (as vLLM and proxies do
+when they batch), and keeps every request it read, so a test can check what the load tester
+sent.
 
 :class:`BurstServer` serves one connection at a time from either side of the clock: over
 trio memory streams (``open_stream``, for sluice's transport under ``autojump_clock``) or on
@@ -8,7 +9,11 @@ a loopback TCP port (:meth:`BurstServer.serve_tcp`, real clock). Each reply is `
 writes of ``per_write`` one-word content events, ``spacing`` seconds apart, the first
 ``first_after`` seconds after the request; then a usage event and ``[DONE]``. ``reply_words``
 cuts the reply short (a server that stops early, or ignores ``ignore_eos``); ``status`` other
-than 200 answers an error with an ``x-request-id`` header instead.
+than 200 answers an error with an ``x-request-id`` header instead (quoting the request's
+``echo_header`` in its message, as some proxies do). ``completions`` streams OpenAI text
+completions (``choices[].text``) instead of chat deltas; ``chunk_per_event`` frames each event
+of a write as an HTTP chunk of its own (still one write), as a server that flushes per event
+does when the network coalesces its writes.
 """
 
 from __future__ import annotations
@@ -17,10 +22,54 @@ from typing import Any
 
 import attrs
 import orjson
+import pytest
 import trio
 import trio.testing
 
+from sluice import RuntimeConfig
+from sluice._config import ProviderConfig, Secret
+from sluice._jobs.loadtest import ClosedLoop, Lengths, LoadTest, Workload, loadtest_config
+
 PIECE = 65536
+KEY = "sk-test"
+
+
+def runtime_config(base_url: str) -> RuntimeConfig:
+    """A load test's runtime config for provider ``t`` at ``base_url`` (key :data:`KEY`)."""
+    providers = {"t": ProviderConfig(base_url=base_url, api_key=Secret(KEY))}
+    return loadtest_config(RuntimeConfig(providers=providers), "t", respect_limits=False)
+
+
+def burst_test(requests: int, endpoint: str = "chat") -> LoadTest:
+    """``requests`` one after another to model ``t:m``, 16 output tokens asked of each."""
+    return LoadTest(
+        model="t:m",
+        shape=ClosedLoop(1),
+        requests=requests,
+        workload=Workload(input_tokens=Lengths("fixed", 3), output_tokens=Lengths("fixed", 16)),
+        warmup=0,
+        endpoint=endpoint,
+    )
+
+
+def assert_write_gaps_shared(run: Any, server: BurstServer, requests: int) -> None:
+    """``run`` (a load test against ``server`` under the autojump clock) has ``requests``
+    records, each ``server``'s whole reply timed exactly: the first write's tokens at the
+    TTFT, each later write's tokens sharing that write's gap (exact but for the last bit of
+    a double: times are relative to the run's start)."""
+    exact = 1e-15
+    gap = server.spacing / server.per_write
+    assert len(run.records) == requests
+    for record in run.records:
+        assert record.ok and record.output_tokens == server.writes * server.per_write
+        assert record.chunks == server.writes
+        later = server.per_write * (server.writes - 1)
+        assert record.itls == pytest.approx((gap,) * later, abs=exact)
+        assert record.icls == pytest.approx((server.spacing,) * (server.writes - 1), abs=exact)
+        assert record.ttst == record.ttft == pytest.approx(server.first_after, abs=exact)
+    itl = run.aggregates["itl_s"]
+    assert itl["p50"] == pytest.approx(gap, abs=exact)
+    assert itl["max"] - itl["min"] < exact
 
 
 @attrs.define
@@ -47,6 +96,9 @@ class BurstServer:
     reply_words: int | None = None
     """Words of the reply when it stops early (None: ``writes * per_write``)."""
     status: int = 200
+    echo_header: str | None = None
+    completions: bool = False
+    chunk_per_event: bool = False
     received: list[Received] = attrs.Factory(list)
     nursery: trio.Nursery | None = None
 
@@ -85,7 +137,9 @@ class BurstServer:
         self.received.append(request)
         number = len(self.received)
         if self.status != 200:
-            body = orjson.dumps({"error": {"message": "scripted failure", "type": "server_error"}})
+            echoed = request.header(self.echo_header) if self.echo_header else None
+            message = "scripted failure" + (f" for {echoed}" if echoed else "")
+            body = orjson.dumps({"error": {"message": message, "type": "server_error"}})
             await stream.send_all(
                 f"HTTP/1.1 {self.status} Oops\r\ncontent-type: application/json\r\n"
                 f"x-request-id: req-{number}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
@@ -105,21 +159,37 @@ class BurstServer:
             count = min(self.per_write, words - sent)
             if count <= 0:
                 break
-            await stream.send_all(
-                _chunked(b"".join(_delta(f" w{sent + i}") for i in range(count)))
-            )
+            events = [self._delta(f" w{sent + i}") for i in range(count)]
+            if self.chunk_per_event:
+                await stream.send_all(b"".join(_chunked(event) for event in events))
+            else:
+                await stream.send_all(_chunked(b"".join(events)))
             sent += count
-        tail = _event(
-            {
-                "id": "chatcmpl-burst",
-                "object": "chat.completion.chunk",
-                "model": "m",
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": sent, "total_tokens": 3 + sent},
-            }
-        )
+        usage = {"prompt_tokens": 3, "completion_tokens": sent, "total_tokens": 3 + sent}
+        final: dict[str, Any] = {
+            "id": "chatcmpl-burst",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "usage": usage,
+        }
+        if self.completions:
+            final |= {"id": "cmpl-burst", "object": "text_completion", "choices": []}
+        tail = _event(final)
         await stream.send_all(_chunked(tail + b"data: [DONE]\n\n") + b"0\r\n\r\n")
         return True
+
+    def _delta(self, text: str) -> bytes:
+        if not self.completions:
+            return _delta(text)
+        return _event(
+            {
+                "id": "cmpl-burst",
+                "object": "text_completion",
+                "model": "m",
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+            }
+        )
 
 
 def _event(data: dict[str, Any]) -> bytes:

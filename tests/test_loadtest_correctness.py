@@ -129,7 +129,7 @@ async def test_fixed_output_marks_a_run_with_short_replies_invalid_with_the_coun
         ({"extra_body": "{top_k: 1}"}, "--extra-body is not JSON"),
         ({"header": ("no-colon",)}, "--header 'no-colon': expected NAME:VALUE"),
         ({"header": ("bad name:1",)}, "expected NAME:VALUE"),
-        ({"fixed_output": True, "endpoint": "embeddings"}, "apply to --endpoint chat"),
+        ({"fixed_output": True, "endpoint": "responses"}, "apply to --endpoint chat"),
     ],
 )
 def test_bad_request_flags_are_refused_naming_the_flag(tmp_path, flags, message):

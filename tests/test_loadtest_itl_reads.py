@@ -16,32 +16,15 @@ import pytest
 import trio
 
 import sluice
-from sluice import RuntimeConfig
-from sluice._config import ProviderConfig, Secret
-from sluice._jobs.loadtest import ClosedLoop, Lengths, LoadTest, Workload, loadtest_config, run_load
+from sluice._jobs.loadtest import run_load
 from sluice.transport import FastTransport
 
 from .helpers import virtual_deadline
-from .sse_bursts import BurstServer
+from .sse_bursts import BurstServer, assert_write_gaps_shared, burst_test
+from .sse_bursts import runtime_config as config
 
 SPACING, PER_WRITE, WRITES = 0.125, 4, 4
 TOKEN_GAP = SPACING / PER_WRITE
-EXACT = 1e-15
-
-
-def config(base_url: str) -> RuntimeConfig:
-    providers = {"t": ProviderConfig(base_url=base_url, api_key=Secret("sk-test"))}
-    return loadtest_config(RuntimeConfig(providers=providers), "t", respect_limits=False)
-
-
-def loadtest_of(requests: int) -> LoadTest:
-    return LoadTest(
-        model="t:m",
-        shape=ClosedLoop(1),
-        requests=requests,
-        workload=Workload(input_tokens=Lengths("fixed", 3), output_tokens=Lengths("fixed", 16)),
-        warmup=0,
-    )
 
 
 @virtual_deadline(60)
@@ -49,19 +32,8 @@ async def test_tokens_of_one_read_split_its_gap_exactly(autojump_clock, nursery)
     server = BurstServer(writes=WRITES, per_write=PER_WRITE, spacing=SPACING, nursery=nursery)
     transport = FastTransport(open_stream=server.open_stream)
     async with sluice.open_runtime(config("http://burst.test/v1"), transport=transport) as rt:
-        run = await run_load(rt, loadtest_of(3))
-    assert len(run.records) == 3
-    for record in run.records:
-        assert record.ok and record.output_tokens == WRITES * PER_WRITE
-        # The first write's four tokens come at the TTFT; each later write's four share its gap.
-        assert record.chunks == WRITES
-        # Exact but for the last bit of a double (times are relative to the run's start).
-        assert record.itls == pytest.approx((TOKEN_GAP,) * (PER_WRITE * (WRITES - 1)), abs=EXACT)
-        assert record.icls == pytest.approx((SPACING,) * (WRITES - 1), abs=EXACT)
-        assert record.ttst == record.ttft == pytest.approx(0.05, abs=EXACT)
-    itl = run.aggregates["itl_s"]
-    assert itl["p50"] == pytest.approx(TOKEN_GAP, abs=EXACT)
-    assert itl["max"] - itl["min"] < EXACT
+        run = await run_load(rt, burst_test(3))
+    assert_write_gaps_shared(run, server, 3)
 
 
 async def test_over_loopback_each_token_gets_its_share_of_the_write_gap():
@@ -70,7 +42,7 @@ async def test_over_loopback_each_token_gets_its_share_of_the_write_gap():
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve_tcp)
             async with sluice.open_runtime(config(f"http://127.0.0.1:{port}/v1")) as rt:
-                run = await run_load(rt, loadtest_of(4))
+                run = await run_load(rt, burst_test(4))
             nursery.cancel_scope.cancel()
     itls = [gap for record in run.records for gap in record.itls]
     assert all(r.ok for r in run.records) and len(itls) == 4 * PER_WRITE * (WRITES - 1)

@@ -155,7 +155,9 @@ def test_compare_takes_more_than_two_runs(tmp_path, capsys):
 def test_completions_and_embeddings_endpoints(tmp_path, capsys):
     from .helpers import sim_process
 
-    with sim_process("--tps", "500", "--tokens-per-chunk", "2") as url:
+    # Chunks 40 ms apart: each arrives in a network read of its own, and the client stamps
+    # reads, not events (two chunks read together are one chunk to it).
+    with sim_process("--tps", "50", "--tokens-per-chunk", "2") as url:
         base = ["--base-url", url, "--api-key", "sk-test", "--rate", "40", "--requests", "6"]
         base += ["--max-lag", "2s", "--warmup", "1"]
         done = tmp_path / "completions.json"

@@ -3,9 +3,11 @@
 Embeddings go through the runtime (:func:`call_embed`: ``Runtime.embed``, so the quotas,
 retries, breakers and ``--respect-limits`` apply as they do to chat), a batch of inputs a
 request. OpenAI text completions (``/completions``, streamed), which the runtime does not
-speak, go straight over HTTP (httpx) to the provider's base URL (:func:`call_endpoint`),
-measured the same way as chat: the :class:`~.metrics.Tracker` gets each text chunk as it
-arrives.
+speak, go straight to the provider's base URL (:func:`call_completions`) through a transport
+of the runtime's kind (:func:`completions_transport`), measured the same way as chat: the
+:class:`~.metrics.Tracker` gets each text chunk as it arrives, stamped once per network read.
+Both carry ``--extra-body`` and ``--header`` as chat does; completions also
+``--fixed-output``.
 
 Chat itself, in any of the four protocols, goes through the runtime (:mod:`.run`), and so
 does ``responses``: chat calls whose model speaks OpenAI's Responses API (the
@@ -14,17 +16,21 @@ does ``responses``: chat calls whose model speaks OpenAI's Responses API (the
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import orjson
+import trio
 
 if TYPE_CHECKING:
-    import httpx
+    from collections.abc import Mapping
 
     from ..._config import RuntimeConfig
     from ..._messages import Deadlines
+    from ..._protocols.sse import SSEEvent
     from ..._runtime import Runtime
+    from ...transport import HotResponse, HotTransport, HttpPhases
     from .metrics import Tracker
     from .workload import WorkItem
 
@@ -32,19 +38,21 @@ __all__ = [
     "ENDPOINTS",
     "DirectTarget",
     "Outcome",
+    "call_completions",
     "call_embed",
-    "call_endpoint",
+    "completions_transport",
     "embed_inputs",
     "responses_config",
 ]
 
 ENDPOINTS = ("chat", "completions", "embeddings", "responses")
 Endpoint = Literal["chat", "completions", "embeddings", "responses"]
+_NOTHING: Mapping[str, Any] = {}
 
 
 @attrs.frozen(repr=False)
 class DirectTarget:
-    """Where completions and embeddings requests go. The key is never shown."""
+    """Where completions requests go. The key is never shown."""
 
     base_url: str
     model: str
@@ -53,11 +61,20 @@ class DirectTarget:
     def __repr__(self) -> str:
         return f"DirectTarget({self.base_url!r}, {self.model!r})"
 
-    def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        return headers
+    def headers(self, extra: Mapping[str, str] = _NOTHING) -> tuple[tuple[str, str], ...]:
+        """A streamed request's headers, with ``extra`` merged as a chat request's are."""
+        from ..._protocols.wire import request_headers
+
+        credential = ("authorization", f"Bearer {self.api_key}") if self.api_key else None
+        return request_headers("text/event-stream", credential, extra, None)
+
+    def secrets(self, extra: Mapping[str, str] = _NOTHING) -> tuple[str, ...]:
+        """What must never be quoted back: the key, and the ``extra`` header values whose
+        names say they may hold a secret."""
+        from ..._config import Secret
+        from ..._redact import secrets_of
+
+        return secrets_of(Secret(self.api_key) if self.api_key else None, extra)
 
 
 @attrs.frozen
@@ -115,9 +132,17 @@ def embed_inputs(item: WorkItem, batch: int) -> list[str]:
 
 
 async def call_embed(
-    rt: Runtime, model: str, item: WorkItem, batch: int, deadlines: Deadlines
+    rt: Runtime,
+    model: str,
+    item: WorkItem,
+    batch: int,
+    deadlines: Deadlines,
+    *,
+    extra_body: Mapping[str, Any] = _NOTHING,
+    extra_headers: Mapping[str, str] = _NOTHING,
 ) -> Outcome:
     """One embeddings request for ``item`` (``batch`` inputs) through ``rt``; how it ended.
+    ``extra_body`` and ``extra_headers`` are the request's own (``EmbedRequest``'s fields).
 
     Raises:
         ConfigError: the model cannot be called at all (unknown provider, no key).
@@ -126,7 +151,12 @@ async def call_embed(
     from ..._errors import CallError, ConfigError, SluiceError
 
     request = EmbedRequest(
-        model=model, input=embed_inputs(item, batch), deadlines=deadlines, response_cache=False
+        model=model,
+        input=embed_inputs(item, batch),
+        deadlines=deadlines,
+        response_cache=False,
+        extra_body=extra_body,
+        extra_headers=extra_headers,
     )
     try:
         result = await rt.embed(request)
@@ -153,75 +183,149 @@ async def call_embed(
     )
 
 
-async def call_endpoint(
-    client: httpx.AsyncClient,
+def completions_transport(rt: Runtime, model: str) -> tuple[HotTransport, bool]:
+    """The transport a completions test sends through, and whether the caller closes it:
+    the one ``model``'s provider would get from ``rt`` (the runtime's given transport, else
+    the provider's configured kind, connection limit and timeouts), so completions are
+    read as chat is, one network read at a time.
+
+    Raises:
+        ConfigError: the provider is unknown or has no key.
+    """
+    from ..._startup import hot_transport
+
+    spec = rt.resolve_provider(model.partition(":")[0])
+    return hot_transport(spec, rt.transport, rt.config.reply_limits.head_timeout)
+
+
+async def call_completions(
+    transport: HotTransport,
     target: DirectTarget,
-    endpoint: Endpoint,
     item: WorkItem,
     tracker: Tracker,
-    clock: Any,
+    origin: float,
     *,
-    batch: int = 1,
+    extra_body: Mapping[str, Any] = _NOTHING,
+    extra_headers: Mapping[str, str] = _NOTHING,
+    total: float | None = None,
+    phases: HttpPhases | None = None,
 ) -> Outcome:
-    """Send one completions or embeddings request for ``item`` and feed ``tracker``.
+    """Send one streamed text-completions request for ``item`` through ``transport`` and feed
+    ``tracker`` (times relative to ``origin``, the run's start on trio's clock).
 
-    ``clock()`` gives run-relative times. An embeddings request carries ``batch`` copies of
-    the prompt, numbered so the server cannot tell them to be the same.
+    The body and headers are merged by the chat builders' rules (``extra_body`` as
+    :func:`~sluice._protocols.openai_request.merge_extra` merges it, ``extra_headers`` as
+    :func:`~sluice._protocols.wire.request_headers` does: never a credential or framing
+    header). The clock is read once per network read and every event that read completed
+    gets that time, as :func:`~.follow.follow` does for chat: the tracker merges them into
+    one chunk whose tokens share the gap since the previous read. ``total`` bounds the
+    whole request (seconds). The key, and any ``extra_headers`` value that may be a secret,
+    are masked in whatever the outcome quotes of the server's reply. ``phases`` is given to
+    the transport, which notes the exchange's HTTP phases there (as for chat).
     """
-    import httpx
+    from ..._errors import ProtocolError
+    from ..._protocols.openai_request import merge_extra
+    from ...transport import TransportError
 
     prompt = item.messages if isinstance(item.messages, str) else item.messages[-1].text
+    body: dict[str, Any] = {
+        "model": target.model,
+        "prompt": prompt,
+        "max_tokens": item.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if extra_body:
+        merge_extra(body, extra_body)
+    secrets = target.secrets(extra_headers)
+    reply = _Reply(tracker, origin)
     try:
-        if endpoint == "embeddings":
-            inputs = [prompt if i == 0 else f"{i} {prompt}" for i in range(batch)]
-            body: dict[str, Any] = {"model": target.model, "input": inputs}
-            response = await client.post(
-                f"{target.base_url}/embeddings",
-                content=orjson.dumps(body),
-                headers=target.headers(),
+        with trio.move_on_after(math.inf if total is None else total):
+            response = await transport.send(
+                "POST",
+                f"{target.base_url}/completions",
+                target.headers(extra_headers),
+                orjson.dumps(body),
+                phases=phases,
             )
-            if response.status_code != 200:
-                return _failure(response.status_code, response.content, "http_error")
-            reported = response.json().get("usage") or {}
-            return Outcome(True, input_tokens=reported.get("prompt_tokens"), output_tokens=0)
-        body = {
-            "model": target.model,
-            "prompt": prompt,
-            "max_tokens": item.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        request = client.build_request(
-            "POST",
-            f"{target.base_url}/completions",
-            content=orjson.dumps(body),
-            headers=target.headers(),
-        )
-        response = await client.send(request, stream=True)
-        try:
-            if response.status_code != 200:
-                return _failure(response.status_code, await response.aread(), "http_error")
-            usage: dict[str, Any] = {}
-            parts: list[str] = []
-            async for line in response.aiter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                chunk = orjson.loads(line[6:])
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or ():
-                    text = choice.get("text") or ""
-                    if text:
-                        tracker.chunk(clock(), text)
-                        parts.append(text)
-        finally:
-            await response.aclose()
+            try:
+                request_id = response.headers.get("x-request-id")
+                if response.status != 200:
+                    failed = _failure(response.status, await _read_capped(response), "http_error")
+                    return _masked(attrs.evolve(failed, request_id=request_id), secrets)
+                await reply.read(response)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await response.aclose()
+            return Outcome(
+                True,
+                input_tokens=reply.usage.get("prompt_tokens"),
+                output_tokens=reply.usage.get("completion_tokens"),
+                text="".join(reply.parts),
+                request_id=request_id,
+            )
         return Outcome(
-            True,
-            input_tokens=usage.get("prompt_tokens"),
-            output_tokens=usage.get("completion_tokens"),
-            text="".join(parts),
+            False, error_type="CallTimeout", error=f"no complete reply within {total:g} s"
         )
-    except httpx.HTTPError as exc:
-        return Outcome(False, error_type=type(exc).__name__, error=str(exc) or type(exc).__name__)
-    except (orjson.JSONDecodeError, AttributeError, TypeError) as exc:
-        return Outcome(False, error_type="protocol_error", error=f"unreadable reply: {exc}")
+    except TransportError as exc:
+        return _masked(Outcome(False, error_type=type(exc).__name__, error=str(exc)), secrets)
+    except (ProtocolError, orjson.JSONDecodeError, AttributeError, TypeError) as exc:
+        error = f"unreadable reply: {exc}"
+        return _masked(Outcome(False, error_type="protocol_error", error=error), secrets)
+
+
+class _Reply:
+    """A completions stream as it is read: its text pieces and the usage it reported."""
+
+    def __init__(self, tracker: Tracker, origin: float) -> None:
+        self.tracker = tracker
+        self.origin = origin
+        self.usage: dict[str, Any] = {}
+        self.parts: list[str] = []
+
+    async def read(self, response: HotResponse) -> None:
+        """Read ``response``'s body to its end, one stamp per network read."""
+        from ..._protocols.sse import SSEDecoder
+
+        decoder = SSEDecoder()
+        now = trio.current_time
+        while data := await response.read_some():
+            self.events(decoder.feed(data), now() - self.origin)
+        self.events(decoder.end(), now() - self.origin)
+
+    def events(self, events: list[SSEEvent], at: float) -> None:
+        for event in events:
+            if event.data == b"[DONE]":
+                continue
+            chunk = orjson.loads(event.data)
+            self.usage = chunk.get("usage") or self.usage
+            for choice in chunk.get("choices") or ():
+                text = choice.get("text") or ""
+                if text:
+                    self.tracker.chunk(at, text)
+                    self.parts.append(text)
+
+
+async def _read_capped(response: HotResponse, limit: int = 65536) -> bytes:
+    """An error reply's body, at most about ``limit`` bytes of it (a server may not stop)."""
+    pieces: list[bytes] = []
+    size = 0
+    while size < limit and (data := await response.read_some()):
+        pieces.append(data)
+        size += len(data)
+    return b"".join(pieces)
+
+
+def _masked(outcome: Outcome, secrets: tuple[str, ...]) -> Outcome:
+    """``outcome`` with every secret masked in the texts it quotes of the server."""
+    from ..._redact import redact
+
+    if not secrets:
+        return outcome
+    quoted = ("error", "error_type", "request_id")
+    changes: dict[str, Any] = {
+        name: redact(value, secrets)
+        for name in quoted
+        if isinstance(value := getattr(outcome, name), str)
+    }
+    return attrs.evolve(outcome, **changes)

@@ -26,7 +26,13 @@ from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
-from .endpoints import DirectTarget, Outcome, call_embed, call_endpoint
+from .endpoints import (
+    DirectTarget,
+    Outcome,
+    call_completions,
+    call_embed,
+    completions_transport,
+)
 from .follow import finished, follow, http_fields
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..._runtime import Runtime
+    from ...transport import HotTransport
     from .workers import Share, Start
     from .workload import WorkItem
 
@@ -130,13 +137,13 @@ class _Run:
         test: LoadTest,
         on_send: Callable[[], None] | None,
         interrupt: Interrupt | None = None,
-        direct: tuple[DirectTarget, Any] | None = None,
+        direct: tuple[DirectTarget, HotTransport] | None = None,
         folder: Path | None = None,
     ) -> None:
         self.rt = rt
         self.folder = folder
         self.direct = direct
-        """The target and httpx client of a completions or embeddings test."""
+        """The target and transport of a completions test."""
         self.test = test
         self.on_send = on_send
         self.t0 = 0.0
@@ -371,17 +378,19 @@ class _Run:
             "warmup": warmup,
             "inputs": self.test.embedding_batch if embeddings else None,
         }
+        phases = HttpPhases()  # noted by the transport for completions; embeddings: none
         try:
-            outcome = await self.endpoint_call(item, tracker)
+            outcome = await self.endpoint_call(item, tracker, phases)
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
             return None
         except trio.Cancelled:
-            self._cancelled(tracker, described)
+            self._cancelled(tracker, described | http_fields(phases))
             raise
         finally:
             self._done(cap)
+        described |= http_fields(phases)
         self.keep(
             tracker.finish(
                 trio.current_time() - t0,
@@ -400,9 +409,10 @@ class _Run:
 
     # ---- the endpoints besides chat (endpoints.py) ------------------------------------------
 
-    async def endpoint_call(self, item: WorkItem, tracker: Tracker) -> Outcome:
+    async def endpoint_call(self, item: WorkItem, tracker: Tracker, phases: HttpPhases) -> Outcome:
         """Send ``item`` to the test's endpoint: embeddings through the runtime (quotas,
-        retries, ``--respect-limits``), completions straight to the base URL.
+        retries, ``--respect-limits``), completions straight to the base URL (its HTTP phases
+        noted in ``phases``).
 
         Raises:
             ConfigError: the model cannot be called at all.
@@ -410,20 +420,28 @@ class _Run:
         test = self.test
         if test.endpoint == "embeddings":
             outcome = await call_embed(
-                self.rt, test.model, item, test.embedding_batch, self.deadlines
+                self.rt,
+                test.model,
+                item,
+                test.embedding_batch,
+                self.deadlines,
+                extra_body=test.extra_body,
+                extra_headers=self.headers,
             )
             tracker.queue_wait = outcome.queue_wait
             return outcome
         assert self.direct is not None
-        target, client = self.direct
-        t0 = self.t0
-        return await call_endpoint(
-            client,
+        target, transport = self.direct
+        return await call_completions(
+            transport,
             target,
-            "completions",
             item,
             tracker,
-            lambda: trio.current_time() - t0,
+            self.t0,
+            extra_body=test.request_body(item.max_tokens),
+            extra_headers=self.headers,
+            total=test.timeout,
+            phases=phases,
         )
 
     # ---- end of the endpoints besides chat --------------------------------------------------
@@ -547,14 +565,14 @@ async def run_load(
     run.start_at = start_at
     if direct is None:
         return await _run_load(run, progress, progress_interval)
-    import httpx
-
-    from ..._version import USER_AGENT
-
-    headers = {"user-agent": USER_AGENT}  # the client's default: every request carries it
-    async with httpx.AsyncClient(timeout=test.timeout, headers=headers) as client:
-        run.direct = (direct, client)
+    transport, owned = completions_transport(rt, test.model)
+    try:
+        run.direct = (direct, transport)
         return await _run_load(run, progress, progress_interval)
+    finally:
+        if owned:
+            with trio.CancelScope(shield=True):
+                await transport.aclose()
 
 
 async def _run_load(
