@@ -279,7 +279,6 @@ async def test_embeddings_carry_the_extra_body_and_headers_through_the_runtime(
     [
         ({"fixed_output": True, "endpoint": "embeddings"}, "--fixed-output does not apply to "
          "--endpoint embeddings: an embedding has no output length"),
-        ({"header": ("x-a:1",), "endpoint": "responses"}, "not responses"),
     ],
 )  # fmt: skip
 def test_the_flags_are_refused_where_they_do_not_apply(tmp_path, flags, message):
