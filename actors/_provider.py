@@ -58,7 +58,7 @@ from sluice._messages import Usage
 from sluice._protocols.base import AttemptOutput, Codec
 from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
 from sluice._record import Record
-from sluice._redact import redact_error, secrets_of
+from sluice._redact import redact_error, secrets_of, with_headers
 from sluice.providers._embedding import build_embed, decode_embed
 from sluice.providers._registry import ResolvedProvider
 from sluice.transport._base import HotTransport
@@ -214,8 +214,11 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
             _reply(msg, AttemptLost(attempt.delivered))
     if isinstance(outcome, AttemptFailed):
         call = msg.call
-        # The boundary where server text enters sluice's errors: no key passes it.
-        error = redact_error(outcome.error, ctx.state.secrets).in_context(
+        # The boundary where server text enters sluice's errors: no key passes it, nor a
+        # secret the call sent in its own headers (looked for here only, off the success path).
+        own = call.embed.extra_headers if call.embed is not None else call.request.extra_headers
+        secrets = with_headers(ctx.state.secrets, own)
+        error = redact_error(outcome.error, secrets).in_context(
             call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
         )
         outcome = AttemptFailed(error, outcome.delivered)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._config import Secret
     from ._errors import CallError
 
-__all__ = ["MASK", "SECRET_HEADER_PARTS", "redact", "redact_error", "secrets_of"]
+__all__ = ["MASK", "SECRET_HEADER_PARTS", "redact", "redact_error", "secrets_of", "with_headers"]
 
 MASK = "********"
 SECRET_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "signature")
@@ -43,6 +43,16 @@ def secrets_of(api_key: Secret | None, headers: Mapping[str, str] = {}) -> tuple
             if rest and scheme.lower() in ("bearer", "basic", "token"):
                 found.add(rest.strip())
     return tuple(sorted((s for s in found if len(s) >= _MIN_SECRET), key=len, reverse=True))
+
+
+def with_headers(secrets: tuple[str, ...], headers: Mapping[str, str]) -> tuple[str, ...]:
+    """``secrets`` (as :func:`secrets_of` gives them) and the secret-looking values of one
+    call's own ``headers`` (a per-call ``x-api-key``, a program's own auth header), longest
+    first as :func:`secrets_of` orders them, so neither list's secret is masked in part."""
+    if not headers:
+        return secrets
+    found = {*secrets, *secrets_of(None, headers)}
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -11,7 +11,9 @@ writes of ``per_write`` one-word content events, ``spacing`` seconds apart, the 
 cuts the reply short (a server that stops early, or ignores ``ignore_eos``); ``status`` other
 than 200 answers an error with an ``x-request-id`` header instead (quoting the request's
 ``echo_header`` in its message, as some proxies do). ``completions`` streams OpenAI text
-completions (``choices[].text``) instead of chat deltas; ``chunk_per_event`` frames each event
+completions (``choices[].text``) instead of chat deltas, ``responses`` OpenAI's Responses
+API events (``response.output_text.delta``, then ``response.completed`` with the usage and no
+``[DONE]``); ``chunk_per_event`` frames each event
 of a write as an HTTP chunk of its own (still one write), as a server that flushes per event
 does when the network coalesces its writes.
 """
@@ -79,6 +81,11 @@ class Received:
     head: bytes
     body: dict[str, Any]
 
+    @property
+    def path(self) -> str:
+        """The request line's target, e.g. ``/v1/responses``."""
+        return self.head.split(b"\r\n", 1)[0].split(b" ")[1].decode()
+
     def header(self, name: str) -> str | None:
         for line in self.head.split(b"\r\n")[1:]:
             key, _, value = line.partition(b":")
@@ -98,6 +105,7 @@ class BurstServer:
     status: int = 200
     echo_header: str | None = None
     completions: bool = False
+    responses: bool = False
     chunk_per_event: bool = False
     received: list[Received] = attrs.Factory(list)
     nursery: trio.Nursery | None = None
@@ -150,6 +158,7 @@ class BurstServer:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             + f"x-request-id: req-{number}\r\n".encode()
             + b"transfer-encoding: chunked\r\n\r\n"
+            + (_chunked(_RESPONSES_START) if self.responses else b"")
         )
         words = self.words
         sent = 0
@@ -165,6 +174,10 @@ class BurstServer:
             else:
                 await stream.send_all(_chunked(b"".join(events)))
             sent += count
+        if self.responses:
+            end = _event({"type": "response.completed", "response": _response("completed", sent)})
+            await stream.send_all(_chunked(end) + b"0\r\n\r\n")
+            return True
         usage = {"prompt_tokens": 3, "completion_tokens": sent, "total_tokens": 3 + sent}
         final: dict[str, Any] = {
             "id": "chatcmpl-burst",
@@ -180,6 +193,16 @@ class BurstServer:
         return True
 
     def _delta(self, text: str) -> bytes:
+        if self.responses:
+            return _event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": "msg_burst",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": text,
+                }
+            )
         if not self.completions:
             return _delta(text)
         return _event(
@@ -205,6 +228,32 @@ def _delta(text: str) -> bytes:
             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
         }
     )
+
+
+def _response(status: str, words: int | None = None) -> dict[str, Any]:
+    """The Responses API's response object: in progress (no output yet), or completed with
+    its message of ``words`` words and the usage counting them."""
+    response: dict[str, Any] = {
+        "id": "resp_burst",
+        "object": "response",
+        "status": status,
+        "model": "m",
+        "output": [],
+        "usage": None,
+    }
+    if words is not None:
+        text = "".join(f" w{i}" for i in range(words))
+        content = [{"type": "output_text", "text": text, "annotations": []}]
+        message = {**_MESSAGE, "status": "completed", "content": content}
+        usage = {"input_tokens": 3, "output_tokens": words, "total_tokens": 3 + words}
+        response |= {"output": [message], "usage": usage}
+    return response
+
+
+_MESSAGE = {"type": "message", "id": "msg_burst", "role": "assistant", "content": []}
+_RESPONSES_START = _event(
+    {"type": "response.created", "response": _response("in_progress")}
+) + _event({"type": "response.output_item.added", "output_index": 0, "item": _MESSAGE})
 
 
 def _chunked(data: bytes) -> bytes:

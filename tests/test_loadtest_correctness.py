@@ -36,6 +36,7 @@ from sluice._jobs.loadtest import (
     run_load,
 )
 from sluice._jobs.loadtest.compare import compare, config_differences
+from sluice._jobs.loadtest.endpoints import responses_config
 from sluice._jobs.loadtest.report import render_report
 from sluice._jobs.loadtest.results import FORMAT, aggregates_csv, results_document
 from sluice.simulator import SimulatorApp, SimulatorConfig
@@ -61,7 +62,10 @@ def burst_config(*, respect_limits: bool = False) -> RuntimeConfig:
 
 async def run_burst(server: BurstServer, test: LoadTest):
     transport = FastTransport(open_stream=server.open_stream)
-    async with sluice.open_runtime(burst_config(), transport=transport) as rt:
+    config = burst_config()
+    if test.endpoint == "responses":  # as the command sets it up
+        config = responses_config(config, test.model)
+    async with sluice.open_runtime(config, transport=transport) as rt:
         return await run_load(rt, test)
 
 
@@ -74,14 +78,35 @@ def options(tmp_path: Path, **flags: Any) -> LoadTestOptions:
 # --- what each request carries ----------------------------------------------------------------
 
 
+# Each endpoint whose calls go through the runtime's chat path, the path its requests take
+# and the body a request has without the flags (the 16 output tokens asked under its name).
+SHAPED = {
+    "chat": (
+        "/v1/chat/completions",
+        {"model", "messages", "max_tokens", "stream", "stream_options"},
+        "max_tokens",
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model", "input", "max_output_tokens", "store", "stream"},
+        "max_output_tokens",
+    ),
+}
+shaped_endpoints = pytest.mark.parametrize("endpoint", list(SHAPED))
+
+
+@shaped_endpoints
 @virtual_deadline(60)
 async def test_extra_body_headers_and_fixed_output_reach_the_server(
-    autojump_clock, nursery, tmp_path
+    autojump_clock, nursery, tmp_path, endpoint
 ):
-    server = BurstServer(nursery=nursery)  # 16 words: exactly what is asked
+    path, plain_keys, length = SHAPED[endpoint]
+    # 16 words: exactly what is asked
+    server = BurstServer(nursery=nursery, responses=endpoint == "responses")
     test = build_test(
         options(
             tmp_path,
+            endpoint=endpoint,
             extra_body='{"top_k": 20, "repetition_penalty": 1.1}',
             header=("x-team:search", "X-Trace: abc 1"),
             fixed_output=True,
@@ -91,9 +116,11 @@ async def test_extra_body_headers_and_fixed_output_reach_the_server(
     assert len(server.received) == 3
     for request in server.received:
         body = request.body
+        assert request.path == path
+        added = {"top_k", "repetition_penalty", "ignore_eos", "min_tokens"}
+        assert body.keys() == plain_keys | added
         assert (body["top_k"], body["repetition_penalty"]) == (20, 1.1)
-        assert body["ignore_eos"] is True and body["min_tokens"] == 16
-        assert 16 in (body.get("max_tokens"), body.get("max_completion_tokens"))
+        assert body["ignore_eos"] is True and body["min_tokens"] == body[length] == 16
         assert request.header("x-team") == "search" and request.header("x-trace") == "abc 1"
     assert run.aggregates["valid"] is True
     assert run.aggregates["output_length"]["requests_exact"] == 3
@@ -103,23 +130,32 @@ async def test_extra_body_headers_and_fixed_output_reach_the_server(
     assert "abc 1" not in orjson.dumps(described).decode()
 
 
+@shaped_endpoints
 @virtual_deadline(60)
 async def test_fixed_output_marks_a_run_with_short_replies_invalid_with_the_count(
-    autojump_clock, nursery, tmp_path
+    autojump_clock, nursery, tmp_path, endpoint
 ):
     # A server that ignores ignore_eos and min_tokens: 10 words of the 16 asked.
-    test = build_test(options(tmp_path, fixed_output=True)).test
-    run = await run_burst(BurstServer(nursery=nursery, reply_words=10), test)
+    def server() -> BurstServer:
+        return BurstServer(nursery=nursery, reply_words=10, responses=endpoint == "responses")
+
+    test = build_test(options(tmp_path, endpoint=endpoint, fixed_output=True)).test
+    run = await run_burst(server(), test)
     agg = run.aggregates
     assert agg["valid"] is False
     assert agg["invalid_reason"].startswith(
         "3 of 3 replies came back shorter than the output length asked (30 of 48 tokens in all)"
     )
-    # Without --fixed-output a short reply is the server's choice (EOS), not a broken run.
-    plain = build_test(options(tmp_path)).test
-    again = await run_burst(BurstServer(nursery=nursery, reply_words=10), plain)
+    # Without --fixed-output a short reply is the server's choice (EOS), not a broken run,
+    # and the body is the endpoint's own, nothing added.
+    plain = build_test(options(tmp_path, endpoint=endpoint)).test
+    again = await run_burst(unflagged := server(), plain)
     assert again.aggregates["valid"] is True
     assert again.aggregates["output_length"]["requests_short"] == 3
+    path, plain_keys, length = SHAPED[endpoint]
+    for request in unflagged.received:
+        assert request.path == path and request.body.keys() == plain_keys
+        assert request.body[length] == 16 and request.header("x-team") is None
 
 
 @pytest.mark.parametrize(
@@ -129,7 +165,7 @@ async def test_fixed_output_marks_a_run_with_short_replies_invalid_with_the_coun
         ({"extra_body": "{top_k: 1}"}, "--extra-body is not JSON"),
         ({"header": ("no-colon",)}, "--header 'no-colon': expected NAME:VALUE"),
         ({"header": ("bad name:1",)}, "expected NAME:VALUE"),
-        ({"fixed_output": True, "endpoint": "responses"}, "apply to --endpoint chat"),
+        ({"header": (":x",)}, "--header ':x': expected NAME:VALUE"),
     ],
 )
 def test_bad_request_flags_are_refused_naming_the_flag(tmp_path, flags, message):

@@ -157,16 +157,16 @@ class LoadTestOptions:
 
     # ---- what each request carries beyond the workload (issue 35) ------------------------
     extra_body: str | None = None
-    """a JSON object merged into every request's body as-is, e.g. '{"top_k": 20}' (chat,
-    completions, embeddings)."""
+    """a JSON object merged into every request's body as-is, e.g. '{"top_k": 20}' (every
+    endpoint)."""
     header: tuple[str, ...] | None = None
-    """NAME:VALUE added to every request's HTTP headers (repeatable; chat, completions,
-    embeddings). The results keep the names only."""
+    """NAME:VALUE added to every request's HTTP headers (repeatable; every endpoint). The
+    results keep the names only."""
     fixed_output: bool = False
     """make every reply as long as --output-tokens asks: sends ignore_eos true and min_tokens
-    equal to max_tokens (vLLM, SGLang and the simulator honour both), and marks the run
-    invalid when replies come back shorter (chat, completions; not embeddings, which have no
-    output length)."""
+    equal to the length asked (vLLM, SGLang and the simulator honour both), and marks the run
+    invalid when replies come back shorter (chat, completions, responses; not embeddings,
+    which have no output length)."""
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -387,12 +387,6 @@ def _request_extras(o: LoadTestOptions) -> tuple[dict[str, Any], tuple[tuple[str
     """``--extra-body``, ``--header`` and ``--fixed-output``, checked."""
     import orjson
 
-    shaped = o.extra_body is not None or o.header or o.fixed_output
-    if shaped and o.endpoint == "responses":
-        raise ConfigError(
-            "--extra-body, --header and --fixed-output apply to --endpoint chat, completions "
-            "and embeddings, not responses"
-        )
     if o.fixed_output and o.endpoint == "embeddings":
         raise ConfigError(
             "--fixed-output does not apply to --endpoint embeddings: an embedding has no "

@@ -69,16 +69,16 @@ class LoadTest:
     """Warm up for this many seconds instead (requests one after another, at least one when
     above 0); with both, the warm-up ends when either is reached."""
     extra_body: Mapping[str, Any] = attrs.field(factory=dict)
-    """Merged into every request's body as-is (``ChatRequest.extra_body``; an embeddings or
-    completions request's by the same rules)."""
+    """Merged into every request's body as-is (``ChatRequest.extra_body``, which the
+    responses codec merges too; an embeddings or completions request's by the same rules)."""
     headers: tuple[tuple[str, str], ...] = ()
     """HTTP headers added to every request (``ChatRequest.extra_headers``; the same for
     embeddings and completions)."""
     fixed_output: bool = False
-    """Ask for replies exactly ``max_tokens`` long: each chat or completions request also
-    carries ``ignore_eos`` and ``min_tokens`` (for servers that honour them, such as vLLM),
-    and a reply that comes back shorter makes the run invalid. Embeddings have no output
-    length: :mod:`.options` refuses the flag for them."""
+    """Ask for replies exactly ``max_tokens`` long: each chat, responses or completions
+    request also carries ``ignore_eos`` and ``min_tokens`` (for servers that honour them,
+    such as vLLM), and a reply that comes back shorter makes the run invalid. Embeddings
+    have no output length: :mod:`.options` refuses the flag for them."""
 
     def request_body(self, max_tokens: int | None) -> dict[str, Any]:
         """What a request asking for ``max_tokens`` adds to its body."""
