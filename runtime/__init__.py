@@ -5,10 +5,14 @@ Every call passes through one admission point (the RateLimiter), one actor per p
 call is lost. Start it with :func:`open_runtime`; see the README for a tour.
 """
 
-import importlib as _importlib
-import typing as _typing
+import sys as _sys
 
-if _typing.TYPE_CHECKING:
+# Neither typing (for TYPE_CHECKING) nor importlib: loading them would be most of what
+# `import sluice` costs. Type checkers treat any name TYPE_CHECKING as true; it is deleted below.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
     from ._cache.response import CacheStatistics as CacheStatistics
     from ._cache.response import ResponseCache as ResponseCache
     from ._capabilities import CapabilityOverride as CapabilityOverride
@@ -282,18 +286,21 @@ a program pays for the parts it uses (a plain chat does not load the embedding, 
 gateway or cache layers). Type checkers read the imports above."""
 
 _LAZY = {name: module for module, names in _HOMES.items() for name in names}
+del TYPE_CHECKING
 
 _DOORS = frozenset({"aio", "sync"})
 """Submodules loaded on first use: ``sluice.aio`` (asyncio) and ``sluice.sync`` (threads)."""
 
 
-def __getattr__(name: str) -> _typing.Any:
+def __getattr__(name: str) -> "Any":
     if name in _DOORS:
-        return _importlib.import_module(f"sluice.{name}")
+        __import__(f"sluice.{name}")
+        return _sys.modules[f"sluice.{name}"]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sluice' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
+    __import__(module)
+    value = getattr(_sys.modules[module], name)
     globals()[name] = value
     return value
 
