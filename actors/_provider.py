@@ -21,7 +21,6 @@ import trio
 
 from sluice._config import ReplyLimits
 from sluice._content_length import BadContentLength, parse_content_length
-from sluice._embed_calls import embed_for
 from sluice._errors import (
     BadRequest,
     CallError,
@@ -59,7 +58,6 @@ from sluice._protocols.base import AttemptOutput, Codec
 from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
 from sluice._record import Record
 from sluice._redact import redact_error, secrets_of, with_headers
-from sluice.providers._embedding import build_embed, decode_embed
 from sluice.providers._registry import ResolvedProvider
 from sluice.transport._base import HotTransport
 from sluice.transport._errors import (
@@ -467,6 +465,9 @@ class _Attempt:
                     headers=spec.headers,
                 )
             else:
+                from sluice._embed_calls import embed_for  # only embedding calls load these
+                from sluice.providers._embedding import build_embed
+
                 request = build_embed(
                     ctx.codec,
                     spec,
@@ -605,6 +606,8 @@ class _Attempt:
         embed = self.call.embed
         if embed is not None:
             # An embedding reply has no deltas: decoded whole, it is the first chunk.
+            from sluice.providers._embedding import decode_embed
+
             vectors = decode_embed(codec, body, len(embed.input))
             await self._first_chunk()
             return vectors

@@ -59,7 +59,6 @@ from sluice._call_step import (
     step,
 )
 from sluice._config import RetryConfig
-from sluice._embed_calls import embed_result
 from sluice._embeddings import EmbedResult
 from sluice._errors import (
     CallError,
@@ -621,6 +620,8 @@ class _CallRun:
     def _embed_result(
         self, route: Call, outcome: AttemptSucceeded, admitted_at: float
     ) -> EmbedResult:
+        from sluice._embed_calls import embed_result  # only embedding calls load it
+
         first = outcome.first_token_at
         if first is not None:
             self.backend_ttft = first - admitted_at

@@ -1,21 +1,33 @@
-"""How long does ``import sluice`` take, and what does it pull in?
+"""How long does ``import sluice`` take, what does a plain chat program load, and what does it
+pull in?
 
     python -m benchmarks.import_time
-    python -m benchmarks.import_time --runs 9 --module sluice
+    python -m benchmarks.import_time --runs 11
 
-Runs ``python -X importtime -c "import sluice"`` in a fresh interpreter ``--runs`` times and
-reads the cumulative microseconds of the top-level ``sluice`` line (the whole import, every
-module it loads included; interpreter start-up and ``site`` are not). The JSON line gives the
-median, the ten modules with the largest median cumulative time, the ten with the largest self
-time, self time summed per top-level package (what dominates), and, from one more fresh
-interpreter, which of the modules that a call does not need are in ``sys.modules`` after the
-import (``rich``, ``cyclopts``, ``click``, ``h11``, ``httpx``, ``sluice.simulator``,
-``cryptography``, ``coredis``, ``importlib.metadata``, ``email``, ``decimal``, the gateway, the
-jobs and the codecs). The tables cover only what ``import sluice`` loaded, not interpreter start-up.
+Two measures, each in a fresh interpreter ``--runs`` times under ``python -X importtime``:
 
-``-X importtime`` itself slows imports a little, so the JSON also has the import timed from
-inside a fresh interpreter without it (``perf_counter`` around ``import sluice``) and the
-whole ``python -c "import sluice"`` process next to ``python -c pass``.
+- ``import_ms``: ``import sluice`` alone, the cumulative microseconds of its top-level line.
+  sluice's names load on first use (PEP 562), so this is small by design and is not the
+  figure to judge it by.
+- ``chat_path``: what a plain chat program needs before its first call: ``import sluice``,
+  then touching ``sluice.Runtime``, ``sluice.open_runtime``, ``sluice.RuntimeConfig``,
+  ``sluice.ProviderConfig`` and ``sluice.ChatRequest`` and building a config (:data:`CHAT`):
+  every top-level import from ``import sluice`` on, summed. It is set against ``trio`` alone
+  (``import trio`` in its own fresh interpreter, attrs and the rest of what trio loads
+  included), which any sluice program pays: ``over_trio_ms`` is sluice's own share, the goal
+  being at most ``--goal-over-trio-ms``.
+
+The tables (the ten modules with the largest median cumulative time, the ten with the largest
+self time, self time summed per top-level package) cover the chat path, not interpreter
+start-up. From more fresh interpreters: which of the modules that a call does not need are in
+``sys.modules`` after ``import sluice`` and after the chat path (``rich``, ``cyclopts``,
+``click``, ``h11``, ``httpx``, ``sluice.simulator``, ``cryptography``, ``coredis``,
+``importlib.metadata``, ``email``, ``decimal``, the gateway, the jobs, the codecs, the
+embedding layer), and how many modules each loaded.
+
+``-X importtime`` itself slows imports a little, so the JSON also has both timed from inside
+a fresh interpreter without it (``perf_counter`` around the code) and the whole
+``python -c "import sluice"`` process next to ``python -c pass``.
 """
 
 from __future__ import annotations
@@ -48,11 +60,20 @@ HEAVY = (
     "sluice._gateway",
     "sluice._jobs",
     "sluice._protocols.openai",
+    "sluice._embed_calls",
+    "sluice._embed_many",
+    "sluice.providers._embedding",
 )
-"""Modules ``import sluice`` should not load (a call does not need them, or loads them itself
-when it does: a codec when its provider starts). ``tests/test_import_cost.py`` pins a longer
-list."""
+"""Modules neither ``import sluice`` nor the chat path should load (a call does not need them,
+or loads them itself when it does: a codec when its provider starts, the embedding layer on
+the first embedding call). ``tests/test_import_cost.py`` pins a longer list."""
 GOAL_MS = 120.0
+GOAL_OVER_TRIO_MS = 30.0
+CHAT = """import sluice
+sluice.Runtime, sluice.open_runtime, sluice.RuntimeConfig, sluice.ProviderConfig, sluice.ChatRequest
+sluice.RuntimeConfig(providers={"openai": sluice.ProviderConfig(api_key=sluice.Secret("sk-x"))})
+"""
+"""The chat path: what a program that makes plain chat calls touches before opening a runtime."""
 _SKEWING_ENV = frozenset(
     {
         "PYTHONSTARTUP",
@@ -77,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--module", default="sluice", help="the module to import (sluice)")
     p.add_argument("--top", type=int, default=10, help="modules listed per table (10)")
     p.add_argument("--goal-ms", type=float, default=GOAL_MS, help="the target, in ms (120)")
+    p.add_argument(
+        "--goal-over-trio-ms",
+        type=float,
+        default=GOAL_OVER_TRIO_MS,
+        help="the chat path's target above trio alone, in ms (30)",
+    )
     p.add_argument("--python", default=sys.executable, help="the interpreter to measure (this one)")
     a = p.parse_args(argv)
     if a.runs < 1 or a.top < 1:
@@ -104,6 +131,19 @@ def parse_importtime(text: str) -> list[tuple[str, int, int, int]]:
     return rows
 
 
+def _subtree_start(rows: list[tuple[str, int, int, int]], module: str) -> tuple[int, int]:
+    """``(start, end)``: the indexes of the first row of ``import module``'s subtree and of its
+    own top-level row (the last ``import module`` when there are several)."""
+    for end in range(len(rows) - 1, -1, -1):
+        name, _self, _cumulative, depth = rows[end]
+        if name == module and depth == 0:
+            start = end
+            while start > 0 and rows[start - 1][3] > 0:
+                start -= 1
+            return start, end
+    raise SystemExit(f"no top-level {module!r} line in the -X importtime output")
+
+
 def import_subtree(
     rows: list[tuple[str, int, int, int]], module: str
 ) -> list[tuple[str, int, int, int]]:
@@ -113,14 +153,20 @@ def import_subtree(
     subtree is the run of deeper rows right before the module's depth-0 row; start-up imports
     (``site``, ``encodings``) are left out.
     """
-    for end in range(len(rows) - 1, -1, -1):
-        name, _self, _cumulative, depth = rows[end]
-        if name == module and depth == 0:
-            start = end
-            while start > 0 and rows[start - 1][3] > 0:
-                start -= 1
-            return rows[start : end + 1]
-    raise SystemExit(f"no top-level {module!r} line in the -X importtime output")
+    start, end = _subtree_start(rows, module)
+    return rows[start : end + 1]
+
+
+def chat_rows(rows: list[tuple[str, int, int, int]]) -> list[tuple[str, int, int, int]]:
+    """The rows of the chat path: ``import sluice``'s subtree and every row after it (what
+    touching sluice's names imported, each import a top-level row of its own)."""
+    start, _end = _subtree_start(rows, "sluice")
+    return rows[start:]
+
+
+def top_level_us(rows: list[tuple[str, int, int, int]]) -> int:
+    """The time of everything ``rows`` imported: the sum of their top-level rows."""
+    return sum(cumulative for _name, _self, cumulative, depth in rows if depth == 0)
 
 
 def _run(python: str, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
@@ -147,24 +193,31 @@ def _process_wall(python: str, code: str) -> float:
     return time.perf_counter() - t0
 
 
+def _timer(code: str) -> str:
+    return f"import time\nt = time.perf_counter()\nexec({code!r})\nprint(time.perf_counter() - t)"
+
+
 def measure(a: argparse.Namespace) -> dict[str, Any]:
     module = a.module
     totals: list[int] = []
+    chat: list[int] = []
+    trio: list[int] = []
     cumulative: dict[str, list[int]] = collections.defaultdict(list)
     self_time: dict[str, list[int]] = collections.defaultdict(list)
     packages: dict[str, list[int]] = collections.defaultdict(list)
     inside: list[float] = []
+    chat_inside: list[float] = []
     process: list[float] = []
     bare: list[float] = []
-    timer = f"import time\nt = time.perf_counter()\nimport {module}\nprint(time.perf_counter() - t)"
-    _run(a.python, f"import {module}")  # warm-up: writes the bytecode cache, fills the page cache
+    _run(a.python, CHAT)  # warm-up: writes the bytecode cache, fills the page cache
     for _ in range(a.runs):  # interleaved, so a busy moment hits every measure alike
         rows = parse_importtime(_run(a.python, f"import {module}", "-X", "importtime").stderr)
-        subtree = import_subtree(rows, module)
-        totals.append(subtree[-1][2])
+        totals.append(import_subtree(rows, module)[-1][2])
+        rows = chat_rows(parse_importtime(_run(a.python, CHAT, "-X", "importtime").stderr))
+        chat.append(top_level_us(rows))
         per_package: dict[str, int] = collections.Counter()
         seen = set()
-        for name, self_us, cumulative_us, _depth in subtree:
+        for name, self_us, cumulative_us, _depth in rows:
             if name in seen:
                 continue
             seen.add(name)
@@ -173,7 +226,10 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
             per_package[_package(name)] += self_us
         for name, us in per_package.items():
             packages[name].append(us)
-        inside.append(float(_run(a.python, timer).stdout.strip()))
+        trio_rows = parse_importtime(_run(a.python, "import trio", "-X", "importtime").stderr)
+        trio.append(import_subtree(trio_rows, "trio")[-1][2])
+        inside.append(float(_run(a.python, _timer(f"import {module}")).stdout.strip()))
+        chat_inside.append(float(_run(a.python, _timer(CHAT)).stdout.strip()))
         process.append(_process_wall(a.python, f"import {module}"))
         bare.append(_process_wall(a.python, "pass"))
 
@@ -185,9 +241,12 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         ranked = sorted(found, key=lambda name: med(found[name]), reverse=True)
         return [{"module": name, "ms": round(med(found[name]) / 1000, 2)} for name in ranked[:n]]
 
-    in_module = _modules_after_import(a.python, module)
+    in_module = _modules_after(a.python, f"import {module}")
+    on_chat_path = _modules_after(a.python, CHAT)
     source = _run(a.python, f"import {module}\nprint({module}.__file__)").stdout.strip()
     total_ms = statistics.median(totals) / 1000
+    chat_ms = statistics.median(chat) / 1000
+    trio_ms = statistics.median(trio) / 1000
     return {
         "module": module,
         "runs": a.runs,
@@ -195,15 +254,27 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         "import_ms_runs": [round(t / 1000, 1) for t in totals],
         "goal_ms": a.goal_ms,
         "meets_goal": total_ms < a.goal_ms,
+        "chat_path": {
+            "code": CHAT,
+            "ms": round(chat_ms, 1),
+            "ms_runs": [round(t / 1000, 1) for t in chat],
+            "trio_ms": round(trio_ms, 1),
+            "trio_ms_runs": [round(t / 1000, 1) for t in trio],
+            "over_trio_ms": round(chat_ms - trio_ms, 1),
+            "goal_over_trio_ms": a.goal_over_trio_ms,
+            "meets_goal": chat_ms - trio_ms <= a.goal_over_trio_ms,
+            "ms_without_importtime": round(statistics.median(chat_inside) * 1000, 1),
+            "modules_loaded": len(on_chat_path),
+            "sluice_modules_loaded": _sluice_modules(on_chat_path),
+            "heavy_loaded": [name for name in HEAVY if name in on_chat_path],
+        },
         "top_cumulative": table({k: v for k, v in cumulative.items() if k != module}, a.top),
         "top_self": table(self_time, a.top),
         "self_by_package": table(packages, a.top),
         "heavy_loaded": [name for name in HEAVY if name in in_module],
         "heavy_not_loaded": [name for name in HEAVY if name not in in_module],
         "modules_loaded": len(in_module),
-        "sluice_modules_loaded": sorted(
-            m for m in in_module if m == "sluice" or m.startswith("sluice.")
-        ),
+        "sluice_modules_loaded": _sluice_modules(in_module),
         "import_ms_without_importtime": round(statistics.median(inside) * 1000, 1),
         "process_ms": round(statistics.median(process) * 1000, 1),
         "bare_python_ms": round(statistics.median(bare) * 1000, 1),
@@ -225,10 +296,17 @@ def _package(name: str) -> str:
     return parts[0]
 
 
-def _modules_after_import(python: str, module: str) -> set[str]:
-    code = f"import sys, json\nimport {module}\nprint(json.dumps(sorted(sys.modules)))"
-    found: list[str] = orjson.loads(_run(python, code).stdout)
+def _modules_after(python: str, code: str) -> set[str]:
+    """``sys.modules`` after running ``code`` in a fresh interpreter (``json`` and ``sys``
+    imported before, so they do not count as loaded by it)."""
+    found: list[str] = orjson.loads(
+        _run(python, f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))").stdout
+    )
     return set(found)
+
+
+def _sluice_modules(found: set[str]) -> list[str]:
+    return sorted(m for m in found if m == "sluice" or m.startswith("sluice."))
 
 
 def main(argv: list[str] | None = None) -> int:

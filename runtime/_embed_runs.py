@@ -4,6 +4,9 @@
 
 ``embed`` prepares the call (:func:`sluice._embed_calls.prepare_embed_call`), hands it to the
 Supervisor and waits for its one end, exactly as ``Runtime.chat`` does for a chat call.
+
+The embedding layer (requests, packing, codecs) is imported by the methods themselves, so a
+runtime that never embeds never loads it.
 """
 
 from __future__ import annotations
@@ -13,17 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from sluice.actors._tell import put
-
-from ._embed_calls import as_embed_request, prepare_embed_call, wait_embedded
-from ._embed_many import EmbedCounts, EmbedOutcome, EmbedOutcomes, feed_embed_many
-from ._embed_packing import Packer, request_limits
-from ._embeddings import EmbedRequest, EmbedResult
 from ._errors import RuntimeClosed, SluiceError
-from ._mail import Submit
-from ._prepare import model_target
-from ._protocols import codec_for
-from .providers._embedding import FALLBACK_BATCH, embed_limits, embedding_codec, no_embeddings
 
 if TYPE_CHECKING:
     import itertools
@@ -31,6 +24,8 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
+    from ._embed_many import EmbedOutcomes
+    from ._embeddings import EmbedRequest, EmbedResult
     from ._mail import SupervisorMsg
     from ._observe.observer import Observer
     from ._prepare import GroupPlacement
@@ -75,6 +70,12 @@ class EmbedMethods:
             ConfigError: the model names an unknown provider, or one without a key.
             RuntimeClosed: the runtime is draining or has stopped.
         """
+        from sluice.actors._tell import put
+
+        from ._embed_calls import as_embed_request, prepare_embed_call, wait_embedded
+        from ._embeddings import EmbedResult
+        from ._mail import Submit
+
         embed = as_embed_request(request, input, fields)
         assert self._providers is not None
         cache = None
@@ -150,6 +151,10 @@ class EmbedMethods:
             ConfigError: the model names an unknown provider, or one without a key.
             BadRequest: the provider has no embeddings.
         """
+        from ._embed_many import EmbedCounts, EmbedOutcome, EmbedOutcomes, feed_embed_many
+        from ._embed_packing import Packer
+        from ._embeddings import EmbedRequest
+
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         if batch_size is not None and batch_size < 1:
@@ -183,6 +188,16 @@ class EmbedMethods:
                 a key.
             BadRequest: the (first) provider has no embeddings.
         """
+        from ._embed_packing import request_limits
+        from ._prepare import model_target
+        from ._protocols import codec_for
+        from .providers._embedding import (
+            FALLBACK_BATCH,
+            embed_limits,
+            embedding_codec,
+            no_embeddings,
+        )
+
         assert self._providers is not None
         target = model_target(model, self._groups.routing.groups)
         routes = await self._providers.routes(target.providers)

@@ -252,8 +252,13 @@ def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
 
     assert set(report["heavy_loaded"]) | set(report["heavy_not_loaded"]) == set(HEAVY)
     assert report["heavy_loaded"] == []
-    assert "sluice" in report["sluice_modules_loaded"]
+    assert report["sluice_modules_loaded"] == ["sluice"]  # every name loads on first use
     assert isinstance(report["meets_goal"], bool)
+    chat = report["chat_path"]
+    assert chat["ms"] > 0 and chat["trio_ms"] > 0
+    assert chat["over_trio_ms"] == round(chat["ms"] - chat["trio_ms"], 1)
+    assert "sluice._runtime" in chat["sluice_modules_loaded"] and chat["heavy_loaded"] == []
+    assert isinstance(chat["meets_goal"], bool)
 
 
 def test_request_head_benchmark_times_both_parsers() -> None:
@@ -262,7 +267,7 @@ def test_request_head_benchmark_times_both_parsers() -> None:
 
 
 def test_import_time_parser_keeps_only_the_module_subtree() -> None:
-    from benchmarks.import_time import import_subtree, parse_importtime
+    from benchmarks.import_time import chat_rows, import_subtree, parse_importtime, top_level_us
 
     text = "\n".join(
         [
@@ -272,9 +277,13 @@ def test_import_time_parser_keeps_only_the_module_subtree() -> None:
             "import time:        20 |         30 |   sluice.inner",
             "import time:         5 |          5 |   other",
             "import time:        40 |         75 | sluice",
+            "import time:        30 |         30 |   sluice._messages",
+            "import time:        20 |         50 | sluice._runtime",
         ]
     )
     rows = parse_importtime(text)
+    assert chat_rows(rows) == rows[1:]  # from sluice's subtree on
+    assert top_level_us(chat_rows(rows)) == 125  # import sluice, then what touching loaded
     assert rows[0] == ("site", 100, 100, 0)
     assert rows[1] == ("leaf", 10, 10, 2)
     assert [r[0] for r in import_subtree(rows, "sluice")] == [

@@ -15,6 +15,18 @@ from .faulty_server import FaultyServer
 if TYPE_CHECKING:
     from pathlib import Path
 
+# The embedding layer: loaded by the first embedding call (Runtime.embed, embed_many, the
+# actors' embedding branches), never by a chat. (The OpenAI codec brings its own embedding
+# part, sluice._protocols.openai_embed, when an OpenAI-compatible provider starts.)
+EMBEDDING_LAYER = (
+    "sluice._embed_calls",
+    "sluice._embed_many",
+    "sluice._embed_packing",
+    "sluice._embeddings_format",
+    "sluice.providers._embedding",
+    "sluice._protocols.embed_shared",
+)
+
 # What a call does not need; each is loaded on first use by the code that needs it.
 NOT_FOR_A_CALL = (
     "rich",
@@ -71,6 +83,7 @@ NOT_FOR_A_CALL = (
     "sluice.ray",
     "ray",
     "pyarrow",
+    *EMBEDDING_LAYER,
 )
 
 NOT_FOR_A_PLAIN_CALL = (
@@ -103,6 +116,7 @@ NOT_FOR_A_PLAIN_CALL = (
     "prometheus_client",
     "opentelemetry",
     "asyncio",
+    *EMBEDDING_LAYER,
 )
 """What opening a runtime and making calls to one OpenAI-compatible provider over sluice's own
 transport does not load: the other codecs, httpx (which brings rich and click when they are
@@ -133,6 +147,34 @@ def test_import_sluice_leaves_out_what_a_call_does_not_need() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
     loaded = set(orjson.loads(done.stdout))
     assert "sluice" in loaded
+    assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
+
+
+def test_import_sluice_loads_none_of_its_parts() -> None:
+    """Every public name loads on first use (PEP 562), so ``import sluice`` loads no submodule,
+    and not even typing or importlib for itself; ``dir`` and ``__all__`` still list every name."""
+    code = (
+        "import json, sys\nbefore = set(sys.modules)\nimport sluice\n"
+        "print(json.dumps({'new': sorted(set(sys.modules) - before), 'dir': dir(sluice)}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    report = orjson.loads(done.stdout)
+    assert report["new"] == ["sluice"]
+    assert {"Runtime", "open_runtime", "RuntimeConfig", "ChatRequest", "aio", "sync"} <= set(
+        report["dir"]
+    )
+
+
+def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
+    """Touching what a plain chat program uses (``benchmarks.import_time.CHAT``: the runtime,
+    its config, a request) loads none of what a call does not need: not the embedding layer,
+    not the tools layer beyond its corrections, not the CLI, gateway, jobs or codecs."""
+    from benchmarks.import_time import CHAT
+
+    code = f"import json, sys\n{CHAT}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    loaded = set(orjson.loads(done.stdout))
+    assert {"sluice._runtime", "sluice._config", "sluice._messages"} <= loaded
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 

@@ -67,6 +67,12 @@ class TracingConfig(Record):
     """Trace through the global tracer provider (or the one given to ``open_runtime``)."""
 
 
+def _optional_tuple(value: Any) -> tuple[str, ...] | None:
+    # A function of ours, not attrs.converters.optional(tuple): attrs reads a converter's
+    # signature, and a builtin's costs a tokenizer regex compiled on import.
+    return None if value is None else tuple(value)
+
+
 def _model_names(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not all(isinstance(n, str) and n for n in value):
         raise ValueError(f"'{attribute.name}' must be a list of non-empty model names")
@@ -77,7 +83,7 @@ class GatewayConfig(Record):
     """Settings of the gateway (``sluice serve``) that live in the config file (``[gateway]``)."""
 
     models: tuple[str, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple), validator=_model_names
+        default=None, converter=_optional_tuple, validator=_model_names
     )
     """The only model names the gateway serves: ``provider:model``, an alias or a group name
     (aliases and groups are always served). Any other name is refused with 404 before the
