@@ -33,6 +33,7 @@ from .records import RecordFile
 from .saturation import load_figures
 from .spec import LoadTest
 from .stats import percentile
+from .wake import open_waker
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -43,13 +44,6 @@ if TYPE_CHECKING:
     from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
-
-SPIN_MARGIN = 0.0012
-"""On the real clock, the scheduler sleeps until this many seconds before a request is due and
-then yields in a loop until it is. trio's sleeps end in epoll's whole milliseconds (rounded up),
-so a plain ``sleep_until`` sends up to a millisecond late; the short spin makes the send time
-precise at the cost of some CPU per request (other tasks run during the spin);
-``benchmarks/loadtest_client.py`` measures both."""
 
 
 @attrs.frozen
@@ -149,7 +143,6 @@ class _Run:
         self.fatal: ConfigError | None = None
         self.broken: OSError | None = None
         """Why the records could not be kept (the disk is full): the run stops."""
-        self.spin = _real_clock()  # before the clock starts: it imports trio.testing
         self.scope = trio.CancelScope()
         self.sending = trio.CancelScope()
         """Cancelled to stop sending while the requests in flight finish."""
@@ -170,10 +163,8 @@ class _Run:
     async def open_loop(self, shape: OpenLoop) -> None:
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
-        spin = self.spin
-        now = trio.current_time
         async with trio.open_nursery() as nursery:
-            with self.sending:
+            with self.sending, open_waker() as waker:
                 for index, offset in enumerate(shape.schedule(rng)):
                     if not self.due(index, offset):
                         break
@@ -181,12 +172,7 @@ class _Run:
                         self.skip(index)  # another worker's: draw its prompt all the same
                         continue
                     scheduled = self.t0 + offset
-                    if spin:
-                        await trio.sleep_until(scheduled - SPIN_MARGIN)
-                        while now() < scheduled:
-                            await trio.lowlevel.checkpoint()
-                    else:
-                        await trio.sleep_until(scheduled)
+                    await waker.sleep_until(scheduled)
                     if cap is not None:
                         await cap.acquire()
                     if self.test.workload.turns > 1:
@@ -497,13 +483,6 @@ async def _warm_up(run: _Run) -> RecordFile:
     run.records = RecordFile(run.folder)
     run.sent = 0
     return warm
-
-
-def _real_clock() -> bool:
-    """True unless the run is on a test clock, where a spin would never see time pass."""
-    from trio.testing import MockClock
-
-    return not isinstance(trio.lowlevel.current_clock(), MockClock)
 
 
 async def run_load(
