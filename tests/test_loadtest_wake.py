@@ -4,6 +4,7 @@ where there is one (no spinning), or the spin fallback."""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -45,8 +46,9 @@ async def test_the_real_clock_wakes_through_a_timerfd_never_early() -> None:
         await _never_early(waker)
         fd = waker._fd
     assert waker._fd == -1
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="Bad file descriptor") as closed:
         os.fstat(fd)  # closed on exit
+    assert closed.value.errno == errno.EBADF
 
 
 @pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
