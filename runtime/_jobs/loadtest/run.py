@@ -496,6 +496,7 @@ async def run_load(
     direct: DirectTarget | None = None,
     folder: Path | None = None,
     start_at: Callable[[], Awaitable[Start]] | None = None,
+    aggregates: bool = True,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -519,13 +520,17 @@ async def run_load(
         start_at: ``--workers``: awaited after the warm-up, says when the schedule starts
             (the workers' shared t0, as a trio time) and which of its arrivals this process
             sends. Default: the whole schedule, at once.
+        aggregates: False leaves the result's ``aggregates`` empty and its validity unjudged
+            (a ``--workers`` worker: the parent aggregates the merged records of them all,
+            and a worker's own aggregates, confidence intervals included, were CPU spent
+            for nothing).
     """
     if test.endpoint == "completions" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
     run = _Run(rt, test, on_send, interrupt, None, folder)
     run.start_at = start_at
     if direct is None:
-        return await _run_load(run, progress, progress_interval)
+        return await _run_load(run, progress, progress_interval, aggregates)
     import httpx
 
     from ..._version import USER_AGENT
@@ -533,11 +538,14 @@ async def run_load(
     headers = {"user-agent": USER_AGENT}  # the client's default: every request carries it
     async with httpx.AsyncClient(timeout=test.timeout, headers=headers) as client:
         run.direct = (direct, client)
-        return await _run_load(run, progress, progress_interval)
+        return await _run_load(run, progress, progress_interval, aggregates)
 
 
 async def _run_load(
-    run: _Run, progress: Callable[[Progress], None] | None, progress_interval: float
+    run: _Run,
+    progress: Callable[[Progress], None] | None,
+    progress_interval: float,
+    aggregates: bool = True,
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
@@ -556,6 +564,9 @@ async def _run_load(
         raise run.broken
     if progress is not None:
         progress(run.progress())
+    if not aggregates:
+        stopped = None if interrupt is None else interrupt.state
+        return RunResult(test, run.records, {}, started_at, warm, stopped)
     return conclude(test, run.records, warm, started_at, interrupt)
 
 
