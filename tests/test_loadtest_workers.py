@@ -37,7 +37,7 @@ from sluice._jobs.loadtest import (
     loadtest_config,
     run_load,
 )
-from sluice._jobs.loadtest.records import RecordFile
+from sluice._jobs.loadtest.records import RecordDicts, RecordFile
 from sluice._jobs.loadtest.run import conclude
 from sluice._jobs.loadtest.workers import (
     BUSY_TARGET,
@@ -167,7 +167,8 @@ async def run_workers(app, nursery, test, count):
         config = loadtest_config(RuntimeConfig(), "sim", respect_limits=False)
         try:
             async with sluice.open_runtime(config, transport=transport) as rt:
-                results[index] = await run_load(rt, test, start_at=start_at)
+                # As a worker process runs it: the records only, the parent aggregates.
+                results[index] = await run_load(rt, test, start_at=start_at, aggregates=False)
         finally:
             await transport.aclose()
 
@@ -212,10 +213,16 @@ async def test_workers_together_send_exactly_what_one_process_sends(autojump_clo
     for index, part in enumerate(parts):
         # Arrival i (a request, or a session of ``turns`` requests) is worker i % 3's.
         assert part.records and all(r.index // turns % 3 == index for r in part.records)
-    merged = RecordFile()
-    for part in parts:
+        assert part.aggregates == {}  # a worker spends nothing on aggregates of its own
+    merged, by_record = RecordFile(), RecordFile()
+    for part in parts:  # as the parent merges them: each JSON line kept as the worker wrote it
+        for line in RecordDicts(part.records).lines():
+            merged.add_line(line)
         for record in part.records:
-            merged.add(record)
+            by_record.add(record)
+    assert list(merged.lines()) == list(by_record.lines())
+    assert list(merged) == list(by_record) and merged.span == by_record.span
+    assert merged.failed == by_record.failed and merged.recent == by_record.recent
     assert [key(r) for r in merged] == [key(r) for r in alone.records]
     assert len({r.requested_input_tokens for r in alone.records}) > 5  # the draws vary
     result = conclude(test, merged, [], alone.started_at, None)

@@ -339,9 +339,7 @@ def _merge(test: LoadTest, workers: list[_Worker], interrupt: Interrupt, folder:
         lags = array("d")
         with open(worker.spec.records, "rb") as lines:
             for line in lines:
-                record = record_from_json(orjson.loads(line))
-                records.add(record)
-                lags.append(record.lag)
+                lags.append(records.add_line(line.rstrip(b"\n"))["lag_s"])
         with open(worker.spec.warmup, "rb") as lines:
             warm.extend(record_from_json(orjson.loads(line)) for line in lines)
         summaries.append(worker_summary(worker.index, lags, worker.cost))
@@ -444,6 +442,7 @@ async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
             direct=spec.direct,
             folder=Path(spec.folder),
             start_at=start_at,
+            aggregates=False,  # the parent's, of every worker's records
         )
         nursery.cancel_scope.cancel()
     _write_lines(spec.records, run.records)

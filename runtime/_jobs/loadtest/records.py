@@ -131,21 +131,57 @@ class RecordFile(Sequence[RequestRecord]):
         """``(ttft, lag)`` of the latest records, newest last (for a live view)."""
 
     def add(self, record: RequestRecord) -> None:
-        line = record_line(record) + b"\n"
+        self._keep(
+            record_line(record) + b"\n",
+            record.index,
+            record.scheduled,
+            record.end,
+            ok=record.ok,
+            ttft=record.ttft,
+            lag=record.lag,
+        )
+
+    def add_line(self, line: bytes) -> dict[str, Any]:
+        """Add the record whose JSON text (:func:`record_line`'s, no newline) is ``line``,
+        kept as it is, without making its :class:`RequestRecord` (the ``--workers`` parent
+        merges every worker's records this way); returns the line's data."""
+        data: dict[str, Any] = orjson.loads(line)
+        self._keep(
+            line + b"\n",
+            data["index"],
+            data["scheduled_s"],
+            data["sent_s"] + data["e2e_s"],  # RequestRecord.end
+            ok=data["ok"],
+            ttft=data["ttft_s"],
+            lag=data["lag_s"],
+        )
+        return data
+
+    def _keep(
+        self,
+        line: bytes,
+        index: int,
+        scheduled: float,
+        end: float,
+        *,
+        ok: bool,
+        ttft: float | None,
+        lag: float,
+    ) -> None:
         try:
             self._file.write(line)
         except OSError as exc:
             where = f"the request records (a temporary file in {self._folder})"
             raise OSError(exc.errno, exc.strerror, where) from exc
         self._offsets.append(self._size)
-        self._scheduled.append(record.scheduled)
-        self.start = min(self.start, record.scheduled)
-        self.end = max(self.end, record.end)
-        self._indexes.append(record.index)
+        self._scheduled.append(scheduled)
+        self.start = min(self.start, scheduled)
+        self.end = max(self.end, end)
+        self._indexes.append(index)
         self._size += len(line)
         self._order = None
-        self.failed += not record.ok
-        self.recent.append((record.ttft, record.lag))
+        self.failed += not ok
+        self.recent.append((ttft, lag))
 
     def close(self) -> None:
         self._file.close()

@@ -39,6 +39,7 @@ from .records import RecordFile
 from .saturation import load_figures
 from .spec import LoadTest
 from .stats import percentile
+from .wake import open_waker
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -50,13 +51,6 @@ if TYPE_CHECKING:
     from .workload import WorkItem
 
 __all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
-
-SPIN_MARGIN = 0.0012
-"""On the real clock, the scheduler sleeps until this many seconds before a request is due and
-then yields in a loop until it is. trio's sleeps end in epoll's whole milliseconds (rounded up),
-so a plain ``sleep_until`` sends up to a millisecond late; the short spin makes the send time
-precise at the cost of some CPU per request (other tasks run during the spin);
-``benchmarks/loadtest_client.py`` measures both."""
 
 
 @attrs.frozen
@@ -156,7 +150,6 @@ class _Run:
         self.fatal: ConfigError | None = None
         self.broken: OSError | None = None
         """Why the records could not be kept (the disk is full): the run stops."""
-        self.spin = _real_clock()  # before the clock starts: it imports trio.testing
         self.scope = trio.CancelScope()
         self.sending = trio.CancelScope()
         """Cancelled to stop sending while the requests in flight finish."""
@@ -177,10 +170,8 @@ class _Run:
     async def open_loop(self, shape: OpenLoop) -> None:
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
-        spin = self.spin
-        now = trio.current_time
         async with trio.open_nursery() as nursery:
-            with self.sending:
+            with self.sending, open_waker() as waker:
                 for index, offset in enumerate(shape.schedule(rng)):
                     if not self.due(index, offset):
                         break
@@ -188,12 +179,7 @@ class _Run:
                         self.skip(index)  # another worker's: draw its prompt all the same
                         continue
                     scheduled = self.t0 + offset
-                    if spin:
-                        await trio.sleep_until(scheduled - SPIN_MARGIN)
-                        while now() < scheduled:
-                            await trio.lowlevel.checkpoint()
-                    else:
-                        await trio.sleep_until(scheduled)
+                    await waker.sleep_until(scheduled)
                     if cap is not None:
                         await cap.acquire()
                     if self.test.workload.turns > 1:
@@ -517,13 +503,6 @@ async def _warm_up(run: _Run) -> RecordFile:
     return warm
 
 
-def _real_clock() -> bool:
-    """True unless the run is on a test clock, where a spin would never see time pass."""
-    from trio.testing import MockClock
-
-    return not isinstance(trio.lowlevel.current_clock(), MockClock)
-
-
 async def run_load(
     rt: Runtime,
     test: LoadTest,
@@ -535,6 +514,7 @@ async def run_load(
     direct: DirectTarget | None = None,
     folder: Path | None = None,
     start_at: Callable[[], Awaitable[Start]] | None = None,
+    aggregates: bool = True,
 ) -> RunResult:
     """Run ``test`` through ``rt`` and return every record with the aggregates.
 
@@ -558,17 +538,21 @@ async def run_load(
         start_at: ``--workers``: awaited after the warm-up, says when the schedule starts
             (the workers' shared t0, as a trio time) and which of its arrivals this process
             sends. Default: the whole schedule, at once.
+        aggregates: False leaves the result's ``aggregates`` empty and its validity unjudged
+            (a ``--workers`` worker: the parent aggregates the merged records of them all,
+            and a worker's own aggregates, confidence intervals included, were CPU spent
+            for nothing).
     """
     if test.endpoint == "completions" and direct is None:
         raise ConfigError(f"a {test.endpoint} load test needs the provider's base URL")
     run = _Run(rt, test, on_send, interrupt, None, folder)
     run.start_at = start_at
     if direct is None:
-        return await _run_load(run, progress, progress_interval)
+        return await _run_load(run, progress, progress_interval, aggregates)
     transport, owned = completions_transport(rt, test.model)
     try:
         run.direct = (direct, transport)
-        return await _run_load(run, progress, progress_interval)
+        return await _run_load(run, progress, progress_interval, aggregates)
     finally:
         if owned:
             with trio.CancelScope(shield=True):
@@ -576,7 +560,10 @@ async def run_load(
 
 
 async def _run_load(
-    run: _Run, progress: Callable[[Progress], None] | None, progress_interval: float
+    run: _Run,
+    progress: Callable[[Progress], None] | None,
+    progress_interval: float,
+    aggregates: bool = True,
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
@@ -595,6 +582,9 @@ async def _run_load(
         raise run.broken
     if progress is not None:
         progress(run.progress())
+    if not aggregates:
+        stopped = None if interrupt is None else interrupt.state
+        return RunResult(test, run.records, {}, started_at, warm, stopped)
     return conclude(test, run.records, warm, started_at, interrupt)
 
 

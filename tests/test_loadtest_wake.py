@@ -1,0 +1,76 @@
+"""The load tester's scheduler wakes (:mod:`sluice._jobs.loadtest.wake`): exactly at each
+deadline on a virtual clock, and on the real clock never before it, through a Linux timerfd
+where there is one (no spinning), or the spin fallback."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+import pytest
+import trio
+import trio.testing
+
+from sluice._jobs.loadtest import wake
+from sluice._jobs.loadtest.wake import open_waker
+
+LINUX = sys.platform.startswith("linux")
+
+
+async def test_a_virtual_clock_wakes_exactly_at_each_deadline(autojump_clock) -> None:
+    with trio.fail_after(100), open_waker() as waker:
+        assert isinstance(waker, wake._Plain)
+        start = trio.current_time()
+        for offset in (0.0005, 0.25, 0.2500001, 7.0):
+            await waker.sleep_until(start + offset)
+            assert trio.current_time() == start + offset
+
+
+async def _never_early(waker: wake.Waker) -> None:
+    now = trio.current_time
+    start = now()
+    for step in (0.0003, 0.0021, 0.0107, 0.0004):
+        start += step
+        await waker.sleep_until(start)
+        assert now() >= start
+    before = now()
+    await waker.sleep_until(before - 1.0)  # already due: returns at once (a checkpoint)
+    assert now() - before < 1.0
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_the_real_clock_wakes_through_a_timerfd_never_early() -> None:
+    with trio.fail_after(10), open_waker() as waker:
+        assert isinstance(waker, wake._TimerFd)
+        await _never_early(waker)
+        fd = waker._fd
+    assert waker._fd == -1
+    with pytest.raises(OSError, match="Bad file descriptor") as closed:
+        os.fstat(fd)  # closed on exit
+    assert closed.value.errno == errno.EBADF
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_the_ctypes_timerfd_works_where_os_has_none() -> None:
+    made = wake._timerfd_ctypes()
+    assert made is not None
+    waker = wake._TimerFd(*made)
+    try:
+        with trio.fail_after(10):
+            await _never_early(waker)
+    finally:
+        waker.close()
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_a_cancelled_wait_leaves_the_timer_reusable() -> None:
+    with trio.fail_after(10), open_waker() as waker:
+        with trio.move_on_after(0.005):
+            await waker.sleep_until(trio.current_time() + 60)
+        await _never_early(waker)
+
+
+async def test_the_spin_fallback_never_wakes_early() -> None:
+    with trio.fail_after(10):
+        await _never_early(wake._Spin())
