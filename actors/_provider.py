@@ -215,8 +215,7 @@ async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
         # The boundary where server text enters sluice's errors: no key passes it, nor a
         # secret the call sent in its own headers (looked for here only, off the success path).
         own = call.embed.extra_headers if call.embed is not None else call.request.extra_headers
-        secrets = with_headers(ctx.state.secrets, own)
-        error = redact_error(outcome.error, secrets).in_context(
+        error = redact_error(outcome.error, with_headers(ctx.state.secrets, own)).in_context(
             call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
         )
         outcome = AttemptFailed(error, outcome.delivered)
