@@ -181,6 +181,20 @@ def test_a_chunk_of_k_tokens_gives_k_itl_samples():
     assert len(scaled.itls) == 14 - 4  # the first chunk's 4 tokens give no ITL samples
 
 
+def test_a_read_s_tokens_given_at_once_record_what_its_pieces_one_by_one_would():
+    pieces = [(2.0, "Alpha beta"), (2.3, " gamma delta epsilon"), (2.3, " zeta"), (2.7, " eta")]
+    one_by_one, summed = Tracker(0, scheduled=1.0, sent=1.5), Tracker(0, scheduled=1.0, sent=1.5)
+    for at, text in pieces:
+        one_by_one.chunk(at, text)
+    for at in (2.0, 2.3, 2.7):  # what follow() hands over: each read's estimates, summed
+        summed.tokens(at, sum(estimate_tokens(text) for when, text in pieces if when == at))
+    summed.tokens(2.9, 0)  # a read without output (usage, a heartbeat) records nothing
+    for usage in (None, 14):
+        got = summed.finish(2.8, input_tokens=4, output_tokens=usage, ok=True)
+        assert got == one_by_one.finish(2.8, input_tokens=4, output_tokens=usage, ok=True)
+        assert got.chunks == 3
+
+
 def test_percentiles_interpolate():
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert percentile([5], 99) == 5

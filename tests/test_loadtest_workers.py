@@ -253,7 +253,7 @@ def workers_of(parent: int) -> list[int]:
                 command = cmdline.read()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == parent and b"sluice._cli.loadtest_workers" in command:
+        if ppid == parent and b"sluice._jobs.loadtest.worker" in command:
             found.append(int(name))
     return found
 

@@ -1,9 +1,10 @@
 """``sluice loadtest --workers``: one open-loop schedule sent by several processes.
 
 The parent (the ``sluice loadtest`` process) starts each worker as
-``python -m sluice._cli.loadtest_workers`` in a session of its own, so a Ctrl-C on the
-terminal reaches only the parent, which tells every worker. They talk in JSON lines: the
-parent writes to a worker's stdin, a worker to its stdout (its stderr is the parent's).
+``python -m sluice._jobs.loadtest.worker`` (the worker's side of what follows) in a session of
+its own, so a Ctrl-C on the terminal reaches only the parent, which tells every worker. They
+talk in JSON lines: the parent writes to a worker's stdin, a worker to its stdout (its stderr
+is the parent's).
 
 1. parent: ``{"spec": ...}``, the options (pickled, base64) and where to write the records.
 2. worker: builds the test and the runtime, warms up, then ``{"ready": {"cpu_per_request"}}``.
@@ -38,18 +39,18 @@ import attrs
 import orjson
 import trio
 
-from .._config import RuntimeConfig
 from .._errors import ConfigError
-from .._jobs.loadtest import LoadTestOptions, RunResult
-from .._jobs.loadtest.endpoints import DirectTarget
+from .._jobs.loadtest import RunResult
+from .._jobs.loadtest.worker import Lines, Spec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from .._jobs.loadtest import Interrupt, LoadTest, Progress
+    from .._config import RuntimeConfig
+    from .._jobs.loadtest import Interrupt, LoadTest, LoadTestOptions, Progress
+    from .._jobs.loadtest.endpoints import DirectTarget
     from .._jobs.loadtest.metrics import RequestRecord
-    from .._jobs.loadtest.workers import Start
 
 __all__ = ["Spread", "run_spread"]
 
@@ -60,11 +61,6 @@ and is waiting by then."""
 _POLL = 0.02
 """Seconds between the parent's looks at its interrupt (a Ctrl-C passed on to the workers)."""
 
-CALIBRATION = (10, 3.0)
-"""The warm-up of the first worker under ``--workers auto`` (requests, seconds: whichever
-comes first, at least the warm-up asked for): enough requests one after another to measure
-what one costs the client."""
-
 
 @attrs.define
 class Spread:
@@ -74,54 +70,15 @@ class Spread:
     workers: list[dict[str, Any]]
 
 
-@attrs.frozen
-class _Spec:
-    """What a worker runs: the options, the runtime config the parent built from them (its
-    providers checked once, there; secrets travel only down the worker's stdin), and where
-    its records go."""
-
-    options: LoadTestOptions
-    config: RuntimeConfig
-    direct: DirectTarget | None
-    folder: str
-    records: str
-    warmup: str
-    calibrate: bool
-
-
-class _Lines:
-    """JSON lines read from a stream."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self.stream = stream
-        self.buffer = bytearray()
-
-    async def next(self) -> dict[str, Any] | None:
-        """The next message, None at the end of the stream."""
-        while True:
-            end = self.buffer.find(b"\n")
-            if end >= 0:
-                line = bytes(self.buffer[:end])
-                del self.buffer[: end + 1]
-                if line.strip():
-                    message: dict[str, Any] = orjson.loads(line)
-                    return message
-                continue
-            data = await self.stream.receive_some(65536)
-            if not data:
-                return None
-            self.buffer += data
-
-
 class _Worker:
     """One worker process as the parent sees it."""
 
-    def __init__(self, index: int, process: trio.Process, spec: _Spec) -> None:
+    def __init__(self, index: int, process: trio.Process, spec: Spec) -> None:
         self.index = index
         self.process = process
         self.spec = spec
         assert process.stdout is not None and process.stdin is not None
-        self.lines = _Lines(process.stdout)
+        self.lines = Lines(process.stdout)
         self.stdin = process.stdin
         self.ready = trio.Event()
         self.cost: float | None = None
@@ -223,7 +180,7 @@ async def run_spread(
 
             async def spawn(calibrate: bool) -> _Worker:
                 records, warmup = _temp(folder, files), _temp(folder, files)
-                spec = _Spec(options, config, direct, str(folder), records, warmup, calibrate)
+                spec = Spec(options, config, direct, str(folder), records, warmup, calibrate)
                 worker = _Worker(len(workers), await _start_process(), spec)
                 workers.append(worker)
                 nursery.start_soon(worker.listen, show)
@@ -278,7 +235,7 @@ async def _start_process() -> trio.Process:
     import subprocess
 
     return await trio.lowlevel.open_process(
-        [sys.executable, "-m", "sluice._cli.loadtest_workers"],
+        [sys.executable, "-m", "sluice._jobs.loadtest.worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,  # the terminal's Ctrl-C reaches the parent alone
@@ -348,145 +305,3 @@ def _merge(test: LoadTest, workers: list[_Worker], interrupt: Interrupt, folder:
     run = conclude(test, records, warm, started_at, interrupt)
     run.aggregates["workers"] = summaries
     return Spread(run, summaries)
-
-
-# ---- the worker process ------------------------------------------------------------------------
-
-
-def _worker_test(spec: _Spec) -> tuple[Any, Any]:
-    """The worker's test (with the calibration warm-up when it measures its cost) and the
-    simulator it starts in-process, if its provider is the simulator with no base URL."""
-    from .._jobs.loadtest import build_test
-
-    options = attrs.evolve(spec.options, server_metrics=None)
-    test = build_test(options).test
-    if spec.calibrate:
-        count, seconds = CALIBRATION
-        test = attrs.evolve(
-            test,
-            warmup=max(test.warmup, count),
-            warmup_seconds=max(test.warmup_seconds, seconds),
-        )
-    simulator = None
-    if options.provider == "sim" and options.base_url is None:
-        from ..simulator import SimulatorConfig
-
-        simulator = SimulatorConfig(output_tokens=1_000_000)
-    return test, simulator
-
-
-async def _worker(spec: _Spec, out: trio.abc.SendStream, lines: _Lines) -> None:
-    from pathlib import Path
-
-    from .._jobs.loadtest import Interrupt, run_load
-    from .._jobs.loadtest.workers import Share, Start, cpu_per_request
-    from .._runtime import open_runtime
-
-    async def emit(message: dict[str, Any]) -> None:
-        await out.send_all(orjson.dumps(message) + b"\n")
-
-    from .._gc import tune_for_service
-
-    test, simulator = _worker_test(spec)
-    tune_for_service()  # as the sluice command does: a worker is a process sluice owns
-    interrupt = Interrupt()
-    sends: list[float] = []
-    started = trio.Event()
-    begin: list[Start] = []
-    cost: list[float | None] = [None]
-
-    def on_send() -> None:
-        if not started.is_set():
-            sends.append(time.process_time())
-
-    async def commands() -> None:
-        while (message := await lines.next()) is not None:
-            if "start" in message:
-                t0 = message["start"] - time.perf_counter() + trio.current_time()
-                begin.append(Start(t0, Share(message["index"], message["count"])))
-                started.set()
-            elif message.get("stop") == "cancelled":
-                interrupt.cancel(message.get("cause", "Ctrl-C"))
-            elif message.get("stop") == "drained":
-                interrupt.drain(message.get("cause", "Ctrl-C"))
-        interrupt.cancel("the parent process ended")
-        started.set()
-
-    async def start_at() -> Start:
-        cost[0] = cpu_per_request(sends, time.process_time())
-        await emit({"ready": {"cpu_per_request": cost[0]}})
-        await started.wait()
-        return begin[0] if begin else Start(trio.current_time(), Share(0, 1))
-
-    progress_messages: list[Progress] = []
-
-    def progress(p: Progress) -> None:
-        progress_messages.append(p)
-
-    async def report_progress() -> None:
-        while True:
-            await trio.sleep(1.0)
-            if progress_messages:
-                await emit({"progress": attrs.asdict(progress_messages[-1])})
-                progress_messages.clear()
-
-    async with open_runtime(spec.config, simulator=simulator) as rt, trio.open_nursery() as nursery:
-        nursery.start_soon(commands)
-        nursery.start_soon(report_progress)
-        run = await run_load(
-            rt,
-            test,
-            progress=progress,
-            on_send=on_send,
-            interrupt=interrupt,
-            direct=spec.direct,
-            folder=Path(spec.folder),
-            start_at=start_at,
-            aggregates=False,  # the parent's, of every worker's records
-        )
-        nursery.cancel_scope.cancel()
-    _write_lines(spec.records, run.records)
-    _write_lines(spec.warmup, run.warmup)
-    await emit({"done": {"started_at": run.started_at, "interrupted": run.interrupted}})
-
-
-def _write_lines(path: str, records: Any) -> None:
-    from .._jobs.loadtest.records import RecordDicts
-
-    with open(path, "wb") as file:
-        for line in RecordDicts(records).lines():
-            file.write(line + b"\n")
-
-
-def main() -> int:
-    """A worker's process: the spec from stdin's first line, then the protocol above."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent passes a Ctrl-C on
-
-    async def go() -> int:
-        out = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
-        lines = _Lines(trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())))
-        first = await lines.next()
-        if first is None:
-            return 2  # the parent ended before it said what to run
-        spec: _Spec = pickle.loads(base64.b64decode(first["spec"]))
-        try:
-            await _worker(spec, out, lines)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return 1  # the parent is gone: nobody to tell
-        except ConfigError as exc:
-            await out.send_all(orjson.dumps({"error": str(exc), "kind": "config"}) + b"\n")
-            return 2
-        except OSError as exc:
-            message = {"error": exc.strerror or str(exc), "kind": "os", "errno": exc.errno}
-            message["filename"] = None if exc.filename is None else str(exc.filename)
-            await out.send_all(orjson.dumps(message) + b"\n")
-            return 1
-        return 0
-
-    return trio.run(go)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -17,6 +17,7 @@ from ..._events import (
     ToolCallDelta,
     UsageReported,
 )
+from .metrics import estimate_tokens
 
 if TYPE_CHECKING:
     from ..._messages import ChatResult
@@ -40,12 +41,13 @@ async def follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
     now = trio.current_time
     while (batch := await call.next_events()) is not None:
         at = now() - origin
+        tokens = 0  # the batch's output, handed to the tracker once (it merges them anyway)
         for event in batch:
             match event:
                 case TextDelta(text=text) | ReasoningDelta(text=text):
-                    tracker.chunk(at, text)
+                    tokens += estimate_tokens(text)
                 case ToolCallDelta(arguments=text):
-                    tracker.chunk(at, text)
+                    tokens += estimate_tokens(text)
                 case Admitted(waited=waited, at=admitted):
                     tracker.queue_wait += waited
                     tracker.admitted = admitted - origin
@@ -53,8 +55,10 @@ async def follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
                     tracker.retry_wait += delay
                 case UsageReported():
                     usage_seen = True
-                case StreamReset():
+                case StreamReset():  # what came before it in the batch is dropped too
+                    tokens = 0
                     tracker.reset()
+        tracker.tokens(at, tokens)
     return usage_seen
 
 

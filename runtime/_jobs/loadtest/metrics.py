@@ -199,7 +199,12 @@ class Tracker:
 
     def chunk(self, at: float, text: str) -> None:
         """Output ``text`` arrived at ``at``."""
-        tokens = estimate_tokens(text)
+        self.tokens(at, estimate_tokens(text))
+
+    def tokens(self, at: float, tokens: int) -> None:
+        """Output of ``tokens`` tokens (:func:`estimate_tokens` of its pieces, summed)
+        arrived at ``at``: what :meth:`chunk` of each piece at ``at`` would record, in one
+        call for everything one network read brought."""
         if not tokens:
             return
         if self._chunk_at and self._chunk_at[-1] == at:

@@ -13,6 +13,7 @@ memory that does not grow with the run.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import tempfile
 import weakref
@@ -72,6 +73,9 @@ KEYS = {name: f"{name}_s" if name in SECONDS else name for name in _FIELDS}
 """Each :class:`RequestRecord` field's key in the JSON record."""
 _NAMES = {key: name for name, key in KEYS.items()}
 _PAIRS = tuple(KEYS.items())
+_KEYS = tuple(KEYS.values())
+_VALUES = operator.attrgetter(*_FIELDS)
+"""Every field of a record, in order, in one call (the line is made once per request)."""
 
 
 def record_json(record: RequestRecord) -> dict[str, Any]:
@@ -85,7 +89,7 @@ def record_json(record: RequestRecord) -> dict[str, Any]:
 def record_line(record: RequestRecord) -> bytes:
     """:func:`record_json`'s JSON text, made without building lists: orjson writes the
     record's tuples as arrays itself. It runs once per request during the run."""
-    return orjson.dumps({key: getattr(record, name) for name, key in _PAIRS})
+    return orjson.dumps(dict(zip(_KEYS, _VALUES(record), strict=True)))
 
 
 def record_from_json(data: dict[str, Any]) -> RequestRecord:
