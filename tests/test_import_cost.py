@@ -51,6 +51,7 @@ NOT_FOR_A_CALL = (
     # Exact dollar amounts (budgets, prices given as text) only.
     "decimal",
     "sluice.providers._plugins",
+    "sluice.providers._keys",  # the key store: for a key in neither config nor environment
     "sluice._openai_parse",
     "sluice.simulator",
     "sluice._cache",
@@ -98,6 +99,7 @@ NOT_FOR_A_PLAIN_CALL = (
     "importlib.metadata",
     "decimal",
     "sluice.providers._plugins",
+    "sluice.providers._keys",  # the key store: for a key in neither config nor environment
     "sluice._openai_parse",
     "sluice.simulator",
     "sluice._cache",
