@@ -167,6 +167,16 @@ def test_import_sluice_loads_none_of_its_parts() -> None:
     )
 
 
+def test_the_subpackages_import_sluice_used_to_load_are_still_its_attributes() -> None:
+    code = (
+        "import sluice\n"
+        "print(sluice.providers.ProviderDefinition.__name__, sluice.transport.__name__,"
+        " sluice.actors.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.split() == [b"ProviderDefinition", b"sluice.transport", b"sluice.actors"]
+
+
 def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     """Touching what a plain chat program uses (``benchmarks.import_time.CHAT``: the runtime,
     its config, a request) loads none of what a call does not need: not the embedding layer,
