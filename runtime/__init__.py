@@ -288,12 +288,15 @@ gateway or cache layers). Type checkers read the imports above."""
 _LAZY = {name: module for module, names in _HOMES.items() for name in names}
 del TYPE_CHECKING
 
-_DOORS = frozenset({"aio", "sync"})
-"""Submodules loaded on first use: ``sluice.aio`` (asyncio) and ``sluice.sync`` (threads)."""
+_SUBMODULES = frozenset({"aio", "sync", "actors", "providers", "transport"})
+"""Public submodules loaded on first use as attributes: ``sluice.aio`` (asyncio),
+``sluice.sync`` (threads), and the three that ``import sluice`` used to load as a side effect
+(``sluice.providers.ProviderDefinition`` after a bare ``import sluice`` keeps working).
+``sluice.stores``, ``sluice.simulator`` and ``sluice.ray`` are imported by name, as always."""
 
 
 def __getattr__(name: str) -> "Any":
-    if name in _DOORS:
+    if name in _SUBMODULES:
         __import__(f"sluice.{name}")
         return _sys.modules[f"sluice.{name}"]
     module = _LAZY.get(name)
@@ -306,7 +309,7 @@ def __getattr__(name: str) -> "Any":
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_DOORS})
+    return sorted({*globals(), *_LAZY, *_SUBMODULES})
 
 
 __all__ = [

@@ -235,7 +235,6 @@ class TooLargeForQuota(FatalError):
     """The call needs more than a whole rate-limit window allows: it could never be admitted."""
 
 
-@attrs.define(eq=False, repr=False)
 class CircuitOpen(FatalError):
     """The provider's circuit breaker is open after repeated failures; calls fail fast
     (``retry_after``: seconds until the breaker lets a probe call through)."""

@@ -38,8 +38,6 @@ from ._doors import (
     relay_map,
     relay_stream,
 )
-from ._embed_calls import as_embed_request
-from ._embed_many import EmbedOutcome
 from ._errors import RuntimeClosed, SluiceError
 from ._guest import Guest, Pipe, await_host, run_in_trio
 from ._runtime import MapOutcome, RuntimeStatistics, as_request
@@ -51,6 +49,7 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
+    from ._embed_many import EmbedOutcome  # noqa: F401 (named in EmbedOutcomes's base)
     from ._embeddings import EmbedRequest, EmbedResult
     from ._jobs.batch import BatchSummary
     from ._ledger.book import LedgerTotals
@@ -150,7 +149,7 @@ class MapOutcomes(_Outcomes[MapOutcome]):
     """The outcomes of :meth:`Runtime.map`, in completion order: ``async for o in outcomes``."""
 
 
-class EmbedOutcomes(_Outcomes[EmbedOutcome]):
+class EmbedOutcomes(_Outcomes["EmbedOutcome"]):
     """The outcomes of :meth:`Runtime.embed_many`, one per input in input order:
     ``async for o in outcomes``."""
 
@@ -327,6 +326,8 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
+        from ._embed_calls import as_embed_request  # the embedding layer, on first use
+
         assert self._trio is not None
         embed = as_embed_request(request, input, fields)
         result: EmbedResult = await self._run(self._trio.embed, embed)

@@ -41,8 +41,6 @@ from ._doors import (
     relay_map,
     relay_stream,
 )
-from ._embed_calls import as_embed_request
-from ._embed_many import EmbedOutcome
 from ._errors import RuntimeClosed, SluiceError
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
 from ._runtime import MapOutcome, RuntimeStatistics, as_request
@@ -56,6 +54,7 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import RuntimeConfig
+    from ._embed_many import EmbedOutcome  # noqa: F401 (named in EmbedOutcomes's base)
     from ._embeddings import EmbedRequest, EmbedResult
     from ._jobs.batch import BatchSummary
     from ._ledger.book import LedgerTotals
@@ -208,7 +207,7 @@ class MapOutcomes(_Outcomes[MapOutcome]):
     """
 
 
-class EmbedOutcomes(_Outcomes[EmbedOutcome]):
+class EmbedOutcomes(_Outcomes["EmbedOutcome"]):
     """The outcomes of :meth:`Runtime.embed_many`, one per input in input order:
     ``for o in outcomes``. Also a context manager: leaving the block (or :meth:`close`)
     early cancels the requests still running."""
@@ -322,6 +321,8 @@ class Runtime:
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
+        from ._embed_calls import as_embed_request  # the embedding layer, on first use
+
         return self._portal.call(self._trio.embed, as_embed_request(request, input, fields))
 
     def embed_many(

@@ -51,6 +51,7 @@ NOT_FOR_A_CALL = (
     # Exact dollar amounts (budgets, prices given as text) only.
     "decimal",
     "sluice.providers._plugins",
+    "sluice.providers._keys",  # the key store: for a key in neither config nor environment
     "sluice._openai_parse",
     "sluice.simulator",
     "sluice._cache",
@@ -98,6 +99,7 @@ NOT_FOR_A_PLAIN_CALL = (
     "importlib.metadata",
     "decimal",
     "sluice.providers._plugins",
+    "sluice.providers._keys",  # the key store: for a key in neither config nor environment
     "sluice._openai_parse",
     "sluice.simulator",
     "sluice._cache",
@@ -163,6 +165,16 @@ def test_import_sluice_loads_none_of_its_parts() -> None:
     assert {"Runtime", "open_runtime", "RuntimeConfig", "ChatRequest", "aio", "sync"} <= set(
         report["dir"]
     )
+
+
+def test_the_subpackages_import_sluice_used_to_load_are_still_its_attributes() -> None:
+    code = (
+        "import sluice\n"
+        "print(sluice.providers.ProviderDefinition.__name__, sluice.transport.__name__,"
+        " sluice.actors.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.split() == [b"ProviderDefinition", b"sluice.transport", b"sluice.actors"]
 
 
 def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:

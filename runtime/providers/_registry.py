@@ -40,11 +40,11 @@ from ._definition import (
     same_server_protocol,
     suffix_capabilities,
 )
-from ._keys import KeyStore
 from ._params import merge_params
 
 if TYPE_CHECKING:
     from . import _plugins as _plugins
+    from ._keys import KeyStore
 
 __all__ = [
     "BUILTIN_PROVIDERS",
@@ -419,10 +419,13 @@ def _find_key(
     for var in names:
         if env.get(var):
             return Secret(env[var]), "env"
-    store = key_store if key_store is not None else KeyStore.default(env)
-    if store.exists():
+    if key_store is None:
+        from ._keys import KeyStore  # only a provider without a key in config or environment
+
+        key_store = KeyStore.default(env)
+    if key_store.exists():
         for entry in dict.fromkeys((name, *((definition.id,) if definition else ()))):
-            key = store.get(entry)
+            key = key_store.get(entry)
             if key is not None:
                 return key, "store"
     return None, "none"
