@@ -212,17 +212,19 @@ async def _supervise(peers: SupervisorPeers, call: Call) -> None:
     """
     peers.in_flight.value += 1
     try:
-        with call.events:  # a plain close: `async with` would add a checkpoint per call
-            try:
-                run = _CallRun(peers, call)
-                await (run.run() if call.group is None else run.run_in_group())
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the consumer left; its attempt (if any) was already abandoned
-            except Exception as exc:
-                if not peers.catch_bugs:
-                    raise
-                await _fail_on_bug(call, exc)  # before the stream closes: it carries Failed
+        try:
+            run = _CallRun(peers, call)
+            await (run.run() if call.group is None else run.run_in_group())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the consumer left; its attempt (if any) was already abandoned
+        except Exception as exc:
+            if not peers.catch_bugs:
+                raise
+            await _fail_on_bug(call, exc)  # before the stream closes: it carries Failed
     finally:
+        # A plain close (a channel's `async with` would add a checkpoint per call); a quiet
+        # call's one-shot end is no context manager.
+        call.events.close()
         peers.in_flight.value -= 1
 
 
