@@ -302,6 +302,8 @@ async def prepare_call(
         deadline, first_token, idle = deadlines(spec.deadlines, request.deadlines, now)
         sent = prepared.request if prepared is not None else request
         cost = estimate_cost(sent, spec.rate_limit.expected_output_tokens)
+        send: EventSink
+        receive: trio.MemoryReceiveChannel[EventBatch] | None
         if end is None:
             send, receive = trio.open_memory_channel[EventBatch](stream_buffer)
         else:

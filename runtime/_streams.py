@@ -224,6 +224,7 @@ class _MapEnd:
         if call is None or self not in feed.in_flight:
             return  # never submitted (its submitter has it), or already handed over
         if call.abandoned or feed.closed:
+            self.call = None
             feed.in_flight.discard(self)
             feed.slots.release()
             return
@@ -245,11 +246,12 @@ class _MapEnd:
         self._handed(outcome)
 
     def _handed(self, outcome: MapOutcome) -> None:
-        feed = self.feed
+        feed, call = self.feed, self.call
+        assert call is not None
+        self.call = None  # the call holds this end: no cycle left for the collector
         feed.in_flight.discard(self)
         feed.slots.release()
-        assert self.call is not None
-        feed.ended(self.call, outcome.result, outcome.error)
+        feed.ended(call, outcome.result, outcome.error)
 
 
 async def feed_map(
@@ -318,9 +320,10 @@ async def feed_map(
             feed.closed = True
             for end in [*feed.in_flight]:
                 feed.in_flight.discard(end)
-                if end.call is not None:
-                    end.call.abandon()
-                    ended(end.call, None, None)
+                left, end.call = end.call, None
+                if left is not None:
+                    left.abandon()
+                    ended(left, None, None)
 
 
 async def _one(

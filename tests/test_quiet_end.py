@@ -8,6 +8,7 @@ virtual time over the simulator's in-memory transport.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 
 import trio
@@ -132,3 +133,25 @@ async def test_a_slow_map_consumer_gets_every_outcome_exactly_once(autojump_cloc
     assert all(o.result is not None for o in seen)
     assert len(ended) == 30 and {r.outcome for r in ended} == {"ok"}
     assert len({r.call_id for r in ended}) == 30
+
+
+@virtual_deadline(60)
+async def test_a_mapped_call_leaves_no_cycle_for_the_garbage_collector(autojump_clock):
+    """A mapped call and its end refer to each other until the outcome is handed over; then
+    the end lets go, so the call is freed by reference counting, not left for a collection
+    (which would walk every live call of a busy runtime)."""
+    async with sluice.open_runtime(_config(), transport=mock_transport()) as rt:
+        requests = [ChatRequest(model="sim:sim-small", messages=f"q{i}") for i in range(20)]
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with rt.map(requests, max_in_flight=4) as outcomes:
+                assert len([o async for o in outcomes if o.result is not None]) == 20
+            gc.collect()
+            cyclic = {type(o).__name__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert not cyclic & {"Call", "CallControl", "_MapEnd", "MapOutcome"}, cyclic
