@@ -260,11 +260,15 @@ class _CallRun:
         """Admission to first token of the winning attempt (the backend's own latency)."""
 
     async def _emit(self, *events: CallEvent) -> None:
-        """Send the pending events and ``events`` to the consumer as one batch."""
+        """Send the pending events and ``events`` to the consumer as one batch (to a quiet
+        consumer only the call's end: nothing is ever pending for it)."""
+        if self.call.quiet:
+            ends = [e for e in events if isinstance(e, _ENDS)]
+            if ends:
+                await put(self.call.events, ends)
+            return
         batch = [*self.pending, *events]
         self.pending = []
-        if self.call.quiet:
-            batch = [e for e in batch if isinstance(e, _ENDS)]
         if batch:
             await put(self.call.events, batch)
 
@@ -477,7 +481,9 @@ class _CallRun:
         ``max_wait``; a consumer that leaves stops the wait."""
         peers, call = self.peers, self.call
         now = trio.current_time()
-        self.pending.append(Queued(call.call_id, self.attempt, now))
+        quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
+        if not quiet:
+            self.pending.append(Queued(call.call_id, self.attempt, now))
         admission = None
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
@@ -491,7 +497,9 @@ class _CallRun:
                     route.provider.rate_limit,
                     call.cost,
                     call.request.priority,
-                    budget=BudgetClaim(
+                    budget=None
+                    if peers.ledger.budget_book is None  # no budget: nobody to charge
+                    else BudgetClaim(
                         route.provider.name,
                         route.model,
                         call.request.tag,
@@ -510,6 +518,8 @@ class _CallRun:
             return LEFT
         if admission is None:
             return self._not_admitted(route)
+        if quiet:
+            return admission
         self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
