@@ -558,10 +558,12 @@ class RateLimiterHandle(Record):
             RuntimeClosed: the RateLimiter has stopped.
         """
         asked = trio.current_time()
+        at: float | None = asked
         for _ in range(_ASK_AGAIN):
             answer = await self._ask(
-                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store
+                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store, at
             )
+            at = None  # a second ask (its limiter crashed) is made at its own time
             if isinstance(answer, Admission):
                 if self.on_admitted is not None:
                     self.on_admitted(key, answer.at - asked)
@@ -583,15 +585,17 @@ class RateLimiterHandle(Record):
         budget: BudgetClaim | None = None,
         fail_on_cooldown: bool = False,
         wait_for_store: float | None = None,
+        now: float | None = None,
     ) -> Admission | Refusal | None:
-        """One request for admission; None when the limiter ended without answering."""
+        """One request for admission (made at ``now``, default: now); None when the limiter
+        ended without answering."""
         reply = Reply[Admission | Refusal]()
         msg = Acquire(
             key,
             limits,
             cost,
             priority,
-            trio.current_time(),
+            trio.current_time() if now is None else now,
             reply,
             budget,
             fail_on_cooldown,

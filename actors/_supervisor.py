@@ -449,15 +449,15 @@ class _CallRun:
             ticket = admitted
         with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
             self.attempt += 1
-            return await self._attempt(route, ticket, tries, hedge)
+            return await self._attempt(route, ticket, tries, hedge, now)
 
     async def _attempt(
-        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None
+        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None, now: float
     ) -> Seen:
         """Admission and one attempt, with ``ticket`` given its verdict on the backend when
         there is one. ``hedge``: the attempt is given up when no answer came within that many
-        seconds."""
-        admission = await self._admit(route, tries)
+        seconds. ``now``: the time, as :meth:`_go` was given it."""
+        admission = await self._admit(route, tries, now)
         if not isinstance(admission, Admission):
             return admission
         sent = route
@@ -475,12 +475,13 @@ class _CallRun:
             self.pending = lead  # no first chunk carried them: they go with the next batch
         return self._seen(route, ticket, admission, outcome)
 
-    async def _admit(self, route: Call, tries: Tries) -> Admission | Failure | WaitedOut | Left:
-        """Wait for the RateLimiter's admission. A call that can move to another deployment
-        (``tries.fails_over``) does not wait out a cooldown; a waiting call stops at its
-        ``max_wait``; a consumer that leaves stops the wait."""
+    async def _admit(
+        self, route: Call, tries: Tries, now: float
+    ) -> Admission | Failure | WaitedOut | Left:
+        """Wait for the RateLimiter's admission (asked at ``now``). A call that can move to
+        another deployment (``tries.fails_over``) does not wait out a cooldown; a waiting call
+        stops at its ``max_wait``; a consumer that leaves stops the wait."""
         peers, call = self.peers, self.call
-        now = trio.current_time()
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
             self.pending.append(Queued(call.call_id, self.attempt, now))
@@ -577,7 +578,8 @@ class _CallRun:
         """What the step is told of ``outcome``; ``ticket`` gets the backend's verdict."""
         match outcome:
             case AttemptSucceeded():
-                ticket.succeeded(trio.current_time())
+                now = trio.current_time()
+                ticket.succeeded(now)
                 if route.embed is not None:
                     return Won(self._embed_result(route, outcome, admission.at))
                 try:
@@ -587,7 +589,7 @@ class _CallRun:
                     fixed = self._fix(exc, route)
                     assert isinstance(fixed, ToolCallError)
                     return Misfired(fixed, route.prepared, outcome.delivered)
-                return Won(self._result(route, outcome, output, admission.at))
+                return Won(self._result(route, outcome, output, admission.at, now))
             case ConsumerGone():
                 return LEFT
             case AttemptLost(delivered=delivered):
@@ -646,11 +648,16 @@ class _CallRun:
         )
 
     def _result(
-        self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float
+        self,
+        route: Call,
+        outcome: AttemptSucceeded,
+        output: AttemptOutput,
+        admitted_at: float,
+        now: float,
     ) -> ChatResult:
-        """The call's result from the winning attempt and its finalized ``output``."""
+        """The call's result from the winning attempt and its finalized ``output``, at
+        ``now``."""
         call = self.call
-        now = trio.current_time()
         first = outcome.first_token_at
         if first is not None:
             self.backend_ttft = first - admitted_at
