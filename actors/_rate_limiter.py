@@ -176,14 +176,27 @@ class _Limiter:
         self.budget = budget
         self.budget_waiting: set[_Key] = set()
         """Keys whose first waiter fits its budgets only once attempts in flight settle."""
+        self.touched: dict[_Key, None] = {}
+        """Keys the current burst of messages changed, to be pumped once it ends (a dict:
+        ordered, each key once)."""
 
     async def serve(self, inbox: trio.MemoryReceiveChannel[RateLimiterMsg]) -> None:
+        """Handle messages as they come; the keys they touch are looked at (pumped) once per
+        burst: after the last message already in the mailbox, not after each one. A burst of
+        asks, first chunks and settlements then costs one look per key, and the look sees
+        every waiter and every freed slot of the burst together."""
         wake_at = math.inf
-        keys, timers = self.keys, self.timers
+        keys, timers, burst = self.keys, self.timers, self.touched
+        now = trio.current_time()
         while True:
             msg: RateLimiterMsg | None = None
             try:
-                if wake_at == math.inf:
+                if burst:
+                    try:
+                        msg = inbox.receive_nowait()
+                    except trio.WouldBlock:
+                        pass  # the burst is over: look at its keys below
+                elif wake_at == math.inf:
                     msg = await take(inbox)
                 else:
                     try:
@@ -192,6 +205,7 @@ class _Limiter:
                         with trio.move_on_at(wake_at):
                             msg = await inbox.receive()
             except trio.EndOfChannel:
+                await self._pump_burst(now)
                 return
             now = trio.current_time()
             touched: _Key | None = None
@@ -238,12 +252,23 @@ class _Limiter:
                 case _:
                     assert_never(msg)
             if touched is not None:
-                await self.pump(touched, now)
+                burst[touched] = None
+            if msg is not None and burst:
+                continue  # take the rest of the burst first
+            await self._pump_burst(now)
             while timers and timers[0][0] <= now:
                 when, _, key = heapq.heappop(timers)
                 if key.wake == when:
                     await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    async def _pump_burst(self, now: float) -> None:
+        """Look once at every key the burst's messages touched, in the order they came."""
+        burst = self.touched
+        while burst:
+            key = next(iter(burst))
+            del burst[key]
+            await self.pump(key, now)
 
     async def cooling(self, key: _Key, now: float) -> bool:
         """Whether ``key`` cools down now: after a 429 this process saw, or, with a shared
@@ -260,11 +285,12 @@ class _Limiter:
 
     def sweep(self, now: float) -> int:
         """Drop every key at rest whose store state carries nothing; return how many."""
-        keys, store, waiting = self.keys, self.store, self.budget_waiting
+        keys, store, waiting, touched = self.keys, self.store, self.budget_waiting, self.touched
         dropped = [
             key
             for key in keys.values()
             if key not in waiting
+            and key not in touched
             and admission.at_rest(key, now)
             and store.forget(key.name, key.specs, now)
         ]
@@ -532,10 +558,12 @@ class RateLimiterHandle(Record):
             RuntimeClosed: the RateLimiter has stopped.
         """
         asked = trio.current_time()
+        at: float | None = asked
         for _ in range(_ASK_AGAIN):
             answer = await self._ask(
-                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store
+                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store, at
             )
+            at = None  # a second ask (its limiter crashed) is made at its own time
             if isinstance(answer, Admission):
                 if self.on_admitted is not None:
                     self.on_admitted(key, answer.at - asked)
@@ -557,15 +585,17 @@ class RateLimiterHandle(Record):
         budget: BudgetClaim | None = None,
         fail_on_cooldown: bool = False,
         wait_for_store: float | None = None,
+        now: float | None = None,
     ) -> Admission | Refusal | None:
-        """One request for admission; None when the limiter ended without answering."""
+        """One request for admission (made at ``now``, default: now); None when the limiter
+        ended without answering."""
         reply = Reply[Admission | Refusal]()
         msg = Acquire(
             key,
             limits,
             cost,
             priority,
-            trio.current_time(),
+            trio.current_time() if now is None else now,
             reply,
             budget,
             fail_on_cooldown,

@@ -211,17 +211,19 @@ async def _supervise(peers: SupervisorPeers, call: Call) -> None:
     """
     peers.in_flight.value += 1
     try:
-        with call.events:  # a plain close: `async with` would add a checkpoint per call
-            try:
-                run = _CallRun(peers, call)
-                await (run.run() if call.group is None else run.run_in_group())
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the consumer left; its attempt (if any) was already abandoned
-            except Exception as exc:
-                if not peers.catch_bugs:
-                    raise
-                await _fail_on_bug(call, exc)  # before the stream closes: it carries Failed
+        try:
+            run = _CallRun(peers, call)
+            await (run.run() if call.group is None else run.run_in_group())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the consumer left; its attempt (if any) was already abandoned
+        except Exception as exc:
+            if not peers.catch_bugs:
+                raise
+            await _fail_on_bug(call, exc)  # before the stream closes: it carries Failed
     finally:
+        # A plain close (a channel's `async with` would add a checkpoint per call); a quiet
+        # call's one-shot end is no context manager.
+        call.events.close()
         peers.in_flight.value -= 1
 
 
@@ -257,11 +259,15 @@ class _CallRun:
         """Admission to first token of the winning attempt (the backend's own latency)."""
 
     async def _emit(self, *events: CallEvent) -> None:
-        """Send the pending events and ``events`` to the consumer as one batch."""
+        """Send the pending events and ``events`` to the consumer as one batch (to a quiet
+        consumer only the call's end: nothing is ever pending for it)."""
+        if self.call.quiet:
+            ends = [e for e in events if isinstance(e, _ENDS)]
+            if ends:
+                await put(self.call.events, ends)
+            return
         batch = [*self.pending, *events]
         self.pending = []
-        if self.call.quiet:
-            batch = [e for e in batch if isinstance(e, _ENDS)]
         if batch:
             await put(self.call.events, batch)
 
@@ -442,15 +448,15 @@ class _CallRun:
             ticket = admitted
         with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
             self.attempt += 1
-            return await self._attempt(route, ticket, tries, hedge)
+            return await self._attempt(route, ticket, tries, hedge, now)
 
     async def _attempt(
-        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None
+        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None, now: float
     ) -> Seen:
         """Admission and one attempt, with ``ticket`` given its verdict on the backend when
         there is one. ``hedge``: the attempt is given up when no answer came within that many
-        seconds."""
-        admission = await self._admit(route, tries)
+        seconds. ``now``: the time, as :meth:`_go` was given it."""
+        admission = await self._admit(route, tries, now)
         if not isinstance(admission, Admission):
             return admission
         sent = route
@@ -468,13 +474,16 @@ class _CallRun:
             self.pending = lead  # no first chunk carried them: they go with the next batch
         return self._seen(route, ticket, admission, outcome)
 
-    async def _admit(self, route: Call, tries: Tries) -> Admission | Failure | WaitedOut | Left:
-        """Wait for the RateLimiter's admission. A call that can move to another deployment
-        (``tries.fails_over``) does not wait out a cooldown; a waiting call stops at its
-        ``max_wait``; a consumer that leaves stops the wait."""
+    async def _admit(
+        self, route: Call, tries: Tries, now: float
+    ) -> Admission | Failure | WaitedOut | Left:
+        """Wait for the RateLimiter's admission (asked at ``now``). A call that can move to
+        another deployment (``tries.fails_over``) does not wait out a cooldown; a waiting call
+        stops at its ``max_wait``; a consumer that leaves stops the wait."""
         peers, call = self.peers, self.call
-        now = trio.current_time()
-        self.pending.append(Queued(call.call_id, self.attempt, now))
+        quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
+        if not quiet:
+            self.pending.append(Queued(call.call_id, self.attempt, now))
         admission = None
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
@@ -488,7 +497,9 @@ class _CallRun:
                     route.provider.rate_limit,
                     call.cost,
                     call.request.priority,
-                    budget=BudgetClaim(
+                    budget=None
+                    if peers.ledger.budget_book is None  # no budget: nobody to charge
+                    else BudgetClaim(
                         route.provider.name,
                         route.model,
                         call.request.tag,
@@ -507,6 +518,8 @@ class _CallRun:
             return LEFT
         if admission is None:
             return self._not_admitted(route)
+        if quiet:
+            return admission
         self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
@@ -564,7 +577,8 @@ class _CallRun:
         """What the step is told of ``outcome``; ``ticket`` gets the backend's verdict."""
         match outcome:
             case AttemptSucceeded():
-                ticket.succeeded(trio.current_time())
+                now = trio.current_time()
+                ticket.succeeded(now)
                 if route.embed is not None:
                     return Won(self._embed_result(route, outcome, admission.at))
                 try:
@@ -574,7 +588,7 @@ class _CallRun:
                     fixed = self._fix(exc, route)
                     assert isinstance(fixed, ToolCallError)
                     return Misfired(fixed, route.prepared, outcome.delivered)
-                return Won(self._result(route, outcome, output, admission.at))
+                return Won(self._result(route, outcome, output, admission.at, now))
             case ConsumerGone():
                 return LEFT
             case AttemptLost(delivered=delivered):
@@ -635,11 +649,16 @@ class _CallRun:
         )
 
     def _result(
-        self, route: Call, outcome: AttemptSucceeded, output: AttemptOutput, admitted_at: float
+        self,
+        route: Call,
+        outcome: AttemptSucceeded,
+        output: AttemptOutput,
+        admitted_at: float,
+        now: float,
     ) -> ChatResult:
-        """The call's result from the winning attempt and its finalized ``output``."""
+        """The call's result from the winning attempt and its finalized ``output``, at
+        ``now``."""
         call = self.call
-        now = trio.current_time()
         first = outcome.first_token_at
         if first is not None:
             self.backend_ttft = first - admitted_at

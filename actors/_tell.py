@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
 __all__ = ["MAILBOX_BUFFER", "tell"]
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Sendable(Protocol[T_contra]):
+    """What :func:`put` sends on: a memory channel's send end, or a call's one-shot end."""
+
+    def send_nowait(self, value: T_contra, /) -> None: ...
+
+    async def send(self, value: T_contra, /) -> None: ...
+
 
 MAILBOX_BUFFER = 256
 """Room in the RateLimiter's, TokenLedger's, providers' and Supervisor's mailboxes.
@@ -41,7 +51,7 @@ async def tell(mailbox: trio.MemorySendChannel[T], msg: T) -> None:
             pass
 
 
-async def put(channel: trio.MemorySendChannel[T], msg: T) -> None:
+async def put(channel: Sendable[T], msg: T) -> None:
     """``channel.send(msg)`` without its checkpoints when there is room: the caller's next
     await is checkpoint enough, and the receiver wakes once for a burst of messages.
 

@@ -13,7 +13,7 @@ call's path, a channel elsewhere); actors answer with ``send_nowait`` and treat 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import attrs
 import trio
@@ -56,6 +56,7 @@ __all__ = [
     "CallControl",
     "ConsumerGone",
     "EventBatch",
+    "EventSink",
     "FlushLedger",
     "LedgerMsg",
     "LedgerTotals",
@@ -75,6 +76,20 @@ EventBatch: TypeAlias = Sequence[CallEvent]
 """Events travel to the consumer in batches: every event decoded from one network read."""
 
 
+class EventSink(Protocol):
+    """Where a call's events go: the send end of a memory channel for a consumer that reads
+    them (``Runtime.stream``), or, for a quiet call, a one-shot end that takes the call's one
+    final batch (``Runtime.chat``, ``Runtime.map``: see :mod:`sluice._streams`). The
+    Supervisor closes it when the call has ended; whatever the consumer's side is, a send
+    raises ``BrokenResourceError`` or ``ClosedResourceError`` once the consumer has left."""
+
+    def send_nowait(self, value: EventBatch, /) -> None: ...
+
+    async def send(self, value: EventBatch, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @attrs.frozen(eq=False, repr=False)
 class Call(Record):
     """One submitted call, as the actors see it. Created by the runtime, never by users."""
@@ -87,8 +102,9 @@ class Call(Record):
     provider_mailbox: trio.MemorySendChannel[ProviderMsg]
     model: str
     """The model name without the provider prefix."""
-    events: trio.MemorySendChannel[EventBatch]
-    """The consumer's stream. Providers push deltas here; the Supervisor owns and closes it."""
+    events: EventSink
+    """The consumer's stream. Providers push deltas here (never for a ``quiet`` call); the
+    Supervisor owns and closes it."""
     submitted_at: float
     deadline: float
     """Absolute trio time at which the whole call fails (``inf`` for none)."""

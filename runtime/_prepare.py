@@ -35,7 +35,7 @@ import trio
 
 from ._errors import ConfigError, RuntimeClosed
 from ._limits.cost import estimate_cost
-from ._mail import Call, EventBatch, ProviderMsg
+from ._mail import Call, EventBatch, EventSink, ProviderMsg
 from ._messages import ChatRequest, ChatResult, split_model
 from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
@@ -98,7 +98,8 @@ class Ready(Record):
     """A call to hand to the Supervisor, and the consumer's end of its event channel."""
 
     call: Call
-    events: trio.MemoryReceiveChannel[EventBatch]
+    events: trio.MemoryReceiveChannel[EventBatch] | None
+    """None for a call submitted with an ``end`` of its own (a quiet call)."""
     on_result: Callable[[ChatResult], None] | None
     """Stores the result in the response cache; None when the call is not cached."""
 
@@ -269,9 +270,11 @@ async def prepare_call(
     draining: bool,
     quiet: bool = False,
     phases: HttpPhases | None = None,
+    end: EventSink | None = None,
 ) -> Ready | Replay:
     """The call ``request`` becomes (see the module's docstring for the steps), or the cached
-    answer. ``cache``: the response cache when this request uses it.
+    answer. ``cache``: the response cache when this request uses it. ``end``: where a quiet
+    call's final batch goes, instead of an event channel made here.
 
     Raises:
         ConfigError: the model names no provider or group, a provider without a key, or tools
@@ -299,7 +302,12 @@ async def prepare_call(
         deadline, first_token, idle = deadlines(spec.deadlines, request.deadlines, now)
         sent = prepared.request if prepared is not None else request
         cost = estimate_cost(sent, spec.rate_limit.expected_output_tokens)
-        send, receive = trio.open_memory_channel[EventBatch](stream_buffer)
+        send: EventSink
+        receive: trio.MemoryReceiveChannel[EventBatch] | None
+        if end is None:
+            send, receive = trio.open_memory_channel[EventBatch](stream_buffer)
+        else:
+            send, receive = end, None
     except BaseException:
         groups.release(target.group, placed.request.model)
         raise

@@ -21,7 +21,7 @@ from typing import Generic, TypeVar, cast
 
 import trio
 
-__all__ = ["Reply"]
+__all__ = ["FinalReply", "Reply"]
 
 T = TypeVar("T")
 
@@ -118,3 +118,21 @@ class Reply(Generic[T]):
         if waiter is not None:
             self._waiter = None
             trio.lowlevel.reschedule(waiter)
+
+
+class FinalReply(Reply[T]):
+    """A :class:`Reply` that takes one answer and then counts as closed: a second answer raises
+    :class:`trio.ClosedResourceError`, as a channel whose reader has what it needs would. The
+    end of a quiet call that one task waits for (``Runtime.chat``): the Supervisor sends its
+    one final batch (``send`` never waits) and closes it when the call's task ends."""
+
+    __slots__ = ()
+
+    def send_nowait(self, value: T) -> None:
+        """Answer once (see :meth:`Reply.send_nowait`); then the reply counts as closed."""
+        super().send_nowait(value)
+        self._closed = True
+
+    async def send(self, value: T) -> None:
+        """:meth:`send_nowait`: an answer never waits."""
+        self.send_nowait(value)

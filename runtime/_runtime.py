@@ -28,13 +28,14 @@ from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
 from ._embed_runs import EmbedMethods
-from ._errors import ConfigError, RuntimeClosed
+from ._errors import ConfigError, RuntimeClosed, SluiceError
 from ._exception_groups import sole_failure
 from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.store import MemoryQuotaStore
 from ._mail import (
     Call,
     EventBatch,
+    EventSink,
     LedgerMsg,
     LedgerTotals,
     RateLimiterMsg,
@@ -43,13 +44,14 @@ from ._mail import (
 )
 from ._memory import TrimCount
 from ._messages import ChatRequest, ChatResult, Message
-from ._prepare import GroupPlacement, Replay, prepare_call, prepare_for
+from ._prepare import GroupPlacement, Ready, Replay, prepare_call, prepare_for
+from ._reply import FinalReply
 from ._retry_budget import RetryBudget
 from ._routing import Routing
 from ._services import start_services
 from ._snapshots import ProviderHealth, RuntimeStatistics, provider_health
 from ._startup import Providers, ProviderWiring
-from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, replayed
+from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, outcome_of, replayed
 from .providers._registry import ResolvedProvider, resolve_provider
 
 if TYPE_CHECKING:
@@ -161,11 +163,42 @@ class Runtime(EmbedMethods):
 
         The request goes through the preparation path of :mod:`sluice._prepare` once, then to
         the Supervisor."""
-        assert self._providers is not None and self._groups is not None
         cache = None
-        use_cache = request.response_cache
-        if use_cache or (use_cache is None and self._cache_by_default):
+        if self._caches(request):
             cache = self._cache or await self._open_cache()
+        made = await self._start(request, cache=cache, quiet=quiet, phases=phases)
+        if isinstance(made, Replay):
+            stream, receive = replayed(made.hit, quiet)
+            return stream, None, receive
+        assert made.events is not None
+        return CallStream(made.call.call_id, made.events, made.on_result), made.call, made.events
+
+    async def _submit_quiet(self, request: ChatRequest, end: EventSink) -> Call | None:
+        """Start ``request`` as a quiet call whose one final batch goes to ``end`` (no event
+        channel); None, submitting nothing, when it uses the response cache (the ordinary way
+        then: ``chat``)."""
+        if self._caches(request):
+            return None
+        made = await self._start(request, cache=None, quiet=True, end=end)
+        assert isinstance(made, Ready)
+        return made.call
+
+    def _caches(self, request: ChatRequest) -> bool:
+        use_cache = request.response_cache
+        return bool(use_cache) or (use_cache is None and self._cache_by_default)
+
+    async def _start(
+        self,
+        request: ChatRequest,
+        *,
+        cache: ResponseCache | None,
+        quiet: bool,
+        phases: HttpPhases | None = None,
+        end: EventSink | None = None,
+    ) -> Ready | Replay:
+        """Prepare ``request`` (:mod:`sluice._prepare`) and hand the call to the Supervisor;
+        or the cached answer."""
+        assert self._providers is not None and self._groups is not None
         call_id = f"c{next(self._ids)}"
         made = await prepare_call(
             request,
@@ -177,16 +210,17 @@ class Runtime(EmbedMethods):
             draining=self._draining,
             quiet=quiet,
             phases=phases,
+            end=end,
         )
         if isinstance(made, Replay):
-            stream, receive = replayed(made.hit, quiet)
-            return stream, None, receive
+            return made
         call = made.call
         try:
             await put(self._supervisor, Submit(call))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            call.events.close()
-            made.events.close()
+            if made.events is not None:
+                call.events.close()
+                made.events.close()
             self._groups.release(call.group, call.request.model)
             raise RuntimeClosed("the runtime has stopped; open a new one") from exc
         except BaseException:
@@ -194,7 +228,7 @@ class Runtime(EmbedMethods):
             raise
         if self._observer is not None:
             self._observer.call_started(call)
-        return CallStream(call_id, made.events, made.on_result), call, made.events
+        return made
 
     async def _open_cache(self) -> ResponseCache:
         from ._cache import ResponseCache  # only a runtime that caches loads the cache
@@ -262,6 +296,11 @@ class Runtime(EmbedMethods):
             if self._observer is not None:
                 self._observer.call_ended(call, stream.result, stream.error)
 
+    def _call_ended(self, call: Call, result: ChatResult | None, error: SluiceError | None) -> None:
+        """A mapped call's outcome was handed over (or the map left it): tell the observer."""
+        if self._observer is not None:
+            self._observer.call_ended(call, result, error)
+
     async def chat(
         self,
         request: ChatRequest | str,
@@ -274,14 +313,34 @@ class Runtime(EmbedMethods):
             CallError: the call failed (after whatever retries the policy allowed).
             ConfigError: the model names an unknown provider, or one without a key.
         """
-        stream, call, receive = await self._submit(
-            as_request(request, messages, fields), quiet=True
-        )
+        request = as_request(request, messages, fields)
+        end = FinalReply[EventBatch]()
+        call = await self._submit_quiet(request, end)
+        if call is None:  # through the response cache
+            stream, cached, receive = await self._submit(request, quiet=True)
+            try:
+                with receive:
+                    return await stream.wait()
+            finally:
+                self._ended(cached, stream)
+        # A quiet call: its one final batch comes in a one-shot reply, no event channel.
+        result: ChatResult | None = None
+        error: SluiceError | None = None
         try:
-            with receive:
-                return await stream.wait()
+            try:
+                batch: EventBatch = await end.receive()
+            except trio.EndOfChannel:
+                batch = ()
+            result, error = outcome_of(batch, call.call_id)
         finally:
-            self._ended(call, stream)
+            end.leave()
+            call.abandon()
+            if self._observer is not None:
+                self._observer.call_ended(call, result, error)
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
 
     @asynccontextmanager
     async def map(
@@ -302,7 +361,15 @@ class Runtime(EmbedMethods):
         # slot without waiting for the consumer; the slots bound the memory.
         send, receive = trio.open_memory_channel[MapOutcome](max_in_flight)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(feed_map, self.chat, requests, send, max_in_flight)
+            nursery.start_soon(
+                feed_map,
+                self.chat,
+                self._submit_quiet,
+                self._call_ended,
+                requests,
+                send,
+                max_in_flight,
+            )
             with receive:
                 yield MapOutcomes(receive)
             nursery.cancel_scope.cancel(reason="the consumer of Runtime.map left")

@@ -2,12 +2,15 @@
 
 A :class:`CallStream` reads the batches the Supervisor and the ProviderActor put in the call's
 event channel (one wake-up for a burst); :func:`feed_map` is :meth:`Runtime.map`'s task, which
-pulls requests only as slots free up and hands each one exactly one :class:`MapOutcome`.
+pulls requests only as slots free up and hands each one exactly one :class:`MapOutcome`. A
+mapped call is quiet and has no event channel: the Supervisor puts its final batch straight
+into its end (:class:`_MapEnd`), which hands the outcome over.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import trio
@@ -15,12 +18,25 @@ import trio
 from sluice.actors._tell import put, take
 
 from ._cursor import AsyncEventCursor
-from ._errors import SluiceError
-from ._mail import EventBatch
+from ._errors import RuntimeClosed, SluiceError
+from ._events import Completed, Failed
+from ._mail import EventBatch, EventSink
 from ._messages import ChatRequest, ChatResult
 from ._record import Record
 
-__all__ = ["CallStream", "MapOutcome", "MapOutcomes", "feed_map", "replayed"]
+if TYPE_CHECKING:
+    from ._mail import Call
+
+__all__ = [
+    "CallEnded",
+    "CallStream",
+    "MapOutcome",
+    "MapOutcomes",
+    "SubmitQuiet",
+    "feed_map",
+    "outcome_of",
+    "replayed",
+]
 
 
 class CallStream(AsyncEventCursor):
@@ -124,18 +140,137 @@ def replayed(
     return CallStream(hit.call_id, receive), receive
 
 
+def outcome_of(
+    batch: EventBatch, call_id: str
+) -> tuple[ChatResult, None] | tuple[None, SluiceError]:
+    """A quiet call's result or error from its one final batch (empty: the call ended without
+    one, the runtime having stopped), as :class:`~sluice._cursor.EventCursor` reads it."""
+    last = batch[-1] if batch else None
+    if isinstance(last, Completed):
+        return last.result, None
+    if isinstance(last, Failed):
+        return None, last.error
+    return None, RuntimeClosed(f"call {call_id} ended without a result")
+
+
+SubmitQuiet: TypeAlias = Callable[[ChatRequest, EventSink], Awaitable["Call | None"]]
+"""Submits a request as a quiet call whose final batch goes to the given end, and returns the
+call; None when the request goes through the response cache (it then takes ``chat``)."""
+CallEnded: TypeAlias = Callable[["Call", ChatResult | None, SluiceError | None], None]
+"""Told how each call ended (the observer), once its outcome is handed over or it is left."""
+
+
+class _MapFeed:
+    """What :func:`feed_map` shares with the ends of its calls (:class:`_MapEnd`)."""
+
+    __slots__ = ("closed", "ended", "in_flight", "nursery", "send", "slots")
+
+    def __init__(
+        self,
+        send: trio.MemorySendChannel[MapOutcome],
+        slots: trio.Semaphore,
+        nursery: trio.Nursery,
+        ended: CallEnded,
+    ) -> None:
+        self.send = send
+        self.slots = slots
+        self.nursery = nursery
+        self.ended = ended
+        self.in_flight: set[_MapEnd] = set()
+        """The quiet calls whose outcome is not handed over yet: abandoned if the map is left."""
+        self.closed = False
+
+
+class _MapEnd:
+    """The end of one mapped call, given to the Supervisor as the call's :class:`EventSink`:
+    its one final batch becomes the request's :class:`MapOutcome`, handed over and its slot
+    freed right there, in the Supervisor's task for the call. So a mapped call costs the map
+    no task of its own, and no event channel.
+
+    The outcome channel has room for every call in flight; when a slow consumer lets it fill,
+    the Supervisor's ``put`` waits in :meth:`send` (the slot stays held meanwhile, as it did
+    while a task per call waited). A second batch is refused as if the consumer had left."""
+
+    __slots__ = ("call", "feed", "index", "request")
+
+    def __init__(self, feed: _MapFeed, index: int, request: ChatRequest) -> None:
+        self.feed = feed
+        self.index = index
+        self.request = request
+        self.call: Call | None = None
+
+    def _outcome(self, batch: EventBatch) -> MapOutcome:
+        if self not in self.feed.in_flight:
+            raise trio.ClosedResourceError("the call's outcome was handed over or left")
+        assert self.call is not None
+        result, error = outcome_of(batch, self.call.call_id)
+        return MapOutcome(self.index, self.request, result, error)
+
+    def send_nowait(self, batch: EventBatch) -> None:
+        outcome = self._outcome(batch)
+        self.feed.send.send_nowait(outcome)
+        self._handed(outcome)
+
+    async def send(self, batch: EventBatch) -> None:
+        outcome = self._outcome(batch)
+        await self.feed.send.send(outcome)
+        self._handed(outcome)
+
+    def close(self) -> None:
+        """The Supervisor is done with the call. One that ended without an outcome (the
+        runtime stopped under it) still gets one, unless the map was left."""
+        feed = self.feed
+        call = self.call
+        if call is None or self not in feed.in_flight:
+            return  # never submitted (its submitter has it), or already handed over
+        if call.abandoned or feed.closed:
+            self.call = None
+            feed.in_flight.discard(self)
+            feed.slots.release()
+            return
+        outcome = self._outcome(())
+        try:
+            feed.send.send_nowait(outcome)
+        except trio.WouldBlock:
+            feed.nursery.start_soon(self._hand_over, outcome)
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._handed(outcome)
+
+    async def _hand_over(self, outcome: MapOutcome) -> None:
+        try:
+            await self.feed.send.send(outcome)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._handed(outcome)
+
+    def _handed(self, outcome: MapOutcome) -> None:
+        feed, call = self.feed, self.call
+        assert call is not None
+        self.call = None  # the call holds this end: no cycle left for the collector
+        feed.in_flight.discard(self)
+        feed.slots.release()
+        feed.ended(call, outcome.result, outcome.error)
+
+
 async def feed_map(
     chat: Callable[[ChatRequest], Awaitable[ChatResult]],
+    submit: SubmitQuiet,
+    ended: CallEnded,
     requests: Iterable[ChatRequest] | AsyncIterable[ChatRequest],
     send: trio.MemorySendChannel[MapOutcome],
     max_in_flight: int,
 ) -> None:
-    """:meth:`Runtime.map`'s task: pull each request as a slot frees up, run it with ``chat``
-    and hand its one outcome to ``send``; return (closing ``send``) once every request pulled
-    has its outcome."""
+    """:meth:`Runtime.map`'s task: pull each request as a slot frees up, submit it as a quiet
+    call (``submit``; a request answered through the response cache runs with ``chat`` in a
+    task of its own) and hand its one outcome to ``send``; return (closing ``send``) once
+    every request pulled has its outcome. Cancelled (the consumer left), it abandons every
+    call still running."""
     slots = trio.Semaphore(max_in_flight)
     index = 0
     async with send, trio.open_nursery() as calls:
+        feed = _MapFeed(send, slots, calls, ended)
 
         async def start(request: ChatRequest) -> None:
             nonlocal index
@@ -143,17 +278,53 @@ async def feed_map(
                 slots.acquire_nowait()
             except trio.WouldBlock:
                 await slots.acquire()
-            calls.start_soon(_one, chat, index, request, send, slots)
+            at = index
             index += 1
+            end = _MapEnd(feed, at, request)
+            feed.in_flight.add(end)
+            try:
+                end.call = await submit(request, end)
+            except SluiceError as exc:
+                feed.in_flight.discard(end)
+                try:
+                    await put(send, MapOutcome(at, request, None, exc))
+                except trio.BrokenResourceError:
+                    pass  # the consumer left
+                finally:
+                    slots.release()
+                return
+            except BaseException:
+                feed.in_flight.discard(end)
+                slots.release()
+                raise
+            if end.call is None:  # through the response cache: the ordinary way
+                feed.in_flight.discard(end)
+                calls.start_soon(_one, chat, at, request, send, slots)
 
-        # Two plain loops rather than one async generator over both kinds: a generator
-        # left unfinished by a cancelled map would be finalized by the garbage collector.
-        if isinstance(requests, AsyncIterable):
-            async for request in requests:
-                await start(request)
-        else:
-            for request in requests:
-                await start(request)
+        try:
+            # Two plain loops rather than one async generator over both kinds: a generator
+            # left unfinished by a cancelled map would be finalized by the garbage collector.
+            if isinstance(requests, AsyncIterable):
+                async for request in requests:
+                    await start(request)
+            else:
+                for request in requests:
+                    await start(request)
+            # Every slot free again: every outcome handed over.
+            for _ in range(max_in_flight):
+                try:
+                    slots.acquire_nowait()
+                except trio.WouldBlock:
+                    await slots.acquire()
+        finally:
+            feed.closed = True
+            for end in [*feed.in_flight]:
+                feed.in_flight.discard(end)
+                left, end.call = end.call, None
+                if left is not None:
+                    left.abandon()
+                    ended(left, None, None)
+
 
 async def _one(
     chat: Callable[[ChatRequest], Awaitable[ChatResult]],

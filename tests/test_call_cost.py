@@ -94,6 +94,34 @@ async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) 
     assert counter.steps == {"_supervise": 3 * CALLS, "_serve_attempt": 2 * CALLS}
 
 
+class _Spawned(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned.append(task.name)
+
+
+async def test_a_mapped_call_spawns_only_the_actors_tasks(canned) -> None:
+    """A call of ``Runtime.map`` costs two tasks: the Supervisor's for the call and the
+    provider's for its attempt. Its end goes straight to the map (no task of the map's own per
+    call, which it had: three in all), and no event channel is made for it."""
+    _, url = canned
+    async with sluice.open_runtime(_config(url)) as rt:
+        await rt.chat("canned:m", "hi")  # opens the connection, which every measured call reuses
+        requests = [ChatRequest(model="canned:m", messages="hi") for _ in range(CALLS)]
+        counter = _Spawned()
+        trio.lowlevel.add_instrument(counter)
+        try:
+            async with rt.map(requests, max_in_flight=1) as outcomes:
+                results = [o.result async for o in outcomes]
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    assert all(r is not None and r.text == TEXT for r in results)
+    per_call = [name for name in counter.spawned if "feed_map" not in name]
+    assert len(per_call) == 2 * CALLS, counter.spawned[:8]
+
+
 async def test_an_open_stream_holds_a_bounded_amount_of_memory(canned) -> None:
     """STREAMS calls held open after their first chunk, measured under tracemalloc; then the
     server lets them finish, and each completes."""

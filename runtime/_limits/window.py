@@ -57,16 +57,26 @@ class Window:
         plus outdated places (an entry re-dated since, or expired) skipped when read."""
 
     def expire(self, now: float) -> None:
-        """Forget admissions that left the window by ``now``."""
+        """Forget admissions that left the window by ``now``.
+
+        On every admission's path, so the fronts are read from the lists directly (the
+        common case, nothing to expire, costs no call)."""
         entries = self._entries
         horizon = now - self.period
-        while entries and entries.at(0).at <= horizon:
+        items = entries.items
+        while len(items) > entries.start and items[entries.start].at <= horizon:
             entry = entries.popleft()
+            items = entries.items  # popleft may cut the list
             entry.live = False
             self.used -= entry.amount
         by_time = self._by_time
-        while by_time and _outdated(*by_time.at(0)):
+        places = by_time.items
+        while len(places) > by_time.start:
+            at, entry = places[by_time.start]
+            if entry.at == at and entry.live:
+                break
             by_time.popleft()
+            places = by_time.items
 
     def fits_ever(self, amount: int) -> bool:
         """False when ``amount`` exceeds the whole window: waiting would never help."""
@@ -95,7 +105,7 @@ class Window:
         """Count ``amount`` units admitted at ``now``; keep the entry to settle it later."""
         self.expire(now)  # trimmed as it grows: memory stays within the window's rate
         entry = WindowEntry(now, amount)
-        self._entries.append(entry)
+        self._entries.items.append(entry)
         self._place(entry)
         self.used += amount
         return entry
@@ -155,14 +165,16 @@ class Window:
         """Put ``entry`` at its time in the time order: at the end unless a caller's clock
         went back or the entry is reported usage placed in the past (a short walk back)."""
         by_time, at = self._by_time, entry.at
-        if not by_time or by_time.last()[0] <= at:
-            by_time.append((at, entry))
+        places = by_time.items
+        if len(places) == by_time.start or places[-1][0] <= at:
+            places.append((at, entry))
         else:
             index = len(by_time)
             while index > 0 and by_time.at(index - 1)[0] > at:
                 index -= 1
             by_time.insert(index, (at, entry))
-        if len(by_time) > 2 * len(self._entries) + _SLACK:
+        entries = self._entries
+        if len(places) - by_time.start > 2 * (len(entries.items) - entries.start) + _SLACK:
             # Outdated places pile up when re-dated entries hold up expiry; dropping them is
             # linear, once per as many re-dates as there are entries.
             self._by_time = Fifo([place for place in by_time if not _outdated(*place)])

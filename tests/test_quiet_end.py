@@ -1,0 +1,157 @@
+"""Quiet calls (``Runtime.chat``, ``Runtime.map``) end through a one-shot end, not an event
+channel: the Supervisor puts the call's one final batch straight into it. These tests hold the
+guarantees the channel gave: exactly one outcome per call, also after retries; a consumer that
+leaves (a cancelled ``chat``, a ``map`` left early) cancels the request and leaves no
+reservation, pending slot or open stream behind; a slow ``map`` consumer loses nothing. All on
+virtual time over the simulator's in-memory transport.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+
+import trio
+import trio.testing
+
+import sluice
+from sluice import ChatRequest, RateLimitConfig, RetryConfig, RuntimeConfig
+from sluice._config import ProviderConfig
+from sluice._observe import Hooks
+from sluice._reply import FinalReply
+from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+
+from .helpers import Recorder, virtual_deadline
+
+LIMITS = RateLimitConfig(max_pending=8, requests_per_minute=1000)
+
+
+def _config() -> RuntimeConfig:
+    return RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=LIMITS)}, retry=RetryConfig(jitter=0.0)
+    )
+
+
+async def _nothing_held(rt: sluice.Runtime) -> None:
+    """No call in flight, and the quota key holds no pending slot, open stream or queued
+    call (its window keeps what was spent: that is usage, not a reservation)."""
+    stats = await rt.statistics()
+    assert stats.calls_in_flight == 0
+    assert set(stats.attempts_in_flight.values()) <= {0}
+    for key in stats.quotas.values():
+        assert key.pending == 0 and key.open_streams == 0
+        assert sum(key.queued.values()) == 0
+
+
+def test_a_final_reply_takes_one_answer_then_counts_as_closed() -> None:
+    reply = FinalReply[int]()
+    reply.send_nowait(1)
+    try:
+        reply.send_nowait(2)
+    except trio.ClosedResourceError:
+        pass
+    else:
+        raise AssertionError("a second answer must be refused")
+    assert reply.receive_nowait() == 1  # the answer survives the implied close
+    try:
+        reply.receive_nowait()
+    except trio.EndOfChannel:
+        pass
+    else:
+        raise AssertionError("after its answer the reply is closed")
+
+
+@virtual_deadline(60)
+async def test_a_retried_quiet_call_ends_once_with_the_winning_attempt(autojump_clock):
+    sim = SimulatorConfig(ttft=0.1, tokens_per_second=10, output_tokens=6, script=("disconnect:3",))
+    ended: list[sluice.CallRecord] = []
+    async with sluice.open_runtime(
+        _config(), transport=mock_transport(sim), hooks=Hooks(on_call_end=ended.append)
+    ) as rt:
+        result = await rt.chat("sim:sim-small", "hi")
+        await _nothing_held(rt)
+    assert result.attempts == 2 and result.usage.output_tokens == 6
+    assert [r.outcome for r in ended] == ["ok"]
+
+
+@virtual_deadline(60)
+async def test_a_cancelled_quiet_call_cancels_its_request_and_holds_nothing(autojump_clock):
+    sim = SimulatorConfig(ttft=0.5, tokens_per_second=10, output_tokens=30)
+    recorder = Recorder(mock_transport(sim))
+    ended: list[sluice.CallRecord] = []
+    async with sluice.open_runtime(
+        _config(), transport=recorder, hooks=Hooks(on_call_end=ended.append)
+    ) as rt:
+        with trio.move_on_after(1.0):  # mid-stream: first token at 0.5, last at 3.4
+            await rt.chat("sim:sim-small", "leaver")
+        await trio.sleep(0.1)  # the Supervisor's task for the call sees it left
+        await _nothing_held(rt)
+        after = await rt.chat("sim:sim-small", "after")
+        totals = await rt.ledger_totals()
+    assert after.finish_reason == "stop"
+    assert recorder.closed_early == [True, False]
+    assert [r.outcome for r in ended] == ["abandoned", "ok"]
+    assert totals["sim:sim-small"].calls == 1  # the abandoned call is not counted
+
+
+@virtual_deadline(60)
+async def test_a_map_left_early_cancels_its_calls_and_holds_nothing(autojump_clock):
+    app = SimulatorApp(SimulatorConfig(ttft=0.5, tokens_per_second=10, output_tokens=30))
+    recorder = Recorder(mock_transport(app))
+    ended: list[sluice.CallRecord] = []
+    async with sluice.open_runtime(
+        _config(), transport=recorder, hooks=Hooks(on_call_end=ended.append)
+    ) as rt:
+        requests = [ChatRequest(model="sim:sim-small", messages=f"q{i}") for i in range(4)]
+        requests.insert(0, ChatRequest(model="sim:sim-small", messages="short", max_tokens=1))
+        async with rt.map(requests, max_in_flight=5) as outcomes:
+            first = await outcomes.__anext__()  # the short one; the other four stream on
+        await trio.sleep(0.1)
+        await _nothing_held(rt)
+    assert first.index == 0 and first.result is not None
+    assert sorted(recorder.closed_early) == [False] + [True] * 4
+    assert Counter(r.outcome for r in ended) == {"ok": 1, "abandoned": 4}
+
+
+@virtual_deadline(120)
+async def test_a_slow_map_consumer_gets_every_outcome_exactly_once(autojump_clock):
+    """The outcome buffer fills while the consumer sleeps: finished calls wait in the
+    Supervisor to hand theirs over (holding their slots), and none is lost or doubled."""
+    sim = SimulatorConfig(ttft=0.1, tokens_per_second=0, output_tokens=3, rate_500=0.3)
+    ended: list[sluice.CallRecord] = []
+    async with sluice.open_runtime(
+        _config(), transport=mock_transport(sim), hooks=Hooks(on_call_end=ended.append)
+    ) as rt:
+        requests = (ChatRequest(model="sim:sim-small", messages=f"q{i}") for i in range(30))
+        seen = []
+        async with rt.map(requests, max_in_flight=3) as outcomes:
+            async for outcome in outcomes:
+                seen.append(outcome)
+                await trio.sleep(1.0)
+        await _nothing_held(rt)
+    assert sorted(o.index for o in seen) == list(range(30))
+    assert all(o.result is not None for o in seen)
+    assert len(ended) == 30 and {r.outcome for r in ended} == {"ok"}
+    assert len({r.call_id for r in ended}) == 30
+
+
+@virtual_deadline(60)
+async def test_a_mapped_call_leaves_no_cycle_for_the_garbage_collector(autojump_clock):
+    """A mapped call and its end refer to each other until the outcome is handed over; then
+    the end lets go, so the call is freed by reference counting, not left for a collection
+    (which would walk every live call of a busy runtime)."""
+    async with sluice.open_runtime(_config(), transport=mock_transport()) as rt:
+        requests = [ChatRequest(model="sim:sim-small", messages=f"q{i}") for i in range(20)]
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with rt.map(requests, max_in_flight=4) as outcomes:
+                assert len([o async for o in outcomes if o.result is not None]) == 20
+            gc.collect()
+            cyclic = {type(o).__name__ for o in gc.garbage}
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert not cyclic & {"Call", "CallControl", "_MapEnd", "MapOutcome"}, cyclic
