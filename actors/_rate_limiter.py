@@ -212,17 +212,8 @@ class _Limiter:
             match msg:
                 case None:
                     pass
-                case Acquire(key=name):
-                    touched = keys.get(name)
-                    if touched is None:
-                        if len(keys) >= self.sweep_at:
-                            self.sweep(now)
-                        touched = keys[name] = admission.new_key(name, msg.limits)
-                    if msg.fail_on_cooldown and await self.cooling(touched, now):
-                        _refuse(msg, admission.cooling_error(touched, now))
-                        touched = None  # nothing queued, nothing to admit
-                    else:
-                        touched.waiters.push(msg)
+                case Acquire():
+                    touched = await self._enqueue(msg, now)
                 case Withdraw(acquire=acquire):
                     withdrawn = keys.get(acquire.key)
                     if withdrawn is not None and withdrawn.waiters.remove(acquire):
@@ -261,6 +252,20 @@ class _Limiter:
                 if key.wake == when:
                     await self.pump(key, now)
             wake_at = timers[0][0] if timers else math.inf
+
+    async def _enqueue(self, msg: Acquire, now: float) -> _Key | None:
+        """Queue an ask on its key (made on first use) and return the key to look at, or
+        refuse it at once when it asked not to wait out a cooldown (None: nothing queued)."""
+        key = self.keys.get(msg.key)
+        if key is None:
+            if len(self.keys) >= self.sweep_at:
+                self.sweep(now)
+            key = self.keys[msg.key] = admission.new_key(msg.key, msg.limits)
+        if msg.fail_on_cooldown and await self.cooling(key, now):
+            _refuse(msg, admission.cooling_error(key, now))
+            return None
+        key.waiters.push(msg)
+        return key
 
     async def _pump_burst(self, now: float) -> None:
         """Look once at every key the burst's messages touched, in the order they came."""

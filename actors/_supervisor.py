@@ -34,6 +34,7 @@ import attrs
 import trio
 
 from sluice._breaker import NO_TICKET, Breakers, Ticket
+from sluice._call_result import chat_result, forced_call_deltas
 from sluice._call_step import (
     LEFT,
     READY,
@@ -59,7 +60,6 @@ from sluice._call_step import (
     step,
 )
 from sluice._config import RetryConfig
-from sluice._embeddings import EmbedResult
 from sluice._errors import (
     CallError,
     CallTimeout,
@@ -95,7 +95,7 @@ from sluice._mail import (
     Submit,
     SupervisorMsg,
 )
-from sluice._messages import ChatRequest, ChatResult, Timings, Usage
+from sluice._messages import ChatResult
 from sluice._record import Record
 from sluice._reply import Reply
 from sluice._retry_budget import RetryBudget
@@ -109,6 +109,8 @@ from ._tell import put, take
 from ._token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
+    from sluice._embeddings import EmbedResult
+    from sluice._messages import ChatRequest
     from sluice._protocols.base import AttemptOutput
     from sluice._tools.preparation import Prepared
 
@@ -320,12 +322,12 @@ class _CallRun:
                             route.provider.name, route.model, True, self.attempt, call.request.tag
                         )
                     )
-                    if isinstance(result, EmbedResult):
-                        await self._emit(Embedded(call.call_id, result))
-                    else:
+                    if isinstance(result, ChatResult):
                         await self._emit(
-                            *_forced_calls(route, result), Completed(call.call_id, result)
+                            *forced_call_deltas(route, result), Completed(call.call_id, result)
                         )
+                    else:  # an embedding call's
+                        await self._emit(Embedded(call.call_id, result))
                     return
                 case MoveOn(error=error, reset=reset, failover=failover, refused=refused):
                     self.attempt += refused  # a refused attempt counts, as its error says
@@ -658,31 +660,19 @@ class _CallRun:
     ) -> ChatResult:
         """The call's result from the winning attempt and its finalized ``output``, at
         ``now``."""
-        call = self.call
         first = outcome.first_token_at
         if first is not None:
             self.backend_ttft = first - admitted_at
-        return ChatResult(
-            call_id=call.call_id,
-            provider=route.provider.name,
-            model=route.model,
-            message=output.message,
-            finish_reason=output.finish_reason,
-            raw_finish_reason=output.raw_finish_reason,
-            usage=output.usage if output.usage is not None else Usage(),
+        return chat_result(
+            self.call,
+            route,
+            outcome,
+            output,
             attempts=self.attempt,
-            timings=Timings(
-                queued=admitted_at - call.submitted_at,
-                time_to_first_token=None if first is None else first - call.submitted_at,
-                total=now - call.submitted_at,
-            ),
-            request_id=outcome.request_id or output.response_id,
             models_tried=tuple(self.models_tried),
             corrections=self.corrected,
-            stop_sequence=output.stop_sequence,
-            logprobs=output.logprobs,
-            system_fingerprint=output.system_fingerprint,
-            service_tier=output.service_tier,
+            admitted_at=admitted_at,
+            now=now,
         )
 
 
@@ -698,15 +688,3 @@ def _lead_went_out(outcome: AttemptOutcome) -> bool:
     if isinstance(outcome, AttemptSucceeded):
         return outcome.first_token_at is not None
     return isinstance(outcome, ConsumerGone) or outcome.delivered > 0
-
-
-def _forced_calls(call: Call, result: ChatResult) -> list[CallEvent]:
-    """For a tool call forced through the reply's text, the finalized calls as
-    ``ToolCallDelta`` events (the provider withheld the envelope text: see
-    :class:`~sluice._tools.streaming.ForcedReplyDeltas`), so a consumer that builds tool calls
-    from deltas sees them; nothing for every other call."""
-    if call.prepared is None or call.prepared.plan is None:
-        return []
-    from sluice._tools.streaming import whole_call_deltas  # loaded by calls with tools only
-
-    return [*whole_call_deltas(call.call_id, result.tool_calls)]

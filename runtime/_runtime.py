@@ -48,8 +48,9 @@ from ._prepare import GroupPlacement, Ready, Replay, prepare_call, prepare_for
 from ._reply import FinalReply
 from ._retry_budget import RetryBudget
 from ._routing import Routing
+from ._runtime_status import StatusMethods
 from ._services import start_services
-from ._snapshots import ProviderHealth, RuntimeStatistics, provider_health
+from ._snapshots import ProviderHealth, RuntimeStatistics
 from ._startup import Providers, ProviderWiring
 from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, outcome_of, replayed
 from .providers._registry import ResolvedProvider, resolve_provider
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     from ._cache import ResponseCache
     from ._ledger.store import LedgerStore
     from ._limits.store import QuotaStore
-    from ._observe.metrics import Metrics
     from ._observe.records import Hooks
     from ._routing import SharedMarks
     from .simulator._config import SimulatorConfig
@@ -81,15 +81,11 @@ __all__ = [
 
 _DRAIN_POLL = 0.05
 
-_SCRAPE_WAIT = 0.25
-"""Seconds a scrape waits for fresh statistics before it shows the last snapshot: the
-RateLimiter answers between admissions, and one may be waiting on a quota store that does not
-answer."""
 
-
-class Runtime(EmbedMethods):
+class Runtime(EmbedMethods, StatusMethods):
     """The handle to a running sluice: submit calls here. Created by :func:`open_runtime`.
-    Its embedding methods (``embed``, ``embed_many``) live in :mod:`sluice._embed_runs`."""
+    Its embedding methods (``embed``, ``embed_many``) live in :mod:`sluice._embed_runs`, its
+    views of the running state (statistics, health, metrics) in :mod:`sluice._runtime_status`."""
 
     def __init__(
         self,
@@ -374,49 +370,6 @@ class Runtime(EmbedMethods):
                 yield MapOutcomes(receive)
             nursery.cancel_scope.cancel(reason="the consumer of Runtime.map left")
 
-    async def statistics(self) -> RuntimeStatistics:
-        """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
-        assert self._providers is not None and self._peers is not None
-        now = trio.current_time()
-        peers = self._peers
-        return RuntimeStatistics(
-            calls_in_flight=peers.in_flight.value,
-            attempts_in_flight=self._providers.in_flight(),
-            quotas=await self._limiter.statistics(),
-            retry_budget_available=peers.budget.available(now),
-            breakers={name: b.state(now) for name, b in peers.breakers.items()},
-            groups=self._groups.routing.statistics(now, partial(self._breaker_state, now)),
-        )
-
-    def _breaker_state(self, now: float, provider: str, model: str) -> str:
-        """The breaker state of a group's deployment (a provider a reload dropped: closed)."""
-        assert self._providers is not None and self._peers is not None
-        spec = self._providers.spec(provider)
-        return "closed" if spec is None else self._peers.breaker_state(spec, model, now)
-
-    @property
-    def metrics(self) -> Metrics | None:
-        """The Prometheus metrics (``.registry``), when ``config.metrics`` enables them."""
-        return self._observer.metrics if self._observer is not None else None
-
-    async def render_metrics(self) -> bytes:
-        """The metrics in Prometheus' text format, gauges as of now (for a ``/metrics``
-        endpoint of one's own, such as a gateway's). Never waits long: when the actors do not
-        answer within :data:`_SCRAPE_WAIT` (one may be waiting on a quota store that is down),
-        the gauges are the last snapshot's, the windows' ages growing.
-
-        Raises:
-            ConfigError: metrics are not enabled (``RuntimeConfig(metrics=...)``).
-        """
-        metrics = self.metrics
-        if metrics is None:
-            raise ConfigError("metrics are off: enable them with RuntimeConfig(metrics=...)")
-        with trio.move_on_after(_SCRAPE_WAIT):
-            stats = await self._gauge_statistics()
-            if stats is not None:  # else the last gauges stand
-                metrics.gauges.update(stats)
-        return metrics.render()
-
     async def _gauge_statistics(self) -> RuntimeStatistics | None:
         """:meth:`statistics`, or None before the actors run and once they have stopped."""
         if self._peers is None or self._providers is None:
@@ -425,13 +378,6 @@ class Runtime(EmbedMethods):
             return await self.statistics()
         except (RuntimeClosed, trio.ClosedResourceError):
             return None
-
-    def hook_statistics(self) -> dict[str, int]:
-        """Hook records ``dropped`` (queue full) and hook calls ``failed`` (raised) so far."""
-        hooks = self._observer.hooks if self._observer is not None else None
-        if hooks is None:
-            return {"dropped": 0, "failed": 0}
-        return {"dropped": hooks.dropped, "failed": hooks.failed}
 
     async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (the API)
         """Stop admitting new calls and wait until every call in flight has ended.
@@ -452,16 +398,6 @@ class Runtime(EmbedMethods):
     @property
     def draining(self) -> bool:
         return self._draining
-
-    async def health(self) -> dict[str, ProviderHealth]:
-        """Per provider started so far: whether new calls can go out now, and why not."""
-        if self._providers is None or self._peers is None:
-            return {}
-        now = trio.current_time()
-        quotas = await self._limiter.statistics()
-        last = self._observer.last_errors if self._observer is not None else {}
-        names = {*self._providers.names(), *self._peers.breakers}
-        return provider_health(names, self._peers.breakers, quotas, last, now)
 
     async def reload(self, config: RuntimeConfig) -> None:
         """Take a new config without dropping a call in flight.

@@ -1,0 +1,68 @@
+"""A chat call's result, built from the attempt that won: pure, so the Supervisor only hands
+over what it counted (attempts, models tried, corrections) and the times it read."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._messages import ChatResult, Timings, Usage
+
+if TYPE_CHECKING:
+    from ._events import CallEvent
+    from ._mail import AttemptSucceeded, Call
+    from ._protocols.base import AttemptOutput
+
+__all__ = ["chat_result", "forced_call_deltas"]
+
+
+def chat_result(
+    call: Call,
+    route: Call,
+    outcome: AttemptSucceeded,
+    output: AttemptOutput,
+    *,
+    attempts: int,
+    models_tried: tuple[str, ...],
+    corrections: int,
+    admitted_at: float,
+    now: float,
+) -> ChatResult:
+    """The result of ``call`` (as first submitted) won by ``route`` (the model that answered)
+    with the finalized ``output``, ended at ``now``: the timings count from the submission,
+    the usage is never None (an empty :class:`Usage` when the provider sent none), and the
+    request id is the transport's, else the reply body's."""
+    first = outcome.first_token_at
+    return ChatResult(
+        call_id=call.call_id,
+        provider=route.provider.name,
+        model=route.model,
+        message=output.message,
+        finish_reason=output.finish_reason,
+        raw_finish_reason=output.raw_finish_reason,
+        usage=output.usage if output.usage is not None else Usage(),
+        attempts=attempts,
+        timings=Timings(
+            queued=admitted_at - call.submitted_at,
+            time_to_first_token=None if first is None else first - call.submitted_at,
+            total=now - call.submitted_at,
+        ),
+        request_id=outcome.request_id or output.response_id,
+        models_tried=models_tried,
+        corrections=corrections,
+        stop_sequence=output.stop_sequence,
+        logprobs=output.logprobs,
+        system_fingerprint=output.system_fingerprint,
+        service_tier=output.service_tier,
+    )
+
+
+def forced_call_deltas(call: Call, result: ChatResult) -> list[CallEvent]:
+    """For a tool call forced through the reply's text, the finalized calls as
+    ``ToolCallDelta`` events (the provider withheld the envelope text: see
+    :class:`~sluice._tools.streaming.ForcedReplyDeltas`), so a consumer that builds tool calls
+    from deltas sees them; nothing for every other call."""
+    if call.prepared is None or call.prepared.plan is None:
+        return []
+    from ._tools.streaming import whole_call_deltas  # loaded by calls with tools only
+
+    return [*whole_call_deltas(call.call_id, result.tool_calls)]
