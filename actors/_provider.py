@@ -76,7 +76,7 @@ from ._tell import put, take
 from ._token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from sluice._embeddings import EmbedOutput
     from sluice._mail import Call
@@ -246,7 +246,7 @@ class _Attempt:
         self.delivered = 0
         self.chunks = 0
         self.first_token_at: float | None = None
-        self.headers: dict[str, str] | None = None
+        self.headers: Mapping[str, str] | None = None
         self.output_chars = 0
         """Characters of output decoded so far (for an estimate when no usage comes)."""
         self.usage_seen: Usage | None = None

@@ -642,3 +642,41 @@ def test_repeated_short_header_values_share_one_string() -> None:
     assert first.headers["content-type"] == "text/event-stream"
     assert first.headers["content-type"] is second.headers["content-type"]
     assert (first.headers["x-request-id"], second.headers["x-request-id"]) == ("req_1", "req_2")
+
+
+def test_responses_with_the_same_header_names_share_one_name_table() -> None:
+    """The headers an open stream holds are its values alone: responses whose heads list the
+    same names in the same order share the table of names (a dict each held their own)."""
+    raw = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nx-request-id: req_%d\r\n"
+        b"set-cookie: a=%d\r\nSet-Cookie: b\r\ncontent-length: 0\r\n\r\n"
+    )
+    first, _, _ = parse([raw % (1, 1)])
+    second, _, _ = parse([raw % (2, 2)])
+    other, _, _ = parse([b"HTTP/1.1 200 OK\r\nx-request-id: req_3\r\ncontent-length: 0\r\n\r\n"])
+    assert first.headers._index is second.headers._index
+    assert first.headers._index is not other.headers._index
+    assert dict(first.headers) == {
+        "content-type": "text/event-stream",
+        "x-request-id": "req_1",
+        "set-cookie": "a=1, b",
+        "content-length": "0",
+    }
+    assert second.headers == {
+        "content-type": "text/event-stream",
+        "x-request-id": "req_2",
+        "set-cookie": "a=2, b",
+        "content-length": "0",
+    }
+    assert list(other.headers.items()) == [("x-request-id", "req_3"), ("content-length", "0")]
+    headers = first.headers
+    assert "content-type" in headers and "Content-Type" not in headers and 1 not in headers
+    assert (headers.get("retry-after"), headers.get("retry-after", "-"), len(headers)) == (
+        None,
+        "-",
+        4,
+    )
+    with pytest.raises(KeyError):
+        headers["retry-after"]
+    # A value may be a cookie or a token: the repr names the headers only.
+    assert "a=1" not in repr(headers) and "set-cookie" in repr(headers)

@@ -27,16 +27,25 @@ Guarantees, for any split of the input into pieces:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from .._content_length import BadContentLength, ContentLengthTooLong, parse_content_length
 from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
-__all__ = ["MAX_HEAD_SIZE", "ResponseHead", "ResponseParser", "encode_request_head"]
+__all__ = [
+    "MAX_HEAD_SIZE",
+    "ResponseHead",
+    "ResponseHeaders",
+    "ResponseParser",
+    "encode_request_head",
+]
+
+_T = TypeVar("_T")
 
 MAX_HEAD_SIZE = 65536
 """Default limit on the size of a response head (and of a trailer section)."""
@@ -57,6 +66,11 @@ _MAX_NAMES = 512
 _VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
+# Header layouts seen before: the names of a head in order -> where each name's value sits. A
+# server sends the same names in the same order in every response, so all its responses share
+# one layout and each holds only its values (see ResponseHeaders). Cleared when full.
+_LAYOUTS: dict[tuple[str, ...], dict[str, int]] = {}
+_MAX_LAYOUTS = 256
 
 # Parser states. Plain ints: compared on every body read.
 _HEAD = 0
@@ -88,12 +102,57 @@ _HOP_BY_HOP = frozenset(
 )
 
 
+class ResponseHeaders(Mapping[str, str]):
+    """A response's headers, read-only: lower-case names, a repeated name's values joined with
+    ``", "`` in arrival order, iterated in the order the names first came.
+
+    Every open stream holds its response's headers until it ends (the rate limiter reads them
+    then), so they are kept small: the values in a tuple, and a name-to-position table shared
+    by every response whose head has the same names in the same order, as one server's
+    responses do, where a dict per response would hold its own copy of that table.
+    """
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: dict[str, int], values: tuple[str, ...]) -> None:
+        self._index = index
+        """Name -> position in ``_values``; shared with other responses, so never changed."""
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[self._index[name]]
+
+    @overload
+    def get(self, name: str, /) -> str | None: ...
+    @overload
+    def get(self, name: str, /, default: str | _T) -> str | _T: ...
+    def get(self, name: str, /, default: object = None) -> object:
+        at = self._index.get(name)
+        return default if at is None else self._values[at]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        # Names only: a value may be a cookie or a token the server set.
+        return f"ResponseHeaders({list(self._index)!r})"
+
+
+_NO_HEADERS = ResponseHeaders({}, ())
+
+
 class ResponseHead:
     """The status and headers of a final (non-1xx) response."""
 
     __slots__ = ("headers", "http_version", "status")
 
-    def __init__(self, status: int, headers: dict[str, str], http_version: str) -> None:
+    def __init__(self, status: int, headers: ResponseHeaders, http_version: str) -> None:
         self.status = status
         """The status code."""
         self.headers = headers
@@ -301,31 +360,31 @@ class ResponseParser:
         ):
             raise RemoteProtocolError("malformed status line")
         status = int(code)
-        headers: dict[str, str] = {}
-        name = ""
+        index: dict[str, int] = {}
+        texts: list[str] = []
+        at = -1  # the position of the previous header's value
         names = _NAMES
         values = _VALUES
         for raw in lines[1:]:
             key, colon, value = raw.partition(b":")
             if not colon:
-                if raw[:1] in (b" ", b"\t") and name:
+                if raw[:1] in (b" ", b"\t") and at >= 0:
                     # obs-fold: a continuation of the previous header (RFC 9112 §5.2).
                     more = raw.strip(b" \t").decode("latin-1")
-                    headers[name] = f"{headers[name]} {more}".strip()
+                    texts[at] = f"{texts[at]} {more}".strip()
                     continue
                 raise RemoteProtocolError("malformed header line")
             lower = names.get(key)
             if lower is None:
-                if raw[:1] in (b" ", b"\t") and name:
+                if raw[:1] in (b" ", b"\t") and at >= 0:
                     more = raw.strip(b" \t").decode("latin-1")
-                    headers[name] = f"{headers[name]} {more}".strip()
+                    texts[at] = f"{texts[at]} {more}".strip()
                     continue
                 if not key or key.translate(None, _TCHAR):
                     raise RemoteProtocolError("malformed header line")
                 lower = key.lower().decode("ascii")
                 if len(names) < _MAX_NAMES:
                     names[key] = lower
-            name = lower
             text = values.get(value)
             if text is None:
                 text = value.strip(b" \t").decode("latin-1")
@@ -333,16 +392,22 @@ class ResponseParser:
                     if len(values) >= _MAX_VALUES:
                         values.clear()
                     values[value] = text
-            old = headers.get(name)
-            headers[name] = text if old is None else f"{old}, {text}"
+            seen = index.get(lower)
+            if seen is None:
+                at = index[lower] = len(texts)
+                texts.append(text)
+            else:
+                at = seen
+                texts[at] = f"{texts[at]}, {text}"
         if status < 200:
             if status == 101:
                 raise RemoteProtocolError("unexpected 101 Switching Protocols")
             return None  # interim response: the final one follows
+        headers = _headers(index, texts)
         self._frame(status, headers, version == b"1.1")
         return ResponseHead(status, headers, version.decode("ascii"))
 
-    def _frame(self, status: int, headers: dict[str, str], http11: bool) -> None:
+    def _frame(self, status: int, headers: ResponseHeaders, http11: bool) -> None:
         """Choose the body framing (RFC 9112 §6.3) and whether the connection can be reused."""
         connection = headers.get("connection")
         keep_alive = http11 and (
@@ -537,6 +602,19 @@ class ResponseParser:
             raise ResponseTooLarge(
                 f"the trailer section is larger than the {self._max_head} bytes limit"
             )
+
+
+def _headers(index: dict[str, int], texts: list[str]) -> ResponseHeaders:
+    """The headers of one response, on the shared layout of their names when there is one."""
+    if not texts:
+        return _NO_HEADERS
+    names = tuple(index)
+    layout = _LAYOUTS.get(names)
+    if layout is None:
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[names] = layout = index
+    return ResponseHeaders(layout, tuple(texts))
 
 
 def _chunk_size(line: bytes) -> int:
