@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, assert_never
 
 import attrs
@@ -184,46 +183,44 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     the answer is :class:`~sluice._mail.AttemptLost` with what it had delivered, and the
     Supervisor resubmits the attempt; a reply channel closed unanswered means the same.
     """
+    # One coroutine from here to the reply's reads (no helper awaited in between, no context
+    # manager object): every open stream holds each frame of its attempt while it waits.
     state = ctx.state
     state.in_flight += 1
     try:
-        with msg.reply_to:
-            await _answer(ctx, msg)
+        attempt = _Attempt(ctx, msg)
+        outcome: AttemptOutcome | None = None
+        observer = ctx.observer
+        watch = observer.attempt_started(msg) if observer is not None else None
+        usage = None
+        try:
+            outcome = await attempt.run()
+        finally:
+            await ctx.limiter.settle(attempt.settlement(outcome))
+            usage = attempt.usage(outcome)
+            if usage is not None:
+                await ctx.ledger.record(usage)
+            if observer is not None and not isinstance(outcome, AttemptFailed):
+                observer.attempt_ended(
+                    watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+                )
+            if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
+                _reply(msg, AttemptLost(attempt.delivered))
+        if isinstance(outcome, AttemptFailed):
+            call = msg.call
+            # The boundary where server text enters sluice's errors: no key passes it.
+            error = redact_error(outcome.error, state.secrets).in_context(
+                call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
+            )
+            outcome = AttemptFailed(error, outcome.delivered)
+            if observer is not None:  # told the redacted error: it goes to logs and hooks
+                observer.attempt_ended(
+                    watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+                )
+        _reply(msg, outcome)
     finally:
+        msg.reply_to.close()
         state.in_flight -= 1
-
-
-async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
-    attempt = _Attempt(ctx, msg)
-    outcome: AttemptOutcome | None = None
-    observer = ctx.observer
-    watch = observer.attempt_started(msg) if observer is not None else None
-    usage = None
-    try:
-        outcome = await attempt.run()
-    finally:
-        await ctx.limiter.settle(attempt.settlement(outcome))
-        usage = attempt.usage(outcome)
-        if usage is not None:
-            await ctx.ledger.record(usage)
-        if observer is not None and not isinstance(outcome, AttemptFailed):
-            observer.attempt_ended(
-                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
-            )
-        if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
-            _reply(msg, AttemptLost(attempt.delivered))
-    if isinstance(outcome, AttemptFailed):
-        call = msg.call
-        # The boundary where server text enters sluice's errors: no key passes it.
-        error = redact_error(outcome.error, ctx.state.secrets).in_context(
-            call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
-        )
-        outcome = AttemptFailed(error, outcome.delivered)
-        if observer is not None:  # told the redacted error: it goes to logs and hooks
-            observer.attempt_ended(
-                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
-            )
-    _reply(msg, outcome)
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
@@ -239,12 +236,29 @@ def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
 class _Attempt:
     """The state of one attempt while it runs: what was delivered, whether the slot is free."""
 
+    __slots__ = (
+        "arguments",
+        "call",
+        "ctx",
+        "delivered",
+        "first_deadline",
+        "first_floor",
+        "first_token_at",
+        "headers",
+        "hedge_at",
+        "idle",
+        "idle_floor",
+        "msg",
+        "output_chars",
+        "scope",
+        "usage_seen",
+    )
+
     def __init__(self, ctx: ProviderContext, msg: StartAttempt) -> None:
         self.ctx = ctx
         self.msg = msg
         self.call = msg.call
         self.delivered = 0
-        self.chunks = 0
         self.first_token_at: float | None = None
         self.headers: Mapping[str, str] | None = None
         self.output_chars = 0
@@ -360,10 +374,23 @@ class _Attempt:
         scope.deadline = min(self.first_deadline, self.hedge_at)
         with scope:
             try:
-                with _map_transport_errors(self):
-                    return await self._exchange()
+                # The exchange itself is written out here rather than awaited from a method
+                # of its own: a frame less that every open stream holds while it waits.
+                response = await self._send()
+                self.headers = response.headers
+                try:
+                    if response.status >= 400:
+                        return await self._error_reply(response)
+                    output = await self._read_reply(response)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await response.aclose()
+                request_id = self.headers.get("x-request-id") or self.headers.get("request-id")
+                return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
             except CallError as exc:
                 return AttemptFailed(exc, self.delivered)
+            except TransportError as exc:
+                return AttemptFailed(_call_error(self, exc), self.delivered)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return ConsumerGone()
         if call.abandoned:
@@ -409,42 +436,35 @@ class _Attempt:
             timeout_kind="idle",
         )
 
-    async def _exchange(self) -> AttemptOutcome:
-        call = self.call
-        response = await self._send()
-        self.headers = headers = response.headers
-        try:
-            request_id = headers.get("x-request-id") or headers.get("request-id")
-            if response.status >= 400:
-                return await self._error_reply(response)
-            # Read the reply as it came, whatever was asked: a server may answer a streamed
-            # request with one JSON completion (decoded whole: one request, one generation
-            # billed), or a base URL may point at a web site (a terminal error).
-            content_type = headers.get("content-type")
-            form = reply_form(content_type)
-            if form is None:
-                form = STREAM if call.request.stream else None
-            if form is not STREAM and self.hedge_at < math.inf:
-                # A whole reply has begun: its body may take the whole generation to come.
-                self.hedge_at = math.inf
-                self.scope.deadline = self.first_deadline
-            output: AttemptOutput | EmbedOutput
-            if form is STREAM:
-                output = await self._read_stream(response)
-            elif form is FOREIGN:
-                snippet = await _read_all(response, _SNIPPET_BODY)
-                raise foreign_reply(
-                    response.status,
-                    content_type or "",
-                    snippet[:_SNIPPET_BODY],
-                    headers.get("location"),
-                )
-            else:
-                output = await self._read_body(response)
-        finally:
-            with trio.CancelScope(shield=True):
-                await response.aclose()
-        return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
+    async def _read_reply(self, response: HotResponse) -> AttemptOutput | EmbedOutput:
+        """Read the reply whose head has come, as it came, whatever was asked: a server may
+        answer a streamed request with one JSON completion (decoded whole: one request, one
+        generation billed), or a base URL may point at a web site (a terminal error).
+
+        Raises:
+            CallError: the reply is a web page or other foreign body (terminal), too large,
+                or not what the protocol sends.
+        """
+        headers = response.headers
+        content_type = headers.get("content-type")
+        form = reply_form(content_type)
+        if form is None:
+            form = STREAM if self.call.request.stream else None
+        if form is not STREAM and self.hedge_at < math.inf:
+            # A whole reply has begun: its body may take the whole generation to come.
+            self.hedge_at = math.inf
+            self.scope.deadline = self.first_deadline
+        if form is STREAM:
+            return await self._read_stream(response)
+        if form is FOREIGN:
+            snippet = await _read_all(response, _SNIPPET_BODY)
+            raise foreign_reply(
+                response.status,
+                content_type or "",
+                snippet[:_SNIPPET_BODY],
+                headers.get("location"),
+            )
+        return await self._read_body(response)
 
     async def _send(self) -> HotResponse:
         """Build the attempt's request and send it; the response once its head arrived.
@@ -523,9 +543,8 @@ class _Attempt:
         idle = self.idle
         scope = self.scope
         total = call.deadline
-        read = response.read_some
         left = limits.max_stream_bytes
-        while data := await read():
+        while data := await response.read_some():
             left -= len(data)
             if left < 0:
                 raise too_large("the streamed reply", limits.max_stream_bytes, "max_stream_bytes")
@@ -664,32 +683,33 @@ def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEv
         yield UsageReported(call_id, output.usage)
 
 
-@contextmanager
-def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
-    """Turn the transport's exceptions into our error tree: the one place where that happens.
+def _call_error(attempt: _Attempt, exc: TransportError) -> CallError:
+    """The error in our tree for a transport's exception: the one place where that happens.
 
     Timeouts are retried (:class:`CallTimeout`); a reply that broke a size limit is a terminal
     :class:`ProtocolError`; other malformed HTTP and broken connections are retried as
     :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
-    proxy or network fault can cause them once.
+    proxy or network fault can cause them once. The transport's exception is its cause.
     """
-    try:
-        yield
-    except ConnectTimeout as exc:
-        raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
-    except ResponseTimeout as exc:
-        raise CallTimeout(str(exc), timeout_kind="first_token") from exc
-    except ResponseTooLarge as exc:
+    error: CallError
+    if isinstance(exc, ConnectTimeout):
+        error = CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect")
+    elif isinstance(exc, ResponseTimeout):
+        error = CallTimeout(str(exc), timeout_kind="first_token")
+    elif isinstance(exc, ResponseTooLarge):
         # Terminal: a server that sends an absurd size does so again (see decode_shared).
-        raise ProtocolError(f"the reply broke a size limit: {exc}", should_retry=False) from exc
-    except ProxyError as exc:
-        raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
-    except ConnectError as exc:
-        raise ConnectionFailed(f"could not connect: {exc}") from exc
-    except TransportError as exc:
+        error = ProtocolError(f"the reply broke a size limit: {exc}", should_retry=False)
+    elif isinstance(exc, ProxyError):
+        error = ConnectionFailed(f"the proxy failed: {exc}", should_retry=False)
+    elif isinstance(exc, ConnectError):
+        error = ConnectionFailed(f"could not connect: {exc}")
+    else:
         detail = str(exc) or type(exc).__name__
         if attempt.headers is not None:  # the reply had begun
-            raise StreamBroken(
+            error = StreamBroken(
                 f"the connection broke mid-stream: {detail}", events_delivered=attempt.delivered
-            ) from exc
-        raise ConnectionFailed(f"the connection broke before a reply: {detail}") from exc
+            )
+        else:
+            error = ConnectionFailed(f"the connection broke before a reply: {detail}")
+    error.__cause__ = exc
+    return error
