@@ -381,7 +381,10 @@ class _Attempt:
                 try:
                     if response.status >= 400:
                         return await self._error_reply(response)
-                    output = await self._read_reply(response)
+                    if self._streams(response):
+                        output = await self._read_stream(response)
+                    else:
+                        output = await self._read_whole(response)
                 finally:
                     with trio.CancelScope(shield=True):
                         await response.aclose()
@@ -436,33 +439,37 @@ class _Attempt:
             timeout_kind="idle",
         )
 
-    async def _read_reply(self, response: HotResponse) -> AttemptOutput | EmbedOutput:
-        """Read the reply whose head has come, as it came, whatever was asked: a server may
-        answer a streamed request with one JSON completion (decoded whole: one request, one
-        generation billed), or a base URL may point at a web site (a terminal error).
-
-        Raises:
-            CallError: the reply is a web page or other foreign body (terminal), too large,
-                or not what the protocol sends.
-        """
-        headers = response.headers
-        content_type = headers.get("content-type")
-        form = reply_form(content_type)
+    def _streams(self, response: HotResponse) -> bool:
+        """Whether the reply is a stream. It is read as it came, whatever was asked: a server
+        may answer a streamed request with one JSON completion, and a base URL may point at
+        a web site (:meth:`_read_whole` reads both)."""
+        form = reply_form(response.headers.get("content-type"))
         if form is None:
             form = STREAM if self.call.request.stream else None
-        if form is not STREAM and self.hedge_at < math.inf:
+        if form is STREAM:
+            return True
+        if self.hedge_at < math.inf:
             # A whole reply has begun: its body may take the whole generation to come.
             self.hedge_at = math.inf
             self.scope.deadline = self.first_deadline
-        if form is STREAM:
-            return await self._read_stream(response)
-        if form is FOREIGN:
+        return False
+
+    async def _read_whole(self, response: HotResponse) -> AttemptOutput | EmbedOutput:
+        """A reply that came whole: one JSON completion (decoded whole: one request, one
+        generation billed), or a foreign body such as a web page (a terminal error).
+
+        Raises:
+            CallError: the reply is a web page or other foreign body, too large, or not what
+                the protocol sends.
+        """
+        content_type = response.headers.get("content-type")
+        if reply_form(content_type) is FOREIGN:
             snippet = await _read_all(response, _SNIPPET_BODY)
             raise foreign_reply(
                 response.status,
                 content_type or "",
                 snippet[:_SNIPPET_BODY],
-                headers.get("location"),
+                response.headers.get("location"),
             )
         return await self._read_body(response)
 
