@@ -381,6 +381,7 @@ class _Attempt:
                 try:
                     if response.status >= 400:
                         return await self._error_reply(response)
+                    output: AttemptOutput | EmbedOutput
                     if self._streams(response):
                         output = await self._read_stream(response)
                     else:

@@ -249,6 +249,7 @@ class FastResponse:
                     return data
                 # conn.receive() written out for a plain socket: one coroutine frame less
                 # per open stream while it waits, and per read.
+                chunk: bytes | bytearray | None
                 if fd < 0:
                     chunk = await conn.stream.receive_some(size)
                 else:
