@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, assert_never
 
 import attrs
@@ -25,7 +24,6 @@ from sluice._errors import (
     BadRequest,
     CallError,
     CallTimeout,
-    ConnectionFailed,
     Overloaded,
     ProtocolError,
     RateLimited,
@@ -39,7 +37,6 @@ from sluice._events import (
     TextDelta,
     ToolCallDelta,
     UsageReported,
-    signature_events,
 )
 from sluice._mail import (
     AttemptFailed,
@@ -61,20 +58,16 @@ from sluice._redact import redact_error, secrets_of, with_headers
 from sluice.providers._registry import ResolvedProvider
 from sluice.transport._base import HotTransport
 from sluice.transport._errors import (
-    ConnectError,
-    ConnectTimeout,
-    ProxyError,
-    ResponseTimeout,
-    ResponseTooLarge,
     TransportError,
 )
 
+from ._attempt_parts import call_error, events_from_output, read_all, read_into
 from ._rate_limiter import RateLimiterHandle
 from ._tell import put, take
 from ._token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
     from sluice._mail import Call
@@ -182,48 +175,46 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     the answer is :class:`~sluice._mail.AttemptLost` with what it had delivered, and the
     Supervisor resubmits the attempt; a reply channel closed unanswered means the same.
     """
+    # One coroutine from here to the reply's reads (no helper awaited in between, no context
+    # manager object): every open stream holds each frame of its attempt while it waits.
     state = ctx.state
     state.in_flight += 1
     try:
-        with msg.reply_to:
-            await _answer(ctx, msg)
+        attempt = _Attempt(ctx, msg)
+        outcome: AttemptOutcome | None = None
+        observer = ctx.observer
+        watch = observer.attempt_started(msg) if observer is not None else None
+        usage = None
+        try:
+            outcome = await attempt.run()
+        finally:
+            await ctx.limiter.settle(attempt.settlement(outcome))
+            usage = attempt.usage(outcome)
+            if usage is not None:
+                await ctx.ledger.record(usage)
+            if observer is not None and not isinstance(outcome, AttemptFailed):
+                observer.attempt_ended(
+                    watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+                )
+            if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
+                _reply(msg, AttemptLost(attempt.delivered))
+        if isinstance(outcome, AttemptFailed):
+            call = msg.call
+            # The boundary where server text enters sluice's errors: no key passes it, nor a
+            # secret the call sent in its own headers (looked for only off the success path).
+            own = call.embed.extra_headers if call.embed is not None else call.request.extra_headers
+            error = redact_error(outcome.error, with_headers(state.secrets, own)).in_context(
+                call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
+            )
+            outcome = AttemptFailed(error, outcome.delivered)
+            if observer is not None:  # told the redacted error: it goes to logs and hooks
+                observer.attempt_ended(
+                    watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
+                )
+        _reply(msg, outcome)
     finally:
+        msg.reply_to.close()
         state.in_flight -= 1
-
-
-async def _answer(ctx: ProviderContext, msg: StartAttempt) -> None:
-    attempt = _Attempt(ctx, msg)
-    outcome: AttemptOutcome | None = None
-    observer = ctx.observer
-    watch = observer.attempt_started(msg) if observer is not None else None
-    usage = None
-    try:
-        outcome = await attempt.run()
-    finally:
-        await ctx.limiter.settle(attempt.settlement(outcome))
-        usage = attempt.usage(outcome)
-        if usage is not None:
-            await ctx.ledger.record(usage)
-        if observer is not None and not isinstance(outcome, AttemptFailed):
-            observer.attempt_ended(
-                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
-            )
-        if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
-            _reply(msg, AttemptLost(attempt.delivered))
-    if isinstance(outcome, AttemptFailed):
-        call = msg.call
-        # The boundary where server text enters sluice's errors: no key passes it, nor a
-        # secret the call sent in its own headers (looked for here only, off the success path).
-        own = call.embed.extra_headers if call.embed is not None else call.request.extra_headers
-        error = redact_error(outcome.error, with_headers(ctx.state.secrets, own)).in_context(
-            call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
-        )
-        outcome = AttemptFailed(error, outcome.delivered)
-        if observer is not None:  # told the redacted error: it goes to logs and hooks
-            observer.attempt_ended(
-                watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
-            )
-    _reply(msg, outcome)
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
@@ -239,14 +230,31 @@ def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
 class _Attempt:
     """The state of one attempt while it runs: what was delivered, whether the slot is free."""
 
+    __slots__ = (
+        "arguments",
+        "call",
+        "ctx",
+        "delivered",
+        "first_deadline",
+        "first_floor",
+        "first_token_at",
+        "headers",
+        "hedge_at",
+        "idle",
+        "idle_floor",
+        "msg",
+        "output_chars",
+        "scope",
+        "usage_seen",
+    )
+
     def __init__(self, ctx: ProviderContext, msg: StartAttempt) -> None:
         self.ctx = ctx
         self.msg = msg
         self.call = msg.call
         self.delivered = 0
-        self.chunks = 0
         self.first_token_at: float | None = None
-        self.headers: dict[str, str] | None = None
+        self.headers: Mapping[str, str] | None = None
         self.output_chars = 0
         """Characters of output decoded so far (for an estimate when no usage comes)."""
         self.usage_seen: Usage | None = None
@@ -360,10 +368,30 @@ class _Attempt:
         scope.deadline = min(self.first_deadline, self.hedge_at)
         with scope:
             try:
-                with _map_transport_errors(self):
-                    return await self._exchange()
+                # The exchange itself is written out here rather than awaited from a method
+                # of its own: a frame less that every open stream holds while it waits.
+                response = await self._send()
+                self.headers = response.headers
+                try:
+                    if response.status >= 400:
+                        return await self._error_reply(response)
+                    output: AttemptOutput | EmbedOutput
+                    if self._streams(response):
+                        output = await self._read_stream(response)
+                    else:
+                        output = await self._read_whole(response)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await response.aclose()
+                request_id = self.headers.get("x-request-id") or self.headers.get("request-id")
+                return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
             except CallError as exc:
                 return AttemptFailed(exc, self.delivered)
+            except TransportError as exc:
+                return AttemptFailed(
+                    call_error(exc, begun=self.headers is not None, delivered=self.delivered),
+                    self.delivered,
+                )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return ConsumerGone()
         if call.abandoned:
@@ -409,42 +437,39 @@ class _Attempt:
             timeout_kind="idle",
         )
 
-    async def _exchange(self) -> AttemptOutcome:
-        call = self.call
-        response = await self._send()
-        self.headers = headers = response.headers
-        try:
-            request_id = headers.get("x-request-id") or headers.get("request-id")
-            if response.status >= 400:
-                return await self._error_reply(response)
-            # Read the reply as it came, whatever was asked: a server may answer a streamed
-            # request with one JSON completion (decoded whole: one request, one generation
-            # billed), or a base URL may point at a web site (a terminal error).
-            content_type = headers.get("content-type")
-            form = reply_form(content_type)
-            if form is None:
-                form = STREAM if call.request.stream else None
-            if form is not STREAM and self.hedge_at < math.inf:
-                # A whole reply has begun: its body may take the whole generation to come.
-                self.hedge_at = math.inf
-                self.scope.deadline = self.first_deadline
-            output: AttemptOutput | EmbedOutput
-            if form is STREAM:
-                output = await self._read_stream(response)
-            elif form is FOREIGN:
-                snippet = await _read_all(response, _SNIPPET_BODY)
-                raise foreign_reply(
-                    response.status,
-                    content_type or "",
-                    snippet[:_SNIPPET_BODY],
-                    headers.get("location"),
-                )
-            else:
-                output = await self._read_body(response)
-        finally:
-            with trio.CancelScope(shield=True):
-                await response.aclose()
-        return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
+    def _streams(self, response: HotResponse) -> bool:
+        """Whether the reply is a stream. It is read as it came, whatever was asked: a server
+        may answer a streamed request with one JSON completion, and a base URL may point at
+        a web site (:meth:`_read_whole` reads both)."""
+        form = reply_form(response.headers.get("content-type"))
+        if form is None:
+            form = STREAM if self.call.request.stream else None
+        if form is STREAM:
+            return True
+        if self.hedge_at < math.inf:
+            # A whole reply has begun: its body may take the whole generation to come.
+            self.hedge_at = math.inf
+            self.scope.deadline = self.first_deadline
+        return False
+
+    async def _read_whole(self, response: HotResponse) -> AttemptOutput | EmbedOutput:
+        """A reply that came whole: one JSON completion (decoded whole: one request, one
+        generation billed), or a foreign body such as a web page (a terminal error).
+
+        Raises:
+            CallError: the reply is a web page or other foreign body, too large, or not what
+                the protocol sends.
+        """
+        content_type = response.headers.get("content-type")
+        if reply_form(content_type) is FOREIGN:
+            snippet = await read_all(response, _SNIPPET_BODY)
+            raise foreign_reply(
+                response.status,
+                content_type or "",
+                snippet[:_SNIPPET_BODY],
+                response.headers.get("location"),
+            )
+        return await self._read_body(response)
 
     async def _send(self) -> HotResponse:
         """Build the attempt's request and send it; the response once its head arrived.
@@ -495,7 +520,7 @@ class _Attempt:
         # error into a timeout (no cooldown, a breaker failure). What arrived is decoded.
         pieces: list[bytes] = []
         with trio.move_on_after(ERROR_BODY_WAIT, shield=True):
-            await _read_into(pieces, response, _MAX_ERROR_BODY)
+            await read_into(pieces, response, _MAX_ERROR_BODY)
         body = b"".join(pieces)
         headers = self.headers or {}
         error = self.ctx.codec.decode_error(
@@ -526,9 +551,8 @@ class _Attempt:
         idle = self.idle
         scope = self.scope
         total = call.deadline
-        read = response.read_some
         left = limits.max_stream_bytes
-        while data := await read():
+        while data := await response.read_some():
             left -= len(data)
             if left < 0:
                 raise too_large("the streamed reply", limits.max_stream_bytes, "max_stream_bytes")
@@ -614,7 +638,7 @@ class _Attempt:
             output = codec.decode_body(body)
         except ProtocolError as exc:
             output = self._decode_as_stream(body, exc)
-        deltas = list(_events_from_output(self.call.call_id, output))
+        deltas = list(events_from_output(self.call.call_id, output))
         self._tally(deltas)
         if self.arguments is not None:
             deltas = self.arguments.annotate(deltas)
@@ -635,66 +659,3 @@ def _argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
     from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas  # calls with tools
 
     return ArgumentStreams() if call.prepared.plan is None else ForcedReplyDeltas()
-
-
-async def _read_all(response: HotResponse, limit: int | None) -> bytes:
-    """The whole body, or its first ``limit`` bytes (then the rest is left unread)."""
-    pieces: list[bytes] = []
-    await _read_into(pieces, response, limit)
-    return b"".join(pieces)
-
-
-async def _read_into(pieces: list[bytes], response: HotResponse, limit: int | None) -> None:
-    """Append the body's pieces to ``pieces`` as they come, up to just past ``limit`` bytes;
-    if cancelled, ``pieces`` holds what arrived."""
-    size = 0
-    while piece := await response.read_some():
-        pieces.append(piece)
-        size += len(piece)
-        if limit is not None and size > limit:
-            break
-
-
-def _events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:
-    """The deltas a streamed reply would have carried, for a reply that came whole."""
-    message = output.message
-    if message.reasoning:
-        yield ReasoningDelta(call_id, message.reasoning)
-    yield from signature_events(call_id, message)
-    if message.text:
-        yield TextDelta(call_id, message.text)
-    for index, tool_call in enumerate(message.tool_calls):
-        yield ToolCallDelta(call_id, index, tool_call.id, tool_call.name, tool_call.arguments)
-    if output.usage is not None:
-        yield UsageReported(call_id, output.usage)
-
-
-@contextmanager
-def _map_transport_errors(attempt: _Attempt) -> Iterator[None]:
-    """Turn the transport's exceptions into our error tree: the one place where that happens.
-
-    Timeouts are retried (:class:`CallTimeout`); a reply that broke a size limit is a terminal
-    :class:`ProtocolError`; other malformed HTTP and broken connections are retried as
-    :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
-    proxy or network fault can cause them once.
-    """
-    try:
-        yield
-    except ConnectTimeout as exc:
-        raise CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect") from exc
-    except ResponseTimeout as exc:
-        raise CallTimeout(str(exc), timeout_kind="first_token") from exc
-    except ResponseTooLarge as exc:
-        # Terminal: a server that sends an absurd size does so again (see decode_shared).
-        raise ProtocolError(f"the reply broke a size limit: {exc}", should_retry=False) from exc
-    except ProxyError as exc:
-        raise ConnectionFailed(f"the proxy failed: {exc}", should_retry=False) from exc
-    except ConnectError as exc:
-        raise ConnectionFailed(f"could not connect: {exc}") from exc
-    except TransportError as exc:
-        detail = str(exc) or type(exc).__name__
-        if attempt.headers is not None:  # the reply had begun
-            raise StreamBroken(
-                f"the connection broke mid-stream: {detail}", events_delivered=attempt.delivered
-            ) from exc
-        raise ConnectionFailed(f"the connection broke before a reply: {detail}") from exc

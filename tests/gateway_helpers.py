@@ -76,7 +76,7 @@ class Harness:
                 chunks.append(piece)
         finally:
             await response.aclose()
-        return response.status, response.headers, b"".join(chunks)
+        return response.status, dict(response.headers), b"".join(chunks)
 
 
 @contextlib.asynccontextmanager

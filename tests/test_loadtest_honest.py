@@ -80,6 +80,7 @@ def test_the_error_rate_allowed_is_a_flag(tmp_path, capsys):
     with sim_process("--fault-script", str(script(tmp_path, ["500", "ok", "ok", "ok"]))) as url:
         base = ["--base-url", url, "--api-key", "sk-test", "--concurrency", "1"]
         base += ["--requests", "4", "--output-tokens", "2", "--warmup", "0", "--out", str(out)]
+        base += ["--max-lag", "2s"]  # about the error rate: a busy machine's lag is not
         assert loadtest(*base, "--max-error-rate", "0.25") == 0
     document = orjson.loads(out.read_bytes())
     assert document["valid"] is True and document["aggregates"]["requests"]["failed"] == 1

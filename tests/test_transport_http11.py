@@ -201,7 +201,8 @@ def test_host_header_omits_default_ports_and_brackets_ipv6() -> None:
 
 def test_content_length_body_and_reuse() -> None:
     head, body, parser = parse([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello"])
-    assert (head.status, head.headers, body) == (200, {"content-length": "5", "x-a": "1"}, b"hello")
+    assert (head.status, body) == (200, b"hello")
+    assert head.headers == {"content-length": "5", "x-a": "1"}
     assert head.http_version == "1.1"
     assert parser.done and parser.reusable
 
@@ -313,7 +314,7 @@ def test_headers_lower_cased_repeats_joined_and_folded_lines_unfolded() -> None:
 
 def test_bare_lf_line_endings_in_the_head_are_tolerated() -> None:
     head, body, _ = parse([b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok"])
-    assert (head.status, head.headers, body) == (200, {"content-length": "2"}, b"ok")
+    assert (head.status, dict(head.headers), body) == (200, {"content-length": "2"}, b"ok")
 
 
 def test_gzip_body_is_decoded_incrementally() -> None:
@@ -506,7 +507,7 @@ def test_any_split_of_a_valid_response_parses_the_same(
 ) -> None:
     raw, method, status, headers, body, reusable = case
     head, got, parser = parse(split_at(raw, cuts), method)
-    assert (head.status, head.headers, got) == (status, headers, body)
+    assert (head.status, dict(head.headers), got) == (status, headers, body)
     assert parser.done
     assert parser.reusable == reusable
 
@@ -642,3 +643,41 @@ def test_repeated_short_header_values_share_one_string() -> None:
     assert first.headers["content-type"] == "text/event-stream"
     assert first.headers["content-type"] is second.headers["content-type"]
     assert (first.headers["x-request-id"], second.headers["x-request-id"]) == ("req_1", "req_2")
+
+
+def test_responses_with_the_same_header_names_share_one_name_table() -> None:
+    """The headers an open stream holds are its values alone: responses whose heads list the
+    same names in the same order share the table of names (a dict each held their own)."""
+    raw = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nx-request-id: req_%d\r\n"
+        b"set-cookie: a=%d\r\nSet-Cookie: b\r\ncontent-length: 0\r\n\r\n"
+    )
+    first, _, _ = parse([raw % (1, 1)])
+    second, _, _ = parse([raw % (2, 2)])
+    other, _, _ = parse([b"HTTP/1.1 200 OK\r\nx-request-id: req_3\r\ncontent-length: 0\r\n\r\n"])
+    assert first.headers._index is second.headers._index
+    assert first.headers._index is not other.headers._index
+    assert dict(first.headers) == {
+        "content-type": "text/event-stream",
+        "x-request-id": "req_1",
+        "set-cookie": "a=1, b",
+        "content-length": "0",
+    }
+    assert second.headers == {
+        "content-type": "text/event-stream",
+        "x-request-id": "req_2",
+        "set-cookie": "a=2, b",
+        "content-length": "0",
+    }
+    assert list(other.headers.items()) == [("x-request-id", "req_3"), ("content-length", "0")]
+    headers = first.headers
+    assert "content-type" in headers and "Content-Type" not in headers
+    assert (headers.get("retry-after"), headers.get("retry-after", "-"), len(headers)) == (
+        None,
+        "-",
+        4,
+    )
+    with pytest.raises(KeyError):
+        headers["retry-after"]
+    # A value may be a cookie or a token: the repr names the headers only.
+    assert "a=1" not in repr(headers) and "set-cookie" in repr(headers)

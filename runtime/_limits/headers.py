@@ -142,15 +142,34 @@ def _int(text: str | None) -> int | None:
     return value if value >= 0 else None
 
 
-_OPENAI: tuple[tuple[str, Dimension], ...] = (
-    ("requests", "requests"),
-    ("tokens", "total_tokens"),
+def _header_names(
+    form: str, dimensions: tuple[tuple[str, Dimension], ...]
+) -> tuple[tuple[str, str, str, Dimension], ...]:
+    """Per dimension, the names of its limit, remaining and reset headers (``form`` takes the
+    dimension's name, then ``limit``, ``remaining`` or ``reset``): spelled out once, as every
+    reply's headers are read for them."""
+    return tuple(
+        (
+            form.format(name, "limit"),
+            form.format(name, "remaining"),
+            form.format(name, "reset"),
+            dimension,
+        )
+        for name, dimension in dimensions
+    )
+
+
+_OPENAI = _header_names(
+    "x-ratelimit-{1}-{0}", (("requests", "requests"), ("tokens", "total_tokens"))
 )
-_ANTHROPIC: tuple[tuple[str, Dimension], ...] = (
-    ("requests", "requests"),
-    ("tokens", "total_tokens"),
-    ("input-tokens", "input_tokens"),
-    ("output-tokens", "output_tokens"),
+_ANTHROPIC = _header_names(
+    "anthropic-ratelimit-{0}-{1}",
+    (
+        ("requests", "requests"),
+        ("tokens", "total_tokens"),
+        ("input-tokens", "input_tokens"),
+        ("output-tokens", "output_tokens"),
+    ),
 )
 
 
@@ -160,18 +179,18 @@ def learned_limits(headers: Mapping[str, str], wall_now: float) -> list[Learned]
     ``wall_now`` (seconds since the epoch) measures an RFC 3339 reset only when the reply has
     no ``Date`` (see :func:`wait_until`)."""
     found: list[Learned] = []
-    for name, dimension in _OPENAI:
-        limit = _int(headers.get(f"x-ratelimit-limit-{name}"))
-        remaining = _int(headers.get(f"x-ratelimit-remaining-{name}"))
-        reset = parse_duration(headers.get(f"x-ratelimit-reset-{name}"))
+    get = headers.get
+    for limit_name, remaining_name, reset_name, dimension in _OPENAI:
+        limit = _int(get(limit_name))
+        remaining = _int(get(remaining_name))
+        reset = parse_duration(get(reset_name))
         if limit is None and remaining is None and reset is None:
             continue
         found.append(Learned(dimension, limit, remaining, reset))
-    for name, dimension in _ANTHROPIC:
-        prefix = f"anthropic-ratelimit-{name}"
-        limit = _int(headers.get(f"{prefix}-limit"))
-        remaining = _int(headers.get(f"{prefix}-remaining"))
-        reset = _rfc3339_wait(headers.get(f"{prefix}-reset"), headers, wall_now)
+    for limit_name, remaining_name, reset_name, dimension in _ANTHROPIC:
+        limit = _int(get(limit_name))
+        remaining = _int(get(remaining_name))
+        reset = _rfc3339_wait(get(reset_name), headers, wall_now)
         if limit is None and remaining is None and reset is None:
             continue
         found.append(Learned(dimension, limit, remaining, reset))

@@ -23,6 +23,7 @@ Only the choice with index 0 is read. Payloads that break the protocol raise
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import orjson
@@ -212,7 +213,8 @@ class OpenAIStreamDecoder:
         self._chunks = 0
         self._done = False
         self._text: list[str] = []
-        self._reasoning: list[str] = []
+        self._reasoning: list[str] | None = None
+        """Made at the first piece of reasoning: most replies have none."""
         self._calls: dict[int, _ToolCallState] = {}
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
@@ -264,7 +266,7 @@ class OpenAIStreamDecoder:
             )
         calls = _tool_calls(self._calls)
         return AttemptOutput(
-            message=_message("".join(self._reasoning), "".join(self._text), calls),
+            message=_message("".join(self._reasoning or ()), "".join(self._text), calls),
             finish_reason=normalize_finish_reason(self._finish_reason, bool(calls)),
             raw_finish_reason=self._finish_reason,
             usage=self._usage,
@@ -369,7 +371,10 @@ class OpenAIStreamDecoder:
         if reasoning:
             if type(reasoning) is not str:
                 raise _malformed("reasoning is not a string", payload)
-            self._reasoning.append(reasoning)
+            if self._reasoning is None:
+                self._reasoning = [reasoning]
+            else:
+                self._reasoning.append(reasoning)
             out.append(ReasoningDelta(self._call_id, reasoning))
         for key in ("content", "refusal"):
             text = delta.get(key)
@@ -487,7 +492,9 @@ def _read_meta(reply: dict[str, Any], meta: dict[str, str]) -> None:
     for key in ("system_fingerprint", "service_tier"):
         value = reply.get(key)
         if isinstance(value, str) and value:
-            meta[key] = value
+            # One string for every reply that names the same fingerprint or tier, not a copy
+            # held by each open stream.
+            meta[key] = sys.intern(value)
 
 
 def _body_tool_calls(raw: object, body: bytes) -> list[ToolCall]:

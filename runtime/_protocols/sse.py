@@ -70,9 +70,10 @@ class SSEDecoder:
         """Bytes in the data lines of the event being built."""
         self._buf = b""
         """The unfinished line: bytes after the last line ending, ``\\r`` already rewritten."""
-        self._held: list[bytes] = []
+        self._held: list[bytes] | None = None
         """Later pieces of that line, none with a line ending: joined once, when it ends, so a
-        long line costs linear time rather than a copy of the whole line per piece."""
+        long line costs linear time rather than a copy of the whole line per piece. Made when
+        a piece holds no line ending (rare: servers flush whole events)."""
         self._held_size = 0
         self._data: list[bytes] = []
         """Data lines of the event being built."""
@@ -101,7 +102,10 @@ class SSEDecoder:
         end = data.rfind(b"\n")
         if end < 0:
             if data:
-                self._held.append(data)
+                if self._held is None:
+                    self._held = [data]
+                else:
+                    self._held.append(data)
                 self._held_size += len(data)
                 if self._held_size + len(self._buf) > self._max_line:
                     raise too_large("an SSE line", self._max_line, "max_line_bytes")
@@ -109,7 +113,7 @@ class SSEDecoder:
         if self._held:
             end += len(self._buf) + self._held_size
             data = b"".join((self._buf, *self._held, data))
-            self._held.clear()
+            self._held = None
             self._held_size = 0
         elif self._buf:
             end += len(self._buf)
@@ -127,9 +131,9 @@ class SSEDecoder:
         the last line and of the event. A caller that distrusts a truncated tail can tell it
         apart by the payload failing to parse.
         """
-        tail = b"".join((self._buf, *self._held))
+        tail = b"".join((self._buf, *(self._held or ())))
         self._buf = b""
-        self._held.clear()
+        self._held = None
         self._held_size = 0
         events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
         self._event = None

@@ -30,6 +30,8 @@ from ..transport._errors import TransportError
 from ._codec import provider_codec
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .._protocols.base import Codec
     from ..transport._base import HotTransport
     from ._registry import ResolvedProvider
@@ -118,7 +120,7 @@ async def _exchange(
     headers: tuple[tuple[str, str], ...],
     body: bytes,
     answer_within: float,
-) -> tuple[int, dict[str, str], bytes]:
+) -> tuple[int, Mapping[str, str], bytes]:
     """Send one request through ``transport``; read the whole reply within ``answer_within`` s.
 
     Raises:
@@ -166,7 +168,7 @@ async def _get_json(
 
 
 def _error_text(
-    spec: ResolvedProvider, codec: Codec, status: int, headers: dict[str, str], body: bytes
+    spec: ResolvedProvider, codec: Codec, status: int, headers: Mapping[str, str], body: bytes
 ) -> str:
     error = codec.decode_error(status, headers, body[:65536], wall_now=time.time())
     return _redact(f"{error.kind} (HTTP {status}): {error.message}", spec)

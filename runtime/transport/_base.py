@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._phases import HttpPhases
 
 __all__ = ["HotResponse", "HotTransport"]
@@ -22,7 +24,7 @@ class HotResponse(Protocol):
     def status(self) -> int: ...
 
     @property
-    def headers(self) -> dict[str, str]:
+    def headers(self) -> Mapping[str, str]:
         """Response headers with lower-case names (repeated names joined with ``", "``)."""
         ...
 

@@ -27,16 +27,25 @@ Guarantees, for any split of the input into pieces:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeVar, overload
 
 from .._content_length import BadContentLength, ContentLengthTooLong, parse_content_length
 from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
-__all__ = ["MAX_HEAD_SIZE", "ResponseHead", "ResponseParser", "encode_request_head"]
+__all__ = [
+    "MAX_HEAD_SIZE",
+    "ResponseHead",
+    "ResponseHeaders",
+    "ResponseParser",
+    "encode_request_head",
+]
+
+_T = TypeVar("_T")
 
 MAX_HEAD_SIZE = 65536
 """Default limit on the size of a response head (and of a trailer section)."""
@@ -57,6 +66,13 @@ _MAX_NAMES = 512
 _VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
+# Header layouts seen before: a head's names as they came (raw, in order) -> each lower-case
+# name's position among the values, and, when a name repeats, the position each line's value
+# goes to (None: one line per name). A server sends the same names in the same order in every
+# response, so its heads are read with no per-name work and all its responses share one name
+# table, each holding only its values (see ResponseHeaders). Cleared when full.
+_LAYOUTS: dict[tuple[bytes, ...], tuple[dict[str, int], tuple[int, ...] | None]] = {}
+_MAX_LAYOUTS = 256
 
 # Parser states. Plain ints: compared on every body read.
 _HEAD = 0
@@ -72,7 +88,8 @@ _IDLE = 8  # between responses: start() not called yet
 _TCHAR = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _HEX = b"0123456789abcdefABCDEF"
 # Bytes allowed in a response head besides CR and LF: HTAB, visible ASCII, SP, obs-text.
-_HEAD_CHARS = b"\t\r\n" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
+_FIELD_CHARS = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
+_HEAD_CHARS = b"\r\n" + _FIELD_CHARS
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -88,12 +105,57 @@ _HOP_BY_HOP = frozenset(
 )
 
 
+class ResponseHeaders(Mapping[str, str]):
+    """A response's headers, read-only: lower-case names, a repeated name's values joined with
+    ``", "`` in arrival order, iterated in the order the names first came.
+
+    Every open stream holds its response's headers until it ends (the rate limiter reads them
+    then), so they are kept small: the values in a tuple, and a name-to-position table shared
+    by every response whose head has the same names in the same order, as one server's
+    responses do, where a dict per response would hold its own copy of that table.
+    """
+
+    __slots__ = ("_index", "_values")
+
+    def __init__(self, index: dict[str, int], values: tuple[str, ...]) -> None:
+        self._index = index
+        """Name -> position in ``_values``; shared with other responses, so never changed."""
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[self._index[name]]
+
+    @overload
+    def get(self, name: str, /) -> str | None: ...
+    @overload
+    def get(self, name: str, /, default: str | _T) -> str | _T: ...
+    def get(self, name: str, /, default: object = None) -> object:
+        at = self._index.get(name)
+        return default if at is None else self._values[at]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        # Names only: a value may be a cookie or a token the server set.
+        return f"ResponseHeaders({list(self._index)!r})"
+
+
+_NO_HEADERS = ResponseHeaders({}, ())
+
+
 class ResponseHead:
     """The status and headers of a final (non-1xx) response."""
 
     __slots__ = ("headers", "http_version", "status")
 
-    def __init__(self, status: int, headers: dict[str, str], http_version: str) -> None:
+    def __init__(self, status: int, headers: ResponseHeaders, http_version: str) -> None:
         self.status = status
         """The status code."""
         self.headers = headers
@@ -276,12 +338,12 @@ class ResponseParser:
 
     def _parse_head(self, block: bytes) -> ResponseHead | None:
         """Parse a head whose every line (status line included) ends in LF or CRLF."""
-        if block.translate(None, _HEAD_CHARS):
-            raise RemoteProtocolError("the response head holds control characters")
-        count = block.count(b"\n")
-        if block.count(b"\r\n") == count and block.count(b"\r") == count:
-            lines = block.split(b"\r\n")  # the usual case: CRLF throughout, no stray CR
-        else:
+        lines = block.split(b"\r\n")
+        # One pass over the head without its CRLFs finds both a control character and a line
+        # ending that is not CRLF; the usual head, CRLF throughout, has neither.
+        if b"".join(lines).translate(None, _FIELD_CHARS):
+            if block.translate(None, _HEAD_CHARS):
+                raise RemoteProtocolError("the response head holds control characters")
             lines = block.replace(b"\r\n", b"\n").split(b"\n")
             for line in lines:
                 if b"\r" in line:
@@ -301,40 +363,7 @@ class ResponseParser:
         ):
             raise RemoteProtocolError("malformed status line")
         status = int(code)
-        headers: dict[str, str] = {}
-        name = ""
-        names = _NAMES
-        values = _VALUES
-        for raw in lines[1:]:
-            key, colon, value = raw.partition(b":")
-            if not colon:
-                if raw[:1] in (b" ", b"\t") and name:
-                    # obs-fold: a continuation of the previous header (RFC 9112 §5.2).
-                    more = raw.strip(b" \t").decode("latin-1")
-                    headers[name] = f"{headers[name]} {more}".strip()
-                    continue
-                raise RemoteProtocolError("malformed header line")
-            lower = names.get(key)
-            if lower is None:
-                if raw[:1] in (b" ", b"\t") and name:
-                    more = raw.strip(b" \t").decode("latin-1")
-                    headers[name] = f"{headers[name]} {more}".strip()
-                    continue
-                if not key or key.translate(None, _TCHAR):
-                    raise RemoteProtocolError("malformed header line")
-                lower = key.lower().decode("ascii")
-                if len(names) < _MAX_NAMES:
-                    names[key] = lower
-            name = lower
-            text = values.get(value)
-            if text is None:
-                text = value.strip(b" \t").decode("latin-1")
-                if len(value) <= _MAX_SHARED_VALUE:
-                    if len(values) >= _MAX_VALUES:
-                        values.clear()
-                    values[value] = text
-            old = headers.get(name)
-            headers[name] = text if old is None else f"{old}, {text}"
+        headers = _headers(lines)
         if status < 200:
             if status == 101:
                 raise RemoteProtocolError("unexpected 101 Switching Protocols")
@@ -342,7 +371,7 @@ class ResponseParser:
         self._frame(status, headers, version == b"1.1")
         return ResponseHead(status, headers, version.decode("ascii"))
 
-    def _frame(self, status: int, headers: dict[str, str], http11: bool) -> None:
+    def _frame(self, status: int, headers: ResponseHeaders, http11: bool) -> None:
         """Choose the body framing (RFC 9112 §6.3) and whether the connection can be reused."""
         connection = headers.get("connection")
         keep_alive = http11 and (
@@ -537,6 +566,115 @@ class ResponseParser:
             raise ResponseTooLarge(
                 f"the trailer section is larger than the {self._max_head} bytes limit"
             )
+
+
+def _value(value: bytes) -> str:
+    """The text of a header value (``value`` is what follows the colon)."""
+    values = _VALUES
+    text = values.get(value)
+    if text is None:
+        text = value.strip(b" \t").decode("latin-1")
+        if len(value) <= _MAX_SHARED_VALUE:
+            if len(values) >= _MAX_VALUES:
+                values.clear()
+            values[value] = text
+    return text
+
+
+def _name(key: bytes) -> str:
+    """The lower-case text of a header name, checked to be a token."""
+    lower = _NAMES.get(key)
+    if lower is None:
+        if not key or key.translate(None, _TCHAR):
+            raise RemoteProtocolError("malformed header line")
+        lower = key.lower().decode("ascii")
+        if len(_NAMES) < _MAX_NAMES:
+            _NAMES[key] = lower
+    return lower
+
+
+def _headers(lines: list[bytes]) -> ResponseHeaders:
+    """The headers of the head ``lines`` (the status line first).
+
+    Per line, only the split at the colon and the value's text (shared when seen before): the
+    names are read once per layout (see ``_LAYOUTS``). A line without a colon, or a name that
+    is no token, may be a folded line: :func:`_folded_headers` reads those heads.
+    """
+    keys: list[bytes] = []
+    texts: list[str] = []
+    values = _VALUES
+    for line in lines[1:]:
+        key, colon, value = line.partition(b":")
+        if not colon:
+            return _folded_headers(lines)
+        keys.append(key)
+        text = values.get(value)
+        texts.append(_value(value) if text is None else text)
+    if not keys:
+        return _NO_HEADERS
+    shape = tuple(keys)
+    layout = _LAYOUTS.get(shape)
+    if layout is None:
+        try:
+            layout = _layout(keys)
+        except RemoteProtocolError:
+            return _folded_headers(lines)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[shape] = layout
+    index, slots = layout
+    if slots is None:
+        return ResponseHeaders(index, tuple(texts))
+    joined: list[str | None] = [None] * len(index)
+    for slot, text in zip(slots, texts, strict=True):
+        old = joined[slot]
+        joined[slot] = text if old is None else f"{old}, {text}"
+    return ResponseHeaders(index, tuple(joined))  # type: ignore[arg-type]  # every slot set
+
+
+def _layout(keys: list[bytes]) -> tuple[dict[str, int], tuple[int, ...] | None]:
+    """Each lower-case name's position for the raw names ``keys``, and where each line's
+    value goes when a name repeats (see ``_LAYOUTS``).
+
+    Raises:
+        RemoteProtocolError: a name is not a token.
+    """
+    index: dict[str, int] = {}
+    slots: list[int] = []
+    for key in keys:
+        slots.append(index.setdefault(_name(key), len(index)))
+    return index, None if len(index) == len(keys) else tuple(slots)
+
+
+def _folded_headers(lines: list[bytes]) -> ResponseHeaders:
+    """The headers of the head ``lines`` when some line is no plain ``name: value``: a line
+    that continues the one before (obs-fold, RFC 9112 §5.2) joins its header's value after a
+    space; anything else is refused.
+
+    Raises:
+        RemoteProtocolError: a line is neither a header nor a continuation.
+    """
+    index: dict[str, int] = {}
+    texts: list[str] = []
+    at = -1  # the position of the previous header's value
+    for raw in lines[1:]:
+        if raw[:1] in (b" ", b"\t") and at >= 0:
+            more = raw.strip(b" \t").decode("latin-1")
+            texts[at] = f"{texts[at]} {more}".strip()
+            continue
+        key, colon, value = raw.partition(b":")
+        if not colon:
+            raise RemoteProtocolError("malformed header line")
+        name = _name(key)
+        text = _value(value)
+        seen = index.get(name)
+        if seen is None:
+            at = index[name] = len(texts)
+            texts.append(text)
+        else:
+            at = seen
+            texts[at] = f"{texts[at]}, {text}"
+    return ResponseHeaders(index, tuple(texts))
 
 
 def _chunk_size(line: bytes) -> int:

@@ -143,15 +143,27 @@ class _Connection:
                 await trio.lowlevel.wait_readable(fd)
             else:
                 await trio.lowlevel.checkpoint()
-            try:
-                data = os.read(fd, size)
-            except BlockingIOError:
-                self.drained = True
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError(f"the connection broke: {exc}") from exc
-            self.drained = len(data) < size
-            return data
+            data = self.read_now(size)
+            if data is not None:
+                return data
+
+    def read_now(self, size: int) -> bytes | None:
+        """One read of the plain TCP socket that :meth:`receive` waited for; None if it had
+        nothing after all (it is drained then). Apart so that a body's reader can wait and
+        read in its own frame (see :meth:`FastResponse.read_some`).
+
+        Raises:
+            trio.BrokenResourceError: the connection broke.
+        """
+        try:
+            data = os.read(self.raw_fd, size)
+        except BlockingIOError:
+            self.drained = True
+            return None
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"the connection broke: {exc}") from exc
+        self.drained = len(data) < size
+        return data
 
 
 class _Pool:
@@ -227,6 +239,7 @@ class FastResponse:
             return b""
         parser = conn.parser
         size = self._transport._receive_size
+        fd = conn.raw_fd
         try:
             while True:
                 data = parser.read_body()
@@ -234,7 +247,19 @@ class FastResponse:
                     break
                 if data:
                     return data
-                chunk = await conn.receive(size)
+                # conn.receive() written out for a plain socket: one coroutine frame less
+                # per open stream while it waits, and per read.
+                chunk: bytes | bytearray | None
+                if fd < 0:
+                    chunk = await conn.stream.receive_some(size)
+                else:
+                    if conn.drained:
+                        await trio.lowlevel.wait_readable(fd)
+                    else:
+                        await trio.lowlevel.checkpoint()
+                    chunk = conn.read_now(size)
+                    if chunk is None:
+                        continue
                 if chunk:
                     parser.feed(chunk)
                 else:
