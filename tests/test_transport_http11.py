@@ -681,3 +681,19 @@ def test_responses_with_the_same_header_names_share_one_name_table() -> None:
         headers["retry-after"]
     # A value may be a cookie or a token: the repr names the headers only.
     assert "a=1" not in repr(headers) and "set-cookie" in repr(headers)
+
+
+def test_a_folded_head_is_read_line_by_line_even_when_its_names_were_seen() -> None:
+    """The per-layout fast path never applies to a head with a continuation line: the same
+    names, once folded, are unfolded as RFC 9112 §5.2 says; a bad name is still refused."""
+    plain, _, _ = parse([b"HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\ncontent-length: 0\r\n\r\n"])
+    folded, _, _ = parse(
+        [b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  more: text\r\nX-B: 2\r\ncontent-length: 0\r\n\r\n"]
+    )
+    assert dict(plain.headers) == {"x-a": "1", "x-b": "2", "content-length": "0"}
+    assert dict(folded.headers) == {"x-a": "1 more: text", "x-b": "2", "content-length": "0"}
+    parser = ResponseParser()
+    parser.start("GET")
+    parser.feed(b"HTTP/1.1 200 OK\r\nX A: 1\r\ncontent-length: 0\r\n\r\n")
+    with pytest.raises(RemoteProtocolError, match="malformed header line"):
+        parser.read_head()
