@@ -548,6 +548,6 @@ def test_call_cost_benchmark_counts_the_actors_steps_per_call() -> None:
     )
     steps = report["task_steps_per_call_by_function"]
     assert steps["_supervise"] == 3.0  # start, admitted, answered
-    assert steps["_one"] == 2.0  # rt.map's task per call: start, outcome
-    assert report["tasks_spawned_per_call"] >= 3
+    assert "_one" not in steps  # a mapped call's outcome is handed over by its Supervisor task
+    assert report["tasks_spawned_per_call"] >= 2
     assert report["python_calls_per_call"] > 0 and report["cpu_ms_per_call"] > 0
