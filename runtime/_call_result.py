@@ -12,7 +12,18 @@ if TYPE_CHECKING:
     from ._mail import AttemptSucceeded, Call
     from ._protocols.base import AttemptOutput
 
-__all__ = ["chat_result", "forced_call_deltas"]
+__all__ = ["call_timings", "chat_result", "forced_call_deltas"]
+
+
+def call_timings(call: Call, outcome: AttemptSucceeded, admitted_at: float, now: float) -> Timings:
+    """A call's timings, each counted from its submission: queued until the winning attempt's
+    admission, the first token (None when none came), the whole call until ``now``."""
+    first = outcome.first_token_at
+    return Timings(
+        queued=admitted_at - call.submitted_at,
+        time_to_first_token=None if first is None else first - call.submitted_at,
+        total=now - call.submitted_at,
+    )
 
 
 def chat_result(
@@ -31,7 +42,6 @@ def chat_result(
     with the finalized ``output``, ended at ``now``: the timings count from the submission,
     the usage is never None (an empty :class:`Usage` when the provider sent none), and the
     request id is the transport's, else the reply body's."""
-    first = outcome.first_token_at
     return ChatResult(
         call_id=call.call_id,
         provider=route.provider.name,
@@ -41,11 +51,7 @@ def chat_result(
         raw_finish_reason=output.raw_finish_reason,
         usage=output.usage if output.usage is not None else Usage(),
         attempts=attempts,
-        timings=Timings(
-            queued=admitted_at - call.submitted_at,
-            time_to_first_token=None if first is None else first - call.submitted_at,
-            total=now - call.submitted_at,
-        ),
+        timings=call_timings(call, outcome, admitted_at, now),
         request_id=outcome.request_id or output.response_id,
         models_tried=models_tried,
         corrections=corrections,

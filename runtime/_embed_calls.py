@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from ._call_result import call_timings
 from ._embeddings import EmbedOutput, EmbedRequest, EmbedResult
 from ._errors import BadRequest, RuntimeClosed
 from ._events import Embedded, Failed
 from ._limits.cost import Cost
 from ._mail import Call, EventBatch, ProviderMsg
-from ._messages import ChatRequest, Timings, Usage
+from ._messages import ChatRequest, Usage
 from ._prepare import GroupPlacement, deadlines, model_target
 from .providers._embedding import embedding_codec, no_embeddings
 
@@ -131,8 +132,6 @@ def embed_result(
     """The call's result from its winning attempt (the Supervisor's, for ``Call.embed``)."""
     output = outcome.output
     assert isinstance(output, EmbedOutput)
-    now = trio.current_time()
-    first = outcome.first_token_at
     return EmbedResult(
         call_id=call.call_id,
         provider=route.provider.name,
@@ -142,11 +141,7 @@ def embed_result(
         # ProviderActor tells the ledger; the result says the same, not zero.
         usage=output.usage if output.usage is not None else Usage(route.cost.input_tokens),
         attempts=attempts,
-        timings=Timings(
-            queued=admitted_at - call.submitted_at,
-            time_to_first_token=None if first is None else first - call.submitted_at,
-            total=now - call.submitted_at,
-        ),
+        timings=call_timings(call, outcome, admitted_at, trio.current_time()),
         request_id=outcome.request_id or output.response_id,
         models_tried=models_tried,
     )
