@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
 
 from ._text import count_tokens, split_fragments
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "ANY_OBJECT",
@@ -26,6 +29,7 @@ __all__ = [
     "ignores_tools",
     "parse_chat_request",
     "pick_tool",
+    "tool_for_choice",
 ]
 
 _TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
@@ -284,20 +288,45 @@ def _tools(raw: Any) -> list[ToolTarget]:
     return tools
 
 
+def _chat_choice_name(choice: dict[str, Any]) -> Any:
+    function = choice.get("function")
+    return function.get("name") if isinstance(function, dict) else None
+
+
 def _pick_tool(
     tools: list[ToolTarget], choice: Any, last_role: str, last_user_text: str
 ) -> ToolTarget | None:
+    return tool_for_choice(
+        tools,
+        choice,
+        last_role,
+        last_user_text,
+        name_of=_chat_choice_name,
+        named_shape='{"type": "function", "function": {"name": ...}}',
+    )
+
+
+def tool_for_choice(
+    tools: list[ToolTarget],
+    choice: Any,
+    last_role: str,
+    last_user_text: str,
+    *,
+    name_of: Callable[[dict[str, Any]], Any],
+    named_shape: str,
+) -> ToolTarget | None:
+    """The tool a request's ``tool_choice`` makes the reply call (None: a text reply), with
+    the API's 400 for a choice it refuses. The APIs differ only in where a named choice keeps
+    its name (``name_of``) and the shape the error shows (``named_shape``)."""
     if choice is None:
         choice = "auto"
     if choice == "none":
         return None
     if isinstance(choice, dict):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
+        name = name_of(choice)
         if choice.get("type") != "function" or not isinstance(name, str):
             raise RequestError(
-                "Invalid value for 'tool_choice': a named choice is "
-                '{"type": "function", "function": {"name": ...}}.',
+                f"Invalid value for 'tool_choice': a named choice is {named_shape}.",
                 "tool_choice",
             )
         for tool in tools:

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
-from ._request import ANY_OBJECT, ChatRequest, RequestError, ToolTarget, ignores_tools, pick_tool
+from ._request import (
+    ANY_OBJECT,
+    ChatRequest,
+    RequestError,
+    ToolTarget,
+    ignores_tools,
+    tool_for_choice,
+)
 from ._text import count_tokens, derive_seed, generate_tokens, split_fragments
 from ._wire import group_tokens
 
@@ -141,35 +148,14 @@ def _tools(raw: Any) -> list[ToolTarget]:
 
 
 def _pick(tools: list[ToolTarget], choice: Any, role: str, last: str) -> ToolTarget | None:
-    if choice is None:
-        choice = "auto"
-    if choice == "none":
-        return None
-    if isinstance(choice, dict):
-        name = choice.get("name")
-        if choice.get("type") != "function" or not isinstance(name, str):
-            raise _fail(
-                "Invalid value for 'tool_choice': a named choice is "
-                '{"type": "function", "name": ...}.',
-                "tool_choice",
-            )
-        for tool in tools:
-            if tool.name == name:
-                return tool
-        raise _fail(
-            f"Invalid value for 'tool_choice': no function named {name!r} in 'tools'.",
-            "tool_choice",
-        )
-    if choice not in ("auto", "required"):
-        raise _fail(
-            "Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or a function.",
-            "tool_choice",
-        )
-    if not tools:
-        if choice == "required":
-            raise _fail("'tool_choice' is 'required' but no tools were given.", "tools")
-        return None
-    return pick_tool(tools, required=choice == "required", last_role=role, last_user_text=last)
+    return tool_for_choice(
+        tools,
+        choice,
+        role,
+        last,
+        name_of=lambda named: named.get("name"),
+        named_shape='{"type": "function", "name": ...}',
+    )
 
 
 def _json_schema(text: Any) -> Any:
