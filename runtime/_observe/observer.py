@@ -92,14 +92,7 @@ class Observer:
             )
         if not self._watch:
             return
-        if result is not None:
-            provider, model = result.provider, result.model
-            duration = result.timings.total
-        else:
-            provider = getattr(error, "provider", None) or call.provider.name
-            model = getattr(error, "model", None) or call.model
-            duration = trio.current_time() - call.submitted_at
-        error_type = type(error).__name__ if error is not None else ""
+        provider, model, duration, error_type = _ended_where(call, result, error)
         metrics = self.metrics
         if metrics is not None:
             label = metrics.models.fold(model)  # a caller names models: capped, then "other"
@@ -158,14 +151,7 @@ class Observer:
         metrics = self.metrics
         if metrics is None:
             return
-        if result is not None:
-            provider, model = result.provider, result.model
-            duration = result.timings.total
-        else:
-            provider = getattr(error, "provider", None) or call.provider.name
-            model = getattr(error, "model", None) or call.model
-            duration = trio.current_time() - call.submitted_at
-        error_type = type(error).__name__ if error is not None else ""
+        provider, model, duration, error_type = _ended_where(call, result, error)
         label = metrics.models.fold(model)
         metrics.calls.inc((provider, label, outcome, error_type))
         metrics.duration.observe((provider, label, outcome), duration)
@@ -295,6 +281,20 @@ class Observer:
         if self.metrics is not None:
             # Provider actors are named "provider NAME": one label value per provider.
             self.metrics.restarts.inc((name,))
+
+
+def _ended_where(
+    call: Call, result: ChatResult | EmbedResult | None, error: SluiceError | None
+) -> tuple[str, str, float, str]:
+    """Where and how a call ended, for its metrics and span: the provider and model that
+    answered (the error's, else the call's last route, when it failed), its duration, and the
+    error's type name ("" for a success)."""
+    if result is not None:
+        return result.provider, result.model, result.timings.total, ""
+    provider = getattr(error, "provider", None) or call.provider.name
+    model = getattr(error, "model", None) or call.model
+    duration = trio.current_time() - call.submitted_at
+    return provider, model, duration, type(error).__name__ if error is not None else ""
 
 
 def _attempts(error: SluiceError | None) -> int:
