@@ -56,7 +56,7 @@ from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, outcome_of,
 from .providers._registry import ResolvedProvider, resolve_provider
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+    from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 
     import httpx
 
@@ -169,13 +169,15 @@ class Runtime(EmbedMethods, StatusMethods):
         assert made.events is not None
         return CallStream(made.call.call_id, made.events, made.on_result), made.call, made.events
 
-    async def _submit_quiet(self, request: ChatRequest, end: EventSink) -> Call | None:
+    async def _submit_quiet(
+        self, request: ChatRequest, end: EventSink, bound: Callable[[Call], None] | None
+    ) -> Call | None:
         """Start ``request`` as a quiet call whose one final batch goes to ``end`` (no event
         channel); None, submitting nothing, when it uses the response cache (the ordinary way
-        then: ``chat``)."""
+        then: ``chat``). ``bound`` is told the call before the Supervisor can end it."""
         if self._caches(request):
             return None
-        made = await self._start(request, cache=None, quiet=True, end=end)
+        made = await self._start(request, cache=None, quiet=True, end=end, bound=bound)
         assert isinstance(made, Ready)
         return made.call
 
@@ -191,9 +193,12 @@ class Runtime(EmbedMethods, StatusMethods):
         quiet: bool,
         phases: HttpPhases | None = None,
         end: EventSink | None = None,
+        bound: Callable[[Call], None] | None = None,
     ) -> Ready | Replay:
         """Prepare ``request`` (:mod:`sluice._prepare`) and hand the call to the Supervisor;
-        or the cached answer."""
+        or the cached answer. ``bound`` is told the call before it is handed over: a full
+        mailbox parks the hand-over, and the Supervisor may end the call (a breaker open,
+        say) before this task runs again."""
         assert self._providers is not None and self._groups is not None
         call_id = f"c{next(self._ids)}"
         made = await prepare_call(
@@ -211,6 +216,8 @@ class Runtime(EmbedMethods, StatusMethods):
         if isinstance(made, Replay):
             return made
         call = made.call
+        if bound is not None:
+            bound(call)
         try:
             await put(self._supervisor, Submit(call))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -311,7 +318,7 @@ class Runtime(EmbedMethods, StatusMethods):
         """
         request = as_request(request, messages, fields)
         end = FinalReply[EventBatch]()
-        call = await self._submit_quiet(request, end)
+        call = await self._submit_quiet(request, end, None)
         if call is None:  # through the response cache
             stream, cached, receive = await self._submit(request, quiet=True)
             try:

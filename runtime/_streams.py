@@ -153,9 +153,12 @@ def outcome_of(
     return None, RuntimeClosed(f"call {call_id} ended without a result")
 
 
-SubmitQuiet: TypeAlias = Callable[[ChatRequest, EventSink], Awaitable["Call | None"]]
-"""Submits a request as a quiet call whose final batch goes to the given end, and returns the
-call; None when the request goes through the response cache (it then takes ``chat``)."""
+SubmitQuiet: TypeAlias = Callable[
+    [ChatRequest, EventSink, "Callable[[Call], None] | None"], Awaitable["Call | None"]
+]
+"""Submits a request as a quiet call whose final batch goes to the given end, telling the
+callback the call before the Supervisor has it, and returns the call; None when the request
+goes through the response cache (it then takes ``chat``)."""
 CallEnded: TypeAlias = Callable[["Call", ChatResult | None, SluiceError | None], None]
 """Told how each call ended (the observer), once its outcome is handed over or it is left."""
 
@@ -198,6 +201,9 @@ class _MapEnd:
         self.index = index
         self.request = request
         self.call: Call | None = None
+
+    def bind(self, call: Call) -> None:
+        self.call = call
 
     def _outcome(self, batch: EventBatch) -> MapOutcome:
         if self not in self.feed.in_flight:
@@ -283,7 +289,8 @@ async def feed_map(
             end = _MapEnd(feed, at, request)
             feed.in_flight.add(end)
             try:
-                end.call = await submit(request, end)
+                # The end learns its call before the Supervisor can end it (``_MapEnd.bind``).
+                submitted = await submit(request, end, end.bind)
             except SluiceError as exc:
                 feed.in_flight.discard(end)
                 try:
@@ -297,7 +304,7 @@ async def feed_map(
                 feed.in_flight.discard(end)
                 slots.release()
                 raise
-            if end.call is None:  # through the response cache: the ordinary way
+            if submitted is None:  # through the response cache: the ordinary way
                 feed.in_flight.discard(end)
                 calls.start_soon(_one, chat, at, request, send, slots)
 

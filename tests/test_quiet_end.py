@@ -155,3 +155,35 @@ async def test_a_mapped_call_leaves_no_cycle_for_the_garbage_collector(autojump_
             gc.garbage.clear()
             gc.enable()
     assert not cyclic & {"Call", "CallControl", "_MapEnd", "MapOutcome"}, cyclic
+
+
+@virtual_deadline(60)
+async def test_mapped_calls_that_end_before_their_submitter_resumes_still_end_once(
+    autojump_clock,
+):
+    # With the breaker open every call fails in the Supervisor's first step, with no
+    # checkpoint on the way. Submitting more calls than the Supervisor's mailbox holds parks
+    # the map's submitter; the Supervisor may then end a call before the submitter runs again,
+    # so the call's end must know its call before the hand-over, not after.
+    breaker = sluice.BreakerConfig(min_failures=1, failure_rate=0.1, open_for=600.0)
+    config = RuntimeConfig(
+        providers={"sim": ProviderConfig(breaker=breaker)},
+        retry=RetryConfig(max_attempts=1, jitter=0.0),
+    )
+    sim = SimulatorConfig(fault_rates=(("500", 1.0),))
+    async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+        def request(text: str) -> ChatRequest:
+            return ChatRequest(model="sim:sim-small", messages=text, failure_mode="fail_fast")
+
+        try:
+            await rt.chat(request("hi"))  # fails, and opens the breaker
+        except sluice.SluiceError:
+            pass
+        requests = [request(f"m{i}") for i in range(1000)]
+        errors: Counter[str] = Counter()
+        async with rt.map(requests, max_in_flight=1000) as outcomes:
+            async for outcome in outcomes:
+                assert outcome.result is None and outcome.error is not None
+                errors[type(outcome.error).__name__] += 1
+        await _nothing_held(rt)
+    assert errors == {"CircuitOpen": 1000}
