@@ -218,8 +218,11 @@ class Observer:
         if watch is None:
             return
         now = trio.current_time()  # one clock read for the metrics, the trace and the hook
-        cost = None if usage is None else self._cost(provider, model, usage.usage)
         metrics = self.metrics
+        hooked = self.hooks is not None and self.hooks.hooks.on_attempt_end is not None
+        # The price lookup only for the parts that report cost (tracing does not).
+        priced = usage is not None and (metrics is not None or hooked)
+        cost = self._cost(provider, model, usage.usage) if priced and usage is not None else None
         if metrics is not None:
             error_type = type(error).__name__ if error is not None else ""
             label = metrics.models.fold(model)
@@ -233,7 +236,7 @@ class Observer:
             self.tracer.attempt_ended(
                 watch.span, now, result, error, usage.usage if usage else None, delivered
             )
-        if self.hooks is not None and self.hooks.hooks.on_attempt_end is not None:
+        if hooked and self.hooks is not None:
             self.hooks.attempt_ended(
                 AttemptRecord(
                     call_id=call.call_id,

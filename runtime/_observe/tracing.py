@@ -122,27 +122,25 @@ class Tracer:
         if state is None:
             return
         now = trio.current_time()
-        offset = time.time_ns() - int(now * 1e9)
-
-        def wall(t: float) -> int:
-            return int(t * 1e9) + offset
-
+        offset = time.time_ns() - int(now * 1e9)  # trio's clock to the wall clock, in ns
+        end = int(now * 1e9) + offset
         span = self._tracer.start_span(
             f"chat {call.model}",
             context=state.parent,
             kind=SpanKind.CLIENT,
             attributes=_call_attributes(call, outcome, result, error),
-            start_time=wall(call.submitted_at),
+            start_time=int(call.submitted_at * 1e9) + offset,
         )
         if not span.is_recording():  # the sampler left this trace out: so are its attempts
-            span.end(end_time=wall(now))
+            span.end(end_time=end)
             return
         parent = trace.set_span_in_context(span)
         previous: _Attempt | None = None
         for attempt in state.attempts:
+            started = int(attempt.started * 1e9) + offset
             if previous is not None:
-                _between(span, previous, attempt, wall(attempt.started))
-            ended = now if attempt.ended is None else attempt.ended
+                _between(span, previous, attempt, started)
+            ended = end if attempt.ended is None else int(attempt.ended * 1e9) + offset
             if attempt.error is not None and attempt.delivered:
                 span.add_event(
                     "sluice.stream_reset",
@@ -150,22 +148,22 @@ class Tracer:
                         "sluice.events_delivered": attempt.delivered,
                         "error.type": type(attempt.error).__name__,
                     },
-                    timestamp=wall(ended),
+                    timestamp=ended,
                 )
             child = self._tracer.start_span(
                 f"attempt {attempt.number}",
                 context=parent,
                 kind=SpanKind.CLIENT,
                 attributes=_attempt_attributes(attempt),
-                start_time=wall(attempt.started),
+                start_time=started,
             )
             if attempt.error is not None:
                 child.set_status(Status(StatusCode.ERROR, str(attempt.error)))
-            child.end(end_time=wall(ended))
+            child.end(end_time=ended)
             previous = attempt
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, str(error)))
-        span.end(end_time=wall(now))
+        span.end(end_time=end)
 
 
 def _between(span: Any, previous: _Attempt, attempt: _Attempt, at: int) -> None:
