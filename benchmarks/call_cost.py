@@ -13,9 +13,10 @@ one figure the machine's load changes), and with ``--profile`` Python function c
 second run under cProfile). ``--observe`` turns observability on in the measured runtime
 (``metrics``; ``tracing-api``, tracing through the OpenTelemetry API's no-op provider;
 ``tracing``, through the SDK's provider recording every span; ``both``, metrics and the SDK),
-so each mode's counts can be set beside the plain call's. Wall-clock CPU on a shared box moves by tens of percent from run to
-run; the counts move by a few tenths. For instruction counts, run this under
-``valgrind --tool=callgrind`` with ``--calls 0`` and ``--calls N`` and take the difference / N.
+so each mode's counts can be set beside the plain call's. Wall-clock CPU on a shared box
+moves by tens of percent from run to run; the counts move by a few tenths. For instruction
+counts, run this under ``valgrind --tool=callgrind`` with ``--calls 0`` and ``--calls N``
+and take the difference / N.
 """
 
 from __future__ import annotations

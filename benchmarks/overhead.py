@@ -223,6 +223,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(--observe, default metrics and SDK tracing), with the SDK's replayed share",
     )
     p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        metavar="B",
+        help="split each round's calls into B blocks per side, the sides' order reversed from "
+        "one block to the next (ABCD DCBA ...), so that every side of a round meets the "
+        "machine's drift alike; default 2 with --observed or --observability, else 1",
+    )
+    p.add_argument(
+        "--count-calls",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the rounds, N calls per sluice side under cProfile and a trio instrument: "
+        "Python function calls, tasks spawned and task steps per call, counts a busy machine "
+        "does not blur (default 200 with --observability, else 0: off)",
+    )
+    p.add_argument(
         "--trace-sample",
         type=float,
         default=1.0,
@@ -252,6 +270,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(exc))
     if a.warmup is None:
         a.warmup = 2 * a.concurrency
+    if a.blocks is None:
+        a.blocks = 2 if a.observed or a.observability else 1
+    if a.blocks < 1 or a.calls < a.blocks:
+        p.error("--blocks must be at least 1 and at most --calls")
+    if a.count_calls is None:
+        a.count_calls = 200 if a.observability else 0
     if a.sluice_max_connections is None:
         a.sluice_max_connections = a.concurrency
     a.aiohttp_skipped = None
@@ -436,6 +460,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
     profiler = cProfile.Profile() if a.cprofile else None
     aiohttp_version = None
+    counts: dict[str, dict[str, float]] = {}
     replay: float | None = None
     own: dict[str, float] | None = None
     async with trio.open_nursery() as services:
@@ -567,16 +592,27 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     if a.warmup:
                         warmups.append(await phase(side, a.warmup, "warm-up"))
                 for i in range(a.repeat):
-                    order = sides if i % 2 == 0 else sides[::-1]
+                    blocks: dict[str, list[Phase]] = {side: [] for side in sides}
+                    for j, calls in enumerate(_block_sizes(a.calls, a.blocks)):
+                        # ABCD DCBA ...: a drift within the round falls on every side alike
+                        forward = (i * a.blocks + j) % 2 == 0
+                        for side in sides if forward else sides[::-1]:
+                            blocks[side].append(await phase(side, calls, f"round {i + 1}"))
                     line = []
-                    for side in order:
-                        result = await phase(side, a.calls, f"round {i + 1}")
+                    for side in sides:
+                        result = merge_phases(blocks[side])
                         results[side].append(result)
                         line.append(
                             f"{side} {result.cpu_s_per_1k:.3f} CPU-s/1k "
                             f"{result.calls_per_s:.0f} calls/s"
                         )
                     print(f"# round {i + 1}: " + ", ".join(line), file=sys.stderr, flush=True)
+                if a.count_calls:
+                    counts = {
+                        side: await _count_calls(lambda n, s=side: phase(s, n, "counted"), a)
+                        for side in sides
+                        if side.startswith("sluice") and side not in ("sluice_aio", "sluice_sync")
+                    }
                 if "sluice_observed" in sides and a.observe in ("both", "tracing"):
                     replay = await _sdk_replay(
                         tracer_provider, lambda n: phase("sluice_observed", n, "capture")
@@ -602,7 +638,77 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
         report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
     _observability_report(report, results, replay, own)
+    if counts:
+        report["counts_per_call"] = counts
+        plain = counts.get("sluice")
+        if plain:
+            report["python_calls_ratio"] = {
+                side: _round(c["python_calls"] / plain["python_calls"], 4)
+                for side, c in counts.items()
+                if side != "sluice"
+            }
     return report
+
+
+def _block_sizes(calls: int, blocks: int) -> list[int]:
+    """``calls`` split into ``blocks`` sizes that differ by at most one."""
+    return [calls // blocks + (1 if k < calls % blocks else 0) for k in range(blocks)]
+
+
+def merge_phases(phases: list[Phase]) -> Phase:
+    """The blocks of one side's round as one phase: calls, outcomes, CPU and wall time added."""
+    if len(phases) == 1:
+        return phases[0]
+    others = [p.other_cpu_s for p in phases]
+    return Phase(
+        name=phases[0].name,
+        calls=sum(p.calls for p in phases),
+        ok=sum(p.ok for p in phases),
+        errors=sum(p.errors for p in phases),
+        mismatched=sum(p.mismatched for p in phases),
+        cpu_s=sum(p.cpu_s for p in phases),
+        wall_s=sum(p.wall_s for p in phases),
+        timed_out=any(p.timed_out for p in phases),
+        first_errors=[e for p in phases for e in p.first_errors][:5],
+        sample_text=next((p.sample_text for p in phases if p.sample_text is not None), None),
+        other_cpu_s=None if None in others else sum(o for o in others if o is not None),
+    )
+
+
+class _TaskCounts(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+        self.steps = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def _count_calls(run: Any, a: argparse.Namespace) -> dict[str, float]:
+    """Per call of one side, over ``--count-calls`` calls: Python function calls (cProfile),
+    trio tasks spawned and task steps. Deterministic up to the server's chunking and the
+    runtime's timers, so sides compare where CPU seconds on a busy machine do not."""
+    n = a.count_calls
+    tasks = _TaskCounts()
+    profiler = cProfile.Profile()
+    trio.lowlevel.add_instrument(tasks)
+    profiler.enable()
+    try:
+        await run(n)
+    finally:
+        profiler.disable()
+        trio.lowlevel.remove_instrument(tasks)
+    import pstats
+
+    total: int = pstats.Stats(profiler).total_calls  # type: ignore[attr-defined]
+    return {
+        "python_calls": round(total / n, 1),
+        "tasks_spawned": round(tasks.spawned / n, 2),
+        "task_steps": round(tasks.steps / n, 2),
+    }
 
 
 # -- observability's cost, split (--observability) ---------------------------------------------
@@ -655,6 +761,16 @@ def _observability_report(
             if p.cpu_s_per_1k
         ]
 
+    def pooled(side: str) -> float | None:
+        """All rounds' CPU per call over the plain side's (one ratio, every call weighed)."""
+        mine, base = results.get(side, []), plain
+        per_call = [sum(p.cpu_s for p in ps) / sum(p.calls for p in ps) for ps in (mine, base)]
+        return per_call[0] / per_call[1] if mine and per_call[1] else None
+
+    def spread(key: str, found: list[float], side: str) -> None:
+        report[f"{key}_ratio_spread"] = [_round(min(found), 3), _round(max(found), 3)]
+        report[f"{key}_ratio_pooled"] = _round(pooled(side), 3)
+
     for side, key in (("sluice_metrics", "metrics"), ("sluice_noop_tracing", "noop_tracing")):
         if side not in results:
             continue
@@ -662,9 +778,12 @@ def _observability_report(
         report[f"{side}_cpu_s_per_1k"] = _round(_median([p.cpu_s_per_1k for p in results[side]]))
         report[f"{key}_ratio"] = _round(_median(found), 3)
         report[f"{key}_ratio_per_round"] = [_round(r, 3) for r in found]
+        if found:
+            spread(key, found, side)
     observed = ratios("sluice_observed")
     if observed:
         report["observed_ratio_of_rounds"] = _round(_median(observed), 3)
+        spread("observed", observed, "sluice_observed")
     if observed and replay is not None:
         base = _median([p.cpu_s_per_1k for p in plain])
         if base:
@@ -736,6 +855,7 @@ def _report(
         "api": a.api,
         "warmup": a.warmup,
         "repeat": a.repeat,
+        "blocks": a.blocks,
         "sides": list(results),
         "sluice_cpu_s_per_1k": _round(cpu["sluice"]),
         "sluice_httpx_cpu_s_per_1k": _round(cpu["sluice_httpx"]),

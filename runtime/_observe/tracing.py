@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -85,13 +84,13 @@ class Tracer:
     def call_started(self, call: Call) -> None:
         self._calls[call.call_id] = _CallTrace(otel_context.get_current())
 
-    def attempt_started(self, call: Call, attempt: int) -> _Attempt | None:
+    def attempt_started(self, call: Call, attempt: int, now: float) -> _Attempt | None:
         """The attempt's record, to hand back to :meth:`attempt_ended`; None for a call not
-        traced."""
+        traced. ``now``: trio's clock."""
         state = self._calls.get(call.call_id)
         if state is None:
             return None
-        record = _Attempt(attempt, call, trio.current_time())
+        record = _Attempt(attempt, call, now)
         state.attempts.append(record)
         return record
 
@@ -117,11 +116,12 @@ class Tracer:
         outcome: Outcome,
         result: ChatResult | None,
         error: SluiceError | None,
+        now: float,
     ) -> None:
+        """The call's consumer has its end at ``now`` (trio's clock): make its spans."""
         state = self._calls.pop(call.call_id, None)
         if state is None:
             return
-        now = trio.current_time()
         offset = time.time_ns() - int(now * 1e9)  # trio's clock to the wall clock, in ns
         end = int(now * 1e9) + offset
         span = self._tracer.start_span(
