@@ -26,10 +26,19 @@ Runs N streamed chat calls, against the same server and in one process run, thro
   aiohttp is importable. It runs in a child process (``benchmarks._aiohttp_side``) that keeps
   its event loop and session for the whole run and runs a phase whenever this process asks.
 
-A warm-up of each side, then R rounds alternating the order of the sides. Each phase is timed
-with ``time.process_time()`` (client CPU, all threads; the aiohttp side measures its own
-process) and ``time.perf_counter()``. The medians over the rounds go into one JSON line on
-stdout; per-round progress goes to stderr.
+A warm-up of each side, then R rounds alternating the order of the sides; with ``--blocks B``
+(2 by default when observability is measured) each round runs every side B times on a share of
+its calls, the order reversed from one block to the next (ABCD DCBA), so a drift of the
+machine's load within a round falls on every side alike. A side that sat idle long enough for
+its connection pool to close its connections gets them opened again, untimed, before its next
+phase (see :data:`KEEP_WARM_S`). Each phase starts with a ``gc.collect()`` outside its timing
+(no side pays for another's garbage) and is timed with ``time.process_time()`` (client CPU,
+all threads; the aiohttp side measures its own process) and ``time.perf_counter()``. The
+medians over the rounds go into one JSON line on stdout, with each observability ratio's
+rounds, their spread, the ratio of all rounds pooled, and the median of the block pairs;
+per-round progress goes to stderr. With ``--observability``, after the rounds, each sluice side
+runs ``--count-calls`` calls once more under cProfile and a trio instrument: Python calls,
+tasks and task steps per call (``counts_per_call``), which a busy machine does not blur.
 
 ``--base-url`` is the server's ``/v1`` root. A URL that does not end in ``/v1`` is taken to be
 the root of the nginx mock of ``shared/perf`` and ``/c<chunks>/t<ttft>/i<itl>/v1`` is appended.
@@ -47,6 +56,7 @@ import datetime
 import importlib.util
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -107,6 +117,11 @@ GROUP = "bench_group"
 """``--group N``: a model group of N deployments (provider entries at the same server)."""
 """``--api`` values that measure a front door next to the trio API (the ``sluice`` side then
 runs the same per-call pattern as the door: ``async with rt.stream``, every event read)."""
+KEEP_WARM_S = 3.0
+"""A side idle longer than this gets ``--concurrency`` untimed calls before its next phase:
+sluice's pool and httpx close a connection idle for 5 s (aiohttp after 15 s), and a phase
+that opens its connections again pays for it, by how long the other sides ran before it, an
+order effect rather than a cost of the side."""
 AIOHTTP_SIDE = Path(__file__).resolve().with_name("_aiohttp_side.py")
 
 
@@ -512,6 +527,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             child = AiohttpChild(base_url, MODEL, a.concurrency, chunks, a.max_seconds, a.gc)
         sides = a.sides
         results: dict[str, list[Phase]] = {side: [] for side in sides}
+        every_block: dict[str, list[Phase]] = {side: [] for side in sides}
+        idle_since: dict[str, float] = {}
+        refreshed: dict[str, int] = {}
         warmups: list[Phase] = []
         door: Any = None
         trio_api = "stream" if a.api in DOORS else a.api
@@ -549,6 +567,18 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 }
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
+                    """A phase of ``side``; first, untimed, a refresh of its connections if
+                    it sat idle long enough for its pool to have closed them."""
+                    last = idle_since.get(side)
+                    if last is not None and time.monotonic() - last > KEEP_WARM_S:
+                        refreshed[side] = refreshed.get(side, 0) + 1
+                        await side_phase(side, a.concurrency, "refresh")
+                    try:
+                        return await side_phase(side, calls, label)
+                    finally:
+                        idle_since[side] = time.monotonic()
+
+                async def side_phase(side: str, calls: int, label: str) -> Phase:
                     if side == "bare":
                         return await run_phase(
                             label,
@@ -600,6 +630,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                             blocks[side].append(await phase(side, calls, f"round {i + 1}"))
                     line = []
                     for side in sides:
+                        every_block[side] += blocks[side]
                         result = merge_phases(blocks[side])
                         results[side].append(result)
                         line.append(
@@ -634,10 +665,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     if profiler is not None:
         profiler.dump_stats(a.cprofile)
     report = _report(a, base_url, server, chunks, results, warmups, aiohttp_version)
+    report["connections_refreshed"] = refreshed
     if replay is not None and report["sluice_cpu_s_per_1k"]:
         report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
         report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
-    _observability_report(report, results, replay, own)
+    _observability_report(report, results, replay, own, every_block)
     if counts:
         report["counts_per_call"] = counts
         plain = counts.get("sluice")
@@ -692,6 +724,7 @@ async def _count_calls(run: Any, a: argparse.Namespace) -> dict[str, float]:
     trio tasks spawned and task steps. Deterministic up to the server's chunking and the
     runtime's timers, so sides compare where CPU seconds on a busy machine do not."""
     n = a.count_calls
+    await run(a.concurrency)  # uncounted: the side warm, and any refresh of its connections done
     tasks = _TaskCounts()
     profiler = cProfile.Profile()
     trio.lowlevel.add_instrument(tasks)
@@ -737,6 +770,7 @@ def _observability_report(
     results: dict[str, list[Phase]],
     replay: float | None,
     own: dict[str, float] | None,
+    every_block: dict[str, list[Phase]],
 ) -> None:
     """Each observability side over the ``sluice`` side (median of the per-round ratios, as
     the sides alternate within a round), and sluice's own part of the SDK-traced side: its
@@ -770,6 +804,20 @@ def _observability_report(
     def spread(key: str, found: list[float], side: str) -> None:
         report[f"{key}_ratio_spread"] = [_round(min(found), 3), _round(max(found), 3)]
         report[f"{key}_ratio_pooled"] = _round(pooled(side), 3)
+        # Each block over the plain side's block next to it in the same sweep: many close
+        # pairs, whose median a burst of load elsewhere on the machine moves little.
+        pairs = sorted(
+            o.cpu_s_per_1k / p.cpu_s_per_1k
+            for o, p in zip(every_block.get(side, []), every_block["sluice"], strict=False)
+            if p.cpu_s_per_1k
+        )
+        if len(pairs) > len(found):
+            quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
+            report[f"{key}_ratio_of_blocks"] = _round(_median(pairs), 3)
+            report[f"{key}_ratio_of_blocks_quartiles"] = [
+                _round(quartiles[0], 3),
+                _round(quartiles[2], 3),
+            ]
 
     for side, key in (("sluice_metrics", "metrics"), ("sluice_noop_tracing", "noop_tracing")):
         if side not in results:
