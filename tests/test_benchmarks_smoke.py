@@ -202,6 +202,7 @@ def test_overhead_benchmark_splits_observability_into_its_parts() -> None:
     assert set(counts) == set(sides)
     assert all(c["python_calls"] > 0 and c["tasks_spawned"] >= 2 for c in counts.values())
     assert set(report["python_calls_ratio"]) == set(sides[1:])
+    assert all("met_by_counts" in goal for goal in report["observability_goals"].values())
     for key in ("metrics_ratio", "noop_tracing_ratio", "observed_ratio"):
         assert report[key] > 0, key
     assert len(report["metrics_ratio_per_round"]) == 2
