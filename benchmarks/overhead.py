@@ -230,10 +230,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--observe",
-        choices=("both", "metrics", "tracing", "tracing-api"),
+        choices=("both", "metrics", "tracing", "tracing-api", "off"),
         default="both",
         help="what sluice_observed turns on: both (default), metrics or tracing alone, or "
-        "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK)",
+        "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK), "
+        "or off (a second plain runtime: the A/A control, the method's own scatter)",
     )
     p.add_argument(
         "--observability",
@@ -352,13 +353,14 @@ async def _observed_runtime(
     observed = attrs.evolve(
         config,
         metrics=sluice.MetricsConfig(enabled=observe in ("both", "metrics")),
-        tracing=sluice.TracingConfig(enabled=observe != "metrics"),
+        tracing=sluice.TracingConfig(enabled=observe not in ("metrics", "off")),
     )
     # "tracing-api": sluice's own tracing work with the API's no-op provider, without the SDK's.
+    # "off": a second plain runtime, the A/A control that shows the method's own scatter.
     provider: Any = None
     if observe == "tracing-api":
         provider = NoOpTracerProvider()
-    elif observe != "metrics":
+    elif observe not in ("metrics", "off"):
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
