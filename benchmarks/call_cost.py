@@ -3,15 +3,20 @@
     python -m benchmarks.call_cost --base-url http://127.0.0.1:18080 --chunks 20
     python -m benchmarks.call_cost --base-url http://127.0.0.1:18080 --chunks 200 --calls 1000
     python -m benchmarks.call_cost --base-url http://127.0.0.1:18080 --profile
+    python -m benchmarks.call_cost --base-url http://127.0.0.1:18080 --profile --observe tracing
 
 Runs ``--calls`` streamed calls through ``rt.map`` (``--concurrency`` at once) against a server
 (the nginx mock of ``shared/perf``, see ``overhead.py``) after a warm-up, and reports per call:
 trio task steps (trips through the scheduler) by task function, tasks spawned, garbage
 collections by generation and the seconds they took, client CPU (``time.process_time``; the
 one figure the machine's load changes), and with ``--profile`` Python function calls (a
-second run under cProfile). Wall-clock CPU on a shared box moves by tens of percent from run to
-run; the counts move by a few tenths. For instruction counts, run this under
-``valgrind --tool=callgrind`` with ``--calls 0`` and ``--calls N`` and take the difference / N.
+second run under cProfile). ``--observe`` turns observability on in the measured runtime
+(``metrics``; ``tracing-api``, tracing through the OpenTelemetry API's no-op provider;
+``tracing``, through the SDK's provider recording every span; ``both``, metrics and the SDK),
+so each mode's counts can be set beside the plain call's. Wall-clock CPU on a shared box
+moves by tens of percent from run to run; the counts move by a few tenths. For instruction
+counts, run this under ``valgrind --tool=callgrind`` with ``--calls 0`` and ``--calls N``
+and take the difference / N.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+import attrs
 import orjson
 import trio
 
@@ -65,6 +71,30 @@ class _Collections:
             self.seconds[generation] += time.perf_counter() - self._started
 
 
+OBSERVE = ("off", "metrics", "tracing-api", "tracing", "both")
+
+
+def observed_config(config: sluice.RuntimeConfig, observe: str) -> tuple[sluice.RuntimeConfig, Any]:
+    """``config`` with what ``observe`` (one of :data:`OBSERVE`) names on, and the tracer
+    provider to open the runtime with (None: OpenTelemetry's global one, or tracing off)."""
+    if observe == "off":
+        return config, None
+    config = attrs.evolve(
+        config,
+        metrics=sluice.MetricsConfig(enabled=observe in ("metrics", "both")),
+        tracing=sluice.TracingConfig(enabled=observe != "metrics"),
+    )
+    if observe == "metrics":
+        return config, None
+    if observe == "tracing-api":
+        from opentelemetry.trace import NoOpTracerProvider
+
+        return config, NoOpTracerProvider()
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return config, TracerProvider()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.call_cost", description=__doc__)
     where = p.add_mutually_exclusive_group(required=True)
@@ -78,6 +108,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calls", type=int, default=2000, help="measured calls (2000)")
     p.add_argument("--concurrency", type=int, default=64, help="calls in flight (64)")
     p.add_argument("--profile", action="store_true", help="also count Python function calls")
+    p.add_argument("--profile-out", help="with --profile: write the cProfile stats here")
+    p.add_argument(
+        "--observe",
+        choices=OBSERVE,
+        default="off",
+        help="observability in the measured runtime: off (default), metrics, tracing-api "
+        "(the API's no-op provider), tracing (the SDK's, every span recorded), both",
+    )
     a = p.parse_args(argv)
     if a.base_url is not None:
         a.url, a.chunks = mock_url(a.base_url, a.chunks, 0, 0)
@@ -106,7 +144,8 @@ async def _measure(a: argparse.Namespace) -> dict[str, Any]:
             )
         }
     )
-    async with sluice.open_runtime(config) as rt:
+    config, tracer_provider = observed_config(config, a.observe)
+    async with sluice.open_runtime(config, tracer_provider=tracer_provider) as rt:
 
         async def calls(n: int) -> None:
             requests = (sluice.ChatRequest(model="bench:mock", messages=PROMPT) for _ in range(n))
@@ -131,6 +170,7 @@ async def _measure(a: argparse.Namespace) -> dict[str, Any]:
             cpu = 0.0
         result: dict[str, Any] = {
             "url": a.url,
+            "observe": a.observe,
             "calls": a.calls,
             "concurrency": a.concurrency,
             "task_steps_per_call": round(steps.steps / n, 2),
@@ -149,6 +189,8 @@ async def _measure(a: argparse.Namespace) -> dict[str, Any]:
             profiler.enable()
             await calls(a.calls)
             profiler.disable()
+            if a.profile_out:
+                profiler.dump_stats(a.profile_out)
             stats: Any = pstats.Stats(profiler)  # total_calls is not in the stubs
             result["python_calls_per_call"] = round(stats.total_calls / n, 1)
         return result

@@ -26,10 +26,19 @@ Runs N streamed chat calls, against the same server and in one process run, thro
   aiohttp is importable. It runs in a child process (``benchmarks._aiohttp_side``) that keeps
   its event loop and session for the whole run and runs a phase whenever this process asks.
 
-A warm-up of each side, then R rounds alternating the order of the sides. Each phase is timed
-with ``time.process_time()`` (client CPU, all threads; the aiohttp side measures its own
-process) and ``time.perf_counter()``. The medians over the rounds go into one JSON line on
-stdout; per-round progress goes to stderr.
+A warm-up of each side, then R rounds alternating the order of the sides; with ``--blocks B``
+(2 by default when observability is measured) each round runs every side B times on a share of
+its calls, the order reversed from one block to the next (ABCD DCBA), so a drift of the
+machine's load within a round falls on every side alike. A side that sat idle long enough for
+its connection pool to close its connections gets them opened again, untimed, before its next
+phase (see :data:`KEEP_WARM_S`). Each phase starts with a ``gc.collect()`` outside its timing
+(no side pays for another's garbage) and is timed with ``time.process_time()`` (client CPU,
+all threads; the aiohttp side measures its own process) and ``time.perf_counter()``. The
+medians over the rounds go into one JSON line on stdout, with each observability ratio's
+rounds, their spread, the ratio of all rounds pooled, and the median of the block pairs;
+per-round progress goes to stderr. With ``--observability``, after the rounds, each sluice side
+runs ``--count-calls`` calls once more under cProfile and a trio instrument: Python calls,
+tasks and task steps per call (``counts_per_call``), which a busy machine does not blur.
 
 ``--base-url`` is the server's ``/v1`` root. A URL that does not end in ``/v1`` is taken to be
 the root of the nginx mock of ``shared/perf`` and ``/c<chunks>/t<ttft>/i<itl>/v1`` is appended.
@@ -47,6 +56,7 @@ import datetime
 import importlib.util
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -102,11 +112,21 @@ OBSERVED_SIDES = {
 runs ``--observe``'s)."""
 OBSERVABILITY_GOALS = {"metrics_ratio": 1.03, "noop_tracing_ratio": 1.03, "observed_ratio": 1.05}
 """Issue #35's ceilings, over the ``sluice`` side (the SDK-traced one is meant for 200 chunks)."""
+GOAL_SIDES = {
+    "metrics_ratio": "sluice_metrics",
+    "noop_tracing_ratio": "sluice_noop_tracing",
+    "observed_ratio": "sluice_observed",
+}
 DOORS = ("aio", "sync")
 GROUP = "bench_group"
 """``--group N``: a model group of N deployments (provider entries at the same server)."""
 """``--api`` values that measure a front door next to the trio API (the ``sluice`` side then
 runs the same per-call pattern as the door: ``async with rt.stream``, every event read)."""
+KEEP_WARM_S = 3.0
+"""A side idle longer than this gets ``--concurrency`` untimed calls before its next phase:
+sluice's pool and httpx close a connection idle for 5 s (aiohttp after 15 s), and a phase
+that opens its connections again pays for it, by how long the other sides ran before it, an
+order effect rather than a cost of the side."""
 AIOHTTP_SIDE = Path(__file__).resolve().with_name("_aiohttp_side.py")
 
 
@@ -210,10 +230,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--observe",
-        choices=("both", "metrics", "tracing", "tracing-api"),
+        choices=("both", "metrics", "tracing", "tracing-api", "off"),
         default="both",
         help="what sluice_observed turns on: both (default), metrics or tracing alone, or "
-        "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK)",
+        "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK), "
+        "or off (a second plain runtime: the A/A control, the method's own scatter)",
     )
     p.add_argument(
         "--observability",
@@ -221,6 +242,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="measure observability's cost split in one run: sluice_metrics (metrics alone), "
         "sluice_noop_tracing (tracing through the API's no-op provider) and sluice_observed "
         "(--observe, default metrics and SDK tracing), with the SDK's replayed share",
+    )
+    p.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        metavar="B",
+        help="split each round's calls into B blocks per side, the sides' order reversed from "
+        "one block to the next (ABCD DCBA ...), so that every side of a round meets the "
+        "machine's drift alike; default 2 with --observed or --observability, else 1",
+    )
+    p.add_argument(
+        "--count-calls",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after the rounds, N calls per sluice side under cProfile and a trio instrument: "
+        "Python function calls, tasks spawned and task steps per call, counts a busy machine "
+        "does not blur (default 200 with --observability, else 0: off)",
     )
     p.add_argument(
         "--trace-sample",
@@ -252,6 +291,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(exc))
     if a.warmup is None:
         a.warmup = 2 * a.concurrency
+    if a.blocks is None:
+        a.blocks = 2 if a.observed or a.observability else 1
+    if a.blocks < 1 or a.calls < a.blocks:
+        p.error("--blocks must be at least 1 and at most --calls")
+    if a.count_calls is None:
+        a.count_calls = 200 if a.observability else 0
     if a.sluice_max_connections is None:
         a.sluice_max_connections = a.concurrency
     a.aiohttp_skipped = None
@@ -308,13 +353,14 @@ async def _observed_runtime(
     observed = attrs.evolve(
         config,
         metrics=sluice.MetricsConfig(enabled=observe in ("both", "metrics")),
-        tracing=sluice.TracingConfig(enabled=observe != "metrics"),
+        tracing=sluice.TracingConfig(enabled=observe not in ("metrics", "off")),
     )
     # "tracing-api": sluice's own tracing work with the API's no-op provider, without the SDK's.
+    # "off": a second plain runtime, the A/A control that shows the method's own scatter.
     provider: Any = None
     if observe == "tracing-api":
         provider = NoOpTracerProvider()
-    elif observe != "metrics":
+    elif observe not in ("metrics", "off"):
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
@@ -436,6 +482,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
     profiler = cProfile.Profile() if a.cprofile else None
     aiohttp_version = None
+    counts: dict[str, dict[str, float]] = {}
     replay: float | None = None
     own: dict[str, float] | None = None
     async with trio.open_nursery() as services:
@@ -487,6 +534,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             child = AiohttpChild(base_url, MODEL, a.concurrency, chunks, a.max_seconds, a.gc)
         sides = a.sides
         results: dict[str, list[Phase]] = {side: [] for side in sides}
+        every_block: dict[str, list[Phase]] = {side: [] for side in sides}
+        idle_since: dict[str, float] = {}
+        refreshed: dict[str, int] = {}
         warmups: list[Phase] = []
         door: Any = None
         trio_api = "stream" if a.api in DOORS else a.api
@@ -524,6 +574,18 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 }
 
                 async def phase(side: str, calls: int, label: str) -> Phase:
+                    """A phase of ``side``; first, untimed, a refresh of its connections if
+                    it sat idle long enough for its pool to have closed them."""
+                    last = idle_since.get(side)
+                    if last is not None and time.monotonic() - last > KEEP_WARM_S:
+                        refreshed[side] = refreshed.get(side, 0) + 1
+                        await side_phase(side, a.concurrency, "refresh")
+                    try:
+                        return await side_phase(side, calls, label)
+                    finally:
+                        idle_since[side] = time.monotonic()
+
+                async def side_phase(side: str, calls: int, label: str) -> Phase:
                     if side == "bare":
                         return await run_phase(
                             label,
@@ -567,16 +629,28 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                     if a.warmup:
                         warmups.append(await phase(side, a.warmup, "warm-up"))
                 for i in range(a.repeat):
-                    order = sides if i % 2 == 0 else sides[::-1]
+                    blocks: dict[str, list[Phase]] = {side: [] for side in sides}
+                    for j, calls in enumerate(_block_sizes(a.calls, a.blocks)):
+                        # ABCD DCBA ...: a drift within the round falls on every side alike
+                        forward = (i * a.blocks + j) % 2 == 0
+                        for side in sides if forward else sides[::-1]:
+                            blocks[side].append(await phase(side, calls, f"round {i + 1}"))
                     line = []
-                    for side in order:
-                        result = await phase(side, a.calls, f"round {i + 1}")
+                    for side in sides:
+                        every_block[side] += blocks[side]
+                        result = merge_phases(blocks[side])
                         results[side].append(result)
                         line.append(
                             f"{side} {result.cpu_s_per_1k:.3f} CPU-s/1k "
                             f"{result.calls_per_s:.0f} calls/s"
                         )
                     print(f"# round {i + 1}: " + ", ".join(line), file=sys.stderr, flush=True)
+                if a.count_calls:
+                    counts = {
+                        side: await _count_calls(lambda n, s=side: phase(s, n, "counted"), a)
+                        for side in sides
+                        if side.startswith("sluice") and side not in ("sluice_aio", "sluice_sync")
+                    }
                 if "sluice_observed" in sides and a.observe in ("both", "tracing"):
                     replay = await _sdk_replay(
                         tracer_provider, lambda n: phase("sluice_observed", n, "capture")
@@ -598,11 +672,89 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     if profiler is not None:
         profiler.dump_stats(a.cprofile)
     report = _report(a, base_url, server, chunks, results, warmups, aiohttp_version)
+    report["connections_refreshed"] = refreshed
     if replay is not None and report["sluice_cpu_s_per_1k"]:
         report["otel_sdk_replay_ms_per_call"] = _round(replay * 1000)
         report["otel_sdk_replay_share"] = _round(replay * 1000 / report["sluice_cpu_s_per_1k"], 3)
-    _observability_report(report, results, replay, own)
+    _observability_report(report, results, replay, own, every_block)
+    if counts:
+        report["counts_per_call"] = counts
+        plain = counts.get("sluice")
+        if plain:
+            report["python_calls_ratio"] = {
+                side: _round(c["python_calls"] / plain["python_calls"], 4)
+                for side, c in counts.items()
+                if side != "sluice"
+            }
+            # Each ceiling also judged by the counts: what the side adds in Python calls.
+            for key, goal in report.get("observability_goals", {}).items():
+                by_counts = report["python_calls_ratio"].get(GOAL_SIDES[key])
+                if by_counts is not None:
+                    goal["python_calls_ratio"] = by_counts
+                    goal["met_by_counts"] = by_counts <= goal["ceiling"]
     return report
+
+
+def _block_sizes(calls: int, blocks: int) -> list[int]:
+    """``calls`` split into ``blocks`` sizes that differ by at most one."""
+    return [calls // blocks + (1 if k < calls % blocks else 0) for k in range(blocks)]
+
+
+def merge_phases(phases: list[Phase]) -> Phase:
+    """The blocks of one side's round as one phase: calls, outcomes, CPU and wall time added."""
+    if len(phases) == 1:
+        return phases[0]
+    others = [p.other_cpu_s for p in phases]
+    return Phase(
+        name=phases[0].name,
+        calls=sum(p.calls for p in phases),
+        ok=sum(p.ok for p in phases),
+        errors=sum(p.errors for p in phases),
+        mismatched=sum(p.mismatched for p in phases),
+        cpu_s=sum(p.cpu_s for p in phases),
+        wall_s=sum(p.wall_s for p in phases),
+        timed_out=any(p.timed_out for p in phases),
+        first_errors=[e for p in phases for e in p.first_errors][:5],
+        sample_text=next((p.sample_text for p in phases if p.sample_text is not None), None),
+        other_cpu_s=None if None in others else sum(o for o in others if o is not None),
+    )
+
+
+class _TaskCounts(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.spawned = 0
+        self.steps = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+async def _count_calls(run: Any, a: argparse.Namespace) -> dict[str, float]:
+    """Per call of one side, over ``--count-calls`` calls: Python function calls (cProfile),
+    trio tasks spawned and task steps. Deterministic up to the server's chunking and the
+    runtime's timers, so sides compare where CPU seconds on a busy machine do not."""
+    n = a.count_calls
+    await run(a.concurrency)  # uncounted: the side warm, and any refresh of its connections done
+    tasks = _TaskCounts()
+    profiler = cProfile.Profile()
+    trio.lowlevel.add_instrument(tasks)
+    profiler.enable()
+    try:
+        await run(n)
+    finally:
+        profiler.disable()
+        trio.lowlevel.remove_instrument(tasks)
+    import pstats
+
+    total: int = pstats.Stats(profiler).total_calls  # type: ignore[attr-defined]
+    return {
+        "python_calls": round(total / n, 1),
+        "tasks_spawned": round(tasks.spawned / n, 2),
+        "task_steps": round(tasks.steps / n, 2),
+    }
 
 
 # -- observability's cost, split (--observability) ---------------------------------------------
@@ -631,6 +783,7 @@ def _observability_report(
     results: dict[str, list[Phase]],
     replay: float | None,
     own: dict[str, float] | None,
+    every_block: dict[str, list[Phase]],
 ) -> None:
     """Each observability side over the ``sluice`` side (median of the per-round ratios, as
     the sides alternate within a round), and sluice's own part of the SDK-traced side: its
@@ -655,6 +808,30 @@ def _observability_report(
             if p.cpu_s_per_1k
         ]
 
+    def pooled(side: str) -> float | None:
+        """All rounds' CPU per call over the plain side's (one ratio, every call weighed)."""
+        mine, base = results.get(side, []), plain
+        per_call = [sum(p.cpu_s for p in ps) / sum(p.calls for p in ps) for ps in (mine, base)]
+        return per_call[0] / per_call[1] if mine and per_call[1] else None
+
+    def spread(key: str, found: list[float], side: str) -> None:
+        report[f"{key}_ratio_spread"] = [_round(min(found), 3), _round(max(found), 3)]
+        report[f"{key}_ratio_pooled"] = _round(pooled(side), 3)
+        # Each block over the plain side's block next to it in the same sweep: many close
+        # pairs, whose median a burst of load elsewhere on the machine moves little.
+        pairs = sorted(
+            o.cpu_s_per_1k / p.cpu_s_per_1k
+            for o, p in zip(every_block.get(side, []), every_block["sluice"], strict=False)
+            if p.cpu_s_per_1k
+        )
+        if len(pairs) > len(found):
+            quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
+            report[f"{key}_ratio_of_blocks"] = _round(_median(pairs), 3)
+            report[f"{key}_ratio_of_blocks_quartiles"] = [
+                _round(quartiles[0], 3),
+                _round(quartiles[2], 3),
+            ]
+
     for side, key in (("sluice_metrics", "metrics"), ("sluice_noop_tracing", "noop_tracing")):
         if side not in results:
             continue
@@ -662,9 +839,12 @@ def _observability_report(
         report[f"{side}_cpu_s_per_1k"] = _round(_median([p.cpu_s_per_1k for p in results[side]]))
         report[f"{key}_ratio"] = _round(_median(found), 3)
         report[f"{key}_ratio_per_round"] = [_round(r, 3) for r in found]
+        if found:
+            spread(key, found, side)
     observed = ratios("sluice_observed")
     if observed:
         report["observed_ratio_of_rounds"] = _round(_median(observed), 3)
+        spread("observed", observed, "sluice_observed")
     if observed and replay is not None:
         base = _median([p.cpu_s_per_1k for p in plain])
         if base:
@@ -736,6 +916,7 @@ def _report(
         "api": a.api,
         "warmup": a.warmup,
         "repeat": a.repeat,
+        "blocks": a.blocks,
         "sides": list(results),
         "sluice_cpu_s_per_1k": _round(cpu["sluice"]),
         "sluice_httpx_cpu_s_per_1k": _round(cpu["sluice_httpx"]),

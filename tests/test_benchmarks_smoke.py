@@ -186,10 +186,23 @@ def test_overhead_benchmark_splits_observability_into_its_parts() -> None:
     report = _run_json(
         "benchmarks.overhead",
         *("--sim", "--calls", "16", "--concurrency", "4", "--repeat", "2", "--warmup", "4"),
-        *("--only", "sluice", "--observability"),
+        *("--only", "sluice", "--observability", "--count-calls", "8"),
     )
     assert report["errors"] == 0, report["first_errors"]
-    assert report["sides"] == ["sluice", "sluice_observed", "sluice_metrics", "sluice_noop_tracing"]
+    sides = ["sluice", "sluice_observed", "sluice_metrics", "sluice_noop_tracing"]
+    assert report["sides"] == sides
+    # each round in two blocks per side (ABCD DCBA); the ratios' spread and block pairs beside
+    assert report["blocks"] == 2
+    for key in ("metrics", "noop_tracing", "observed"):
+        low, high = report[f"{key}_ratio_spread"]
+        assert 0 < low <= high, key
+        assert report[f"{key}_ratio_pooled"] > 0 and report[f"{key}_ratio_of_blocks"] > 0, key
+    # the counts a busy machine does not blur, per sluice side
+    counts = report["counts_per_call"]
+    assert set(counts) == set(sides)
+    assert all(c["python_calls"] > 0 and c["tasks_spawned"] >= 2 for c in counts.values())
+    assert set(report["python_calls_ratio"]) == set(sides[1:])
+    assert all("met_by_counts" in goal for goal in report["observability_goals"].values())
     for key in ("metrics_ratio", "noop_tracing_ratio", "observed_ratio"):
         assert report[key] > 0, key
     assert len(report["metrics_ratio_per_round"]) == 2

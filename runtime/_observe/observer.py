@@ -72,6 +72,7 @@ class Observer:
         self.last_errors: dict[str, tuple[float, str]] = {}
         """Per provider: when (trio's clock) and what its last failed attempt was."""
         self._watch = metrics is not None or tracer is not None or hooks is not None
+        self._now = _clock()
 
     def _cost(self, provider: str, model: str, usage: Any) -> int | None:
         return None if self.prices is None else self.prices.cost(provider, model, usage)
@@ -101,7 +102,7 @@ class Observer:
             if result is not None and result.timings.time_to_first_token is not None:
                 metrics.ttft.observe((provider, label), result.timings.time_to_first_token)
         if self.tracer is not None:
-            self.tracer.call_ended(call, outcome, result, error)
+            self.tracer.call_ended(call, outcome, result, error, self._now())
         if self.hooks is not None and self.hooks.hooks.on_call_end is not None:
             request = call.request
             usage = result.usage if result is not None else None
@@ -173,12 +174,15 @@ class Observer:
             )
         if not self._watch:
             return None
-        span = self.tracer.attempt_started(msg.call, msg.attempt) if self.tracer else None
-        # Clock reads cost a trio lookup each: only a hook's record needs the start time.
+        tracer = self.tracer
         timed = self.hooks is not None and self.hooks.hooks.on_attempt_end is not None
-        if span is None and not timed:
+        if tracer is None and not timed:
             return _WATCHED  # metrics alone keep nothing per attempt: no object either
-        return _AttemptWatch(span, trio.current_time() if timed else 0.0)
+        now = self._now()  # only the trace and a hook's record need the start time
+        span = tracer.attempt_started(msg.call, msg.attempt, now) if tracer is not None else None
+        if span is None and not timed:
+            return _WATCHED
+        return _AttemptWatch(span, now)
 
     def attempt_ended(
         self,
@@ -199,7 +203,7 @@ class Observer:
             result = "error"
             error = outcome.error
             self.last_errors[provider] = (
-                trio.current_time(),
+                self._now(),
                 f"{type(error).__name__}: {error.message}",
             )
             if log.isEnabledFor(logging.INFO):
@@ -217,9 +221,12 @@ class Observer:
             result = "abandoned"
         if watch is None:
             return
-        now = trio.current_time()  # one clock read for the metrics, the trace and the hook
-        cost = None if usage is None else self._cost(provider, model, usage.usage)
+        now = self._now()  # one clock read for the metrics, the trace and the hook
         metrics = self.metrics
+        hooked = self.hooks is not None and self.hooks.hooks.on_attempt_end is not None
+        # The price lookup only for the parts that report cost (tracing does not).
+        priced = usage is not None and (metrics is not None or hooked)
+        cost = self._cost(provider, model, usage.usage) if priced and usage is not None else None
         if metrics is not None:
             error_type = type(error).__name__ if error is not None else ""
             label = metrics.models.fold(model)
@@ -233,7 +240,7 @@ class Observer:
             self.tracer.attempt_ended(
                 watch.span, now, result, error, usage.usage if usage else None, delivered
             )
-        if self.hooks is not None and self.hooks.hooks.on_attempt_end is not None:
+        if hooked and self.hooks is not None:
             self.hooks.attempt_ended(
                 AttemptRecord(
                     call_id=call.call_id,
@@ -281,6 +288,15 @@ class Observer:
         if self.metrics is not None:
             # Provider actors are named "provider NAME": one label value per provider.
             self.metrics.restarts.inc((name,))
+
+
+def _clock() -> Callable[[], float]:
+    """What reads trio's clock: the run's clock's own reader (a call, where
+    ``trio.current_time`` makes three to find it), or outside a run ``trio.current_time``."""
+    try:
+        return trio.lowlevel.current_clock().current_time
+    except RuntimeError:
+        return trio.current_time
 
 
 def _ended_where(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -85,13 +84,13 @@ class Tracer:
     def call_started(self, call: Call) -> None:
         self._calls[call.call_id] = _CallTrace(otel_context.get_current())
 
-    def attempt_started(self, call: Call, attempt: int) -> _Attempt | None:
+    def attempt_started(self, call: Call, attempt: int, now: float) -> _Attempt | None:
         """The attempt's record, to hand back to :meth:`attempt_ended`; None for a call not
-        traced."""
+        traced. ``now``: trio's clock."""
         state = self._calls.get(call.call_id)
         if state is None:
             return None
-        record = _Attempt(attempt, call, trio.current_time())
+        record = _Attempt(attempt, call, now)
         state.attempts.append(record)
         return record
 
@@ -117,32 +116,31 @@ class Tracer:
         outcome: Outcome,
         result: ChatResult | None,
         error: SluiceError | None,
+        now: float,
     ) -> None:
+        """The call's consumer has its end at ``now`` (trio's clock): make its spans."""
         state = self._calls.pop(call.call_id, None)
         if state is None:
             return
-        now = trio.current_time()
-        offset = time.time_ns() - int(now * 1e9)
-
-        def wall(t: float) -> int:
-            return int(t * 1e9) + offset
-
+        offset = time.time_ns() - int(now * 1e9)  # trio's clock to the wall clock, in ns
+        end = int(now * 1e9) + offset
         span = self._tracer.start_span(
             f"chat {call.model}",
             context=state.parent,
             kind=SpanKind.CLIENT,
             attributes=_call_attributes(call, outcome, result, error),
-            start_time=wall(call.submitted_at),
+            start_time=int(call.submitted_at * 1e9) + offset,
         )
         if not span.is_recording():  # the sampler left this trace out: so are its attempts
-            span.end(end_time=wall(now))
+            span.end(end_time=end)
             return
         parent = trace.set_span_in_context(span)
         previous: _Attempt | None = None
         for attempt in state.attempts:
+            started = int(attempt.started * 1e9) + offset
             if previous is not None:
-                _between(span, previous, attempt, wall(attempt.started))
-            ended = now if attempt.ended is None else attempt.ended
+                _between(span, previous, attempt, started)
+            ended = end if attempt.ended is None else int(attempt.ended * 1e9) + offset
             if attempt.error is not None and attempt.delivered:
                 span.add_event(
                     "sluice.stream_reset",
@@ -150,22 +148,22 @@ class Tracer:
                         "sluice.events_delivered": attempt.delivered,
                         "error.type": type(attempt.error).__name__,
                     },
-                    timestamp=wall(ended),
+                    timestamp=ended,
                 )
             child = self._tracer.start_span(
                 f"attempt {attempt.number}",
                 context=parent,
                 kind=SpanKind.CLIENT,
                 attributes=_attempt_attributes(attempt),
-                start_time=wall(attempt.started),
+                start_time=started,
             )
             if attempt.error is not None:
                 child.set_status(Status(StatusCode.ERROR, str(attempt.error)))
-            child.end(end_time=wall(ended))
+            child.end(end_time=ended)
             previous = attempt
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, str(error)))
-        span.end(end_time=wall(now))
+        span.end(end_time=end)
 
 
 def _between(span: Any, previous: _Attempt, attempt: _Attempt, at: int) -> None:

@@ -1,0 +1,154 @@
+"""What observability adds to a call, in counts that do not depend on the machine's speed.
+
+An observed call (metrics, tracing, or both) must take the same path as an unobserved one: the
+same tasks, the same trips through trio's scheduler, no event channel; what it adds is the
+observer's own work at the call's and its attempt's start and end, never per event. Each mode
+runs the same calls as a plain runtime against ``tests/canned_sse_server.py`` (its own process,
+every reply written in one piece), through ``Runtime.map`` and ``Runtime.chat``, and the counts
+are set side by side: tasks spawned, the actors' task steps, and Python function calls
+(cProfile).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pytest
+import trio
+
+# The SDK is a dev dependency (the runtime needs only the API, the ``otel`` extra).
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NoOpTracerProvider
+
+import sluice
+from sluice import ChatRequest, MetricsConfig, RuntimeConfig, TracingConfig
+from sluice._config import ProviderConfig, Secret
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+SERVER = Path(__file__).with_name("canned_sse_server.py")
+TEXT = "word0 word1 word2 word3 word4"
+CALLS = 30
+WINDOWS = 3
+OWN_PYTHON_CALLS = 80
+"""What sluice's own observer may add per call with metrics and tracing on (through the API's
+no-op provider, so that none of it is the SDK's): a few counters and histograms, a record per
+attempt and the call's trace context, all at the call's and the attempt's start and end. A call
+that took the old path (an event channel, a task of its own, events made for the observer)
+would add several hundred and a task."""
+
+
+@pytest.fixture
+def canned() -> Iterator[str]:
+    with subprocess.Popen(
+        [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+class _Counts(trio.abc.Instrument):
+    """Tasks spawned (by name) and the actors' per-call task steps, while installed."""
+
+    def __init__(self) -> None:
+        self.spawned: list[str] = []
+        self.steps = {"_supervise": 0, "_serve_attempt": 0}
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned.append(task.name)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        code = getattr(task.coro, "cr_code", None)
+        if code is not None and code.co_name in self.steps:
+            self.steps[code.co_name] += 1
+
+
+MODES: dict[str, tuple[bool, bool, Any]] = {
+    "off": (False, False, None),
+    "metrics": (True, False, None),
+    "no-op tracing": (False, True, NoOpTracerProvider()),
+    "metrics and no-op tracing": (True, True, NoOpTracerProvider()),
+    "metrics and SDK tracing": (True, True, TracerProvider()),
+}
+"""Per mode: metrics on, tracing on, the tracer provider."""
+
+
+async def _measure(url: str, mode: str, api: str) -> dict[str, Any]:
+    metrics, tracing, provider = MODES[mode]
+    config = RuntimeConfig(
+        providers={
+            "canned": ProviderConfig(
+                base_url=f"{url}/v1", api_key=Secret("sk-test"), max_connections=4
+            )
+        }
+    )
+    config = attrs.evolve(
+        config, metrics=MetricsConfig(enabled=metrics), tracing=TracingConfig(enabled=tracing)
+    )
+    request = ChatRequest(model="canned:m", messages="hi")
+    async with sluice.open_runtime(config, tracer_provider=provider) as rt:
+
+        async def calls() -> list[str | None]:
+            if api == "chat":
+                return [(await rt.chat(request)).text for _ in range(CALLS)]
+            async with rt.map([request] * CALLS, max_in_flight=1) as outcomes:
+                return [o.result.text if o.result else None async for o in outcomes]
+
+        await calls()  # the connection open and every path warm
+        windows = []
+        for _ in range(WINDOWS):
+            counts, profiler = _Counts(), cProfile.Profile()
+            trio.lowlevel.add_instrument(counts)
+            profiler.enable()
+            try:
+                texts = await calls()
+            finally:
+                profiler.disable()
+                trio.lowlevel.remove_instrument(counts)
+            assert texts == [TEXT] * CALLS
+            total: int = pstats.Stats(profiler).total_calls  # type: ignore[attr-defined]
+            windows.append((total, counts))
+    # Tasks and steps are the same in every window; the fewest Python calls leave out a timer
+    # of the runtime's that fired in another window, or a read that found no data yet.
+    total, counts = min(windows, key=lambda window: window[0])
+    per_call = [name for name in counts.spawned if "feed_map" not in name]
+    return {
+        "tasks_per_call": len(per_call) / CALLS,
+        "steps": counts.steps,
+        "python_calls_per_call": total / CALLS,
+    }
+
+
+@pytest.mark.parametrize("api", ["map", "chat"])
+async def test_an_observed_call_takes_the_unobserved_path_plus_the_observers_own_work(
+    canned, api
+) -> None:
+    """Every mode spawns the same two tasks per call and steps the actors as often as a plain
+    runtime; metrics and tracing through the no-op provider add at most
+    :data:`OWN_PYTHON_CALLS` Python calls per call, each part alone less than both."""
+    found = {mode: await _measure(canned, mode, api) for mode in MODES}
+    plain = found["off"]
+    assert plain["tasks_per_call"] == 2, plain
+    for mode, counted in found.items():
+        assert counted["tasks_per_call"] == plain["tasks_per_call"], (mode, counted)
+        assert counted["steps"] == plain["steps"], (mode, counted)
+    extra = {
+        m: c["python_calls_per_call"] - plain["python_calls_per_call"] for m, c in found.items()
+    }
+    both = extra["metrics and no-op tracing"]
+    assert both <= OWN_PYTHON_CALLS, extra
+    assert 0 < extra["metrics"] < both and 0 < extra["no-op tracing"] < both, extra
+    # The SDK's spans are made at the call's end, in one go: they add Python calls (the SDK's
+    # own), never a task or a scheduler step (checked above).
+    assert extra["metrics and SDK tracing"] > both, extra
