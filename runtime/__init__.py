@@ -295,37 +295,14 @@ _SUBMODULES = frozenset({"aio", "sync", "actors", "providers", "transport"})
 ``sluice.stores``, ``sluice.simulator`` and ``sluice.ray`` are imported by name, as always."""
 
 
-def _load(module: str) -> None:
-    """Import ``module`` with the cyclic garbage collector paused.
-
-    Loading sluice's parts creates thousands of objects that live as long as the process
-    (modules, classes, functions), and allocating them triggers young-generation collections
-    that walk them again and again without finding garbage (``benchmarks/import_time.py``
-    measures the import). The pause is undone at the end, also when the import fails, and a
-    collector the program turned off stays off; what it leaves uncollected (attrs' discarded
-    class drafts) waits for the next collection.
-    """
-    import gc
-
-    if not gc.isenabled():
-        __import__(module)
-        return
-    gc.disable()
-    try:
-        __import__(module)
-    finally:
-        gc.enable()
-
-
 def __getattr__(name: str) -> "Any":
     if name in _SUBMODULES:
-        _load(f"sluice.{name}")
+        __import__(f"sluice.{name}")
         return _sys.modules[f"sluice.{name}"]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sluice' has no attribute {name!r}")
-    if module not in _sys.modules:
-        _load(module)
+    __import__(module)
     value = getattr(_sys.modules[module], name)
     globals()[name] = value
     return value

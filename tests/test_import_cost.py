@@ -234,32 +234,6 @@ def test_the_chat_path_defines_no_more_attrs_classes_and_modules_than_its_bound(
     assert "sluice._errors.Overloaded" not in found["classes"]
 
 
-def test_loading_sluices_parts_pauses_the_collector_and_restores_it() -> None:
-    """The lazy names load with the cyclic collector paused; it is on again afterwards, also
-    when the import fails, and a collector the program turned off stays off."""
-    code = """
-import gc
-import sluice
-
-collections = []
-gc.callbacks.append(lambda phase, info: collections.append(phase) if phase == "start" else None)
-gc.set_threshold(100)  # with the collector on: a collection every 100 allocations
-sluice.Runtime
-print(len(collections) <= 3, gc.isenabled())  # hundreds without the pause; one comes after
-gc.disable()
-sluice.aio
-print(gc.isenabled())
-gc.enable()
-sluice._LAZY["Missing"] = "sluice._no_such_module"
-try:
-    sluice.Missing
-except ModuleNotFoundError:
-    print("failed", gc.isenabled())
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
-    assert done.stdout.split() == [b"True", b"True", b"False", b"failed", b"True"]
-
-
 def test_a_plain_call_loads_its_codec_and_transport_and_nothing_else(tmp_path: Path) -> None:
     with FaultyServer() as server:
         done = subprocess.run(
