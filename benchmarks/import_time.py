@@ -25,6 +25,11 @@ start-up. From more fresh interpreters: which of the modules that a call does no
 ``importlib.metadata``, ``email``, ``decimal``, the gateway, the jobs, the codecs, the
 embedding layer), and how many modules each loaded.
 
+``first_call``: a fresh interpreter does the chat path, then opens a runtime and makes one plain
+chat call over an in-process transport (:data:`FIRST_CALL`), so what is loaded on first use
+instead of by the chat path still counts: ``ms`` is both together, beside the modules loaded and
+the attrs classes defined, and ``loaded_by_the_call`` names what the call added.
+
 ``-X importtime`` itself slows imports a little, so the JSON also has both timed from inside
 a fresh interpreter without it (``perf_counter`` around the code) and the whole
 ``python -c "import sluice"`` process next to ``python -c pass``.
@@ -74,6 +79,96 @@ sluice.Runtime, sluice.open_runtime, sluice.RuntimeConfig, sluice.ProviderConfig
 sluice.RuntimeConfig(providers={"openai": sluice.ProviderConfig(api_key=sluice.Secret("sk-x"))})
 """
 """The chat path: what a program that makes plain chat calls touches before opening a runtime."""
+FIRST_CALL = """import json, sys, time
+import trio, trio.testing
+
+REPLY = json.dumps({
+    "id": "c1", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}).encode()
+
+async def serve(stream):
+    data = b""
+    while True:
+        while b"\\r\\n\\r\\n" not in data:
+            chunk = await stream.receive_some()
+            if not chunk:
+                return
+            data += chunk
+        head, _, data = data.partition(b"\\r\\n\\r\\n")
+        length = 0
+        for line in head.split(b"\\r\\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(data) < length:
+            data += await stream.receive_some()
+        data = data[length:]
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n"
+            b"content-length: %d\\r\\n\\r\\n" % len(REPLY) + REPLY
+        )
+
+def loaded():
+    return {m for m in sys.modules if m == "sluice" or m.startswith("sluice.")}
+
+def classes():
+    return sum(
+        1
+        for name in loaded()
+        for value in list(vars(sys.modules[name]).values())
+        if isinstance(value, type) and value.__module__ == name and "__attrs_attrs__" in vars(value)
+    )
+
+before = set(sys.modules)
+t0 = time.perf_counter()
+exec(CHAT)
+t1 = time.perf_counter()
+chat_modules, chat_classes = set(sys.modules) - before, classes()
+
+async def main():
+    from sluice.transport import FastTransport
+
+    async with trio.open_nursery() as nursery:
+        async def open_stream(host, port):
+            client, server = trio.testing.memory_stream_pair()
+            nursery.start_soon(serve, server)
+            return client
+
+        config = sluice.RuntimeConfig(providers={"openai": sluice.ProviderConfig(
+            base_url="http://api.test/v1", api_key=sluice.Secret("sk-x"))})
+        transport = FastTransport(open_stream=open_stream, trust_env=False)
+        async with sluice.open_runtime(config, transport=transport) as rt:
+            result = await rt.chat("openai:gpt-4o-mini", "hello")
+        assert result.text == "hi", result
+        nursery.cancel_scope.cancel()
+
+t2 = time.perf_counter()
+trio.run(main)
+t3 = time.perf_counter()
+modules = set(sys.modules) - before
+print(json.dumps({
+    "chat_ms": (t1 - t0) * 1000,
+    "call_ms": (t3 - t2) * 1000,
+    "chat_modules": len(chat_modules),
+    "chat_sluice_modules": len([m for m in chat_modules if m.startswith("sluice")]),
+    "chat_classes": chat_classes,
+    "modules": len(modules),
+    "sluice_modules": len([m for m in modules if m.startswith("sluice")]),
+    "classes": classes(),
+    "call_loaded": sorted(modules - chat_modules),
+}))
+"""
+"""A fresh interpreter's chat path, then its first call: ``open_runtime`` and one plain
+non-streamed ``rt.chat`` to an OpenAI-compatible provider over sluice's own transport, whose
+server is an in-process trio memory stream answering every request with one canned reply (no
+network, no TLS), and the runtime closed. What is made to load on first use shows here. The
+harness's own imports (``trio.testing``) come before the clock starts; the ledger
+keeps no file (``SLUICE_LEDGER_DB=off``: disk I/O is not what this measures). The attrs classes
+counted are those the loaded sluice modules define at their top level (a subclass that is
+not itself decorated is not one)."""
 _SKEWING_ENV = frozenset(
     {
         "PYTHONSTARTUP",
@@ -169,9 +264,12 @@ def top_level_us(rows: list[tuple[str, int, int, int]]) -> int:
     return sum(cumulative for _name, _self, cumulative, depth in rows if depth == 0)
 
 
-def _run(python: str, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    python: str, code: str, *flags: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # PYTHONPATH stays (to measure another checkout); what would skew the timing goes.
     env = {k: v for k, v in os.environ.items() if k not in _SKEWING_ENV}
+    env.update(extra_env or {})
     with tempfile.TemporaryDirectory() as cwd:  # nothing importable by accident
         done = subprocess.run(
             [python, *flags, "-c", code],
@@ -197,6 +295,14 @@ def _timer(code: str) -> str:
     return f"import time\nt = time.perf_counter()\nexec({code!r})\nprint(time.perf_counter() - t)"
 
 
+def _first_call(python: str) -> dict[str, Any]:
+    """One fresh interpreter's chat path and first call (:data:`FIRST_CALL`)."""
+    code = f"CHAT = {CHAT!r}\n{FIRST_CALL}"
+    done = _run(python, code, extra_env={"SLUICE_LEDGER_DB": "off"})
+    found: dict[str, Any] = orjson.loads(done.stdout)
+    return found
+
+
 def measure(a: argparse.Namespace) -> dict[str, Any]:
     module = a.module
     totals: list[int] = []
@@ -209,6 +315,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     chat_inside: list[float] = []
     process: list[float] = []
     bare: list[float] = []
+    first: list[dict[str, Any]] = []
     _run(a.python, CHAT)  # warm-up: writes the bytecode cache, fills the page cache
     for _ in range(a.runs):  # interleaved, so a busy moment hits every measure alike
         rows = parse_importtime(_run(a.python, f"import {module}", "-X", "importtime").stderr)
@@ -232,6 +339,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         chat_inside.append(float(_run(a.python, _timer(CHAT)).stdout.strip()))
         process.append(_process_wall(a.python, f"import {module}"))
         bare.append(_process_wall(a.python, "pass"))
+        first.append(_first_call(a.python))
 
     def med(values: list[int]) -> float:
         # A module missing from some runs (imported earlier by site, say) counts as 0 there.
@@ -267,6 +375,17 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
             "modules_loaded": len(on_chat_path),
             "sluice_modules_loaded": _sluice_modules(on_chat_path),
             "heavy_loaded": [name for name in HEAVY if name in on_chat_path],
+        },
+        "first_call": {
+            "chat_ms": round(statistics.median(f["chat_ms"] for f in first), 1),
+            "call_ms": round(statistics.median(f["call_ms"] for f in first), 1),
+            "ms": round(statistics.median(f["chat_ms"] + f["call_ms"] for f in first), 1),
+            "chat_classes": first[-1]["chat_classes"],
+            "chat_sluice_modules": first[-1]["chat_sluice_modules"],
+            "classes": first[-1]["classes"],
+            "modules_loaded": first[-1]["modules"],
+            "sluice_modules_loaded": first[-1]["sluice_modules"],
+            "loaded_by_the_call": first[-1]["call_loaded"],
         },
         "top_cumulative": table({k: v for k, v in cumulative.items() if k != module}, a.top),
         "top_self": table(self_time, a.top),

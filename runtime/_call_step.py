@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 
-from ._embeddings import EmbedResult
 from ._errors import CallError, ToolCallError
 from ._messages import ChatResult
 from ._record import Record
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ._config import RetryConfig
+    from ._embeddings import EmbedResult  # noqa: TC004 (only a type: a chat never loads it)
 
     # Only a type here: a call without tools never loads the tool layer's preparation code.
     from ._tools.preparation import Prepared  # noqa: TC004

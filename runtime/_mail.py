@@ -19,7 +19,6 @@ import attrs
 import trio
 
 from ._config import RateLimitConfig
-from ._embeddings import EmbedOutput, EmbedRequest
 from ._errors import CallError
 from ._events import CallEvent
 from ._ledger.book import LedgerQuery, LedgerSummary, LedgerTotals
@@ -33,6 +32,8 @@ from ._reply import Reply
 from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
+    from ._embeddings import EmbedOutput, EmbedRequest  # noqa: TC004 (a chat never loads them)
+
     # Only a type here: Call is never structured by cattrs, and importing the tool layer's
     # schema code for every `import sluice` would cost more than the whole actor system.
     from ._tools.preparation import Prepared  # noqa: TC004

@@ -50,7 +50,6 @@ from ._retry_budget import RetryBudget
 from ._routing import Routing
 from ._runtime_status import StatusMethods
 from ._services import start_services
-from ._snapshots import ProviderHealth, RuntimeStatistics
 from ._startup import Providers, ProviderWiring
 from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, outcome_of, replayed
 from .providers._registry import ResolvedProvider, resolve_provider
@@ -65,6 +64,7 @@ if TYPE_CHECKING:
     from ._limits.store import QuotaStore
     from ._observe.records import Hooks
     from ._routing import SharedMarks
+    from ._snapshots import ProviderHealth, RuntimeStatistics
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport
     from .transport._phases import HttpPhases
@@ -80,6 +80,16 @@ __all__ = [
 ]
 
 _DRAIN_POLL = 0.05
+
+
+def __getattr__(name: str) -> Any:
+    # The snapshot types load when first asked for: a program that never reads statistics or
+    # health never loads them.
+    if name in ("ProviderHealth", "RuntimeStatistics"):
+        from . import _snapshots
+
+        return getattr(_snapshots, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Runtime(EmbedMethods, StatusMethods):

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from ._errors import ConfigError
-from ._snapshots import ProviderHealth, RuntimeStatistics, provider_health
 
 if TYPE_CHECKING:
     from sluice.actors._rate_limiter import RateLimiterHandle
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from ._observe.metrics import Metrics
     from ._observe.observer import Observer
     from ._prepare import GroupPlacement
+    from ._snapshots import ProviderHealth, RuntimeStatistics
     from ._startup import Providers
 
 __all__ = ["StatusMethods"]
@@ -43,6 +43,8 @@ class StatusMethods:
 
     async def statistics(self) -> RuntimeStatistics:
         """What is in flight now, per actor (see :class:`RuntimeStatistics`)."""
+        from ._snapshots import RuntimeStatistics  # the snapshots load when first asked for
+
         assert self._providers is not None and self._peers is not None
         now = trio.current_time()
         peers = self._peers
@@ -100,6 +102,8 @@ class StatusMethods:
 
     async def health(self) -> dict[str, ProviderHealth]:
         """Per provider started so far: whether new calls can go out now, and why not."""
+        from ._snapshots import provider_health
+
         if self._providers is None or self._peers is None:
             return {}
         now = trio.current_time()

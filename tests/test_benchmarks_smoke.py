@@ -272,6 +272,11 @@ def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
     assert chat["over_trio_ms"] == round(chat["ms"] - chat["trio_ms"], 1)
     assert "sluice._runtime" in chat["sluice_modules_loaded"] and chat["heavy_loaded"] == []
     assert isinstance(chat["meets_goal"], bool)
+    first = report["first_call"]  # the chat path, then one call over an in-process transport
+    assert first["ms"] > first["chat_ms"] > 0 and first["call_ms"] > 0
+    assert first["classes"] >= first["chat_classes"] > 0
+    assert first["sluice_modules_loaded"] > first["chat_sluice_modules"] > 0
+    assert "sluice.transport._pool" in first["loaded_by_the_call"]
 
 
 def test_request_head_benchmark_times_both_parsers() -> None:

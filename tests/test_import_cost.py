@@ -16,9 +16,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 # The embedding layer: loaded by the first embedding call (Runtime.embed, embed_many, the
-# actors' embedding branches), never by a chat. (The OpenAI codec brings its own embedding
-# part, sluice._protocols.openai_embed, when an OpenAI-compatible provider starts.)
+# actors' embedding branches, a codec's embedding methods), never by a chat.
 EMBEDDING_LAYER = (
+    "sluice._embeddings",
+    "sluice._protocols.openai_embed",
     "sluice._embed_calls",
     "sluice._embed_many",
     "sluice._embed_packing",
@@ -73,6 +74,7 @@ NOT_FOR_A_CALL = (
     # The front doors load on first use of sluice.aio / sluice.sync.
     "asyncio",
     "concurrent.futures",
+    "sluice._snapshots",
     "sluice.aio",
     "sluice.sync",
     "sluice._guest",
@@ -118,6 +120,10 @@ NOT_FOR_A_PLAIN_CALL = (
     "prometheus_client",
     "opentelemetry",
     "asyncio",
+    "sluice._snapshots",  # statistics and health: loaded when first asked for
+    # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
+    "sqlite3",
+    "sluice._ledger.sqlite",
     *EMBEDDING_LAYER,
 )
 """What opening a runtime and making calls to one OpenAI-compatible provider over sluice's own
@@ -188,6 +194,44 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     loaded = set(orjson.loads(done.stdout))
     assert {"sluice._runtime", "sluice._config", "sluice._messages"} <= loaded
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
+
+
+CHAT_PATH_ATTRS_CLASSES = 145
+CHAT_PATH_SLUICE_MODULES = 80
+"""What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
+costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
+module a file to find and run. A change that adds to either on every program's path fails
+here: make the new part load on first use, or raise the bound on purpose."""
+
+_COUNT = """
+import json, sys
+before = set(sys.modules)
+{chat}
+mine = sorted(m for m in set(sys.modules) - before if m == "sluice" or m.startswith("sluice."))
+classes = sorted(
+    f"{{name}}.{{value.__qualname__}}"
+    for name in mine
+    for value in list(vars(sys.modules[name]).values())
+    if isinstance(value, type) and value.__module__ == name and "__attrs_attrs__" in vars(value)
+)
+print(json.dumps({{"modules": mine, "classes": classes}}))
+"""
+
+
+def test_the_chat_path_defines_no_more_attrs_classes_and_modules_than_its_bound() -> None:
+    from benchmarks.import_time import CHAT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNT.format(chat=CHAT)], capture_output=True, check=True
+    )
+    found = orjson.loads(done.stdout)
+    assert len(found["classes"]) <= CHAT_PATH_ATTRS_CLASSES, found["classes"]
+    assert len(found["modules"]) <= CHAT_PATH_SLUICE_MODULES, found["modules"]
+    # The counting sees the classes (attrs subclasses that are not decorated themselves are
+    # not counted: they cost nothing of their own).
+    assert "sluice._messages.ChatRequest" in found["classes"]
+    assert "sluice._mail.Call" in found["classes"]
+    assert "sluice._errors.Overloaded" not in found["classes"]
 
 
 def test_a_plain_call_loads_its_codec_and_transport_and_nothing_else(tmp_path: Path) -> None:

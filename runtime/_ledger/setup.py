@@ -122,13 +122,13 @@ async def open_ledger(
         ConfigError: the config's or the environment's ledger file cannot be opened or read,
             or a price key is malformed.
     """
-    from .sqlite import default_ledger_path
-
     prices = price_table(config)
     owned = False
     if store is None:
         path = ledger_path(config, environ)
-        if path is not None:
+        if path is not None:  # only then is the SQLite code loaded
+            from .sqlite import default_ledger_path
+
             store = await _open_file(path, explicit=path != default_ledger_path())
             owned = store is not None
     if mirror is not None:

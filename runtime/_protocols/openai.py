@@ -16,7 +16,6 @@ import orjson
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .http_errors import error_for_status, excerpt, provider_wait
 from .openai_decode import OpenAIStreamDecoder, decode_body, error_fields
-from .openai_embed import build_embed_request, decode_embed_body
 from .openai_request import build_request
 
 if TYPE_CHECKING:
@@ -75,12 +74,16 @@ class OpenAICodec:
         headers: Mapping[str, str] | None = None,
     ) -> HttpRequest:
         """See :func:`sluice._protocols.openai_embed.build_embed_request`."""
+        from .openai_embed import build_embed_request  # a chat never loads the embedding part
+
         return build_embed_request(
             request, base_url=base_url, api_key=api_key, headers=headers, quirks=self.quirks
         )
 
     def decode_embed_body(self, body: bytes, *, inputs: int) -> EmbedOutput:
         """See :func:`sluice._protocols.openai_embed.decode_embed_body`."""
+        from .openai_embed import decode_embed_body
+
         return decode_embed_body(body, inputs=inputs)
 
     def decode_error(
