@@ -26,6 +26,7 @@ from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
+from .diagnose import Diagnosis, open_diagnosis
 from .endpoints import (
     DirectTarget,
     Outcome,
@@ -160,6 +161,10 @@ class _Run:
         # starts (the shared t0, after the warm-up); None: the whole schedule, at once.
         self.share: Share | None = None
         self.start_at: Callable[[], Awaitable[Start]] | None = None
+        self.diagnosis: Diagnosis | None = None
+        """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
+        self.woke: dict[int, float] = {}
+        """With a diagnosis: when the scheduler woke for each request not yet stamped sent."""
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -180,6 +185,9 @@ class _Run:
                         continue
                     scheduled = self.t0 + offset
                     await waker.sleep_until(scheduled)
+                    if self.diagnosis is not None:
+                        self.woke[index] = woke = trio.current_time()
+                        self.diagnosis.arrival(scheduled, woke)
                     if cap is not None:
                         await cap.acquire()
                     if self.test.workload.turns > 1:
@@ -319,6 +327,8 @@ class _Run:
         """Count request ``index`` (due at ``scheduled``) as sent now, and track it."""
         sent = trio.current_time()
         tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
+        if self.diagnosis is not None and index in self.woke:
+            self.diagnosis.sent(self.woke.pop(index), sent)
         if self.on_send is not None:
             self.on_send()
         self.sent += 1
@@ -574,7 +584,9 @@ async def _run_load(
     else:
         started_at = time.time()
         run.t0 = trio.current_time()
-    with run.scope:
+    with run.scope, open_diagnosis() as run.diagnosis:
+        if run.diagnosis is not None:
+            run.diagnosis.begin()
         await _drive(run, progress, progress_interval)
     if run.fatal is not None:
         raise run.fatal
