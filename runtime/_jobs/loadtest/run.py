@@ -43,6 +43,9 @@ from .stats import percentile
 from .wake import open_waker
 
 if TYPE_CHECKING:
+    from .wake import Waker
+
+if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from pathlib import Path
 
@@ -51,7 +54,12 @@ if TYPE_CHECKING:
     from .workers import Share, Start
     from .workload import WorkItem
 
-__all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
+__all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
+
+LEAD = 0.005
+"""Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
+drawn). Enough for a late pass of the scheduler, whose own sleeps end on epoll's whole
+milliseconds; the sender then waits on a precise timer of its own."""
 
 
 @attrs.frozen
@@ -164,6 +172,8 @@ class _Run:
         self.diagnosis: Diagnosis | None = None
         """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
         self.woke: dict[int, float] = {}
+        self.waiting: set[trio.CancelScope] = set()
+        """The open loop's senders waiting for their due time."""
         """With a diagnosis: when the scheduler woke for each request not yet stamped sent."""
 
     def due(self, index: int, offset: float) -> bool:
@@ -173,29 +183,69 @@ class _Run:
         return test.duration is None or offset < test.duration
 
     async def open_loop(self, shape: OpenLoop) -> None:
+        """Send the schedule: for each arrival, a sender task started :data:`LEAD` seconds
+        before it is due, its prompt drawn, that waits for the due time on its own timer
+        and sends. The task that wakes is the one that sends, in the same step: no further
+        pass of trio's loop (and whatever else runs in it) comes between the wake and the
+        request's hand-over, and starting a task is not part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
-        async with trio.open_nursery() as nursery:
-            with self.sending, open_waker() as waker:
-                for index, offset in enumerate(shape.schedule(rng)):
-                    if not self.due(index, offset):
-                        break
-                    if self.share is not None and not self.share.mine(index):
-                        self.skip(index)  # another worker's: draw its prompt all the same
-                        continue
-                    scheduled = self.t0 + offset
-                    await waker.sleep_until(scheduled)
-                    if self.diagnosis is not None:
-                        self.woke[index] = woke = trio.current_time()
-                        self.diagnosis.arrival(scheduled, woke)
-                    if cap is not None:
-                        await cap.acquire()
-                    if self.test.workload.turns > 1:
-                        turns = self.session_items(index)
-                        nursery.start_soon(self.session, index, scheduled, turns, cap)
-                        continue
-                    item = self.test.workload.item(index, self.work_rng)
-                    nursery.start_soon(self.one, index, scheduled, item, cap)
+        with open_waker() as waker:  # outlives the nursery: the last senders still wait
+            async with trio.open_nursery() as nursery:
+                with self.sending:
+                    for index, offset in enumerate(shape.schedule(rng)):
+                        if not self.due(index, offset):
+                            break
+                        if self.share is not None and not self.share.mine(index):
+                            self.skip(index)  # another worker's: draw its prompt all the same
+                            continue
+                        scheduled = self.t0 + offset
+                        if scheduled - LEAD > trio.current_time():
+                            await trio.sleep_until(scheduled - LEAD)
+                        else:  # behind: start it now, yielding only to a cancellation
+                            await trio.lowlevel.checkpoint_if_cancelled()
+                        work: WorkItem | list[WorkItem] = (
+                            self.session_items(index)
+                            if self.test.workload.turns > 1
+                            else self.test.workload.item(index, self.work_rng)
+                        )
+                        waiting = trio.CancelScope()
+                        self.waiting.add(waiting)
+                        nursery.start_soon(
+                            self.send_at, waiting, waker, index, scheduled, work, cap
+                        )
+                if self.sending.cancel_called:  # drained: the requests not yet due never go
+                    for waiting in self.waiting:
+                        waiting.cancel()
+
+    async def send_at(
+        self,
+        waiting: trio.CancelScope,
+        waker: Waker,
+        index: int,
+        scheduled: float,
+        work: WorkItem | list[WorkItem],
+        cap: trio.Semaphore | None,
+    ) -> None:
+        """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
+        was drained first, and it is not sent), then send it."""
+        with waiting:
+            await waker.sleep_until(scheduled)
+        self.waiting.discard(waiting)
+        if waiting.cancelled_caught:
+            return
+        if self.diagnosis is not None:
+            self.woke[index] = woke = trio.current_time()
+            self.diagnosis.arrival(scheduled, woke)
+        if cap is not None:
+            try:
+                cap.acquire_nowait()  # no checkpoint (a pass of the loop) when a place is free
+            except trio.WouldBlock:
+                await cap.acquire()  # counted as lag
+        if isinstance(work, list):
+            await self.session(index, scheduled, work, cap)
+        else:
+            await self.one(index, scheduled, work, cap)
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
