@@ -146,19 +146,21 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
 
 
 def cause_line(c: dict[str, Any]) -> str:
-    """One process's causes of lateness, in a line."""
+    """One process's causes of lateness, in a line: p50/p99 in ms of the wake's lateness,
+    its parts (the loop busy when the request fell due, the timer's wake-up, the tasks of
+    its batch before it), wake to sent, the loop's batches (wall, CPU, preempted) and gc."""
 
-    def p99(name: str) -> str:
+    def pair(name: str) -> str:
         s = c[name]
-        if not s["count"]:
-            return f"{name} -"
-        return f"{name} p50 {s['p50_ms']:.3f} p99 {s['p99_ms']:.3f} max {s['max_ms']:.2f}"
+        return f"{name} {s['p50_ms']:.3f}/{s['p99_ms']:.3f}" if s["count"] else f"{name} -"
 
     gc_ = c["gc_pauses"]
+    parts = ("wake_late", "loop_busy_at_due", "timer_wake", "batch_before", "handover")
+    loop = ("loop_batches", "loop_batches_cpu", "loop_preempted")
     return (
-        f"{p99('wake_late')} | {p99('handover')} | {p99('loop_batches')} | gc "
-        f"{gc_['count']} ({c['gc_full_collections']} full) total {gc_.get('total_ms', 0):.1f} "
-        f"max {gc_.get('max_ms', 0):.2f} ms | threads {c['threads']}"
+        f"{' '.join(pair(n) for n in parts)} | {' '.join(pair(n) for n in loop)} | gc "
+        f"{gc_['count']} ({c['gc_full_collections']} full) max {gc_.get('max_ms', 0):.2f} | "
+        f"threads {len(c['threads'])}"
     )
 
 

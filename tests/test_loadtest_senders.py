@@ -15,7 +15,7 @@ import trio
 import sluice
 from sluice._config import RuntimeConfig
 from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config
-from sluice._jobs.loadtest.diagnose import ENV
+from sluice._jobs.loadtest.diagnose import ENV, Diagnosis
 from sluice._jobs.loadtest.run import LEAD, Interrupt, run_load
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
@@ -115,3 +115,21 @@ async def test_without_the_variable_nothing_is_diagnosed(
     test = LoadTest(model=MODEL, shape=shape, requests=3, workload=WORK, warmup=0)
     await _run(nursery, test)
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_the_diagnosis_splits_a_wakes_lateness_into_its_causes() -> None:
+    # Pure arithmetic on the instrument's stamps (perf_counter) against trio's clock.
+    diagnosis = Diagnosis()
+    diagnosis.begin()
+    offset = diagnosis._offset
+    loop = diagnosis._loop
+    # The loop went into its wait at 10.000 and came out at 10.004; the request fell due
+    # at 10.001 (idle then: the timer took 3 ms to wake it) and its sender ran at 10.006.
+    loop.went, loop.came = 10.000, 10.004
+    diagnosis.arrival(10.001 - offset, 10.006 - offset)
+    # Due at 9.990, while a pass of the loop ran (it ended at 10.000): 10 ms of busy loop.
+    diagnosis.arrival(9.990 - offset, 10.005 - offset)
+    assert list(diagnosis.wake_late) == pytest.approx([0.005, 0.015])
+    assert list(diagnosis.loop_busy_at_due) == pytest.approx([0.0, 0.010])
+    assert list(diagnosis.timer_wake) == pytest.approx([0.003, 0.004])
+    assert list(diagnosis.batch_before) == pytest.approx([0.002, 0.001])

@@ -7,7 +7,10 @@ the wake to the stamp of ``sent``. Behind both are the causes collected here:
 
 - the garbage collector's pauses (``gc.callbacks``: each collection's generation and length),
 - the run loop's batches (a :class:`trio.abc.Instrument`: how long the loop was busy between
-  two looks at its I/O, since a due request waits for the batch in progress to end),
+  two looks at its I/O, since a due request waits for the batch in progress to end; on the
+  wall clock and in CPU time, whose difference is the core taken by other processes), and
+  per request the waker's lateness split into the batch running when it fell due, the
+  timer's own wake-up, and the tasks its batch ran before it,
 - other Python threads (each one can hold the GIL for a switch interval).
 
 Off unless ``SLUICE_LOADTEST_DIAGNOSE`` names a folder: the instrument costs a little on
@@ -43,19 +46,28 @@ ENV = "SLUICE_LOADTEST_DIAGNOSE"
 
 class _Loop(trio.abc.Instrument):
     """Times each pass of trio's run loop that ran tasks: from the end of its I/O wait to
-    the start of the next one."""
+    the start of the next one, on the wall clock and in the thread's CPU time (the
+    difference is time the operating system gave the core to another process)."""
 
-    def __init__(self, busy: array[float]) -> None:
+    def __init__(self, busy: array[float], cpu: array[float]) -> None:
         self.busy = busy
-        self.start = 0.0
+        self.cpu = cpu
+        self.went = 0.0
+        """When the loop last went into its I/O wait (``perf_counter``)."""
+        self.came = 0.0
+        """When it last came out of it: the pass running now began then."""
+        self.came_cpu = 0.0
         self.on = False
 
     def after_io_wait(self, timeout: float) -> None:
-        self.start = time.perf_counter()
+        self.came = time.perf_counter()
+        self.came_cpu = time.thread_time()
 
     def before_io_wait(self, timeout: float) -> None:
-        if self.on and self.start:
-            self.busy.append(time.perf_counter() - self.start)
+        self.went = went = time.perf_counter()
+        if self.on and self.came:
+            self.busy.append(went - self.came)
+            self.cpu.append(time.thread_time() - self.came_cpu)
 
 
 class Diagnosis:
@@ -65,10 +77,15 @@ class Diagnosis:
         self.gc_pauses = array("d")
         self.gc_generations = array("b")
         self.batches = array("d")
+        self.batches_cpu = array("d")
         self.wake_late = array("d")
+        self.loop_busy_at_due = array("d")
+        self.timer_wake = array("d")
+        self.batch_before = array("d")
         self.handover = array("d")
         self._gc_start = 0.0
-        self._loop = _Loop(self.batches)
+        self._loop = _Loop(self.batches, self.batches_cpu)
+        self._offset = 0.0
         self.on = False
 
     def _gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -81,11 +98,21 @@ class Diagnosis:
     def begin(self) -> None:
         """The schedule starts: count from now (the warm-up's figures are left out)."""
         self.on = self._loop.on = True
+        self._offset = time.perf_counter() - trio.current_time()
 
     def arrival(self, scheduled: float, woke: float) -> None:
-        """The scheduler woke at ``woke`` for a request due at ``scheduled``."""
-        if self.on:
-            self.wake_late.append(woke - scheduled)
+        """A request due at ``scheduled`` (trio time) woke its sender at ``woke``. Its
+        lateness is split three ways: the loop was running a pass when it fell due (it
+        looks at its timers only between passes), the timer's wake-up (the kernel and the
+        process getting a core back), and the tasks of the pass that ran before it."""
+        if not self.on:
+            return
+        loop, due = self._loop, scheduled + self._offset
+        self.wake_late.append(woke - scheduled)
+        busy = max(loop.went - due, 0.0)
+        self.loop_busy_at_due.append(busy)
+        self.timer_wake.append(max(loop.came - max(due, loop.went), 0.0))
+        self.batch_before.append(max(woke + self._offset - loop.came, 0.0))
 
     def sent(self, woke: float, sent: float) -> None:
         """A request whose scheduler woke at ``woke`` was stamped sent at ``sent``."""
@@ -108,7 +135,14 @@ class Diagnosis:
             "gc_pauses": summary(self.gc_pauses),
             "gc_full_collections": sum(1 for g in self.gc_generations if g == 2),
             "loop_batches": summary(self.batches),
+            "loop_batches_cpu": summary(self.batches_cpu),
+            "loop_preempted": summary(
+                array("d", (w - c for w, c in zip(self.batches, self.batches_cpu, strict=True)))
+            ),
             "wake_late": summary(self.wake_late),
+            "loop_busy_at_due": summary(self.loop_busy_at_due),
+            "timer_wake": summary(self.timer_wake),
+            "batch_before": summary(self.batch_before),
             "handover": summary(self.handover),
             "threads": [t.name for t in threading.enumerate()],
             "switch_interval_ms": sys.getswitchinterval() * 1000,
