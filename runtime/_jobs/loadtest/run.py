@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from ..._errors import ConfigError, SluiceError
+from ..._gc import freeze_setup
 from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
@@ -627,6 +628,7 @@ async def _run_load(
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
+    freeze_setup()  # in a process of sluice's own: the runtime and its warm-up, for good
     if run.start_at is not None:  # --workers: every worker starts at the shared t0
         start = await run.start_at()
         run.t0, run.share = start.t0, start.share
