@@ -97,3 +97,23 @@ async def test_tasks_waiting_at_once_each_wake_at_their_own_deadline_on_their_ow
         assert all(woke[name] >= due[name] for name in due)
         await _never_early(waker)  # the pool's timers are reused
         assert len(waker.fds) == 3
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_a_burst_past_the_pool_of_timers_sleeps_on_trios_timeout_never_early(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(wake, "MAX_TIMERS", 2)
+    woke: list[float] = []
+    with trio.fail_after(10), open_waker() as waker:
+        due = trio.current_time() + 0.01
+
+        async def sleeper() -> None:
+            await waker.sleep_until(due)
+            woke.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(sleeper)
+        assert len(waker.fds) == 2  # no more file descriptors than the pool's
+    assert len(woke) == 5 and min(woke) >= due

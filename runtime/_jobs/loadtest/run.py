@@ -1,8 +1,9 @@
 """The load-test run loop: sends requests through a runtime on the planned schedule and
 measures each one. The only module of the package with tasks and a clock.
 
-Open loop: one scheduler task sleeps until each request's due time and starts it in its own
-task, never waiting for earlier requests (a client-side ``max_in_flight`` cap is the one
+Open loop: one scheduler task starts each request's own task a little before it is due (its
+prompt drawn); that task waits for the due time on a precise timer and sends in the step it
+wakes, never waiting for earlier requests (a client-side ``max_in_flight`` cap is the one
 exception, and the wait it causes is counted as lag). Closed loop: ``concurrency`` user tasks,
 each sending its next request when its last one ends. Either way every request records when
 it was due and when it really went out, so a client that cannot keep up is caught, not

@@ -30,11 +30,16 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["SPIN_MARGIN", "Waker", "open_waker"]
+__all__ = ["MAX_TIMERS", "SPIN_MARGIN", "Waker", "open_waker"]
 
 SPIN_MARGIN = 0.0012
 """The fallback's spin: it sleeps until this many seconds before the deadline (trio's sleeps
 end on epoll's whole milliseconds, rounded up) and yields in a loop for the rest."""
+
+MAX_TIMERS = 64
+"""Timers a :class:`_TimerFd` opens at most (file descriptors: a trace's burst of thousands
+of requests due at one instant must not run the process out of them); tasks waiting beyond
+them sleep on trio's own timeout."""
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -98,9 +103,12 @@ class _TimerFd:
             return
         if self._free:
             fd = self._free.pop()
-        else:
+        elif len(self._fds) < MAX_TIMERS:
             fd = self._new()
             self._fds.append(fd)
+        else:  # a burst due at once: epoll's milliseconds for those past the pool
+            await trio.sleep_until(deadline)
+            return
         try:
             while left > 0:
                 self._arm(fd, left)  # a new value also clears a stale expiry's count
