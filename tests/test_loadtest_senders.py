@@ -74,6 +74,25 @@ async def test_a_drain_stops_the_arrivals_not_yet_due_even_those_already_waiting
 
 
 @virtual_deadline(600)
+async def test_a_drain_after_the_last_sender_started_still_stops_it(autojump_clock, nursery):
+    # Ten arrivals 10 ms apart: the last (due at 0.09) has its sender waiting from 0.085,
+    # when the scheduler has nothing left to start; a drain at 0.0875 must still stop it.
+    interrupt = Interrupt()
+    shape = OpenLoop.at_rate(100, arrival="constant")
+    test = LoadTest(model=MODEL, shape=shape, requests=10, workload=WORK, warmup=0)
+    start = trio.current_time()
+
+    async def drain_later() -> None:
+        await trio.sleep_until(start + 0.09 - LEAD / 2)
+        interrupt.drain("SIGTERM")
+
+    nursery.start_soon(drain_later)
+    run = await _run(nursery, test, interrupt=interrupt)
+    assert run.interrupted == "drained"
+    assert [r.index for r in run.records] == list(range(9))
+
+
+@virtual_deadline(600)
 async def test_a_capped_sender_with_a_free_place_sends_at_its_time(autojump_clock, nursery):
     # max_in_flight 2, each request 50 ms, one every 100 ms: a place is always free, so
     # the cap costs no lag; at one every 10 ms the third waits for a place.

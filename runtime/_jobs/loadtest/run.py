@@ -45,14 +45,12 @@ from .stats import percentile
 from .wake import open_waker
 
 if TYPE_CHECKING:
-    from .wake import Waker
-
-if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from ..._runtime import Runtime
     from ...transport import HotTransport
+    from .wake import Waker
     from .workers import Share, Start
     from .workload import WorkItem
 
@@ -174,9 +172,9 @@ class _Run:
         self.diagnosis: Diagnosis | None = None
         """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
         self.woke: dict[int, float] = {}
+        """With a diagnosis: when each request's sender woke, until it is stamped sent."""
         self.waiting: set[trio.CancelScope] = set()
         """The open loop's senders waiting for their due time."""
-        """With a diagnosis: when the scheduler woke for each request not yet stamped sent."""
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -234,8 +232,8 @@ class _Run:
         with waiting:
             await waker.sleep_until(scheduled)
         self.waiting.discard(waiting)
-        if waiting.cancelled_caught:
-            return
+        if waiting.cancelled_caught or self.sending.cancel_called:
+            return  # drained before it was due (also after the schedule's last arrival)
         if self.diagnosis is not None:
             self.woke[index] = woke = trio.current_time()
             self.diagnosis.arrival(scheduled, woke)
