@@ -106,6 +106,7 @@ async def test_a_burst_past_the_pool_of_timers_sleeps_on_trios_timeout_never_ear
     monkeypatch.setattr(wake, "MAX_TIMERS", 2)
     woke: list[float] = []
     with trio.fail_after(10), open_waker() as waker:
+        assert isinstance(waker, wake._TimerFd)
         due = trio.current_time() + 0.01
 
         async def sleeper() -> None:
