@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RequestRecord", "Tracker", "estimate_tokens", "spread_tokens"]
 
+
 def estimate_tokens(text: str) -> int:
     """Tokens of ``text`` by the word rule: each run of non-whitespace characters, with the
     whitespace before it, is one token (at least 1 for any text). The simulator counts its
