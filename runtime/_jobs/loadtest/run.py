@@ -627,12 +627,12 @@ async def _run_load(
 ) -> RunResult:
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
-    freeze_setup()  # in a process of sluice's own: the runtime and its warm-up, for good
     if run.start_at is not None:  # --workers: every worker starts at the shared t0
-        start = await run.start_at()
+        start = await run.start_at()  # (a worker freezes its setup there, once measured)
         run.t0, run.share = start.t0, start.share
         started_at = time.time() + (run.t0 - trio.current_time())
     else:
+        freeze_setup()  # in a process of sluice's own: the runtime and its warm-up, for good
         started_at = time.time()
         run.t0 = trio.current_time()
     with run.scope, open_diagnosis() as run.diagnosis:
