@@ -229,6 +229,9 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
         was drained first, and it is not sent), then send it."""
+        request = None  # a chat request is made now, not in the step after the wake
+        if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
+            request = self.chat_request(work)
         with waiting:
             await waker.sleep_until(scheduled)
         self.waiting.discard(waiting)
@@ -245,7 +248,7 @@ class _Run:
         if isinstance(work, list):
             await self.session(index, scheduled, work, cap)
         else:
-            await self.one(index, scheduled, work, cap)
+            await self.one(index, scheduled, work, cap, request=request)
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
@@ -329,21 +332,17 @@ class _Run:
         warmup: bool = False,
         session: int | None = None,
         turn: int | None = None,
+        request: ChatRequest | None = None,
     ) -> str | None:
-        """Send ``item`` and record it; return the reply's text, None when it failed."""
+        """Send ``item`` and record it; return the reply's text, None when it failed.
+        ``request``: ``item``'s :meth:`chat_request`, made beforehand (the open loop's
+        sender makes it before it waits, so that its step after the wake is short); it is
+        stamped sent right before the hand-over to the runtime either way."""
         if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
-        tracker = self._start(index, scheduled)
-        test = self.test
-        request = ChatRequest(
-            model=test.model,
-            messages=item.messages,
-            max_tokens=item.max_tokens,
-            deadlines=self.deadlines,
-            extra_body=test.request_body(item.max_tokens),
-            extra_headers=self.headers,
-        )
+        if request is None:
+            request = self.chat_request(item)
         described: dict[str, Any] = {
             "requested_output_tokens": item.max_tokens,
             "requested_input_tokens": item.input_tokens,
@@ -353,6 +352,7 @@ class _Run:
         }
         phases = HttpPhases()
         usage_seen = False
+        tracker = self._start(index, scheduled)
         try:
             async with self.rt.stream_with_phases(request, phases) as call:
                 usage_seen = await follow(call, tracker, t0)
@@ -372,6 +372,18 @@ class _Run:
         described |= http_fields(phases)
         self.keep(finished(tracker, end, result, error, usage_seen, described))
         return result.text if result is not None else None
+
+    def chat_request(self, item: WorkItem) -> ChatRequest:
+        """The chat request that sends ``item``."""
+        test = self.test
+        return ChatRequest(
+            model=test.model,
+            messages=item.messages,
+            max_tokens=item.max_tokens,
+            deadlines=self.deadlines,
+            extra_body=test.request_body(item.max_tokens),
+            extra_headers=self.headers,
+        )
 
     def _start(self, index: int, scheduled: float) -> Tracker:
         """Count request ``index`` (due at ``scheduled``) as sent now, and track it."""
