@@ -38,6 +38,8 @@ from typing import Any
 
 import orjson
 
+from sluice._jobs.loadtest.diagnose import ENV
+
 from ._harness import API_KEY, machine_busy_s, mock_url, versions
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
@@ -63,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--factor", type=float, default=1.4, help="--find-max: multiplier (1.4)")
     p.add_argument("--refine", type=int, default=2, help="--find-max: bisection steps (2)")
     p.add_argument("--max-steps", type=int, default=8, help="--find-max: steps at most (8)")
+    p.add_argument(
+        "--no-causes",
+        dest="causes",
+        action="store_false",
+        help="leave out the causes of lateness (gc pauses, loop batches, wake and hand-over)",
+    )
     a = p.parse_args(argv)
     if a.rate <= 0 or a.seconds <= 0 or a.start <= 0 or a.factor <= 1:
         p.error("--rate, --seconds and --start must be above 0, --factor above 1")
@@ -79,15 +87,21 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
         args += ["--output-tokens", str(a.chunks or 20), "--input-tokens", "8"]
         args += ["--workers", workers, "--max-lag", f"{a.max_lag_ms:g}ms", "--out", str(out)]
         args += ["--timeout", "60", "--warmup", "5"]
+        causes_dir = Path(folder) / "causes"
+        causes_dir.mkdir()
+        env = os.environ | {ENV: str(causes_dir)} if a.causes else None
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         busy, wall = machine_busy_s(), time.perf_counter()
-        done = subprocess.run(args, capture_output=True, text=True, timeout=a.seconds * 10 + 120)
+        done = subprocess.run(
+            args, capture_output=True, text=True, timeout=a.seconds * 10 + 120, env=env
+        )
         wall = time.perf_counter() - wall
         busy_after = machine_busy_s()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode not in (0, 1) or not out.exists():
             raise SystemExit(f"sluice loadtest failed ({done.returncode}):\n{done.stderr}")
         document = orjson.loads(out.read_bytes())
+        causes = [orjson.loads(p.read_bytes()) for p in sorted(causes_dir.glob("*.json"))]
     agg = document["aggregates"]
     lag, requests = agg["client_lag_s"], agg["requests"]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -116,6 +130,7 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
         ),
     }
     found["good"] = found["lag_p99_ms"] <= a.max_lag_ms and found["failed"] == 0
+    found["causes"] = [c for c in causes if c["wake_late"]["count"]]  # the senders'
     print(
         f"loadtest_rate: {rate:7.1f}/s workers {found['workers']} ({workers})  sent {sent:6d}  "
         f"lag p50 {found['lag_p50_ms']:.3f} p99 {found['lag_p99_ms']:.3f} max "
@@ -125,7 +140,28 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
         file=sys.stderr,
         flush=True,
     )
+    for c in found["causes"]:
+        print(f"  causes (pid {c['pid']}): {cause_line(c)}", file=sys.stderr, flush=True)
     return found
+
+
+def cause_line(c: dict[str, Any]) -> str:
+    """One process's causes of lateness, in a line: p50/p99 in ms of the wake's lateness,
+    its parts (the loop busy when the request fell due, the timer's wake-up, the tasks of
+    its batch before it), wake to sent, the loop's batches (wall, CPU, preempted) and gc."""
+
+    def pair(name: str) -> str:
+        s = c[name]
+        return f"{name} {s['p50_ms']:.3f}/{s['p99_ms']:.3f}" if s["count"] else f"{name} -"
+
+    gc_ = c["gc_pauses"]
+    parts = ("wake_late", "loop_busy_at_due", "timer_wake", "batch_before", "handover")
+    loop = ("loop_batches", "loop_batches_cpu", "loop_preempted")
+    return (
+        f"{' '.join(pair(n) for n in parts)} | {' '.join(pair(n) for n in loop)} | gc "
+        f"{gc_['count']} ({c['gc_full_collections']} full) max {gc_.get('max_ms', 0):.2f} | "
+        f"threads {len(c['threads'])}"
+    )
 
 
 def find_max(a: argparse.Namespace, url: str, workers: str) -> dict[str, Any]:

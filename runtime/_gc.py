@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import os
 
-__all__ = ["tune_for_service"]
+__all__ = ["freeze_setup", "tune_for_service"]
 
 YOUNG_THRESHOLD = 10_000
 
@@ -37,3 +37,15 @@ def tune_for_service() -> None:
     gc.freeze()
     young, middle, old = gc.get_threshold()
     gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
+
+
+def freeze_setup() -> None:
+    """In a process :func:`tune_for_service` tuned (its startup frozen), collect and freeze
+    again once the process has set itself up for long (the load tester, after its runtime
+    started and its warm-up ran): the objects made since (actors, pools, codecs) last as
+    long as the process, and a collection no longer walks them. Where the startup was not
+    frozen (a library in someone's program, ``SLUICE_GC=default``) it does nothing."""
+    if gc.get_freeze_count() == 0 or os.environ.get("SLUICE_GC") == "default":
+        return
+    gc.collect()
+    gc.freeze()

@@ -1,7 +1,7 @@
 """``benchmarks/loadtest_rate.py`` runs the real ``sluice loadtest --workers`` against a
-``sluice sim`` process and reports each run's send lag, per worker too, and the client CPU of
-the command and its workers. A lag limit no run can miss keeps it a smoke test: the 1 ms limit
-is for a quiet machine and the nginx mock."""
+``sluice sim`` process and reports each run's send lag, per worker too, the client CPU of the
+command and its workers, and each worker's causes of lateness. A lag limit no run can miss
+keeps it a smoke test: the 1 ms limit is for a quiet machine and the nginx mock."""
 
 from __future__ import annotations
 
@@ -35,6 +35,14 @@ def test_loadtest_rate_benchmark_reports_the_lag_of_every_worker() -> None:
     assert len(point["lag_p99_ms_by_worker"]) == 2
     assert point["lag_max_ms"] >= point["lag_p99_ms"] >= point["lag_p50_ms"] >= 0
     assert point["client_cpu_s"] > 0 and point["client_cpu_ms_per_request"] > 0
+    # The causes of lateness, from each worker (the two that sent), beside the lag.
+    causes = point["causes"]
+    assert len(causes) == 2 and len({c["pid"] for c in causes}) == 2
+    assert sum(c["wake_late"]["count"] for c in causes) == point["sent"]
+    for c in causes:
+        for part in ("loop_busy_at_due", "timer_wake", "batch_before", "handover"):
+            assert c[part]["count"] == c["wake_late"]["count"]
+        assert c["loop_batches"]["count"] > 0 and c["gc_frozen"] > 0
     [found] = report["max_rates"]
     # One step that stays within the limit: the largest rate held is that step's.
     assert found["max_rate"] == 20.0 and found["first_bad_rate"] is None

@@ -40,3 +40,28 @@ def test_main_in_someone_elses_process_leaves_the_collector_alone():
     before = gc.get_threshold()
     assert main(["--version"]) == 0
     assert gc.get_threshold() == before
+
+
+_SETUP_PROBE = (
+    "import gc; from sluice._gc import freeze_setup, tune_for_service; {tune}"
+    "before = gc.get_freeze_count(); kept = [[i] for i in range(1000)]; freeze_setup(); "
+    "print(gc.get_freeze_count() - before >= 1000)"
+)
+
+
+def _froze_setup(tune: str, **environ: str) -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", _SETUP_PROBE.format(tune=tune)],
+        env={**os.environ, **environ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()[-1] == "True"
+
+
+def test_a_tuned_process_freezes_what_its_setup_made_and_an_untuned_one_does_not():
+    assert _froze_setup("tune_for_service(); ") is True
+    assert _froze_setup("") is False  # someone's program: left alone
+    assert _froze_setup("tune_for_service(); ", SLUICE_GC="default") is False

@@ -7,6 +7,8 @@ import math
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sluice._errors import ConfigError
 from sluice._jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, parse_lengths, parse_slo
@@ -19,6 +21,7 @@ from sluice._jobs.loadtest.stats import percentile, summarize
 from sluice._jobs.loadtest.sweep import judge, parse_sweep
 from sluice._jobs.loadtest.workload import Workload
 from sluice.simulator._latency import GenerationSlots, draw_generation, gamma_draw
+from sluice.simulator._text import count_tokens
 
 
 def take(iterator, n):
@@ -342,3 +345,10 @@ def test_simulator_latency_fields_are_checked():
         SimulatorConfig(itl_jitter=0.01)
     with pytest.raises(ValueError, match="capacity"):
         SimulatorConfig(capacity=0)
+
+
+@given(st.text(alphabet=st.sampled_from(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2003\u3000ab.é")))
+def test_the_client_counts_tokens_as_the_simulator_does(text):
+    # Any whitespace Unicode knows, between words: the client's split and the simulator's
+    # regular expression find the same runs (at least 1 for text that is all whitespace).
+    assert estimate_tokens(text) == (max(1, count_tokens(text)) if text else 0)

@@ -44,10 +44,11 @@ async def test_the_real_clock_wakes_through_a_timerfd_never_early() -> None:
     with trio.fail_after(10), open_waker() as waker:
         assert isinstance(waker, wake._TimerFd)
         await _never_early(waker)
-        fd = waker._fd
-    assert waker._fd == -1
+        fds = waker.fds
+    assert len(fds) == 1  # one task waited at a time: one timer, reused
+    assert waker.fds == ()
     with pytest.raises(OSError, match="Bad file descriptor") as closed:
-        os.fstat(fd)  # closed on exit
+        os.fstat(fds[0])  # closed on exit
     assert closed.value.errno == errno.EBADF
 
 
@@ -74,3 +75,46 @@ async def test_a_cancelled_wait_leaves_the_timer_reusable() -> None:
 async def test_the_spin_fallback_never_wakes_early() -> None:
     with trio.fail_after(10):
         await _never_early(wake._Spin())
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_tasks_waiting_at_once_each_wake_at_their_own_deadline_on_their_own_timer() -> None:
+    woke: dict[int, float] = {}
+    with trio.fail_after(10), open_waker() as waker:
+        assert isinstance(waker, wake._TimerFd)
+        start = trio.current_time()
+        due = {0: start + 0.030, 1: start + 0.010, 2: start + 0.020}
+
+        async def sleeper(name: int) -> None:
+            await waker.sleep_until(due[name])
+            woke[name] = trio.current_time()
+
+        async with trio.open_nursery() as nursery:
+            for name in due:
+                nursery.start_soon(sleeper, name)
+        assert len(waker.fds) == 3  # three waited at once
+        assert sorted(woke, key=woke.__getitem__) == [1, 2, 0]
+        assert all(woke[name] >= due[name] for name in due)
+        await _never_early(waker)  # the pool's timers are reused
+        assert len(waker.fds) == 3
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_a_burst_past_the_pool_of_timers_sleeps_on_trios_timeout_never_early(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(wake, "MAX_TIMERS", 2)
+    woke: list[float] = []
+    with trio.fail_after(10), open_waker() as waker:
+        assert isinstance(waker, wake._TimerFd)
+        due = trio.current_time() + 0.01
+
+        async def sleeper() -> None:
+            await waker.sleep_until(due)
+            woke.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(sleeper)
+        assert len(waker.fds) == 2  # no more file descriptors than the pool's
+    assert len(woke) == 5 and min(woke) >= due

@@ -16,7 +16,6 @@ of the first chunk arrive at the time to first token and give no ITL samples.
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -26,16 +25,17 @@ if TYPE_CHECKING:
 
 __all__ = ["RequestRecord", "Tracker", "estimate_tokens", "spread_tokens"]
 
-_WORDISH = re.compile(r"\s*\S+")
-
 
 def estimate_tokens(text: str) -> int:
     """Tokens of ``text`` by the word rule: each run of non-whitespace characters, with the
     whitespace before it, is one token (at least 1 for any text). The simulator counts its
-    prompts and replies by the same rule, so against it the client's count is exact."""
+    prompts and replies by the same rule, so against it the client's count is exact.
+    (Counted by ``str.split``, whose whitespace is the regular expression ``\\s``'s: the
+    same runs as the simulator's ``\\s*\\S+`` matches, without the regex machinery on
+    every delta of every request.)"""
     if not text:
         return 0
-    return max(1, len(_WORDISH.findall(text)))
+    return max(1, len(text.split()))
 
 
 def spread_tokens(weights: Sequence[int], total: int | None) -> list[int]:

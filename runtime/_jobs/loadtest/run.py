@@ -1,8 +1,9 @@
 """The load-test run loop: sends requests through a runtime on the planned schedule and
 measures each one. The only module of the package with tasks and a clock.
 
-Open loop: one scheduler task sleeps until each request's due time and starts it in its own
-task, never waiting for earlier requests (a client-side ``max_in_flight`` cap is the one
+Open loop: one scheduler task starts each request's own task a little before it is due (its
+prompt drawn); that task waits for the due time on a precise timer and sends in the step it
+wakes, never waiting for earlier requests (a client-side ``max_in_flight`` cap is the one
 exception, and the wait it causes is counted as lag). Closed loop: ``concurrency`` user tasks,
 each sending its next request when its last one ends. Either way every request records when
 it was due and when it really went out, so a client that cannot keep up is caught, not
@@ -22,10 +23,12 @@ import attrs
 import trio
 
 from ..._errors import ConfigError, SluiceError
+from ..._gc import freeze_setup
 from ..._messages import ChatRequest, Deadlines, Message
 from ...transport._phases import HttpPhases
 from .aggregate import aggregate
 from .arrivals import ClosedLoop, OpenLoop
+from .diagnose import Diagnosis, open_diagnosis
 from .endpoints import (
     DirectTarget,
     Outcome,
@@ -47,10 +50,16 @@ if TYPE_CHECKING:
 
     from ..._runtime import Runtime
     from ...transport import HotTransport
+    from .wake import Waker
     from .workers import Share, Start
     from .workload import WorkItem
 
-__all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
+__all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
+
+LEAD = 0.005
+"""Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
+drawn). Enough for a late pass of the scheduler, whose own sleeps end on epoll's whole
+milliseconds; the sender then waits on a precise timer of its own."""
 
 
 @attrs.frozen
@@ -160,6 +169,12 @@ class _Run:
         # starts (the shared t0, after the warm-up); None: the whole schedule, at once.
         self.share: Share | None = None
         self.start_at: Callable[[], Awaitable[Start]] | None = None
+        self.diagnosis: Diagnosis | None = None
+        """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
+        self.woke: dict[int, float] = {}
+        """With a diagnosis: when each request's sender woke, until it is stamped sent."""
+        self.waiting: set[trio.CancelScope] = set()
+        """The open loop's senders waiting for their due time."""
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -168,26 +183,72 @@ class _Run:
         return test.duration is None or offset < test.duration
 
     async def open_loop(self, shape: OpenLoop) -> None:
+        """Send the schedule: for each arrival, a sender task started :data:`LEAD` seconds
+        before it is due, its prompt drawn, that waits for the due time on its own timer
+        and sends. The task that wakes is the one that sends, in the same step: no further
+        pass of trio's loop (and whatever else runs in it) comes between the wake and the
+        request's hand-over, and starting a task is not part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
-        async with trio.open_nursery() as nursery:
-            with self.sending, open_waker() as waker:
-                for index, offset in enumerate(shape.schedule(rng)):
-                    if not self.due(index, offset):
-                        break
-                    if self.share is not None and not self.share.mine(index):
-                        self.skip(index)  # another worker's: draw its prompt all the same
-                        continue
-                    scheduled = self.t0 + offset
-                    await waker.sleep_until(scheduled)
-                    if cap is not None:
-                        await cap.acquire()
-                    if self.test.workload.turns > 1:
-                        turns = self.session_items(index)
-                        nursery.start_soon(self.session, index, scheduled, turns, cap)
-                        continue
-                    item = self.test.workload.item(index, self.work_rng)
-                    nursery.start_soon(self.one, index, scheduled, item, cap)
+        with open_waker() as waker:  # outlives the nursery: the last senders still wait
+            async with trio.open_nursery() as nursery:
+                with self.sending:
+                    for index, offset in enumerate(shape.schedule(rng)):
+                        if not self.due(index, offset):
+                            break
+                        if self.share is not None and not self.share.mine(index):
+                            self.skip(index)  # another worker's: draw its prompt all the same
+                            continue
+                        scheduled = self.t0 + offset
+                        if scheduled - LEAD > trio.current_time():
+                            await trio.sleep_until(scheduled - LEAD)
+                        else:  # behind: start it now, yielding only to a cancellation
+                            await trio.lowlevel.checkpoint_if_cancelled()
+                        work: WorkItem | list[WorkItem] = (
+                            self.session_items(index)
+                            if self.test.workload.turns > 1
+                            else self.test.workload.item(index, self.work_rng)
+                        )
+                        waiting = trio.CancelScope()
+                        self.waiting.add(waiting)
+                        nursery.start_soon(
+                            self.send_at, waiting, waker, index, scheduled, work, cap
+                        )
+                if self.sending.cancel_called:  # drained: the requests not yet due never go
+                    for waiting in self.waiting:
+                        waiting.cancel()
+
+    async def send_at(
+        self,
+        waiting: trio.CancelScope,
+        waker: Waker,
+        index: int,
+        scheduled: float,
+        work: WorkItem | list[WorkItem],
+        cap: trio.Semaphore | None,
+    ) -> None:
+        """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
+        was drained first, and it is not sent), then send it."""
+        request = None  # a chat request is made now, not in the step after the wake
+        if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
+            request = self.chat_request(work)
+        with waiting:
+            await waker.sleep_until(scheduled)
+        self.waiting.discard(waiting)
+        if waiting.cancelled_caught or self.sending.cancel_called:
+            return  # drained before it was due (also after the schedule's last arrival)
+        if self.diagnosis is not None:
+            self.woke[index] = woke = trio.current_time()
+            self.diagnosis.arrival(scheduled, woke)
+        if cap is not None:
+            try:
+                cap.acquire_nowait()  # no checkpoint (a pass of the loop) when a place is free
+            except trio.WouldBlock:
+                await cap.acquire()  # counted as lag
+        if isinstance(work, list):
+            await self.session(index, scheduled, work, cap)
+        else:
+            await self.one(index, scheduled, work, cap, request=request)
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
@@ -271,21 +332,17 @@ class _Run:
         warmup: bool = False,
         session: int | None = None,
         turn: int | None = None,
+        request: ChatRequest | None = None,
     ) -> str | None:
-        """Send ``item`` and record it; return the reply's text, None when it failed."""
+        """Send ``item`` and record it; return the reply's text, None when it failed.
+        ``request``: ``item``'s :meth:`chat_request`, made beforehand (the open loop's
+        sender makes it before it waits, so that its step after the wake is short); it is
+        stamped sent right before the hand-over to the runtime either way."""
         if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
-        tracker = self._start(index, scheduled)
-        test = self.test
-        request = ChatRequest(
-            model=test.model,
-            messages=item.messages,
-            max_tokens=item.max_tokens,
-            deadlines=self.deadlines,
-            extra_body=test.request_body(item.max_tokens),
-            extra_headers=self.headers,
-        )
+        if request is None:
+            request = self.chat_request(item)
         described: dict[str, Any] = {
             "requested_output_tokens": item.max_tokens,
             "requested_input_tokens": item.input_tokens,
@@ -295,6 +352,7 @@ class _Run:
         }
         phases = HttpPhases()
         usage_seen = False
+        tracker = self._start(index, scheduled)
         try:
             async with self.rt.stream_with_phases(request, phases) as call:
                 usage_seen = await follow(call, tracker, t0)
@@ -315,10 +373,24 @@ class _Run:
         self.keep(finished(tracker, end, result, error, usage_seen, described))
         return result.text if result is not None else None
 
+    def chat_request(self, item: WorkItem) -> ChatRequest:
+        """The chat request that sends ``item``."""
+        test = self.test
+        return ChatRequest(
+            model=test.model,
+            messages=item.messages,
+            max_tokens=item.max_tokens,
+            deadlines=self.deadlines,
+            extra_body=test.request_body(item.max_tokens),
+            extra_headers=self.headers,
+        )
+
     def _start(self, index: int, scheduled: float) -> Tracker:
         """Count request ``index`` (due at ``scheduled``) as sent now, and track it."""
         sent = trio.current_time()
         tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
+        if self.diagnosis is not None and index in self.woke:
+            self.diagnosis.sent(self.woke.pop(index), sent)
         if self.on_send is not None:
             self.on_send()
         self.sent += 1
@@ -568,13 +640,16 @@ async def _run_load(
     test, interrupt = run.test, run.interrupt
     warm = await _warm_up(run)
     if run.start_at is not None:  # --workers: every worker starts at the shared t0
-        start = await run.start_at()
+        start = await run.start_at()  # (a worker freezes its setup there, once measured)
         run.t0, run.share = start.t0, start.share
         started_at = time.time() + (run.t0 - trio.current_time())
     else:
+        freeze_setup()  # in a process of sluice's own: the runtime and its warm-up, for good
         started_at = time.time()
         run.t0 = trio.current_time()
-    with run.scope:
+    with run.scope, open_diagnosis() as run.diagnosis:
+        if run.diagnosis is not None:
+            run.diagnosis.begin()
         await _drive(run, progress, progress_interval)
     if run.fatal is not None:
         raise run.fatal

@@ -9,10 +9,11 @@ from the worker processes and the server beside it.
 
 On Linux a ``timerfd`` does it properly: a kernel timer with nanosecond resolution, armed for
 the deadline, is a file descriptor that becomes readable when it fires, so trio's epoll wakes
-at that moment like for any other I/O, and the scheduler task runs in the batch that follows.
-Nothing runs while waiting. Where there is no timerfd (another OS, a libc without it) the
-spin is kept as the fallback, and on a test's virtual clock a plain ``trio.sleep_until`` is
-exact already.
+at that moment like for any other I/O, and the waiting task runs in the batch that follows.
+Nothing runs while waiting. Several tasks may wait at once, each until its own deadline (the
+load tester's senders of the next few requests), each on a timer of its own from a pool.
+Where there is no timerfd (another OS, a libc without it) the spin is kept as the fallback,
+and on a test's virtual clock a plain ``trio.sleep_until`` is exact already.
 
 Every waker returns only once ``trio.current_time() >= deadline``: never early.
 """
@@ -27,13 +28,18 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-__all__ = ["SPIN_MARGIN", "Waker", "open_waker"]
+__all__ = ["MAX_TIMERS", "SPIN_MARGIN", "Waker", "open_waker"]
 
 SPIN_MARGIN = 0.0012
 """The fallback's spin: it sleeps until this many seconds before the deadline (trio's sleeps
 end on epoll's whole milliseconds, rounded up) and yields in a loop for the rest."""
+
+MAX_TIMERS = 64
+"""Timers a :class:`_TimerFd` opens at most (file descriptors: a trace's burst of thousands
+of requests due at one instant must not run the process out of them); tasks waiting beyond
+them sleep on trio's own timeout."""
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -41,7 +47,8 @@ _TFD_CLOEXEC = os.O_CLOEXEC
 
 
 class Waker(Protocol):
-    """Sleeps until a trio time, returning at it or (as little as it can) after it."""
+    """Sleeps until a trio time, returning at it or (as little as it can) after it; any
+    number of tasks at once."""
 
     async def sleep_until(self, deadline: float) -> None: ...
 
@@ -73,11 +80,20 @@ class _Spin:
 
 
 class _TimerFd:
-    """A Linux timerfd, armed for each deadline and waited on through trio's epoll."""
+    """Linux timerfds armed for each deadline and waited on through trio's epoll: one per
+    task waiting at the moment (kept in a pool and reused), so the senders of the next few
+    requests can each wait for their own due time."""
 
-    def __init__(self, fd: int, arm: _Arm) -> None:
-        self._fd = fd
+    def __init__(self, new: Callable[[], int], arm: _Arm) -> None:
+        self._new = new
         self._arm = arm
+        self._free: list[int] = []
+        self._fds: list[int] = []
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The timers made so far (open until :meth:`close`)."""
+        return tuple(self._fds)
 
     async def sleep_until(self, deadline: float) -> None:
         now = trio.current_time
@@ -85,43 +101,59 @@ class _TimerFd:
         if left <= 0:
             await trio.lowlevel.checkpoint()
             return
-        while left > 0:
-            self._arm(self._fd, left)
-            await trio.lowlevel.wait_readable(self._fd)
-            with contextlib.suppress(BlockingIOError):
-                os.read(self._fd, 8)  # the expiry count: clears the readiness
-            left = deadline - now()
+        if self._free:
+            fd = self._free.pop()
+        elif len(self._fds) < MAX_TIMERS:
+            fd = self._new()
+            self._fds.append(fd)
+        else:  # a burst due at once: epoll's milliseconds for those past the pool
+            await trio.sleep_until(deadline)
+            return
+        try:
+            while left > 0:
+                self._arm(fd, left)  # a new value also clears a stale expiry's count
+                await trio.lowlevel.wait_readable(fd)
+                with contextlib.suppress(BlockingIOError):
+                    os.read(fd, 8)  # the expiry count: clears the readiness
+                left = deadline - now()
+        finally:
+            self._free.append(fd)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            trio.lowlevel.notify_closing(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        for fd in self._fds:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+        self._fds.clear()
+        self._free.clear()
 
 
 class _Arm(Protocol):
     def __call__(self, fd: int, seconds: float) -> None: ...
 
 
-def _timerfd() -> tuple[int, _Arm] | None:
-    """A non-blocking timerfd on the monotonic clock (trio's system clock reads the same
-    clock) and the function that arms it ``seconds`` from now; None where there is none.
-    Python 3.13 has it in :mod:`os`; before, libc is called through :mod:`ctypes`."""
+def _timerfd() -> tuple[Callable[[], int], _Arm] | None:
+    """A function that makes a non-blocking timerfd on the monotonic clock (trio's system
+    clock reads the same clock) and the function that arms one ``seconds`` from now; None
+    where there is none. Python 3.13 has them in :mod:`os`; before, libc is called through
+    :mod:`ctypes`."""
     if not sys.platform.startswith("linux"):
         return None
     create = getattr(os, "timerfd_create", None)
     if create is not None:  # Python 3.13+
         settime = os.timerfd_settime  # type: ignore[attr-defined,unused-ignore]
-        fd = create(_CLOCK_MONOTONIC, flags=_TFD_NONBLOCK | _TFD_CLOEXEC)
+
+        def new_os() -> int:
+            fd: int = create(_CLOCK_MONOTONIC, flags=_TFD_NONBLOCK | _TFD_CLOEXEC)
+            return fd
 
         def arm_os(fd: int, seconds: float) -> None:
             settime(fd, initial=max(seconds, 1e-9))
 
-        return fd, arm_os
+        return new_os, arm_os
     return _timerfd_ctypes()
 
 
-def _timerfd_ctypes() -> tuple[int, _Arm] | None:
+def _timerfd_ctypes() -> tuple[Callable[[], int], _Arm] | None:
     import ctypes
 
     try:
@@ -138,8 +170,17 @@ def _timerfd_ctypes() -> tuple[int, _Arm] | None:
 
     create.argtypes = (ctypes.c_int, ctypes.c_int)
     settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-    fd = create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
-    if fd < 0:
+
+    def new_ctypes() -> int:
+        fd: int = create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            error = ctypes.get_errno()
+            raise OSError(error, os.strerror(error))
+        return fd
+
+    try:
+        os.close(new_ctypes())  # libc has the call but the kernel may not
+    except OSError:
         return None
     spec = Itimerspec()
     pointer = ctypes.addressof(spec)
@@ -153,7 +194,7 @@ def _timerfd_ctypes() -> tuple[int, _Arm] | None:
             error = ctypes.get_errno()
             raise OSError(error, os.strerror(error))
 
-    return fd, arm_ctypes
+    return new_ctypes, arm_ctypes
 
 
 def _virtual(clock: trio.abc.Clock) -> bool:

@@ -109,7 +109,7 @@ async def _worker(spec: Spec, out: trio.abc.SendStream, lines: Lines) -> None:
     async def emit(message: dict[str, Any]) -> None:
         await out.send_all(orjson.dumps(message) + b"\n")
 
-    from ..._gc import tune_for_service
+    from ..._gc import freeze_setup, tune_for_service
 
     test, simulator = _worker_test(spec)
     tune_for_service()  # as the sluice command does: a worker is a process sluice owns
@@ -138,6 +138,7 @@ async def _worker(spec: Spec, out: trio.abc.SendStream, lines: Lines) -> None:
 
     async def start_at() -> Start:
         cost[0] = cpu_per_request(sends, time.process_time())
+        freeze_setup()  # after the measure: a collection is no request's cost
         await emit({"ready": {"cpu_per_request": cost[0]}})
         await started.wait()
         return begin[0] if begin else Start(trio.current_time(), Share(0, 1))
