@@ -238,7 +238,7 @@ class OpenAIStreamDecoder:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        for _, payload in self._sse.feed(data):
+        for payload in self._sse.feed_payloads(data):
             if not payload:
                 continue
             if payload[0] != 0x7B and payload.startswith(b"[DONE]"):  # 0x7B: "{"

@@ -89,6 +89,18 @@ class SSEDecoder:
         Raises:
             ProtocolError: a line or an event passed its size limit (terminal).
         """
+        return self._feed(data, True)  # type: ignore[return-value]  # named: SSEEvent values
+
+    def feed_payloads(self, data: bytes) -> list[bytes]:
+        """:meth:`feed` for a reader that needs only each event's ``data``: the same events,
+        as their payloads (no event object is built per event; the names are not read).
+
+        Raises:
+            ProtocolError: a line or an event passed its size limit (terminal).
+        """
+        return self._feed(data, False)  # type: ignore[return-value]  # payloads
+
+    def _feed(self, data: bytes, named: bool) -> list[SSEEvent] | list[bytes]:
         if self._at_start:
             data = self._strip_bom(data)
         if self._skip_lf and data:
@@ -121,7 +133,7 @@ class SSEDecoder:
         self._buf = tail = data[end + 1 :]
         if len(tail) > self._max_line:
             raise too_large("an SSE line", self._max_line, "max_line_bytes")
-        return self._lines(data, end)
+        return self._lines(data, end, named)
 
     def end(self) -> list[SSEEvent]:
         """The body ended: return the event still being built, if any, and reset.
@@ -135,7 +147,7 @@ class SSEDecoder:
         self._buf = b""
         self._held = None
         self._held_size = 0
-        events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
+        events = self._lines(tail + b"\n\n", len(tail) + 1, True) if tail or self._data else []
         self._event = None
         self._size = 0
         self._skip_lf = False
@@ -152,9 +164,10 @@ class SSEDecoder:
         self._at_start = False
         return data[len(_BOM) :] if data.startswith(_BOM) else data
 
-    def _lines(self, buf: bytes, end: int) -> list[SSEEvent]:
-        """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending)."""
-        events: list[SSEEvent] = []
+    def _lines(self, buf: bytes, end: int, named: bool) -> list[SSEEvent] | list[bytes]:
+        """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending): the
+        events they complete, as :class:`SSEEvent` values when ``named``, else payloads."""
+        events: list = []  # type: ignore[type-arg]  # SSEEvent or bytes, as ``named`` says
         data = self._data
         find = buf.find
         startswith = buf.startswith
@@ -171,9 +184,26 @@ class SSEDecoder:
                     payload = data[0] if len(data) == 1 else b"\n".join(data)
                     data.clear()
                     size = 0
-                    events.append(_new_event(SSEEvent, (self._event or "message", payload)))
+                    events.append(
+                        _new_event(SSEEvent, (self._event or "message", payload))
+                        if named
+                        else payload
+                    )
                 self._event = None
             elif startswith(b"data: ", pos):
+                if not data and nl < end and buf[nl + 1] == 0x0A:
+                    # The usual event: one data line and the empty line after it, read as one.
+                    if nl - pos - 5 > max_event:
+                        raise too_large("an SSE event", max_event, "max_event_bytes")
+                    payload = buf[pos + 6 : nl]
+                    events.append(
+                        _new_event(SSEEvent, (self._event or "message", payload))
+                        if named
+                        else payload
+                    )
+                    self._event = None
+                    pos = nl + 2
+                    continue
                 data.append(buf[pos + 6 : nl])
                 size += nl - pos - 5  # the line and the newline joining it to the next
                 if size > max_event:
