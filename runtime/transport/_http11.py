@@ -27,6 +27,7 @@ Guarantees, for any split of the input into pieces:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar, overload
 
@@ -35,7 +36,14 @@ from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import TypeAlias
+
+    _Layout: TypeAlias = tuple[
+        dict[str, int],
+        Callable[[list[str]], tuple[str, ...]] | None,
+        tuple[tuple[int, int], ...],
+    ]
 
 __all__ = [
     "MAX_HEAD_SIZE",
@@ -67,11 +75,12 @@ _VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
 # Header layouts seen before: a head's names as they came (raw, in order) -> each lower-case
-# name's position among the values, and, when a name repeats, the position each line's value
-# goes to (None: one line per name). A server sends the same names in the same order in every
+# name's position among the values, and, when a name repeats, what picks each name's first
+# value and which later lines join which name's value (None and (): one line per name). A
+# server sends the same names in the same order in every
 # response, so its heads are read with no per-name work and all its responses share one name
 # table, each holding only its values (see ResponseHeaders). Cleared when full.
-_LAYOUTS: dict[tuple[bytes, ...], tuple[dict[str, int], tuple[int, ...] | None]] = {}
+_LAYOUTS: dict[tuple[bytes, ...], _Layout] = {}
 _MAX_LAYOUTS = 256
 
 # Parser states. Plain ints: compared on every body read.
@@ -616,34 +625,44 @@ def _headers(lines: list[bytes]) -> ResponseHeaders:
     layout = _LAYOUTS.get(shape)
     if layout is None:
         try:
-            layout = _layout(keys)
+            layout = _layout(shape)
         except RemoteProtocolError:
             return _folded_headers(lines)
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
         _LAYOUTS[shape] = layout
-    index, slots = layout
-    if slots is None:
+    index, firsts, repeats = layout
+    if firsts is None:
         return ResponseHeaders(index, tuple(texts))
-    joined: list[str | None] = [None] * len(index)
-    for slot, text in zip(slots, texts, strict=True):
-        old = joined[slot]
-        joined[slot] = text if old is None else f"{old}, {text}"
-    return ResponseHeaders(index, tuple(joined))  # type: ignore[arg-type]  # every slot set
+    joined = list(firsts(texts))
+    for slot, line_at in repeats:
+        joined[slot] = f"{joined[slot]}, {texts[line_at]}"
+    return ResponseHeaders(index, tuple(joined))
 
 
-def _layout(keys: list[bytes]) -> tuple[dict[str, int], tuple[int, ...] | None]:
-    """Each lower-case name's position for the raw names ``keys``, and where each line's
-    value goes when a name repeats (see ``_LAYOUTS``).
+def _layout(keys: tuple[bytes, ...]) -> _Layout:
+    """Each lower-case name's position for the raw names ``keys``, and, when a name repeats,
+    what joins its values (see ``_LAYOUTS``).
 
     Raises:
         RemoteProtocolError: a name is not a token.
     """
     index: dict[str, int] = {}
-    slots: list[int] = []
-    for key in keys:
-        slots.append(index.setdefault(_name(key), len(index)))
-    return index, None if len(index) == len(keys) else tuple(slots)
+    firsts: list[int] = []
+    repeats: list[tuple[int, int]] = []
+    for line, key in enumerate(keys):
+        name = _name(key)
+        slot = index.get(name)
+        if slot is None:
+            index[name] = len(index)
+            firsts.append(line)
+        else:
+            repeats.append((slot, line))
+    if not repeats:
+        return index, None, ()
+    if len(firsts) == 1:  # itemgetter of one position returns the item, not a tuple
+        return index, lambda texts: (texts[0],), tuple(repeats)
+    return index, operator.itemgetter(*firsts), tuple(repeats)
 
 
 def _folded_headers(lines: list[bytes]) -> ResponseHeaders:
