@@ -422,9 +422,9 @@ class FastTransport:
         else:
             data, rest = head, body
         slots = pool.slots
-        try:
+        if slots.value:
             slots.acquire_nowait()  # the common case skips acquire()'s extra task switch
-        except trio.WouldBlock:
+        else:
             await slots.acquire()
         try:
             if self._closed:
