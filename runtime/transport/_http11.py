@@ -39,11 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
     from typing import TypeAlias
 
-    _Layout: TypeAlias = tuple[
-        dict[str, int],
-        Callable[[list[str]], tuple[str, ...]] | None,
-        tuple[tuple[int, int], ...],
-    ]
+    _Pick: TypeAlias = Callable[[list[str]], tuple[str, ...]]
+    _Layout: TypeAlias = tuple[dict[str, int], _Pick | None, tuple[tuple[int, int], ...]]
 
 __all__ = [
     "MAX_HEAD_SIZE",
@@ -63,8 +60,7 @@ MAX_CHUNK_SIZE = 1 << 32
 """The largest chunk size accepted (4 GiB)."""
 MAX_CONTENT_LENGTH = 1 << 40
 """The largest ``content-length`` accepted (1 TiB)."""
-# Header names seen before, raw -> lower-case: most servers send the same few names, so the
-# token check and lower-casing run once per name rather than once per response.
+# Header names seen before, raw -> lower-case: token-checked and lower-cased once per name.
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 512
 # Header values seen before, raw -> text, for the short ones: a server sends many of the same
@@ -74,12 +70,10 @@ _MAX_NAMES = 512
 _VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
-# Header layouts seen before: a head's names as they came (raw, in order) -> each lower-case
-# name's position among the values, and, when a name repeats, what picks each name's first
-# value and which later lines join which name's value (None and (): one line per name). A
-# server sends the same names in the same order in every
-# response, so its heads are read with no per-name work and all its responses share one name
-# table, each holding only its values (see ResponseHeaders). Cleared when full.
+# Header layouts seen before: a head's raw names in order -> each lower-case name's position,
+# and for repeated names what picks each one's first value and which lines join it (None, ():
+# none repeats). One server's heads share a layout: read with no per-name work, and sharing
+# one name table, each holding only its values (see ResponseHeaders). Cleared when full.
 _LAYOUTS: dict[tuple[bytes, ...], _Layout] = {}
 _MAX_LAYOUTS = 256
 
@@ -603,12 +597,10 @@ def _name(key: bytes) -> str:
 
 
 def _headers(lines: list[bytes]) -> ResponseHeaders:
-    """The headers of the head ``lines`` (the status line first).
-
-    Per line, only the split at the colon and the value's text (shared when seen before): the
-    names are read once per layout (see ``_LAYOUTS``). A line without a colon, or a name that
-    is no token, may be a folded line: :func:`_folded_headers` reads those heads.
-    """
+    """The headers of the head ``lines`` (the status line first). Per line, only the split at
+    the colon and the value's text (shared when seen before): the names are read once per
+    layout (see ``_LAYOUTS``). A line without a colon, or a name that is no token, may be a
+    folded line: :func:`_folded_headers` reads those heads."""
     keys: list[bytes] = []
     texts: list[str] = []
     values = _VALUES
@@ -651,18 +643,16 @@ def _layout(keys: tuple[bytes, ...]) -> _Layout:
     firsts: list[int] = []
     repeats: list[tuple[int, int]] = []
     for line, key in enumerate(keys):
-        name = _name(key)
-        slot = index.get(name)
-        if slot is None:
-            index[name] = len(index)
+        slot = index.setdefault(_name(key), len(firsts))
+        if slot == len(firsts):
             firsts.append(line)
         else:
             repeats.append((slot, line))
     if not repeats:
         return index, None, ()
-    if len(firsts) == 1:  # itemgetter of one position returns the item, not a tuple
-        return index, lambda texts: (texts[0],), tuple(repeats)
-    return index, operator.itemgetter(*firsts), tuple(repeats)
+    # itemgetter of one position returns the item, not a tuple of one
+    pick = operator.itemgetter(*firsts) if len(firsts) > 1 else lambda texts: (texts[0],)
+    return index, pick, tuple(repeats)
 
 
 def _folded_headers(lines: list[bytes]) -> ResponseHeaders:
