@@ -381,8 +381,10 @@ class _Attempt:
                     else:
                         output = await self._read_whole(response)
                 finally:
-                    with trio.CancelScope(shield=True):
-                        await response.aclose()
+                    # Read to its end, a response has nothing to close: no shielded scope.
+                    if getattr(response, "holds_connection", True):
+                        with trio.CancelScope(shield=True):
+                            await response.aclose()
                 request_id = self.headers.get("x-request-id") or self.headers.get("request-id")
                 return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
             except CallError as exc:
@@ -585,10 +587,9 @@ class _Attempt:
 
     async def _read_quietly(self, response: HotResponse, decoder: Any) -> AttemptOutput:
         """:meth:`_read_stream` for a quiet call whose decoder can skip the deltas (it has
-        ``feed_quiet``, ``output_chars`` and ``usage_seen``, as the OpenAI decoder does):
-        nobody reads them, so none is made, and what :meth:`_tally` would have counted is
-        taken from the decoder when the reading stops. The slot, the deadlines and the
-        limits move exactly as there."""
+        ``feed_quiet``, ``output_chars`` and ``usage_seen``, as the OpenAI decoder does): none
+        is made, and what :meth:`_tally` would have counted is taken from the decoder when the
+        reading stops. The slot, the deadlines and the limits move exactly as there."""
         limits = self.ctx.limits
         idle = self.idle
         scope = self.scope
