@@ -21,7 +21,7 @@ The checks are length checks on buffers, once per piece and once per data line.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES, too_large
 
@@ -89,7 +89,7 @@ class SSEDecoder:
         Raises:
             ProtocolError: a line or an event passed its size limit (terminal).
         """
-        return self._feed(data, True)  # type: ignore[return-value]  # named: SSEEvent values
+        return self._feed(data, True)
 
     def feed_payloads(self, data: bytes) -> list[bytes]:
         """:meth:`feed` for a reader that needs only each event's ``data``: the same events,
@@ -98,9 +98,10 @@ class SSEDecoder:
         Raises:
             ProtocolError: a line or an event passed its size limit (terminal).
         """
-        return self._feed(data, False)  # type: ignore[return-value]  # payloads
+        return self._feed(data, False)
 
-    def _feed(self, data: bytes, named: bool) -> list[SSEEvent] | list[bytes]:
+    def _feed(self, data: bytes, named: bool) -> list[Any]:
+        """:meth:`feed` (``named``: SSEEvent values) or :meth:`feed_payloads` (payloads)."""
         if self._at_start:
             data = self._strip_bom(data)
         if self._skip_lf and data:
@@ -164,10 +165,10 @@ class SSEDecoder:
         self._at_start = False
         return data[len(_BOM) :] if data.startswith(_BOM) else data
 
-    def _lines(self, buf: bytes, end: int, named: bool) -> list[SSEEvent] | list[bytes]:
+    def _lines(self, buf: bytes, end: int, named: bool) -> list[Any]:
         """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending): the
         events they complete, as :class:`SSEEvent` values when ``named``, else payloads."""
-        events: list = []  # type: ignore[type-arg]  # SSEEvent or bytes, as ``named`` says
+        events: list[Any] = []  # SSEEvent values or payloads, as ``named`` says
         data = self._data
         find = buf.find
         startswith = buf.startswith
