@@ -245,7 +245,8 @@ class OpenAIStreamDecoder:
         Raises:
             CallError: as :meth:`feed`.
         """
-        return bool(self._feed(data, False))
+        texts = len(self._text)
+        return bool(self._feed(data, False)) or len(self._text) != texts
 
     @property
     def output_chars(self) -> int:
@@ -319,7 +320,7 @@ class OpenAIStreamDecoder:
 
     def _chunk(self, payload: bytes, out: list[DeltaEvent], deltas: bool = True) -> None:
         """Read one JSON chunk into the reply; its events go to ``out``, except that without
-        ``deltas`` a chunk of nothing but text adds its text (a str) in place of its event."""
+        ``deltas`` a chunk of nothing but text adds no event (only its text to the reply)."""
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -355,9 +356,8 @@ class OpenAIStreamDecoder:
                     # Most chunks carry nothing but a piece of text: skip the other lookups.
                     if text and len(delta) == 1 and type(text) is str:
                         self._text.append(text)
-                        out.append(
-                            text_delta(self._call_id, text, logprobs) if deltas else text  # type: ignore[arg-type]
-                        )
+                        if deltas:
+                            out.append(text_delta(self._call_id, text, logprobs))
                     else:
                         self._delta(delta, payload, out, logprobs)
                 reason = choice.get("finish_reason")

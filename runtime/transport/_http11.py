@@ -500,7 +500,7 @@ class ResponseParser:
                     if eol <= pos or buf[eol - 1] != 0x0D:
                         break
                     line = buf[pos : eol - 1]
-                    if len(line) > 16 or not line or line.strip(_HEX):
+                    if not 1 < eol - pos < 18 or line.strip(_HEX):  # 1 to 16 hex digits
                         break
                     end = eol + 1 + int(line, 16)
                     if end == eol + 1 or end + 2 > size:
