@@ -381,8 +381,10 @@ class _Attempt:
                     else:
                         output = await self._read_whole(response)
                 finally:
-                    with trio.CancelScope(shield=True):
-                        await response.aclose()
+                    # Read to its end, a response has nothing to close: no shielded scope.
+                    if getattr(response, "holds_connection", True):
+                        with trio.CancelScope(shield=True):
+                            await response.aclose()
                 request_id = self.headers.get("x-request-id") or self.headers.get("request-id")
                 return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
             except CallError as exc:
@@ -547,6 +549,8 @@ class _Attempt:
         decoder = self.ctx.codec.stream_decoder(
             call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
         )
+        if call.quiet and hasattr(decoder, "feed_quiet"):
+            return await self._read_quietly(response, decoder)
         events_out = None if call.quiet else call.events
         idle = self.idle
         scope = self.scope
@@ -578,6 +582,41 @@ class _Attempt:
             del data, events, batch  # delivered: an open stream holds none of it while it waits
         try:
             return decoder.finish()
+        except StreamBroken as exc:
+            raise attrs.evolve(exc, events_delivered=self.delivered) from None
+
+    async def _read_quietly(self, response: HotResponse, decoder: Any) -> AttemptOutput:
+        """:meth:`_read_stream` for a quiet call whose decoder can skip the deltas (it has
+        ``feed_quiet``, ``output_chars`` and ``usage_seen``, as the OpenAI decoder does): none
+        is made, and what :meth:`_tally` would have counted is taken from the decoder when the
+        reading stops. The slot, the deadlines and the limits move exactly as there."""
+        limits = self.ctx.limits
+        idle = self.idle
+        scope = self.scope
+        total = self.call.deadline
+        left = limits.max_stream_bytes
+        feed = decoder.feed_quiet
+        try:
+            while data := await response.read_some():
+                left -= len(data)
+                if left < 0:
+                    raise too_large(
+                        "the streamed reply", limits.max_stream_bytes, "max_stream_bytes"
+                    )
+                if not feed(data):
+                    continue
+                if self.first_token_at is None:
+                    await self._first_chunk()
+                    if idle is None:
+                        scope.deadline = total
+                if idle is not None:
+                    scope.deadline = min(total, trio.current_time() + idle)
+                del data  # an open stream holds none of it while it waits
+        finally:
+            self.output_chars = decoder.output_chars
+            self.usage_seen = decoder.usage_seen
+        try:
+            return decoder.finish()  # type: ignore[no-any-return]
         except StreamBroken as exc:
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 

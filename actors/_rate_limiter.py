@@ -594,7 +594,7 @@ class RateLimiterHandle(Record):
     ) -> Admission | Refusal | None:
         """One request for admission (made at ``now``, default: now); None when the limiter
         ended without answering."""
-        reply = Reply[Admission | Refusal]()
+        reply: Reply[Admission | Refusal] = Reply()  # not Reply[...](): see sluice._reply
         msg = Acquire(
             key,
             limits,

@@ -561,7 +561,7 @@ class _CallRun:
         """
         control = self.call.control
         scope = trio.CancelScope()
-        reply = Reply[AttemptOutcome]()
+        reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
         msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply, hedge)
         control.watch(scope)
         try:

@@ -13,6 +13,10 @@ far more to make, and to hold while a stream is open, than one slot and one wait
 * the asker's ``receive`` returns at once when the answer is already there (no checkpoint:
   its caller's next wait is one, as with :func:`sluice.actors._tell.take`), and otherwise
   waits, cancellably, for the answer or the close.
+
+Make one as ``Reply()`` and give the type to the variable (``reply: Reply[T] = Reply()``):
+``Reply[T]()`` tries to set ``__orig_class__`` on the slotted object, an AttributeError raised
+and caught on every question.
 """
 
 from __future__ import annotations
@@ -94,14 +98,13 @@ class Reply(Generic[T]):
             trio.EndOfChannel: the answerer closed the reply without answering.
             trio.BusyResourceError: another task is already waiting on this reply.
         """
-        try:
-            return self.receive_nowait()
-        except trio.WouldBlock:
-            pass
-        if self._waiter is not None:
-            raise trio.BusyResourceError("another task is already waiting for this reply")
-        self._waiter = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        # Looked at rather than tried: the answer is usually still to come, and a WouldBlock
+        # raised and caught on every question costs more than the rest of the wait.
+        if self._value is _EMPTY and not self._closed:
+            if self._waiter is not None:
+                raise trio.BusyResourceError("another task is already waiting for this reply")
+            self._waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
         return self.receive_nowait()
 
     def leave(self) -> None:

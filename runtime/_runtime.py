@@ -327,7 +327,7 @@ class Runtime(EmbedMethods, StatusMethods):
             ConfigError: the model names an unknown provider, or one without a key.
         """
         request = as_request(request, messages, fields)
-        end = FinalReply[EventBatch]()
+        end: FinalReply[EventBatch] = FinalReply()  # not FinalReply[...](): see sluice._reply
         call = await self._submit_quiet(request, end, None)
         if call is None:  # through the response cache
             stream, cached, receive = await self._submit(request, quiet=True)

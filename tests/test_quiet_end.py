@@ -187,3 +187,28 @@ async def test_mapped_calls_that_end_before_their_submitter_resumes_still_end_on
                 errors[type(outcome.error).__name__] += 1
         await _nothing_held(rt)
     assert errors == {"CircuitOpen": 1000}
+
+
+@virtual_deadline(60)
+async def test_a_quiet_call_broken_mid_stream_is_estimated_as_a_streamed_one(autojump_clock):
+    """A quiet call's decoder makes no delta per piece of text; what the deltas would have
+    counted (the output streamed before the cut) is read from the decoder instead, so the
+    ledger's estimate of the broken attempt is the one a streamed call of the same reply gets,
+    and the retried call's own usage is exact."""
+    seen = []
+    for quiet in (True, False):
+        sim = SimulatorApp(SimulatorConfig(script=("disconnect:4",), output_tokens=12))
+        async with sluice.open_runtime(_config(), transport=mock_transport(sim)) as rt:
+            if quiet:
+                result = await rt.chat("sim:m", "hello there")
+            else:
+                async with rt.stream(ChatRequest(model="sim:m", messages="hello there")) as call:
+                    async for _event in call:
+                        pass
+                assert call.result is not None
+                result = call.result
+            (total,) = await rt.ledger.snapshot(by=())
+        t = total.totals
+        seen.append((result.attempts, t.estimated, t.output_tokens - result.usage.output_tokens))
+    assert seen[0] == seen[1]
+    assert seen[0][:2] == (2, 1) and seen[0][2] > 0

@@ -213,3 +213,19 @@ def test_a_long_line_cut_into_many_pieces_is_joined_once() -> None:
     pieces = [b"data: "] + [b"x" * 1000] * 500 + [b"\n\n"]
     events = [e for piece in pieces for e in decoder.feed(piece)]
     assert events == [SSEEvent("message", b"x" * 500_000)]
+
+
+@settings(deadline=None)
+@given(stream=_streams(), cuts=st.lists(st.integers(0, 10_000), max_size=12))
+def test_payloads_alone_are_the_events_data_however_the_body_is_cut(
+    stream: tuple[bytes, list[SSEEvent]], cuts: list[int]
+) -> None:
+    """``feed_payloads`` (a reader that ignores event names) gets exactly the ``data`` of the
+    events ``feed`` returns, for any split: the one-line events read in one step included."""
+    body, events = stream
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+    decoder = SSEDecoder()
+    payloads = [payload for piece in pieces for payload in decoder.feed_payloads(piece)]
+    payloads += [event.data for event in decoder.end()]
+    assert payloads == [event.data for event in events]

@@ -697,3 +697,13 @@ def test_a_folded_head_is_read_line_by_line_even_when_its_names_were_seen() -> N
     parser.feed(b"HTTP/1.1 200 OK\r\nX A: 1\r\ncontent-length: 0\r\n\r\n")
     with pytest.raises(RemoteProtocolError, match="malformed header line"):
         parser.read_head()
+
+
+def test_a_head_of_one_repeated_name_joins_its_values_every_time() -> None:
+    """The per-layout picker of a head whose every line repeats one name: first read (the
+    layout made) and again (the layout reused) join the values in arrival order."""
+    raw = b"HTTP/1.1 204 No Content\r\nVia: 1.1 a%d\r\nvia: 1.1 b\r\nVIA: 1.1 c\r\n\r\n"
+    first, _, _ = parse([raw % 1])
+    second, _, _ = parse([raw % 2])
+    assert dict(first.headers) == {"via": "1.1 a1, 1.1 b, 1.1 c"}
+    assert dict(second.headers) == {"via": "1.1 a2, 1.1 b, 1.1 c"}

@@ -223,7 +223,7 @@ class AnthropicStreamDecoder:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        for _, payload in self._sse.feed(data):
+        for payload in self._sse.feed_payloads(data):
             if payload:
                 self._event(payload, out)
                 if self._done:

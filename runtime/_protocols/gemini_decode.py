@@ -218,7 +218,7 @@ class GeminiStreamDecoder:
             ProtocolError: an event is not a JSON object of this protocol.
         """
         out: list[DeltaEvent] = []
-        for _, payload in self._sse.feed(data):
+        for payload in self._sse.feed_payloads(data):
             if payload:
                 self._chunk(_load(payload), payload, out)
         return out

@@ -235,16 +235,46 @@ class OpenAIStreamDecoder:
             CallError: the stream carried an ``error`` object.
             ProtocolError: a data payload is not a JSON chunk of this protocol.
         """
+        return self._feed(data, True)
+
+    def feed_quiet(self, data: bytes) -> bool:
+        """:meth:`feed` for a reader that sees no deltas (a quiet call): whether ``feed`` would
+        have returned any event. A piece of text is only kept for the result (no event is
+        made for it); :attr:`output_chars` and :attr:`usage_seen` tell what the deltas would.
+
+        Raises:
+            CallError: as :meth:`feed`.
+        """
+        texts = len(self._text)
+        return bool(self._feed(data, False)) or len(self._text) != texts
+
+    @property
+    def output_chars(self) -> int:
+        """Characters of output the deltas returned so far carried: text, reasoning, tool call
+        names and arguments (the text of an unclosed last event read by :meth:`finish`
+        included once it ran)."""
+        chars = sum(map(len, self._text)) + sum(map(len, self._reasoning or ()))
+        for state in self._calls.values():
+            chars += len(state.name or "") + sum(map(len, state.arguments))
+        return chars
+
+    @property
+    def usage_seen(self) -> Usage | None:
+        """The usage the reply reported last, None before any."""
+        return self._usage
+
+    def _feed(self, data: bytes, deltas: bool) -> list[DeltaEvent]:
         out: list[DeltaEvent] = []
         if self._done:
             return out
-        for _, payload in self._sse.feed(data):
+        chunk = self._chunk
+        for payload in self._sse.feed_payloads(data):
             if not payload:
                 continue
             if payload[0] != 0x7B and payload.startswith(b"[DONE]"):  # 0x7B: "{"
                 self._done = True
                 break
-            self._chunk(payload, out)
+            chunk(payload, out, deltas)
         return out
 
     def finish(self) -> AttemptOutput:
@@ -288,7 +318,9 @@ class OpenAIStreamDecoder:
                 except ProtocolError:
                     return  # the body was cut inside this event
 
-    def _chunk(self, payload: bytes, out: list[DeltaEvent]) -> None:
+    def _chunk(self, payload: bytes, out: list[DeltaEvent], deltas: bool = True) -> None:
+        """Read one JSON chunk into the reply; its events go to ``out``, except that without
+        ``deltas`` a chunk of nothing but text adds no event (only its text to the reply)."""
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -324,7 +356,8 @@ class OpenAIStreamDecoder:
                     # Most chunks carry nothing but a piece of text: skip the other lookups.
                     if text and len(delta) == 1 and type(text) is str:
                         self._text.append(text)
-                        out.append(text_delta(self._call_id, text, logprobs))
+                        if deltas:
+                            out.append(text_delta(self._call_id, text, logprobs))
                     else:
                         self._delta(delta, payload, out, logprobs)
                 reason = choice.get("finish_reason")

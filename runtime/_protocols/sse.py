@@ -21,7 +21,7 @@ The checks are length checks on buffers, once per piece and once per data line.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES, too_large
 
@@ -89,6 +89,19 @@ class SSEDecoder:
         Raises:
             ProtocolError: a line or an event passed its size limit (terminal).
         """
+        return self._feed(data, True)
+
+    def feed_payloads(self, data: bytes) -> list[bytes]:
+        """:meth:`feed` for a reader that needs only each event's ``data``: the same events,
+        as their payloads (no event object is built per event; the names are not read).
+
+        Raises:
+            ProtocolError: a line or an event passed its size limit (terminal).
+        """
+        return self._feed(data, False)
+
+    def _feed(self, data: bytes, named: bool) -> list[Any]:
+        """:meth:`feed` (``named``: SSEEvent values) or :meth:`feed_payloads` (payloads)."""
         if self._at_start:
             data = self._strip_bom(data)
         if self._skip_lf and data:
@@ -121,7 +134,7 @@ class SSEDecoder:
         self._buf = tail = data[end + 1 :]
         if len(tail) > self._max_line:
             raise too_large("an SSE line", self._max_line, "max_line_bytes")
-        return self._lines(data, end)
+        return self._lines(data, end, named)
 
     def end(self) -> list[SSEEvent]:
         """The body ended: return the event still being built, if any, and reset.
@@ -135,7 +148,7 @@ class SSEDecoder:
         self._buf = b""
         self._held = None
         self._held_size = 0
-        events = self._lines(tail + b"\n\n", len(tail) + 1) if tail or self._data else []
+        events = self._lines(tail + b"\n\n", len(tail) + 1, True) if tail or self._data else []
         self._event = None
         self._size = 0
         self._skip_lf = False
@@ -152,9 +165,10 @@ class SSEDecoder:
         self._at_start = False
         return data[len(_BOM) :] if data.startswith(_BOM) else data
 
-    def _lines(self, buf: bytes, end: int) -> list[SSEEvent]:
-        """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending)."""
-        events: list[SSEEvent] = []
+    def _lines(self, buf: bytes, end: int, named: bool) -> list[Any]:
+        """Read the complete lines of ``buf[:end + 1]`` (``buf[end]`` is a line ending): the
+        events they complete, as :class:`SSEEvent` values when ``named``, else payloads."""
+        events: list[Any] = []  # SSEEvent values or payloads, as ``named`` says
         data = self._data
         find = buf.find
         startswith = buf.startswith
@@ -171,9 +185,26 @@ class SSEDecoder:
                     payload = data[0] if len(data) == 1 else b"\n".join(data)
                     data.clear()
                     size = 0
-                    events.append(_new_event(SSEEvent, (self._event or "message", payload)))
+                    events.append(
+                        _new_event(SSEEvent, (self._event or "message", payload))
+                        if named
+                        else payload
+                    )
                 self._event = None
             elif startswith(b"data: ", pos):
+                if not data and nl < end and buf[nl + 1] == 0x0A:
+                    # The usual event: one data line and the empty line after it, read as one.
+                    if nl - pos - 5 > max_event:
+                        raise too_large("an SSE event", max_event, "max_event_bytes")
+                    payload = buf[pos + 6 : nl]
+                    events.append(
+                        _new_event(SSEEvent, (self._event or "message", payload))
+                        if named
+                        else payload
+                    )
+                    self._event = None
+                    pos = nl + 2
+                    continue
                 data.append(buf[pos + 6 : nl])
                 size += nl - pos - 5  # the line and the newline joining it to the next
                 if size > max_event:

@@ -27,6 +27,7 @@ Guarantees, for any split of the input into pieces:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar, overload
 
@@ -35,7 +36,11 @@ from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
+    from typing import TypeAlias
+
+    _Pick: TypeAlias = Callable[[list[str]], tuple[str, ...]]
+    _Layout: TypeAlias = tuple[dict[str, int], _Pick | None, tuple[tuple[int, int], ...]]
 
 __all__ = [
     "MAX_HEAD_SIZE",
@@ -55,8 +60,7 @@ MAX_CHUNK_SIZE = 1 << 32
 """The largest chunk size accepted (4 GiB)."""
 MAX_CONTENT_LENGTH = 1 << 40
 """The largest ``content-length`` accepted (1 TiB)."""
-# Header names seen before, raw -> lower-case: most servers send the same few names, so the
-# token check and lower-casing run once per name rather than once per response.
+# Header names seen before, raw -> lower-case: token-checked and lower-cased once per name.
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 512
 # Header values seen before, raw -> text, for the short ones: a server sends many of the same
@@ -66,12 +70,11 @@ _MAX_NAMES = 512
 _VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
-# Header layouts seen before: a head's names as they came (raw, in order) -> each lower-case
-# name's position among the values, and, when a name repeats, the position each line's value
-# goes to (None: one line per name). A server sends the same names in the same order in every
-# response, so its heads are read with no per-name work and all its responses share one name
-# table, each holding only its values (see ResponseHeaders). Cleared when full.
-_LAYOUTS: dict[tuple[bytes, ...], tuple[dict[str, int], tuple[int, ...] | None]] = {}
+# Header layouts seen before: a head's raw names in order -> each lower-case name's position,
+# and for repeated names what picks each one's first value and which lines join it (None, ():
+# none repeats). One server's heads share a layout: read with no per-name work, and sharing
+# one name table, each holding only its values (see ResponseHeaders). Cleared when full.
+_LAYOUTS: dict[tuple[bytes, ...], _Layout] = {}
 _MAX_LAYOUTS = 256
 
 # Parser states. Plain ints: compared on every body read.
@@ -497,7 +500,7 @@ class ResponseParser:
                     if eol <= pos or buf[eol - 1] != 0x0D:
                         break
                     line = buf[pos : eol - 1]
-                    if len(line) > 16 or not line or line.strip(_HEX):
+                    if not 1 < eol - pos < 18 or line.strip(_HEX):  # 1 to 16 hex digits
                         break
                     end = eol + 1 + int(line, 16)
                     if end == eol + 1 or end + 2 > size:
@@ -594,12 +597,10 @@ def _name(key: bytes) -> str:
 
 
 def _headers(lines: list[bytes]) -> ResponseHeaders:
-    """The headers of the head ``lines`` (the status line first).
-
-    Per line, only the split at the colon and the value's text (shared when seen before): the
-    names are read once per layout (see ``_LAYOUTS``). A line without a colon, or a name that
-    is no token, may be a folded line: :func:`_folded_headers` reads those heads.
-    """
+    """The headers of the head ``lines`` (the status line first). Per line, only the split at
+    the colon and the value's text (shared when seen before): the names are read once per
+    layout (see ``_LAYOUTS``). A line without a colon, or a name that is no token, may be a
+    folded line: :func:`_folded_headers` reads those heads."""
     keys: list[bytes] = []
     texts: list[str] = []
     values = _VALUES
@@ -616,34 +617,42 @@ def _headers(lines: list[bytes]) -> ResponseHeaders:
     layout = _LAYOUTS.get(shape)
     if layout is None:
         try:
-            layout = _layout(keys)
+            layout = _layout(shape)
         except RemoteProtocolError:
             return _folded_headers(lines)
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
         _LAYOUTS[shape] = layout
-    index, slots = layout
-    if slots is None:
+    index, firsts, repeats = layout
+    if firsts is None:
         return ResponseHeaders(index, tuple(texts))
-    joined: list[str | None] = [None] * len(index)
-    for slot, text in zip(slots, texts, strict=True):
-        old = joined[slot]
-        joined[slot] = text if old is None else f"{old}, {text}"
-    return ResponseHeaders(index, tuple(joined))  # type: ignore[arg-type]  # every slot set
+    joined = list(firsts(texts))
+    for slot, line_at in repeats:
+        joined[slot] = f"{joined[slot]}, {texts[line_at]}"
+    return ResponseHeaders(index, tuple(joined))
 
 
-def _layout(keys: list[bytes]) -> tuple[dict[str, int], tuple[int, ...] | None]:
-    """Each lower-case name's position for the raw names ``keys``, and where each line's
-    value goes when a name repeats (see ``_LAYOUTS``).
+def _layout(keys: tuple[bytes, ...]) -> _Layout:
+    """Each lower-case name's position for the raw names ``keys``, and, when a name repeats,
+    what joins its values (see ``_LAYOUTS``).
 
     Raises:
         RemoteProtocolError: a name is not a token.
     """
     index: dict[str, int] = {}
-    slots: list[int] = []
-    for key in keys:
-        slots.append(index.setdefault(_name(key), len(index)))
-    return index, None if len(index) == len(keys) else tuple(slots)
+    firsts: list[int] = []
+    repeats: list[tuple[int, int]] = []
+    for line, key in enumerate(keys):
+        slot = index.setdefault(_name(key), len(firsts))
+        if slot == len(firsts):
+            firsts.append(line)
+        else:
+            repeats.append((slot, line))
+    if not repeats:
+        return index, None, ()
+    # itemgetter of one position returns the item, not a tuple of one
+    pick = operator.itemgetter(*firsts) if len(firsts) > 1 else lambda texts: (texts[0],)
+    return index, pick, tuple(repeats)
 
 
 def _folded_headers(lines: list[bytes]) -> ResponseHeaders:

@@ -218,6 +218,12 @@ class FastResponse:
     def __repr__(self) -> str:
         return f"<FastResponse status={self.status}>"
 
+    @property
+    def holds_connection(self) -> bool:
+        """Whether :meth:`aclose` has anything to do: False once the body was read to its end
+        (the connection went back to the pool then) or the response was given up."""
+        return self._conn is not None
+
     async def read_some(self) -> bytes:
         """The next piece of the body (de-chunked, decompressed); ``b""`` once it is complete.
 
@@ -422,9 +428,9 @@ class FastTransport:
         else:
             data, rest = head, body
         slots = pool.slots
-        try:
+        if slots.value:
             slots.acquire_nowait()  # the common case skips acquire()'s extra task switch
-        except trio.WouldBlock:
+        else:
             await slots.acquire()
         try:
             if self._closed:
