@@ -12,10 +12,7 @@ from __future__ import annotations
 import cProfile
 import gc
 import pstats
-import subprocess
-import sys
 import tracemalloc
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -25,10 +22,12 @@ import sluice
 from sluice import ChatRequest, RuntimeConfig, TextDelta
 from sluice._config import ProviderConfig, Secret
 
+from .call_counts import ActorCounts, canned_server
+
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
-SERVER = Path(__file__).with_name("canned_sse_server.py")
 TEXT = "word0 word1 word2 word3 word4"
 CALLS = 20
 STREAMS = 200
@@ -42,16 +41,8 @@ the attempt's task holds fewer frames and objects while it waits (before: over 2
 
 @pytest.fixture
 def canned() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    with subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            port = int(proc.stdout.readline())
-            yield proc, f"http://127.0.0.1:{port}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with canned_server() as served:
+        yield served
 
 
 def _config(url: str, connections: int = 16) -> RuntimeConfig:
@@ -65,18 +56,6 @@ def _config(url: str, connections: int = 16) -> RuntimeConfig:
     )
 
 
-class _Steps(trio.abc.Instrument):
-    """Counts the steps of the Supervisor's call tasks and the providers' attempt tasks."""
-
-    def __init__(self) -> None:
-        self.steps = {"_supervise": 0, "_serve_attempt": 0}
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        name = getattr(task.coro, "cr_code", None)
-        if name is not None and name.co_name in self.steps:
-            self.steps[name.co_name] += 1
-
-
 async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) -> None:
     """The Supervisor's task runs three times (start, admitted, answered), the attempt's task
     twice (send, then the whole reply in one read): the request's write and the read that
@@ -85,7 +64,7 @@ async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) 
     request = ChatRequest(model="canned:m", messages="hi")
     async with sluice.open_runtime(_config(url)) as rt:
         await rt.chat(request)  # opens the connection, which every measured call reuses
-        counter = _Steps()
+        counter = ActorCounts()
         trio.lowlevel.add_instrument(counter)
         try:
             for _ in range(CALLS):
@@ -139,14 +118,6 @@ async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chun
     assert per_call < PYTHON_CALLS[chunks], per_call
 
 
-class _Spawned(trio.abc.Instrument):
-    def __init__(self) -> None:
-        self.spawned: list[str] = []
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned.append(task.name)
-
-
 async def test_a_mapped_call_spawns_only_the_actors_tasks(canned) -> None:
     """A call of ``Runtime.map`` costs two tasks: the Supervisor's for the call and the
     provider's for its attempt. Its end goes straight to the map (no task of the map's own per
@@ -155,7 +126,7 @@ async def test_a_mapped_call_spawns_only_the_actors_tasks(canned) -> None:
     async with sluice.open_runtime(_config(url)) as rt:
         await rt.chat("canned:m", "hi")  # opens the connection, which every measured call reuses
         requests = [ChatRequest(model="canned:m", messages="hi") for _ in range(CALLS)]
-        counter = _Spawned()
+        counter = ActorCounts()
         trio.lowlevel.add_instrument(counter)
         try:
             async with rt.map(requests, max_in_flight=1) as outcomes:

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import subprocess
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,10 +27,11 @@ import sluice
 from sluice import ChatRequest, MetricsConfig, RuntimeConfig, TracingConfig
 from sluice._config import ProviderConfig, Secret
 
+from .call_counts import ActorCounts, canned_server
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-SERVER = Path(__file__).with_name("canned_sse_server.py")
 TEXT = "word0 word1 word2 word3 word4"
 CALLS = 30
 WINDOWS = 3
@@ -47,31 +45,8 @@ would add several hundred and a task."""
 
 @pytest.fixture
 def canned() -> Iterator[str]:
-    with subprocess.Popen(
-        [sys.executable, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            yield f"http://127.0.0.1:{int(proc.stdout.readline())}"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
-class _Counts(trio.abc.Instrument):
-    """Tasks spawned (by name) and the actors' per-call task steps, while installed."""
-
-    def __init__(self) -> None:
-        self.spawned: list[str] = []
-        self.steps = {"_supervise": 0, "_serve_attempt": 0}
-
-    def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.spawned.append(task.name)
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        code = getattr(task.coro, "cr_code", None)
-        if code is not None and code.co_name in self.steps:
-            self.steps[code.co_name] += 1
+    with canned_server() as (_, url):
+        yield url
 
 
 MODES: dict[str, tuple[bool, bool, Any]] = {
@@ -108,7 +83,7 @@ async def _measure(url: str, mode: str, api: str) -> dict[str, Any]:
         await calls()  # the connection open and every path warm
         windows = []
         for _ in range(WINDOWS):
-            counts, profiler = _Counts(), cProfile.Profile()
+            counts, profiler = ActorCounts(), cProfile.Profile()
             trio.lowlevel.add_instrument(counts)
             profiler.enable()
             try:
