@@ -269,7 +269,8 @@ def test_import_time_benchmark_reports_the_import_and_what_it_loads() -> None:
     assert isinstance(report["meets_goal"], bool)
     chat = report["chat_path"]
     assert chat["ms"] > 0 and chat["trio_ms"] > 0
-    assert chat["over_trio_ms"] == round(chat["ms"] - chat["trio_ms"], 1)
+    # Each figure is rounded from the unrounded medians: they agree within one rounding step.
+    assert abs(chat["over_trio_ms"] - (chat["ms"] - chat["trio_ms"])) <= 0.1 + 1e-9
     assert "sluice._runtime" in chat["sluice_modules_loaded"] and chat["heavy_loaded"] == []
     assert isinstance(chat["meets_goal"], bool)
     first = report["first_call"]  # the chat path, then one call over an in-process transport
