@@ -17,16 +17,21 @@ _PROBE = (
 )
 
 
-def probe(entry: str, **environ: str) -> tuple[int, bool]:
+def _last_words(code: str, **environ: str) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter with ``environ`` added: its words."""
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(entry=entry)],
+        [sys.executable, "-c", code],
         env={**os.environ, **environ},
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    young, frozen = done.stdout.split()[-2:]
+    return done.stdout.split()
+
+
+def probe(entry: str, **environ: str) -> tuple[int, bool]:
+    young, frozen = _last_words(_PROBE.format(entry=entry), **environ)[-2:]
     return int(young), frozen == "True"
 
 
@@ -50,15 +55,7 @@ _SETUP_PROBE = (
 
 
 def _froze_setup(tune: str, **environ: str) -> bool:
-    done = subprocess.run(
-        [sys.executable, "-c", _SETUP_PROBE.format(tune=tune)],
-        env={**os.environ, **environ},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.split()[-1] == "True"
+    return _last_words(_SETUP_PROBE.format(tune=tune), **environ)[-1] == "True"
 
 
 def test_a_tuned_process_freezes_what_its_setup_made_and_an_untuned_one_does_not():
