@@ -83,6 +83,8 @@ class Diagnosis:
         self.timer_wake = array("d")
         self.batch_before = array("d")
         self.handover = array("d")
+        self.between_steps = 0
+        """Arrivals :mod:`.handover`'s hook submitted (the rest: their senders)."""
         self._gc_start = 0.0
         self._loop = _Loop(self.batches, self.batches_cpu)
         self._offset = 0.0
@@ -100,13 +102,15 @@ class Diagnosis:
         self.on = self._loop.on = True
         self._offset = time.perf_counter() - trio.current_time()
 
-    def arrival(self, scheduled: float, woke: float) -> None:
+    def arrival(self, scheduled: float, woke: float, between_steps: bool = False) -> None:
         """A request due at ``scheduled`` (trio time) woke its sender at ``woke``. Its
         lateness is split three ways: the loop was running a pass when it fell due (it
         looks at its timers only between passes), the timer's wake-up (the kernel and the
-        process getting a core back), and the tasks of the pass that ran before it."""
+        process getting a core back), and the tasks of the pass that ran before it.
+        ``between_steps``: :mod:`.handover`'s hook submitted it at ``woke``."""
         if not self.on:
             return
+        self.between_steps += between_steps
         loop, due = self._loop, scheduled + self._offset
         self.wake_late.append(woke - scheduled)
         busy = max(loop.went - due, 0.0)
@@ -144,6 +148,7 @@ class Diagnosis:
             "timer_wake": summary(self.timer_wake),
             "batch_before": summary(self.batch_before),
             "handover": summary(self.handover),
+            "handed_between_steps": self.between_steps,
             "threads": [t.name for t in threading.enumerate()],
             "switch_interval_ms": sys.getswitchinterval() * 1000,
             "gc_threshold": gc.get_threshold(),
