@@ -162,7 +162,12 @@ def cause_line(c: dict[str, Any]) -> str:
         f"{' '.join(pair(n) for n in parts)} | {' '.join(pair(n) for n in loop)} | gc "
         f"{gc_['count']} ({c['gc_full_collections']} full) max {gc_.get('max_ms', 0):.2f} | "
         f"threads {len(c['threads'])} | handed between steps "
-        f"{c.get('handed_between_steps', 0)}/{c['wake_late']['count']}"
+        f"{c.get('handed_between_steps', 0)}/{c['wake_late']['count']} | long steps "
+        + ", ".join(
+            f"{'.'.join(name.rsplit('.', 2)[-2:])} {s['count']} ({s['by_cpu']} by CPU, max "
+            f"{s['max_ms']:.1f}, CPU {s['max_cpu_ms']:.1f})"
+            for name, s in list(c.get("long_steps", {}).items())[:4]
+        )
     )
 
 

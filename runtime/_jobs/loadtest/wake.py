@@ -84,7 +84,9 @@ class _TimerFd:
     task waiting at the moment (kept in a pool and reused), so the senders of the next few
     requests can each wait for their own due time."""
 
-    def __init__(self, new: Callable[[], int], arm: _Arm) -> None:
+    def __init__(self, new: Callable[[], int], arm: _Arm, spin: float = 0.0) -> None:
+        self._spin = spin
+        """Seconds before the deadline the timer is armed for, yielding in a loop after it."""
         self._new = new
         self._arm = arm
         self._free: list[int] = []
@@ -96,6 +98,15 @@ class _TimerFd:
         return tuple(self._fds)
 
     async def sleep_until(self, deadline: float) -> None:
+        now = trio.current_time
+        if self._spin:
+            await self._sleep_until(deadline - self._spin)
+            while now() < deadline:
+                await trio.lowlevel.checkpoint()
+        else:
+            await self._sleep_until(deadline)
+
+    async def _sleep_until(self, deadline: float) -> None:
         now = trio.current_time
         left = deadline - now()
         if left <= 0:
@@ -211,7 +222,8 @@ def open_waker() -> Iterator[Waker]:
         yield _Plain()
         return
     made = _timerfd()
-    waker: Waker = _Spin() if made is None else _TimerFd(*made)
+    spin = float(os.environ.get("SLUICE_LOADTEST_SPIN") or 0)
+    waker: Waker = _Spin() if made is None else _TimerFd(*made, spin=spin)
     try:
         yield waker
     finally:
