@@ -61,8 +61,7 @@ __all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 LEAD = 0.005
 """Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
-drawn). Enough for a late pass of the scheduler, whose own sleeps end on epoll's whole
-milliseconds; the sender then waits on a precise timer of its own."""
+drawn): enough for a late pass of the scheduler, whose sleeps end on epoll's milliseconds."""
 
 
 @attrs.frozen
@@ -155,8 +154,9 @@ class _Run:
         request's hand-over, and starting a task is not part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
+        rate = shape.rate and shape.rate / (1 if self.share is None else self.share.count)
         handing = open_handover(self.rt, self.sending, self.diagnosis)
-        with open_waker() as waker, handing as self.handover:  # both outlive the nursery
+        with open_waker(rate) as waker, handing as self.handover:  # both outlive the nursery
             async with trio.open_nursery() as nursery:
                 with self.sending:
                     for index, offset in enumerate(shape.schedule(rng)):
