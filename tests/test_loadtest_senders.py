@@ -164,9 +164,12 @@ async def test_the_diagnosis_names_the_tasks_whose_single_steps_were_long() -> N
     diagnosis.install()
     diagnosis.begin()
 
+    def block() -> None:
+        time.sleep(0.002)  # blocks the loop on purpose: one long step, spent off the CPU
+
     async def slow_step() -> None:
         await trio.lowlevel.checkpoint()
-        time.sleep(0.002)
+        block()
 
     async def quick_steps() -> None:
         for _ in range(5):
