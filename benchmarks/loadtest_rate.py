@@ -148,7 +148,8 @@ def one_run(a: argparse.Namespace, url: str, rate: float, workers: str) -> dict[
 def cause_line(c: dict[str, Any]) -> str:
     """One process's causes of lateness, in a line: p50/p99 in ms of the wake's lateness,
     its parts (the loop busy when the request fell due, the timer's wake-up, the tasks of
-    its batch before it), wake to sent, the loop's batches (wall, CPU, preempted) and gc."""
+    its batch before it), wake to sent, the loop's batches (wall, CPU, preempted), gc, and how
+    many arrivals the hand-over hook submitted between task steps."""
 
     def pair(name: str) -> str:
         s = c[name]
@@ -160,7 +161,13 @@ def cause_line(c: dict[str, Any]) -> str:
     return (
         f"{' '.join(pair(n) for n in parts)} | {' '.join(pair(n) for n in loop)} | gc "
         f"{gc_['count']} ({c['gc_full_collections']} full) max {gc_.get('max_ms', 0):.2f} | "
-        f"threads {len(c['threads'])}"
+        f"threads {len(c['threads'])} | handed between steps "
+        f"{c.get('handed_between_steps', 0)}/{c['wake_late']['count']} | long steps "
+        + ", ".join(
+            f"{'.'.join(name.rsplit('.', 2)[-2:])} {s['count']} ({s['by_cpu']} by CPU, max "
+            f"{s['max_ms']:.1f}, CPU {s['max_cpu_ms']:.1f})"
+            for name, s in list(c.get("long_steps", {}).items())[:4]
+        )
     )
 
 

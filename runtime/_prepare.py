@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import attrs
@@ -35,28 +36,33 @@ import trio
 
 from ._errors import ConfigError, RuntimeClosed
 from ._limits.cost import estimate_cost
-from ._mail import Call, EventBatch, EventSink, ProviderMsg
+from ._mail import Call, EventBatch, EventSink, ProviderMsg, SupervisorMsg
 from ._messages import ChatRequest, ChatResult, split_model
 from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Mapping
 
     from sluice.actors._supervisor import SupervisorPeers
 
     from ._cache import ResponseCache
     from ._config import ModelGroup
     from ._messages import Deadlines
+    from ._startup import Providers
+    from ._streams import CallStream
     from ._tools.preparation import Prepared
     from .providers._registry import ResolvedProvider
     from .transport._phases import HttpPhases
+
+    Submitted = tuple[CallStream, Call | None, trio.MemoryReceiveChannel[EventBatch]]
 
 __all__ = [
     "GroupPlacement",
     "Placed",
     "Ready",
     "Replay",
+    "SubmitNow",
     "Target",
     "cache_lookup",
     "deadlines",
@@ -348,3 +354,73 @@ def _routed(request: ChatRequest, order: tuple[str, ...]) -> ChatRequest:
 
 
 _REQUEST_FIELDS = tuple(a.name for a in attrs.fields(ChatRequest))
+
+
+# ---- submitting without waiting, for sluice's load tester --------------------------------------
+# Its load tester hands a due request to the runtime from a trio instrument's hook, between two
+# task steps (``sluice._jobs.loadtest.handover``). A hook runs outside any task and cannot wait,
+# so it may submit only when the ordinary submission (``Runtime.stream_with_phases``: this
+# path, then the Supervisor's mailbox) ends in its first step. Nothing here is for users.
+
+
+class SubmitNow:
+    """The load tester's submission without waiting (:class:`~sluice._runtime.Runtime` sets
+    every attribute declared here)."""
+
+    _providers: Providers | None
+    _groups: GroupPlacement
+    _supervisor: trio.MemorySendChannel[SupervisorMsg]
+
+    if TYPE_CHECKING:
+
+        async def _submit(
+            self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
+        ) -> Submitted: ...
+
+        def _caches(self, request: ChatRequest) -> bool: ...
+
+        def _ended(self, call: Call | None, stream: CallStream) -> None: ...
+
+    def submits_at_once(self, request: ChatRequest) -> bool:
+        """True when submitting ``request`` now cannot wait: not through the response cache
+        (opening it, looking it up), every provider it may go to started already, and room in
+        the Supervisor's mailbox (or its task waiting for mail). A model that cannot be routed
+        gives False: the ordinary submission reports it."""
+        providers, groups = self._providers, self._groups
+        if providers is None or self._caches(request):
+            return False
+        try:
+            names = model_target(request.model, groups.routing.groups).providers
+        except Exception:  # the ordinary submission raises it to its caller
+            return False
+        if not all(providers.spec(name) is not None for name in names):
+            return False
+        mail = self._supervisor.statistics()
+        return mail.tasks_waiting_receive > 0 or mail.current_buffer_used < mail.max_buffer_size
+
+    def submit_now(self, request: ChatRequest, phases: HttpPhases | None) -> Submitted:
+        """Submit ``request`` as :meth:`Runtime.stream_with_phases` does, in this step, without
+        a checkpoint; callable where no task runs (a trio instrument's hook), and only when
+        :meth:`submits_at_once` said True just before. Follow it with
+        :meth:`stream_submitted`. Raises what the submission raises."""
+        coro = self._submit(request, phases=phases)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            submitted: Submitted = done.value
+            return submitted
+        # Unreachable while submits_at_once holds; a parked submission cannot be resumed here.
+        coro.close()
+        raise RuntimeError("a submission that could not wait waited")
+
+    @asynccontextmanager
+    async def stream_submitted(self, submitted: Submitted) -> AsyncIterator[CallStream]:
+        """The stream of a call :meth:`submit_now` submitted, as
+        :meth:`Runtime.stream_with_phases` gives it: its channel closed and the call ended
+        on exit."""
+        stream, call, receive = submitted
+        try:
+            with receive:
+                yield stream
+        finally:
+            self._ended(call, stream)

@@ -44,7 +44,7 @@ from ._mail import (
 )
 from ._memory import TrimCount
 from ._messages import ChatRequest, ChatResult, Message
-from ._prepare import GroupPlacement, Ready, Replay, prepare_call, prepare_for
+from ._prepare import GroupPlacement, Ready, Replay, SubmitNow, prepare_call, prepare_for
 from ._reply import FinalReply
 from ._retry_budget import RetryBudget
 from ._routing import Routing
@@ -92,10 +92,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class Runtime(EmbedMethods, StatusMethods):
+class Runtime(EmbedMethods, StatusMethods, SubmitNow):
     """The handle to a running sluice: submit calls here. Created by :func:`open_runtime`.
-    Its embedding methods (``embed``, ``embed_many``) live in :mod:`sluice._embed_runs`, its
-    views of the running state (statistics, health, metrics) in :mod:`sluice._runtime_status`."""
+    Its embedding methods live in :mod:`sluice._embed_runs`, its views of the running state in
+    :mod:`sluice._runtime_status`, the load tester's submission in :mod:`sluice._prepare`."""
 
     def __init__(
         self,
@@ -292,8 +292,7 @@ class Runtime(EmbedMethods, StatusMethods):
         transport notes each attempt's HTTP phases there (connect, time to headers, receive,
         connection reused; the last attempt's stay). Not for users: only sluice's own
         transport fills it in, and a call answered from the response cache leaves it empty.
-        (Its body is :meth:`stream`'s, not a wrapper around it: one generator less per
-        ordinary call.)"""
+        (:meth:`stream`'s body, not a wrapper around it: one generator less per call.)"""
         stream, call, receive = await self._submit(request, phases=phases)
         try:
             with receive:

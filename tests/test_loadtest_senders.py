@@ -7,6 +7,7 @@ its time, and a drain stops exactly the ones not yet due. Also the lateness diag
 from __future__ import annotations
 
 import os
+import time
 
 import orjson
 import pytest
@@ -120,6 +121,7 @@ async def test_the_diagnosis_counts_every_arrival_and_is_written_per_process(
     assert written["wake_late"]["count"] == 20
     assert written["wake_late"]["max_ms"] == pytest.approx(0, abs=1e-6)
     assert written["handover"]["count"] == 20
+    assert written["handed_between_steps"] == 20  # by the hook, each at its time
     assert written["loop_batches"]["count"] > 20
     assert "MainThread" in written["threads"]
 
@@ -152,3 +154,33 @@ async def test_the_diagnosis_splits_a_wakes_lateness_into_its_causes() -> None:
     assert list(diagnosis.loop_busy_at_due) == pytest.approx([0.0, 0.010])
     assert list(diagnosis.timer_wake) == pytest.approx([0.003, 0.004])
     assert list(diagnosis.batch_before) == pytest.approx([0.002, 0.001])
+
+
+async def test_the_diagnosis_names_the_tasks_whose_single_steps_were_long() -> None:
+    # Real clock: one task's step sleeps 2 ms (wall time, no CPU); another's steps are
+    # short. The first is named, long on the wall clock and not by CPU (on a busy machine
+    # any step may be long on the wall clock, so the quick one is not required absent).
+    diagnosis = Diagnosis()
+    diagnosis.install()
+    diagnosis.begin()
+
+    def block() -> None:
+        time.sleep(0.002)  # blocks the loop on purpose: one long step, spent off the CPU
+
+    async def slow_step() -> None:
+        await trio.lowlevel.checkpoint()
+        block()
+
+    async def quick_steps() -> None:
+        for _ in range(5):
+            await trio.lowlevel.checkpoint()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow_step, name="slow")
+            nursery.start_soon(quick_steps, name="quick")
+    finally:
+        diagnosis.remove()
+    long_steps = diagnosis.figures()["long_steps"]
+    assert long_steps["slow"]["count"] >= 1 and long_steps["slow"]["by_cpu"] == 0
+    assert long_steps["slow"]["max_ms"] >= 2

@@ -118,3 +118,29 @@ async def test_a_burst_past_the_pool_of_timers_sleeps_on_trios_timeout_never_ear
                 nursery.start_soon(sleeper)
         assert len(waker.fds) == 2  # no more file descriptors than the pool's
     assert len(woke) == 5 and min(woke) >= due
+
+
+def test_the_tail_is_for_low_rates_only(monkeypatch) -> None:
+    # A process at 200/s or less spins the last TAIL seconds; above, or with no mean rate
+    # (a trace, a ramp), it does not; the variable overrides either way.
+    monkeypatch.delenv(wake.TAIL_ENV, raising=False)
+    assert wake.tail_for(wake.TAIL_RATE) == wake.TAIL
+    assert wake.tail_for(25.0) == wake.TAIL
+    assert wake.tail_for(wake.TAIL_RATE + 1) == 0.0
+    assert wake.tail_for(None) == 0.0
+    monkeypatch.setenv(wake.TAIL_ENV, "0")
+    assert wake.tail_for(25.0) == 0.0
+    monkeypatch.setenv(wake.TAIL_ENV, "0.0005")
+    assert wake.tail_for(1000.0) == 0.0005
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+async def test_a_timerfd_with_a_tail_never_wakes_early() -> None:
+    made = wake._timerfd()
+    assert made is not None
+    waker = wake._TimerFd(*made, tail=wake.TAIL)
+    try:
+        with trio.fail_after(10):
+            await _never_early(waker)
+    finally:
+        waker.close()

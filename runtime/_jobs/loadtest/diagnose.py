@@ -8,7 +8,8 @@ the wake to the stamp of ``sent``. Behind both are the causes collected here:
 - the garbage collector's pauses (``gc.callbacks``: each collection's generation and length),
 - the run loop's batches (a :class:`trio.abc.Instrument`: how long the loop was busy between
   two looks at its I/O, since a due request waits for the batch in progress to end; on the
-  wall clock and in CPU time, whose difference is the core taken by other processes), and
+  wall clock and in CPU time, whose difference is the core taken by other processes), the
+  tasks whose single steps were long (a request due during one is handed over after it), and
   per request the waker's lateness split into the batch running when it fell due, the
   timer's own wake-up, and the tasks its batch ran before it,
 - other Python threads (each one can hold the GIL for a switch interval).
@@ -43,6 +44,9 @@ __all__ = ["ENV", "Diagnosis", "open_diagnosis", "summary"]
 
 ENV = "SLUICE_LOADTEST_DIAGNOSE"
 
+LONG_STEP = 0.0005
+"""Seconds past which one task's step counts as long (a due request waits for it to end)."""
+
 
 class _Loop(trio.abc.Instrument):
     """Times each pass of trio's run loop that ran tasks: from the end of its I/O wait to
@@ -52,6 +56,10 @@ class _Loop(trio.abc.Instrument):
     def __init__(self, busy: array[float], cpu: array[float]) -> None:
         self.busy = busy
         self.cpu = cpu
+        self.step_began = self.step_began_cpu = 0.0
+        self.long_steps: dict[str, list[tuple[float, float]]] = {}
+        """Per task name, the wall and CPU time of each of its steps longer than
+        :data:`LONG_STEP` on the wall clock."""
         self.went = 0.0
         """When the loop last went into its I/O wait (``perf_counter``)."""
         self.came = 0.0
@@ -62,6 +70,17 @@ class _Loop(trio.abc.Instrument):
     def after_io_wait(self, timeout: float) -> None:
         self.came = time.perf_counter()
         self.came_cpu = time.thread_time()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.step_began = time.perf_counter()
+        self.step_began_cpu = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        took = time.perf_counter() - self.step_began
+        if took > LONG_STEP and self.on and self.step_began:
+            cpu = time.thread_time() - self.step_began_cpu
+            self.long_steps.setdefault(task.name, []).append((took, cpu))
+        self.step_began = 0.0  # (the step that installed the instrument had no start)
 
     def before_io_wait(self, timeout: float) -> None:
         self.went = went = time.perf_counter()
@@ -83,6 +102,8 @@ class Diagnosis:
         self.timer_wake = array("d")
         self.batch_before = array("d")
         self.handover = array("d")
+        self.between_steps = 0
+        """Arrivals :mod:`.handover`'s hook submitted (the rest: their senders)."""
         self._gc_start = 0.0
         self._loop = _Loop(self.batches, self.batches_cpu)
         self._offset = 0.0
@@ -100,13 +121,18 @@ class Diagnosis:
         self.on = self._loop.on = True
         self._offset = time.perf_counter() - trio.current_time()
 
-    def arrival(self, scheduled: float, woke: float) -> None:
+    def arrival(self, scheduled: float, woke: float, between_steps: bool = False) -> None:
         """A request due at ``scheduled`` (trio time) woke its sender at ``woke``. Its
         lateness is split three ways: the loop was running a pass when it fell due (it
         looks at its timers only between passes), the timer's wake-up (the kernel and the
-        process getting a core back), and the tasks of the pass that ran before it."""
+        process getting a core back), and the tasks of the pass that ran before it.
+        ``between_steps``: :mod:`.handover`'s hook submitted it at ``woke`` (its wake and its
+        hand-over are one instant)."""
         if not self.on:
             return
+        if between_steps:
+            self.between_steps += 1
+            self.handover.append(0.0)
         loop, due = self._loop, scheduled + self._offset
         self.wake_late.append(woke - scheduled)
         busy = max(loop.went - due, 0.0)
@@ -144,6 +170,18 @@ class Diagnosis:
             "timer_wake": summary(self.timer_wake),
             "batch_before": summary(self.batch_before),
             "handover": summary(self.handover),
+            "handed_between_steps": self.between_steps,
+            "long_steps": {
+                name: {
+                    "count": len(took),
+                    "by_cpu": sum(1 for _, cpu in took if cpu > LONG_STEP),
+                    "max_ms": round(max(wall for wall, _ in took) * 1000, 3),
+                    "max_cpu_ms": round(max(cpu for _, cpu in took) * 1000, 3),
+                }
+                for name, took in sorted(
+                    self._loop.long_steps.items(), key=lambda item: -len(item[1])
+                )[:8]
+            },
             "threads": [t.name for t in threading.enumerate()],
             "switch_interval_ms": sys.getswitchinterval() * 1000,
             "gc_threshold": gc.get_threshold(),

@@ -37,6 +37,7 @@ from .endpoints import (
     completions_transport,
 )
 from .follow import finished, follow, http_fields
+from .handover import open_handover
 from .interrupt import Interrupt
 from .metrics import RequestRecord, Tracker
 from .records import RecordFile
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
     from ..._runtime import Runtime
     from ...transport import HotTransport
+    from .handover import Handed, Handover
     from .wake import Waker
     from .workers import Share, Start
     from .workload import WorkItem
@@ -59,8 +61,7 @@ __all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 LEAD = 0.005
 """Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
-drawn). Enough for a late pass of the scheduler, whose own sleeps end on epoll's whole
-milliseconds; the sender then waits on a precise timer of its own."""
+drawn): enough for a late pass of the scheduler, whose sleeps end on epoll's milliseconds."""
 
 
 @attrs.frozen
@@ -136,6 +137,8 @@ class _Run:
         """With a diagnosis: when each request's sender woke, until it is stamped sent."""
         self.waiting: set[trio.CancelScope] = set()
         """The open loop's senders waiting for their due time."""
+        self.handover: Handover | None = None
+        """Submits the open loop's due chat requests between task steps (:mod:`.handover`)."""
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -151,7 +154,9 @@ class _Run:
         request's hand-over, and starting a task is not part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
-        with open_waker() as waker:  # outlives the nursery: the last senders still wait
+        rate = shape.rate and shape.rate / (1 if self.share is None else self.share.count)
+        handing = open_handover(self.rt, self.sending, self.diagnosis)
+        with open_waker(rate) as waker, handing as self.handover:  # both outlive the nursery
             async with trio.open_nursery() as nursery:
                 with self.sending:
                     for index, offset in enumerate(shape.schedule(rng)):
@@ -190,17 +195,28 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
         was drained first, and it is not sent), then send it."""
-        request = None  # a chat request is made now, not in the step after the wake
+        request, handed, handover = None, None, self.handover
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
-            request = self.chat_request(work)
-        with waiting:
-            await waker.sleep_until(scheduled)
+            request = self.chat_request(work)  # made now, not in the step after the wake
+            if handover is not None:  # submitted by the hook once due, when it can be
+                handed = handover.add(scheduled, request, HttpPhases(), cap)
+        try:
+            with waiting:
+                await waker.sleep_until(scheduled)
+        except trio.Cancelled:  # with the run; one() records a request already handed over
+            if handover is None or handover.take(handed) is None:
+                raise
         self.waiting.discard(waiting)
-        if waiting.cancelled_caught or self.sending.cancel_called:
+        handed = None if handover is None else handover.take(handed)
+        if handed is None and (waiting.cancelled_caught or self.sending.cancel_called):
             return  # drained before it was due (also after the schedule's last arrival)
-        if self.diagnosis is not None:
+        if self.diagnosis is not None and handed is None:  # (the hook tells of its own)
             self.woke[index] = woke = trio.current_time()
             self.diagnosis.arrival(scheduled, woke)
+        if handed is not None:
+            assert not isinstance(work, list)
+            await self.one(index, scheduled, work, cap, request=request, handed=handed)
+            return
         if cap is not None:
             try:
                 cap.acquire_nowait()  # no checkpoint (a pass of the loop) when a place is free
@@ -294,6 +310,7 @@ class _Run:
         session: int | None = None,
         turn: int | None = None,
         request: ChatRequest | None = None,
+        handed: Handed | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed.
         ``request``: ``item``'s :meth:`chat_request`, made beforehand (the open loop's
@@ -311,11 +328,13 @@ class _Run:
             "session": session,
             "turn": turn,
         }
-        phases = HttpPhases()
+        phases = HttpPhases() if handed is None else handed.phases
         usage_seen = False
-        tracker = self._start(index, scheduled)
+        tracker = self._start(index, scheduled, None if handed is None else handed.at)
         try:
-            async with self.rt.stream_with_phases(request, phases) as call:
+            rt = self.rt
+            opened = rt.stream_with_phases(request, phases) if handed is None else handed.opened(rt)
+            async with opened as call:
                 usage_seen = await follow(call, tracker, t0)
                 end = trio.current_time() - t0
                 result, error = call.result, call.error
@@ -346,9 +365,10 @@ class _Run:
             extra_headers=self.headers,
         )
 
-    def _start(self, index: int, scheduled: float) -> Tracker:
-        """Count request ``index`` (due at ``scheduled``) as sent now, and track it."""
-        sent = trio.current_time()
+    def _start(self, index: int, scheduled: float, sent: float | None = None) -> Tracker:
+        """Count request ``index`` (due at ``scheduled``) as sent now (or at ``sent``, when
+        :mod:`.handover` submitted it), and track it."""
+        sent = trio.current_time() if sent is None else sent
         tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
         if self.diagnosis is not None and index in self.woke:
             self.diagnosis.sent(self.woke.pop(index), sent)
@@ -426,8 +446,6 @@ class _Run:
         )
         return outcome.text if outcome.ok else None
 
-    # ---- the endpoints besides chat (endpoints.py) ------------------------------------------
-
     async def endpoint_call(self, item: WorkItem, tracker: Tracker, phases: HttpPhases) -> Outcome:
         """Send ``item`` to the test's endpoint: embeddings through the runtime (quotas,
         retries, ``--respect-limits``), completions straight to the base URL (its HTTP phases
@@ -462,8 +480,6 @@ class _Run:
             total=test.timeout,
             phases=phases,
         )
-
-    # ---- end of the endpoints besides chat --------------------------------------------------
 
     def keep(self, record: RequestRecord) -> None:
         """Add ``record`` to the run's file; a write that fails stops the run."""

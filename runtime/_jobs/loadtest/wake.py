@@ -30,7 +30,7 @@ import trio
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["MAX_TIMERS", "SPIN_MARGIN", "Waker", "open_waker"]
+__all__ = ["MAX_TIMERS", "SPIN_MARGIN", "TAIL", "TAIL_RATE", "Waker", "open_waker", "tail_for"]
 
 SPIN_MARGIN = 0.0012
 """The fallback's spin: it sleeps until this many seconds before the deadline (trio's sleeps
@@ -40,6 +40,19 @@ MAX_TIMERS = 64
 """Timers a :class:`_TimerFd` opens at most (file descriptors: a trace's burst of thousands
 of requests due at one instant must not run the process out of them); tasks waiting beyond
 them sleep on trio's own timeout."""
+
+TAIL = 0.0002
+"""At low rates the timerfd is armed this many seconds before the deadline and the rest is
+spent yielding in a loop: an idle machine's core takes its time to wake up for a timer (a
+virtual machine's most of all), and a process that is running need not be woken. It costs
+the CPU of that tail per request (of trio's loop passes, less when other tasks run)."""
+
+TAIL_RATE = 200.0
+"""Requests per second of one process at most for :data:`TAIL`: above it the tails' CPU
+would be taken from the requests, and a busy loop is seldom idle when one falls due."""
+
+TAIL_ENV = "SLUICE_LOADTEST_TAIL"
+"""Seconds of the tail instead of :func:`tail_for`'s choice (``0``: none): for comparing."""
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -84,7 +97,9 @@ class _TimerFd:
     task waiting at the moment (kept in a pool and reused), so the senders of the next few
     requests can each wait for their own due time."""
 
-    def __init__(self, new: Callable[[], int], arm: _Arm) -> None:
+    def __init__(self, new: Callable[[], int], arm: _Arm, tail: float = 0.0) -> None:
+        self._tail = tail
+        """Seconds before the deadline the timer is armed for, yielding in a loop after it."""
         self._new = new
         self._arm = arm
         self._free: list[int] = []
@@ -96,6 +111,15 @@ class _TimerFd:
         return tuple(self._fds)
 
     async def sleep_until(self, deadline: float) -> None:
+        now = trio.current_time
+        if self._tail:
+            await self._sleep_until(deadline - self._tail)
+            while now() < deadline:
+                await trio.lowlevel.checkpoint()
+        else:
+            await self._sleep_until(deadline)
+
+    async def _sleep_until(self, deadline: float) -> None:
         now = trio.current_time
         left = deadline - now()
         if left <= 0:
@@ -204,14 +228,24 @@ def _virtual(clock: trio.abc.Clock) -> bool:
     return testing is not None and isinstance(clock, testing.MockClock)
 
 
+def tail_for(rate: float | None) -> float:
+    """The timer's :data:`TAIL` for one process sending ``rate`` requests per second (None:
+    a trace or a ramp, whose rate varies: no tail)."""
+    chosen = os.environ.get(TAIL_ENV)
+    if chosen:
+        return float(chosen)
+    return TAIL if rate is not None and rate <= TAIL_RATE else 0.0
+
+
 @contextlib.contextmanager
-def open_waker() -> Iterator[Waker]:
-    """The best :class:`Waker` for the running trio clock, its timer closed on exit."""
+def open_waker(rate: float | None = None) -> Iterator[Waker]:
+    """The best :class:`Waker` for the running trio clock, its timer closed on exit;
+    ``rate``: this process's requests per second, for :func:`tail_for`."""
     if _virtual(trio.lowlevel.current_clock()):
         yield _Plain()
         return
     made = _timerfd()
-    waker: Waker = _Spin() if made is None else _TimerFd(*made)
+    waker: Waker = _Spin() if made is None else _TimerFd(*made, tail=tail_for(rate))
     try:
         yield waker
     finally:
