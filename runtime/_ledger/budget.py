@@ -52,7 +52,7 @@ import attrs
 
 from .._errors import BudgetExceeded
 from .._messages import Usage
-from .._record import Record
+from .._record import Record, Value
 from .prices import PriceTable, cost_micros, format_usd, worst_case_micros
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ MIN_CAPPED_OUTPUT = 16
 reply cut shorter is rarely worth paying for, so below this the call is refused instead."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Budget(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Budget(Value):
     """One budget: a limit on micro-dollars, tokens (input + output), or both."""
 
     scope: Literal["global", "tag", "job"] = "global"
@@ -85,8 +85,8 @@ class Budget(Record):
         return f"tag {self.tag!r}" if self.scope == "tag" else self.scope
 
 
-@attrs.frozen(repr=False)
-class BudgetClaim(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetClaim(Value):
     """Who asks: the model an attempt goes to, and the call's tag."""
 
     provider: str
@@ -107,8 +107,8 @@ class _Account(Record):
     refused: int = 0
 
 
-@attrs.frozen(repr=False)
-class BudgetStatus(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetStatus(Value):
     """A snapshot of one budget account."""
 
     name: str
