@@ -48,7 +48,6 @@ class Record:
         return f"{cls.__qualname__}({', '.join(parts)})"
 
 
-
 class Value(Record):
     """Base class of sluice's frozen attrs classes compared by value (declared with
     ``eq=False, repr=False``: attrs then leaves ``__eq__`` and ``__hash__`` to this class).
