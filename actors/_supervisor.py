@@ -79,7 +79,7 @@ from sluice._events import (
     Retrying,
     StreamReset,
 )
-from sluice._ledger.budget import BudgetClaim
+from sluice._ledger.hold import BudgetClaim
 from sluice._mail import (
     Admission,
     AttemptFailed,

@@ -23,7 +23,6 @@ import trio
 from .._errors import ConfigError
 from .._record import Record
 from .book import LedgerBook, LedgerQuery
-from .budget import Budget, BudgetBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
 from .store import LedgerStore
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._config import LedgerConfig
+    from .budget import BudgetBook  # noqa: TC004 (only a type: budgets load when configured)
     from .redis import RedisLedgerStore
     from .sqlite import SQLiteLedgerStore
 
@@ -147,6 +147,8 @@ async def open_ledger(
                     with trio.CancelScope(shield=True):
                         await store.aclose()
                 raise ConfigError(f"cannot read the ledger: {exc}") from None
+        from .budget import Budget, BudgetBook  # a runtime without budgets never loads it
+
         budgets = BudgetBook(
             [
                 Budget(
