@@ -24,7 +24,6 @@ from .._errors import ConfigError
 from .._record import Record
 from .book import LedgerBook, LedgerQuery
 from .prices import ModelPrice, PriceTable, usd_to_micros
-from .store import LedgerStore
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from .budget import BudgetBook  # noqa: TC004 (only a type: budgets load when configured)
     from .redis import RedisLedgerStore
     from .sqlite import SQLiteLedgerStore
+    from .store import LedgerStore  # noqa: TC004 (only a type: a store brings its own)
 
 __all__ = ["LEDGER_DB_ENV", "LedgerSetup", "ledger_path", "new_job_id", "open_ledger"]
 
