@@ -87,8 +87,8 @@ def _keys(cls: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
 
 def _getter(fields: list[attrs.Attribute[Any]]) -> Callable[[Any], Any]:
     """A function of a value giving the tuple of ``fields`` (through their ``eq`` keys)."""
-    if any(f.eq_key is not None for f in fields):
-        pairs = [(f.name, f.eq_key) for f in fields]
+    pairs = [(f.name, getattr(f, "eq_key", None)) for f in fields]  # not in attrs' stubs
+    if any(key is not None for _name, key in pairs):
         return lambda value: tuple(
             getattr(value, name) if key is None else key(getattr(value, name))
             for name, key in pairs

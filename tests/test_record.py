@@ -105,7 +105,7 @@ class _Empty(Value):
     pass
 
 
-_PAIRS = [
+_PAIRS: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = [
     ((1, 2), (1, 2)),
     ((1, 2), (1, 3)),
     ((1, 2, "a"), (1, 2, "b")),  # label: eq=False
