@@ -35,7 +35,8 @@ import attrs
 import trio
 
 from sluice._errors import CallError, InternalError, RuntimeClosed, StoreUnavailable
-from sluice._ledger.budget import BudgetBook, BudgetClaim, BudgetHold
+from sluice._ledger.hold import NO_HOLD as _NO_HOLD
+from sluice._ledger.hold import BudgetClaim, BudgetHold
 from sluice._limits import admission
 from sluice._limits.cost import Cost
 from sluice._limits.headers import learned_limits
@@ -64,13 +65,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice._config import RateLimitConfig
+    from sluice._ledger.budget import BudgetBook
     from sluice._limits.queue import Priority
 
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
 _NOTHING = Cost(0, 0, 0)
-_NO_HOLD = BudgetHold((), 0, 0, BudgetClaim("", ""))
-"""The hold of an attempt no budget applies to (settling it changes nothing)."""
 _LEARN_EVERY = 0.25
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 KEYS_KEPT = 256

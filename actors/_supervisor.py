@@ -79,7 +79,7 @@ from sluice._events import (
     Retrying,
     StreamReset,
 )
-from sluice._ledger.budget import BudgetClaim
+from sluice._ledger.hold import BudgetClaim
 from sluice._mail import (
     Admission,
     AttemptFailed,
@@ -99,7 +99,6 @@ from sluice._messages import ChatResult
 from sluice._record import Record
 from sluice._reply import Reply
 from sluice._retry_budget import RetryBudget
-from sluice._retry_policy import CallState, blames_backend, call_state, describe
 from sluice._routing import Routing, breaker_mark
 from sluice.providers._registry import ResolvedProvider
 
@@ -112,6 +111,7 @@ if TYPE_CHECKING:
     from sluice._embeddings import EmbedResult
     from sluice._messages import ChatRequest
     from sluice._protocols.base import AttemptOutput
+    from sluice._retry_policy import CallState
     from sluice._tools.preparation import Prepared
 
 __all__ = ["Preparer", "Route", "SupervisorPeers", "default_preparer", "run_supervisor"]
@@ -425,6 +425,8 @@ class _CallRun:
                 control.unwatch()
 
     def _state(self, waits: bool) -> CallState:
+        from sluice._retry_policy import call_state  # only slow paths ask
+
         call = self.call
         state = call_state(
             call.request,
@@ -601,6 +603,8 @@ class _CallRun:
                     # The consumer left as the attempt failed (its cancel may surface as a
                     # failure of the exchange): nobody waits for a retry.
                     return LEFT
+                from sluice._retry_policy import blames_backend, describe  # after a failure
+
                 if blames_backend(error):
                     ticket.failed(trio.current_time(), describe(error))
                     self._share_breaker(route)

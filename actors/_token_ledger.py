@@ -35,7 +35,6 @@ from sluice._ledger.book import (
     merge_summaries,
     summarize_rows,
 )
-from sluice._ledger.budget import BudgetBook
 from sluice._mail import (
     FlushLedger,
     LedgerMsg,
@@ -52,7 +51,7 @@ if TYPE_CHECKING:
     import datetime as dt
     from collections.abc import Callable, Sequence
 
-    from sluice._ledger.budget import BudgetStatus
+    from sluice._ledger.budget import BudgetBook, BudgetStatus  # noqa: TC004 (types only)
     from sluice._ledger.store import LedgerStore
 
 __all__ = ["TokenLedgerHandle", "run_token_ledger"]

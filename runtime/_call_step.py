@@ -26,7 +26,6 @@ import attrs
 from ._errors import CallError, ToolCallError
 from ._messages import ChatResult
 from ._record import Record
-from ._retry_policy import CallState, Fail, after_failure, when_blocked
 from ._tools.correct import NO_CORRECTIONS, Corrections
 
 if TYPE_CHECKING:
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
 
     from ._config import RetryConfig
     from ._embeddings import EmbedResult  # noqa: TC004 (only a type: a chat never loads it)
+    from ._retry_policy import CallState  # the policy loads with a first failure
 
     # Only a type here: a call without tools never loads the tool layer's preparation code.
     from ._tools.preparation import Prepared  # noqa: TC004
@@ -310,6 +310,8 @@ def step(
             last_error = tries.last_error
             return _leave(tries, error if last_error is None else last_error, 0, policy)
         case Refused(error=error, retry_in=retry_in):
+            from ._retry_policy import Fail, when_blocked  # not on the way of a success
+
             jittered = policy.wait_poll * (0.5 + rng.random()) if retry_in <= 0 else retry_in
             blocked = when_blocked(state(tries.waits), error, jittered, now)
             if isinstance(blocked, Fail):
@@ -336,6 +338,8 @@ def _ready(
     free = free_in(now)
     if free <= 0:
         return GO_SPENDING
+    from ._retry_policy import Fail, when_blocked  # not on the way of a success
+
     blocked = when_blocked(state(tries.waits), retrying, free, now)
     if isinstance(blocked, Fail):
         return _leave(tries, blocked.error, 0, policy)
@@ -357,6 +361,8 @@ def _failed(
     after a longer wait for it (a waiting call), or the model's end."""
     if tries.fails_over and error.retryable:
         return _leave(tries, error, delivered, policy)
+    from ._retry_policy import Fail, after_failure, when_blocked  # loaded by a first failure
+
     tries = attrs.evolve(tries, retrying=None, last_error=error)
     call = state(tries.waits)
     decision = after_failure(call, error, delivered, now, policy, rng)

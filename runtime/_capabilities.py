@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, get_args
 import attrs
 from attrs.validators import ge
 
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -72,8 +72,8 @@ def choice_mode(choice: ToolChoice) -> ToolChoiceMode:
     return choice if isinstance(choice, str) else "specific"
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ToolCapabilities(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ToolCapabilities(Value):
     """What a backend does with tools. The defaults describe a backend that can do everything."""
 
     native_tools: bool = True
@@ -113,8 +113,8 @@ class ToolCapabilities(Record):
         return result
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class CapabilityOverride(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class CapabilityOverride(Value):
     """Changes to a :class:`ToolCapabilities`: every field left None keeps the value it had.
 
     ``tool_choice`` accepts any iterable of mode names, so a set literal is fine::
@@ -176,8 +176,8 @@ def capabilities_for(provider: str, *, custom_base_url: bool = False) -> ToolCap
     return _BY_PROVIDER.get(provider, OPENAI_COMPATIBLE_CUSTOM)
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ToolOptions(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ToolOptions(Value):
     """How one call's tool calls are prepared, checked and corrected."""
 
     capabilities: CapabilityOverride | None = None

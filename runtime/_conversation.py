@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import orjson
 
-from ._record import Record
+from ._record import Value
 
 __all__ = [
     "ContentPart",
@@ -37,8 +37,8 @@ __all__ = [
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 
 
-@attrs.frozen(repr=False)
-class TextPart(Record):
+@attrs.frozen(eq=False, repr=False)
+class TextPart(Value):
     text: str
     type: Literal["text"] = "text"
     signature: str | None = attrs.field(default=None, kw_only=True)
@@ -49,8 +49,8 @@ class TextPart(Record):
     very block; protocols that cache prompts on their own (OpenAI) leave it out."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ImagePart(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ImagePart(Value):
     """An image, by URL (``https:`` or a ``data:`` URL)."""
 
     url: str
@@ -61,8 +61,8 @@ class ImagePart(Record):
     """See :attr:`TextPart.cache_control`."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class FilePart(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class FilePart(Value):
     """A document: base64 ``data`` with its media type, or a provider file id in ``file_id``."""
 
     data: str | None = None
@@ -74,8 +74,8 @@ class FilePart(Record):
     """See :attr:`TextPart.cache_control`."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ToolCall(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ToolCall(Value):
     """A tool call the model made. ``arguments`` is the JSON text as the model produced it."""
 
     id: str
@@ -98,8 +98,8 @@ class ToolCall(Record):
         return orjson.loads(self.arguments)
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ToolResultPart(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ToolResultPart(Value):
     """The result of a tool call, sent back to the model in a ``tool`` message."""
 
     tool_call_id: str
@@ -111,8 +111,8 @@ class ToolResultPart(Record):
     """See :attr:`TextPart.cache_control`."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ReasoningPart(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ReasoningPart(Value):
     """Reasoning text the model showed; ``signature`` is echoed back where a provider needs it."""
 
     text: str
@@ -129,8 +129,8 @@ def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
     return tuple(content)
 
 
-@attrs.frozen(repr=False)
-class Message(Record):
+@attrs.frozen(eq=False, repr=False)
+class Message(Value):
     """One chat message: a role and its content parts.
 
     Build them with :meth:`system`, :meth:`user`, :meth:`assistant` and :meth:`tool`.
@@ -171,7 +171,7 @@ class Message(Record):
         return tuple(p for p in self.content if isinstance(p, ToolCall))
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(eq=False, repr=False)
 class TemporaryMessage(Message):
     """A message added for one correction retry; it never belongs to the caller's history.
 
@@ -189,8 +189,8 @@ def strip_temporary(messages: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(m for m in messages if not isinstance(m, TemporaryMessage))
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Tool(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Tool(Value):
     """A function the model may call. ``parameters`` is a JSON schema for its arguments."""
 
     name: str
@@ -203,8 +203,8 @@ class Tool(Record):
     """A prompt-cache marker on this tool definition (see :attr:`TextPart.cache_control`)."""
 
 
-@attrs.frozen(repr=False)
-class SpecificTool(Record):
+@attrs.frozen(eq=False, repr=False)
+class SpecificTool(Value):
     """``tool_choice`` that forces one named tool."""
 
     name: str
@@ -213,8 +213,8 @@ class SpecificTool(Record):
 ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ResponseFormat(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ResponseFormat(Value):
     """Structured output: ``json_object``, or ``json_schema`` with a schema."""
 
     type: Literal["text", "json_object", "json_schema"] = "json_schema"

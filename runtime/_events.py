@@ -20,7 +20,7 @@ import attrs
 
 from ._errors import CallError
 from ._messages import ChatResult, Message, ReasoningPart, Usage
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     # Only a type here (the embeddings' model sits a layer above the events').
@@ -46,8 +46,8 @@ __all__ = [
 ]
 
 
-@attrs.frozen(repr=False)
-class Queued(Record):
+@attrs.frozen(eq=False, repr=False)
+class Queued(Value):
     """The call waits for admission."""
 
     call_id: str
@@ -55,8 +55,8 @@ class Queued(Record):
     at: float
 
 
-@attrs.frozen(repr=False)
-class Admitted(Record):
+@attrs.frozen(eq=False, repr=False)
+class Admitted(Value):
     """The RateLimiter let this attempt through; ``waited`` is its time in the queue."""
 
     call_id: str
@@ -65,8 +65,8 @@ class Admitted(Record):
     waited: float
 
 
-@attrs.frozen(repr=False)
-class FirstToken(Record):
+@attrs.frozen(eq=False, repr=False)
+class FirstToken(Value):
     """The attempt's first chunk arrived; ``ttft`` is measured from submit."""
 
     call_id: str
@@ -75,8 +75,8 @@ class FirstToken(Record):
     ttft: float
 
 
-@attrs.frozen(slots=True, repr=False)
-class TextDelta(Record):
+@attrs.frozen(eq=False, slots=True, repr=False)
+class TextDelta(Value):
     call_id: str
     text: str
     logprobs: Mapping[str, Any] | None = None
@@ -103,14 +103,14 @@ def text_delta(call_id: str, text: str, logprobs: Mapping[str, Any] | None = Non
     return event
 
 
-@attrs.frozen(slots=True, repr=False)
-class ReasoningDelta(Record):
+@attrs.frozen(eq=False, slots=True, repr=False)
+class ReasoningDelta(Value):
     call_id: str
     text: str
 
 
-@attrs.frozen(slots=True, repr=False)
-class ReasoningSignature(Record):
+@attrs.frozen(eq=False, slots=True, repr=False)
+class ReasoningSignature(Value):
     """The provider signed the reasoning block streamed so far (Anthropic's ``signature_delta``),
     or, with ``redacted``, sent a whole reasoning block as opaque data. A client that sends
     the reasoning back on a later turn must send this with it."""
@@ -120,8 +120,8 @@ class ReasoningSignature(Record):
     redacted: bool = False
 
 
-@attrs.frozen(slots=True, repr=False)
-class ToolCallDelta(Record):
+@attrs.frozen(eq=False, slots=True, repr=False)
+class ToolCallDelta(Value):
     """A fragment of tool call ``index``: ``id`` and ``name`` arrive once, arguments in pieces."""
 
     call_id: str
@@ -136,16 +136,16 @@ class ToolCallDelta(Record):
     read it, do not change it."""
 
 
-@attrs.frozen(repr=False)
-class UsageReported(Record):
+@attrs.frozen(eq=False, repr=False)
+class UsageReported(Value):
     """The provider reported the attempt's token usage."""
 
     call_id: str
     usage: Usage
 
 
-@attrs.frozen(repr=False)
-class StreamReset(Record):
+@attrs.frozen(eq=False, repr=False)
+class StreamReset(Value):
     """Discard every delta received so far: attempt ``attempt`` failed after output began."""
 
     call_id: str
@@ -153,8 +153,8 @@ class StreamReset(Record):
     reason: str
 
 
-@attrs.frozen(repr=False)
-class Retrying(Record):
+@attrs.frozen(eq=False, repr=False)
+class Retrying(Value):
     """Attempt ``attempt`` failed with ``error``; the next begins after ``delay`` seconds."""
 
     call_id: str
@@ -163,8 +163,8 @@ class Retrying(Record):
     error: CallError
 
 
-@attrs.frozen(repr=False)
-class FallingBack(Record):
+@attrs.frozen(eq=False, repr=False)
+class FallingBack(Value):
     """The call moves from ``from_model`` to its next fallback ``to_model`` after ``error``."""
 
     call_id: str
@@ -173,14 +173,14 @@ class FallingBack(Record):
     error: CallError
 
 
-@attrs.frozen(repr=False)
-class Completed(Record):
+@attrs.frozen(eq=False, repr=False)
+class Completed(Value):
     call_id: str
     result: ChatResult
 
 
-@attrs.frozen(repr=False)
-class Embedded(Record):
+@attrs.frozen(eq=False, repr=False)
+class Embedded(Value):
     """The end of an embedding call (in place of ``Completed``): only ``Runtime.embed`` reads
     an embedding call's events, so a chat stream never holds one."""
 
@@ -188,8 +188,8 @@ class Embedded(Record):
     result: EmbedResult
 
 
-@attrs.frozen(repr=False)
-class Failed(Record):
+@attrs.frozen(eq=False, repr=False)
+class Failed(Value):
     call_id: str
     error: CallError
 

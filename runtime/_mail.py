@@ -22,7 +22,6 @@ from ._config import RateLimitConfig
 from ._errors import CallError
 from ._events import CallEvent
 from ._ledger.book import LedgerQuery, LedgerSummary, LedgerTotals
-from ._ledger.budget import BudgetClaim
 from ._limits.cost import Cost
 from ._limits.queue import Priority
 from ._messages import ChatRequest, Usage
@@ -33,6 +32,7 @@ from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
     from ._embeddings import EmbedOutput, EmbedRequest  # noqa: TC004 (a chat never loads them)
+    from ._ledger.hold import BudgetClaim  # noqa: TC004 (only a type here)
 
     # Only a type here: Call is never structured by cattrs, and importing the tool layer's
     # schema code for every `import sluice` would cost more than the whole actor system.

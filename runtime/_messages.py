@@ -33,7 +33,7 @@ from ._conversation import (
     is_temporary,
     strip_temporary,
 )
-from ._record import Record
+from ._record import Value
 
 __all__ = [
     "CacheBreakpoint",
@@ -68,8 +68,8 @@ CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]
 FinishReason: TypeAlias = Literal["stop", "length", "tool_calls", "content_filter", "other"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Deadlines(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Deadlines(Value):
     """Per-call time limits in seconds; None means no limit of that kind.
 
     ``first_token`` and ``idle`` apply to each attempt; ``total`` covers the whole call,
@@ -245,8 +245,8 @@ def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
     return SpecificTool(value)
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ChatRequest(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ChatRequest(Value):
     """Everything one chat call needs. ``model`` is ``provider:model``.
 
     ``messages`` accepts a plain string as one user message; ``tool_choice`` accepts a tool
@@ -366,8 +366,8 @@ class ChatRequest(Record):
         return split_model(self.model)[1]
 
 
-@attrs.frozen(repr=False)
-class Usage(Record):
+@attrs.frozen(eq=False, repr=False)
+class Usage(Value):
     """Token counts, normalized across providers.
 
     ``input_tokens`` counts every prompt token the provider processed, cached ones included;
@@ -394,8 +394,8 @@ class Usage(Record):
         return self.input_tokens + self.output_tokens
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Timings(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Timings(Value):
     """Seconds on trio's clock, measured from the moment the call was submitted."""
 
     queued: float = 0.0
@@ -405,8 +405,8 @@ class Timings(Record):
     total: float = 0.0
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ChatResult(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ChatResult(Value):
     """The finished call: the winning attempt's assistant message, usage and timings."""
 
     call_id: str

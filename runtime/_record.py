@@ -7,15 +7,26 @@ prints a value. So our classes say ``repr=False`` and inherit :class:`Record`, w
 single ``__repr__`` reads the attrs fields at call time and prints what attrs would print:
 ``ClassName(field=value, ...)``. It honours every field's ``repr`` setting: ``repr=False``
 hides the field, a callable formats it (that is how headers with API keys are masked).
+
+The same holds for equality: a frozen class compared by value (a config, a request, an event)
+would get a compiled ``__eq__`` and ``__hash__`` of its own, twice the code of its repr, though
+most programs never compare one. Such classes say ``eq=False`` and inherit :class:`Value`
+instead, whose one ``__eq__`` and ``__hash__`` read the fields at call time and answer what
+attrs' would: equal when of the same class with equal fields (each field's ``eq`` setting
+honoured), and a hash that agrees.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-__all__ = ["Record"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["Record", "Value"]
 
 
 class Record:
@@ -35,3 +46,57 @@ class Record:
             text = "NOTHING" if value is attrs.NOTHING else formatter(value)
             parts.append(f"{field.name}={text}")
         return f"{cls.__qualname__}({', '.join(parts)})"
+
+
+class Value(Record):
+    """Base class of sluice's frozen attrs classes compared by value (declared with
+    ``eq=False, repr=False``: attrs then leaves ``__eq__`` and ``__hash__`` to this class).
+
+    Two values are equal when they are of the same class (a subclass is not equal to its base,
+    as with attrs) and their fields compare equal, leaving out fields declared ``eq=False`` and
+    comparing a field with an ``eq`` key by that key; the hash is that of the same fields (those
+    declared ``hash=False`` left out), so equal values hash alike. Only for frozen classes: a
+    value that can change must not be hashed by its fields.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        key = _KEYS.get(self.__class__) or _keys(self.__class__)
+        return bool(key[0](self) == key[0](other))
+
+    def __hash__(self) -> int:
+        key = _KEYS.get(self.__class__) or _keys(self.__class__)
+        return hash((self.__class__, key[1](self)))
+
+
+_KEYS: dict[type, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {}
+"""Per class, what its values are compared by and hashed by: made on first use."""
+
+
+def _keys(cls: type) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    fields = attrs.fields(cls)
+    compared = [f for f in fields if f.eq]
+    hashed = [f for f in fields if (f.eq if f.hash is None else f.hash)]
+    made = (_getter(compared), _getter(hashed))
+    _KEYS[cls] = made
+    return made
+
+
+def _getter(fields: list[attrs.Attribute[Any]]) -> Callable[[Any], Any]:
+    """A function of a value giving the tuple of ``fields`` (through their ``eq`` keys)."""
+    pairs = [(f.name, getattr(f, "eq_key", None)) for f in fields]  # not in attrs' stubs
+    if any(key is not None for _name, key in pairs):
+        return lambda value: tuple(
+            getattr(value, name) if key is None else key(getattr(value, name))
+            for name, key in pairs
+        )
+    names = [f.name for f in fields]
+    if not names:
+        return lambda value: ()
+    if len(names) == 1:  # attrgetter of one name gives the value itself, not a tuple
+        name = names[0]
+        return lambda value: (getattr(value, name),)
+    return attrgetter(*names)

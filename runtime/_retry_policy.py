@@ -39,7 +39,7 @@ from ._errors import (
     ServerError,
     StreamBroken,
 )
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     import random
@@ -73,8 +73,8 @@ _BACKEND_FAILURES = (
 )
 
 
-@attrs.frozen(repr=False)
-class CallState(Record):
+@attrs.frozen(eq=False, repr=False)
+class CallState(Value):
     """What the policy needs to know about a call."""
 
     attempts: int
@@ -95,22 +95,22 @@ class CallState(Record):
     """When ``retry_visible`` is off: the time after which no failure is retried at all."""
 
 
-@attrs.frozen(repr=False)
-class Retry(Record):
+@attrs.frozen(eq=False, repr=False)
+class Retry(Value):
     """Try again after ``delay`` seconds (the retry budget permitting)."""
 
     delay: float
 
 
-@attrs.frozen(repr=False)
-class Wait(Record):
+@attrs.frozen(eq=False, repr=False)
+class Wait(Value):
     """Something blocks the call; look again after ``delay`` seconds."""
 
     delay: float
 
 
-@attrs.frozen(repr=False)
-class Fail(Record):
+@attrs.frozen(eq=False, repr=False)
+class Fail(Value):
     """End the call (or move to its next fallback model) with ``error``."""
 
     error: CallError

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 
 from ._errors import CallTimeout, RateLimited
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     import random
@@ -279,8 +279,8 @@ class GroupRouter:
             self.slow_until[i] = until
 
 
-@attrs.frozen(repr=False)
-class DeploymentStatistics(Record):
+@attrs.frozen(eq=False, repr=False)
+class DeploymentStatistics(Value):
     """A snapshot of one deployment of a model group."""
 
     model: str

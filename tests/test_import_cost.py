@@ -64,6 +64,12 @@ NOT_FOR_A_CALL = (
     "sluice._limits.redis_store",
     "sluice._tools.schema",
     "sluice._tools.repair",
+    # A call that succeeds at once asks no retry policy; a runtime without budgets keeps no
+    # budget book; a config built in code reads no file; a ledger store comes with the ledger.
+    "sluice._retry_policy",
+    "sluice._ledger.budget",
+    "sluice._config.load",
+    "sluice._ledger.store",
     # The codecs and the transports load when a provider first needs one.
     "sluice._protocols.openai",
     "sluice._protocols.anthropic",
@@ -121,6 +127,9 @@ NOT_FOR_A_PLAIN_CALL = (
     "opentelemetry",
     "asyncio",
     "sluice._snapshots",  # statistics and health: loaded when first asked for
+    "sluice._retry_policy",  # the calls succeed: no failure asks the retry policy
+    "sluice._ledger.budget",  # no budgets configured
+    "sluice._config.load",  # the config is built in code
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
     "sqlite3",
     "sluice._ledger.sqlite",
@@ -196,8 +205,8 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 145
-CHAT_PATH_SLUICE_MODULES = 80
+CHAT_PATH_ATTRS_CLASSES = 138
+CHAT_PATH_SLUICE_MODULES = 77
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
 module a file to find and run. A change that adds to either on every program's path fails
@@ -232,6 +241,24 @@ def test_the_chat_path_defines_no_more_attrs_classes_and_modules_than_its_bound(
     assert "sluice._messages.ChatRequest" in found["classes"]
     assert "sluice._mail.Call" in found["classes"]
     assert "sluice._errors.Overloaded" not in found["classes"]
+
+
+FIRST_CALL_ATTRS_CLASSES = 143
+FIRST_CALL_SLUICE_MODULES = 94
+"""What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
+load together: what is made to load on first use still counts here, so moving a part from the
+import into the first call cannot pass for a saving."""
+
+
+def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound() -> None:
+    from benchmarks.import_time import _first_call
+
+    found = _first_call(sys.executable)
+    assert found["chat_classes"] <= CHAT_PATH_ATTRS_CLASSES
+    assert found["chat_sluice_modules"] <= CHAT_PATH_SLUICE_MODULES
+    assert found["classes"] <= FIRST_CALL_ATTRS_CLASSES, found["call_loaded"]
+    assert found["sluice_modules"] <= FIRST_CALL_SLUICE_MODULES, found["call_loaded"]
+    assert "sluice._protocols.openai" in found["call_loaded"]  # the count sees the call's own
 
 
 def test_a_plain_call_loads_its_codec_and_transport_and_nothing_else(tmp_path: Path) -> None:

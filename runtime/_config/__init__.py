@@ -19,13 +19,14 @@ environment). Import them from here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .._serde import Secret
 from .embed_limits import EmbedLimits
 from .failures import BreakerConfig, RetryConfig
 from .groups import Deployment, ModelGroup
 from .groups import RoutingStrategy as RoutingStrategy
 from .ledger import BudgetConfig, LedgerConfig, PriceConfig
-from .load import config_from_env, default_config_path, env_overrides, load_config, load_config_file
 from .provider import AuthStyle as AuthStyle
 from .provider import ModelConfig, ProviderConfig, QuirksConfig
 from .provider import masked_headers as masked_headers
@@ -35,6 +36,11 @@ from .replies import MAX_LINE_BYTES as MAX_LINE_BYTES
 from .replies import ReplyLimits
 from .runtime import RuntimeConfig
 from .services import CacheConfig, GatewayConfig, MetricsConfig, TracingConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .load import default_config_path, env_overrides, load_config, load_config_file
 
 __all__ = [
     "BreakerConfig",
@@ -63,3 +69,24 @@ __all__ = [
     "load_config",
     "load_config_file",
 ]
+
+
+_LOADING = frozenset({"default_config_path", "env_overrides", "load_config", "load_config_file"})
+
+
+def __getattr__(name: str) -> Any:
+    # Files and the environment (:mod:`.load`) load on first use: a program that builds its
+    # config in code never loads them.
+    if name in _LOADING:
+        from . import load
+
+        return getattr(load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
+    """:func:`.load.config_from_env` (the config file and environment overrides), its module
+    loaded on the first call: an ``open_runtime`` given a config never loads it."""
+    from .load import config_from_env as from_env
+
+    return from_env(environ)

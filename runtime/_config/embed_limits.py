@@ -5,13 +5,13 @@ from __future__ import annotations
 import attrs
 from attrs.validators import ge, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["EmbedLimits"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class EmbedLimits(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class EmbedLimits(Value):
     """The most one embedding request to a provider (or one of its models) may hold.
     ``Runtime.embed_many`` packs inputs into requests up to both; None leaves that bound to
     the next level (model, then provider, then what sluice knows of the provider, then its

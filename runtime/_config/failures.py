@@ -8,13 +8,13 @@ from typing import Literal
 import attrs
 from attrs.validators import ge, gt, le, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["BreakerConfig", "RetryConfig"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class RetryConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class RetryConfig(Value):
     """How the Supervisor retries a failed attempt."""
 
     max_attempts: int = attrs.field(default=4, validator=ge(1))
@@ -58,8 +58,8 @@ class RetryConfig(Record):
     """Error classes after which a call moves on to its next fallback model."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class BreakerConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class BreakerConfig(Value):
     """When a provider's circuit breaker opens, and for how long."""
 
     min_failures: int = attrs.field(default=5, validator=ge(1))

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import attrs
 from attrs.validators import ge, gt, le
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["Deployment", "ModelGroup", "RoutingStrategy", "check_group_names"]
 
@@ -24,8 +24,8 @@ def _deployment_model(_instance: Any, _attribute: Any, value: str) -> None:
         )
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Deployment(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Deployment(Value):
     """One place a model group's calls can go: a provider entry and a model name there."""
 
     model: str = attrs.field(validator=_deployment_model)
@@ -66,8 +66,8 @@ def _finite(_instance: Any, attribute: attrs.Attribute[Any], value: float) -> No
 RoutingStrategy = Literal["least-busy", "lowest-latency", "most-headroom", "weighted"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ModelGroup(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ModelGroup(Value):
     """One model name served by several deployments (``model="fast"`` in a call).
 
     Each call goes to one deployment, chosen by ``strategy`` among those not cooling down after a

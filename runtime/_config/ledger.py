@@ -9,13 +9,13 @@ from typing import Any, Literal
 import attrs
 from attrs.validators import ge, gt, le, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["BudgetConfig", "LedgerConfig", "PriceConfig"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class PriceConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class PriceConfig(Value):
     """One model's price in US dollars per million tokens."""
 
     input: float = attrs.field(validator=ge(0))
@@ -35,8 +35,8 @@ def _check_budget(instance: BudgetConfig, _attribute: Any, _value: Any) -> None:
         raise ValueError("a budget names a tag exactly when its scope is 'tag'")
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class BudgetConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class BudgetConfig(Value):
     """A spending limit: calls that could pass it fail with ``BudgetExceeded`` unsent.
 
     ``global`` and ``tag`` budgets count what this runtime spends; a ``job`` budget also counts
@@ -51,8 +51,8 @@ class BudgetConfig(Record):
     """Input plus output tokens."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class LedgerConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class LedgerConfig(Value):
     """The TokenLedger: where it keeps its rows, what tokens cost, and spending budgets."""
 
     persist: bool = True

@@ -12,7 +12,7 @@ from attrs.validators import ge, gt
 from .._capabilities import CapabilityOverride
 from .._checks import check_env_name, check_http_url
 from .._messages import Deadlines
-from .._record import Record
+from .._record import Value
 from .._serde import Secret
 from .embed_limits import EmbedLimits
 from .failures import BreakerConfig
@@ -21,8 +21,8 @@ from .quota import RateLimitConfig
 __all__ = ["AuthStyle", "ModelConfig", "ProviderConfig", "QuirksConfig", "masked_headers"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ModelConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ModelConfig(Value):
     """Settings for one model of a provider: ``providers.NAME.models.MODEL`` (the model name
     without the provider prefix)."""
 
@@ -48,8 +48,8 @@ class ModelConfig(Record):
     """
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class QuirksConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class QuirksConfig(Value):
     """Overrides of a provider's known quirks (see :class:`sluice._protocols.RequestQuirks`);
     every field left None keeps the provider's value."""
 
@@ -74,8 +74,8 @@ def masked_headers(headers: Mapping[str, str]) -> str:
     return repr(shown)
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ProviderConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ProviderConfig(Value):
     """One backend. Builtin providers fill what is left unset here; any other name is a custom
     provider, which needs a ``base_url`` (and a ``protocol``, unless it is OpenAI-compatible)."""
 

@@ -7,13 +7,13 @@ from typing import Literal
 import attrs
 from attrs.validators import ge, gt, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["RateLimitConfig", "WindowLimit"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class WindowLimit(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class WindowLimit(Value):
     """At most ``limit`` units of ``dimension`` admitted in any ``per`` seconds."""
 
     dimension: Literal["requests", "input_tokens", "output_tokens", "total_tokens"]
@@ -29,8 +29,8 @@ class WindowLimit(Record):
     the reply, as does one a ``reply`` window of the same dimension and length shares."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class RateLimitConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class RateLimitConfig(Value):
     """Admission limits for one quota key. Every limit is optional; none means unlimited."""
 
     key: Literal["provider", "model"] = "provider"

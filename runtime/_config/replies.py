@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 from attrs.validators import ge, gt, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["MAX_EVENT_BYTES", "MAX_LINE_BYTES", "ReplyLimits"]
 
@@ -22,8 +22,8 @@ _HEAD_TIMEOUT: float | None = 60.0
 _READ_IDLE_TIMEOUT: float | None = 300.0
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ReplyLimits(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ReplyLimits(Value):
     """Bounds on every reply, in force even when no deadline is configured.
 
     They keep a hostile or broken server from holding a call forever or growing its memory

@@ -9,7 +9,7 @@ import attrs
 from attrs.validators import ge, gt, le
 
 from .._messages import Deadlines
-from .._record import Record
+from .._record import Value
 from .failures import RetryConfig
 from .groups import ModelGroup, check_group_names
 from .ledger import LedgerConfig
@@ -25,8 +25,8 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float |
         raise ValueError(f"'{attribute.name}' must be above 0 or null, got {value!r}")
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class RuntimeConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class RuntimeConfig(Value):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""
 
     providers: Mapping[str, ProviderConfig] = attrs.field(factory=dict)

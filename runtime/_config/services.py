@@ -9,13 +9,13 @@ from typing import Any
 import attrs
 from attrs.validators import ge, gt, le, optional
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["CacheConfig", "GatewayConfig", "MetricsConfig", "TracingConfig"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class CacheConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class CacheConfig(Value):
     """The response cache: identical requests answered from memory (and optionally a file).
 
     Off by default: a model may answer the same prompt differently each time, and only the
@@ -37,8 +37,8 @@ class CacheConfig(Record):
     during a run every ``max_stored // 10`` stores (so it never holds more than a tenth over)."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class MetricsConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class MetricsConfig(Value):
     """Prometheus metrics: a registry per runtime (``rt.metrics``), and optionally an HTTP
     endpoint served by the runtime itself (see docs/metrics.md for the names)."""
 
@@ -58,8 +58,8 @@ class MetricsConfig(Record):
         return self.enabled or self.port is not None
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class TracingConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class TracingConfig(Value):
     """OpenTelemetry traces (needs ``opentelemetry-api``, the ``otel`` extra): one span per
     call, a child per attempt, GenAI semantic-convention attributes."""
 
@@ -78,8 +78,8 @@ def _model_names(_instance: Any, attribute: attrs.Attribute[Any], value: Any) ->
         raise ValueError(f"'{attribute.name}' must be a list of non-empty model names")
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class GatewayConfig(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class GatewayConfig(Value):
     """Settings of the gateway (``sluice serve``) that live in the config file (``[gateway]``)."""
 
     models: tuple[str, ...] | None = attrs.field(

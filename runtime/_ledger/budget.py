@@ -52,7 +52,8 @@ import attrs
 
 from .._errors import BudgetExceeded
 from .._messages import Usage
-from .._record import Record
+from .._record import Record, Value
+from .hold import BudgetClaim, BudgetHold
 from .prices import PriceTable, cost_micros, format_usd, worst_case_micros
 
 if TYPE_CHECKING:
@@ -63,15 +64,23 @@ if TYPE_CHECKING:
 
 _MILLION = 1_000_000
 
-__all__ = ["MIN_CAPPED_OUTPUT", "Budget", "BudgetBook", "BudgetClaim", "BudgetHold", "BudgetStatus"]
+__all__ = [
+    "MIN_CAPPED_OUTPUT",
+    "Account",
+    "Budget",
+    "BudgetBook",
+    "BudgetClaim",
+    "BudgetHold",
+    "BudgetStatus",
+]
 
 MIN_CAPPED_OUTPUT = 16
 """The fewest output tokens a call is sent with when the budget lowers its ``max_tokens``: a
 reply cut shorter is rarely worth paying for, so below this the call is refused instead."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Budget(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Budget(Value):
     """One budget: a limit on micro-dollars, tokens (input + output), or both."""
 
     scope: Literal["global", "tag", "job"] = "global"
@@ -85,20 +94,10 @@ class Budget(Record):
         return f"tag {self.tag!r}" if self.scope == "tag" else self.scope
 
 
-@attrs.frozen(repr=False)
-class BudgetClaim(Record):
-    """Who asks: the model an attempt goes to, and the call's tag."""
-
-    provider: str
-    model: str
-    tag: str | None = None
-    output_set: bool = True
-    """The call set ``max_tokens`` itself. False: the output of its cost is the configured
-    guess, which a budget near its end may lower (see :attr:`BudgetHold.max_output`)."""
-
-
 @attrs.define(eq=False, repr=False)
-class _Account(Record):
+class Account(Record):
+    """One budget's running totals, kept by the book (the holds of :mod:`.hold` name them)."""
+
     budget: Budget
     spent_micros: int = 0
     spent_tokens: int = 0
@@ -107,8 +106,8 @@ class _Account(Record):
     refused: int = 0
 
 
-@attrs.frozen(repr=False)
-class BudgetStatus(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetStatus(Value):
     """A snapshot of one budget account."""
 
     name: str
@@ -133,20 +132,6 @@ class BudgetStatus(Record):
         if self.max_tokens is None:
             return None
         return self.max_tokens - self.spent_tokens - self.reserved_tokens
-
-
-@attrs.define(eq=False, repr=False)
-class BudgetHold(Record):
-    """What one admitted attempt reserved; settled exactly once."""
-
-    accounts: tuple[_Account, ...]
-    micros: int
-    tokens: int
-    claim: BudgetClaim
-    settled: bool = False
-    max_output: int | None = None
-    """The ``max_tokens`` the attempt must be sent with, when the budget lowered its guessed
-    output to what is left (None: as asked)."""
 
 
 def _usd(micros: int) -> str:
@@ -174,11 +159,11 @@ class BudgetBook:
     ) -> None:
         self.prices = prices
         self.job = job
-        self._global: list[_Account] = []
-        self._tags: dict[str, list[_Account]] = {}
-        self._all: list[_Account] = []
+        self._global: list[Account] = []
+        self._tags: dict[str, list[Account]] = {}
+        self._all: list[Account] = []
         for budget in budgets:
-            account = _Account(budget)
+            account = Account(budget)
             if budget.scope == "tag":
                 if budget.tag is None:
                     raise ValueError("a tag budget needs its tag")
@@ -198,7 +183,7 @@ class BudgetBook:
         RateLimiter never sees a half-added account; calls already admitted are not charged
         to it.
         """
-        account = _Account(budget, spent_micros=spent_micros, spent_tokens=spent_tokens)
+        account = Account(budget, spent_micros=spent_micros, spent_tokens=spent_tokens)
         if budget.scope == "tag":
             if budget.tag is None:
                 raise ValueError("a tag budget needs its tag")
@@ -207,7 +192,7 @@ class BudgetBook:
             self._global.append(account)
         self._all.append(account)
 
-    def accounts_for(self, claim: BudgetClaim) -> tuple[_Account, ...]:
+    def accounts_for(self, claim: BudgetClaim) -> tuple[Account, ...]:
         tagged = self._tags.get(claim.tag, ()) if claim.tag is not None else ()
         return (*self._global, *tagged)
 
@@ -253,7 +238,7 @@ class BudgetBook:
         return self._refusal(short, claim, cost, micros, tokens)
 
     @staticmethod
-    def _short(accounts: Sequence[_Account], micros: int, tokens: int) -> _Account | None:
+    def _short(accounts: Sequence[Account], micros: int, tokens: int) -> Account | None:
         """The first account whose budget left (reservations aside) is below the worst case."""
         for account in accounts:
             budget = account.budget
@@ -264,7 +249,7 @@ class BudgetBook:
         return None
 
     @staticmethod
-    def _waits(account: _Account, micros: int, tokens: int) -> bool:
+    def _waits(account: Account, micros: int, tokens: int) -> bool:
         """Whether the worst case fits ``account`` only once reservations are settled."""
         budget = account.budget
         micros_left = budget.max_micros
@@ -278,7 +263,7 @@ class BudgetBook:
 
     @staticmethod
     def _affordable_output(
-        accounts: Sequence[_Account], price: ModelPrice | None, cost: Cost
+        accounts: Sequence[Account], price: ModelPrice | None, cost: Cost
     ) -> int:
         """The most output tokens (up to ``cost``'s) every account's budget left pays for,
         beside the prompt's worst case; negative when not even the prompt fits."""
@@ -299,7 +284,7 @@ class BudgetBook:
         return output
 
     def _reserve(
-        self, accounts: tuple[_Account, ...], claim: BudgetClaim, micros: int, tokens: int
+        self, accounts: tuple[Account, ...], claim: BudgetClaim, micros: int, tokens: int
     ) -> BudgetHold:
         held = BudgetHold(accounts, micros, tokens, claim)
         for account in accounts:
@@ -311,7 +296,7 @@ class BudgetBook:
 
     @staticmethod
     def _refusal(
-        account: _Account, claim: BudgetClaim, cost: Cost, micros: int, tokens: int
+        account: Account, claim: BudgetClaim, cost: Cost, micros: int, tokens: int
     ) -> BudgetExceeded:
         budget = account.budget
         if not claim.output_set:
@@ -367,7 +352,7 @@ class BudgetBook:
         micros = 0 if price is None else cost_micros(price, usage)
         return micros, usage.input_tokens + usage.output_tokens
 
-    def shared_name(self, account: _Account) -> str:
+    def shared_name(self, account: Account) -> str:
         """The account's name in a shared store: a ``job`` budget is the job's own."""
         budget = account.budget
         if budget.scope == "tag":

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._record import Record
+from .._record import Value
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -89,8 +89,8 @@ def format_usd(micros: int | None) -> str:
     return f"{'-' if micros < 0 else ''}{whole}.{frac:06d}"
 
 
-@attrs.frozen(repr=False)
-class ModelPrice(Record):
+@attrs.frozen(eq=False, repr=False)
+class ModelPrice(Value):
     """One model's prices in micro-dollars per million tokens (``2_500_000`` is $2.50 / M).
 
     ``cache_read`` and ``cache_write`` are the prices of prompt tokens read from or written to

@@ -23,16 +23,16 @@ import trio
 from .._errors import ConfigError
 from .._record import Record
 from .book import LedgerBook, LedgerQuery
-from .budget import Budget, BudgetBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
-from .store import LedgerStore
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._config import LedgerConfig
+    from .budget import BudgetBook  # noqa: TC004 (only a type: budgets load when configured)
     from .redis import RedisLedgerStore
     from .sqlite import SQLiteLedgerStore
+    from .store import LedgerStore  # noqa: TC004 (only a type: a store brings its own)
 
 __all__ = ["LEDGER_DB_ENV", "LedgerSetup", "ledger_path", "new_job_id", "open_ledger"]
 
@@ -147,6 +147,8 @@ async def open_ledger(
                     with trio.CancelScope(shield=True):
                         await store.aclose()
                 raise ConfigError(f"cannot read the ledger: {exc}") from None
+        from .budget import Budget, BudgetBook  # a runtime without budgets never loads it
+
         budgets = BudgetBook(
             [
                 Budget(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._messages import ChatRequest, TemporaryMessage, is_temporary, strip_temporary
-from .._record import Record
+from .._record import Value
 
 if TYPE_CHECKING:
 
@@ -67,8 +67,8 @@ def correction_messages(error: ToolCallError, prepared: Prepared) -> tuple[Tempo
     return tuple(added)
 
 
-@attrs.frozen(repr=False)
-class Corrections(Record):
+@attrs.frozen(eq=False, repr=False)
+class Corrections(Value):
     """The corrections made so far in one call. A value: :meth:`add` returns a new one."""
 
     messages: tuple[TemporaryMessage, ...] = ()

@@ -25,7 +25,7 @@ from .._capabilities import (
 from .._checks import check_env_name, check_env_names, check_http_url
 from .._config.embed_limits import EmbedLimits
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Record
+from .._record import Value
 
 __all__ = [
     "AUTH_STYLES",
@@ -111,8 +111,8 @@ def suffix_capabilities(
     return None if best is None else rules[best]
 
 
-@attrs.frozen(repr=False)
-class ModelInfo(Record):
+@attrs.frozen(eq=False, repr=False)
+class ModelInfo(Value):
     """One model a provider is known to serve. None means unknown."""
 
     id: str
@@ -152,8 +152,8 @@ def _check_auth(_: Any, attribute: attrs.Attribute[str | None], value: str | Non
         raise ValueError(f"auth {value!r} is not one of {', '.join(AUTH_STYLES)}")
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ProviderDefinition(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ProviderDefinition(Value):
     """Everything known about one provider before config and keys are applied.
 
     Plugins return these (see :mod:`sluice.providers._plugins`); the builtin table is a tuple of

@@ -27,7 +27,7 @@ from .._config import (
 from .._errors import ConfigError
 from .._messages import Deadlines
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Record
+from .._record import Value
 from ._builtins import BUILTIN_BY_ID, BUILTINS
 from ._definition import (
     DEFAULT_AUTH,
@@ -63,8 +63,8 @@ KeySource = Literal["config", "env", "store", "none"]
 _log = logging.getLogger("sluice.providers._registry")
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class ResolvedProvider(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class ResolvedProvider(Value):
     """Everything a ProviderActor needs to reach one backend. No key shows in its repr."""
 
     name: str
