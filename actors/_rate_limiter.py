@@ -187,7 +187,8 @@ class _Limiter:
         every waiter and every freed slot of the burst together."""
         wake_at = math.inf
         keys, timers, burst = self.keys, self.timers, self.touched
-        now = trio.current_time()
+        clock = trio.lowlevel.current_clock().current_time  # trio.current_time, found once
+        now = clock()
         while True:
             msg: RateLimiterMsg | None = None
             try:
@@ -207,7 +208,7 @@ class _Limiter:
             except trio.EndOfChannel:
                 await self._pump_burst(now)
                 return
-            now = trio.current_time()
+            now = clock()
             touched: _Key | None = None
             match msg:
                 case None:
@@ -544,6 +545,7 @@ class RateLimiterHandle(Record):
         budget: BudgetClaim | None = None,
         fail_on_cooldown: bool = False,
         wait_for_store: float | None = None,
+        asked: float | None = None,
     ) -> Admission:
         """Wait until an attempt under ``key`` is admitted.
 
@@ -555,14 +557,16 @@ class RateLimiterHandle(Record):
         ``fail_on_cooldown``: refuse with ``RateLimited`` while ``key`` cools down after a 429
         instead of waiting (see :class:`~sluice._mail.Acquire`). ``wait_for_store``: until when
         to wait while the shared quota store does not answer (None: fail with
-        ``StoreUnavailable`` at once).
+        ``StoreUnavailable`` at once). ``asked``: the time now, when the caller has just read
+        it (None: read here).
 
         Raises:
             CallError: the RateLimiter refused the attempt (too large, quota exhausted,
                 ``BudgetExceeded``).
             RuntimeClosed: the RateLimiter has stopped.
         """
-        asked = trio.current_time()
+        if asked is None:
+            asked = trio.current_time()
         at: float | None = asked
         for _ in range(_ASK_AGAIN):
             answer = await self._ask(
