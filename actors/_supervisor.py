@@ -494,35 +494,34 @@ class _CallRun:
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
             self.pending.append(Queued(call.call_id, self.attempt, now))
-        admission = None
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
         deadline = self._state(waits).wait_until if waits else call.deadline
-        with trio.CancelScope(deadline=deadline) as waiting:
-            call.control.watch(waiting)
-            try:
-                admission = await peers.limiter.acquire(
-                    route.provider.quota_key(route.model),
-                    route.provider.rate_limit,
-                    call.cost,
-                    call.request.priority,
-                    budget=None
-                    if peers.ledger.budget_book is None  # no budget: nobody to charge
-                    else BudgetClaim(
-                        route.provider.name,
-                        route.model,
-                        call.request.tag,
-                        output_set=route.request.max_tokens is not None,
-                    ),
-                    fail_on_cooldown=tries.fails_over or not call.request.retry_visible,
-                    wait_for_store=deadline if waits else None,
-                    asked=now,
-                )
-            except CallError as refused:
-                return Failure(self._fix(refused, route), 0)
-            finally:
-                call.control.unwatch()
+        # No cancel scope of its own: the RateLimiter gives the ask up at the deadline, and a
+        # consumer that leaves stops the wait through the control (see acquire_until).
+        try:
+            admission = await peers.limiter.acquire_until(
+                route.provider.quota_key(route.model),
+                route.provider.rate_limit,
+                call.cost,
+                call.request.priority,
+                budget=None
+                if peers.ledger.budget_book is None  # no budget: nobody to charge
+                else BudgetClaim(
+                    route.provider.name,
+                    route.model,
+                    call.request.tag,
+                    output_set=route.request.max_tokens is not None,
+                ),
+                fail_on_cooldown=tries.fails_over or not call.request.retry_visible,
+                wait_for_store=deadline if waits else None,
+                give_up_at=deadline,
+                control=call.control,
+                asked=now,
+            )
+        except CallError as refused:
+            return Failure(self._fix(refused, route), 0)
         if call.abandoned:
             if admission is not None:
                 await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))

@@ -113,6 +113,11 @@ class WaitQueues(Generic[W]):
             queue.extend(kept)
         return True
 
+    def __contains__(self, waiter: object) -> bool:
+        """Whether ``waiter`` is queued now (told apart by identity)."""
+        live = self._live
+        return live is not None and id(waiter) in live
+
     def live(self) -> list[W]:
         """Every waiter queued now, highest priority class first (O(n): for the rare moment
         all of them must be looked at, never per admission)."""

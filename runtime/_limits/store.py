@@ -239,9 +239,7 @@ class MemoryQuotaStore:
         self._learned: dict[str, dict[Slot, tuple[int, float]]] = {}
         """Per key, the limits learned from headers: (limit, when it lapses)."""
         self._cooldowns: dict[str, float] = {}
-        self._bound: dict[
-            str, tuple[Sequence[WindowSpec], list[tuple[Slot, Window]], float]
-        ] = {}
+        self._bound: dict[str, tuple[Sequence[WindowSpec], list[tuple[Slot, Window]], float]] = {}
         """Per key, the windows :meth:`_key_windows` last returned, the specs they were for
         and until when they hold: until the first learned limit lapses (``inf`` with none),
         while the key has no window beyond its limits' (a reload changes the specs; ``learn``
