@@ -29,7 +29,7 @@ from sluice._mail import (
 from sluice._record import Record
 from sluice._reply import Reply, WaitStopped
 
-from ._tell import put, tell
+from ._tell import tell
 
 if TYPE_CHECKING:
     from sluice._config import RateLimitConfig
@@ -180,13 +180,13 @@ class RateLimiterHandle(Record):
             wait_for_store,
             give_up_at,
         )
-        if control is not None:
-            control.watch(reply)  # a consumer that leaves stops the wait below
         try:
             try:
-                await put(self._mailbox, msg)
+                sent = await self._send(msg, reply, give_up_at, control)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeClosed("the rate limiter has stopped") from exc
+            if not sent:
+                return EXPIRED  # gave up before the ask reached the limiter: nothing to undo
             try:
                 return await reply.receive()
             except trio.EndOfChannel:
@@ -201,6 +201,33 @@ class RateLimiterHandle(Record):
             reply.leave()
             if control is not None:
                 control.unwatch()
+
+    async def _send(
+        self,
+        msg: Acquire,
+        reply: Reply[Admission | Refusal | Expired],
+        give_up_at: float,
+        control: CallControl | None,
+    ) -> bool:
+        """Put ``msg`` in the mailbox; False if the asker gave up first. Then ``control`` (if
+        any) watches ``reply``. Only a full mailbox makes this wait, under a scope that ends
+        at ``give_up_at`` or when ``control``'s call is abandoned (a send either delivers or
+        is cancelled, never half): the limiter is not there yet to give the ask up itself.
+        """
+        try:
+            self._mailbox.send_nowait(msg)
+        except trio.WouldBlock:
+            with trio.CancelScope(deadline=give_up_at) as sending:
+                if control is not None:
+                    control.watch(sending)
+                await self._mailbox.send(msg)
+            if sending.cancelled_caught:
+                if control is not None:
+                    control.unwatch()
+                return False
+        if control is not None:
+            control.watch(reply)  # a consumer that leaves stops the wait for the answer
+        return True
 
     async def _give_up(self, msg: Acquire, reply: Reply[Admission | Refusal | Expired]) -> None:
         """Leave the queue after a cancellation, consuming nothing.

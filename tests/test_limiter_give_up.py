@@ -112,3 +112,32 @@ def test_expiries_keep_only_what_is_still_queued_and_stay_bounded(seed: int) -> 
     assert expiries.next_at() > 50.0 or expiries.next_at() == float("inf")
     rest = {w for _, w in expiries.due(float("inf"))}
     assert {w for w in queued if due_at[w] > 50.0} <= rest
+
+
+@virtual_deadline(60)
+async def test_an_ask_waiting_for_room_in_the_mailbox_gives_up_on_time_too(autojump_clock):
+    """Before the ask reaches the limiter nobody there can give it up: a full mailbox is
+    waited for under a scope of its own, ending at ``give_up_at`` or when the call is
+    abandoned, and the ask never arrives."""
+    mailbox, inbox = trio.open_memory_channel[RateLimiterMsg](1)
+    mailbox.send_nowait(Settle(10**9, "ok"))  # full, and nobody reads it yet
+    limiter = RateLimiterHandle(mailbox)
+    start = trio.current_time()
+    assert await limiter.acquire_until("k", ONE_AT_A_TIME, ONE, give_up_at=start + 3) is None
+    assert trio.current_time() - start == 3.0
+    control = CallControl()
+    ended: list[object] = []
+    async with trio.open_nursery() as nursery:
+
+        async def ask() -> None:
+            ended.append(await limiter.acquire_until("k", ONE_AT_A_TIME, ONE, control=control))
+
+        nursery.start_soon(ask)
+        await trio.sleep(2)
+        assert isinstance(control.waiting, trio.CancelScope)  # the wait for room
+        control.abandon()
+    assert ended == [None] and control.waiting is None
+    assert trio.current_time() - start == 5.0
+    inbox.receive_nowait()  # only the message that filled it: neither ask arrived
+    with pytest.raises(trio.WouldBlock):
+        inbox.receive_nowait()
