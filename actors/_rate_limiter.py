@@ -37,8 +37,8 @@ from sluice._errors import CallError, InternalError, StoreUnavailable
 from sluice._ledger.budget import BudgetBook, BudgetClaim, BudgetHold
 from sluice._limits import admission
 from sluice._limits.cost import Cost
-from sluice._limits.expiry import Expiries
 from sluice._limits.headers import learned_limits
+from sluice._limits.queue import Expiries
 from sluice._limits.store import BudgetAsk, QuotaStore, Reservation
 from sluice._mail import (
     EXPIRED,

@@ -215,9 +215,14 @@ class Refusal(Record):
     error: CallError
 
 
-@attrs.frozen(eq=False, repr=False)
-class Expired(Record):
-    """The ask was still queued at its ``give_up_at``: it is out of the queue, nothing taken."""
+class Expired:
+    """The ask was still queued at its ``give_up_at``: it is out of the queue, nothing taken.
+    One value, :data:`EXPIRED` (a plain class: an attrs class would add to every import)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXPIRED"
 
 
 EXPIRED = Expired()

@@ -197,11 +197,13 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
 
 
 CHAT_PATH_ATTRS_CLASSES = 145
-CHAT_PATH_SLUICE_MODULES = 80
+CHAT_PATH_SLUICE_MODULES = 81
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
 module a file to find and run. A change that adds to either on every program's path fails
-here: make the new part load on first use, or raise the bound on purpose."""
+here: make the new part load on first use, or raise the bound on purpose. (Raised once, to
+81: the RateLimiter's handle, which every runtime uses, got a module of its own when the
+RateLimiter's would have passed the bound on a module's length.)"""
 
 _COUNT = """
 import json, sys

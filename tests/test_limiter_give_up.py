@@ -12,7 +12,7 @@ import trio.testing
 
 from sluice._config import RateLimitConfig
 from sluice._limits.cost import Cost
-from sluice._limits.expiry import Expiries
+from sluice._limits.queue import Expiries
 from sluice._limits.store import MemoryQuotaStore
 from sluice._mail import Admission, CallControl, RateLimiterMsg, Settle
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
