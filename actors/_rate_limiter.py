@@ -28,20 +28,21 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeAlias, assert_never
 
 import attrs
 import trio
 
-from sluice._errors import CallError, InternalError, RuntimeClosed, StoreUnavailable
+from sluice._errors import CallError, InternalError, StoreUnavailable
 from sluice._ledger.hold import NO_HOLD as _NO_HOLD
-from sluice._ledger.hold import BudgetClaim, BudgetHold
+from sluice._ledger.hold import BudgetHold
 from sluice._limits import admission
 from sluice._limits.cost import Cost
 from sluice._limits.headers import learned_limits
+from sluice._limits.queue import Expiries
 from sluice._limits.store import BudgetAsk, QuotaStore, Reservation
 from sluice._mail import (
+    EXPIRED,
     Acquire,
     Admission,
     GetLimiterStats,
@@ -56,23 +57,20 @@ from sluice._mail import (
 )
 from sluice._messages import Usage
 from sluice._record import Record
-from sluice._reply import Reply
 
-from ._tell import put, take, tell
+from ._limiter_handle import RateLimiterHandle
+from ._tell import take
 
 if TYPE_CHECKING:
     import random
     from collections.abc import Iterator
 
-    from sluice._config import RateLimitConfig
     from sluice._ledger.budget import BudgetBook
-    from sluice._limits.queue import Priority
 
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
 _NOTHING = Cost(0, 0, 0)
 _LEARN_EVERY = 0.25
-_ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
 KEYS_KEPT = 256
 """Quota keys kept before the limiter first looks for keys at rest to drop."""
 
@@ -94,11 +92,16 @@ def _everyone(waiter: Acquire) -> bool:
     return True
 
 
-def _refuse(waiter: Acquire, error: CallError) -> None:
+def _refuse(waiter: Acquire, error: CallError | None) -> None:
+    """Answer ``waiter`` with a refusal (None: it gave up at its ``give_up_at``)."""
     try:
-        waiter.reply_to.send_nowait(Refusal(error))
+        waiter.reply_to.send_nowait(EXPIRED if error is None else Refusal(error))
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
         pass  # the asker has gone
+
+
+def _queued(key: _Key, waiter: Acquire) -> bool:
+    return waiter in key.waiters
 
 
 async def run_rate_limiter(
@@ -176,6 +179,8 @@ class _Limiter:
         self.budget = budget
         self.budget_waiting: set[_Key] = set()
         """Keys whose first waiter fits its budgets only once attempts in flight settle."""
+        self.expiries: Expiries[_Key, Acquire] = Expiries(_queued)
+        """Asks queued past their burst, by their ``give_up_at``."""
         self.touched: dict[_Key, None] = {}
         """Keys the current burst of messages changed, to be pumped once it ends (a dict:
         ordered, each key once)."""
@@ -187,7 +192,8 @@ class _Limiter:
         every waiter and every freed slot of the burst together."""
         wake_at = math.inf
         keys, timers, burst = self.keys, self.timers, self.touched
-        now = trio.current_time()
+        clock = trio.lowlevel.current_clock().current_time  # trio.current_time, found once
+        now = clock()
         while True:
             msg: RateLimiterMsg | None = None
             try:
@@ -207,7 +213,7 @@ class _Limiter:
             except trio.EndOfChannel:
                 await self._pump_burst(now)
                 return
-            now = trio.current_time()
+            now = clock()
             touched: _Key | None = None
             match msg:
                 case None:
@@ -247,11 +253,16 @@ class _Limiter:
             if msg is not None and burst:
                 continue  # take the rest of the burst first
             await self._pump_burst(now)
+            self.expiries.burst_ended()
             while timers and timers[0][0] <= now:
                 when, _, key = heapq.heappop(timers)
                 if key.wake == when:
                     await self.pump(key, now)
-            wake_at = timers[0][0] if timers else math.inf
+            for key, waiter in self.expiries.due(now):
+                if key.waiters.remove(waiter):
+                    _refuse(waiter, None)
+                    await self.pump(key, now)  # the waiters behind it may fit now
+            wake_at = min(timers[0][0] if timers else math.inf, self.expiries.next_at())
 
     async def _enqueue(self, msg: Acquire, now: float) -> _Key | None:
         """Queue an ask on its key (made on first use) and return the key to look at, or
@@ -264,7 +275,12 @@ class _Limiter:
         if msg.fail_on_cooldown and await self.cooling(key, now):
             _refuse(msg, admission.cooling_error(key, now))
             return None
+        if msg.give_up_at <= now:
+            _refuse(msg, None)
+            return None
         key.waiters.push(msg)
+        if msg.give_up_at < math.inf:
+            self.expiries.arrived(msg.give_up_at, key, msg)
         return key
 
     async def _pump_burst(self, now: float) -> None:
@@ -516,144 +532,3 @@ class _Limiter:
             )
             for key in self.keys.values()
         }
-
-
-def _ready(reply: Reply[Admission | Refusal]) -> Admission | Refusal | None:
-    """The answer already in ``reply``, if any."""
-    try:
-        return reply.receive_nowait()
-    except (trio.WouldBlock, trio.EndOfChannel):
-        return None
-
-
-@attrs.frozen(eq=False, repr=False)
-class RateLimiterHandle(Record):
-    """What the other actors hold to reach the RateLimiter. Created by the runtime."""
-
-    _mailbox: trio.MemorySendChannel[RateLimiterMsg]
-    on_admitted: Callable[[str, float], None] | None = None
-    """Told each admission's quota key and seconds waited (the admission-wait metric)."""
-
-    async def acquire(
-        self,
-        key: str,
-        limits: RateLimitConfig,
-        cost: Cost,
-        priority: Priority = "interactive",
-        *,
-        budget: BudgetClaim | None = None,
-        fail_on_cooldown: bool = False,
-        wait_for_store: float | None = None,
-    ) -> Admission:
-        """Wait until an attempt under ``key`` is admitted.
-
-        If the caller is cancelled while waiting, it leaves the queue and consumes nothing: an
-        admission granted in the meantime is refunded before the cancellation propagates. If
-        the limiter crashes while the caller waits, the caller asks its restarted successor.
-
-        ``budget`` names who the attempt is charged to in the spending budgets, if any apply.
-        ``fail_on_cooldown``: refuse with ``RateLimited`` while ``key`` cools down after a 429
-        instead of waiting (see :class:`~sluice._mail.Acquire`). ``wait_for_store``: until when
-        to wait while the shared quota store does not answer (None: fail with
-        ``StoreUnavailable`` at once).
-
-        Raises:
-            CallError: the RateLimiter refused the attempt (too large, quota exhausted,
-                ``BudgetExceeded``).
-            RuntimeClosed: the RateLimiter has stopped.
-        """
-        asked = trio.current_time()
-        at: float | None = asked
-        for _ in range(_ASK_AGAIN):
-            answer = await self._ask(
-                key, limits, cost, priority, budget, fail_on_cooldown, wait_for_store, at
-            )
-            at = None  # a second ask (its limiter crashed) is made at its own time
-            if isinstance(answer, Admission):
-                if self.on_admitted is not None:
-                    self.on_admitted(key, answer.at - asked)
-                return answer
-            if isinstance(answer, Refusal):
-                raise answer.error
-        raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
-
-    async def relimit(self, limits: Mapping[str, RateLimitConfig]) -> None:
-        """Give each provider's quota keys its new limits (``Runtime.reload``)."""
-        await tell(self._mailbox, Relimit(limits))
-
-    async def _ask(
-        self,
-        key: str,
-        limits: RateLimitConfig,
-        cost: Cost,
-        priority: Priority,
-        budget: BudgetClaim | None = None,
-        fail_on_cooldown: bool = False,
-        wait_for_store: float | None = None,
-        now: float | None = None,
-    ) -> Admission | Refusal | None:
-        """One request for admission (made at ``now``, default: now); None when the limiter
-        ended without answering."""
-        reply: Reply[Admission | Refusal] = Reply()  # not Reply[...](): see sluice._reply
-        msg = Acquire(
-            key,
-            limits,
-            cost,
-            priority,
-            trio.current_time() if now is None else now,
-            reply,
-            budget,
-            fail_on_cooldown,
-            wait_for_store,
-        )
-        try:
-            try:
-                await put(self._mailbox, msg)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise RuntimeClosed("the rate limiter has stopped") from exc
-            try:
-                return await reply.receive()
-            except trio.EndOfChannel:
-                return None
-            except trio.Cancelled:
-                await self._give_up(msg, reply)
-                raise
-        finally:
-            reply.leave()
-
-    async def _give_up(self, msg: Acquire, reply: Reply[Admission | Refusal]) -> None:
-        """Leave the queue after a cancellation, consuming nothing.
-
-        An admission that arrived first is settled as unused. Otherwise a ``Withdraw`` goes
-        out; while it waits for room in a full mailbox, the limiter may still admit the ask,
-        so the reply is looked at again afterwards. The caller leaves the reply right after
-        this returns, with no checkpoint between: an admission sent later fails to arrive,
-        and the limiter refunds it itself.
-        """
-        answer = _ready(reply)
-        if answer is None:
-            await self._send_shielded(Withdraw(msg))
-            answer = _ready(reply)
-        if isinstance(answer, Admission):
-            await self.settle(Settle(answer.ticket, "failed", unused=True))
-
-    async def release(self, ticket: int) -> None:
-        """Free ``ticket``'s pending slot (its first chunk arrived)."""
-        await self._send_shielded(Release(ticket))
-
-    async def settle(self, msg: Settle) -> None:
-        """Report an attempt's end. Shielded: a cancelled attempt still frees its slots."""
-        await self._send_shielded(msg)
-
-    async def statistics(self) -> dict[str, KeyStatistics]:
-        """A snapshot of every quota key."""
-        reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)
-        with reply_to, reply:
-            try:
-                await self._mailbox.send(GetLimiterStats(reply_to))
-                return await reply.receive()
-            except (trio.BrokenResourceError, trio.EndOfChannel) as exc:
-                raise RuntimeClosed("the rate limiter has stopped") from exc
-
-    async def _send_shielded(self, msg: RateLimiterMsg) -> None:
-        await tell(self._mailbox, msg)

@@ -192,6 +192,8 @@ async def run_supervisor(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Supervise submitted calls; return when the inbox closes and every call has ended."""
+    # The run's clock, read directly (``trio.current_time`` takes three calls to find it).
+    clock = trio.lowlevel.current_clock().current_time
     async with trio.open_nursery() as calls:
         task_status.started()
         async with inbox:
@@ -202,11 +204,12 @@ async def run_supervisor(
                     return
                 match msg:
                     case Submit(call=call):
-                        calls.start_soon(_supervise, peers, call, name=call.call_id)
+                        calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
 
 
-async def _supervise(peers: SupervisorPeers, call: Call) -> None:
-    """Run ``call`` to its end; always closes the consumer's stream.
+async def _supervise(peers: SupervisorPeers, call: Call, clock: Callable[[], float]) -> None:
+    """Run ``call`` to its end; always closes the consumer's stream. ``clock`` reads the
+    run's time (``trio.current_time``, found once).
 
     As few frames as the logic allows between the call's task and its wait: each is held for
     as long as the call's stream is open.
@@ -214,7 +217,7 @@ async def _supervise(peers: SupervisorPeers, call: Call) -> None:
     peers.in_flight.value += 1
     try:
         try:
-            run = _CallRun(peers, call)
+            run = _CallRun(peers, call, clock)
             await (run.run() if call.group is None else run.run_in_group())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the consumer left; its attempt (if any) was already abandoned
@@ -245,16 +248,17 @@ class _CallRun:
     """One call's way through its models and attempts: :func:`sluice._call_step.step`
     decides each next move; this class carries the decisions out."""
 
-    def __init__(self, peers: SupervisorPeers, call: Call) -> None:
+    def __init__(self, peers: SupervisorPeers, call: Call, clock: Callable[[], float]) -> None:
         self.peers = peers
         self.call = call
+        self.clock = clock
+        """Reads the run's time: what ``trio.current_time`` returns, in one call."""
         self.attempt = 0
         self.models_tried: list[str] = []
         self.pending: list[CallEvent] = []
         """Events not yet sent: they go out with the next batch, whoever sends it."""
         self.corrected = 0
-        """Correction retries so far, over every model (they do not count as transport
-        attempts)."""
+        """Correction retries so far, over every model (not counted as transport attempts)."""
         self.deployment = call.request.model
         """A group's call: the deployment it is counted on (it moves on failover)."""
         self.backend_ttft: float | None = None
@@ -297,11 +301,11 @@ class _CallRun:
         try:
             await self.run()
         finally:
-            routing.finished(group, self.deployment, self.backend_ttft, None, trio.current_time())
+            routing.finished(group, self.deployment, self.backend_ttft, None, self.clock())
 
     async def run(self) -> None:
         call, peers = self.call, self.peers
-        peers.budget.first_attempt(trio.current_time())
+        peers.budget.first_attempt(self.clock())
         route = call
         chain = (call.request.model, *call.request.fallbacks)
         for index, model in enumerate(chain):
@@ -333,7 +337,7 @@ class _CallRun:
                     self.attempt += refused  # a refused attempt counts, as its error says
                     if failover:
                         assert peers.routing is not None and call.group is not None
-                        now = trio.current_time()
+                        now = self.clock()
                         peers.routing.moved(call.group, model, chain[index + 1], now, error)
                         self.deployment = chain[index + 1]
                     moving = FallingBack(call.call_id, model, chain[index + 1], error)
@@ -387,13 +391,15 @@ class _CallRun:
         while True:
             if seen is READY and call.abandoned:
                 seen = LEFT  # the consumer left while the call waited
-            now = trio.current_time()
+            now = self.clock()
             decision = step(tries, seen, now, self._state, budget.free_in, peers.retry, peers.rng)
             match decision:
                 case Go(spend_retry=spend):
                     if spend:
                         budget.try_retry(now)  # free_in(now) was 0: there is room
                     seen = await self._go(route, tries, hedge, now)
+                    if isinstance(seen, Won):
+                        return seen  # the step's decision after a win: no need to ask it
                     continue
                 case Pause(delay=delay, tries=tries):
                     await self._pause(delay)
@@ -417,7 +423,7 @@ class _CallRun:
         """Sleep ``delay`` seconds, or less if the consumer leaves meanwhile (a waiting call
         may pause for long: an abandoned one must not linger)."""
         control = self.call.control
-        with trio.CancelScope(deadline=trio.current_time() + delay) as pause:
+        with trio.CancelScope(deadline=self.clock() + delay) as pause:
             control.watch(pause)
             try:
                 await trio.sleep_forever()
@@ -488,34 +494,34 @@ class _CallRun:
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
             self.pending.append(Queued(call.call_id, self.attempt, now))
-        admission = None
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
         deadline = self._state(waits).wait_until if waits else call.deadline
-        with trio.CancelScope(deadline=deadline) as waiting:
-            call.control.watch(waiting)
-            try:
-                admission = await peers.limiter.acquire(
-                    route.provider.quota_key(route.model),
-                    route.provider.rate_limit,
-                    call.cost,
-                    call.request.priority,
-                    budget=None
-                    if peers.ledger.budget_book is None  # no budget: nobody to charge
-                    else BudgetClaim(
-                        route.provider.name,
-                        route.model,
-                        call.request.tag,
-                        output_set=route.request.max_tokens is not None,
-                    ),
-                    fail_on_cooldown=tries.fails_over or not call.request.retry_visible,
-                    wait_for_store=deadline if waits else None,
-                )
-            except CallError as refused:
-                return Failure(self._fix(refused, route), 0)
-            finally:
-                call.control.unwatch()
+        # No cancel scope of its own: the RateLimiter gives the ask up at the deadline, and a
+        # consumer that leaves stops the wait through the control (see acquire_until).
+        try:
+            admission = await peers.limiter.acquire_until(
+                route.provider.quota_key(route.model),
+                route.provider.rate_limit,
+                call.cost,
+                call.request.priority,
+                budget=None
+                if peers.ledger.budget_book is None  # no budget: nobody to charge
+                else BudgetClaim(
+                    route.provider.name,
+                    route.model,
+                    call.request.tag,
+                    output_set=route.request.max_tokens is not None,
+                ),
+                fail_on_cooldown=tries.fails_over or not call.request.retry_visible,
+                wait_for_store=deadline if waits else None,
+                give_up_at=deadline,
+                control=call.control,
+                asked=now,
+            )
+        except CallError as refused:
+            return Failure(self._fix(refused, route), 0)
         if call.abandoned:
             if admission is not None:
                 await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
@@ -538,7 +544,7 @@ class _CallRun:
     def _not_admitted(self, route: Call) -> Failure | WaitedOut:
         """The wait for admission ran out: the call's max_wait, or its total deadline."""
         call = self.call
-        if trio.current_time() < call.deadline:
+        if self.clock() < call.deadline:
             waited = CallTimeout(
                 f"the call waited longer than its max_wait ({call.request.max_wait} s)"
                 " for admission",
@@ -581,7 +587,7 @@ class _CallRun:
         """What the step is told of ``outcome``; ``ticket`` gets the backend's verdict."""
         match outcome:
             case AttemptSucceeded():
-                now = trio.current_time()
+                now = self.clock()
                 ticket.succeeded(now)
                 if route.embed is not None:
                     return Won(self._embed_result(route, outcome, admission.at))
@@ -606,7 +612,7 @@ class _CallRun:
                 from sluice._retry_policy import blames_backend, describe  # after a failure
 
                 if blames_backend(error):
-                    ticket.failed(trio.current_time(), describe(error))
+                    ticket.failed(self.clock(), describe(error))
                     self._share_breaker(route)
                 return Failure(error, delivered)
 
@@ -617,7 +623,7 @@ class _CallRun:
         shared = peers.routing.shared if peers.routing is not None else None
         key = breaker_key(route.provider, route.model)
         if shared is not None and key is not None:
-            now = trio.current_time()
+            now = self.clock()
             breaker = breaker_for(peers.breakers, route.provider, route.model, now)
             share_if_open(shared, breaker_mark(key), breaker, now)
 

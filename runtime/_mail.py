@@ -12,6 +12,7 @@ call's path, a channel elsewhere); actors answer with ``send_nowait`` and treat 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Acquire",
     "Admission",
+    "EXPIRED",
+    "Expired",
     "GetLimiterStats",
     "KeyStatistics",
     "Refusal",
@@ -55,6 +58,7 @@ __all__ = [
     "AttemptSucceeded",
     "Call",
     "CallControl",
+    "Cancellable",
     "ConsumerGone",
     "EventBatch",
     "EventSink",
@@ -148,21 +152,28 @@ class Call(Record):
         self.control.abandon()
 
 
+class Cancellable(Protocol):
+    """What a call waits under: a cancel scope, or the reply it waits for admission on."""
+
+    def cancel(self) -> None: ...
+
+
 @attrs.define(eq=False, repr=False)
 class CallControl(Record):
     """Lets a consumer that leaves stop its call wherever it waits: for admission, in a pause
     between attempts, or in an attempt a provider runs.
 
     Each field has one writer. ``abandoned`` is set once, by the consumer's task
-    (:meth:`abandon`). ``waiting`` is the one scope the call waits under now, set and cleared
-    only by the Supervisor's task for the call (:meth:`watch`, :meth:`unwatch`): its own scope
-    around admission or a pause, or the scope it hands a provider in :class:`StartAttempt`,
-    which the provider enters and sets deadlines on. The consumer only cancels that scope;
-    the provider only reads ``abandoned`` (to tell a consumer leaving from a deadline).
+    (:meth:`abandon`). ``waiting`` is the one thing the call waits under now, set and cleared
+    only by the Supervisor's task for the call (:meth:`watch`, :meth:`unwatch`): the reply it
+    waits for admission on (see :meth:`sluice._reply.Reply.cancel`), its own scope around a
+    pause, or the scope it hands a provider in :class:`StartAttempt`, which the provider
+    enters and sets deadlines on. The consumer only cancels it; the provider only reads
+    ``abandoned`` (to tell a consumer leaving from a deadline).
     """
 
     abandoned: bool = False
-    waiting: trio.CancelScope | None = None
+    waiting: Cancellable | None = None
 
     def abandon(self) -> None:
         """The consumer's task: the call is abandoned; cancel what it waits under now."""
@@ -171,7 +182,7 @@ class CallControl(Record):
         if waiting is not None:
             waiting.cancel()
 
-    def watch(self, scope: trio.CancelScope) -> None:
+    def watch(self, scope: Cancellable) -> None:
         """The Supervisor's task: the call waits under ``scope`` now (cancelled at once if the
         call is already abandoned)."""
         self.waiting = scope
@@ -204,6 +215,19 @@ class Refusal(Record):
     error: CallError
 
 
+class Expired:
+    """The ask was still queued at its ``give_up_at``: it is out of the queue, nothing taken.
+    One value, :data:`EXPIRED` (a plain class: an attrs class would add to every import)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXPIRED"
+
+
+EXPIRED = Expired()
+
+
 @attrs.frozen(eq=False, repr=False)
 class Acquire(Record):
     """Ask for admission under quota key ``key``; the answer arrives on ``reply_to``."""
@@ -213,7 +237,7 @@ class Acquire(Record):
     cost: Cost
     priority: Priority
     enqueued_at: float
-    reply_to: Reply[Admission | Refusal]
+    reply_to: Reply[Admission | Refusal | Expired]
     budget: BudgetClaim | None = None
     """Who to charge in the spending budgets (None: no budget applies)."""
     fail_on_cooldown: bool = False
@@ -226,6 +250,10 @@ class Acquire(Record):
     :class:`~sluice._errors.StoreUnavailable` at once. For a call in ``wait`` mode, given its
     wait deadline: it is refused with ``StoreUnavailable`` when no later look at the store
     would come before that deadline."""
+    give_up_at: float = math.inf
+    """When (trio time) the asker stops waiting: the RateLimiter takes the ask out of the
+    queue then and answers :data:`EXPIRED` (a call's deadline, or its ``max_wait``), so the
+    asker needs no cancel scope of its own for it."""
 
 
 @attrs.frozen(eq=False, repr=False)

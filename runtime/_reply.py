@@ -12,7 +12,11 @@ far more to make, and to hold while a stream is open, than one slot and one wait
   asker's ``receive`` raise :class:`trio.EndOfChannel`: the question will never be answered;
 * the asker's ``receive`` returns at once when the answer is already there (no checkpoint:
   its caller's next wait is one, as with :func:`sluice.actors._tell.take`), and otherwise
-  waits, cancellably, for the answer or the close.
+  waits, cancellably, for the answer or the close;
+* another task of the asker's side may stop the wait (:meth:`Reply.cancel`, what a consumer
+  that leaves calls on whatever its call waits under): the asker's ``receive`` then raises
+  :class:`WaitStopped` unless the answer is already there. It is a wait that a consumer
+  can end without a cancel scope of its own, which costs more than the rest of the question.
 
 Make one as ``Reply()`` and give the type to the variable (``reply: Reply[T] = Reply()``):
 ``Reply[T]()`` tries to set ``__orig_class__`` on the slotted object, an AttributeError raised
@@ -25,23 +29,28 @@ from typing import Generic, TypeVar, cast
 
 import trio
 
-__all__ = ["FinalReply", "Reply"]
+__all__ = ["FinalReply", "Reply", "WaitStopped"]
 
 T = TypeVar("T")
 
 _EMPTY = object()
 
 
+class WaitStopped(Exception):
+    """The asker's wait was stopped (:meth:`Reply.cancel`) before an answer came."""
+
+
 class Reply(Generic[T]):
     """A slot for one answer, written by one actor, read by one waiting task."""
 
-    __slots__ = ("_closed", "_left", "_value", "_waiter")
+    __slots__ = ("_closed", "_left", "_stopped", "_value", "_waiter")
 
     def __init__(self) -> None:
         self._value: object = _EMPTY
         self._waiter: trio.lowlevel.Task | None = None
         self._closed = False
         self._left = False
+        self._stopped = False
 
     # -- the answering side -------------------------------------------------------------------
 
@@ -95,17 +104,28 @@ class Reply(Generic[T]):
         """Wait for the answer (see :meth:`receive_nowait` for what ends the wait).
 
         Raises:
+            WaitStopped: :meth:`cancel` stopped the wait before the answer came.
             trio.EndOfChannel: the answerer closed the reply without answering.
             trio.BusyResourceError: another task is already waiting on this reply.
         """
         # Looked at rather than tried: the answer is usually still to come, and a WouldBlock
         # raised and caught on every question costs more than the rest of the wait.
-        if self._value is _EMPTY and not self._closed:
+        if self._value is _EMPTY and not self._closed and not self._stopped:
             if self._waiter is not None:
                 raise trio.BusyResourceError("another task is already waiting for this reply")
             self._waiter = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(self._abort)
+        if self._stopped and self._value is _EMPTY:
+            raise WaitStopped
         return self.receive_nowait()
+
+    def cancel(self) -> None:
+        """Stop the asker's wait (from another task of the asker's side): its ``receive``
+        raises :class:`WaitStopped` unless the answer is there. The reply stays open for the
+        answerer: the asker decides what to do with an answer that comes anyway (it leaves,
+        as after any wait). Harmless twice, or after the wait."""
+        self._stopped = True
+        self._wake()
 
     def leave(self) -> None:
         """The asker will not read the answer: a later ``send_nowait`` raises

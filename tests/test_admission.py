@@ -21,7 +21,7 @@ from sluice._limits import admission
 from sluice._limits.admission import Admit, QuotaKey, Refuse, StoreDown, Wait
 from sluice._limits.cost import Cost
 from sluice._limits.store import BudgetRefused, Reservation, TooLarge
-from sluice._mail import Acquire, Admission, Refusal
+from sluice._mail import Acquire, Admission, Expired, Refusal
 from sluice._reply import Reply
 
 ONE = Cost(1, 0, 0)
@@ -30,7 +30,7 @@ ONE = Cost(1, 0, 0)
 def ask(
     at: float = 0.0, *, fail_on_cooldown: bool = False, wait_for_store: float | None = None
 ) -> Acquire:
-    reply_to = Reply[Admission | Refusal]()
+    reply_to = Reply[Admission | Refusal | Expired]()
     return Acquire(
         "k",
         RateLimitConfig(),

@@ -12,7 +12,7 @@ import trio.testing
 from sluice._config import RateLimitConfig
 from sluice._limits.cost import Cost
 from sluice._limits.store import MemoryQuotaStore
-from sluice._mail import Acquire, Admission, RateLimiterMsg, Refusal, Settle
+from sluice._mail import Acquire, Admission, Expired, RateLimiterMsg, Refusal, Settle
 from sluice._reply import Reply
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._tell import MAILBOX_BUFFER
@@ -26,8 +26,8 @@ ONE = Cost(1, 0, 0)
 LIMITS = RateLimitConfig(max_pending=1)
 
 
-def _ask(priority: Priority) -> tuple[Acquire, Reply[Admission | Refusal]]:
-    reply = Reply[Admission | Refusal]()
+def _ask(priority: Priority) -> tuple[Acquire, Reply[Admission | Refusal | Expired]]:
+    reply = Reply[Admission | Refusal | Expired]()
     return Acquire("k", LIMITS, ONE, priority, trio.current_time(), reply), reply
 
 

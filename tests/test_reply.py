@@ -94,3 +94,28 @@ async def test_a_second_waiter_is_refused(autojump_clock) -> None:
         with pytest.raises(trio.BusyResourceError):
             await reply.receive()
         reply.send_nowait(1)
+
+
+@virtual_deadline(10)
+async def test_cancel_stops_the_askers_wait_unless_the_answer_is_there(autojump_clock) -> None:
+    from sluice._reply import WaitStopped
+
+    reply: Reply[int] = Reply()
+    stopped: list[float] = []
+    async with trio.open_nursery() as nursery:
+
+        async def ask() -> None:
+            with pytest.raises(WaitStopped):
+                await reply.receive()
+            stopped.append(trio.current_time())
+
+        nursery.start_soon(ask)
+        await trio.sleep(3)
+        reply.cancel()
+    assert stopped == [3.0]
+    reply.send_nowait(1)  # the answerer may still answer: the asker decides what to do
+    assert await reply.receive() == 1  # an answer that is there wins over the stop
+    ahead: Reply[int] = Reply()
+    ahead.cancel()  # stopped before the wait: it never waits
+    with trio.testing.assert_no_checkpoints(), pytest.raises(WaitStopped):
+        await ahead.receive()

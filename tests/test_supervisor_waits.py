@@ -429,3 +429,36 @@ async def test_600_waiting_calls_wait_out_an_outage_at_the_default_budget_rate(a
     bound = 256 + policy.budget_min_per_second * (15.0 + policy.budget_interval)
     bound += policy.budget_ratio * 600
     assert 256 < seen["down"] <= bound, seen
+
+
+@virtual_deadline(300)
+async def test_a_call_queued_for_admission_ends_exactly_at_its_deadline(autojump_clock):
+    """No cancel scope of the Supervisor's bounds the wait for admission: the RateLimiter
+    gives the ask up at the call's total deadline, or at a waiting call's ``max_wait``, and a
+    consumer that leaves ends it at once; each leaves the quota as it found it."""
+    app = SimulatorApp(SimulatorConfig())
+    cfg = config(breaker=None, rate_limit=RateLimitConfig(requests_per_minute=1))
+    async with sluice.open_runtime(cfg, transport=mock_transport(app)) as rt:
+        await rt.chat("sim:sim-small", "hi")  # the minute's one request
+        start = trio.current_time()
+        late = ChatRequest(model="sim:sim-small", messages="hi", deadlines=Deadlines(total=5.0))
+        with pytest.raises(sluice.CallTimeout, match="total deadline passed while it waited"):
+            await rt.chat(late)
+        assert trio.current_time() - start == 5.0
+        patient = ChatRequest(
+            model="sim:sim-small", messages="hi", failure_mode="wait", max_wait=7.0
+        )
+        with pytest.raises(sluice.CallTimeout, match="max_wait"):
+            await rt.chat(patient)
+        assert trio.current_time() - start == 5.0 + 7.0
+        with trio.move_on_after(2.0):
+            async with rt.stream("sim:sim-small", "hi") as call:
+                async for _event in call:
+                    raise AssertionError("admitted inside the minute")
+        assert trio.current_time() - start == 14.0
+        await trio.testing.wait_all_tasks_blocked()  # the Supervisor has withdrawn the ask
+        [stats] = (await rt.statistics()).quotas.values()
+        assert not any(stats.queued.values()) and (stats.pending, stats.open_streams) == (0, 0)
+        result = await rt.chat("sim:sim-small", "hi")  # admitted when the minute is over
+        assert trio.current_time() - start == pytest.approx(60.0, abs=1.0)
+        assert result.finish_reason == "stop"

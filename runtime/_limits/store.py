@@ -239,10 +239,11 @@ class MemoryQuotaStore:
         self._learned: dict[str, dict[Slot, tuple[int, float]]] = {}
         """Per key, the limits learned from headers: (limit, when it lapses)."""
         self._cooldowns: dict[str, float] = {}
-        self._bound: dict[str, tuple[Sequence[WindowSpec], list[tuple[Slot, Window]]]] = {}
-        """Per key, the windows :meth:`_key_windows` last returned and the specs they were
-        for: valid while the key has no learned limit and no window beyond its specs' (a
-        learned limit or a reload changes them; ``learn`` and ``forget`` drop the entry)."""
+        self._bound: dict[str, tuple[Sequence[WindowSpec], list[tuple[Slot, Window]], float]] = {}
+        """Per key, the windows :meth:`_key_windows` last returned, the specs they were for
+        and until when they hold: until the first learned limit lapses (``inf`` with none),
+        while the key has no window beyond its limits' (a reload changes the specs; ``learn``
+        and ``forget`` drop the entry)."""
 
     def _limits(self, key: str, specs: Sequence[WindowSpec], now: float) -> dict[Slot, int]:
         """The key's limits at ``now``: configured windows in their order, then windows only
@@ -273,10 +274,9 @@ class MemoryQuotaStore:
         """The windows that bind ``key`` now, each set to its current limit. A window no limit
         names any more is dropped once empty (while it holds admissions it is kept, so a limit
         that comes back finds them counted)."""
-        if key not in self._learned:
-            bound = self._bound.get(key)
-            if bound is not None and bound[0] is specs:
-                return bound[1]  # every admission's path: nothing changed since
+        bound = self._bound.get(key)
+        if bound is not None and bound[0] is specs and now < bound[2]:
+            return bound[1]  # every admission's path: nothing changed since
         limits = self._limits(key, specs, now)
         windows = self._windows.setdefault(key, {})
         for slot in [slot for slot in windows if slot not in limits]:
@@ -292,8 +292,10 @@ class MemoryQuotaStore:
             else:
                 window.limit = limit
             out.append((slot, window))
-        if key not in self._learned and len(windows) == len(out):
-            self._bound[key] = (specs, out)
+        if len(windows) == len(out):
+            learned = self._learned.get(key)
+            lapses = min(until for _, until in learned.values()) if learned else math.inf
+            self._bound[key] = (specs, out, lapses)
         else:
             self._bound.pop(key, None)
         return out
