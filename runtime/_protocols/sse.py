@@ -146,14 +146,13 @@ class SSEDecoder:
         split and no Python step per event; else None (:meth:`_lines` reads it).
 
         Exact: the split at each ``\\n\\ndata: `` is taken only if the pieces hold no line
-        ending themselves (the count of line endings says so), and then each piece is one
-        event's data line; no event is built from a line longer than the limits allow (those
-        go to :meth:`_lines`, which raises).
+        ending themselves, and then each piece is one event's data line; no event is built
+        from a line longer than the limits allow (those go to :meth:`_lines`, which raises).
         """
         if end < 7 or buf[end - 1] != 0x0A or not buf.startswith(b"data: "):
             return None
         payloads = buf[6 : end - 1].split(b"\n\ndata: ")
-        if buf.count(b"\n", 0, end + 1) != 2 * len(payloads):
+        if b"\n" in b"".join(payloads):  # memchr, where counting would step every byte
             return None
         longest = max(map(len, payloads))
         if longest + 6 > self._max_line or longest + 1 > self._max_event:
