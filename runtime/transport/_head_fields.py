@@ -119,24 +119,24 @@ def _name(key: bytes) -> str:
     return lower
 
 
-def read_fields(lines: list[bytes]) -> tuple[ResponseHeaders, Framing]:
-    """The headers of the head ``lines`` (the status line first), and where the framing
-    headers are among their values. Per line, only the split at the colon and the value's
+def read_fields(lines: list[bytes]) -> tuple[ResponseHeaders, tuple[str, ...], Framing]:
+    """The headers of the head ``lines`` (the status line first), their values, and where the
+    framing headers are among those. Per line, only the split at the colon and the value's
     text (shared when seen before): the names are read once per layout (see ``_LAYOUTS``). A
     line without a colon, or a name that is no token, may be a folded line:
     :func:`_folded_headers` reads those heads."""
     keys: list[bytes] = []
     texts: list[str] = []
-    values = _VALUES
+    shared = _VALUES
     for line in lines[1:]:
         key, colon, value = line.partition(b":")
         if not colon:
             return _folded_headers(lines)
         keys.append(key)
-        text = values.get(value)
+        text = shared.get(value)
         texts.append(_value(value) if text is None else text)
     if not keys:
-        return NO_HEADERS, NO_FRAMING
+        return NO_HEADERS, (), NO_FRAMING
     shape = tuple(keys)
     layout = _LAYOUTS.get(shape)
     if layout is None:
@@ -148,12 +148,18 @@ def read_fields(lines: list[bytes]) -> tuple[ResponseHeaders, Framing]:
             _LAYOUTS.clear()
         _LAYOUTS[shape] = layout
     index, firsts, repeats, framing = layout
-    if firsts is None:
-        return ResponseHeaders(index, tuple(texts)), framing
+    values = tuple(texts) if firsts is None else _joined(texts, firsts, repeats)
+    return ResponseHeaders(index, values), values, framing
+
+
+def _joined(
+    texts: list[str], firsts: _Pick, repeats: tuple[tuple[int, int], ...]
+) -> tuple[str, ...]:
+    """The values of a head whose names repeat: each name's values joined in arrival order."""
     joined = list(firsts(texts))
     for slot, line_at in repeats:
         joined[slot] = f"{joined[slot]}, {texts[line_at]}"
-    return ResponseHeaders(index, tuple(joined)), framing
+    return tuple(joined)
 
 
 def _layout(keys: tuple[bytes, ...]) -> _Layout:
@@ -194,7 +200,7 @@ def _framing(index: dict[str, int]) -> Framing:
 NO_FRAMING: Framing = (-1, -1, -1, -1)
 
 
-def _folded_headers(lines: list[bytes]) -> tuple[ResponseHeaders, Framing]:
+def _folded_headers(lines: list[bytes]) -> tuple[ResponseHeaders, tuple[str, ...], Framing]:
     """The headers of the head ``lines`` when some line is no plain ``name: value``: a line
     that continues the one before (obs-fold, RFC 9112 §5.2) joins its header's value after a
     space; anything else is refused.
@@ -222,4 +228,5 @@ def _folded_headers(lines: list[bytes]) -> tuple[ResponseHeaders, Framing]:
         else:
             at = seen
             texts[at] = f"{texts[at]}, {text}"
-    return ResponseHeaders(index, tuple(texts)), _framing(index)
+    values = tuple(texts)
+    return ResponseHeaders(index, values), values, _framing(index)

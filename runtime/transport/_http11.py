@@ -299,12 +299,12 @@ class ResponseParser:
         ):
             raise RemoteProtocolError("malformed status line")
         status = int(code)
-        headers, framing = read_fields(lines)
+        headers, values, framing = read_fields(lines)
         if status < 200:
             if status == 101:
                 raise RemoteProtocolError("unexpected 101 Switching Protocols")
             return None  # interim response: the final one follows
-        self._frame(status, headers._values, framing, version == b"1.1")
+        self._frame(status, values, framing, version == b"1.1")
         return ResponseHead(status, headers, _VERSIONS[version])
 
     def _frame(self, status: int, values: tuple[str, ...], framing: Framing, http11: bool) -> None:
@@ -399,7 +399,8 @@ class ResponseParser:
             if self._eof:
                 self._state = _DONE
         elif _SIZE <= state <= _TRAILER:
-            data = self._read_chunked()
+            whole = self._take_whole_chunks() if state == _SIZE else None
+            data = self._read_chunked() if whole is None else whole
         else:
             return b""
         if self._decoder is not None:
@@ -421,20 +422,24 @@ class ResponseParser:
         self._decoder = None
         return decoder.finish() if decoder is not None else b""
 
+    def _take_whole_chunks(self) -> bytes | None:
+        """The buffer's data if it holds only whole chunks (see :func:`_whole_chunks`), the
+        body then ended if the last chunk closes it; else None, with nothing consumed."""
+        buf = self._buf
+        whole = _whole_chunks(buf) if buf.endswith(b"\r\n") else None
+        if whole is not None:
+            self._buf = b""
+            if buf.endswith(_LAST_CHUNK):
+                self._state = _DONE
+            self.body_started = True
+        return whole
+
     def _read_chunked(self) -> bytes:
         buf = self._buf
-        state = self._state
-        if state == _SIZE and buf.endswith(b"\r\n"):
-            whole = _whole_chunks(buf)
-            if whole is not None:
-                self._buf = b""
-                if buf.endswith(_LAST_CHUNK):
-                    self._state = _DONE
-                self.body_started = True
-                return whole
         size = len(buf)
         pos = 0
         pieces: list[bytes] = []
+        state = self._state
         remaining = self._remaining
         while pos < size:
             if state == _SIZE:
