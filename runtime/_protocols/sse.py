@@ -135,9 +135,14 @@ class SSEDecoder:
         if len(tail) > self._max_line:
             raise too_large("an SSE line", self._max_line, "max_line_bytes")
         if not named and not self._data and not self._size:
-            payloads = self._usual_events(data, end)
+            # The whole events: all of the lines, or up to the last blank line when the piece
+            # ends inside an event (a large read); what follows is read line by line.
+            last = end if data[end - 1] == 0x0A else data.rfind(b"\n\n", 0, end) + 1
+            payloads = self._usual_events(data, last) if last > 0 else None
             if payloads is not None:
-                return payloads
+                if last == end:
+                    return payloads
+                return payloads + self._lines(data[last + 1 :], end - last - 1, named)
         return self._lines(data, end, named)
 
     def _usual_events(self, buf: bytes, end: int) -> list[bytes] | None:
