@@ -1,6 +1,7 @@
 """The attempt's pieces that need no actor state: reading a body (whole or up to a limit), a
-whole reply's deltas, and a transport's exception turned into our error tree. Kept apart from
-:mod:`sluice.actors._provider`, which only carries out an attempt's steps."""
+whole reply's deltas, what shapes the deltas of a call with tools, and a transport's exception
+turned into our error tree. Kept apart from :mod:`sluice.actors._provider`, which only carries
+out an attempt's steps."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice._events import DeltaEvent
+    from sluice._mail import Call
     from sluice._protocols.base import AttemptOutput
+    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas
     from sluice.transport._base import HotResponse
     from sluice.transport._errors import TransportError
 
-__all__ = ["call_error", "events_from_output", "read_all", "read_into"]
+__all__ = ["argument_streams", "call_error", "events_from_output", "read_all", "read_into"]
 
 
 async def read_all(response: HotResponse, limit: int | None) -> bytes:
@@ -89,3 +92,14 @@ def call_error(exc: TransportError, *, begun: bool, delivered: int) -> CallError
             error = ConnectionFailed(f"the connection broke before a reply: {detail}")
     error.__cause__ = exc
     return error
+
+
+def argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
+    """What shapes the deltas of a call that has tools and a consumer that sees them: parsed
+    partial arguments on its tool-call deltas, or, for a tool call forced through the reply's
+    text, the envelope text withheld. None for every other call (which then pays nothing)."""
+    if call.quiet or call.prepared is None:
+        return None
+    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas  # calls with tools
+
+    return ArgumentStreams() if call.prepared.plan is None else ForcedReplyDeltas()

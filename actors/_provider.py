@@ -61,7 +61,7 @@ from sluice.transport._errors import (
     TransportError,
 )
 
-from ._attempt_parts import call_error, events_from_output, read_all, read_into
+from ._attempt_parts import argument_streams, call_error, events_from_output, read_all, read_into
 from ._rate_limiter import RateLimiterHandle
 from ._tell import put, take
 from ._token_ledger import TokenLedgerHandle
@@ -70,9 +70,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._mail import Call
     from sluice._observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
-    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas
     from sluice.transport._base import HotResponse
 
 __all__ = ["ProviderContext", "ProviderState", "run_provider"]
@@ -277,8 +275,8 @@ class _Attempt:
         self.hedge_at = math.inf
         """When the group's hedge time passes, while it still applies (see
         :attr:`StartAttempt.hedge`): inf once the answer began."""
-        self.arguments = _argument_streams(msg.call)
-        """Shapes the consumer's deltas of a call with tools (see :func:`_argument_streams`)."""
+        self.arguments = argument_streams(msg.call)
+        """Shapes the consumer's deltas of a call with tools (see :func:`argument_streams`)."""
 
     def _tally(self, events: list[DeltaEvent]) -> None:
         for event in events:
@@ -535,8 +533,7 @@ class _Attempt:
 
     async def _first_chunk(self) -> list[CallEvent]:
         """Note the first chunk: free the pending slot and build the FirstToken event."""
-        now = trio.current_time()
-        self.first_token_at = now
+        now = self.first_token_at = trio.current_time()
         self.hedge_at = math.inf
         await self.ctx.limiter.release(self.msg.ticket)
         call = self.call
@@ -606,7 +603,10 @@ class _Attempt:
                 if not feed(data):
                     continue
                 if self.first_token_at is None:
-                    await self._first_chunk()
+                    # What _first_chunk does but its events: nobody reads a quiet call's.
+                    self.first_token_at = trio.current_time()
+                    self.hedge_at = math.inf
+                    await self.ctx.limiter.release(self.msg.ticket)
                     if idle is None:
                         scope.deadline = total
                 if idle is not None:
@@ -687,14 +687,3 @@ class _Attempt:
             await put(self.call.events, batch)
             self.delivered += len(deltas)
         return output
-
-
-def _argument_streams(call: Call) -> ArgumentStreams | ForcedReplyDeltas | None:
-    """What shapes the deltas of a call that has tools and a consumer that sees them: parsed
-    partial arguments on its tool-call deltas, or, for a tool call forced through the reply's
-    text, the envelope text withheld. None for every other call (which then pays nothing)."""
-    if call.quiet or call.prepared is None:
-        return None
-    from sluice._tools.streaming import ArgumentStreams, ForcedReplyDeltas  # calls with tools
-
-    return ArgumentStreams() if call.prepared.plan is None else ForcedReplyDeltas()

@@ -27,20 +27,18 @@ Guarantees, for any split of the input into pieces:
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypeVar, overload
+from itertools import repeat
+from typing import TYPE_CHECKING
 
 from .._content_length import BadContentLength, ContentLengthTooLong, parse_content_length
 from ._decoding import Decompressor, decompressor_for
 from ._errors import ReadError, RemoteProtocolError, ResponseTooLarge
+from ._head_fields import TCHAR, ResponseHeaders, read_fields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
-    from typing import TypeAlias
+    from collections.abc import Iterable
 
-    _Pick: TypeAlias = Callable[[list[str]], tuple[str, ...]]
-    _Layout: TypeAlias = tuple[dict[str, int], _Pick | None, tuple[tuple[int, int], ...]]
+    from ._head_fields import Framing
 
 __all__ = [
     "MAX_HEAD_SIZE",
@@ -50,8 +48,6 @@ __all__ = [
     "encode_request_head",
 ]
 
-_T = TypeVar("_T")
-
 MAX_HEAD_SIZE = 65536
 """Default limit on the size of a response head (and of a trailer section)."""
 
@@ -60,23 +56,6 @@ MAX_CHUNK_SIZE = 1 << 32
 """The largest chunk size accepted (4 GiB)."""
 MAX_CONTENT_LENGTH = 1 << 40
 """The largest ``content-length`` accepted (1 TiB)."""
-# Header names seen before, raw -> lower-case: token-checked and lower-cased once per name.
-_NAMES: dict[bytes, str] = {}
-_MAX_NAMES = 512
-# Header values seen before, raw -> text, for the short ones: a server sends many of the same
-# values in every response (content type, versions, limits, policies), and every open stream
-# holds its response's headers, so each shares one string instead of holding a copy. Cleared
-# when full, so values that are never repeated (ids, dates) cannot keep out the common ones.
-_VALUES: dict[bytes, str] = {}
-_MAX_VALUES = 1024
-_MAX_SHARED_VALUE = 64
-# Header layouts seen before: a head's raw names in order -> each lower-case name's position,
-# and for repeated names what picks each one's first value and which lines join it (None, ():
-# none repeats). One server's heads share a layout: read with no per-name work, and sharing
-# one name table, each holding only its values (see ResponseHeaders). Cleared when full.
-_LAYOUTS: dict[tuple[bytes, ...], _Layout] = {}
-_MAX_LAYOUTS = 256
-
 # Parser states. Plain ints: compared on every body read.
 _HEAD = 0
 _LENGTH = 1  # body delimited by content-length
@@ -88,7 +67,6 @@ _TRAILER = 6  # expecting trailer lines or the final CRLF
 _DONE = 7
 _IDLE = 8  # between responses: start() not called yet
 
-_TCHAR = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _HEX = b"0123456789abcdefABCDEF"
 # Bytes allowed in a response head besides CR and LF: HTAB, visible ASCII, SP, obs-text.
 _FIELD_CHARS = b"\t" + bytes(range(0x20, 0x7F)) + bytes(range(0x80, 0x100))
@@ -106,51 +84,6 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-
-
-class ResponseHeaders(Mapping[str, str]):
-    """A response's headers, read-only: lower-case names, a repeated name's values joined with
-    ``", "`` in arrival order, iterated in the order the names first came.
-
-    Every open stream holds its response's headers until it ends (the rate limiter reads them
-    then), so they are kept small: the values in a tuple, and a name-to-position table shared
-    by every response whose head has the same names in the same order, as one server's
-    responses do, where a dict per response would hold its own copy of that table.
-    """
-
-    __slots__ = ("_index", "_values")
-
-    def __init__(self, index: dict[str, int], values: tuple[str, ...]) -> None:
-        self._index = index
-        """Name -> position in ``_values``; shared with other responses, so never changed."""
-        self._values = values
-
-    def __getitem__(self, name: str) -> str:
-        return self._values[self._index[name]]
-
-    @overload
-    def get(self, name: str, /) -> str | None: ...
-    @overload
-    def get(self, name: str, /, default: str | _T) -> str | _T: ...
-    def get(self, name: str, /, default: object = None) -> object:
-        at = self._index.get(name)
-        return default if at is None else self._values[at]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._index
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __repr__(self) -> str:
-        # Names only: a value may be a cookie or a token the server set.
-        return f"ResponseHeaders({list(self._index)!r})"
-
-
-_NO_HEADERS = ResponseHeaders({}, ())
 
 
 class ResponseHead:
@@ -202,7 +135,7 @@ def encode_request_head(
             accept_given = True
         if (
             not name
-            or name.encode("latin-1", "replace").translate(None, _TCHAR)
+            or name.encode("latin-1", "replace").translate(None, TCHAR)
             or "\r" in value
             or "\n" in value
             or "\0" in value
@@ -366,22 +299,27 @@ class ResponseParser:
         ):
             raise RemoteProtocolError("malformed status line")
         status = int(code)
-        headers = _headers(lines)
+        headers, values, framing = read_fields(lines)
         if status < 200:
             if status == 101:
                 raise RemoteProtocolError("unexpected 101 Switching Protocols")
             return None  # interim response: the final one follows
-        self._frame(status, headers, version == b"1.1")
-        return ResponseHead(status, headers, version.decode("ascii"))
+        self._frame(status, values, framing, version == b"1.1")
+        return ResponseHead(status, headers, _VERSIONS[version])
 
-    def _frame(self, status: int, headers: ResponseHeaders, http11: bool) -> None:
-        """Choose the body framing (RFC 9112 §6.3) and whether the connection can be reused."""
-        connection = headers.get("connection")
+    def _frame(self, status: int, values: tuple[str, ...], framing: Framing, http11: bool) -> None:
+        """Choose the body framing (RFC 9112 §6.3) and whether the connection can be reused.
+        ``values`` are the head's header values, ``framing`` where the four that frame the
+        body are among them (see :func:`_framing`)."""
+        at_connection, at_te, at_cl, at_coding = framing
+        connection = values[at_connection] if at_connection >= 0 else None
         keep_alive = http11 and (
-            connection is None or "close" not in [t.strip() for t in connection.lower().split(",")]
+            connection is None
+            or connection == "keep-alive"
+            or "close" not in [t.strip() for t in connection.lower().split(",")]
         )
-        te = headers.get("transfer-encoding")
-        cl = headers.get("content-length")
+        te = values[at_te] if at_te >= 0 else None
+        cl = values[at_cl] if at_cl >= 0 else None
         method = self._method
         if (
             method == "HEAD"
@@ -394,7 +332,7 @@ class ResponseParser:
             self._state = _DONE
             return
         if te is not None:
-            if te.strip().lower() != "chunked":
+            if te != "chunked" and te.strip().lower() != "chunked":
                 raise RemoteProtocolError("unsupported transfer-encoding")
             self._state = _SIZE
             # content-length alongside chunked is a sign of a confused intermediary.
@@ -416,7 +354,8 @@ class ResponseParser:
             self._state = _CLOSE
             keep_alive = False
         self._keep_alive = keep_alive
-        self._decoder = decompressor_for(headers.get("content-encoding"))
+        if at_coding >= 0:
+            self._decoder = decompressor_for(values[at_coding])
         if self._state == _DONE:
             self._finish()
 
@@ -460,7 +399,8 @@ class ResponseParser:
             if self._eof:
                 self._state = _DONE
         elif _SIZE <= state <= _TRAILER:
-            data = self._read_chunked()
+            whole = self._take_whole_chunks() if state == _SIZE else None
+            data = self._read_chunked() if whole is None else whole
         else:
             return b""
         if self._decoder is not None:
@@ -481,6 +421,18 @@ class ResponseParser:
         decoder = self._decoder
         self._decoder = None
         return decoder.finish() if decoder is not None else b""
+
+    def _take_whole_chunks(self) -> bytes | None:
+        """The buffer's data if it holds only whole chunks (see :func:`_whole_chunks`), the
+        body then ended if the last chunk closes it; else None, with nothing consumed."""
+        buf = self._buf
+        whole = _whole_chunks(buf) if buf.endswith(b"\r\n") else None
+        if whole is not None:
+            self._buf = b""
+            if buf.endswith(_LAST_CHUNK):
+                self._state = _DONE
+            self.body_started = True
+        return whole
 
     def _read_chunked(self) -> bytes:
         buf = self._buf
@@ -562,7 +514,7 @@ class ResponseParser:
         """Check one trailer line (a header field; trailers are read and dropped) and count
         it against the head size limit (rare: off the per-chunk path)."""
         key, colon, _ = line.partition(b":")
-        if not colon or not key or key.translate(None, _TCHAR):
+        if not colon or not key or key.translate(None, TCHAR):
             raise RemoteProtocolError("malformed trailer line")
         self._trailer_size += len(line) + 2
         if self._trailer_size > self._max_head:
@@ -571,119 +523,37 @@ class ResponseParser:
             )
 
 
-def _value(value: bytes) -> str:
-    """The text of a header value (``value`` is what follows the colon)."""
-    values = _VALUES
-    text = values.get(value)
-    if text is None:
-        text = value.strip(b" \t").decode("latin-1")
-        if len(value) <= _MAX_SHARED_VALUE:
-            if len(values) >= _MAX_VALUES:
-                values.clear()
-            values[value] = text
-    return text
+_LAST_CHUNK = b"\r\n0\r\n\r\n"
+_VERSIONS = {b"1.1": "1.1", b"1.0": "1.0"}
 
 
-def _name(key: bytes) -> str:
-    """The lower-case text of a header name, checked to be a token."""
-    lower = _NAMES.get(key)
-    if lower is None:
-        if not key or key.translate(None, _TCHAR):
-            raise RemoteProtocolError("malformed header line")
-        lower = key.lower().decode("ascii")
-        if len(_NAMES) < _MAX_NAMES:
-            _NAMES[key] = lower
-    return lower
+def _whole_chunks(buf: bytes) -> bytes | None:
+    """The data of ``buf`` when it is nothing but whole chunks with plain sizes (1 to 16 hex
+    digits, none zero), optionally ending with the last chunk ``0`` and no trailer, as a
+    server flushing SSE events sends them; else None (the state machine reads it).
 
-
-def _headers(lines: list[bytes]) -> ResponseHeaders:
-    """The headers of the head ``lines`` (the status line first). Per line, only the split at
-    the colon and the value's text (shared when seen before): the names are read once per
-    layout (see ``_LAYOUTS``). A line without a colon, or a name that is no token, may be a
-    folded line: :func:`_folded_headers` reads those heads."""
-    keys: list[bytes] = []
-    texts: list[str] = []
-    values = _VALUES
-    for line in lines[1:]:
-        key, colon, value = line.partition(b":")
-        if not colon:
-            return _folded_headers(lines)
-        keys.append(key)
-        text = values.get(value)
-        texts.append(_value(value) if text is None else text)
-    if not keys:
-        return _NO_HEADERS
-    shape = tuple(keys)
-    layout = _LAYOUTS.get(shape)
-    if layout is None:
-        try:
-            layout = _layout(shape)
-        except RemoteProtocolError:
-            return _folded_headers(lines)
-        if len(_LAYOUTS) >= _MAX_LAYOUTS:
-            _LAYOUTS.clear()
-        _LAYOUTS[shape] = layout
-    index, firsts, repeats = layout
-    if firsts is None:
-        return ResponseHeaders(index, tuple(texts))
-    joined = list(firsts(texts))
-    for slot, line_at in repeats:
-        joined[slot] = f"{joined[slot]}, {texts[line_at]}"
-    return ResponseHeaders(index, tuple(joined))
-
-
-def _layout(keys: tuple[bytes, ...]) -> _Layout:
-    """Each lower-case name's position for the raw names ``keys``, and, when a name repeats,
-    what joins its values (see ``_LAYOUTS``).
-
-    Raises:
-        RemoteProtocolError: a name is not a token.
+    One split at every CRLF and a few whole-list checks, with no Python step per chunk. Exact
+    for any input: the split is read only if every size is hex and every piece between two
+    sizes is exactly as long as the size before it says, and then the pieces are the chunks
+    a reader going from the start would find (each size line ends at the first CRLF after
+    it, and each chunk's data is followed by the CRLF the split cut at); a chunk's data that
+    holds a CRLF itself fails the length check, and so does anything else.
     """
-    index: dict[str, int] = {}
-    firsts: list[int] = []
-    repeats: list[tuple[int, int]] = []
-    for line, key in enumerate(keys):
-        slot = index.setdefault(_name(key), len(firsts))
-        if slot == len(firsts):
-            firsts.append(line)
-        else:
-            repeats.append((slot, line))
-    if not repeats:
-        return index, None, ()
-    # itemgetter of one position returns the item, not a tuple of one
-    pick = operator.itemgetter(*firsts) if len(firsts) > 1 else lambda texts: (texts[0],)
-    return index, pick, tuple(repeats)
-
-
-def _folded_headers(lines: list[bytes]) -> ResponseHeaders:
-    """The headers of the head ``lines`` when some line is no plain ``name: value``: a line
-    that continues the one before (obs-fold, RFC 9112 §5.2) joins its header's value after a
-    space; anything else is refused.
-
-    Raises:
-        RemoteProtocolError: a line is neither a header nor a continuation.
-    """
-    index: dict[str, int] = {}
-    texts: list[str] = []
-    at = -1  # the position of the previous header's value
-    for raw in lines[1:]:
-        if raw[:1] in (b" ", b"\t") and at >= 0:
-            more = raw.strip(b" \t").decode("latin-1")
-            texts[at] = f"{texts[at]} {more}".strip()
-            continue
-        key, colon, value = raw.partition(b":")
-        if not colon:
-            raise RemoteProtocolError("malformed header line")
-        name = _name(key)
-        text = _value(value)
-        seen = index.get(name)
-        if seen is None:
-            at = index[name] = len(texts)
-            texts.append(text)
-        else:
-            at = seen
-            texts[at] = f"{texts[at]}, {text}"
-    return ResponseHeaders(index, tuple(texts))
+    parts = buf.split(b"\r\n")
+    if buf.endswith(_LAST_CHUNK):
+        del parts[-3:]  # "0", "", "": the last chunk and the empty line ending the body
+    else:
+        parts.pop()  # the "" after the last data's CRLF
+    sizes = parts[::2]
+    data = parts[1::2]
+    if not data or len(sizes) != len(data):
+        return None
+    if b"" in sizes or b"".join(sizes).translate(None, _HEX) or max(map(len, sizes)) > 16:
+        return None
+    lengths = list(map(len, data))
+    if min(lengths) == 0 or lengths != list(map(int, sizes, repeat(16))):
+        return None
+    return data[0] if len(data) == 1 else b"".join(data)
 
 
 def _chunk_size(line: bytes) -> int:

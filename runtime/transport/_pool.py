@@ -99,58 +99,37 @@ class _Connection:
         """The record of the request in flight, when its caller asked for one: the end of
         its body is noted there when the connection is released."""
 
-    async def send(self, data: bytes) -> None:
-        """Send ``data`` (a request head, and its body when small).
+    def write_now(self, data: bytes) -> bytes:
+        """Write what of ``data`` (a request head, and its body when small) a plain TCP
+        socket takes at once; what is left for ``send_all`` (all of it on other streams).
 
-        On a plain TCP socket, one non-blocking ``write`` first: a request meets an empty
-        socket buffer, so that write nearly always takes it all, and the trip through trio's
-        scheduler that ``send_all`` makes is skipped (the wait for the reply that follows is
-        the checkpoint). What it leaves goes through ``send_all``.
-
-        Raises:
-            trio.BrokenResourceError: the connection broke.
-        """
-        fd = self.raw_fd
-        if fd >= 0:
-            try:
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:  # EPIPE, ECONNRESET: the server closed the connection
-                raise trio.BrokenResourceError(f"the connection broke: {exc}") from exc
-            if sent == len(data):
-                return
-            data = data[sent:]
-        await self.stream.send_all(data)
-
-    async def receive(self, size: int) -> bytes | bytearray:
-        """The next bytes the server sent; ``b""`` at end-of-file.
-
-        On a plain TCP socket this waits until it is readable and then reads once. trio's
-        ``receive_some`` tries the read first, which, on a socket the previous read drained,
-        is a failed system call per chunk: on paced streams, where every read drains the
-        socket, that is one wasted call per chunk. TLS and in-memory streams go through
-        ``receive_some``.
+        A request meets an empty socket buffer, so that one non-blocking ``write`` nearly
+        always takes it all, and the trip through trio's scheduler that ``send_all`` makes is
+        skipped (the wait for the reply that follows is the checkpoint). Not a coroutine: the
+        usual request is sent without one.
 
         Raises:
             trio.BrokenResourceError: the connection broke.
         """
         fd = self.raw_fd
         if fd < 0:
-            return await self.stream.receive_some(size)
-        while True:
-            if self.drained:
-                await trio.lowlevel.wait_readable(fd)
-            else:
-                await trio.lowlevel.checkpoint()
-            data = self.read_now(size)
-            if data is not None:
-                return data
+            return data
+        try:
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            return data
+        except OSError as exc:  # EPIPE, ECONNRESET: the server closed the connection
+            raise trio.BrokenResourceError(f"the connection broke: {exc}") from exc
+        return b"" if sent == len(data) else data[sent:]
 
     def read_now(self, size: int) -> bytes | None:
-        """One read of the plain TCP socket that :meth:`receive` waited for; None if it had
-        nothing after all (it is drained then). Apart so that a body's reader can wait and
-        read in its own frame (see :meth:`FastResponse.read_some`).
+        """One read of the plain TCP socket, once it was waited for; None if it had nothing
+        after all (it is drained then). A reader of a plain socket waits until it is readable
+        and then reads once, in its own frame (see :meth:`FastResponse.read_some` and
+        :meth:`FastTransport._head_piece`): trio's ``receive_some`` tries the read first,
+        which on a socket the previous read drained is a failed system call per piece (one
+        wasted call per chunk on paced streams, where every read drains the socket). TLS and
+        in-memory streams go through ``receive_some``.
 
         Raises:
             trio.BrokenResourceError: the connection broke.
@@ -253,8 +232,8 @@ class FastResponse:
                     break
                 if data:
                     return data
-                # conn.receive() written out for a plain socket: one coroutine frame less
-                # per open stream while it waits, and per read.
+                # The plain socket read in this frame (see _Connection.read_now): one
+                # coroutine frame less per open stream while it waits, and per read.
                 chunk: bytes | bytearray | None
                 if fd < 0:
                     chunk = await conn.stream.receive_some(size)
@@ -533,7 +512,9 @@ class FastTransport:
         parser.start(method)
         stream = conn.stream
         try:
-            await conn.send(data)
+            left = conn.write_now(data)
+            if left:
+                await stream.send_all(left)
             if rest:
                 await stream.send_all(rest)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -576,8 +557,21 @@ class FastTransport:
             _StaleConnection: a reused connection failed before any response byte.
             ReadError: the connection broke.
         """
+        fd = conn.raw_fd
+        chunk: bytes | bytearray | None
         try:
-            chunk = await conn.receive(self._receive_size)
+            # Written out (see _Connection.read_now): one coroutine less per response head.
+            if fd < 0:
+                chunk = await conn.stream.receive_some(self._receive_size)
+            else:
+                while True:
+                    if conn.drained:
+                        await trio.lowlevel.wait_readable(fd)
+                    else:
+                        await trio.lowlevel.checkpoint()
+                    chunk = conn.read_now(self._receive_size)
+                    if chunk is not None:
+                        break
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             if reused and not received:
                 raise _StaleConnection from exc
