@@ -321,7 +321,8 @@ class MemoryQuotaStore:
             return ready_at - now
         entries = []  # a loop, not a generator: no frame resumed per window
         for slot, window in windows:
-            entries.append((slot, window.add(cost.amount(slot[0]), now)))
+            # next_free expired each window at this now just above
+            entries.append((slot, window.add(cost.amount(slot[0]), now, expired=True)))
         return Reservation(key, cost, tuple(entries), sent=sent_slots(specs))
 
     async def end(self, reservation: Reservation) -> None:
