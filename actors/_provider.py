@@ -607,9 +607,11 @@ class _Attempt:
                     self.first_token_at = trio.current_time()
                     self.hedge_at = math.inf
                     await self.ctx.limiter.release(self.msg.ticket)
-                    if idle is None:
+                    if idle is None and getattr(response, "holds_connection", True):
                         scope.deadline = total
-                if idle is not None:
+                # A read that completed the body gave the connection back: nothing waits
+                # under the scope any more, so its deadline is left as it is.
+                if idle is not None and getattr(response, "holds_connection", True):
                     scope.deadline = min(total, trio.current_time() + idle)
                 del data  # an open stream holds none of it while it waits
         finally:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import trio
@@ -592,7 +592,7 @@ class _CallRun:
                 if route.embed is not None:
                     return Won(self._embed_result(route, outcome, admission.at))
                 try:
-                    output = self._finalize(route, cast("AttemptOutput", outcome.output))
+                    output = self._finalize(route, outcome.output)  # type: ignore[arg-type]
                 except ToolCallError as exc:
                     assert route.prepared is not None
                     fixed = self._fix(exc, route)

@@ -3,13 +3,16 @@ channel: the Supervisor puts the call's one final batch straight into it. These 
 guarantees the channel gave: exactly one outcome per call, also after retries; a consumer that
 leaves (a cancelled ``chat``, a ``map`` left early) cancels the request and leaves no
 reservation, pending slot or open stream behind; a slow ``map`` consumer loses nothing. All on
-virtual time over the simulator's in-memory transport.
+virtual time over in-memory transports (the simulator's, or sluice's own over lockstep streams).
 """
 
 from __future__ import annotations
 
+import cProfile
 import gc
+import pstats
 from collections import Counter
+from typing import Any
 
 import trio
 import trio.testing
@@ -20,8 +23,10 @@ from sluice._config import ProviderConfig
 from sluice._observe import Hooks
 from sluice._reply import FinalReply
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
+from sluice.transport import FastTransport
 
 from .helpers import Recorder, virtual_deadline
+from .hostile import Behaviour, Hostile, hostile_config
 
 LIMITS = RateLimitConfig(max_pending=8, requests_per_minute=1000)
 
@@ -172,6 +177,7 @@ async def test_mapped_calls_that_end_before_their_submitter_resumes_still_end_on
     )
     sim = SimulatorConfig(fault_rates=(("500", 1.0),))
     async with sluice.open_runtime(config, transport=mock_transport(sim)) as rt:
+
         def request(text: str) -> ChatRequest:
             return ChatRequest(model="sim:sim-small", messages=text, failure_mode="fail_fast")
 
@@ -212,3 +218,56 @@ async def test_a_quiet_call_broken_mid_stream_is_estimated_as_a_streamed_one(aut
         seen.append((result.attempts, t.estimated, t.output_tokens - result.usage.output_tokens))
     assert seen[0] == seen[1]
     assert seen[0][:2] == (2, 1) and seen[0][2] > 0
+
+
+_BODY = (
+    b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+)
+_SETTER = trio.CancelScope.deadline.fset.__code__  # type: ignore[attr-defined]
+
+
+def _whole_reply(pieces: int) -> Behaviour:
+    """A server writing the reply in ``pieces`` sends, 10 s apart (framed by its length)."""
+
+    async def behaviour(stream: trio.abc.Stream) -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+        cut = len(_BODY) // 2
+        parts = [_BODY] if pieces == 1 else [_BODY[:cut], _BODY[cut:]]
+        parts[0] = head % len(_BODY) + parts[0]
+        for i, part in enumerate(parts):
+            if i:
+                await trio.sleep(10)
+            await stream.send_all(part)
+        await trio.sleep_forever()
+
+    return behaviour
+
+
+@virtual_deadline(60)
+async def test_a_quiet_call_leaves_its_deadline_alone_after_the_read_that_ends_the_body(
+    autojump_clock, nursery
+):
+    """The attempt's scope moves its deadline (to the idle deadline) only for a read that is
+    followed by another wait: after the read that completed the body, the connection went
+    back and nothing waits under the scope, so a reply read in one piece sets the deadline
+    once (before the request), and one in two pieces twice. The idle deadline still holds
+    between pieces (``test_hostile_servers``: a stream gone silent ends at the idle limit)."""
+    sets = []
+    for pieces in (1, 2):
+        server = Hostile(nursery, _whole_reply(pieces))
+        transport = FastTransport(open_stream=server.open_stream, trust_env=False)
+        cfg = hostile_config(max_attempts=1, read_idle_timeout=45.0)
+        async with sluice.open_runtime(cfg, transport=transport) as rt:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            try:
+                result = await rt.chat(ChatRequest(model="h:m", messages="hi"))
+            finally:
+                profiler.disable()
+        await transport.aclose()
+        assert (result.text, result.finish_reason) == ("hi", "stop")
+        stats: Any = pstats.Stats(profiler)  # stats is not in the stubs
+        where = (_SETTER.co_filename, _SETTER.co_firstlineno, _SETTER.co_name)
+        sets.append(stats.stats[where][1])
+    assert sets == [1, 2]

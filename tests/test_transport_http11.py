@@ -742,3 +742,57 @@ def test_a_read_of_whole_chunks_costs_no_python_call_per_chunk() -> None:
     assert counts[0] == counts[1] and counts[0] < 25, counts
     _, body = _body_calls(head + chunked(b"data: a\r\n\r\n", b"data: b\n\n"))
     assert body == b"data: a\r\n\r\ndata: b\n\n"
+
+
+_NAME = st.sampled_from([b"X-A", b"x-a", b"Content-Type", b"set-cookie", b"Via", b"x-b"])
+_HEADER_VALUE = st.binary(max_size=80).map(
+    lambda v: v.replace(b"\r", b"").replace(b"\n", b"").lstrip(b" \t")
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(_NAME, _HEADER_VALUE), max_size=8), st.booleans())
+def test_read_fields_agrees_with_the_line_by_line_reader(
+    fields: list[tuple[bytes, bytes]], twice: bool
+) -> None:
+    """The head reader that splits every line and looks up every value by ``map`` (values
+    seen before or not, names repeated or not, colons and odd bytes in values) gives exactly
+    what the line-by-line reader of folded heads gives; read twice, from the layout and value
+    tables it filled the first time, too."""
+    from sluice.transport._head_fields import _folded_headers, read_fields
+
+    lines = [b"HTTP/1.1 200 OK", *(name + b":" + value for name, value in fields)]
+    expected_headers, expected_values, expected_framing = _folded_headers(lines)
+    for _ in range(2 if twice else 1):
+        headers, values, framing = read_fields(lines)
+        assert (values, framing) == (expected_values, expected_framing)
+        assert list(headers.items()) == list(expected_headers.items())
+
+
+def test_read_fields_makes_no_python_call_per_header_line() -> None:
+    """A head's fields are read by ``map`` over its lines: a head of 40 lines makes as many
+    Python calls as one of 4 once its layout and values were seen (the per-line loop made
+    four calls per line), and a value never seen before costs a few calls of its own."""
+    from sluice.transport._head_fields import read_fields
+
+    def calls(lines: list[bytes]) -> int:
+        read_fields(lines)  # the layout and the values seen
+        profiler = cProfile.Profile()
+        profiler.enable()
+        read_fields(lines)
+        profiler.disable()
+        stats: Any = pstats.Stats(profiler)  # total_calls is not in the stubs
+        return int(stats.total_calls)
+
+    short = [b"HTTP/1.1 200 OK", *(b"x-h%d: v" % i for i in range(4))]
+    long = [b"HTTP/1.1 200 OK", *(b"x-h%d: v" % i for i in range(40))]
+    assert calls(short) == calls(long) < 12
+    new_value = [*long, b"x-request-id: req_%d" % id(long)]
+    read_fields([*long, b"x-request-id: seen"])  # the layout, not the value
+    profiler = cProfile.Profile()
+    profiler.enable()
+    headers, _, _ = read_fields(new_value)
+    profiler.disable()
+    stats: Any = pstats.Stats(profiler)
+    assert calls(long) < stats.total_calls <= calls(long) + 5
+    assert headers["x-request-id"] == f"req_{id(long)}"

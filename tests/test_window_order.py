@@ -146,3 +146,28 @@ def test_counted_lists_the_admissions_still_inside_the_window_oldest_first():
     window.redate(first, 3.0)  # re-dated behind the others
     assert [(e.at, e.amount) for e in window.counted(4.0)] == [(1.0, 2), (3.0, 1)]
     assert [(e.at, e.amount) for e in window.counted(7.0)] == [(3.0, 1)]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 0.0, 0.5, 3.0, 10.0]), st.integers(0, 6)),
+        max_size=40,
+    )
+)
+def test_an_add_right_after_next_free_skips_the_expiry_and_counts_the_same(
+    steps: list[tuple[float, int]],
+) -> None:
+    """The store admits by ``next_free`` then ``add(..., expired=True)`` at one ``now``: the
+    window counts, keeps and frees exactly what an ``add`` that expires again does."""
+    told, plain = Window(10, 5.0), Window(10, 5.0)
+    now = 0.0
+    for gap, amount in steps:
+        now += gap
+        ready = told.next_free(amount, now)
+        assert ready == plain.next_free(amount, now)
+        if ready > now or amount > 10:
+            continue
+        told.add(amount, now, expired=True)
+        plain.add(amount, now)
+        assert (told.used, len(told)) == (plain.used, len(plain))
+        assert [e.at for e in told.counted(now)] == [e.at for e in plain.counted(now)]

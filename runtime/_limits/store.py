@@ -319,8 +319,11 @@ class MemoryQuotaStore:
             ready_at = max(ready_at, window.next_free(amount, now))
         if ready_at > now:
             return ready_at - now
-        entries = tuple((slot, window.add(cost.amount(slot[0]), now)) for slot, window in windows)
-        return Reservation(key, cost, entries, sent=sent_slots(specs))
+        entries = []  # a loop, not a generator: no frame resumed per window
+        for slot, window in windows:
+            # next_free expired each window at this now just above
+            entries.append((slot, window.add(cost.amount(slot[0]), now, expired=True)))
+        return Reservation(key, cost, tuple(entries), sent=sent_slots(specs))
 
     async def end(self, reservation: Reservation) -> None:
         pass  # slots are the RateLimiter's in one process

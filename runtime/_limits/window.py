@@ -101,9 +101,12 @@ class Window:
                 return max(now, at + self.period)
         return now + self.period  # only reachable if amount > limit
 
-    def add(self, amount: int, now: float) -> WindowEntry:
-        """Count ``amount`` units admitted at ``now``; keep the entry to settle it later."""
-        self.expire(now)  # trimmed as it grows: memory stays within the window's rate
+    def add(self, amount: int, now: float, *, expired: bool = False) -> WindowEntry:
+        """Count ``amount`` units admitted at ``now``; keep the entry to settle it later.
+        ``expired``: the caller has just expired the window at this ``now`` (by
+        :meth:`next_free`, with nothing admitted since), so it is not done again."""
+        if not expired:
+            self.expire(now)  # trimmed as it grows: memory stays within the window's rate
         entry = WindowEntry(now, amount)
         self._entries.items.append(entry)
         self._place(entry)

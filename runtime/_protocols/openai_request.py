@@ -174,9 +174,14 @@ def _assistant(parts: list[ContentPart]) -> dict[str, Any]:
 
 
 def _content(parts: Sequence[ContentPart]) -> str | list[dict[str, Any]]:
-    if all(isinstance(p, TextPart) for p in parts):
-        return "".join(p.text for p in parts if isinstance(p, TextPart))
-    return [_content_item(p) for p in parts]
+    """Text parts alone are one string; any other part makes it a list of items. A loop,
+    not generators: built for every message of every call."""
+    texts: list[str] = []
+    for part in parts:
+        if not isinstance(part, TextPart):
+            return [_content_item(p) for p in parts]
+        texts.append(part.text)
+    return "".join(texts)
 
 
 def _content_item(part: ContentPart) -> dict[str, Any]:

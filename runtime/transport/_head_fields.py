@@ -4,11 +4,12 @@
 repeated name's values joined) and says where the four headers that frame the body are among
 their values, so the parser reads those without a lookup by name. One server's heads share a
 layout (the same names in the same order): each layout is read once, and each head after it
-costs a split per line and a lookup of each value among those seen before.
+costs a split per line and a lookup of each value among those seen before, both done by ``map``.
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeVar, overload
@@ -33,11 +34,6 @@ TCHAR = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs
 # Header names seen before, raw -> lower-case: token-checked and lower-cased once per name.
 _NAMES: dict[bytes, str] = {}
 _MAX_NAMES = 512
-# Header values seen before, raw -> text, for the short ones: a server sends many of the same
-# values in every response (content type, versions, limits, policies), and every open stream
-# holds its response's headers, so each shares one string instead of holding a copy. Cleared
-# when full, so values that are never repeated (ids, dates) cannot keep out the common ones.
-_VALUES: dict[bytes, str] = {}
 _MAX_VALUES = 1024
 _MAX_SHARED_VALUE = 64
 # Header layouts seen before: a head's raw names in order -> each lower-case name's position,
@@ -94,17 +90,33 @@ class ResponseHeaders(Mapping[str, str]):
 NO_HEADERS = ResponseHeaders({}, ())
 
 
-def _value(value: bytes) -> str:
-    """The text of a header value (``value`` is what follows the colon)."""
-    values = _VALUES
-    text = values.get(value)
-    if text is None:
+class _Values(dict[bytes, str]):
+    """Header values seen before, raw -> text (see ``_VALUES``); a value not seen before is
+    read by ``__missing__``, so :func:`read_fields` looks every value up by one ``map``."""
+
+    __slots__ = ()
+
+    def __missing__(self, value: bytes) -> str:
         text = value.strip(b" \t").decode("latin-1")
         if len(value) <= _MAX_SHARED_VALUE:
-            if len(values) >= _MAX_VALUES:
-                values.clear()
-            values[value] = text
-    return text
+            if len(self) >= _MAX_VALUES:
+                self.clear()
+            self[value] = text
+        return text
+
+
+# Header values seen before, raw -> text, for the short ones: a server sends many of the same
+# values in every response (content type, versions, limits, policies), and every open stream
+# holds its response's headers, so each shares one string instead of holding a copy. Cleared
+# when full, so values that are never repeated (ids, dates) cannot keep out the common ones.
+_VALUES = _Values()
+_COLONS = itertools.repeat(b":")
+"""The second argument of every ``bytes.partition`` in :func:`read_fields`' ``map``."""
+
+
+def _value(value: bytes) -> str:
+    """The text of a header value (``value`` is what follows the colon)."""
+    return _VALUES[value]
 
 
 def _name(key: bytes) -> str:
@@ -121,32 +133,26 @@ def _name(key: bytes) -> str:
 
 def read_fields(lines: list[bytes]) -> tuple[ResponseHeaders, tuple[str, ...], Framing]:
     """The headers of the head ``lines`` (the status line first), their values, and where the
-    framing headers are among those. Per line, only the split at the colon and the value's
-    text (shared when seen before): the names are read once per layout (see ``_LAYOUTS``). A
-    line without a colon, or a name that is no token, may be a folded line:
+    framing headers are among those. Per head, only a split of each line at its colon and a
+    lookup of each value among those seen before, done by ``map`` over all lines at once (no
+    Python step per line): the names are read once per layout (see ``_LAYOUTS``). A line
+    without a colon, or a name that is no token, may be a folded line:
     :func:`_folded_headers` reads those heads."""
-    keys: list[bytes] = []
-    texts: list[str] = []
-    shared = _VALUES
-    for line in lines[1:]:
-        key, colon, value = line.partition(b":")
-        if not colon:
-            return _folded_headers(lines)
-        keys.append(key)
-        text = shared.get(value)
-        texts.append(_value(value) if text is None else text)
-    if not keys:
+    if len(lines) < 2:
         return NO_HEADERS, (), NO_FRAMING
-    shape = tuple(keys)
-    layout = _LAYOUTS.get(shape)
+    keys, colons, raw = zip(*map(bytes.partition, lines[1:], _COLONS), strict=True)
+    if b"" in colons:
+        return _folded_headers(lines)
+    texts = list(map(_VALUES.__getitem__, raw))
+    layout = _LAYOUTS.get(keys)
     if layout is None:
         try:
-            layout = _layout(shape)
+            layout = _layout(keys)
         except RemoteProtocolError:
             return _folded_headers(lines)
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
-        _LAYOUTS[shape] = layout
+        _LAYOUTS[keys] = layout
     index, firsts, repeats, framing = layout
     values = tuple(texts) if firsts is None else _joined(texts, firsts, repeats)
     return ResponseHeaders(index, values), values, framing
