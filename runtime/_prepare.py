@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ._config import ModelGroup
     from ._messages import Deadlines
     from ._startup import Providers
-    from ._streams import CallStream
+    from ._streams import CallStream, Followed
     from ._tools.preparation import Prepared
     from .providers._registry import ResolvedProvider
     from .transport._phases import HttpPhases
@@ -381,6 +381,17 @@ class SubmitNow:
 
         def _ended(self, call: Call | None, stream: CallStream) -> None: ...
 
+        async def _start(
+            self,
+            request: ChatRequest,
+            *,
+            cache: ResponseCache | None,
+            quiet: bool,
+            phases: HttpPhases | None = None,
+            end: EventSink | None = None,
+            bound: Callable[[Call], None] | None = None,
+        ) -> Ready | Replay: ...
+
     def submits_at_once(self, request: ChatRequest) -> bool:
         """True when submitting ``request`` now cannot wait: not through the response cache
         (opening it, looking it up), every provider it may go to started already, and room in
@@ -412,6 +423,48 @@ class SubmitNow:
         # Unreachable while submits_at_once holds; a parked submission cannot be resumed here.
         coro.close()
         raise RuntimeError("a submission that could not wait waited")
+
+    async def submit_followed(
+        self, request: ChatRequest, phases: HttpPhases | None, end: Followed
+    ) -> Call | None:
+        """Submit ``request`` as a streamed call whose batches go straight to ``end`` (the
+        load tester's follower, which reads each batch in the step of the task that puts it):
+        no event channel, and no step of the consumer's per batch. None, submitting nothing,
+        when it goes through the response cache (:meth:`Runtime.stream_with_phases` then).
+        Follow it with :meth:`followed`."""
+        if self._caches(request):
+            return None
+        made = await self._start(
+            request, cache=None, quiet=False, phases=phases, end=end, bound=end.bind
+        )
+        assert isinstance(made, Ready)
+        return made.call
+
+    def submit_followed_now(
+        self, request: ChatRequest, phases: HttpPhases | None, end: Followed
+    ) -> Call:
+        """:meth:`submit_followed` in this step, without a checkpoint, as :meth:`submit_now`
+        (only when :meth:`submits_at_once` said True just before)."""
+        coro = self.submit_followed(request, phases, end)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            call: Call | None = done.value
+            assert call is not None  # submits_at_once said no cache
+            return call
+        coro.close()
+        raise RuntimeError("a submission that could not wait waited")
+
+    @asynccontextmanager
+    async def followed(self, call: Call, end: Followed) -> AsyncIterator[Followed]:
+        """``end``, the follower of ``call`` (:meth:`submit_followed`), for the block: on
+        exit it takes no more batches and the call is ended, as
+        :meth:`Runtime.stream_with_phases` ends its own."""
+        try:
+            yield end
+        finally:
+            end.leave()
+            self._ended(call, end)
 
     @asynccontextmanager
     async def stream_submitted(self, submitted: Submitted) -> AsyncIterator[CallStream]:

@@ -36,7 +36,7 @@ from .endpoints import (
     call_embed,
     completions_transport,
 )
-from .follow import finished, follow, http_fields
+from .follow import Follower, finished, follow, http_fields
 from .handover import open_handover
 from .interrupt import Interrupt
 from .metrics import RequestRecord, Tracker
@@ -195,11 +195,13 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
         was drained first, and it is not sent), then send it."""
-        request, handed, handover = None, None, self.handover
+        request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
+            # Its follower too: the hook's submission hands the call's batches to it.
+            follower = Follower(Tracker(index, scheduled - self.t0, 0.0), self.t0)
             if handover is not None:  # submitted by the hook once due, when it can be
-                handed = handover.add(scheduled, request, HttpPhases(), cap)
+                handed = handover.add(scheduled, request, HttpPhases(), cap, follower)
         try:
             with waiting:
                 await waker.sleep_until(scheduled)
@@ -215,7 +217,9 @@ class _Run:
             self.diagnosis.arrival(scheduled, woke)
         if handed is not None:
             assert not isinstance(work, list)
-            await self.one(index, scheduled, work, cap, request=request, handed=handed)
+            await self.one(
+                index, scheduled, work, cap, request=request, handed=handed, follower=follower
+            )
             return
         if cap is not None:
             try:
@@ -225,7 +229,7 @@ class _Run:
         if isinstance(work, list):
             await self.session(index, scheduled, work, cap)
         else:
-            await self.one(index, scheduled, work, cap, request=request)
+            await self.one(index, scheduled, work, cap, request=request, follower=follower)
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
@@ -311,11 +315,15 @@ class _Run:
         turn: int | None = None,
         request: ChatRequest | None = None,
         handed: Handed | None = None,
+        follower: Follower | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed.
         ``request``: ``item``'s :meth:`chat_request`, made beforehand (the open loop's
         sender makes it before it waits, so that its step after the wake is short); it is
-        stamped sent right before the hand-over to the runtime either way."""
+        stamped sent right before the hand-over to the runtime either way. The call's
+        events are read as they arrive by ``follower`` (made here when not given), whose
+        tracker is the request's; only a call through the response cache is read from its
+        channel."""
         if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
@@ -330,12 +338,20 @@ class _Run:
         }
         phases = HttpPhases() if handed is None else handed.phases
         usage_seen = False
-        tracker = self._start(index, scheduled, None if handed is None else handed.at)
+        sent = None if handed is None else handed.at
+        made = None if follower is None else follower.tracker
+        tracker = self._start(index, scheduled, sent, made)
+        follower = Follower(tracker, t0) if follower is None else follower
         try:
             rt = self.rt
-            opened = rt.stream_with_phases(request, phases) if handed is None else handed.opened(rt)
+            if handed is not None:
+                opened = handed.opened(rt)
+            elif (submitted := await rt.submit_followed(request, phases, follower)) is not None:
+                opened = rt.followed(submitted, follower)
+            else:  # through the response cache: its channel
+                opened = rt.stream_with_phases(request, phases)
             async with opened as call:
-                usage_seen = await follow(call, tracker, t0)
+                usage_seen = await follow(call, tracker, t0) or follower.usage_seen
                 end = trio.current_time() - t0
                 result, error = call.result, call.error
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
@@ -365,11 +381,21 @@ class _Run:
             extra_headers=self.headers,
         )
 
-    def _start(self, index: int, scheduled: float, sent: float | None = None) -> Tracker:
+    def _start(
+        self,
+        index: int,
+        scheduled: float,
+        sent: float | None = None,
+        tracker: Tracker | None = None,
+    ) -> Tracker:
         """Count request ``index`` (due at ``scheduled``) as sent now (or at ``sent``, when
-        :mod:`.handover` submitted it), and track it."""
+        :mod:`.handover` submitted it), and track it (in ``tracker``, made before it was
+        sent, when given)."""
         sent = trio.current_time() if sent is None else sent
-        tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
+        if tracker is None:
+            tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
+        else:
+            tracker.sent, tracker.lag = sent - self.t0, sent - scheduled
         if self.diagnosis is not None and index in self.woke:
             self.diagnosis.sent(self.woke.pop(index), sent)
         if self.on_send is not None:
