@@ -431,7 +431,7 @@ class SubmitNow:
         load tester's follower, which reads each batch in the step of the task that puts it):
         no event channel, and no step of the consumer's per batch. None, submitting nothing,
         when it goes through the response cache (:meth:`Runtime.stream_with_phases` then).
-        Follow it with :meth:`followed`."""
+        End it with :meth:`end_followed`."""
         if self._caches(request):
             return None
         made = await self._start(
@@ -455,16 +455,12 @@ class SubmitNow:
         coro.close()
         raise RuntimeError("a submission that could not wait waited")
 
-    @asynccontextmanager
-    async def followed(self, call: Call, end: Followed) -> AsyncIterator[Followed]:
-        """``end``, the follower of ``call`` (:meth:`submit_followed`), for the block: on
-        exit it takes no more batches and the call is ended, as
-        :meth:`Runtime.stream_with_phases` ends its own."""
-        try:
-            yield end
-        finally:
-            end.leave()
-            self._ended(call, end)
+    def end_followed(self, call: Call, end: Followed) -> None:
+        """The consumer is done with ``call`` and its follower ``end``
+        (:meth:`submit_followed`), on every exit path: ``end`` takes no more batches and the
+        call is ended, as :meth:`Runtime.stream_with_phases` ends its own on leaving."""
+        end.leave()
+        self._ended(call, end)
 
     @asynccontextmanager
     async def stream_submitted(self, submitted: Submitted) -> AsyncIterator[CallStream]:

@@ -129,8 +129,11 @@ async def test_the_hook_submits_only_what_cannot_wait_and_the_call_runs_to_its_e
             assert handover.take(handed) is handed
             assert handed.at == due
             assert handover.between_steps == 1
-            async with handed.opened(rt) as call:
-                result = await call.wait()
+            call = handed.submitted()
+            try:
+                result = await follower.wait()
+            finally:
+                rt.end_followed(call, follower)
         finally:
             trio.lowlevel.remove_instrument(handover)
         assert result.usage.output_tokens == 3

@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
     from contextvars import Context
 
+    from ..._mail import Call
     from ..._messages import ChatRequest
     from ..._runtime import Runtime
     from ..._streams import Followed
@@ -92,15 +93,13 @@ class Handed:
         self.made: Any = None
         self.error: BaseException | None = None
 
-    @contextlib.asynccontextmanager
-    async def opened(self, rt: Runtime) -> AsyncIterator[Followed]:
-        """The handed-over call's follower, ``end`` (the call ended on exit, as
-        :meth:`Runtime.followed` ends it); raises what the submission raised."""
+    def submitted(self) -> Call:
+        """The handed-over call (its events go to ``end``; end it with
+        ``Runtime.end_followed``); raises what the submission raised."""
         if self.error is not None:
             raise self.error
         made, self.made = self.made, None
-        async with rt.followed(made, self.end) as stream:
-            yield stream
+        return made  # type: ignore[no-any-return]
 
 
 class Handover(trio.abc.Instrument):

@@ -345,15 +345,22 @@ class _Run:
         try:
             rt = self.rt
             if handed is not None:
-                opened = handed.opened(rt)
-            elif (submitted := await rt.submit_followed(request, phases, follower)) is not None:
-                opened = rt.followed(submitted, follower)
-            else:  # through the response cache: its channel
-                opened = rt.stream_with_phases(request, phases)
-            async with opened as call:
-                usage_seen = await follow(call, tracker, t0) or follower.usage_seen
+                submitted = handed.submitted()
+            else:
+                submitted = await rt.submit_followed(request, phases, follower)
+            if submitted is None:  # through the response cache: read from its channel
+                async with rt.stream_with_phases(request, phases) as call:
+                    usage_seen = await follow(call, tracker, t0)
+                    end = trio.current_time() - t0
+                    result, error = call.result, call.error
+            else:  # plain try/finally: no context manager's calls per request
+                try:
+                    await follower.next_events()  # read as they arrived: None at the end
+                finally:
+                    rt.end_followed(submitted, follower)
                 end = trio.current_time() - t0
-                result, error = call.result, call.error
+                usage_seen = follower.usage_seen
+                result, error = follower.result, follower.error
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
