@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from pathlib import Path
 
+    from ..._mail import Call
     from ..._runtime import Runtime
     from ...transport import HotTransport
     from .handover import Handed, Handover
@@ -344,6 +345,7 @@ class _Run:
         follower = Follower(tracker, t0) if follower is None else follower
         try:
             rt = self.rt
+            submitted: Call | None
             if handed is not None:
                 submitted = handed.submitted()
             else:
