@@ -22,12 +22,21 @@ from .metrics import estimate_tokens
 
 if TYPE_CHECKING:
     from ..._mail import EventBatch
-    from ..._messages import ChatResult
-    from ..._runtime import CallStream
+    from ..._messages import ChatRequest, ChatResult
+    from ..._runtime import CallStream, Runtime
     from ...transport._phases import HttpPhases
+    from .handover import Handed
     from .metrics import RequestRecord, Tracker
 
-__all__ = ["Follower", "error_fields", "finished", "follow", "http_fields", "read_batch"]
+__all__ = [
+    "Follower",
+    "error_fields",
+    "finished",
+    "follow",
+    "follow_call",
+    "http_fields",
+    "read_batch",
+]
 
 
 class Follower(Followed):
@@ -65,6 +74,36 @@ async def follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
         if read_batch(tracker, batch, now() - origin, origin):
             usage_seen = True
     return usage_seen
+
+
+async def follow_call(
+    rt: Runtime,
+    request: ChatRequest,
+    phases: HttpPhases,
+    follower: Follower,
+    handed: Handed | None,
+) -> tuple[float, ChatResult | None, SluiceError | None, bool]:
+    """Send ``request`` (or take the call :mod:`.handover` submitted, ``handed``) and follow
+    it to its end: when it ended (run-relative), its result or error, and whether usage was
+    reported. ``follower`` reads its events as they arrive and is ended with a plain
+    try/finally (no context manager's calls per request); only a call through the response
+    cache is read from its channel. Raises what the submission raises."""
+    origin = follower.origin
+    submitted = (
+        handed.submitted()
+        if handed is not None
+        else await rt.submit_followed(request, phases, follower)
+    )
+    if submitted is None:  # through the response cache
+        async with rt.stream_with_phases(request, phases) as call:
+            usage_seen = await follow(call, follower.tracker, origin)
+            return trio.current_time() - origin, call.result, call.error, usage_seen
+    try:
+        await follower.next_events()  # read as they arrived: None at the end
+    finally:
+        rt.end_followed(submitted, follower)
+    end = trio.current_time() - origin
+    return end, follower.result, follower.error, follower.usage_seen
 
 
 def read_batch(tracker: Tracker, batch: EventBatch, at: float, origin: float) -> bool:
