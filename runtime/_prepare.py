@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import attrs
@@ -42,7 +41,7 @@ from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Mapping
+    from collections.abc import Awaitable, Mapping
 
     from sluice.actors._supervisor import SupervisorPeers
 
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
     from .providers._registry import ResolvedProvider
     from .transport._phases import HttpPhases
 
-    Submitted = tuple[CallStream, Call | None, trio.MemoryReceiveChannel[EventBatch]]
 
 __all__ = [
     "GroupPlacement",
@@ -373,10 +371,6 @@ class SubmitNow:
 
     if TYPE_CHECKING:
 
-        async def _submit(
-            self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
-        ) -> Submitted: ...
-
         def _caches(self, request: ChatRequest) -> bool: ...
 
         def _ended(self, call: Call | None, stream: CallStream) -> None: ...
@@ -409,21 +403,6 @@ class SubmitNow:
         mail = self._supervisor.statistics()
         return mail.tasks_waiting_receive > 0 or mail.current_buffer_used < mail.max_buffer_size
 
-    def submit_now(self, request: ChatRequest, phases: HttpPhases | None) -> Submitted:
-        """Submit ``request`` as :meth:`Runtime.stream_with_phases` does, in this step, without
-        a checkpoint; callable where no task runs (a trio instrument's hook), and only when
-        :meth:`submits_at_once` said True just before. Follow it with
-        :meth:`stream_submitted`. Raises what the submission raises."""
-        coro = self._submit(request, phases=phases)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            submitted: Submitted = done.value
-            return submitted
-        # Unreachable while submits_at_once holds; a parked submission cannot be resumed here.
-        coro.close()
-        raise RuntimeError("a submission that could not wait waited")
-
     async def submit_followed(
         self, request: ChatRequest, phases: HttpPhases | None, end: Followed
     ) -> Call | None:
@@ -443,8 +422,9 @@ class SubmitNow:
     def submit_followed_now(
         self, request: ChatRequest, phases: HttpPhases | None, end: Followed
     ) -> Call:
-        """:meth:`submit_followed` in this step, without a checkpoint, as :meth:`submit_now`
-        (only when :meth:`submits_at_once` said True just before)."""
+        """:meth:`submit_followed` in this step, without a checkpoint: callable where no
+        task runs (a trio instrument's hook), and only when :meth:`submits_at_once` said
+        True just before. Raises what the submission raises."""
         coro = self.submit_followed(request, phases, end)
         try:
             coro.send(None)
@@ -461,15 +441,3 @@ class SubmitNow:
         call is ended, as :meth:`Runtime.stream_with_phases` ends its own on leaving."""
         end.leave()
         self._ended(call, end)
-
-    @asynccontextmanager
-    async def stream_submitted(self, submitted: Submitted) -> AsyncIterator[CallStream]:
-        """The stream of a call :meth:`submit_now` submitted, as
-        :meth:`Runtime.stream_with_phases` gives it: its channel closed and the call ended
-        on exit."""
-        stream, call, receive = submitted
-        try:
-            with receive:
-                yield stream
-        finally:
-            self._ended(call, stream)
