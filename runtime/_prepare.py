@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import attrs
@@ -42,7 +41,7 @@ from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Mapping
+    from collections.abc import Awaitable, Mapping
 
     from sluice.actors._supervisor import SupervisorPeers
 
@@ -50,12 +49,11 @@ if TYPE_CHECKING:
     from ._config import ModelGroup
     from ._messages import Deadlines
     from ._startup import Providers
-    from ._streams import CallStream
+    from ._streams import CallStream, Followed
     from ._tools.preparation import Prepared
     from .providers._registry import ResolvedProvider
     from .transport._phases import HttpPhases
 
-    Submitted = tuple[CallStream, Call | None, trio.MemoryReceiveChannel[EventBatch]]
 
 __all__ = [
     "GroupPlacement",
@@ -373,13 +371,20 @@ class SubmitNow:
 
     if TYPE_CHECKING:
 
-        async def _submit(
-            self, request: ChatRequest, *, quiet: bool = False, phases: HttpPhases | None = None
-        ) -> Submitted: ...
-
         def _caches(self, request: ChatRequest) -> bool: ...
 
         def _ended(self, call: Call | None, stream: CallStream) -> None: ...
+
+        async def _start(
+            self,
+            request: ChatRequest,
+            *,
+            cache: ResponseCache | None,
+            quiet: bool,
+            phases: HttpPhases | None = None,
+            end: EventSink | None = None,
+            bound: Callable[[Call], None] | None = None,
+        ) -> Ready | Replay: ...
 
     def submits_at_once(self, request: ChatRequest) -> bool:
         """True when submitting ``request`` now cannot wait: not through the response cache
@@ -398,29 +403,41 @@ class SubmitNow:
         mail = self._supervisor.statistics()
         return mail.tasks_waiting_receive > 0 or mail.current_buffer_used < mail.max_buffer_size
 
-    def submit_now(self, request: ChatRequest, phases: HttpPhases | None) -> Submitted:
-        """Submit ``request`` as :meth:`Runtime.stream_with_phases` does, in this step, without
-        a checkpoint; callable where no task runs (a trio instrument's hook), and only when
-        :meth:`submits_at_once` said True just before. Follow it with
-        :meth:`stream_submitted`. Raises what the submission raises."""
-        coro = self._submit(request, phases=phases)
+    async def submit_followed(
+        self, request: ChatRequest, phases: HttpPhases | None, end: Followed
+    ) -> Call | None:
+        """Submit ``request`` as a streamed call whose batches go straight to ``end`` (the
+        load tester's follower, which reads each batch in the step of the task that puts it):
+        no event channel, and no step of the consumer's per batch. None, submitting nothing,
+        when it goes through the response cache (:meth:`Runtime.stream_with_phases` then).
+        End it with :meth:`end_followed`."""
+        if self._caches(request):
+            return None
+        made = await self._start(
+            request, cache=None, quiet=False, phases=phases, end=end, bound=end.bind
+        )
+        assert isinstance(made, Ready)
+        return made.call
+
+    def submit_followed_now(
+        self, request: ChatRequest, phases: HttpPhases | None, end: Followed
+    ) -> Call:
+        """:meth:`submit_followed` in this step, without a checkpoint: callable where no
+        task runs (a trio instrument's hook), and only when :meth:`submits_at_once` said
+        True just before. Raises what the submission raises."""
+        coro = self.submit_followed(request, phases, end)
         try:
             coro.send(None)
         except StopIteration as done:
-            submitted: Submitted = done.value
-            return submitted
-        # Unreachable while submits_at_once holds; a parked submission cannot be resumed here.
+            call: Call | None = done.value
+            assert call is not None  # submits_at_once said no cache
+            return call
         coro.close()
         raise RuntimeError("a submission that could not wait waited")
 
-    @asynccontextmanager
-    async def stream_submitted(self, submitted: Submitted) -> AsyncIterator[CallStream]:
-        """The stream of a call :meth:`submit_now` submitted, as
-        :meth:`Runtime.stream_with_phases` gives it: its channel closed and the call ended
-        on exit."""
-        stream, call, receive = submitted
-        try:
-            with receive:
-                yield stream
-        finally:
-            self._ended(call, stream)
+    def end_followed(self, call: Call, end: Followed) -> None:
+        """The consumer is done with ``call`` and its follower ``end``
+        (:meth:`submit_followed`), on every exit path: ``end`` takes no more batches and the
+        call is ended, as :meth:`Runtime.stream_with_phases` ends its own on leaving."""
+        end.leave()
+        self._ended(call, end)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CallEnded",
     "CallStream",
+    "Followed",
     "MapOutcome",
     "MapOutcomes",
     "SubmitQuiet",
@@ -84,6 +85,55 @@ class CallStream(AsyncEventCursor):
         doors); do not mix with iteration.
         """
         return await self._next_batch()
+
+
+class Followed(CallStream):
+    """A streamed call read as its events arrive: the call's :class:`EventSink` itself, so each
+    batch is read (:meth:`read`) in the step of the task that puts it (the Supervisor's, the
+    provider's, right after its network read) and the consumer's task is not woken per batch;
+    it waits once, for the call's end (:meth:`wait`, or :meth:`next_events`, which then gives
+    None). No memory channel. For sluice's load tester (``sluice._jobs.loadtest.follow``),
+    submitted by ``Runtime.submit_followed``; a send after :meth:`leave` is refused as if a
+    channel's consumer had left."""
+
+    def __init__(self) -> None:
+        AsyncEventCursor.__init__(self)
+        self._on_result = None
+        self._closed = False
+        self._left = False
+        self._end: trio.Event | None = None
+
+    def bind(self, call: Call) -> None:
+        """The call this follows (told before the Supervisor has it)."""
+        self.call_id = call.call_id
+
+    def read(self, batch: EventBatch) -> None:
+        """Read ``batch``, which just arrived (called in the putting task's step)."""
+        raise NotImplementedError
+
+    def send_nowait(self, batch: EventBatch) -> None:
+        if self._left:
+            raise trio.ClosedResourceError("the call's consumer has left")
+        self.read(batch)
+        self._arrived(batch)
+
+    async def send(self, batch: EventBatch) -> None:
+        self.send_nowait(batch)  # never full: read as it comes
+
+    def close(self) -> None:
+        self._closed = True
+        if self._end is not None:
+            self._end.set()
+
+    def leave(self) -> None:
+        """The consumer is done: no more batches are taken."""
+        self._left = True
+
+    async def _next_batch(self) -> EventBatch | None:
+        if not self._closed:  # else no checkpoint: the end is already here
+            self._end = trio.Event()
+            await self._end.wait()
+        return self._arrived(None)
 
 
 @attrs.frozen(repr=False)

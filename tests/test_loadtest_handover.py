@@ -12,7 +12,9 @@ import trio
 import sluice
 from sluice._config import RuntimeConfig
 from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config
+from sluice._jobs.loadtest.follow import Follower
 from sluice._jobs.loadtest.handover import ENV, Handover
+from sluice._jobs.loadtest.metrics import Tracker
 from sluice._jobs.loadtest.run import Interrupt, run_load
 from sluice._messages import ChatRequest
 from sluice.simulator import SimulatorApp, SimulatorConfig
@@ -121,16 +123,24 @@ async def test_the_hook_submits_only_what_cannot_wait_and_the_call_runs_to_its_e
         trio.lowlevel.add_instrument(handover)
         try:
             due = trio.current_time() + 0.02
-            handed = handover.add(due, request, HttpPhases(), None)
+            follower = Follower(Tracker(0, 0.0, 0.0), 0.0)
+            handed = handover.add(due, request, HttpPhases(), None, follower)
             await trio.sleep_until(due)
             assert handover.take(handed) is handed
             assert handed.at == due
             assert handover.between_steps == 1
-            async with handed.opened(rt) as call:
-                result = await call.wait()
+            call = handed.submitted()
+            try:
+                result = await follower.wait()
+            finally:
+                rt.end_followed(call, follower)
         finally:
             trio.lowlevel.remove_instrument(handover)
         assert result.usage.output_tokens == 3
+        # Its events went to the follower as they arrived, each read stamped.
+        record = follower.tracker.finish(1.0, input_tokens=None, output_tokens=None, ok=True)
+        assert record.client_output_tokens == 3 and record.chunks >= 1
+        assert follower.usage_seen
     await transport.aclose()
 
 
@@ -147,7 +157,9 @@ async def test_a_drained_run_hands_over_nothing_more(autojump_clock, nursery):
         handover = Handover(rt, sending)
         trio.lowlevel.add_instrument(handover)
         try:
-            handed = handover.add(trio.current_time() + 0.01, request, HttpPhases(), None)
+            follower = Follower(Tracker(0, 0.0, 0.0), 0.0)
+            due = trio.current_time() + 0.01
+            handed = handover.add(due, request, HttpPhases(), None, follower)
             sending.cancel()
             await trio.sleep(0.02)
             assert handover.take(handed) is None

@@ -17,20 +17,51 @@ from ..._events import (
     ToolCallDelta,
     UsageReported,
 )
+from ..._streams import Followed
 from .metrics import estimate_tokens
 
 if TYPE_CHECKING:
-    from ..._messages import ChatResult
-    from ..._runtime import CallStream
+    from ..._mail import EventBatch
+    from ..._messages import ChatRequest, ChatResult
+    from ..._runtime import CallStream, Runtime
     from ...transport._phases import HttpPhases
+    from .handover import Handed
     from .metrics import RequestRecord, Tracker
 
-__all__ = ["error_fields", "finished", "follow", "http_fields"]
+__all__ = [
+    "Follower",
+    "error_fields",
+    "finished",
+    "follow",
+    "follow_call",
+    "http_fields",
+    "read_batch",
+]
+
+
+class Follower(Followed):
+    """Follows one load-test request as its events arrive (see :class:`~sluice._streams.Followed`):
+    each batch, what one network read decoded, is read into the tracker stamped with the
+    moment it was put, right after that read, with one clock read; ``usage_seen`` once the
+    provider reported usage. The request's task is not woken per batch, only at the end."""
+
+    def __init__(self, tracker: Tracker, origin: float) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.origin = origin
+        self.usage_seen = False
+
+    def read(self, batch: EventBatch) -> None:
+        origin = self.origin
+        if read_batch(self.tracker, batch, trio.current_time() - origin, origin):
+            self.usage_seen = True
 
 
 async def follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
     """Read ``call``'s events into ``tracker`` (times relative to ``origin``, the run's
-    start on trio's clock); True when the provider reported usage.
+    start on trio's clock); True when the provider reported usage. For a call with a
+    channel (one answered from the response cache); the others are followed by a
+    :class:`Follower` as their events arrive.
 
     The clock is read once per batch: a batch is what one network read decoded (or several,
     when the reader fell behind), so its deltas share one arrival time and the tracker
@@ -40,25 +71,70 @@ async def follow(call: CallStream, tracker: Tracker, origin: float) -> bool:
     usage_seen = False
     now = trio.current_time
     while (batch := await call.next_events()) is not None:
-        at = now() - origin
-        tokens = 0  # the batch's output, handed to the tracker once (it merges them anyway)
-        for event in batch:
-            match event:
-                case TextDelta(text=text) | ReasoningDelta(text=text):
-                    tokens += estimate_tokens(text)
-                case ToolCallDelta(arguments=text):
-                    tokens += estimate_tokens(text)
-                case Admitted(waited=waited, at=admitted):
-                    tracker.queue_wait += waited
-                    tracker.admitted = admitted - origin
-                case Retrying(delay=delay):
-                    tracker.retry_wait += delay
-                case UsageReported():
-                    usage_seen = True
-                case StreamReset():  # what came before it in the batch is dropped too
-                    tokens = 0
-                    tracker.reset()
-        tracker.tokens(at, tokens)
+        if read_batch(tracker, batch, now() - origin, origin):
+            usage_seen = True
+    return usage_seen
+
+
+async def follow_call(
+    rt: Runtime,
+    request: ChatRequest,
+    phases: HttpPhases,
+    follower: Follower,
+    handed: Handed | None,
+) -> tuple[float, ChatResult | None, SluiceError | None, bool]:
+    """Send ``request`` (or take the call :mod:`.handover` submitted, ``handed``) and follow
+    it to its end: when it ended (run-relative), its result or error, and whether usage was
+    reported. ``follower`` reads its events as they arrive and is ended with a plain
+    try/finally (no context manager's calls per request); only a call through the response
+    cache is read from its channel. Raises what the submission raises."""
+    origin = follower.origin
+    submitted = (
+        handed.submitted()
+        if handed is not None
+        else await rt.submit_followed(request, phases, follower)
+    )
+    if submitted is None:  # through the response cache
+        async with rt.stream_with_phases(request, phases) as call:
+            usage_seen = await follow(call, follower.tracker, origin)
+            return trio.current_time() - origin, call.result, call.error, usage_seen
+    try:
+        await follower.next_events()  # read as they arrived: None at the end
+    finally:
+        rt.end_followed(submitted, follower)
+    end = trio.current_time() - origin
+    return end, follower.result, follower.error, follower.usage_seen
+
+
+def read_batch(tracker: Tracker, batch: EventBatch, at: float, origin: float) -> bool:
+    """Read ``batch``, arrived at ``at`` (``origin``: the run's start), into ``tracker``;
+    True when it reports usage. Its output is handed to the tracker once (it merges a
+    read's pieces anyway); a text delta, by far the most common event, is counted inline
+    by :func:`estimate_tokens`'s rule without a call."""
+    tokens = 0
+    usage_seen = False
+    for event in batch:
+        if type(event) is TextDelta:
+            text = event.text
+            if text:
+                tokens += len(text.split()) or 1
+            continue
+        match event:
+            case TextDelta(text=text) | ReasoningDelta(text=text):
+                tokens += estimate_tokens(text)
+            case ToolCallDelta(arguments=text):
+                tokens += estimate_tokens(text)
+            case Admitted(waited=waited, at=admitted):
+                tracker.queue_wait += waited
+                tracker.admitted = admitted - origin
+            case Retrying(delay=delay):
+                tracker.retry_wait += delay
+            case UsageReported():
+                usage_seen = True
+            case StreamReset():  # what came before it in the batch is dropped too
+                tokens = 0
+                tracker.reset()
+    tracker.tokens(at, tokens)
     return usage_seen
 
 

@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
     from contextvars import Context
 
+    from ..._mail import Call
     from ..._messages import ChatRequest
-    from ..._runtime import CallStream, Runtime
+    from ..._runtime import Runtime
+    from ..._streams import Followed
     from ...transport._phases import HttpPhases
     from .diagnose import Diagnosis
 
@@ -56,7 +58,18 @@ class Handed:
     """One open-loop request waiting for its due time, and once due what its hand-over made:
     the submitted call or the error the submission raised."""
 
-    __slots__ = ("at", "cap", "context", "due", "error", "made", "phases", "request", "state")
+    __slots__ = (
+        "at",
+        "cap",
+        "context",
+        "due",
+        "end",
+        "error",
+        "made",
+        "phases",
+        "request",
+        "state",
+    )
 
     def __init__(
         self,
@@ -65,27 +78,28 @@ class Handed:
         phases: HttpPhases,
         cap: trio.Semaphore | None,
         context: Context,
+        end: Followed,
     ) -> None:
         self.due = due
         self.request = request
         self.phases = phases
         self.cap = cap
         self.context = context
+        self.end = end
+        """Where the call's events go (``Runtime.submit_followed``)."""
         self.state = _WAITING
         self.at = 0.0
         """When it was handed over (trio time): its ``sent``."""
         self.made: Any = None
         self.error: BaseException | None = None
 
-    @contextlib.asynccontextmanager
-    async def opened(self, rt: Runtime) -> AsyncIterator[CallStream]:
-        """The handed-over call's stream, as :meth:`Runtime.stream_with_phases` gives it
-        (its channel closed and the call ended on exit); raises what the submission raised."""
+    def submitted(self) -> Call:
+        """The handed-over call (its events go to ``end``; end it with
+        ``Runtime.end_followed``); raises what the submission raised."""
         if self.error is not None:
             raise self.error
         made, self.made = self.made, None
-        async with rt.stream_submitted(made) as stream:
-            yield stream
+        return made  # type: ignore[no-any-return]
 
 
 class Handover(trio.abc.Instrument):
@@ -105,10 +119,16 @@ class Handover(trio.abc.Instrument):
         """Told each hand-over's lateness at its moment (``SLUICE_LOADTEST_DIAGNOSE``)."""
 
     def add(
-        self, due: float, request: ChatRequest, phases: HttpPhases, cap: trio.Semaphore | None
+        self,
+        due: float,
+        request: ChatRequest,
+        phases: HttpPhases,
+        cap: trio.Semaphore | None,
+        end: Followed,
     ) -> Handed:
-        """Hand ``request`` over at ``due`` (trio time); called by its sender task."""
-        handed = Handed(due, request, phases, cap, trio.lowlevel.current_task().context)
+        """Hand ``request`` over at ``due`` (trio time), its events to go to ``end``; called
+        by its sender task."""
+        handed = Handed(due, request, phases, cap, trio.lowlevel.current_task().context, end)
         heapq.heappush(self._due, (due, next(self._order), handed))
         return handed
 
@@ -153,7 +173,9 @@ class Handover(trio.abc.Instrument):
                 handed.at = now
                 handed.state = _HANDED
                 self.between_steps += 1
-                handed.made = handed.context.run(rt.submit_now, handed.request, handed.phases)
+                handed.made = handed.context.run(
+                    rt.submit_followed_now, handed.request, handed.phases, handed.end
+                )
                 if self.diagnosis is not None:
                     self.diagnosis.arrival(handed.due, now, between_steps=True)
             except BaseException as exc:  # raised by the sender, in its own task

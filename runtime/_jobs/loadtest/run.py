@@ -36,7 +36,7 @@ from .endpoints import (
     call_embed,
     completions_transport,
 )
-from .follow import finished, follow, http_fields
+from .follow import Follower, finished, follow_call, http_fields
 from .handover import open_handover
 from .interrupt import Interrupt
 from .metrics import RequestRecord, Tracker
@@ -195,11 +195,12 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
         was drained first, and it is not sent), then send it."""
-        request, handed, handover = None, None, self.handover
+        request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
+            follower = Follower(Tracker(index, scheduled - self.t0, 0.0), self.t0)
             if handover is not None:  # submitted by the hook once due, when it can be
-                handed = handover.add(scheduled, request, HttpPhases(), cap)
+                handed = handover.add(scheduled, request, HttpPhases(), cap, follower)
         try:
             with waiting:
                 await waker.sleep_until(scheduled)
@@ -213,11 +214,7 @@ class _Run:
         if self.diagnosis is not None and handed is None:  # (the hook tells of its own)
             self.woke[index] = woke = trio.current_time()
             self.diagnosis.arrival(scheduled, woke)
-        if handed is not None:
-            assert not isinstance(work, list)
-            await self.one(index, scheduled, work, cap, request=request, handed=handed)
-            return
-        if cap is not None:
+        if cap is not None and handed is None:  # (a handed request has its place)
             try:
                 cap.acquire_nowait()  # no checkpoint (a pass of the loop) when a place is free
             except trio.WouldBlock:
@@ -225,7 +222,9 @@ class _Run:
         if isinstance(work, list):
             await self.session(index, scheduled, work, cap)
         else:
-            await self.one(index, scheduled, work, cap, request=request)
+            await self.one(
+                index, scheduled, work, cap, request=request, handed=handed, follower=follower
+            )
 
     async def closed_loop(self, shape: ClosedLoop) -> None:
         counter = itertools.count()
@@ -311,11 +310,13 @@ class _Run:
         turn: int | None = None,
         request: ChatRequest | None = None,
         handed: Handed | None = None,
+        follower: Follower | None = None,
     ) -> str | None:
         """Send ``item`` and record it; return the reply's text, None when it failed.
         ``request``: ``item``'s :meth:`chat_request`, made beforehand (the open loop's
         sender makes it before it waits, so that its step after the wake is short); it is
-        stamped sent right before the hand-over to the runtime either way."""
+        stamped sent right before the hand-over to the runtime either way. ``follower``
+        (made here when not given) reads the call's events and holds its tracker."""
         if self.test.endpoint in ("completions", "embeddings"):  # responses: chat calls
             return await self.one_direct(index, scheduled, item, cap, warmup=warmup)
         t0 = self.t0
@@ -329,15 +330,12 @@ class _Run:
             "turn": turn,
         }
         phases = HttpPhases() if handed is None else handed.phases
-        usage_seen = False
-        tracker = self._start(index, scheduled, None if handed is None else handed.at)
+        follower = follower or Follower(Tracker(index, scheduled - t0, 0.0), t0)
+        tracker = self._start(follower.tracker, scheduled, None if handed is None else handed.at)
         try:
-            rt = self.rt
-            opened = rt.stream_with_phases(request, phases) if handed is None else handed.opened(rt)
-            async with opened as call:
-                usage_seen = await follow(call, tracker, t0)
-                end = trio.current_time() - t0
-                result, error = call.result, call.error
+            end, result, error, usage_seen = await follow_call(
+                self.rt, request, phases, follower, handed
+            )
         except ConfigError as exc:  # a usage problem (unknown provider, no key): stop
             self.fatal = self.fatal or exc
             self.scope.cancel(reason="the load test cannot call its model")
@@ -365,13 +363,13 @@ class _Run:
             extra_headers=self.headers,
         )
 
-    def _start(self, index: int, scheduled: float, sent: float | None = None) -> Tracker:
-        """Count request ``index`` (due at ``scheduled``) as sent now (or at ``sent``, when
-        :mod:`.handover` submitted it), and track it."""
+    def _start(self, tracker: Tracker, scheduled: float, sent: float | None = None) -> Tracker:
+        """Count ``tracker``'s request (due at ``scheduled``) as sent now (or at ``sent``,
+        when :mod:`.handover` submitted it)."""
         sent = trio.current_time() if sent is None else sent
-        tracker = Tracker(index, scheduled - self.t0, sent - self.t0, lag=sent - scheduled)
-        if self.diagnosis is not None and index in self.woke:
-            self.diagnosis.sent(self.woke.pop(index), sent)
+        tracker.sent, tracker.lag = sent - self.t0, sent - scheduled
+        if self.diagnosis is not None and tracker.index in self.woke:
+            self.diagnosis.sent(self.woke.pop(tracker.index), sent)
         if self.on_send is not None:
             self.on_send()
         self.sent += 1
@@ -409,7 +407,7 @@ class _Run:
     ) -> str | None:
         """:meth:`one` for a completions or embeddings test (:mod:`.endpoints`)."""
         t0 = self.t0
-        tracker = self._start(index, scheduled)
+        tracker = self._start(Tracker(index, scheduled - t0, 0.0), scheduled)
         embeddings = self.test.endpoint == "embeddings"
         described: dict[str, Any] = {
             "requested_output_tokens": None if embeddings else item.max_tokens,

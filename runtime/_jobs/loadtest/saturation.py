@@ -83,7 +83,6 @@ def judge(
     return Verdict(achieved, realized, growth, error_rate, reason is not None, reason)
 
 
-
 MIN_RATIO = 0.95
 """Completions per request sent below which a run fell behind."""
 
