@@ -130,7 +130,10 @@ async def test_a_cpu_starved_client_is_caught_by_its_lag(nursery):
     await transport.aclose()
     agg = run.aggregates
     assert agg["requests"]["ok"] == 20
-    assert agg["client_lag_s"]["p99"] > 0.1  # 20 x 30 ms of work against ~0.4 s of schedule
+    # 20 x 30 ms of work against ~0.4 s of schedule: requests fall due while a send's work
+    # holds the loop, and at least that long a wait shows in the lag (how much more depends
+    # on when the hand-over hook can submit between steps, not on the bound).
+    assert agg["client_lag_s"]["p99"] > 0.03
     assert agg["valid"] is False and "fell behind" in agg["invalid_reason"]
 
 
