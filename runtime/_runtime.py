@@ -547,7 +547,7 @@ async def _quota_store(
     yield given if given is not None else MemoryQuotaStore()
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, repr=False)
 class _Mailboxes:
     """Both ends of the mailboxes of the actors ``open_runtime`` starts itself."""
 

@@ -43,31 +43,38 @@ def test_repr_honours_field_formatters_so_keys_stay_masked() -> None:
     assert text == attrs_repr(config)
 
 
-_FIND_COMPILED_REPRS = """
+_COMPILED_ON_THE_CHAT_PATH = """
 import inspect, sys
 import attrs
+from benchmarks.import_time import CHAT
+exec(CHAT)
 for name, module in sorted(sys.modules.items()):
     if not name.startswith("sluice"):
         continue
     for value in vars(module).values():
         if not (inspect.isclass(value) and value.__module__ == name and attrs.has(value)):
             continue
-        own = value.__dict__.get("__repr__")
-        if issubclass(value, BaseException) or (own is not None and hasattr(own, "__wrapped__")):
-            continue
-        if own is not None and inspect.getsourcefile(own) == inspect.getsourcefile(value):
-            continue  # written by hand in the class body
-        if not issubclass(value, Record) or own is not None:
+        own = getattr(value.__dict__.get(sys.argv[1]), "__code__", None)
+        if own is not None and own.co_filename.startswith("<attrs generated"):
             print(f"{name}.{value.__qualname__}")
 """
+"""Run with a method's name: every attrs class the chat path loads whose own such method attrs
+generated and compiled (``import sluice`` alone loads almost nothing: names load on use)."""
+
+
+def _compiled_on_the_chat_path(method: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILED_ON_THE_CHAT_PATH, method],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()
 
 
 def test_every_attrs_class_loaded_by_import_sluice_shares_the_repr() -> None:
     """A class whose repr attrs compiles costs ~0.13 ms of ``import sluice``; none may."""
-    done = subprocess.run(
-        [sys.executable, "-c", _FIND_COMPILED_REPRS], capture_output=True, text=True, check=True
-    )
-    assert done.stdout.split() == []
+    assert _compiled_on_the_chat_path("__repr__") == []
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -154,34 +161,11 @@ def test_sluice_values_compare_by_their_fields() -> None:
     assert len({Usage(1, 2), Usage(1, 2), Usage(2, 1)}) == 2
 
 
-_FIND_COMPILED_EQ = """
-import inspect, sys
-import sluice
-from benchmarks.import_time import CHAT
-exec(CHAT)
-for name, module in sorted(sys.modules.items()):
-    if not name.startswith("sluice"):
-        continue
-    for value in vars(module).values():
-        if not (inspect.isclass(value) and value.__module__ == name and attrs.has(value)):
-            continue
-        own = value.__dict__.get("__eq__")
-        code = getattr(own, "__code__", None)
-        if code is not None and code.co_filename.startswith("<attrs generated"):
-            print(f"{name}.{value.__qualname__}")
-"""
-
-
 def test_the_chat_path_compiles_no_eq_outside_the_call_layer() -> None:
     """Every value class on the chat path shares :class:`Value`'s ``__eq__``/``__hash__``,
     except those of the call layer's and the codecs' modules (listed here as they are)."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import attrs\n" + _FIND_COMPILED_EQ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert {line.rsplit(".", 1)[0] for line in done.stdout.split()} <= {
+    compiled = _compiled_on_the_chat_path("__eq__")
+    assert {line.rsplit(".", 1)[0] for line in compiled} <= {
         "sluice._ledger.book",
         "sluice._limits.admission",
         "sluice._limits.cost",
