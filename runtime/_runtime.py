@@ -24,7 +24,7 @@ from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
 from sluice.actors._supervisor import SupervisorPeers, run_supervisor
 from sluice.actors._tell import MAILBOX_BUFFER, put
-from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
+from sluice.actors._token_ledger import LedgerTray, TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
 from ._embed_runs import EmbedMethods
@@ -599,7 +599,9 @@ async def _running(
         limiter = RateLimiterHandle(
             mail.limiter[0], on_admitted=observer.admitted if observer.metrics is not None else None
         )
-        ledger = TokenLedgerHandle(mail.ledger[0], ledger_parts.book.job, ledger_parts.budgets)
+        ledger = TokenLedgerHandle(
+            mail.ledger[0], ledger_parts.book.job, ledger_parts.budgets, tray=LedgerTray()
+        )
         wiring = ProviderWiring(limiter, ledger, transport, environ, simulator, observer)
         rt = Runtime(config, supervisor=mail.supervisor[0], wiring=wiring, rng=rng)
         if hasattr(quota_store, "avoided"):  # a shared store: routing sees other processes
@@ -666,7 +668,7 @@ async def _actors(
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
             "token ledger",
-            run_token_ledger,
+            partial(run_token_ledger, tray=rt._ledger.tray),
             ledger_inbox,
             ledger_parts.book,
             ledger_parts.store,
