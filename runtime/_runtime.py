@@ -22,7 +22,7 @@ import trio
 
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
-from sluice.actors._supervisor import SupervisorPeers, run_supervisor
+from sluice.actors._supervisor import SupervisorDoor, SupervisorPeers, run_supervisor
 from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import LedgerTray, TokenLedgerHandle, run_token_ledger
 
@@ -114,6 +114,8 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         self._trims = TrimCount()
         """How many times the memory trimmer has run (see :mod:`._memory`)."""
         self._supervisor = supervisor
+        self._submit_to = SupervisorDoor(supervisor)
+        """Where calls are handed to the Supervisor (see :class:`SupervisorDoor`)."""
         self._limiter = wiring.limiter
         self._ledger = wiring.ledger
         self._ids = itertools.count(1)
@@ -229,7 +231,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         if bound is not None:
             bound(call)
         try:
-            await put(self._supervisor, Submit(call))
+            await put(self._submit_to, Submit(call))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             if made.events is not None:
                 call.events.close()
@@ -652,7 +654,7 @@ async def _actors(
     on_restart = rt._observer.actor_restarted
     limiter_send, limiter_inbox = mail.limiter
     ledger_send, ledger_inbox = mail.ledger
-    supervisor_send, supervisor_inbox = mail.supervisor
+    supervisor_inbox = mail.supervisor[1]
     async with trio.open_nursery() as infra:
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
@@ -693,9 +695,14 @@ async def _actors(
             routing=rt._groups.routing,
         )
         async with trio.open_nursery() as front:
-            await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
-            with supervisor_send:
+            door = rt._submit_to
+            await front.start(
+                partial(run_supervisor, door=door), peers, supervisor_inbox, name="supervisor"
+            )
+            try:
                 yield
+            finally:
+                door.close()
         providers.close()
         limiter_send.close()
         ledger_send.close()
