@@ -88,7 +88,7 @@ from sluice._mail import (
     AttemptSucceeded,
     Call,
     ConsumerGone,
-    ProviderMsg,
+    ProviderMailbox,
     RecordCall,
     Settle,
     StartAttempt,
@@ -125,7 +125,7 @@ __all__ = [
 
 log = logging.getLogger("sluice.supervisor")
 
-Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
+Route = tuple[ResolvedProvider, ProviderMailbox]
 """A provider's resolved settings and its actor's mailbox."""
 
 
