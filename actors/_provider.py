@@ -678,16 +678,21 @@ class _Attempt:
                     )
                 if not feed(data):
                     continue
+                # A read that completed the body gave the connection back: nothing waits
+                # under the scope any more, so its deadline is left as it is.
+                holds = getattr(response, "holds_connection", True)
                 if self.first_token_at is None:
                     # What _first_chunk does but its events: nobody reads a quiet call's.
                     self.first_token_at = trio.current_time()
                     self.hedge_at = math.inf
-                    await self.ctx.limiter.release(self.msg.ticket)
-                    if idle is None and getattr(response, "holds_connection", True):
-                        scope.deadline = total
-                # A read that completed the body gave the connection back: nothing waits
-                # under the scope any more, so its deadline is left as it is.
-                if idle is not None and getattr(response, "holds_connection", True):
+                    # A reply whose first chunk came with its end: the Settle, told in this
+                    # same step (no wait lies between: the next read returns b"" at once, no
+                    # consumer is fed), frees the slot, one message instead of two.
+                    if holds:
+                        await self.ctx.limiter.release(self.msg.ticket)
+                        if idle is None:
+                            scope.deadline = total
+                if idle is not None and holds:
                     scope.deadline = min(total, trio.current_time() + idle)
                 del data  # an open stream holds none of it while it waits
         finally:
