@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import trio
 
+from sluice.actors._limiter_handle import LimiterTray
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
 from sluice.actors._supervisor import SupervisorDoor, SupervisorPeers, run_supervisor
@@ -599,7 +600,9 @@ async def _running(
             config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider
         )
         limiter = RateLimiterHandle(
-            mail.limiter[0], on_admitted=observer.admitted if observer.metrics is not None else None
+            mail.limiter[0],
+            on_admitted=observer.admitted if observer.metrics is not None else None,
+            tray=LimiterTray(),
         )
         ledger = TokenLedgerHandle(
             mail.ledger[0], ledger_parts.book.job, ledger_parts.budgets, tray=LedgerTray()
@@ -659,7 +662,7 @@ async def _actors(
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
             "rate limiter",
-            run_rate_limiter,
+            partial(run_rate_limiter, tray=rt._limiter.tray),
             limiter_inbox,
             rng,
             quota_store,
