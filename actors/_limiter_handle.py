@@ -4,8 +4,9 @@ asking for admission, and telling it of first chunks and settlements."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import attrs
 import trio
@@ -37,9 +38,46 @@ if TYPE_CHECKING:
     from sluice._limits.cost import Cost
     from sluice._limits.queue import Priority
 
-__all__ = ["RateLimiterHandle"]
+__all__ = ["LimiterTray", "RateLimiterHandle"]
 
 _ASK_AGAIN = 8  # admissions asked again after the limiter crashed under a waiting caller
+TRAY_SIZE = 256
+"""Ends a tray holds before the next goes through the mailbox (and wakes the RateLimiter)."""
+
+Laid: TypeAlias = "tuple[Release | Settle, float, float]"
+"""A first chunk or an attempt's end, the trio time and the wall time it was told at."""
+
+
+class LimiterTray:
+    """First chunks and attempts' ends that did not wake the RateLimiter.
+
+    An attempt made alone frees a slot that nobody waits for: the RateLimiter has nothing to
+    decide until the next ask, and waking it for the end alone would cost every call made
+    alone a trip through the scheduler. So while the RateLimiter says nothing can come of an
+    end (:attr:`open`: no ask waits on any key, no budget and no shared store, whose other
+    processes would see the slot held), the handle lays ``Release`` and a successful
+    ``Settle`` here with the times they were told, and the RateLimiter applies them at those
+    times before anything else it does when it next wakes (an ask, a question, its end): the
+    windows, the learned limits and the statistics come out as if it had woken for each.
+    Otherwise, or when the tray is full, they go through the mailbox as before.
+    """
+
+    __slots__ = ("items", "open")
+
+    def __init__(self) -> None:
+        self.items: list[Laid] = []
+        self.open = False
+        """Written by the RateLimiter only: True while it sleeps with nothing an end could
+        change at once; False from the moment it wakes."""
+
+    def take(self) -> list[Laid]:
+        """Everything laid so far, in order; the tray is empty afterwards."""
+        items, self.items = self.items, []
+        return items
+
+
+def _now() -> float:
+    return trio.lowlevel.current_clock().current_time()
 
 
 def _ready(reply: Reply[Admission | Refusal | Expired]) -> Admission | Refusal | Expired | None:
@@ -57,6 +95,9 @@ class RateLimiterHandle(Record):
     _mailbox: trio.MemorySendChannel[RateLimiterMsg]
     on_admitted: Callable[[str, float], None] | None = None
     """Told each admission's quota key and seconds waited (the admission-wait metric)."""
+    tray: LimiterTray | None = None
+    """Where ends go that need not wake the RateLimiter (the runtime's handle has one; see
+    :class:`LimiterTray`). None: every end goes through the mailbox."""
 
     async def acquire(
         self,
@@ -247,10 +288,25 @@ class RateLimiterHandle(Record):
 
     async def release(self, ticket: int) -> None:
         """Free ``ticket``'s pending slot (its first chunk arrived)."""
-        await self._send_shielded(Release(ticket))
+        await self._tell_end(Release(ticket))
 
     async def settle(self, msg: Settle) -> None:
         """Report an attempt's end. Shielded: a cancelled attempt still frees its slots."""
+        await self._tell_end(msg)
+
+    async def _tell_end(self, msg: Release | Settle) -> None:
+        """In the tray when the RateLimiter said an end can wait (see :class:`LimiterTray`),
+        else through the mailbox. Only a successful end waits: a failure's signal (a
+        cooldown, the adaptive limit) and a refund of an attempt never sent act at once."""
+        tray = self.tray
+        if (
+            tray is not None
+            and tray.open
+            and len(tray.items) < TRAY_SIZE
+            and (type(msg) is Release or msg.signal == "ok")  # type: ignore[union-attr]
+        ):
+            tray.items.append((msg, _now(), time.time()))
+            return
         await self._send_shielded(msg)
 
     async def statistics(self) -> dict[str, KeyStatistics]:

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     from sluice._observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
     from sluice.transport._base import HotResponse
 
-__all__ = ["ProviderContext", "ProviderState", "run_provider"]
+__all__ = ["ProviderContext", "ProviderDoor", "ProviderState", "run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
 ERROR_BODY_WAIT = 5.0
@@ -85,12 +85,16 @@ _CHARS_PER_TOKEN = 4
 class ProviderState:
     """What a ProviderActor changes as it runs, kept across its restarts (the restarter runs
     the actor again with the same context). Only the actor's tasks write it: its loop applies
-    a reload (:class:`~sluice._mail.ReloadProvider`), its attempt tasks count themselves in
-    and out. The runtime's statistics read :attr:`in_flight`."""
+    a reload (:class:`~sluice._mail.ReloadProvider`) and sets :attr:`attempts` while it
+    runs, its attempt tasks count themselves in and out. The runtime's statistics read
+    :attr:`in_flight`; the actor's door (:class:`ProviderDoor`) reads :attr:`attempts`."""
 
-    __slots__ = ("in_flight", "secrets", "settings")
+    __slots__ = ("attempts", "in_flight", "secrets", "settings")
 
     def __init__(self, spec: ResolvedProvider) -> None:
+        self.attempts: trio.Nursery | None = None
+        """The running actor's nursery of attempts; None while no instance runs (before the
+        start, between a crash and the restart, after the end)."""
         self.in_flight = 0
         """Attempts running now."""
         self.settings = spec
@@ -128,6 +132,61 @@ class ProviderContext(Record):
     """What the actor's tasks change (see :class:`ProviderState`)."""
 
 
+class ProviderDoor:
+    """A ProviderActor's mailbox as the Supervisor holds it, with a shortcut.
+
+    While an instance of the actor runs and nothing waits in its mailbox, a
+    :class:`~sluice._mail.StartAttempt` starts the attempt's task in that instance's nursery
+    at once, in the sender's step: the mailbox loop would do nothing else with it, and an
+    attempt made alone would pay a trip of that loop through the scheduler. The attempt's
+    task is the actor's all the same (a crash of the actor cancels it, and the Supervisor
+    resubmits the attempt). Anything else goes through the mailbox: a
+    :class:`~sluice._mail.ReloadProvider` (the actor applies it in its loop), and an attempt
+    when no instance runs (before the start, between a crash and the restart) or when
+    messages wait there (a reload: the attempt queues behind it, so it sends with the new
+    settings). Once :meth:`close` was called, messages are refused as by a closed channel
+    (``trio.ClosedResourceError``).
+    """
+
+    __slots__ = ("_closed", "_ctx", "_mailbox")
+
+    def __init__(self, mailbox: trio.MemorySendChannel[ProviderMsg], ctx: ProviderContext) -> None:
+        self._mailbox = mailbox
+        self._ctx = ctx
+        self._closed = False
+
+    def send_nowait(self, msg: ProviderMsg) -> None:
+        """Start or apply ``msg`` (see the class). Raises what the mailbox's ``send_nowait``
+        raises when the message goes there."""
+        mailbox = self._mailbox
+        attempts = self._ctx.state.attempts
+        if (
+            attempts is None
+            or self._closed
+            or not isinstance(msg, StartAttempt)
+            or mailbox.statistics().current_buffer_used
+        ):
+            mailbox.send_nowait(msg)
+            return
+        attempts.start_soon(_serve_attempt, self._ctx, msg, name=msg.call.call_id)
+
+    async def send(self, msg: ProviderMsg) -> None:
+        """:meth:`send_nowait`, waiting for room when the message goes to a full mailbox."""
+        try:
+            self.send_nowait(msg)
+        except trio.WouldBlock:
+            pass  # waited for outside the handler
+        else:
+            return
+        await self._mailbox.send(msg)
+
+    def close(self) -> None:
+        """No more attempts: the mailbox closes, so the actor returns once every attempt it
+        runs has ended."""
+        self._closed = True
+        self._mailbox.close()
+
+
 async def run_provider(
     inbox: trio.MemoryReceiveChannel[ProviderMsg],
     ctx: ProviderContext,
@@ -136,26 +195,43 @@ async def run_provider(
 ) -> None:
     """Serve attempts concurrently; return when the inbox closes and every attempt has ended.
 
-    The inbox is not closed here: after a crash the restarter runs this again on it.
+    The inbox is not closed here: after a crash the restarter runs this again on it. While
+    this runs, the actor's door (:class:`ProviderDoor`) starts attempts in its nursery.
     """
     sweeping = trio.CancelScope()
+    state = ctx.state
     async with trio.open_nursery() as attempts:
         if hasattr(ctx.transport, "sweep"):
             attempts.start_soon(_sweep_idle_connections, ctx.transport, sweeping)
+        state.attempts = attempts
         task_status.started()
-        while True:
-            try:
-                msg = await take(inbox)
-            except trio.EndOfChannel:
-                sweeping.cancel()  # the attempts still running finish; then we return
-                return
-            match msg:
-                case StartAttempt():
-                    attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
-                case ReloadProvider(spec=spec):
-                    ctx.state.reload(spec)
-                case _:
-                    assert_never(msg)
+        try:
+            await _serve(inbox, ctx, attempts, sweeping)
+        finally:
+            # Before the nursery closes to new tasks: the door sends to the mailbox again.
+            state.attempts = None
+
+
+async def _serve(
+    inbox: trio.MemoryReceiveChannel[ProviderMsg],
+    ctx: ProviderContext,
+    attempts: trio.Nursery,
+    sweeping: trio.CancelScope,
+) -> None:
+    """The mailbox loop: what arrives in the mailbox (not through the door) starts here."""
+    while True:
+        try:
+            msg = await take(inbox)
+        except trio.EndOfChannel:
+            sweeping.cancel()  # the attempts still running finish; then we return
+            return
+        match msg:
+            case StartAttempt():
+                attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+            case ReloadProvider(spec=spec):
+                ctx.state.reload(spec)
+            case _:
+                assert_never(msg)
 
 
 async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> None:
@@ -602,16 +678,21 @@ class _Attempt:
                     )
                 if not feed(data):
                     continue
+                # A read that completed the body gave the connection back: nothing waits
+                # under the scope any more, so its deadline is left as it is.
+                holds = getattr(response, "holds_connection", True)
                 if self.first_token_at is None:
                     # What _first_chunk does but its events: nobody reads a quiet call's.
                     self.first_token_at = trio.current_time()
                     self.hedge_at = math.inf
-                    await self.ctx.limiter.release(self.msg.ticket)
-                    if idle is None and getattr(response, "holds_connection", True):
-                        scope.deadline = total
-                # A read that completed the body gave the connection back: nothing waits
-                # under the scope any more, so its deadline is left as it is.
-                if idle is not None and getattr(response, "holds_connection", True):
+                    # A reply whose first chunk came with its end: the Settle, told in this
+                    # same step (no wait lies between: the next read returns b"" at once, no
+                    # consumer is fed), frees the slot, one message instead of two.
+                    if holds:
+                        await self.ctx.limiter.release(self.msg.ticket)
+                        if idle is None:
+                            scope.deadline = total
+                if idle is not None and holds:
                     scope.deadline = min(total, trio.current_time() + idle)
                 del data  # an open stream holds none of it while it waits
         finally:

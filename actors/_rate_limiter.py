@@ -58,7 +58,7 @@ from sluice._mail import (
 from sluice._messages import Usage
 from sluice._record import Record
 
-from ._limiter_handle import RateLimiterHandle
+from ._limiter_handle import LimiterTray, RateLimiterHandle
 from ._tell import take
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ async def run_rate_limiter(
     budget: BudgetBook | None = None,
     *,
     keys_kept: int = KEYS_KEPT,
+    tray: LimiterTray | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admissions until every sender of ``inbox`` is closed.
@@ -138,6 +139,11 @@ async def run_rate_limiter(
     the last sweep; a sweep runs when a new key would pass that size and drops every key at
     rest (see ``admission.at_rest`` and ``QuotaStore.forget``), so its cost is amortized constant
     per key made, and while fewer than ``keys_kept`` keys are in use none is dropped.
+
+    ``tray`` (outliving restarts too): where the handle lays ends that need not wake this
+    actor (see :class:`~sluice.actors._limiter_handle.LimiterTray`). It is opened only while
+    the actor sleeps with no ask waiting on any key, no budget and no shared store, and every
+    wake applies what it holds, at the times they were told, before anything else.
     """
     if budget is not None:
         budget.charge_outstanding()  # a crashed instance's tickets will never be settled
@@ -147,6 +153,7 @@ async def run_rate_limiter(
         ticket_numbers if ticket_numbers is not None else itertools.count(1),
         budget,
         keys_kept,
+        tray,
     )
     task_status.started()
     try:
@@ -165,8 +172,12 @@ class _Limiter:
         numbers: Iterator[int],
         budget: BudgetBook | None = None,
         keys_kept: int = KEYS_KEPT,
+        tray: LimiterTray | None = None,
     ) -> None:
         self.store = store
+        self.tray = tray
+        self.waiting: set[_Key] = set()
+        """Keys with asks queued, as their last look left them."""
         self.keys_kept = keys_kept
         self.sweep_at = keys_kept
         """A new key when this many are held sweeps the keys at rest first."""
@@ -194,6 +205,7 @@ class _Limiter:
         keys, timers, burst = self.keys, self.timers, self.touched
         clock = trio.lowlevel.current_clock().current_time  # trio.current_time, found once
         now = clock()
+        tray = self.tray
         while True:
             msg: RateLimiterMsg | None = None
             try:
@@ -203,6 +215,8 @@ class _Limiter:
                     except trio.WouldBlock:
                         pass  # the burst is over: look at its keys below
                 elif wake_at == math.inf:
+                    if tray is not None:
+                        tray.open = self._quiet()
                     msg = await take(inbox)
                 else:
                     try:
@@ -211,8 +225,15 @@ class _Limiter:
                         with trio.move_on_at(wake_at):
                             msg = await inbox.receive()
             except trio.EndOfChannel:
+                if tray is not None:
+                    tray.open = False
+                    await self._take_tray(tray)
                 await self._pump_burst(now)
                 return
+            if tray is not None:
+                tray.open = False
+                if tray.items:
+                    await self._take_tray(tray)  # told before ``msg``: applied first
             now = clock()
             touched: _Key | None = None
             match msg:
@@ -225,12 +246,7 @@ class _Limiter:
                     if withdrawn is not None and withdrawn.waiters.remove(acquire):
                         touched = withdrawn  # the waiters behind it may fit now
                 case Release(ticket=number):
-                    ticket = self.tickets.get(number)
-                    if ticket is not None and ticket.pending:
-                        ticket.pending = False
-                        ticket.key.pending -= 1
-                        touched = ticket.key
-                        await self.store.redate(ticket.reservation, now)
+                    touched = await self._release(number, now)
                 case Settle():
                     touched = await self.settle(msg, now)
                     if self.budget_waiting and touched is not None:
@@ -263,6 +279,39 @@ class _Limiter:
                     _refuse(waiter, None)
                     await self.pump(key, now)  # the waiters behind it may fit now
             wake_at = min(timers[0][0] if timers else math.inf, self.expiries.next_at())
+
+    async def _release(self, number: int, now: float) -> _Key | None:
+        """Free ticket ``number``'s pending slot (its first chunk came at ``now``); its key,
+        or None when there was nothing to free."""
+        ticket = self.tickets.get(number)
+        if ticket is None or not ticket.pending:
+            return None
+        ticket.pending = False
+        ticket.key.pending -= 1
+        await self.store.redate(ticket.reservation, now)
+        return ticket.key
+
+    def _quiet(self) -> bool:
+        """Whether an end may wait in the tray: nothing it frees is waited for, here or (no
+        shared store) in another process, and no budget's readers see its refund late."""
+        return (
+            not self.waiting
+            and not self.budget_waiting
+            and self.budget is None
+            and not self.store.shared
+        )
+
+    async def _take_tray(self, tray: LimiterTray) -> None:
+        """Apply the ends laid in ``tray``, each at the time it was told; their keys are
+        looked at with the burst."""
+        burst = self.touched
+        for msg, at, wall in tray.take():
+            if isinstance(msg, Release):
+                key = await self._release(msg.ticket, at)
+            else:
+                key = await self.settle(msg, at, wall)
+            if key is not None:
+                burst[key] = None
 
     async def _enqueue(self, msg: Acquire, now: float) -> _Key | None:
         """Queue an ask on its key (made on first use) and return the key to look at, or
@@ -362,6 +411,10 @@ class _Limiter:
         """Admit the key's waiters that fit now; schedule the key's next look."""
         wake = await self._admit(key, now)
         key.wake = wake
+        if key.waiters:
+            self.waiting.add(key)
+        else:
+            self.waiting.discard(key)
         if wake < math.inf:
             heapq.heappush(self.timers, (wake, next(self.timer_ids), key))
 
@@ -454,7 +507,9 @@ class _Limiter:
         key.pending += 1
         key.open_streams += 1
 
-    async def settle(self, msg: Settle, now: float) -> _Key | None:
+    async def settle(self, msg: Settle, now: float, wall: float | None = None) -> _Key | None:
+        """Apply attempt ``msg.ticket``'s end, told at ``now`` (``wall``: the wall time then,
+        None: now); its key, or None for a ticket unknown here."""
         ticket = self.tickets.pop(msg.ticket, None)
         if ticket is None:
             return None
@@ -483,7 +538,7 @@ class _Limiter:
             # Limits change slowly: reading them from every reply would cost more than it
             # tells, so read at most every _LEARN_EVERY seconds per key, and on every 429.
             key.learn_after = now + _LEARN_EVERY
-            learned = learned_limits(msg.headers, time.time())
+            learned = learned_limits(msg.headers, time.time() if wall is None else wall)
             if learned:
                 try:
                     await self.store.learn(key.name, key.specs, learned, now)

@@ -88,7 +88,7 @@ from sluice._mail import (
     AttemptSucceeded,
     Call,
     ConsumerGone,
-    ProviderMsg,
+    ProviderMailbox,
     RecordCall,
     Settle,
     StartAttempt,
@@ -114,11 +114,18 @@ if TYPE_CHECKING:
     from sluice._retry_policy import CallState
     from sluice._tools.preparation import Prepared
 
-__all__ = ["Preparer", "Route", "SupervisorPeers", "default_preparer", "run_supervisor"]
+__all__ = [
+    "Preparer",
+    "Route",
+    "SupervisorDoor",
+    "SupervisorPeers",
+    "default_preparer",
+    "run_supervisor",
+]
 
 log = logging.getLogger("sluice.supervisor")
 
-Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
+Route = tuple[ResolvedProvider, ProviderMailbox]
 """A provider's resolved settings and its actor's mailbox."""
 
 
@@ -185,26 +192,99 @@ class SupervisorPeers(Record):
         return breaker_key(provider, model)
 
 
+class SupervisorDoor:
+    """How the runtime submits calls: the Supervisor's mailbox, with a shortcut.
+
+    While the Supervisor runs, a :class:`~sluice._mail.Submit` starts the call's task in the
+    Supervisor's nursery at once, in the submitter's step: its mailbox loop would do nothing
+    else with it, and a call made alone would pay a trip of that loop through the scheduler.
+    The call's task is the Supervisor's all the same (its nursery owns it). Before the
+    Supervisor runs, a submission waits in the mailbox; once :meth:`close` was called it is
+    refused as by a closed channel (``trio.ClosedResourceError``).
+    """
+
+    __slots__ = ("_calls", "_clock", "_closed", "_mailbox", "_peers")
+
+    def __init__(self, mailbox: trio.MemorySendChannel[SupervisorMsg]) -> None:
+        self._mailbox = mailbox
+        self._calls: trio.Nursery | None = None
+        self._peers: SupervisorPeers | None = None
+        self._clock: Callable[[], float] = trio.current_time
+        self._closed = False
+
+    def send_nowait(self, msg: SupervisorMsg) -> None:
+        """Start ``msg``'s call (see the class). Raises what the mailbox's ``send_nowait``
+        raises when the call goes there."""
+        calls, peers = self._calls, self._peers
+        if calls is None or peers is None:
+            self._mailbox.send_nowait(msg)
+            return
+        call = msg.call
+        calls.start_soon(_supervise, peers, call, self._clock, name=call.call_id)
+
+    async def send(self, msg: SupervisorMsg) -> None:
+        """:meth:`send_nowait`, waiting for room when the call goes to a full mailbox."""
+        if self._calls is None:
+            await self._mailbox.send(msg)
+        else:
+            self.send_nowait(msg)
+
+    def close(self) -> None:
+        """No more calls: the mailbox closes, so the Supervisor returns once every call
+        it has ended."""
+        self._closed = True
+        self._calls = self._peers = None
+        self._mailbox.close()
+
+    def _open(
+        self, calls: trio.Nursery, peers: SupervisorPeers, clock: Callable[[], float]
+    ) -> None:
+        if not self._closed:
+            self._calls, self._peers, self._clock = calls, peers, clock
+
+    def _shut(self) -> None:
+        self._calls = self._peers = None
+
+
 async def run_supervisor(
     peers: SupervisorPeers,
     inbox: trio.MemoryReceiveChannel[SupervisorMsg],
     *,
+    door: SupervisorDoor | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Supervise submitted calls; return when the inbox closes and every call has ended."""
+    """Supervise submitted calls; return when the inbox closes and every call has ended.
+    ``door``: the senders' side of ``inbox``, whose submissions start their calls in this
+    actor's nursery directly while it runs (see :class:`SupervisorDoor`)."""
     # The run's clock, read directly (``trio.current_time`` takes three calls to find it).
     clock = trio.lowlevel.current_clock().current_time
     async with trio.open_nursery() as calls:
+        if door is not None:
+            door._open(calls, peers, clock)
         task_status.started()
-        async with inbox:
-            while True:
-                try:
-                    msg = await take(inbox)
-                except trio.EndOfChannel:
-                    return
-                match msg:
-                    case Submit(call=call):
-                        calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
+        try:
+            await _serve(peers, inbox, calls, clock)
+        finally:
+            if door is not None:
+                door._shut()
+
+
+async def _serve(
+    peers: SupervisorPeers,
+    inbox: trio.MemoryReceiveChannel[SupervisorMsg],
+    calls: trio.Nursery,
+    clock: Callable[[], float],
+) -> None:
+    """The mailbox loop: what arrives in the mailbox (not through a door) starts here."""
+    async with inbox:
+        while True:
+            try:
+                msg = await take(inbox)
+            except trio.EndOfChannel:
+                return
+            match msg:
+                case Submit(call=call):
+                    calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
 
 
 async def _supervise(peers: SupervisorPeers, call: Call, clock: Callable[[], float]) -> None:

@@ -8,6 +8,13 @@ the store every ``flush_interval`` seconds, on request (``FlushLedger``) and onc
 actor stops; the store does its blocking work in a thread. A failed write is logged and its
 increments go out with the next batch.
 
+Records need no answer and no haste: their only readers are the flusher and the questions.
+So the runtime's handle lays them in a tray (:class:`LedgerTray`, stamped with the wall time
+they were told) instead of the mailbox, and the actor takes the tray's records whenever it
+wakes anyway: for a message, before each write and each answer, and at its end. A record wakes
+it only when the tray is full. A call made alone then costs the ledger no trip through the
+scheduler, and a burst of records is counted in one run.
+
 Questions (``QueryLedger``: totals, a report, a job's spend) are answered by the store, which
 sums what it holds (the book never loads the store's history), plus the increments the book
 has not yet handed over. The flusher asks the store, between two writes: so no batch is on its
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, TypeVar, assert_never
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, assert_never
 
 import attrs
 import trio
@@ -54,13 +61,64 @@ if TYPE_CHECKING:
     from sluice._ledger.budget import BudgetBook, BudgetStatus  # noqa: TC004 (types only)
     from sluice._ledger.store import LedgerStore
 
-__all__ = ["TokenLedgerHandle", "run_token_ledger"]
+__all__ = ["LedgerTray", "TokenLedgerHandle", "run_token_ledger"]
 
 log = logging.getLogger("sluice._ledger")
 
 T = TypeVar("T")
 
 _LAST_FLUSH_TIMEOUT = 10.0
+TRAY_SIZE = 256
+"""Records a tray holds before the next one goes through the mailbox (which wakes the actor,
+and it takes the tray's records first): a bound on the memory, and on how many records wait
+for a ledger without a store that nobody asks."""
+
+Recorded: TypeAlias = "tuple[RecordUsage | RecordCall, float]"
+"""A record and the wall time (``time.time``) it was told at."""
+
+
+class LedgerTray:
+    """Records told to the TokenLedger that have not woken it (see the module's docstring).
+    Senders only append (:meth:`TokenLedgerHandle.record`); the actor's tasks take them all
+    (:meth:`take`). It outlives the actor's restarts, as the book does."""
+
+    __slots__ = ("items", "wall_clock")
+
+    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+        self.items: list[Recorded] = []
+        self.wall_clock = wall_clock
+        """Stamps each record as it is laid in: its UTC day is the day it was told, however
+        long it waits."""
+
+    def take(self) -> list[Recorded]:
+        """Every record laid in so far, in order; the tray is empty afterwards."""
+        items, self.items = self.items, []
+        return items
+
+
+def _take_tray(tray: LedgerTray | None, book: LedgerBook) -> None:
+    """Count the records waiting in ``tray`` (if any) into ``book``."""
+    if tray is not None and tray.items:
+        for msg, wall in tray.take():
+            _record(book, msg, wall)
+
+
+def _record(book: LedgerBook, msg: RecordUsage | RecordCall, wall: float) -> None:
+    if isinstance(msg, RecordUsage):
+        book.record_usage(
+            msg.provider,
+            msg.model,
+            msg.usage,
+            wall=wall,
+            tag=msg.tag,
+            job=msg.job,
+            estimated=msg.estimated,
+            batch=msg.batch,
+        )
+    else:
+        book.record_call(
+            msg.provider, msg.model, msg.ok, msg.attempts, wall=wall, tag=msg.tag, job=msg.job
+        )
 
 
 async def run_token_ledger(
@@ -70,6 +128,7 @@ async def run_token_ledger(
     flush_interval: float = 1.0,
     wall_clock: Callable[[], float] = time.time,
     *,
+    tray: LedgerTray | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Keep the books until every sender of ``inbox`` is closed, then write what is left.
@@ -77,15 +136,17 @@ async def run_token_ledger(
     ``book`` is owned by the caller, so a restarted ledger continues where the crashed one
     stopped (increments not yet written included). ``wall_clock`` gives the UTC day of each
     record. Answers to ``QueryLedger`` are new summaries, so the asker cannot change the books;
-    ``FlushLedger`` is answered by closing its channel once the write is done.
+    ``FlushLedger`` is answered by closing its channel once the write is done. ``tray``: where
+    the handle lays records without waking the actor (see :class:`LedgerTray`); each one is
+    counted before anything that comes after it is answered or written.
     """
-    flusher = _Flusher(book, store, flush_interval) if store is not None else None
+    flusher = _Flusher(book, store, flush_interval, tray) if store is not None else None
     async with trio.open_nursery() as nursery:
         if flusher is not None:
             nursery.start_soon(flusher.run, name="token ledger flusher")
         task_status.started()
         try:
-            await _serve(inbox, book, flusher, wall_clock)
+            await _serve(inbox, book, flusher, wall_clock, tray)
         finally:
             if flusher is not None:
                 flusher.stop()
@@ -96,34 +157,18 @@ async def _serve(
     book: LedgerBook,
     flusher: _Flusher | None,
     wall_clock: Callable[[], float],
+    tray: LedgerTray | None,
 ) -> None:
     while True:
         try:
             msg = await take(inbox)
         except trio.EndOfChannel:
+            _take_tray(tray, book)  # the last records, for the flusher's last write
             return
+        _take_tray(tray, book)  # told before this message: counted before it
         match msg:
-            case RecordUsage():
-                book.record_usage(
-                    msg.provider,
-                    msg.model,
-                    msg.usage,
-                    wall=wall_clock(),
-                    tag=msg.tag,
-                    job=msg.job,
-                    estimated=msg.estimated,
-                    batch=msg.batch,
-                )
-            case RecordCall():
-                book.record_call(
-                    msg.provider,
-                    msg.model,
-                    msg.ok,
-                    msg.attempts,
-                    wall=wall_clock(),
-                    tag=msg.tag,
-                    job=msg.job,
-                )
+            case RecordUsage() | RecordCall():
+                _record(book, msg, wall_clock())
             case QueryLedger():
                 if flusher is None:
                     _answer(msg, summarize_rows(book.rows.items(), msg.query))
@@ -149,8 +194,11 @@ class _Flusher:
     """Writes the book's increments to the store (periodically, on request and at the end)
     and, between writes, answers questions from the store's sums and the book's increments."""
 
-    def __init__(self, book: LedgerBook, store: LedgerStore, interval: float) -> None:
+    def __init__(
+        self, book: LedgerBook, store: LedgerStore, interval: float, tray: LedgerTray | None
+    ) -> None:
         self.book = book
+        self.tray = tray
         self.store = store
         self.interval = interval
         self.wake = trio.Event()
@@ -208,11 +256,13 @@ class _Flusher:
             except BaseException:
                 msg.reply_to.close()
                 raise
+            _take_tray(self.tray, self.book)  # the records told during the question too
             pending = summarize_rows(self.book.dirty.items(), msg.query)
             _answer(msg, merge_summaries(stored, pending) if pending else stored)
 
     async def flush(self) -> None:
         waiting, self.waiting = self.waiting, []
+        _take_tray(self.tray, self.book)
         batch = self.book.take_dirty()
         try:
             if batch:
@@ -236,9 +286,17 @@ class TokenLedgerHandle(Record):
     job: str = ""
     """The runtime's job (run id), recorded with every call that names no other."""
     _budgets: BudgetBook | None = None
+    tray: LedgerTray | None = None
+    """Where records go without waking the actor (the runtime's handle has one; see
+    :class:`LedgerTray`). None: every record goes through the mailbox."""
 
     async def record(self, msg: RecordUsage | RecordCall) -> None:
-        """Record usage or a call's end; shielded, so a cancelled call still gets counted."""
+        """Record usage or a call's end; never waits while the tray or the mailbox has room,
+        and shielded otherwise, so a cancelled call still gets counted."""
+        tray = self.tray
+        if tray is not None and len(tray.items) < TRAY_SIZE:
+            tray.items.append((msg, tray.wall_clock()))
+            return
         await tell(self._mailbox, msg)
 
     async def totals(self) -> dict[str, LedgerTotals]:

@@ -31,7 +31,7 @@ from ._embeddings import EmbedOutput, EmbedRequest, EmbedResult
 from ._errors import BadRequest, RuntimeClosed
 from ._events import Embedded, Failed
 from ._limits.cost import Cost
-from ._mail import Call, EventBatch, ProviderMsg
+from ._mail import Call, EventBatch, ProviderMailbox
 from ._messages import ChatRequest, Usage
 from ._prepare import GroupPlacement, deadlines, model_target
 from .providers._embedding import embedding_codec, no_embeddings
@@ -54,7 +54,7 @@ __all__ = [
     "wait_embedded",
 ]
 
-Route = tuple["ResolvedProvider", trio.MemorySendChannel[ProviderMsg]]
+Route = tuple["ResolvedProvider", ProviderMailbox]
 
 _CHARS_PER_TOKEN = 4
 

@@ -65,6 +65,7 @@ __all__ = [
     "FlushLedger",
     "LedgerMsg",
     "LedgerTotals",
+    "ProviderMailbox",
     "ProviderMsg",
     "QueryLedger",
     "RateLimiterMsg",
@@ -104,7 +105,7 @@ class Call(Record):
     """The request this route sends: the caller's, or its prepared form (see ``prepared``);
     a correction retry sends a copy with the correction appended."""
     provider: ResolvedProvider
-    provider_mailbox: trio.MemorySendChannel[ProviderMsg]
+    provider_mailbox: ProviderMailbox
     model: str
     """The model name without the provider prefix."""
     events: EventSink
@@ -400,6 +401,15 @@ class ReloadProvider(Record):
 
 
 ProviderMsg: TypeAlias = StartAttempt | ReloadProvider
+
+
+class ProviderMailbox(Protocol):
+    """A ProviderActor's mailbox as its senders hold it (a memory channel's send end, or the
+    actor's door, :class:`sluice.actors._provider.ProviderDoor`)."""
+
+    def send_nowait(self, msg: ProviderMsg, /) -> None: ...
+
+    async def send(self, msg: ProviderMsg, /) -> None: ...
 
 
 # TokenLedger ------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import trio
 
 from ._errors import ConfigError, RuntimeClosed
 from ._limits.cost import estimate_cost
-from ._mail import Call, EventBatch, EventSink, ProviderMsg, SupervisorMsg
+from ._mail import Call, EventBatch, EventSink, ProviderMailbox, SupervisorMsg
 from ._messages import ChatRequest, ChatResult, split_model
 from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
@@ -70,7 +70,7 @@ __all__ = [
     "prepare_tools",
 ]
 
-Route = tuple["ResolvedProvider", trio.MemorySendChannel[ProviderMsg]]
+Route = tuple["ResolvedProvider", ProviderMailbox]
 
 
 @attrs.frozen(eq=False, repr=False)

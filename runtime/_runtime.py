@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import trio
 
+from sluice.actors._limiter_handle import LimiterTray
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
-from sluice.actors._supervisor import SupervisorPeers, run_supervisor
+from sluice.actors._supervisor import SupervisorDoor, SupervisorPeers, run_supervisor
 from sluice.actors._tell import MAILBOX_BUFFER, put
-from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger
+from sluice.actors._token_ledger import LedgerTray, TokenLedgerHandle, run_token_ledger
 
 from ._config import RuntimeConfig, config_from_env
 from ._embed_runs import EmbedMethods
@@ -114,6 +115,8 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         self._trims = TrimCount()
         """How many times the memory trimmer has run (see :mod:`._memory`)."""
         self._supervisor = supervisor
+        self._submit_to = SupervisorDoor(supervisor)
+        """Where calls are handed to the Supervisor (see :class:`SupervisorDoor`)."""
         self._limiter = wiring.limiter
         self._ledger = wiring.ledger
         self._ids = itertools.count(1)
@@ -229,7 +232,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         if bound is not None:
             bound(call)
         try:
-            await put(self._supervisor, Submit(call))
+            await put(self._submit_to, Submit(call))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             if made.events is not None:
                 call.events.close()
@@ -597,9 +600,13 @@ async def _running(
             config, ledger_parts.book, ledger_parts.store, hooks, tracer_provider
         )
         limiter = RateLimiterHandle(
-            mail.limiter[0], on_admitted=observer.admitted if observer.metrics is not None else None
+            mail.limiter[0],
+            on_admitted=observer.admitted if observer.metrics is not None else None,
+            tray=LimiterTray(),
         )
-        ledger = TokenLedgerHandle(mail.ledger[0], ledger_parts.book.job, ledger_parts.budgets)
+        ledger = TokenLedgerHandle(
+            mail.ledger[0], ledger_parts.book.job, ledger_parts.budgets, tray=LedgerTray()
+        )
         wiring = ProviderWiring(limiter, ledger, transport, environ, simulator, observer)
         rt = Runtime(config, supervisor=mail.supervisor[0], wiring=wiring, rng=rng)
         if hasattr(quota_store, "avoided"):  # a shared store: routing sees other processes
@@ -650,12 +657,12 @@ async def _actors(
     on_restart = rt._observer.actor_restarted
     limiter_send, limiter_inbox = mail.limiter
     ledger_send, ledger_inbox = mail.ledger
-    supervisor_send, supervisor_inbox = mail.supervisor
+    supervisor_inbox = mail.supervisor[1]
     async with trio.open_nursery() as infra:
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
             "rate limiter",
-            run_rate_limiter,
+            partial(run_rate_limiter, tray=rt._limiter.tray),
             limiter_inbox,
             rng,
             quota_store,
@@ -666,7 +673,7 @@ async def _actors(
         await infra.start(
             partial(run_restarting, on_restart=on_restart),
             "token ledger",
-            run_token_ledger,
+            partial(run_token_ledger, tray=rt._ledger.tray),
             ledger_inbox,
             ledger_parts.book,
             ledger_parts.store,
@@ -691,9 +698,14 @@ async def _actors(
             routing=rt._groups.routing,
         )
         async with trio.open_nursery() as front:
-            await front.start(run_supervisor, peers, supervisor_inbox, name="supervisor")
-            with supervisor_send:
+            door = rt._submit_to
+            await front.start(
+                partial(run_supervisor, door=door), peers, supervisor_inbox, name="supervisor"
+            )
+            try:
                 yield
+            finally:
+                door.close()
         providers.close()
         limiter_send.close()
         ledger_send.close()

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from sluice.actors._provider import ProviderContext, run_provider
+from sluice.actors._provider import ProviderContext, ProviderDoor, run_provider
 from sluice.actors._rate_limiter import RateLimiterHandle
 from sluice.actors._restart import run_restarting
 from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import TokenLedgerHandle
 
 from ._errors import ConfigError
-from ._mail import ProviderMsg, ReloadProvider
+from ._mail import ProviderMailbox, ProviderMsg, ReloadProvider
 from ._messages import split_model
 from .providers._codec import provider_codec
 from .providers._registry import ResolvedProvider, resolve_provider
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Providers", "Route", "hot_transport"]
 
-Route = tuple[ResolvedProvider, trio.MemorySendChannel[ProviderMsg]]
+Route = tuple[ResolvedProvider, ProviderMailbox]
 """A provider's resolved settings and its actor's mailbox."""
 
 _SIM_URL_WITH_TRANSPORT = "http://sim.invalid/v1"
@@ -93,7 +93,7 @@ class Providers:
         self._lock = trio.Lock()
         self._started: dict[str, Route] = {}
         self._contexts: dict[str, ProviderContext] = {}
-        self._mailboxes: list[trio.MemorySendChannel[ProviderMsg]] = []
+        self._mailboxes: list[ProviderDoor] = []
         """Every mailbox opened, also of providers a reload dropped: closed at shutdown."""
         self._sim_url: str | None = None
 
@@ -218,8 +218,9 @@ class Providers:
         self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](MAILBOX_BUFFER)
         await self._infra.start(_provider_task, ctx, inbox, owned, name=f"provider {name}")
-        self._mailboxes.append(send)
-        return spec, send
+        door = ProviderDoor(send, ctx)
+        self._mailboxes.append(door)
+        return spec, door
 
     async def _local_server(self, spec: ResolvedProvider) -> tuple[str, ResolvedProvider]:
         """Where a provider without a base URL is served: by the given transport, else by

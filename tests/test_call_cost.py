@@ -77,6 +77,53 @@ async def test_a_streamed_call_takes_five_scheduler_steps_in_the_actors(canned) 
     assert counter.steps == {"_supervise": 3 * CALLS, "_serve_attempt": 2 * CALLS}
 
 
+class _AllSteps(trio.abc.Instrument):
+    """Every task's steps while installed, by the task's function."""
+
+    def __init__(self) -> None:
+        self.by_function: dict[str, int] = {}
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        code = getattr(task.coro, "cr_code", None)
+        name = code.co_name if code is not None else type(task.coro).__name__
+        self.by_function[name] = self.by_function.get(name, 0) + 1
+
+
+LONE_STEPS = 8.4
+"""Scheduler steps of every task per call of a map that runs one call at a time (nothing
+else in flight, so no step serves two calls): the consumer and the map's feeder once each,
+the Supervisor's call task three times, the attempt's task twice and the RateLimiter once
+(the ask), 8 in all, and the map's own start and end (5 steps over the whole map): a bound a
+little above the 8.25 the code makes. Before the TokenLedger took records from a tray instead
+of waking for each, a call's and an attempt's tasks were started in their actors' nurseries
+by the sender instead of by the actors' mailbox loops (whose steps did nothing else), and the
+RateLimiter took an attempt's end that nobody waited for from a tray when it next woke
+instead of waking for it: over 12.5 (9.25 before the last)."""
+
+
+async def test_a_call_made_alone_takes_few_scheduler_steps(canned) -> None:
+    _, url = canned
+    async with sluice.open_runtime(_config(url)) as rt:
+        await rt.chat("canned:m", "hi")  # opens the connection, which every measured call reuses
+        requests = [ChatRequest(model="canned:m", messages="hi") for _ in range(CALLS)]
+        steps = _AllSteps()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            async with rt.map(requests, max_in_flight=1) as outcomes:
+                results = [o.result async for o in outcomes]
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert all(r is not None and r.text == TEXT for r in results)
+    by_function = steps.by_function
+    per_call = sum(by_function.values()) / CALLS
+    assert per_call < LONE_STEPS, by_function
+    # The actors' mailbox loops (the RateLimiter's and the TokenLedger's run under the
+    # restarter, as the providers') take no step for a lone call but the RateLimiter's one.
+    loops = by_function.get("run_restarting", 0) + by_function.get("_provider_task", 0)
+    assert loops <= CALLS, by_function
+    assert "run_supervisor" not in by_function, by_function
+
+
 PYTHON_CALLS = {20: 1_215, 200: 3_430}
 """Python function calls (C functions included, as cProfile counts them) per mapped call of 20
 and 200 content chunks, everything the runtime and its actors do for it: bounds a little above
@@ -96,9 +143,17 @@ deadline once for a reply read in one piece, and no ``typing.cast`` is called pe
 _SCOPE_ENTER = trio.CancelScope.__enter__.__code__
 
 
-@pytest.mark.parametrize("chunks", sorted(PYTHON_CALLS))
-async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chunks) -> None:
-    _, url = canned
+PYTHON_CALLS_ALONE = 1_300
+""":data:`PYTHON_CALLS` at 20 chunks for a map that runs one call at a time: each call pays
+the wake-ups that calls in flight together share. A bound a little above what the code makes
+(about 1,265). Before the TokenLedger and the RateLimiter took what needs no haste from
+trays and the Supervisor's and the provider's mailbox loops no longer started each call's and
+attempt's task: over 1,480 (about 1,310 before the RateLimiter's tray)."""
+
+
+async def _python_calls(url: str, chunks: int, in_flight: int) -> Any:
+    """cProfile's stats over CALLS mapped calls of ``chunks`` content chunks, ``in_flight``
+    at a time, in a warm runtime."""
     config = RuntimeConfig(
         providers={
             "sized": ProviderConfig(
@@ -109,7 +164,7 @@ async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chun
 
     async def calls(n: int) -> None:
         requests = [ChatRequest(model="sized:m", messages="hi") for _ in range(n)]
-        async with rt.map(requests, max_in_flight=8) as outcomes:
+        async with rt.map(requests, max_in_flight=in_flight) as outcomes:
             async for outcome in outcomes:
                 assert outcome.result is not None, outcome.error
                 assert outcome.result.usage.output_tokens == chunks
@@ -122,7 +177,13 @@ async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chun
             await calls(CALLS)
         finally:
             profiler.disable()
-    stats: Any = pstats.Stats(profiler)  # total_calls is not in the stubs
+    return pstats.Stats(profiler)  # total_calls is not in the stubs
+
+
+@pytest.mark.parametrize("chunks", sorted(PYTHON_CALLS))
+async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chunks) -> None:
+    _, url = canned
+    stats = await _python_calls(url, chunks, 8)
     per_call = stats.total_calls / CALLS
     assert per_call < PYTHON_CALLS[chunks], per_call
     # One cancel scope a call, the attempt's (the provider moves its deadline as the stream
@@ -133,6 +194,13 @@ async def test_a_mapped_call_makes_a_bounded_number_of_python_calls(canned, chun
     }
     assert entered_by.get("_provider.py") == CALLS, entered_by
     assert "_supervisor.py" not in entered_by, entered_by
+
+
+async def test_a_call_made_alone_makes_a_bounded_number_of_python_calls(canned) -> None:
+    _, url = canned
+    stats = await _python_calls(url, 20, 1)
+    per_call = stats.total_calls / CALLS
+    assert per_call < PYTHON_CALLS_ALONE, per_call
 
 
 async def test_a_mapped_call_spawns_only_the_actors_tasks(canned) -> None:
