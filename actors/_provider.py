@@ -18,7 +18,6 @@ import attrs
 import orjson
 import trio
 
-from sluice._config import ReplyLimits
 from sluice._content_length import BadContentLength, parse_content_length
 from sluice._errors import (
     BadRequest,
@@ -51,140 +50,31 @@ from sluice._mail import (
     StartAttempt,
 )
 from sluice._messages import Usage
-from sluice._protocols.base import AttemptOutput, Codec
 from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
-from sluice._record import Record
-from sluice._redact import redact_error, secrets_of, with_headers
-from sluice.providers._registry import ResolvedProvider
-from sluice.transport._base import HotTransport
+from sluice._redact import redact_error, with_headers
 from sluice.transport._errors import (
     TransportError,
 )
 
 from ._attempt_parts import argument_streams, call_error, events_from_output, read_all, read_into
-from ._rate_limiter import RateLimiterHandle
 from ._tell import put, take
-from ._token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._observe.observer import Observer  # noqa: TC004 (loaded when a runtime opens)
+    from sluice._protocols.base import AttemptOutput
     from sluice.transport._base import HotResponse
 
-__all__ = ["ProviderContext", "ProviderDoor", "ProviderState", "run_provider"]
+    from ._provider_context import ProviderContext
+
+__all__ = ["run_provider"]
 
 _MAX_ERROR_BODY = 64 * 1024
 ERROR_BODY_WAIT = 5.0
 """Seconds an error reply's body may take to arrive; then what arrived is decoded."""
 _SNIPPET_BODY = 4096
 _CHARS_PER_TOKEN = 4
-
-
-class ProviderState:
-    """What a ProviderActor changes as it runs, kept across its restarts (the restarter runs
-    the actor again with the same context). Only the actor's tasks write it: its loop applies
-    a reload (:class:`~sluice._mail.ReloadProvider`) and sets :attr:`attempts` while it
-    runs, its attempt tasks count themselves in and out. The runtime's statistics read
-    :attr:`in_flight`; the actor's door (:class:`ProviderDoor`) reads :attr:`attempts`."""
-
-    __slots__ = ("attempts", "in_flight", "secrets", "settings")
-
-    def __init__(self, spec: ResolvedProvider) -> None:
-        self.attempts: trio.Nursery | None = None
-        """The running actor's nursery of attempts; None while no instance runs (before the
-        start, between a crash and the restart, after the end)."""
-        self.in_flight = 0
-        """Attempts running now."""
-        self.settings = spec
-        """The provider as last resolved (``Runtime.reload``): each attempt reads it as it
-        starts, so a rotated key or a moved endpoint is used by the next attempt."""
-        self.secrets = secrets_of(spec.api_key, spec.headers)
-        """The key and secret header values of every settings this actor has had: masked in
-        every error (an attempt sent with an older key may be answered after a reload)."""
-
-    def reload(self, spec: ResolvedProvider) -> None:
-        """Send every attempt that starts from now on with ``spec``'s key, headers and URL."""
-        self.settings = spec
-        self.secrets = (*self.secrets, *secrets_of(spec.api_key, spec.headers))
-
-
-@attrs.frozen(eq=False, repr=False)
-class ProviderContext(Record):
-    """What one ProviderActor works with. Built by the runtime's provider startup."""
-
-    spec: ResolvedProvider
-    """The provider as it was when the actor started (its codec, transport and pool were made
-    for it); :attr:`ProviderState.settings` is the one to send with."""
-    base_url: str
-    transport: HotTransport
-    codec: Codec
-    limiter: RateLimiterHandle
-    ledger: TokenLedgerHandle
-    limits: ReplyLimits = ReplyLimits()
-    """Size and time bounds on every reply (see :class:`sluice._config.ReplyLimits`)."""
-    observer: Observer | None = None
-    """Told when each attempt starts and ends (metrics, traces, hooks, logs)."""
-    state: ProviderState = attrs.field(
-        default=attrs.Factory(lambda self: ProviderState(self.spec), takes_self=True)
-    )
-    """What the actor's tasks change (see :class:`ProviderState`)."""
-
-
-class ProviderDoor:
-    """A ProviderActor's mailbox as the Supervisor holds it, with a shortcut.
-
-    While an instance of the actor runs and nothing waits in its mailbox, a
-    :class:`~sluice._mail.StartAttempt` starts the attempt's task in that instance's nursery
-    at once, in the sender's step: the mailbox loop would do nothing else with it, and an
-    attempt made alone would pay a trip of that loop through the scheduler. The attempt's
-    task is the actor's all the same (a crash of the actor cancels it, and the Supervisor
-    resubmits the attempt). Anything else goes through the mailbox: a
-    :class:`~sluice._mail.ReloadProvider` (the actor applies it in its loop), and an attempt
-    when no instance runs (before the start, between a crash and the restart) or when
-    messages wait there (a reload: the attempt queues behind it, so it sends with the new
-    settings). Once :meth:`close` was called, messages are refused as by a closed channel
-    (``trio.ClosedResourceError``).
-    """
-
-    __slots__ = ("_closed", "_ctx", "_mailbox")
-
-    def __init__(self, mailbox: trio.MemorySendChannel[ProviderMsg], ctx: ProviderContext) -> None:
-        self._mailbox = mailbox
-        self._ctx = ctx
-        self._closed = False
-
-    def send_nowait(self, msg: ProviderMsg) -> None:
-        """Start or apply ``msg`` (see the class). Raises what the mailbox's ``send_nowait``
-        raises when the message goes there."""
-        mailbox = self._mailbox
-        attempts = self._ctx.state.attempts
-        if (
-            attempts is None
-            or self._closed
-            or not isinstance(msg, StartAttempt)
-            or mailbox.statistics().current_buffer_used
-        ):
-            mailbox.send_nowait(msg)
-            return
-        attempts.start_soon(_serve_attempt, self._ctx, msg, name=msg.call.call_id)
-
-    async def send(self, msg: ProviderMsg) -> None:
-        """:meth:`send_nowait`, waiting for room when the message goes to a full mailbox."""
-        try:
-            self.send_nowait(msg)
-        except trio.WouldBlock:
-            pass  # waited for outside the handler
-        else:
-            return
-        await self._mailbox.send(msg)
-
-    def close(self) -> None:
-        """No more attempts: the mailbox closes, so the actor returns once every attempt it
-        runs has ended."""
-        self._closed = True
-        self._mailbox.close()
 
 
 async def run_provider(
@@ -196,20 +86,25 @@ async def run_provider(
     """Serve attempts concurrently; return when the inbox closes and every attempt has ended.
 
     The inbox is not closed here: after a crash the restarter runs this again on it. While
-    this runs, the actor's door (:class:`ProviderDoor`) starts attempts in its nursery.
+    this runs, the actor's door (:class:`~sluice.actors._doors.ProviderDoor`) starts attempts
+    in its nursery.
     """
     sweeping = trio.CancelScope()
     state = ctx.state
     async with trio.open_nursery() as attempts:
         if hasattr(ctx.transport, "sweep"):
             attempts.start_soon(_sweep_idle_connections, ctx.transport, sweeping)
-        state.attempts = attempts
+
+        def start_attempt(msg: StartAttempt) -> None:
+            attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
+
+        state.start_attempt = start_attempt
         task_status.started()
         try:
             await _serve(inbox, ctx, attempts, sweeping)
         finally:
             # Before the nursery closes to new tasks: the door sends to the mailbox again.
-            state.attempts = None
+            state.start_attempt = None
 
 
 async def _serve(

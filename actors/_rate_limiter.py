@@ -226,14 +226,11 @@ class _Limiter:
                             msg = await inbox.receive()
             except trio.EndOfChannel:
                 if tray is not None:
-                    tray.open = False
                     await self._take_tray(tray)
                 await self._pump_burst(now)
                 return
             if tray is not None:
-                tray.open = False
-                if tray.items:
-                    await self._take_tray(tray)  # told before ``msg``: applied first
+                await self._take_tray(tray)  # what was laid while it slept: before ``msg``
             now = clock()
             touched: _Key | None = None
             match msg:
@@ -302,8 +299,12 @@ class _Limiter:
         )
 
     async def _take_tray(self, tray: LimiterTray) -> None:
-        """Apply the ends laid in ``tray``, each at the time it was told; their keys are
-        looked at with the burst."""
+        """The actor woke: close ``tray`` (ends go through the mailbox again) and apply the
+        ends laid in it, each at the time it was told; their keys are looked at with the
+        burst."""
+        tray.open = False
+        if not tray.items:
+            return
         burst = self.touched
         for msg, at, wall in tray.take():
             if isinstance(msg, Release):

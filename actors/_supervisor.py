@@ -26,14 +26,12 @@ caller's request is never changed, and the result holds only the finalized reply
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from sluice._breaker import NO_TICKET, Breakers, Ticket
+from sluice._breaker import NO_TICKET, Ticket
 from sluice._call_result import chat_result, forced_call_deltas
 from sluice._call_step import (
     LEFT,
@@ -59,7 +57,6 @@ from sluice._call_step import (
     first_tries,
     step,
 )
-from sluice._config import RetryConfig
 from sluice._errors import (
     CallError,
     CallTimeout,
@@ -88,7 +85,6 @@ from sluice._mail import (
     AttemptSucceeded,
     Call,
     ConsumerGone,
-    ProviderMailbox,
     RecordCall,
     Settle,
     StartAttempt,
@@ -96,154 +92,25 @@ from sluice._mail import (
     SupervisorMsg,
 )
 from sluice._messages import ChatResult
-from sluice._record import Record
 from sluice._reply import Reply
-from sluice._retry_budget import RetryBudget
-from sluice._routing import Routing, breaker_mark
-from sluice.providers._registry import ResolvedProvider
+from sluice._routing import breaker_mark
 
-from ._breakers import breaker_for, breaker_key, circuit_open, find_breaker, share_if_open
-from ._rate_limiter import RateLimiterHandle
+from ._breakers import breaker_for, breaker_key, circuit_open, share_if_open
 from ._tell import put, take
-from ._token_ledger import TokenLedgerHandle
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice._embeddings import EmbedResult
-    from sluice._messages import ChatRequest
     from sluice._protocols.base import AttemptOutput
     from sluice._retry_policy import CallState
-    from sluice._tools.preparation import Prepared
 
-__all__ = [
-    "Preparer",
-    "Route",
-    "SupervisorDoor",
-    "SupervisorPeers",
-    "default_preparer",
-    "run_supervisor",
-]
+    from ._doors import SupervisorDoor
+    from ._supervisor_peers import SupervisorPeers
+
+__all__ = ["run_supervisor"]
 
 log = logging.getLogger("sluice.supervisor")
-
-Route = tuple[ResolvedProvider, ProviderMailbox]
-"""A provider's resolved settings and its actor's mailbox."""
-
-
-Preparer: TypeAlias = "Callable[[ChatRequest, ResolvedProvider], Prepared | None]"
-"""Prepares a request's tools for a provider's backend; None for a request without tools.
-Raises ``ConfigError`` when the tools or ``tool_choice`` cannot be used."""
-
-
-def default_preparer(request: ChatRequest, provider: ResolvedProvider) -> Prepared | None:
-    """Preparation with the provider's capabilities only (no per-model entries)."""
-    if not request.tools and request.tool_choice is None and request.parallel_tool_calls is None:
-        return None
-    from sluice._tools.preparation import prepare  # only calls with tools load it
-
-    return prepare(request, provider.capabilities, request.tool_options)
-
-
-class CallCount:
-    """The calls the Supervisor supervises now. Its call tasks alone change it; the runtime's
-    statistics and drain only read it (one trio thread, so a read is never torn)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
-@attrs.frozen(eq=False, repr=False)
-class SupervisorPeers(Record):
-    limiter: RateLimiterHandle
-    ledger: TokenLedgerHandle
-    retry: RetryConfig
-    rng: random.Random
-    resolve: Callable[[str], Awaitable[Route]]
-    """Finds (starting it if needed) the provider actor for a ``provider:model`` fallback."""
-    budget: RetryBudget
-    breakers: Breakers = attrs.field(factory=Breakers)
-    """One per model (or provider); idle ones are forgotten once there are many. Made and
-    changed only by the Supervisor's call tasks; others only read them (see
-    :mod:`sluice.actors._breakers`)."""
-    catch_bugs: bool = True
-    """Fail only the affected call on a bug (production); tests may let bugs propagate."""
-    in_flight: CallCount = attrs.field(factory=CallCount)
-    """Calls being supervised now, read by the runtime's statistics and drain."""
-    prepare: Preparer = default_preparer
-    """Prepares the caller's request again when a call falls back to another model."""
-    routing: Routing | None = None
-    """Model groups' routing state: told when a group's call moves or ends."""
-
-    def breaker_state(self, provider: ResolvedProvider, model: str, now: float) -> str:
-        """``closed``, ``open`` or ``half_open`` for ``model`` of ``provider`` (``closed``
-        when it has no breaker, or none was made yet). Only reads."""
-        breaker = find_breaker(self.breakers, provider, model)
-        return "closed" if breaker is None else breaker.state(now)
-
-    def breaker_open(self, provider: ResolvedProvider, model: str, now: float) -> bool:
-        """Whether ``model`` of ``provider`` refuses attempts now (its breaker is open).
-        Only reads: the runtime's group placement asks it from the caller's task."""
-        breaker = find_breaker(self.breakers, provider, model)
-        return breaker is not None and breaker.state(now) == "open"
-
-    def breaker_key(self, provider: ResolvedProvider, model: str) -> str | None:
-        """See :func:`sluice.actors._breakers.breaker_key`."""
-        return breaker_key(provider, model)
-
-
-class SupervisorDoor:
-    """How the runtime submits calls: the Supervisor's mailbox, with a shortcut.
-
-    While the Supervisor runs, a :class:`~sluice._mail.Submit` starts the call's task in the
-    Supervisor's nursery at once, in the submitter's step: its mailbox loop would do nothing
-    else with it, and a call made alone would pay a trip of that loop through the scheduler.
-    The call's task is the Supervisor's all the same (its nursery owns it). Before the
-    Supervisor runs, a submission waits in the mailbox; once :meth:`close` was called it is
-    refused as by a closed channel (``trio.ClosedResourceError``).
-    """
-
-    __slots__ = ("_calls", "_clock", "_closed", "_mailbox", "_peers")
-
-    def __init__(self, mailbox: trio.MemorySendChannel[SupervisorMsg]) -> None:
-        self._mailbox = mailbox
-        self._calls: trio.Nursery | None = None
-        self._peers: SupervisorPeers | None = None
-        self._clock: Callable[[], float] = trio.current_time
-        self._closed = False
-
-    def send_nowait(self, msg: SupervisorMsg) -> None:
-        """Start ``msg``'s call (see the class). Raises what the mailbox's ``send_nowait``
-        raises when the call goes there."""
-        calls, peers = self._calls, self._peers
-        if calls is None or peers is None:
-            self._mailbox.send_nowait(msg)
-            return
-        call = msg.call
-        calls.start_soon(_supervise, peers, call, self._clock, name=call.call_id)
-
-    async def send(self, msg: SupervisorMsg) -> None:
-        """:meth:`send_nowait`, waiting for room when the call goes to a full mailbox."""
-        if self._calls is None:
-            await self._mailbox.send(msg)
-        else:
-            self.send_nowait(msg)
-
-    def close(self) -> None:
-        """No more calls: the mailbox closes, so the Supervisor returns once every call
-        it has ended."""
-        self._closed = True
-        self._calls = self._peers = None
-        self._mailbox.close()
-
-    def _open(
-        self, calls: trio.Nursery, peers: SupervisorPeers, clock: Callable[[], float]
-    ) -> None:
-        if not self._closed:
-            self._calls, self._peers, self._clock = calls, peers, clock
-
-    def _shut(self) -> None:
-        self._calls = self._peers = None
 
 
 async def run_supervisor(
@@ -255,27 +122,28 @@ async def run_supervisor(
 ) -> None:
     """Supervise submitted calls; return when the inbox closes and every call has ended.
     ``door``: the senders' side of ``inbox``, whose submissions start their calls in this
-    actor's nursery directly while it runs (see :class:`SupervisorDoor`)."""
+    actor's nursery directly while it runs (see :class:`~sluice.actors._doors.SupervisorDoor`)."""
     # The run's clock, read directly (``trio.current_time`` takes three calls to find it).
     clock = trio.lowlevel.current_clock().current_time
     async with trio.open_nursery() as calls:
+
+        def start(call: Call) -> None:
+            calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
+
         if door is not None:
-            door._open(calls, peers, clock)
+            door.open(start)
         task_status.started()
         try:
-            await _serve(peers, inbox, calls, clock)
+            await _serve(inbox, start)
         finally:
             if door is not None:
-                door._shut()
+                door.shut()
 
 
 async def _serve(
-    peers: SupervisorPeers,
-    inbox: trio.MemoryReceiveChannel[SupervisorMsg],
-    calls: trio.Nursery,
-    clock: Callable[[], float],
+    inbox: trio.MemoryReceiveChannel[SupervisorMsg], start: Callable[[Call], None]
 ) -> None:
-    """The mailbox loop: what arrives in the mailbox (not through a door) starts here."""
+    """The mailbox loop: what arrives in the mailbox (not through the door) starts here."""
     async with inbox:
         while True:
             try:
@@ -284,7 +152,7 @@ async def _serve(
                 return
             match msg:
                 case Submit(call=call):
-                    calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
+                    start(call)
 
 
 async def _supervise(peers: SupervisorPeers, call: Call, clock: Callable[[], float]) -> None:

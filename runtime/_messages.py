@@ -57,6 +57,7 @@ __all__ = [
     "ToolChoice",
     "ToolResultPart",
     "Usage",
+    "as_request",
     "is_temporary",
     "split_model",
     "strip_temporary",
@@ -450,3 +451,23 @@ class ChatResult(Value):
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         return self.message.tool_calls
+
+
+def as_request(
+    request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
+) -> ChatRequest:
+    """The request that ``chat(request, messages, **fields)`` and ``stream(...)`` mean: a
+    :class:`ChatRequest` with ``messages`` and ``fields`` replaced, or one built from a
+    ``provider:model`` string. For the doors too, which build it on the caller's side.
+
+    Raises:
+        TypeError: a model string came without messages.
+    """
+    if isinstance(request, ChatRequest):
+        changes: dict[str, Any] = dict(fields)
+        if messages is not None:
+            changes["messages"] = messages
+        return attrs.evolve(request, **changes) if changes else request
+    if messages is None:
+        raise TypeError("give the messages (or a prompt string) after the model")
+    return ChatRequest(model=request, messages=messages, **fields)

@@ -43,7 +43,7 @@ from ._routing import Routing, breaker_mark, slow_mark
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
-    from sluice.actors._supervisor import SupervisorPeers
+    from sluice.actors._supervisor_peers import SupervisorPeers
 
     from ._cache import ResponseCache
     from ._config import ModelGroup

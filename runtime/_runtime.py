@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import trio
 
+from sluice.actors._doors import SupervisorDoor
 from sluice.actors._limiter_handle import LimiterTray
 from sluice.actors._rate_limiter import RateLimiterHandle, run_rate_limiter
 from sluice.actors._restart import run_restarting
-from sluice.actors._supervisor import SupervisorDoor, SupervisorPeers, run_supervisor
+from sluice.actors._supervisor import run_supervisor
+from sluice.actors._supervisor_peers import SupervisorPeers
 from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import LedgerTray, TokenLedgerHandle, run_token_ledger
 
@@ -44,7 +46,7 @@ from ._mail import (
     SupervisorMsg,
 )
 from ._memory import TrimCount
-from ._messages import ChatRequest, ChatResult, Message
+from ._messages import ChatRequest, ChatResult, Message, as_request
 from ._prepare import GroupPlacement, Ready, Replay, SubmitNow, prepare_call, prepare_for
 from ._reply import FinalReply
 from ._retry_budget import RetryBudget
@@ -448,26 +450,6 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         ``ledger.snapshot`` groups any other way."""
         totals: dict[str, LedgerTotals] = await self._ledger.totals()
         return totals
-
-
-def as_request(
-    request: ChatRequest | str, messages: str | Iterable[Message] | None, fields: Mapping[str, Any]
-) -> ChatRequest:
-    """The request that ``chat(request, messages, **fields)`` and ``stream(...)`` mean: a
-    :class:`ChatRequest` with ``messages`` and ``fields`` replaced, or one built from a
-    ``provider:model`` string. For the doors too, which build it on the caller's side.
-
-    Raises:
-        TypeError: a model string came without messages.
-    """
-    if isinstance(request, ChatRequest):
-        changes: dict[str, Any] = dict(fields)
-        if messages is not None:
-            changes["messages"] = messages
-        return attrs.evolve(request, **changes) if changes else request
-    if messages is None:
-        raise TypeError("give the messages (or a prompt string) after the model")
-    return ChatRequest(model=request, messages=messages, **fields)
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from ._errors import ConfigError
 
 if TYPE_CHECKING:
     from sluice.actors._rate_limiter import RateLimiterHandle
-    from sluice.actors._supervisor import SupervisorPeers
+    from sluice.actors._supervisor_peers import SupervisorPeers
 
     from ._observe.metrics import Metrics
     from ._observe.observer import Observer

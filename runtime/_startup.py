@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from sluice.actors._provider import ProviderContext, ProviderDoor, run_provider
+from sluice.actors._doors import ProviderDoor
+from sluice.actors._provider import run_provider
+from sluice.actors._provider_context import ProviderContext
 from sluice.actors._rate_limiter import RateLimiterHandle
 from sluice.actors._restart import run_restarting
 from sluice.actors._tell import MAILBOX_BUFFER, put
@@ -218,7 +220,7 @@ class Providers:
         self._contexts[name] = ctx
         send, inbox = trio.open_memory_channel[ProviderMsg](MAILBOX_BUFFER)
         await self._infra.start(_provider_task, ctx, inbox, owned, name=f"provider {name}")
-        door = ProviderDoor(send, ctx)
+        door = ProviderDoor(send, ctx.state)
         self._mailboxes.append(door)
         return spec, door
 

@@ -40,7 +40,8 @@ from ._doors import (
 )
 from ._errors import RuntimeClosed, SluiceError
 from ._guest import Guest, Pipe, await_host, run_in_trio
-from ._runtime import MapOutcome, RuntimeStatistics, as_request
+from ._messages import as_request
+from ._runtime import MapOutcome, RuntimeStatistics
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 

@@ -42,8 +42,9 @@ from ._doors import (
     relay_stream,
 )
 from ._errors import RuntimeClosed, SluiceError
+from ._messages import as_request
 from ._portal import Outcome, Portal, RequestFeed, ThreadPipe
-from ._runtime import MapOutcome, RuntimeStatistics, as_request
+from ._runtime import MapOutcome, RuntimeStatistics
 from ._runtime import Runtime as TrioRuntime
 from ._runtime import open_runtime as open_trio_runtime
 

@@ -52,7 +52,7 @@ DIRECT_STEPS = [
 GROUP_STEPS = [
     "sluice._messages",
     "sluice._startup",
-    "sluice.actors._supervisor",  # 3 placement: open breakers
+    "sluice.actors._supervisor_peers",  # 3 placement: open breakers
     "sluice._routing",  # 3 placement: the group's strategy
     "sluice.providers._registry",
     "sluice._tools.preparation",

@@ -1,0 +1,131 @@
+"""The doors of the Supervisor and of the ProviderActors: their mailboxes as their senders hold
+them, with a shortcut for the one message their loops only pass on.
+
+A Supervisor's mailbox loop does nothing with a submitted call but start its task in the
+actor's nursery, and a ProviderActor's loop nothing with an attempt but start its task. A call
+made alone would pay a trip of each loop through trio's scheduler for that. So while the actor
+runs, its door starts the task in the actor's own nursery in the sender's step: the task is
+the actor's all the same (its nursery owns it, a crash of the actor cancels it). The actor
+opens its door when it starts and shuts it before its nursery closes; what comes while the
+door is shut goes through the mailbox as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from sluice._mail import ProviderMsg, StartAttempt, SupervisorMsg
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice._mail import Call
+
+    from ._provider_context import ProviderState
+
+__all__ = ["ProviderDoor", "SupervisorDoor"]
+
+
+class SupervisorDoor:
+    """How the runtime submits calls to the Supervisor.
+
+    While the Supervisor runs, a :class:`~sluice._mail.Submit` starts the call's task in the
+    Supervisor's nursery at once. Before the Supervisor runs, a submission waits in the
+    mailbox (the Supervisor's loop starts it when it runs); once :meth:`close` was called it
+    is refused as by a closed channel (``trio.ClosedResourceError``).
+    """
+
+    __slots__ = ("_closed", "_mailbox", "_start")
+
+    def __init__(self, mailbox: trio.MemorySendChannel[SupervisorMsg]) -> None:
+        self._mailbox = mailbox
+        self._start: Callable[[Call], None] | None = None
+        self._closed = False
+
+    def send_nowait(self, msg: SupervisorMsg) -> None:
+        """Start ``msg``'s call (see the class). Raises what the mailbox's ``send_nowait``
+        raises when the call goes there."""
+        start = self._start
+        if start is None:
+            self._mailbox.send_nowait(msg)
+        else:
+            start(msg.call)
+
+    async def send(self, msg: SupervisorMsg) -> None:
+        """:meth:`send_nowait`, waiting for room when the call goes to a full mailbox."""
+        if self._start is None:
+            await self._mailbox.send(msg)
+        else:
+            self.send_nowait(msg)
+
+    def close(self) -> None:
+        """No more calls: the mailbox closes, so the Supervisor returns once every call
+        it has ended."""
+        self._closed = True
+        self._start = None
+        self._mailbox.close()
+
+    def open(self, start: Callable[[Call], None]) -> None:
+        """The Supervisor runs: ``start`` starts a call's task in its nursery (unless the
+        door was closed already)."""
+        if not self._closed:
+            self._start = start
+
+    def shut(self) -> None:
+        """The Supervisor stops: calls go to the mailbox again."""
+        self._start = None
+
+
+class ProviderDoor:
+    """A ProviderActor's mailbox as the Supervisor holds it.
+
+    While an instance of the actor runs (it sets ``state.start_attempt``) and nothing waits
+    in its mailbox, a :class:`~sluice._mail.StartAttempt` starts the attempt's task in that
+    instance's nursery at once (if the actor crashes, the attempt is cancelled with it and the
+    Supervisor resubmits it, as for one it started itself). Anything else goes through the
+    mailbox: a :class:`~sluice._mail.ReloadProvider` (the actor applies it in its loop), and an
+    attempt when no instance runs (before the start, between a crash and the restart) or when
+    messages wait there (a reload: the attempt queues behind it, so it is sent with the new
+    settings). Once :meth:`close` was called, messages are refused as by a closed channel
+    (``trio.ClosedResourceError``).
+    """
+
+    __slots__ = ("_closed", "_mailbox", "_state")
+
+    def __init__(self, mailbox: trio.MemorySendChannel[ProviderMsg], state: ProviderState) -> None:
+        self._mailbox = mailbox
+        self._state = state
+        self._closed = False
+
+    def send_nowait(self, msg: ProviderMsg) -> None:
+        """Start or pass on ``msg`` (see the class). Raises what the mailbox's
+        ``send_nowait`` raises when the message goes there."""
+        mailbox = self._mailbox
+        start = self._state.start_attempt
+        if (
+            start is None
+            or self._closed
+            or type(msg) is not StartAttempt
+            or mailbox.statistics().current_buffer_used
+        ):
+            mailbox.send_nowait(msg)
+            return
+        start(msg)
+
+    async def send(self, msg: ProviderMsg) -> None:
+        """:meth:`send_nowait`, waiting for room when the message goes to a full mailbox."""
+        try:
+            self.send_nowait(msg)
+        except trio.WouldBlock:
+            pass  # waited for outside the handler
+        else:
+            return
+        await self._mailbox.send(msg)
+
+    def close(self) -> None:
+        """No more attempts: the mailbox closes, so the actor returns once every attempt it
+        runs has ended."""
+        self._closed = True
+        self._mailbox.close()
