@@ -135,8 +135,6 @@ class _Run:
         """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
         self.woke: dict[int, float] = {}
         """With a diagnosis: when each request's sender woke, until it is stamped sent."""
-        self.waiting: set[trio.CancelScope] = set()
-        """The open loop's senders waiting for their due time."""
         self.handover: Handover | None = None
         """Submits the open loop's due chat requests between task steps (:mod:`.handover`)."""
 
@@ -167,7 +165,7 @@ class _Run:
                             continue
                         scheduled = self.t0 + offset
                         if scheduled - LEAD > trio.current_time():
-                            await trio.sleep_until(scheduled - LEAD)
+                            await waker.nap_until(scheduled - LEAD)
                         else:  # behind: start it now, yielding only to a cancellation
                             await trio.lowlevel.checkpoint_if_cancelled()
                         work: WorkItem | list[WorkItem] = (
@@ -175,26 +173,20 @@ class _Run:
                             if self.test.workload.turns > 1
                             else self.test.workload.item(index, self.work_rng)
                         )
-                        waiting = trio.CancelScope()
-                        self.waiting.add(waiting)
-                        nursery.start_soon(
-                            self.send_at, waiting, waker, index, scheduled, work, cap
-                        )
-                if self.sending.cancel_called:  # drained: the requests not yet due never go
-                    for waiting in self.waiting:
-                        waiting.cancel()
+                        nursery.start_soon(self.send_at, waker, index, scheduled, work, cap)
 
     async def send_at(
         self,
-        waiting: trio.CancelScope,
         waker: Waker,
         index: int,
         scheduled: float,
         work: WorkItem | list[WorkItem],
         cap: trio.Semaphore | None,
     ) -> None:
-        """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
-        was drained first, and it is not sent), then send it."""
+        """Arrival ``index``'s sender: wait until it is due, then send it, unless the run was
+        drained first. (A drain does not interrupt the wait, which is never longer than
+        :data:`LEAD` when the scheduler keeps up: a cancel scope per request to make it
+        shorter cost more than that wait.)"""
         request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
@@ -202,14 +194,12 @@ class _Run:
             if handover is not None:  # submitted by the hook once due, when it can be
                 handed = handover.add(scheduled, request, HttpPhases(), cap, follower)
         try:
-            with waiting:
-                await waker.sleep_until(scheduled)
+            await waker.sleep_until(scheduled)
         except trio.Cancelled:  # with the run; one() records a request already handed over
             if handover is None or handover.take(handed) is None:
                 raise
-        self.waiting.discard(waiting)
         handed = None if handover is None else handover.take(handed)
-        if handed is None and (waiting.cancelled_caught or self.sending.cancel_called):
+        if handed is None and self.sending.cancel_called:
             return  # drained before it was due (also after the schedule's last arrival)
         if self.diagnosis is not None and handed is None:  # (the hook tells of its own)
             self.woke[index] = woke = trio.current_time()

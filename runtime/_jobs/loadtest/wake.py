@@ -65,6 +65,12 @@ class Waker(Protocol):
 
     async def sleep_until(self, deadline: float) -> None: ...
 
+    async def nap_until(self, deadline: float) -> None:
+        """Sleep until ``deadline`` as cheaply as it can, maybe a little after it (no spin):
+        for the scheduler, which starts senders ahead of time and needs no precision. Never
+        returns early; a cancellation ends it like any sleep."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -72,6 +78,9 @@ class _Plain:
     """``trio.sleep_until``: exact on a virtual clock, where time only moves when all sleep."""
 
     async def sleep_until(self, deadline: float) -> None:
+        await trio.sleep_until(deadline)
+
+    async def nap_until(self, deadline: float) -> None:
         await trio.sleep_until(deadline)
 
     def close(self) -> None:
@@ -87,6 +96,9 @@ class _Spin:
         await trio.sleep_until(deadline - SPIN_MARGIN)
         while now() < deadline:
             await trio.lowlevel.checkpoint()
+
+    async def nap_until(self, deadline: float) -> None:
+        await trio.sleep_until(deadline)
 
     def close(self) -> None:
         pass
@@ -118,6 +130,11 @@ class _TimerFd:
                 await trio.lowlevel.checkpoint()
         else:
             await self._sleep_until(deadline)
+
+    async def nap_until(self, deadline: float) -> None:
+        """On a timer of the pool, without the tail: a wait on a file descriptor costs the
+        loop a fraction of what ``trio.sleep_until``'s cancel scope and deadline do."""
+        await self._sleep_until(deadline)
 
     async def _sleep_until(self, deadline: float) -> None:
         now = trio.current_time
