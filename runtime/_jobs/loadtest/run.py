@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -61,7 +62,26 @@ __all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 LEAD = 0.005
 """Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
-drawn): enough for a late pass of the scheduler, whose sleeps end on epoll's milliseconds."""
+drawn) at the latest: enough for a late pass of the scheduler on a busy loop."""
+
+EARLY = 0.05
+"""Seconds before an open-loop arrival is due that its sender task starts at the earliest. Up
+to this, a sender starts when the arrival before it is due: the scheduler's wake then shares
+the pass of trio's loop (and the instant its timer fires) that the earlier request's wake
+makes anyway, rather than making one of its own per request."""
+
+BATCH = LEAD
+"""Seconds of starts the scheduler makes in one wake: the senders of the arrivals whose start
+falls within this of the one it woke for start with it. At high rates, where arrivals are
+closer than :data:`LEAD`, a wake of the scheduler per arrival was much of what a request
+cost; a sender started early only waits longer on its timer."""
+
+
+def sender_start(scheduled: float, previous: float) -> float:
+    """When the sender of an arrival due at ``scheduled`` starts, the one before it (of this
+    process) due at ``previous``: when that one is due, but at least :data:`LEAD` and at most
+    :data:`EARLY` before its own due time."""
+    return min(scheduled - LEAD, max(previous, scheduled - EARLY))
 
 
 @attrs.frozen
@@ -145,15 +165,17 @@ class _Run:
         return test.duration is None or offset < test.duration
 
     async def open_loop(self, shape: OpenLoop) -> None:
-        """Send the schedule: for each arrival, a sender task started :data:`LEAD` seconds
-        before it is due, its prompt drawn, that waits for the due time on its own timer
-        and sends. The task that wakes is the one that sends, in the same step: no further
-        pass of trio's loop (and whatever else runs in it) comes between the wake and the
-        request's hand-over, and starting a task is not part of it either."""
+        """Send the schedule: for each arrival, a sender task started ahead of it
+        (:func:`sender_start`, within :data:`BATCH` of that), its prompt drawn, that waits
+        for the due time on its own timer and sends. The task that wakes is the one that
+        sends, in the same step: no further pass of trio's loop (and whatever else runs in
+        it) comes between the wake and the request's hand-over, and starting a task is not
+        part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
         rate = shape.rate and shape.rate / (1 if self.share is None else self.share.count)
         handing = open_handover(self.rt, self.sending, self.diagnosis)
+        previous = -math.inf  # when this process's previous arrival was due
         with open_waker(rate) as waker, handing as self.handover:  # both outlive the nursery
             async with trio.open_nursery() as nursery:
                 with self.sending:
@@ -164,9 +186,11 @@ class _Run:
                             self.skip(index)  # another worker's: draw its prompt all the same
                             continue
                         scheduled = self.t0 + offset
-                        if scheduled - LEAD > trio.current_time():
-                            await waker.nap_until(scheduled - LEAD)
-                        else:  # behind: start it now, yielding only to a cancellation
+                        start = sender_start(scheduled, previous)
+                        previous = scheduled
+                        if start > trio.current_time() + BATCH:
+                            await waker.nap_until(start)
+                        else:  # soon or behind: start it now, yielding only to a cancellation
                             await trio.lowlevel.checkpoint_if_cancelled()
                         work: WorkItem | list[WorkItem] = (
                             self.session_items(index)
