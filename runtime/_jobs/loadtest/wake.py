@@ -116,6 +116,9 @@ class _TimerFd:
         self._arm = arm
         self._free: list[int] = []
         self._fds: list[int] = []
+        self._now: Callable[[], float] | None = None
+        """The running clock's reading (bound at the first wait: two calls fewer per read
+        than ``trio.current_time``)."""
 
     @property
     def fds(self) -> tuple[int, ...]:
@@ -123,8 +126,8 @@ class _TimerFd:
         return tuple(self._fds)
 
     async def sleep_until(self, deadline: float) -> None:
-        now = trio.current_time
         if self._tail:
+            now = trio.current_time
             await self._sleep_until(deadline - self._tail)
             while now() < deadline:
                 await trio.lowlevel.checkpoint()
@@ -137,7 +140,9 @@ class _TimerFd:
         await self._sleep_until(deadline)
 
     async def _sleep_until(self, deadline: float) -> None:
-        now = trio.current_time
+        now = self._now
+        if now is None:
+            now = self._now = trio.lowlevel.current_clock().current_time
         left = deadline - now()
         if left <= 0:
             await trio.lowlevel.checkpoint()
@@ -154,8 +159,10 @@ class _TimerFd:
             while left > 0:
                 self._arm(fd, left)  # a new value also clears a stale expiry's count
                 await trio.lowlevel.wait_readable(fd)
-                with contextlib.suppress(BlockingIOError):
+                try:  # (not contextlib.suppress: three calls more per wait)
                     os.read(fd, 8)  # the expiry count: clears the readiness
+                except BlockingIOError:
+                    pass
                 left = deadline - now()
         finally:
             self._free.append(fd)
