@@ -15,7 +15,12 @@ from sluice._jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, pars
 from sluice._jobs.loadtest.aggregate import aggregate, lag_verdict, token_times
 from sluice._jobs.loadtest.arrivals import gamma_offsets, poisson_offsets, ramp_offsets
 from sluice._jobs.loadtest.compare import compare, format_comparison
-from sluice._jobs.loadtest.metrics import Tracker, estimate_tokens, spread_tokens
+from sluice._jobs.loadtest.metrics import (
+    Tracker,
+    _largest_remainder,
+    estimate_tokens,
+    spread_tokens,
+)
 from sluice._jobs.loadtest.slo import parse_seconds
 from sluice._jobs.loadtest.stats import percentile, summarize
 from sluice._jobs.loadtest.sweep import judge, parse_sweep
@@ -163,6 +168,38 @@ def test_tokens_are_spread_over_chunks_and_sum_to_the_reported_count():
     assert sum(spread_tokens([1, 2, 7], 20)) == 20
     assert spread_tokens([2, 2], None) == [2, 2]
     assert spread_tokens([5, 1], 1) == [1, 0]
+
+
+@given(st.integers(0, 50), st.integers(1, 300))
+def test_equal_chunks_agreeing_with_the_server_are_their_own_spread(size, chunks):
+    # spread_tokens returns such weights as they are, without the sharing out: it must be
+    # what the sharing out gives them.
+    weights = [size] * chunks
+    assert _largest_remainder(weights, size * chunks, size * chunks) == weights
+    assert spread_tokens(weights, size * chunks) == weights
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.001, 1.0), st.integers(1, 4)), max_size=30),
+    st.booleans(),
+)
+def test_itls_are_each_gap_split_over_its_tokens(chunks, reported):
+    # The samples as the module docstring defines them, computed the plain way; finish()
+    # takes a shortcut when every chunk after the first carries one token.
+    tracker = Tracker(0, scheduled=0.0, sent=0.0)
+    at = 0.0
+    for gap, tokens in chunks:
+        at += gap
+        tracker.tokens(at, tokens)
+    total = sum(t for _, t in chunks) if reported else None
+    record = tracker.finish(at + 1, input_tokens=1, output_tokens=total, ok=True)
+    times = tracker._chunk_at
+    counts = spread_tokens(tracker._chunk_tokens, total)
+    expected: list[float] = []
+    for i in range(1, len(times)):
+        expected += [(times[i] - times[i - 1]) / counts[i]] * counts[i]
+    assert record.itls == tuple(expected)
+    assert record.icls == tuple(times[i] - times[i - 1] for i in range(1, len(times)))
 
 
 def test_a_chunk_of_k_tokens_gives_k_itl_samples():
