@@ -10,11 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice._errors import ConfigError
+from sluice._errors import CallError, ConfigError
+from sluice._events import (
+    Admitted,
+    ReasoningDelta,
+    Retrying,
+    StreamReset,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from sluice._jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, parse_lengths, parse_slo
 from sluice._jobs.loadtest.aggregate import aggregate, lag_verdict, token_times
 from sluice._jobs.loadtest.arrivals import gamma_offsets, poisson_offsets, ramp_offsets
 from sluice._jobs.loadtest.compare import compare, format_comparison
+from sluice._jobs.loadtest.follow import _read_each, read_batch
 from sluice._jobs.loadtest.metrics import (
     Tracker,
     _largest_remainder,
@@ -25,6 +35,7 @@ from sluice._jobs.loadtest.slo import parse_seconds
 from sluice._jobs.loadtest.stats import percentile, summarize
 from sluice._jobs.loadtest.sweep import judge, parse_sweep
 from sluice._jobs.loadtest.workload import Workload
+from sluice._messages import Usage
 from sluice.simulator._latency import GenerationSlots, draw_generation, gamma_draw
 from sluice.simulator._text import count_tokens
 
@@ -200,6 +211,29 @@ def test_itls_are_each_gap_split_over_its_tokens(chunks, reported):
         expected += [(times[i] - times[i - 1]) / counts[i]] * counts[i]
     assert record.itls == tuple(expected)
     assert record.icls == tuple(times[i] - times[i - 1] for i in range(1, len(times)))
+
+
+_TEXTS = st.sampled_from(["", " ", "  \n", "word", " two words", "x\ty z", "\u00e9t\u00e9 "])
+_EVENTS = st.one_of(
+    st.builds(lambda t: TextDelta("c", t), _TEXTS),
+    st.builds(lambda t: ReasoningDelta("c", t), _TEXTS),
+    st.builds(lambda t: ToolCallDelta("c", 0, None, None, t), _TEXTS),
+    st.builds(lambda w: Admitted("c", 1, 5.0 + w, w), st.floats(0, 2)),
+    st.builds(lambda d: Retrying("c", 1, d, CallError("busy")), st.floats(0, 2)),
+    st.just(UsageReported("c", Usage(1, 2))),
+    st.just(StreamReset("c", 2, "retry")),
+)
+
+
+@given(st.lists(st.lists(_EVENTS, max_size=12), max_size=4))
+def test_a_batch_read_at_once_reads_as_event_by_event(batches):
+    # read_batch counts text deltas in C, apart from the other events; what it makes of
+    # any batch must be what reading it one event at a time, in order, makes.
+    fast, each = Tracker(0, 0.0, 0.0), Tracker(0, 0.0, 0.0)
+    for at, batch in enumerate(batches, 1):
+        assert read_batch(fast, batch, float(at), 1.0) == _read_each(each, batch, float(at), 1.0)
+    for name in ("_chunk_at", "_chunk_tokens", "queue_wait", "retry_wait", "admitted"):
+        assert getattr(fast, name) == getattr(each, name), name
 
 
 def test_a_chunk_of_k_tokens_gives_k_itl_samples():
