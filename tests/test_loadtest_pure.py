@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from sluice._errors import CallError, ConfigError
 from sluice._events import (
     Admitted,
+    Failed,
+    FirstToken,
+    Queued,
     ReasoningDelta,
     Retrying,
     StreamReset,
@@ -222,6 +225,9 @@ _EVENTS = st.one_of(
     st.builds(lambda d: Retrying("c", 1, d, CallError("busy")), st.floats(0, 2)),
     st.just(UsageReported("c", Usage(1, 2))),
     st.just(StreamReset("c", 2, "retry")),
+    st.just(Queued("c", 1, 0.5)),
+    st.just(FirstToken("c", 1, 0.5, 0.1)),
+    st.just(Failed("c", CallError("gone"))),
 )
 
 

@@ -4,7 +4,7 @@ the record of how it ended (with the transport's HTTP phases and the error's det
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import attrgetter, is_, is_not
+from operator import attrgetter, is_, not_
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -12,7 +12,13 @@ import trio
 from ..._errors import CallError, SluiceError
 from ..._events import (
     Admitted,
+    Completed,
+    Failed,
+    FallingBack,
+    FirstToken,
+    Queued,
     ReasoningDelta,
+    ReasoningSignature,
     Retrying,
     StreamReset,
     TextDelta,
@@ -132,7 +138,7 @@ def read_batch(tracker: Tracker, batch: EventBatch, at: float, origin: float) ->
     if texts:
         tokens = text_tokens(map(_TEXT, compress(batch, map(is_, kinds, repeat(TextDelta)))))
     usage_seen = False
-    for event in compress(batch, map(is_not, kinds, repeat(TextDelta))):
+    for event in compress(batch, map(not_, map(_PASSED.__contains__, kinds))):
         match event:
             case TextDelta(text=text) | ReasoningDelta(text=text):
                 tokens += estimate_tokens(text)
@@ -150,6 +156,11 @@ def read_batch(tracker: Tracker, batch: EventBatch, at: float, origin: float) ->
 
 
 _TEXT = attrgetter("text")
+_PASSED = frozenset(
+    {TextDelta, Queued, FirstToken, ReasoningSignature, FallingBack, Completed, Failed}
+)
+"""The event types :func:`read_batch` passes over in its loop: text deltas (counted apart)
+and those that tell the tracker nothing (no case of the loop matches them)."""
 
 
 def text_tokens(texts: Iterable[str]) -> int:
