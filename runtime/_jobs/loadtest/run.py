@@ -211,8 +211,8 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due, then send it, unless the run was
         drained first. (A drain does not interrupt the wait, which is never longer than
-        :data:`LEAD` when the scheduler keeps up: a cancel scope per request to make it
-        shorter cost more than that wait.)"""
+        :data:`EARLY` + :data:`BATCH`: a drained run ends that much later at most, where a
+        cancel scope per request to end it sooner cost every request.)"""
         request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
