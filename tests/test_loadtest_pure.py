@@ -10,16 +10,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice._errors import ConfigError
+from sluice._errors import CallError, ConfigError
+from sluice._events import (
+    Admitted,
+    Failed,
+    FirstToken,
+    Queued,
+    ReasoningDelta,
+    Retrying,
+    StreamReset,
+    TextDelta,
+    ToolCallDelta,
+    UsageReported,
+)
 from sluice._jobs.loadtest import OpenLoop, Step, load_dataset, load_trace, parse_lengths, parse_slo
 from sluice._jobs.loadtest.aggregate import aggregate, lag_verdict, token_times
 from sluice._jobs.loadtest.arrivals import gamma_offsets, poisson_offsets, ramp_offsets
 from sluice._jobs.loadtest.compare import compare, format_comparison
-from sluice._jobs.loadtest.metrics import Tracker, estimate_tokens, spread_tokens
+from sluice._jobs.loadtest.follow import _read_each, read_batch
+from sluice._jobs.loadtest.metrics import (
+    Tracker,
+    _largest_remainder,
+    estimate_tokens,
+    spread_tokens,
+)
 from sluice._jobs.loadtest.slo import parse_seconds
 from sluice._jobs.loadtest.stats import percentile, summarize
 from sluice._jobs.loadtest.sweep import judge, parse_sweep
 from sluice._jobs.loadtest.workload import Workload
+from sluice._messages import Usage
 from sluice.simulator._latency import GenerationSlots, draw_generation, gamma_draw
 from sluice.simulator._text import count_tokens
 
@@ -163,6 +182,64 @@ def test_tokens_are_spread_over_chunks_and_sum_to_the_reported_count():
     assert sum(spread_tokens([1, 2, 7], 20)) == 20
     assert spread_tokens([2, 2], None) == [2, 2]
     assert spread_tokens([5, 1], 1) == [1, 0]
+
+
+@given(st.integers(0, 50), st.integers(1, 300))
+def test_equal_chunks_agreeing_with_the_server_are_their_own_spread(size, chunks):
+    # spread_tokens returns such weights as they are, without the sharing out: it must be
+    # what the sharing out gives them.
+    weights = [size] * chunks
+    assert _largest_remainder(weights, size * chunks, size * chunks) == weights
+    assert spread_tokens(weights, size * chunks) == weights
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.001, 1.0), st.integers(1, 4)), max_size=30),
+    st.booleans(),
+)
+def test_itls_are_each_gap_split_over_its_tokens(chunks, reported):
+    # The samples as the module docstring defines them, computed the plain way; finish()
+    # takes a shortcut when every chunk after the first carries one token.
+    tracker = Tracker(0, scheduled=0.0, sent=0.0)
+    at = 0.0
+    for gap, tokens in chunks:
+        at += gap
+        tracker.tokens(at, tokens)
+    total = sum(t for _, t in chunks) if reported else None
+    record = tracker.finish(at + 1, input_tokens=1, output_tokens=total, ok=True)
+    times = tracker._chunk_at
+    counts = spread_tokens(tracker._chunk_tokens, total)
+    expected: list[float] = []
+    for i in range(1, len(times)):
+        expected += [(times[i] - times[i - 1]) / counts[i]] * counts[i]
+    assert record.itls == tuple(expected)
+    assert record.icls == tuple(times[i] - times[i - 1] for i in range(1, len(times)))
+
+
+_TEXTS = st.sampled_from(["", " ", "  \n", "word", " two words", "x\ty z", "\u00e9t\u00e9 "])
+_EVENTS = st.one_of(
+    st.builds(lambda t: TextDelta("c", t), _TEXTS),
+    st.builds(lambda t: ReasoningDelta("c", t), _TEXTS),
+    st.builds(lambda t: ToolCallDelta("c", 0, None, None, t), _TEXTS),
+    st.builds(lambda w: Admitted("c", 1, 5.0 + w, w), st.floats(0, 2)),
+    st.builds(lambda d: Retrying("c", 1, d, CallError("busy")), st.floats(0, 2)),
+    st.just(UsageReported("c", Usage(1, 2))),
+    st.just(StreamReset("c", 2, "retry")),
+    st.just(Queued("c", 1, 0.5)),
+    st.just(FirstToken("c", 1, 0.5, 0.1)),
+    st.just(Failed("c", CallError("gone"))),
+)
+
+
+@given(st.lists(st.lists(_EVENTS, max_size=12), max_size=4))
+def test_a_batch_read_at_once_reads_as_event_by_event(batches):
+    # read_batch counts text deltas in C, apart from the other events; what it makes of
+    # any batch must be what reading it one event at a time, in order, makes.
+    fast, each = Tracker(0, 0.0, 0.0), Tracker(0, 0.0, 0.0)
+    for at, batch in enumerate(batches, 1):
+        assert read_batch(fast, batch, float(at), 1.0) == _read_each(each, batch, float(at), 1.0)
+    for name in ("_chunk_at", "_chunk_tokens", "queue_wait", "retry_wait", "admitted"):
+        assert getattr(fast, name) == getattr(each, name), name
 
 
 def test_a_chunk_of_k_tokens_gives_k_itl_samples():

@@ -17,7 +17,7 @@ import sluice
 from sluice._config import RuntimeConfig
 from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config
 from sluice._jobs.loadtest.diagnose import ENV, Diagnosis
-from sluice._jobs.loadtest.run import LEAD, Interrupt, run_load
+from sluice._jobs.loadtest.run import BATCH, EARLY, LEAD, Interrupt, run_load, sender_start
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline
@@ -91,6 +91,47 @@ async def test_a_drain_after_the_last_sender_started_still_stops_it(autojump_clo
     run = await _run(nursery, test, interrupt=interrupt)
     assert run.interrupted == "drained"
     assert [r.index for r in run.records] == list(range(9))
+
+
+def test_a_sender_starts_when_the_arrival_before_it_is_due_within_bounds():
+    assert sender_start(1.0, 0.998) == pytest.approx(1.0 - LEAD)  # close: LEAD ahead
+    assert sender_start(1.0, 0.99) == 0.99  # further: with the one before it
+    assert sender_start(1.0, 0.5) == pytest.approx(1.0 - EARLY)  # far: EARLY ahead at most
+    assert sender_start(0.0, float("-inf")) == -EARLY  # the first
+
+
+class _SchedulerSteps(trio.abc.Instrument):
+    """Steps of the scheduler (the task running the load test)."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += task is self.task
+
+
+@virtual_deadline(600)
+async def test_the_scheduler_wakes_once_per_batch_of_arrivals(autojump_clock, nursery):
+    # 1,000 arrivals a second: one wake of the scheduler per BATCH seconds of them (its
+    # task steps, a few more for starting and ending the run); before, one per arrival.
+    wakes = 1 / (BATCH * 1_000)
+    shape = OpenLoop.at_rate(1_000, arrival="constant")
+    test = LoadTest(model=MODEL, shape=shape, requests=200, workload=WORK, warmup=0)
+    app = SimulatorApp(SimulatorConfig(ttft=0.05, output_tokens=1000))
+    transport = memory_transport(app, nursery)
+    config = loadtest_config(RuntimeConfig(), "sim", respect_limits=False)
+    counter = _SchedulerSteps(trio.lowlevel.current_task())
+    async with sluice.open_runtime(config, transport=transport) as rt:
+        trio.lowlevel.add_instrument(counter)
+        try:
+            run = await run_load(rt, test)
+        finally:
+            trio.lowlevel.remove_instrument(counter)
+    await transport.aclose()
+    assert [r.index for r in run.records] == list(range(200))
+    assert max(r.lag for r in run.records) < 1e-9
+    assert counter.steps / 200 < wakes + 0.1, counter.steps / 200
 
 
 @virtual_deadline(600)

@@ -7,6 +7,7 @@ the simulator."""
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 import httpx
@@ -26,7 +27,7 @@ from sluice._jobs.loadtest import (
     run_load,
 )
 from sluice._jobs.loadtest.arrivals import load_trace_entries
-from sluice._jobs.loadtest.workload import TRACE_BLOCK_TOKENS
+from sluice._jobs.loadtest.workload import _WORDS, TRACE_BLOCK_TOKENS, draw_words
 from sluice.simulator import SimulatorApp, SimulatorConfig, mock_transport
 from sluice.simulator._text import count_tokens
 
@@ -159,3 +160,20 @@ def test_trace_lines_are_checked(tmp_path):
         load_trace_entries(trace)
     trace.write_text('{"timestamp": 5}\n0.5\n')  # the plain forms still read as seconds
     assert [e.offset for e in load_trace_entries(trace)] == [0.0, 4.5]
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 127, 2_000])
+def test_drawn_words_are_the_ones_random_choice_draws(count):
+    # A prompt's words are drawn without random.choice's calls per word, and must stay the
+    # very words it draws: a seed gives the same prompts as before, and the generator is
+    # left in the same state for whatever it draws next.
+    for seed in range(20):
+        fast, plain = random.Random(f"{seed}:workload"), random.Random(f"{seed}:workload")
+        assert draw_words(fast, count) == [plain.choice(_WORDS) for _ in range(count)]
+        assert fast.random() == plain.random()
+
+    class Own(random.Random):  # a subclass draws its own way: it is asked
+        def choice(self, seq):
+            return seq[0]
+
+    assert draw_words(Own(1), 3) == [_WORDS[0]] * 3

@@ -16,6 +16,7 @@ of the first chunk arrive at the time to first token and give no ITL samples.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -45,6 +46,16 @@ def spread_tokens(weights: Sequence[int], total: int | None) -> list[int]:
     if total is None or not weights:
         return list(weights)
     weight_sum = sum(weights)
+    if total == weight_sum and weights.count(weights[0]) == len(weights):
+        # The common case (the server's count agrees, every chunk the same size): the
+        # shares below come out as the weights themselves, exactly, without their loops.
+        return list(weights)
+    return _largest_remainder(weights, weight_sum, total)
+
+
+def _largest_remainder(weights: Sequence[int], weight_sum: int, total: int) -> list[int]:
+    """:func:`spread_tokens`'s sharing out of ``total`` over ``weights`` (which sum to
+    ``weight_sum``)."""
     if weight_sum == 0:
         return [0] * len(weights)
     if total >= len(weights):
@@ -236,11 +247,15 @@ class Tracker:
         (``requested_output_tokens``, ``request_id``, ``warmup``, ``session``, ...)."""
         counts = spread_tokens(self._chunk_tokens, output_tokens if ok else None)
         times = self._chunk_at
-        itls: list[float] = []
-        for i in range(1, len(times)):
-            k = counts[i]
-            if k:
-                itls.extend([(times[i] - times[i - 1]) / k] * k)
+        gaps = [b - a for a, b in pairwise(times)]  # the ICLs
+        if counts[1:].count(1) == len(gaps):
+            itls = gaps  # a token per chunk after the first: each gap is its sample (g / 1)
+        else:
+            itls = []
+            for i, gap in enumerate(gaps, 1):
+                k = counts[i]
+                if k:
+                    itls.extend([gap / k] * k)
         last = times[-1] if times else at
         ttst = None
         if times and counts and counts[0] >= 2:
@@ -249,7 +264,7 @@ class Tracker:
             ttst = times[1] - self.sent
         return RequestRecord(
             ttst=ttst,
-            icls=tuple(times[i] - times[i - 1] for i in range(1, len(times))),
+            icls=tuple(gaps),
             server_output_tokens=output_tokens if ok else None,
             client_output_tokens=sum(self._chunk_tokens),
             **extra,

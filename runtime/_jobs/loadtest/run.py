@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -61,7 +62,26 @@ __all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 LEAD = 0.005
 """Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
-drawn): enough for a late pass of the scheduler, whose sleeps end on epoll's milliseconds."""
+drawn) at the latest: enough for a late pass of the scheduler on a busy loop."""
+
+EARLY = 0.05
+"""Seconds before an open-loop arrival is due that its sender task starts at the earliest. Up
+to this, a sender starts when the arrival before it is due: the scheduler's wake then shares
+the pass of trio's loop (and the instant its timer fires) that the earlier request's wake
+makes anyway, rather than making one of its own per request."""
+
+BATCH = LEAD
+"""Seconds of starts the scheduler makes in one wake: the senders of the arrivals whose start
+falls within this of the one it woke for start with it. At high rates, where arrivals are
+closer than :data:`LEAD`, a wake of the scheduler per arrival was much of what a request
+cost; a sender started early only waits longer on its timer."""
+
+
+def sender_start(scheduled: float, previous: float) -> float:
+    """When the sender of an arrival due at ``scheduled`` starts, the one before it (of this
+    process) due at ``previous``: when that one is due, but at least :data:`LEAD` and at most
+    :data:`EARLY` before its own due time."""
+    return min(scheduled - LEAD, max(previous, scheduled - EARLY))
 
 
 @attrs.frozen
@@ -135,10 +155,10 @@ class _Run:
         """Where the causes of lateness are counted (``SLUICE_LOADTEST_DIAGNOSE``), if anywhere."""
         self.woke: dict[int, float] = {}
         """With a diagnosis: when each request's sender woke, until it is stamped sent."""
-        self.waiting: set[trio.CancelScope] = set()
-        """The open loop's senders waiting for their due time."""
         self.handover: Handover | None = None
         """Submits the open loop's due chat requests between task steps (:mod:`.handover`)."""
+        self.now = trio.lowlevel.current_clock().current_time
+        """Reads trio's clock: ``trio.current_time`` without its two calls on the way."""
 
     def due(self, index: int, offset: float) -> bool:
         test = self.test
@@ -147,15 +167,17 @@ class _Run:
         return test.duration is None or offset < test.duration
 
     async def open_loop(self, shape: OpenLoop) -> None:
-        """Send the schedule: for each arrival, a sender task started :data:`LEAD` seconds
-        before it is due, its prompt drawn, that waits for the due time on its own timer
-        and sends. The task that wakes is the one that sends, in the same step: no further
-        pass of trio's loop (and whatever else runs in it) comes between the wake and the
-        request's hand-over, and starting a task is not part of it either."""
+        """Send the schedule: for each arrival, a sender task started ahead of it
+        (:func:`sender_start`, within :data:`BATCH` of that), its prompt drawn, that waits
+        for the due time on its own timer and sends. The task that wakes is the one that
+        sends, in the same step: no further pass of trio's loop (and whatever else runs in
+        it) comes between the wake and the request's hand-over, and starting a task is not
+        part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
         rate = shape.rate and shape.rate / (1 if self.share is None else self.share.count)
         handing = open_handover(self.rt, self.sending, self.diagnosis)
+        previous = -math.inf  # when this process's previous arrival was due
         with open_waker(rate) as waker, handing as self.handover:  # both outlive the nursery
             async with trio.open_nursery() as nursery:
                 with self.sending:
@@ -166,50 +188,44 @@ class _Run:
                             self.skip(index)  # another worker's: draw its prompt all the same
                             continue
                         scheduled = self.t0 + offset
-                        if scheduled - LEAD > trio.current_time():
-                            await trio.sleep_until(scheduled - LEAD)
-                        else:  # behind: start it now, yielding only to a cancellation
+                        start = sender_start(scheduled, previous)
+                        previous = scheduled
+                        if start > trio.current_time() + BATCH:
+                            await waker.nap_until(start)
+                        else:  # soon or behind: start it now, yielding only to a cancellation
                             await trio.lowlevel.checkpoint_if_cancelled()
                         work: WorkItem | list[WorkItem] = (
                             self.session_items(index)
                             if self.test.workload.turns > 1
                             else self.test.workload.item(index, self.work_rng)
                         )
-                        waiting = trio.CancelScope()
-                        self.waiting.add(waiting)
-                        nursery.start_soon(
-                            self.send_at, waiting, waker, index, scheduled, work, cap
-                        )
-                if self.sending.cancel_called:  # drained: the requests not yet due never go
-                    for waiting in self.waiting:
-                        waiting.cancel()
+                        nursery.start_soon(self.send_at, waker, index, scheduled, work, cap)
 
     async def send_at(
         self,
-        waiting: trio.CancelScope,
         waker: Waker,
         index: int,
         scheduled: float,
         work: WorkItem | list[WorkItem],
         cap: trio.Semaphore | None,
     ) -> None:
-        """Arrival ``index``'s sender: wait until it is due (``waiting`` cancelled: the run
-        was drained first, and it is not sent), then send it."""
+        """Arrival ``index``'s sender: wait until it is due, then send it, unless the run was
+        drained first. (A drain does not interrupt the wait, which is never longer than
+        :data:`EARLY` + :data:`BATCH`: a drained run ends that much later at most, where a
+        cancel scope per request to end it sooner cost every request.)"""
         request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
-            follower = Follower(Tracker(index, scheduled - self.t0, 0.0), self.t0)
+            follower = Follower(Tracker(index, scheduled - self.t0, 0.0), self.t0, self.now)
             if handover is not None:  # submitted by the hook once due, when it can be
                 handed = handover.add(scheduled, request, HttpPhases(), cap, follower)
         try:
-            with waiting:
-                await waker.sleep_until(scheduled)
+            await waker.sleep_until(scheduled)
         except trio.Cancelled:  # with the run; one() records a request already handed over
             if handover is None or handover.take(handed) is None:
                 raise
-        self.waiting.discard(waiting)
         handed = None if handover is None else handover.take(handed)
-        if handed is None and (waiting.cancelled_caught or self.sending.cancel_called):
+        if handed is None and self.sending.cancel_called:
             return  # drained before it was due (also after the schedule's last arrival)
         if self.diagnosis is not None and handed is None:  # (the hook tells of its own)
             self.woke[index] = woke = trio.current_time()
@@ -330,7 +346,7 @@ class _Run:
             "turn": turn,
         }
         phases = HttpPhases() if handed is None else handed.phases
-        follower = follower or Follower(Tracker(index, scheduled - t0, 0.0), t0)
+        follower = follower or Follower(Tracker(index, scheduled - t0, 0.0), t0, self.now)
         tracker = self._start(follower.tracker, scheduled, None if handed is None else handed.at)
         try:
             end, result, error, usage_seen = await follow_call(
@@ -366,7 +382,7 @@ class _Run:
     def _start(self, tracker: Tracker, scheduled: float, sent: float | None = None) -> Tracker:
         """Count ``tracker``'s request (due at ``scheduled``) as sent now (or at ``sent``,
         when :mod:`.handover` submitted it)."""
-        sent = trio.current_time() if sent is None else sent
+        sent = self.now() if sent is None else sent
         tracker.sent, tracker.lag = sent - self.t0, sent - scheduled
         if self.diagnosis is not None and tracker.index in self.woke:
             self.diagnosis.sent(self.woke.pop(tracker.index), sent)

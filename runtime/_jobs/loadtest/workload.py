@@ -283,8 +283,30 @@ def synthetic_prompt(
     prompts share more than ``shared`` and a server's prefix cache cannot make the run look
     faster than real traffic), then words drawn from a small vocabulary."""
     words = [*shared[:tokens], f"{prefix}{index}"]
-    words += [rng.choice(_WORDS) for _ in range(max(tokens - len(words), 0))]
+    words += draw_words(rng, max(tokens - len(words), 0))
     return " ".join(words[: max(tokens, 1)])
+
+
+_SPAN = len(_WORDS)
+_BITS = _SPAN.bit_length()
+
+
+def draw_words(rng: random.Random, count: int) -> list[str]:
+    """``count`` words of the vocabulary, each ``rng.choice(_WORDS)`` and the same ones: for
+    a plain :class:`random.Random` its draw is written out (``choice`` takes the top bits of
+    one ``getrandbits`` per word, drawing again while they are past the vocabulary), which
+    spares the two Python calls ``choice`` makes per word of every prompt."""
+    if type(rng) is not random.Random:  # a subclass may draw otherwise: ask it
+        return [rng.choice(_WORDS) for _ in range(count)]
+    words, span, bits, getrandbits = _WORDS, _SPAN, _BITS, rng.getrandbits
+    drawn: list[str] = []
+    add = drawn.append
+    for _ in range(count):
+        at = getrandbits(bits)
+        while at >= span:
+            at = getrandbits(bits)
+        add(words[at])
+    return drawn
 
 
 @functools.lru_cache(maxsize=256)
@@ -309,5 +331,5 @@ def traced_prompt(
     if len(words) < tokens:
         words.append(f"{prefix}{index}")
         rng = random.Random(f"{seed}:trace-tail:{index}")
-        words += [rng.choice(_WORDS) for _ in range(tokens - len(words))]
+        words += draw_words(rng, tokens - len(words))
     return " ".join(words[: max(tokens, 1)])
