@@ -1,5 +1,5 @@
 """The open loop's senders (:meth:`sluice._jobs.loadtest.run._Run.open_loop`): each arrival's
-task starts :data:`~sluice._jobs.loadtest.run.LEAD` before it is due and sends when it wakes,
+task starts :data:`~sluice._jobs.loadtest.starts.LEAD` before it is due and sends when it wakes,
 under trio's autojump clock over in-memory HTTP: every arrival of the schedule goes out, at
 its time, and a drain stops exactly the ones not yet due. Also the lateness diagnosis that
 ``SLUICE_LOADTEST_DIAGNOSE`` turns on (:mod:`sluice._jobs.loadtest.diagnose`)."""
@@ -17,7 +17,8 @@ import sluice
 from sluice._config import RuntimeConfig
 from sluice._jobs.loadtest import Lengths, LoadTest, OpenLoop, Workload, loadtest_config
 from sluice._jobs.loadtest.diagnose import ENV, Diagnosis
-from sluice._jobs.loadtest.run import BATCH, EARLY, LEAD, Interrupt, run_load, sender_start
+from sluice._jobs.loadtest.run import Interrupt, run_load
+from sluice._jobs.loadtest.starts import BATCH, EARLY, LEAD, sender_start
 from sluice.simulator import SimulatorApp, SimulatorConfig
 
 from .helpers import memory_transport, virtual_deadline

@@ -44,6 +44,7 @@ from .metrics import RequestRecord, Tracker
 from .records import RecordFile
 from .saturation import load_figures
 from .spec import LoadTest
+from .starts import BATCH, sender_start
 from .stats import percentile
 from .wake import open_waker
 
@@ -58,30 +59,7 @@ if TYPE_CHECKING:
     from .workers import Share, Start
     from .workload import WorkItem
 
-__all__ = ["LEAD", "Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
-
-LEAD = 0.005
-"""Seconds before an open-loop arrival is due that its sender task starts (and its prompt is
-drawn) at the latest: enough for a late pass of the scheduler on a busy loop."""
-
-EARLY = 0.05
-"""Seconds before an open-loop arrival is due that its sender task starts at the earliest. Up
-to this, a sender starts when the arrival before it is due: the scheduler's wake then shares
-the pass of trio's loop (and the instant its timer fires) that the earlier request's wake
-makes anyway, rather than making one of its own per request."""
-
-BATCH = LEAD
-"""Seconds of starts the scheduler makes in one wake: the senders of the arrivals whose start
-falls within this of the one it woke for start with it. At high rates, where arrivals are
-closer than :data:`LEAD`, a wake of the scheduler per arrival was much of what a request
-cost; a sender started early only waits longer on its timer."""
-
-
-def sender_start(scheduled: float, previous: float) -> float:
-    """When the sender of an arrival due at ``scheduled`` starts, the one before it (of this
-    process) due at ``previous``: when that one is due, but at least :data:`LEAD` and at most
-    :data:`EARLY` before its own due time."""
-    return min(scheduled - LEAD, max(previous, scheduled - EARLY))
+__all__ = ["Interrupt", "LoadTest", "Progress", "RunResult", "run_load"]
 
 
 @attrs.frozen
@@ -168,8 +146,8 @@ class _Run:
 
     async def open_loop(self, shape: OpenLoop) -> None:
         """Send the schedule: for each arrival, a sender task started ahead of it
-        (:func:`sender_start`, within :data:`BATCH` of that), its prompt drawn, that waits
-        for the due time on its own timer and sends. The task that wakes is the one that
+        (:func:`~.starts.sender_start`, within :data:`~.starts.BATCH` of that), its prompt
+        drawn, that waits for the due time on its own timer and sends. The task that wakes is the one that
         sends, in the same step: no further pass of trio's loop (and whatever else runs in
         it) comes between the wake and the request's hand-over, and starting a task is not
         part of it either."""
@@ -211,8 +189,8 @@ class _Run:
     ) -> None:
         """Arrival ``index``'s sender: wait until it is due, then send it, unless the run was
         drained first. (A drain does not interrupt the wait, which is never longer than
-        :data:`EARLY` + :data:`BATCH`: a drained run ends that much later at most, where a
-        cancel scope per request to end it sooner cost every request.)"""
+        :data:`~.starts.EARLY` + :data:`~.starts.BATCH`: a drained run ends that much later at
+        most, where a cancel scope per request to end it sooner cost every request.)"""
         request, handed, handover, follower = None, None, self.handover, None
         if not isinstance(work, list) and self.test.endpoint not in ("completions", "embeddings"):
             request = self.chat_request(work)  # made now, not in the step after the wake
