@@ -147,10 +147,10 @@ class _Run:
     async def open_loop(self, shape: OpenLoop) -> None:
         """Send the schedule: for each arrival, a sender task started ahead of it
         (:func:`~.starts.sender_start`, within :data:`~.starts.BATCH` of that), its prompt
-        drawn, that waits for the due time on its own timer and sends. The task that wakes is the one that
-        sends, in the same step: no further pass of trio's loop (and whatever else runs in
-        it) comes between the wake and the request's hand-over, and starting a task is not
-        part of it either."""
+        drawn, that waits for the due time on its own timer and sends. The task that wakes
+        is the one that sends, in the same step: no further pass of trio's loop (and
+        whatever else runs in it) comes between the wake and the request's hand-over, and
+        starting a task is not part of it either."""
         cap = None if shape.max_in_flight is None else trio.Semaphore(shape.max_in_flight)
         rng = random.Random(f"{self.test.seed}:arrivals")
         rate = shape.rate and shape.rate / (1 if self.share is None else self.share.count)
