@@ -40,8 +40,6 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .._errors import ConfigError
 from .._messages import (
     CacheBreakpoint,
@@ -60,7 +58,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, request_headers, to_json
+from .wire import arguments_object, json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -104,7 +102,7 @@ def build_request(
         method="POST",
         url=base_url.rstrip("/") + "/messages",
         headers=built,
-        body=orjson.dumps(build_body(request), default=to_json),
+        body=json_body(build_body(request)),
     )
 
 

@@ -25,7 +25,7 @@ from .decode_shared import malformed
 from .embed_shared import checked_vector, request_headers, wrong_count
 from .gemini_decode import error_from_payload
 from .openai_request import merge_extra
-from .wire import to_json
+from .wire import json_body
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -61,7 +61,7 @@ def build_embed_request(
         method="POST",
         url=f"{base_url.rstrip('/')}/models/{quote(model, safe='')}:batchEmbedContents",
         headers=request_headers(own, request, headers),
-        body=orjson.dumps(build_embed_body(request), default=to_json),
+        body=json_body(build_embed_body(request)),
     )
 
 

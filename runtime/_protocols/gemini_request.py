@@ -28,8 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import orjson
-
 from .._errors import ConfigError
 from .._messages import (
     ChatRequest,
@@ -46,7 +44,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import arguments_object, request_headers, to_json
+from .wire import arguments_object, json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -88,7 +86,7 @@ def build_request(
         method="POST",
         url=f"{base_url.rstrip('/')}/models/{quote(model, safe='')}:{method}",
         headers=built,
-        body=orjson.dumps(build_body(request), default=to_json),
+        body=json_body(build_body(request)),
     )
 
 

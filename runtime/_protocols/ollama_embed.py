@@ -24,7 +24,7 @@ from .embed_shared import checked_vector, request_headers, wrong_count
 from .http_errors import error_for_status
 from .ollama_decode import error_message
 from .openai_request import merge_extra
-from .wire import to_json
+from .wire import json_body
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -63,7 +63,7 @@ def build_embed_request(
         method="POST",
         url=embed_url(base_url),
         headers=request_headers(own, request, headers),
-        body=orjson.dumps(build_embed_body(request), default=to_json),
+        body=json_body(build_embed_body(request)),
     )
 
 

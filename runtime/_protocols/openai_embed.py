@@ -30,7 +30,7 @@ from .base import HttpRequest
 from .decode_shared import malformed
 from .openai_decode import error_from_payload
 from .openai_request import merge_extra
-from .wire import request_headers, to_json
+from .wire import json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -62,7 +62,7 @@ def build_embed_request(
         method="POST",
         url=embed_url(base_url, request.model_name, quirks),
         headers=built,
-        body=orjson.dumps(build_embed_body(request), default=to_json),
+        body=json_body(build_embed_body(request)),
     )
 
 

@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-import orjson
-
 from .._errors import ConfigError
 from .._messages import (
     ChatRequest,
@@ -40,7 +38,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
-from .wire import request_headers, to_json
+from .wire import json_body, request_headers
 
 __all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
@@ -75,7 +73,7 @@ def build_request(
         method="POST",
         url=chat_url(base_url, request.model_name, quirks),
         headers=built,
-        body=orjson.dumps(build_body(request, quirks), default=to_json),
+        body=json_body(build_body(request, quirks)),
     )
 
 

@@ -29,8 +29,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import orjson
-
 from .._errors import ConfigError
 from .._messages import (
     ChatRequest,
@@ -48,7 +46,7 @@ from .._messages import (
 )
 from .base import HttpRequest
 from .openai_request import merge_extra
-from .wire import request_headers, to_json
+from .wire import json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -110,7 +108,7 @@ def build_request(
         method="POST",
         url=responses_url(base_url, quirks),
         headers=built,
-        body=orjson.dumps(build_body(request, quirks), default=to_json),
+        body=json_body(build_body(request, quirks)),
     )
 
 
