@@ -24,41 +24,55 @@ if TYPE_CHECKING:
     from sluice._mail import Call
 
     from ._provider_context import ProviderState
+    from ._supervisor_peers import CallCount
 
-__all__ = ["ProviderDoor", "SupervisorDoor"]
+__all__ = ["DOOR_CALLS", "ProviderDoor", "SupervisorDoor"]
+
+
+DOOR_CALLS = 32
+"""Calls in flight from which submissions take the Supervisor's mailbox again. The door is for
+calls made alone or a few at once, which would pay the loop's trip each; a burst of thousands
+taking it would start every call's task at once, and every call would reach its attempt,
+request body and connection in the same moment (a peak of memory the heap keeps). Through the
+mailbox, whose bound makes the submitter wait, a burst starts as the Supervisor takes it, and
+the loop's trip is shared by all the calls of its step."""
 
 
 class SupervisorDoor:
     """How the runtime submits calls to the Supervisor.
 
-    While the Supervisor runs, a :class:`~sluice._mail.Submit` starts the call's task in the
-    Supervisor's nursery at once. Before the Supervisor runs, a submission waits in the
-    mailbox (the Supervisor's loop starts it when it runs); once :meth:`close` was called it
-    is refused as by a closed channel (``trio.ClosedResourceError``).
+    While the Supervisor runs and fewer than :data:`DOOR_CALLS` calls are in flight, a
+    :class:`~sluice._mail.Submit` starts the call's task in the Supervisor's nursery at once.
+    Otherwise (before the Supervisor runs, in a burst) a submission goes to the mailbox, and
+    the Supervisor's loop starts it when it runs; once :meth:`close` was called it is refused
+    as by a closed channel (``trio.ClosedResourceError``).
     """
 
-    __slots__ = ("_closed", "_mailbox", "_start")
+    __slots__ = ("_closed", "_count", "_mailbox", "_start")
 
     def __init__(self, mailbox: trio.MemorySendChannel[SupervisorMsg]) -> None:
         self._mailbox = mailbox
         self._start: Callable[[Call], None] | None = None
+        self._count: CallCount | None = None
         self._closed = False
 
     def send_nowait(self, msg: SupervisorMsg) -> None:
         """Start ``msg``'s call (see the class). Raises what the mailbox's ``send_nowait``
         raises when the call goes there."""
-        start = self._start
-        if start is None:
+        start, count = self._start, self._count
+        if start is None or count is None or count.value >= DOOR_CALLS:
             self._mailbox.send_nowait(msg)
         else:
             start(msg.call)
 
     async def send(self, msg: SupervisorMsg) -> None:
         """:meth:`send_nowait`, waiting for room when the call goes to a full mailbox."""
-        if self._start is None:
-            await self._mailbox.send(msg)
-        else:
+        try:
             self.send_nowait(msg)
+            return
+        except trio.WouldBlock:
+            pass  # waited for outside the handler
+        await self._mailbox.send(msg)
 
     def close(self) -> None:
         """No more calls: the mailbox closes, so the Supervisor returns once every call
@@ -67,15 +81,15 @@ class SupervisorDoor:
         self._start = None
         self._mailbox.close()
 
-    def open(self, start: Callable[[Call], None]) -> None:
+    def open(self, start: Callable[[Call], None], count: CallCount) -> None:
         """The Supervisor runs: ``start`` starts a call's task in its nursery (unless the
-        door was closed already)."""
+        door was closed already), and ``count`` says how many calls it has in flight."""
         if not self._closed:
-            self._start = start
+            self._start, self._count = start, count
 
     def shut(self) -> None:
         """The Supervisor stops: calls go to the mailbox again."""
-        self._start = None
+        self._start = self._count = None
 
 
 class ProviderDoor:

@@ -125,13 +125,15 @@ async def run_supervisor(
     actor's nursery directly while it runs (see :class:`~sluice.actors._doors.SupervisorDoor`)."""
     # The run's clock, read directly (``trio.current_time`` takes three calls to find it).
     clock = trio.lowlevel.current_clock().current_time
+    count = peers.in_flight
     async with trio.open_nursery() as calls:
 
         def start(call: Call) -> None:
             calls.start_soon(_supervise, peers, call, clock, name=call.call_id)
+            count.value += 1  # counted from its start, so the door sees a burst as it comes
 
         if door is not None:
-            door.open(start)
+            door.open(start, count)
         task_status.started()
         try:
             await _serve(inbox, start)
@@ -162,8 +164,7 @@ async def _supervise(peers: SupervisorPeers, call: Call, clock: Callable[[], flo
     As few frames as the logic allows between the call's task and its wait: each is held for
     as long as the call's stream is open.
     """
-    peers.in_flight.value += 1
-    try:
+    try:  # counted in by the start that made this task
         try:
             run = _CallRun(peers, call, clock)
             await (run.run() if call.group is None else run.run_in_group())
