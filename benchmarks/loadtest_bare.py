@@ -24,9 +24,10 @@ of every process, failures, client CPU per request (the processes' own CPU over 
 start-up excluded) and how busy the machine was.
 
 Beside it, ``timer_floor``: one process that does nothing but sleep until each due time of
-the same schedule (``time.sleep``, a nanosecond kernel timer) and notes how late it woke. No
-generator on the machine can be on time more reliably than that: it is what the kernel (and,
-in a virtual machine, the host) adds to waking an idle process.
+the same schedule (``time.sleep``, a nanosecond kernel timer) and notes how late it woke: what
+the kernel (and, in a virtual machine, the host) adds to waking an idle process. A generator
+that sleeps between its sends pays at least that; one whose loop is kept busy, or that wakes
+early and waits on the core, need not.
 
 It imports neither trio nor sluice. One JSON line on stdout; a line per run on stderr.
 """
