@@ -8,14 +8,17 @@ interpreter, the imports and the warm caches; only the code path per call differ
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -25,7 +28,7 @@ import trio
 import sluice
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
 __all__ = [
     "BareClient",
@@ -38,11 +41,35 @@ __all__ = [
     "mock_url",
     "run_phase",
     "run_sluice",
+    "sim_server",
     "versions",
 ]
 
 PROMPT = "hi"
 API_KEY = "sk-mock"
+
+
+@contextlib.contextmanager
+def sim_server(chunks: int) -> Iterator[str]:
+    """A ``sluice sim`` process of its own replying with ``chunks`` content chunks: its
+    ``/v1`` root while the block runs; stopped after it."""
+    command = str(Path(sys.executable).with_name("sluice"))
+    sim = subprocess.Popen(
+        [command, "sim", "--port", "0", "--output-tokens", str(chunks)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert sim.stdout is not None
+        banner = sim.stdout.readline()
+        if "listening on " not in banner:
+            raise SystemExit(f"sluice sim did not start: {banner}")
+        yield banner.split("listening on ")[1].strip()
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+
 
 # The nginx mock of shared/perf takes its parameters as a path prefix: /c<N>/t<T>/i<I>[/min]/v1.
 _MOCK_PATH = re.compile(r"/c(\d+)/t(\d+)/i(\d+)(?:/min)?/v1/?$")

@@ -41,15 +41,16 @@ import gc
 import multiprocessing
 import os
 import random
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ._harness import API_KEY, PROMPT, machine_busy_s, mock_url
+_PROMPT = "hi"
+_API_KEY = "sk-mock"
+"""The prompt and key every benchmark sends (``_harness.PROMPT``, ``_harness.API_KEY``), here
+so that a sending process need not import the harness."""
 
 START_DELAY = 2.0
 """Seconds from launching the processes to the schedule's start: enough for each to import
@@ -68,13 +69,15 @@ def _schedule(rate: float, seconds: float, seed: int) -> list[float]:
         offsets.append(at)
 
 
-async def _side(url: str, offsets: list[float], t0: float, warmup: int) -> dict[str, Any]:
+async def _side(
+    url: str, offsets: list[float], t0: float, warmup: int, prompt: str, api_key: str
+) -> dict[str, Any]:
     import aiohttp
 
     body = orjson.dumps(
         {
             "model": "mock",
-            "messages": [{"role": "user", "content": PROMPT}],
+            "messages": [{"role": "user", "content": prompt}],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -82,7 +85,7 @@ async def _side(url: str, offsets: list[float], t0: float, warmup: int) -> dict[
     headers = {
         "content-type": "application/json",
         "accept": "text/event-stream",
-        "authorization": f"Bearer {API_KEY}",
+        "authorization": f"Bearer {api_key}",
     }
     target = url.rstrip("/") + "/chat/completions"
     lags: list[float] = []
@@ -162,7 +165,9 @@ def timer_floor(rate: float, seconds: float) -> dict[str, Any]:
 
 
 def _process(url: str, offsets: list[float], t0: float, warmup: int, out: Any) -> None:
-    out.send(asyncio.run(_side(url, offsets, t0, warmup)))
+    """A sending process: this module is all it imports (not the harness, which loads trio,
+    httpx and sluice)."""
+    out.send(asyncio.run(_side(url, offsets, t0, warmup, _PROMPT, _API_KEY)))
     out.close()
 
 
@@ -179,6 +184,8 @@ def one_run(url: str, rate: float, seconds: float, processes: int, warmup: int) 
         child.start()
         pipes.append(receive)
         children.append(child)
+    from ._harness import machine_busy_s
+
     busy, wall = machine_busy_s(), time.perf_counter()
     results = [pipe.recv() for pipe in pipes]
     for child in children:
@@ -282,23 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.rate <= 0 or a.seconds <= 0 or a.start <= 0 or a.factor <= 1:
         p.error("--rate, --seconds and --start must be above 0, --factor above 1")
+    from ._harness import mock_url, sim_server
+
     if a.sim:
-        sluice = str(Path(sys.executable).with_name("sluice"))
-        sim = subprocess.Popen(
-            [sluice, "sim", "--port", "0", "--output-tokens", str(a.chunks)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            assert sim.stdout is not None
-            banner = sim.stdout.readline()
-            if "listening on " not in banner:
-                raise SystemExit(f"sluice sim did not start: {banner}")
-            report = run(a, banner.split("listening on ")[1].strip(), "sluice sim process")
-        finally:
-            sim.terminate()
-            sim.wait(timeout=10)
+        with sim_server(a.chunks) as url:
+            report = run(a, url, "sluice sim process")
     else:
         try:
             url, _ = mock_url(a.base_url, a.chunks, 0, 0)

@@ -40,7 +40,7 @@ import orjson
 
 from sluice._jobs.loadtest.diagnose import ENV
 
-from ._harness import API_KEY, machine_busy_s, mock_url, versions
+from ._harness import API_KEY, machine_busy_s, mock_url, sim_server, versions
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 
@@ -221,21 +221,8 @@ def run(a: argparse.Namespace, url: str, server: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.sim:
-        sim = subprocess.Popen(
-            [SLUICE, "sim", "--port", "0", "--output-tokens", str(a.chunks or 20)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            assert sim.stdout is not None
-            banner = sim.stdout.readline()
-            if "listening on " not in banner:
-                raise SystemExit(f"sluice sim did not start: {banner}")
-            report = run(a, banner.split("listening on ")[1].strip(), "sluice sim process")
-        finally:
-            sim.terminate()
-            sim.wait(timeout=10)
+        with sim_server(a.chunks or 20) as url:
+            report = run(a, url, "sluice sim process")
     else:
         try:
             url, _ = mock_url(a.base_url, a.chunks, a.ttft_ms, a.itl_ms)
