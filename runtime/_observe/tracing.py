@@ -52,8 +52,9 @@ __all__ = ["ADMITTED_EVENT_AFTER", "Tracer"]
 ADMITTED_EVENT_AFTER = 0.001
 """Seconds of trio's clock from submit to a one-attempt call's attempt starting from which its
 span gets a ``sluice.admitted`` event: a wait for admission (a quota, a concurrency limit, a
-cooldown) stays visible. Under it the attempt started as the call was handed on, the span's
-start says when, and the event would only cost the SDK's work."""
+cooldown, or a process so busy that trio's scheduler came round late) stays visible. Under it
+the attempt went out as the call was handed on, the span's start says when, and the event
+would only be the SDK's work (about a tenth of a span's)."""
 
 
 class _Attempt:
