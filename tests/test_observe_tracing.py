@@ -296,15 +296,22 @@ async def test_a_one_attempt_call_that_waited_for_admission_has_an_admitted_even
 
 @virtual_deadline(60)
 async def test_a_one_attempt_call_that_broke_mid_stream_is_one_span_saying_so(autojump_clock):
-    """With no retry left, the attempt's error and stream reset are on the call's one span."""
+    """With no retry left, the attempt's error, its stream reset and the usage it was charged
+    (the call has no result to carry it) are on the call's one span."""
     provider, exporter = tracing()
     sim = SimulatorConfig(script=("disconnect:3",), ttft=0.1, tokens_per_second=50)
     config = RuntimeConfig(retry=RetryConfig(max_attempts=1), tracing=TracingConfig(enabled=True))
+    records: list[sluice.AttemptRecord] = []
+    hooks = sluice.Hooks(on_attempt_end=records.append)
     async with (
-        sluice.open_runtime(config, transport=mock_transport(sim), tracer_provider=provider) as rt,
+        sluice.open_runtime(
+            config, transport=mock_transport(sim), tracer_provider=provider, hooks=hooks
+        ) as rt,
         rt.stream("sim:sim-small", "tell me a story") as call,
     ):
         events = [event async for event in call]
+    (record,) = records
+    assert record.usage is not None and record.usage.output_tokens > 0
     assert isinstance(events[-1], sluice.Failed)
     assert isinstance(events[-1].error, sluice.StreamBroken)
     deltas = sum(isinstance(event, sluice.TextDelta) for event in events)
@@ -312,6 +319,8 @@ async def test_a_one_attempt_call_that_broke_mid_stream_is_one_span_saying_so(au
     assert attrs(span)["error.type"] == "StreamBroken"
     assert attrs(span)["sluice.outcome"] == "error"
     assert "sluice.attempt" not in attrs(span)
+    assert attrs(span)["gen_ai.usage.input_tokens"] == record.usage.input_tokens
+    assert attrs(span)["gen_ai.usage.output_tokens"] == record.usage.output_tokens
     assert span.status.status_code is StatusCode.ERROR
     (reset,) = span.events
     assert reset.name == "sluice.stream_reset"

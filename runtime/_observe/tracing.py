@@ -150,7 +150,7 @@ class Tracer:
             self._call_and_attempts(call, state, attributes, error, now, offset)
             return
         attempt = attempts[0] if attempts else None
-        if attempt is not None:
+        if attempt is not None and attempt.outcome != "ok":  # an attempt that won adds nothing
             _add_single_attempt(attributes, attempt)
         span = self._tracer.start_span(
             f"chat {call.model}",
@@ -286,8 +286,9 @@ def _call_attributes(
 
 def _add_single_attempt(attributes: dict[str, Any], attempt: _Attempt) -> None:
     """Adds to a one-attempt call's attributes what its attempt's span would have said and the
-    call's does not: a lost attempt's usage and the attempt's error type. Its model and outcome
-    are the call's, and ``sluice.attempt`` would always be 1."""
+    call's does not: a lost attempt's usage and the attempt's error type (a winning attempt's
+    span said nothing more). Its model and outcome are the call's, and ``sluice.attempt`` would
+    always be 1."""
     usage = attempt.usage
     if (
         usage is not None
