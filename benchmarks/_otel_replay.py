@@ -37,8 +37,10 @@ class SpanCollector(SpanProcessor):
 
 
 def whole_calls(spans: list[ReadableSpan]) -> list[tuple[ReadableSpan, list[ReadableSpan]]]:
-    """Each call's span with its attempts' spans, in start order; traces missing a part (cut
-    off by the collector's limit) are left out."""
+    """Each call's span with its attempts' spans (none for a call of one attempt), in start
+    order. A call's attempt spans end before its own, so a call span the collector kept comes
+    with all of them; attempt spans whose call span the collector's limit cut off are left
+    out."""
     roots: dict[int, ReadableSpan] = {}
     children: dict[int, list[ReadableSpan]] = {}
     for span in spans:
@@ -49,9 +51,8 @@ def whole_calls(spans: list[ReadableSpan]) -> list[tuple[ReadableSpan, list[Read
         else:
             children.setdefault(span.parent.span_id, []).append(span)
     return [
-        (root, sorted(children[span_id], key=lambda s: s.start_time or 0))
+        (root, sorted(children.get(span_id, ()), key=lambda s: s.start_time or 0))
         for span_id, root in roots.items()
-        if span_id in children
     ]
 
 

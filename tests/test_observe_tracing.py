@@ -161,29 +161,43 @@ async def test_the_call_span_is_a_child_of_the_submitters_span_and_a_left_stream
                     break  # leave after the first delta: the attempt is still streaming
             await trio.sleep(1)  # the provider notices and stops; nothing more is traced
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(spans) == {"request handler", "chat sim-small", "attempt 1"}
-    chat, attempt = spans["chat sim-small"], spans["attempt 1"]
+    assert set(spans) == {"request handler", "chat sim-small"}  # one attempt: one span
+    chat = spans["chat sim-small"]
     assert chat.parent is not None and chat.parent.span_id == outer.get_span_context().span_id
     assert attrs(chat)["sluice.outcome"] == "abandoned"
-    assert attrs(attempt)["sluice.outcome"] == "abandoned"
-    assert end(attempt) == end(chat)
+    assert "error.type" not in attrs(chat) and chat.status.status_code is StatusCode.UNSET
     assert round((end(chat) - start(chat)) / 1e9, 6) == 0.1  # left at the first delta
 
 
 @virtual_deadline(60)
-async def test_a_trace_the_sampler_leaves_out_records_no_attempt_either(autojump_clock):
+async def test_a_trace_the_sampler_leaves_out_records_no_span_of_any_shape(autojump_clock):
+    """A retried call, a one-attempt call and one that waited for admission: none recorded."""
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
     exporter = InMemorySpanExporter()
     provider = sdk_trace.TracerProvider(sampler=ALWAYS_OFF)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sim = SimulatorConfig(script=("500",))
-    config = RuntimeConfig(retry=RetryConfig(jitter=0.0), tracing=TracingConfig(enabled=True))
+    sim = SimulatorConfig(script=("500",), ttft=0.1)
+    config = RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(max_open_streams=1))},
+        retry=RetryConfig(jitter=0.0),
+        tracing=TracingConfig(enabled=True),
+    )
     async with sluice.open_runtime(
         config, transport=mock_transport(sim), tracer_provider=provider
     ) as rt:
-        result = await rt.chat("sim:sim-small", "hello")
-    assert result.attempts == 2
+        retried = await rt.chat("sim:sim-small", "hello")
+        results = []
+        async with trio.open_nursery() as nursery:
+            for text in ("first", "second"):
+
+                async def one(text: str = text) -> None:
+                    results.append(await rt.chat("sim:sim-small", text))
+
+                nursery.start_soon(one)
+    assert retried.attempts == 2
+    assert [r.attempts for r in results] == [1, 1]
+    assert sorted(round(r.timings.queued, 6) for r in results) == [0.0, 0.1]  # one waited
     assert exporter.get_finished_spans() == ()
 
 
@@ -211,9 +225,104 @@ async def test_sampling_as_documented_follows_the_parent_and_drops_untraced_root
         with app.start_as_current_span("request handler") as outer:
             await rt.chat("sim:sim-small", "inside a traced request")
     finished = exporter.get_finished_spans()
-    # only the call with a traced parent: its span and its attempt's
-    assert sorted(s.name for s in finished) == ["attempt 1", "chat sim-small"]
-    spans = {s.name: s for s in finished}
-    chat = spans["chat sim-small"]
+    # only the call with a traced parent: its span (one attempt, so no attempt span)
+    (chat,) = finished
+    assert chat.name == "chat sim-small"
     assert chat.parent is not None and chat.parent.span_id == outer.get_span_context().span_id
     assert [s.name for s in app_exporter.get_finished_spans()] == ["request handler"]
+
+
+@virtual_deadline(60)
+async def test_a_call_of_one_attempt_is_one_span_with_the_calls_attributes(autojump_clock):
+    """The common call: its attempt's span would repeat the call's, so there is none, and an
+    attempt that started at once adds no event."""
+    provider, exporter = tracing()
+    sim = SimulatorConfig(ttft=0.2, tokens_per_second=50, output_tokens=6)
+    config = RuntimeConfig(tracing=TracingConfig(enabled=True))
+    async with sluice.open_runtime(
+        config, transport=mock_transport(sim), tracer_provider=provider
+    ) as rt:
+        result = await rt.chat("sim:sim-small", "hello", max_tokens=50, top_p=0.9)
+    assert result.attempts == 1
+    (call,) = exporter.get_finished_spans()
+    assert call.name == "chat sim-small" and call.kind is SpanKind.CLIENT
+    assert call.parent is None
+    assert dict(attrs(call)) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.system": "sim",
+        "gen_ai.request.model": "sim-small",
+        "sluice.call_id": result.call_id,
+        "sluice.outcome": "ok",
+        "gen_ai.request.max_tokens": 50,
+        "gen_ai.request.top_p": 0.9,
+        "gen_ai.response.model": "sim-small",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.response.id": result.request_id,
+        "gen_ai.usage.input_tokens": result.usage.input_tokens,
+        "gen_ai.usage.output_tokens": 6,
+    }
+    assert call.events == () and call.status.status_code is StatusCode.UNSET
+    assert round((end(call) - start(call)) / 1e9, 6) == 0.3  # TTFT 0.2 s, 5 gaps of 20 ms
+
+
+@virtual_deadline(60)
+async def test_a_one_attempt_call_that_waited_for_admission_has_an_admitted_event(
+    autojump_clock,
+):
+    """One open stream at a time: the second call waits for the first to end (0.3 s), and
+    its span says when its attempt was admitted; the first, admitted at once, says nothing."""
+    provider, exporter = tracing()
+    sim = SimulatorConfig(ttft=0.2, tokens_per_second=50, output_tokens=6)
+    config = RuntimeConfig(
+        providers={"sim": ProviderConfig(rate_limit=RateLimitConfig(max_open_streams=1))},
+        tracing=TracingConfig(enabled=True),
+    )
+    async with (
+        sluice.open_runtime(config, transport=mock_transport(sim), tracer_provider=provider) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        for text in ("first", "second"):
+            nursery.start_soon(rt.chat, "sim:sim-small", text)
+    first, second = sorted(exporter.get_finished_spans(), key=end)
+    assert all(s.name == "chat sim-small" and s.parent is None for s in (first, second))
+    # (each call's times go to the wall clock at its own end: compare within one span only)
+    assert first.events == ()
+    assert round((end(first) - start(first)) / 1e9, 6) == 0.3
+    (admitted,) = second.events
+    assert admitted.name == "sluice.admitted" and dict(attrs(admitted)) == {}
+    assert round((admitted.timestamp - start(second)) / 1e9, 6) == 0.3
+    assert round((end(second) - start(second)) / 1e9, 6) == 0.6
+
+
+@virtual_deadline(60)
+async def test_a_one_attempt_call_that_broke_mid_stream_is_one_span_saying_so(autojump_clock):
+    """With no retry left, the attempt's error, its stream reset and the usage it was charged
+    (the call has no result to carry it) are on the call's one span."""
+    provider, exporter = tracing()
+    sim = SimulatorConfig(script=("disconnect:3",), ttft=0.1, tokens_per_second=50)
+    config = RuntimeConfig(retry=RetryConfig(max_attempts=1), tracing=TracingConfig(enabled=True))
+    records: list[sluice.AttemptRecord] = []
+    hooks = sluice.Hooks(on_attempt_end=records.append)
+    async with (
+        sluice.open_runtime(
+            config, transport=mock_transport(sim), tracer_provider=provider, hooks=hooks
+        ) as rt,
+        rt.stream("sim:sim-small", "tell me a story") as call,
+    ):
+        events = [event async for event in call]
+    (record,) = records
+    assert record.usage is not None and record.usage.output_tokens > 0
+    assert isinstance(events[-1], sluice.Failed)
+    assert isinstance(events[-1].error, sluice.StreamBroken)
+    deltas = sum(isinstance(event, sluice.TextDelta) for event in events)
+    (span,) = exporter.get_finished_spans()
+    assert attrs(span)["error.type"] == "StreamBroken"
+    assert attrs(span)["sluice.outcome"] == "error"
+    assert "sluice.attempt" not in attrs(span)
+    assert attrs(span)["gen_ai.usage.input_tokens"] == record.usage.input_tokens
+    assert attrs(span)["gen_ai.usage.output_tokens"] == record.usage.output_tokens
+    assert span.status.status_code is StatusCode.ERROR
+    (reset,) = span.events
+    assert reset.name == "sluice.stream_reset"
+    assert dict(attrs(reset)) == {"sluice.events_delivered": deltas, "error.type": "StreamBroken"}
+    assert deltas == 2  # "disconnect:3": the connection broke in the third chunk

@@ -1,11 +1,23 @@
-"""OpenTelemetry traces: one span per call, a child span per attempt, GenAI attributes.
+"""OpenTelemetry traces: one span per call, a child span per attempt when there were several.
 
-Loaded only when tracing is enabled (and ``opentelemetry-api`` installed). The call span runs
-from submit to the consumer having the call's end; each attempt's span from the provider taking
-it to its outcome. What happened between attempts shows as events on the call span, told apart
-by the previous attempt's outcome: ``sluice.retry`` (it failed), ``sluice.stream_reset`` (it
-failed after deltas reached the consumer), ``sluice.fallback`` (the next attempt goes to another
-model) and ``sluice.correction`` (it succeeded, but its tool calls broke the request's contract).
+Loaded only when tracing is enabled (and ``opentelemetry-api`` installed). A call's span runs
+from submit to the consumer having the call's end; it carries the GenAI attributes.
+
+A call that made one attempt (the common call) is that one span: the attempt's span would have
+repeated it (same model, same outcome, nearly the same times), and trace backends bill and store
+per span. What the attempt said that the call does not is added to it: a lost attempt's usage,
+its error type (and its error as the span's status when the call has none). An attempt that
+started :data:`ADMITTED_EVENT_AFTER` or more after submit waited for admission: a
+``sluice.admitted`` event at its start keeps that wait visible. A call of no attempt (it failed
+before one) is one span too.
+
+A call of two or more attempts has, besides its span, a child span per attempt (``attempt N``),
+from the provider taking it to its outcome: there is something to tell apart. What happened
+between attempts shows as events on the call's span, told apart by the previous attempt's
+outcome: ``sluice.retry`` (it failed), ``sluice.fallback`` (the next attempt goes to another
+model) and ``sluice.correction`` (it succeeded, but its tool calls broke the request's
+contract). ``sluice.stream_reset`` (an attempt failed after deltas reached the consumer) is on
+the call's span whatever the count.
 
 The spans are made when the call ends, with the start and end times the call recorded on
 trio's clock (converted to the wall clock then): while a call runs, the tracer keeps a few
@@ -13,9 +25,10 @@ numbers per attempt and nothing of the SDK's. That is the cheap way to trace. An
 dozen objects that, held for a call's life, survive the garbage collector's young generations and
 make its full collections more frequent; made and ended in one go they die young. The exported
 spans are the same; what differs is that a span processor's ``on_start`` sees each span at the
-call's end, not at its start. The trace's parent is the OpenTelemetry context current where the
-call was submitted. An attempt still running when its call ends (the consumer left) ends with it,
-as ``abandoned``.
+call's end, not at its start. Each span gets its attributes whole at its start (the SDK checks
+them once, and a sampler sees them). The trace's parent is the OpenTelemetry context current
+where the call was submitted. An attempt still running when its call ends (the consumer left)
+ends with it, as ``abandoned``.
 """
 
 from __future__ import annotations
@@ -34,7 +47,14 @@ if TYPE_CHECKING:
 
     from .records import Outcome
 
-__all__ = ["Tracer"]
+__all__ = ["ADMITTED_EVENT_AFTER", "Tracer"]
+
+ADMITTED_EVENT_AFTER = 0.001
+"""Seconds of trio's clock from submit to a one-attempt call's attempt starting from which its
+span gets a ``sluice.admitted`` event: a wait for admission (a quota, a concurrency limit, a
+cooldown, or a process so busy that trio's scheduler came round late) stays visible. Under it
+the attempt went out as the call was handed on, the span's start says when, and the event
+would only be the SDK's work (about a tenth of a span's)."""
 
 
 class _Attempt:
@@ -118,17 +138,57 @@ class Tracer:
         error: SluiceError | None,
         now: float,
     ) -> None:
-        """The call's consumer has its end at ``now`` (trio's clock): make its spans."""
+        """The call's consumer has its end at ``now`` (trio's clock): make its spans, one for a
+        call of at most one attempt, else the call's and one per attempt."""
         state = self._calls.pop(call.call_id, None)
         if state is None:
             return
         offset = time.time_ns() - int(now * 1e9)  # trio's clock to the wall clock, in ns
+        attributes = _call_attributes(call, outcome, result, error)
+        attempts = state.attempts
+        if len(attempts) > 1:
+            self._call_and_attempts(call, state, attributes, error, now, offset)
+            return
+        attempt = attempts[0] if attempts else None
+        if attempt is not None and attempt.outcome != "ok":  # an attempt that won adds nothing
+            _add_single_attempt(attributes, attempt)
+        span = self._tracer.start_span(
+            f"chat {call.model}",
+            context=state.parent,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=int(call.submitted_at * 1e9) + offset,
+        )
+        end = int(now * 1e9) + offset
+        if attempt is not None:  # a span the sampler left out ignores events and status
+            if attempt.started - call.submitted_at >= ADMITTED_EVENT_AFTER:
+                span.add_event("sluice.admitted", None, int(attempt.started * 1e9) + offset)
+            if attempt.error is not None:
+                if attempt.delivered:
+                    _stream_reset(span, attempt, end, offset)
+                if error is None:
+                    error = attempt.error
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end(end_time=end)
+
+    def _call_and_attempts(
+        self,
+        call: Call,
+        state: _CallTrace,
+        attributes: dict[str, Any],
+        error: SluiceError | None,
+        now: float,
+        offset: int,
+    ) -> None:
+        """The spans of a call of several attempts: the call's, a child per attempt, and the
+        events between attempts on the call's."""
         end = int(now * 1e9) + offset
         span = self._tracer.start_span(
             f"chat {call.model}",
             context=state.parent,
             kind=SpanKind.CLIENT,
-            attributes=_call_attributes(call, outcome, result, error),
+            attributes=attributes,
             start_time=int(call.submitted_at * 1e9) + offset,
         )
         if not span.is_recording():  # the sampler left this trace out: so are its attempts
@@ -142,14 +202,7 @@ class Tracer:
                 _between(span, previous, attempt, started)
             ended = end if attempt.ended is None else int(attempt.ended * 1e9) + offset
             if attempt.error is not None and attempt.delivered:
-                span.add_event(
-                    "sluice.stream_reset",
-                    {
-                        "sluice.events_delivered": attempt.delivered,
-                        "error.type": type(attempt.error).__name__,
-                    },
-                    timestamp=ended,
-                )
+                _stream_reset(span, attempt, end, offset)
             child = self._tracer.start_span(
                 f"attempt {attempt.number}",
                 context=parent,
@@ -164,6 +217,19 @@ class Tracer:
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, str(error)))
         span.end(end_time=end)
+
+
+def _stream_reset(span: Any, attempt: _Attempt, end: int, offset: int) -> None:
+    """The event on the call's span for an attempt that failed after deltas reached the
+    consumer, at the attempt's end (the call's, for an attempt still running then)."""
+    span.add_event(
+        "sluice.stream_reset",
+        {
+            "sluice.events_delivered": attempt.delivered,
+            "error.type": type(attempt.error).__name__,
+        },
+        end if attempt.ended is None else int(attempt.ended * 1e9) + offset,
+    )
 
 
 def _between(span: Any, previous: _Attempt, attempt: _Attempt, at: int) -> None:
@@ -216,6 +282,23 @@ def _call_attributes(
     if error is not None:
         attributes["error.type"] = type(error).__name__
     return attributes
+
+
+def _add_single_attempt(attributes: dict[str, Any], attempt: _Attempt) -> None:
+    """Adds to a one-attempt call's attributes what its attempt's span would have said and the
+    call's does not: a lost attempt's usage and the attempt's error type (a winning attempt's
+    span said nothing more). Its model and outcome are the call's, and ``sluice.attempt`` would
+    always be 1."""
+    usage = attempt.usage
+    if (
+        usage is not None
+        and attempt.outcome != "ok"
+        and "gen_ai.usage.input_tokens" not in attributes
+    ):
+        attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+    if attempt.error is not None and "error.type" not in attributes:
+        attributes["error.type"] = type(attempt.error).__name__
 
 
 def _attempt_attributes(attempt: _Attempt) -> dict[str, Any]:
