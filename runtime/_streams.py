@@ -22,7 +22,7 @@ from ._errors import RuntimeClosed, SluiceError
 from ._events import Completed, Failed
 from ._mail import EventBatch, EventSink
 from ._messages import ChatRequest, ChatResult
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     from ._mail import Call
@@ -136,8 +136,8 @@ class Followed(CallStream):
         return self._arrived(None)
 
 
-@attrs.frozen(repr=False)
-class MapOutcome(Record):
+@attrs.frozen(eq=False, repr=False)
+class MapOutcome(Value):
     """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
 
     index: int

@@ -39,7 +39,7 @@ from .._errors import (
     TooLargeForQuota,
 )
 from .._ledger.prices import format_usd
-from .._record import Record
+from .._record import Record, Value
 from .adaptive import AdaptiveLimit
 from .queue import WaitQueues
 from .store import BudgetRefused, Reservation, TooLarge, WindowSpec
@@ -279,31 +279,31 @@ StoreAnswer: TypeAlias = (
 the seconds to wait), or the error it raised."""
 
 
-@attrs.frozen(repr=False)
-class Admit(Record, Generic[W]):
+@attrs.frozen(eq=False, repr=False)
+class Admit(Value, Generic[W]):
     """Admit the head waiter (taken out of the queue) with ``reservation``."""
 
     waiter: W
     reservation: Reservation
 
 
-@attrs.frozen(repr=False)
-class Refuse(Record, Generic[W]):
+@attrs.frozen(eq=False, repr=False)
+class Refuse(Value, Generic[W]):
     """Refuse the head waiter (taken out of the queue) with ``error``, then go on with the next."""
 
     waiter: W
     error: CallError
 
 
-@attrs.frozen(repr=False)
-class Wait(Record):
+@attrs.frozen(eq=False, repr=False)
+class Wait(Value):
     """Admit nobody more now; look at the key again at ``until``."""
 
     until: float
 
 
-@attrs.frozen(repr=False)
-class StoreDown(Record, Generic[W]):
+@attrs.frozen(eq=False, repr=False)
+class StoreDown(Value, Generic[W]):
     """The shared store did not answer: refuse ``refused`` (taken out of the queue) with
     ``error``; look at the key again at ``until`` (inf: nobody is left waiting for the store)."""
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import attrs
 
-from .._record import Record
+from .._record import Record, Value
 from .cost import Cost
 from .headers import Dimension, Learned
 from .window import Window, WindowEntry
@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 
-@attrs.frozen(repr=False)
-class WindowSpec(Record):
+@attrs.frozen(eq=False, repr=False)
+class WindowSpec(Value):
     """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
 
     dimension: Dimension
@@ -62,8 +62,8 @@ class Reservation(Record):
     :meth:`QuotaStore.redate` leaves them (see :func:`sent_slots`)."""
 
 
-@attrs.frozen(repr=False)
-class TooLarge(Record):
+@attrs.frozen(eq=False, repr=False)
+class TooLarge(Value):
     """The cost exceeds a whole window: waiting can never admit it."""
 
     dimension: Dimension
@@ -72,8 +72,8 @@ class TooLarge(Record):
     period: float
 
 
-@attrs.frozen(repr=False)
-class BudgetAsk(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetAsk(Value):
     """A budget reservation to take in the same step as the quota's."""
 
     hold: str
@@ -87,8 +87,8 @@ class BudgetAsk(Record):
     of a job included: what it reports if the store loses its history."""
 
 
-@attrs.frozen(repr=False)
-class BudgetRefused(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetRefused(Value):
     """The shared budget can never cover the call (spending only grows)."""
 
     account: str
