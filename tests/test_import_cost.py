@@ -62,11 +62,13 @@ NOT_FOR_A_CALL = (
     "sluice._ledger.sqlite",
     "sluice._ledger.redis",
     "sluice._limits.redis_store",
+    "sluice._limits.store_epoch",  # HistoryLost with it: only a shared store raises it
     "sluice._tools.schema",
     "sluice._tools.repair",
     # A call that succeeds at once asks no retry policy; a runtime without budgets keeps no
     # budget book; a config built in code reads no file; a ledger store comes with the ledger.
     "sluice._retry_policy",
+    "sluice._call_setbacks",
     "sluice._ledger.budget",
     "sluice._config.load",
     "sluice._ledger.store",
@@ -128,6 +130,7 @@ NOT_FOR_A_PLAIN_CALL = (
     "asyncio",
     "sluice._snapshots",  # statistics and health: loaded when first asked for
     "sluice._retry_policy",  # the calls succeed: no failure asks the retry policy
+    "sluice._call_setbacks",  # nor tells the Supervisor's step a setback
     "sluice._ledger.budget",  # no budgets configured
     "sluice._config.load",  # the config is built in code
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
