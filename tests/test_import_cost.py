@@ -125,6 +125,8 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._observe.metrics",
     "sluice._observe.tracing",
     "sluice._observe.hooks",
+    "sluice._observe.records",  # the hooks' records: no hooks, none built
+    "sluice._protocols.http_errors",  # the error replies' mapping: the calls succeed
     "prometheus_client",
     "opentelemetry",
     "asyncio",
