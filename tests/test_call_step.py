@@ -362,4 +362,4 @@ def test_the_setbacks_load_with_the_first_one_and_are_served_by_the_step_module(
     assert steps.Retry is setbacks.Retry and steps.LOST_ATTEMPTS_MAX == setbacks.LOST_ATTEMPTS_MAX
     assert isinstance(decide(first_tries(False, False, False), Failure(BAD, 0)), steps.GiveUp)
     with pytest.raises(AttributeError):
-        _ = steps.NoSuchName  # type: ignore[attr-defined]
+        _ = steps.NoSuchName
