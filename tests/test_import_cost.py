@@ -79,6 +79,10 @@ NOT_FOR_A_CALL = (
     "sluice._protocols.ollama",
     "sluice.transport._pool",
     "sluice.transport._httpx_adapter",
+    # A stream's and a map's parts load with the first stream or map (a chat reads its one
+    # final batch without them).
+    "sluice._streams",
+    "sluice._cursor",
     # The front doors load on first use of sluice.aio / sluice.sync.
     "asyncio",
     "concurrent.futures",
