@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
 
 import attrs
 
-from .._backoff import store_retry_delay
 from .._config import RateLimitConfig
 from .._errors import (
     BudgetExceeded,
@@ -40,13 +39,13 @@ from .._errors import (
 )
 from .._ledger.prices import format_usd
 from .._record import Record, Value
-from .adaptive import AdaptiveLimit
 from .queue import WaitQueues
 from .store import BudgetRefused, Reservation, TooLarge, WindowSpec
 
 if TYPE_CHECKING:
     import random
 
+    from .adaptive import AdaptiveLimit  # noqa: TC004 (only a type: loaded by an adaptive key)
     from .cost import Cost
     from .queue import Priority
 
@@ -157,6 +156,8 @@ def _specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
 def new_key(name: str, limits: RateLimitConfig) -> QuotaKey[W]:
     adaptive = None
     if limits.adaptive and limits.max_pending is not None:
+        from .adaptive import AdaptiveLimit  # loaded by the first adaptive key
+
         adaptive = AdaptiveLimit(limits.max_pending)
     return QuotaKey(name, limits, _specs(limits), WaitQueues(limits.aging), adaptive)
 
@@ -345,6 +346,8 @@ def _store_down(key: QuotaKey[W], error: StoreUnavailable, now: float) -> StoreD
     whose ``wait_for_store`` ends within :data:`STORE_GRACE` of that is refused now."""
     if key.store_down_since is None:
         key.store_down_since = now
+    from .._backoff import store_retry_delay  # a shared store that stopped answering
+
     retry_at = now + store_retry_delay(now - key.store_down_since)
 
     def gives_up(waiter: W) -> bool:

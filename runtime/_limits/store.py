@@ -18,10 +18,11 @@ import attrs
 from .._record import Record, Value
 from .cost import Cost
 from .headers import Dimension, Learned
-from .window import Window, WindowEntry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .window import Window, WindowEntry  # noqa: TC004 (only types: windows load with a limit)
 
 __all__ = [
     "BudgetAsk",
@@ -288,6 +289,8 @@ class MemoryQuotaStore:
         for slot, limit in limits.items():
             window = windows.get(slot)
             if window is None:
+                from .window import Window  # loaded by the first window a limit asks for
+
                 window = windows[slot] = Window(limit, slot[1])
             else:
                 window.limit = limit
