@@ -137,6 +137,12 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._snapshots",  # statistics and health: loaded when first asked for
     "sluice._retry_policy",  # the calls succeed: no failure asks the retry policy
     "sluice._call_setbacks",  # nor tells the Supervisor's step a setback
+    # No limits configured: no window, no adaptive limit, no wait or refusal at admission,
+    # no store outage to back off from.
+    "sluice._limits.window",
+    "sluice._limits.adaptive",
+    "sluice._limits.not_admitted",
+    "sluice._backoff",
     "sluice._ledger.budget",  # no budgets configured
     "sluice._config.load",  # the config is built in code
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
