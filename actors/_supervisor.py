@@ -31,32 +31,10 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+import sluice._call_step as steps
 from sluice._breaker import NO_TICKET, Ticket
 from sluice._call_result import chat_result, forced_call_deltas
-from sluice._call_step import (
-    LEFT,
-    READY,
-    Correct,
-    Ending,
-    Failure,
-    GiveUp,
-    Go,
-    Leave,
-    Left,
-    Lost,
-    Misfired,
-    MoveOn,
-    Pause,
-    Refused,
-    Resubmit,
-    Retry,
-    Seen,
-    Tries,
-    WaitedOut,
-    Won,
-    first_tries,
-    step,
-)
+from sluice._call_step import LEFT, READY, Go, Leave, Left, Tries, Won, first_tries, step
 from sluice._errors import (
     CallError,
     CallTimeout,
@@ -101,6 +79,7 @@ from ._tell import put, take
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice._call_step import Ending, Seen
     from sluice._embeddings import EmbedResult
     from sluice._protocols.base import AttemptOutput
     from sluice._retry_policy import CallState
@@ -282,7 +261,11 @@ class _CallRun:
                     else:  # an embedding call's
                         await self._emit(Embedded(call.call_id, result))
                     return
-                case MoveOn(error=error, reset=reset, failover=failover, refused=refused):
+                case Leave():
+                    return
+                # The setbacks' patterns come last: looking their classes up loads them
+                # (sluice._call_setbacks), which a call that ends otherwise never needs.
+                case steps.MoveOn(error=error, reset=reset, failover=failover, refused=refused):
                     self.attempt += refused  # a refused attempt counts, as its error says
                     if failover:
                         assert peers.routing is not None and call.group is not None
@@ -291,11 +274,9 @@ class _CallRun:
                         self.deployment = chain[index + 1]
                     moving = FallingBack(call.call_id, model, chain[index + 1], error)
                     await self._start_over(reset, error, moving)
-                case GiveUp(error=error, refused=refused):
+                case steps.GiveUp(error=error, refused=refused):
                     self.attempt += refused
                     await self._fail(error, route)
-                    return
-                case Leave():
                     return
 
     async def _reroute(self, model: str) -> Call:
@@ -350,22 +331,24 @@ class _CallRun:
                     if isinstance(seen, Won):
                         return seen  # the step's decision after a win: no need to ask it
                     continue
-                case Pause(delay=delay, tries=tries):
+                case Won() | Leave() | steps.MoveOn() | steps.GiveUp():
+                    return decision  # (Won and Leave first: see run)
+                case steps.Pause(delay=delay, tries=tries):
                     await self._pause(delay)
-                case Retry(delay=delay, error=error, reset=reset, spend_retry=spend, tries=tries):
+                case steps.Retry(
+                    delay=delay, error=error, reset=reset, spend_retry=spend, tries=tries
+                ):
                     if spend:
                         budget.try_retry(now)
                     retrying = Retrying(call.call_id, self.attempt, delay, error)
                     await self._start_over(reset, error, retrying)
                     await self._pause(delay)
-                case Correct(error=error, reset=reset, tries=tries):
+                case steps.Correct(error=error, reset=reset, tries=tries):
                     self.corrected += 1
                     retrying = Retrying(call.call_id, self.attempt, 0.0, error)
                     await self._start_over(reset, error, retrying)
-                case Resubmit(error=error, reset=reset, tries=tries):
+                case steps.Resubmit(error=error, reset=reset, tries=tries):
                     await self._start_over(reset, error)
-                case Won() | Leave() | MoveOn() | GiveUp():
-                    return decision
             seen = READY
 
     async def _pause(self, delay: float) -> None:
@@ -403,7 +386,7 @@ class _CallRun:
             if admitted is None:
                 wait = breaker.retry_in(now)
                 refusal = circuit_open(f"{route.provider.name}:{route.model}", breaker, wait)
-                return Refused(self._fix(refusal, route), wait)
+                return steps.Refused(self._fix(refusal, route), wait)
             ticket = admitted
         with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
             self.attempt += 1
@@ -435,7 +418,7 @@ class _CallRun:
 
     async def _admit(
         self, route: Call, tries: Tries, now: float
-    ) -> Admission | Failure | WaitedOut | Left:
+    ) -> Admission | steps.Failure | steps.WaitedOut | Left:
         """Wait for the RateLimiter's admission (asked at ``now``). A call that can move to
         another deployment (``tries.fails_over``) does not wait out a cooldown; a waiting call
         stops at its ``max_wait``; a consumer that leaves stops the wait."""
@@ -470,7 +453,7 @@ class _CallRun:
                 asked=now,
             )
         except CallError as refused:
-            return Failure(self._fix(refused, route), 0)
+            return steps.Failure(self._fix(refused, route), 0)
         if call.abandoned:
             if admission is not None:
                 await peers.limiter.settle(Settle(admission.ticket, "failed", unused=True))
@@ -490,7 +473,7 @@ class _CallRun:
                 raise
         return admission
 
-    def _not_admitted(self, route: Call) -> Failure | WaitedOut:
+    def _not_admitted(self, route: Call) -> steps.Failure | steps.WaitedOut:
         """The wait for admission ran out: the call's max_wait, or its total deadline."""
         call = self.call
         if self.clock() < call.deadline:
@@ -499,12 +482,12 @@ class _CallRun:
                 " for admission",
                 timeout_kind="total",
             )
-            return WaitedOut(self._fix(waited, route))
+            return steps.WaitedOut(self._fix(waited, route))
         error = CallTimeout(
             "the call's total deadline passed while it waited for admission",
             timeout_kind="total",
         )
-        return Failure(self._fix(error, route), 0)
+        return steps.Failure(self._fix(error, route), 0)
 
     async def _send(
         self, route: Call, ticket: int, lead: list[CallEvent], hedge: float | None
@@ -546,13 +529,13 @@ class _CallRun:
                     assert route.prepared is not None
                     fixed = self._fix(exc, route)
                     assert isinstance(fixed, ToolCallError)
-                    return Misfired(fixed, route.prepared, outcome.delivered)
+                    return steps.Misfired(fixed, route.prepared, outcome.delivered)
                 return Won(self._result(route, outcome, output, admission.at, now))
             case ConsumerGone():
                 return LEFT
             case AttemptLost(delivered=delivered):
                 lost = ConnectionFailed("the attempt was lost when its actor crashed")
-                return Lost(self._fix(lost, route), delivered)
+                return steps.Lost(self._fix(lost, route), delivered)
             case AttemptFailed(error=error, delivered=delivered):
                 if self.call.abandoned:
                     # The consumer left as the attempt failed (its cancel may surface as a
@@ -563,7 +546,7 @@ class _CallRun:
                 if blames_backend(error):
                     ticket.failed(self.clock(), describe(error))
                     self._share_breaker(route)
-                return Failure(error, delivered)
+                return steps.Failure(error, delivered)
 
     def _share_breaker(self, route: Call) -> None:
         """After a failure of ``route``'s backend, with a shared store: an open breaker is

@@ -1,18 +1,22 @@
 """A chat call's result, built from the attempt that won: pure, so the Supervisor only hands
-over what it counted (attempts, models tried, corrections) and the times it read."""
+over what it counted (attempts, models tried, corrections) and the times it read; and read back
+from a quiet call's final batch (:func:`outcome_of`, what ``Runtime.chat`` and ``map`` give)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._errors import RuntimeClosed
+from ._events import Completed, Failed
 from ._messages import ChatResult, Timings, Usage
 
 if TYPE_CHECKING:
+    from ._errors import SluiceError
     from ._events import CallEvent
-    from ._mail import AttemptSucceeded, Call
+    from ._mail import AttemptSucceeded, Call, EventBatch
     from ._protocols.base import AttemptOutput
 
-__all__ = ["call_timings", "chat_result", "forced_call_deltas"]
+__all__ = ["call_timings", "chat_result", "forced_call_deltas", "outcome_of"]
 
 
 def call_timings(call: Call, outcome: AttemptSucceeded, admitted_at: float, now: float) -> Timings:
@@ -72,3 +76,16 @@ def forced_call_deltas(call: Call, result: ChatResult) -> list[CallEvent]:
     from ._tools.streaming import whole_call_deltas  # loaded by calls with tools only
 
     return [*whole_call_deltas(call.call_id, result.tool_calls)]
+
+
+def outcome_of(
+    batch: EventBatch, call_id: str
+) -> tuple[ChatResult, None] | tuple[None, SluiceError]:
+    """A quiet call's result or error from its one final batch (empty: the call ended without
+    one, the runtime having stopped), as :class:`~sluice._cursor.EventCursor` reads it."""
+    last = batch[-1] if batch else None
+    if isinstance(last, Completed):
+        return last.result, None
+    if isinstance(last, Failed):
+        return None, last.error
+    return None, RuntimeClosed(f"call {call_id} ended without a result")

@@ -15,15 +15,20 @@ only the slow paths need it and it costs a few objects to build), the retry budg
 ``free_in``, and the injected random draw. So every decision is tested synchronously and
 exactly (``tests/test_call_step.py``), like :mod:`sluice._retry_policy`, whose functions it
 applies.
+
+Only the way of a success is defined here: ``READY``, :class:`Go`, :class:`Won` (and the
+consumer leaving). What a failure, a refusal, a lost attempt or a wait that ran out is told and
+decides lives in :mod:`sluice._call_setbacks`, which loads with a call's first setback; its
+names are served from here too (``__getattr__``), so ``sluice._call_step.Retry`` is the class.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
-from ._errors import CallError, ToolCallError
+from ._errors import CallError
 from ._messages import ChatResult
 from ._record import Record
 from ._tools.correct import NO_CORRECTIONS, Corrections
@@ -32,46 +37,39 @@ if TYPE_CHECKING:
     import random
     from collections.abc import Callable
 
+    # The setbacks' classes load with a call's first setback (see __getattr__ below).
+    from ._call_setbacks import LOST_ATTEMPTS_MAX as LOST_ATTEMPTS_MAX
+    from ._call_setbacks import Correct as Correct
+    from ._call_setbacks import Failure as Failure
+    from ._call_setbacks import GiveUp as GiveUp
+    from ._call_setbacks import Lost as Lost
+    from ._call_setbacks import Misfired as Misfired
+    from ._call_setbacks import MoveOn as MoveOn
+    from ._call_setbacks import Pause as Pause
+    from ._call_setbacks import Refused as Refused
+    from ._call_setbacks import Resubmit as Resubmit
+    from ._call_setbacks import Retry as Retry
+    from ._call_setbacks import Setback
+    from ._call_setbacks import WaitedOut as WaitedOut
     from ._config import RetryConfig
     from ._embeddings import EmbedResult  # noqa: TC004 (only a type: a chat never loads it)
     from ._retry_policy import CallState  # the policy loads with a first failure
-
-    # Only a type here: a call without tools never loads the tool layer's preparation code.
-    from ._tools.preparation import Prepared  # noqa: TC004
 
 __all__ = [
     "GO",
     "GO_SPENDING",
     "LEAVE",
     "LEFT",
-    "LOST_ATTEMPTS_MAX",
     "READY",
-    "Correct",
-    "Decision",
-    "Ending",
-    "Failure",
     "first_tries",
-    "GiveUp",
     "Go",
     "Leave",
     "Left",
-    "Lost",
-    "Misfired",
-    "MoveOn",
-    "Pause",
     "Ready",
-    "Refused",
-    "Resubmit",
-    "Retry",
-    "Seen",
     "Tries",
-    "WaitedOut",
     "Won",
     "step",
 ]
-
-LOST_ATTEMPTS_MAX = 3
-"""Attempts a call may lose to crashing actors on one model before it fails."""
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -125,15 +123,6 @@ class Left(Record):
 
 
 @attrs.frozen(eq=False, repr=False)
-class Refused(Record):
-    """The breaker refused the attempt: ``error`` (a ``CircuitOpen``) says why; it lets a probe
-    through in ``retry_in`` seconds (0: one is testing it now)."""
-
-    error: CallError
-    retry_in: float
-
-
-@attrs.frozen(eq=False, repr=False)
 class Won(Record):
     """The attempt's reply, finalized. Also the decision that follows it: finish with it
     (one object on the path of every successful call, not two)."""
@@ -141,44 +130,8 @@ class Won(Record):
     result: ChatResult | EmbedResult
 
 
-@attrs.frozen(eq=False, repr=False)
-class Failure(Record):
-    """The attempt failed (or admission refused it) after ``delivered`` deltas reached the
-    consumer."""
-
-    error: CallError
-    delivered: int
-
-
-@attrs.frozen(eq=False, repr=False)
-class Misfired(Record):
-    """The reply broke the call's tool contract (``prepared`` says how it was prepared)."""
-
-    error: ToolCallError
-    prepared: Prepared
-    delivered: int
-
-
-@attrs.frozen(eq=False, repr=False)
-class Lost(Record):
-    """The attempt's actor died without an answer, after ``delivered`` deltas."""
-
-    error: CallError
-    delivered: int
-
-
-@attrs.frozen(eq=False, repr=False)
-class WaitedOut(Record):
-    """A waiting call reached its ``max_wait`` while it waited for admission; ``error`` says so
-    (it ends with its last failure instead, when it had one)."""
-
-    error: CallError
-
-
 READY = Ready()
 LEFT = Left()
-
-Seen: TypeAlias = Ready | Left | Refused | Won | Failure | Misfired | Lost | WaitedOut
 
 
 # ---- what the loop does next --------------------------------------------------------------
@@ -193,77 +146,45 @@ class Go(Record):
 
 
 @attrs.frozen(eq=False, repr=False)
-class Pause(Record):
-    """Something blocks the call: wait ``delay`` seconds, then it is :data:`READY` again."""
-
-    delay: float
-    tries: Tries
-
-
-@attrs.frozen(eq=False, repr=False)
-class Retry(Record):
-    """Tell the consumer (``StreamReset`` first when ``reset``) and retry after ``delay``
-    seconds; spend a retry from the budget now when ``spend_retry`` (else ``tries.retrying``
-    says the next attempt pays for it)."""
-
-    delay: float
-    error: CallError
-    reset: bool
-    spend_retry: bool
-    tries: Tries
-
-
-@attrs.frozen(eq=False, repr=False)
-class Correct(Record):
-    """Retry at once with ``tries.corrections``: no backoff, no budget, not a transport
-    attempt (``StreamReset`` first when ``reset``)."""
-
-    error: ToolCallError
-    reset: bool
-    tries: Tries
-
-
-@attrs.frozen(eq=False, repr=False)
-class Resubmit(Record):
-    """Send the lost attempt again (``StreamReset`` first when ``reset``)."""
-
-    error: CallError
-    reset: bool
-    tries: Tries
-
-
-@attrs.frozen(eq=False, repr=False)
 class Leave(Record):
     """The consumer left: end the call without a word."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class MoveOn(Record):
-    """Leave this model for the chain's next (``StreamReset`` first when ``reset``):
-    ``failover`` when it is the group's next deployment. ``refused``: the breaker refused the
-    attempt that was due, which counts as an attempt (``error`` is numbered so)."""
-
-    error: CallError
-    reset: bool
-    failover: bool
-    refused: bool = False
-
-
-@attrs.frozen(eq=False, repr=False)
-class GiveUp(Record):
-    """The call fails with ``error``; ``refused`` as for :class:`MoveOn`."""
-
-    error: CallError
-    refused: bool = False
 
 
 GO = Go(spend_retry=False)
 GO_SPENDING = Go(spend_retry=True)
 LEAVE = Leave()
 
-Ending: TypeAlias = Won | Leave | MoveOn | GiveUp
-"""Decisions that end the call's time on its model."""
-Decision: TypeAlias = Go | Pause | Retry | Correct | Resubmit | Ending
+if TYPE_CHECKING:  # aliases for annotations: they name the setbacks' classes
+    Seen: TypeAlias = Ready | Left | Won | Setback
+    Ending: TypeAlias = Won | Leave | MoveOn | GiveUp
+    """Decisions that end the call's time on its model."""
+    Decision: TypeAlias = Go | Pause | Retry | Correct | Resubmit | Ending
+
+_SETBACKS = frozenset(
+    (
+        "LOST_ATTEMPTS_MAX",
+        "Correct",
+        "Failure",
+        "GiveUp",
+        "Lost",
+        "Misfired",
+        "MoveOn",
+        "Pause",
+        "Refused",
+        "Resubmit",
+        "Retry",
+        "WaitedOut",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    # What only a setback needs loads with the first one (sluice._call_setbacks).
+    if name in _SETBACKS:
+        from . import _call_setbacks
+
+        return getattr(_call_setbacks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def step(
@@ -288,36 +209,9 @@ def step(
             return seen  # finish with it
         case Left():
             return LEAVE
-        case Failure(error=error, delivered=delivered):
-            return _failed(tries, error, delivered, now, state, free_in, policy, rng)
-        case Misfired(error=error, prepared=prepared, delivered=delivered):
-            call = state(tries.waits)
-            if (
-                tries.corrections.allows(error, prepared)
-                and not (delivered and not call.restart_partial)
-                and now < call.deadline
-            ):
-                added = tries.corrections.add(error, prepared)
-                moved = attrs.evolve(tries, retrying=None, corrections=added)
-                return Correct(error, delivered > 0, moved)
-            return _failed(tries, error, delivered, now, state, free_in, policy, rng)
-        case Lost(error=error, delivered=delivered):
-            if tries.lost + 1 > LOST_ATTEMPTS_MAX:
-                return _leave(tries, error, delivered, policy)
-            again = attrs.evolve(tries, lost=tries.lost + 1, retrying=None)
-            return Resubmit(error, delivered > 0, again)
-        case WaitedOut(error=error):
-            last_error = tries.last_error
-            return _leave(tries, error if last_error is None else last_error, 0, policy)
-        case Refused(error=error, retry_in=retry_in):
-            from ._retry_policy import Fail, when_blocked  # not on the way of a success
+    from ._call_setbacks import after_setback  # loaded by a call's first setback
 
-            jittered = policy.wait_poll * (0.5 + rng.random()) if retry_in <= 0 else retry_in
-            blocked = when_blocked(state(tries.waits), error, jittered, now)
-            if isinstance(blocked, Fail):
-                counted = attrs.evolve(blocked.error, attempt=blocked.error.attempt + 1)
-                return _leave(tries, counted, 0, policy, refused=True)
-            return Pause(blocked.delay, attrs.evolve(tries, retrying=None, last_error=error))
+    return after_setback(tries, seen, now, state, free_in, policy, rng)
 
 
 def _ready(
@@ -331,60 +225,15 @@ def _ready(
     retry must first find room in the budget, or wait for it (a waiting call) or fail."""
     last_error = tries.last_error
     if tries.waits and last_error is not None and now >= state(True).wait_until:
-        return _leave(tries, last_error, 0, policy)
+        from ._call_setbacks import leave  # a waiting call's wait ran out after a setback
+
+        return leave(tries, last_error, 0, policy)
     retrying = tries.retrying
     if retrying is None:
         return GO
     free = free_in(now)
     if free <= 0:
         return GO_SPENDING
-    from ._retry_policy import Fail, when_blocked  # not on the way of a success
+    from ._call_setbacks import wait_for_budget  # not on the way of a success
 
-    blocked = when_blocked(state(tries.waits), retrying, free, now)
-    if isinstance(blocked, Fail):
-        return _leave(tries, blocked.error, 0, policy)
-    return Pause(blocked.delay, tries)
-
-
-def _failed(
-    tries: Tries,
-    error: CallError,
-    delivered: int,
-    now: float,
-    state: Callable[[bool], CallState],
-    free_in: Callable[[float], float],
-    policy: RetryConfig,
-    rng: random.Random,
-) -> Decision:
-    """After a failed attempt: fail over at once when another deployment follows and the
-    error is retryable; else the retry policy's backoff, paid from the retry budget now, or
-    after a longer wait for it (a waiting call), or the model's end."""
-    if tries.fails_over and error.retryable:
-        return _leave(tries, error, delivered, policy)
-    from ._retry_policy import Fail, after_failure, when_blocked  # loaded by a first failure
-
-    tries = attrs.evolve(tries, retrying=None, last_error=error)
-    call = state(tries.waits)
-    decision = after_failure(call, error, delivered, now, policy, rng)
-    if isinstance(decision, Fail):
-        return _leave(tries, decision.error, delivered, policy)
-    free = free_in(now)
-    if free <= 0:
-        return Retry(decision.delay, error, delivered > 0, True, tries)
-    blocked = when_blocked(call, error, free, now)
-    if isinstance(blocked, Fail):
-        return _leave(tries, blocked.error, delivered, policy)
-    delay = max(decision.delay, blocked.delay)
-    return Retry(delay, error, delivered > 0, False, attrs.evolve(tries, retrying=error))
-
-
-def _leave(
-    tries: Tries, error: CallError, delivered: int, policy: RetryConfig, refused: bool = False
-) -> MoveOn | GiveUp:
-    """The model is done with ``error``: fail over to the group's next deployment (any
-    retryable error, or one in ``fallback_on``), fall back to the chain's next model (an error
-    in ``fallback_on``), or fail."""
-    named = error.kind in policy.fallback_on
-    if (tries.fails_over and (error.retryable or named)) or (tries.falls_back and named):
-        return MoveOn(error, delivered > 0, tries.fails_over, refused)
-    return GiveUp(error, refused)
+    return wait_for_budget(tries, retrying, free, now, state, policy)

@@ -36,6 +36,7 @@ where); ``tests/test_errors_tree.py`` holds it to the classes. ::
             ├── BudgetExceeded      the spending budget cannot cover the call
             ├── StoreUnavailable    the shared quota store (Redis) does not answer
             │   └── HistoryLost     it answered, but lost what it held (run id changed)
+            │                       (sluice._limits.store_epoch)
             └── InternalError       a bug in sluice; only the affected call fails
 
 Retryable versus fatal is the first split under ``CallError`` because it is the only question
@@ -74,7 +75,6 @@ __all__ = [
     "SluiceError",
     "StreamBroken",
     "StoreUnavailable",
-    "HistoryLost",
     "TooLargeForQuota",
     "ToolCallError",
 ]
@@ -247,20 +247,6 @@ class BudgetExceeded(FatalError):
 class StoreUnavailable(FatalError):
     """The shared quota store (Redis) did not answer and ``on_store_error`` is ``"fail"``:
     the call was not sent (a batch line with this error is redone by ``--resume``)."""
-
-
-@attrs.define(eq=False, repr=False)
-class HistoryLost(StoreUnavailable):
-    """The shared store answered with a run id other than the one this process knew (it lost
-    what it held: a restart without persistence, a flush), or budget accounts this process saw
-    are gone. Nothing was done. The store layer handles it (budgets rebuilt, windows written
-    back); as a :class:`StoreUnavailable`, a caller that sees it treats the store as briefly
-    not there."""
-
-    run_id: str = ""
-    """The run id the store answered with."""
-    account: str = ""
-    """The budget account found gone, if that was the sign."""
 
 
 class EmptyResponse(RetryableError):

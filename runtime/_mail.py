@@ -27,7 +27,7 @@ from ._limits.cost import Cost
 from ._limits.queue import Priority
 from ._messages import ChatRequest, Usage
 from ._protocols.base import AttemptOutput
-from ._record import Record
+from ._record import Record, Value
 from ._reply import Reply
 from .providers._registry import ResolvedProvider
 
@@ -294,8 +294,8 @@ class Settle(Record):
     """The attempt never went out (its caller left first): refund everything."""
 
 
-@attrs.frozen(repr=False)
-class KeyStatistics(Record):
+@attrs.frozen(eq=False, repr=False)
+class KeyStatistics(Value):
     """A snapshot of one quota key."""
 
     key: str

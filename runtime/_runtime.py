@@ -29,6 +29,7 @@ from sluice.actors._supervisor_peers import SupervisorPeers
 from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import LedgerTray, TokenLedgerHandle, run_token_ledger
 
+from ._call_result import outcome_of
 from ._config import RuntimeConfig, config_from_env
 from ._embed_runs import EmbedMethods
 from ._errors import ConfigError, RuntimeClosed, SluiceError
@@ -54,7 +55,6 @@ from ._routing import Routing
 from ._runtime_status import StatusMethods
 from ._services import start_services
 from ._startup import Providers, ProviderWiring
-from ._streams import CallStream, MapOutcome, MapOutcomes, feed_map, outcome_of, replayed
 from .providers._registry import ResolvedProvider, resolve_provider
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ._observe.records import Hooks
     from ._routing import SharedMarks
     from ._snapshots import ProviderHealth, RuntimeStatistics
+    from ._streams import CallStream, MapOutcome, MapOutcomes
     from .simulator._config import SimulatorConfig
     from .transport._base import HotTransport
     from .transport._phases import HttpPhases
@@ -87,11 +88,15 @@ _DRAIN_POLL = 0.05
 
 def __getattr__(name: str) -> Any:
     # The snapshot types load when first asked for: a program that never reads statistics or
-    # health never loads them.
+    # health never loads them. So do the streams' (a program that only chats never streams).
     if name in ("ProviderHealth", "RuntimeStatistics"):
         from . import _snapshots
 
         return getattr(_snapshots, name)
+    if name in ("CallStream", "MapOutcome", "MapOutcomes"):
+        from . import _streams
+
+        return getattr(_streams, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -178,6 +183,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         if self._caches(request):
             cache = self._cache or await self._open_cache()
         made = await self._start(request, cache=cache, quiet=quiet, phases=phases)
+        from ._streams import CallStream, replayed  # loaded by the first stream
         if isinstance(made, Replay):
             stream, receive = replayed(made.hit, quiet)
             return stream, None, receive
@@ -376,6 +382,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
             raise ValueError("max_in_flight must be at least 1")
         # Room for every call in flight: a finished call hands over its outcome and frees its
         # slot without waiting for the consumer; the slots bound the memory.
+        from ._streams import MapOutcome, MapOutcomes, feed_map  # loaded by the first map
         send, receive = trio.open_memory_channel[MapOutcome](max_in_flight)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(

@@ -23,6 +23,7 @@ from ._messages import (
     ToolChoice,
     ToolResultPart,
 )
+from ._record import Value
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -42,10 +43,10 @@ __all__ = [
 _converter: OrjsonConverter | None = None
 
 
-
-@attrs.frozen(repr=False)
-class Secret:
-    """An API key. Its repr and str never show the value; only :meth:`reveal` does."""
+@attrs.frozen(eq=False, repr=False)
+class Secret(Value):
+    """An API key. Its repr and str never show the value; only :meth:`reveal` does (equal
+    and hashed by the value, as :class:`~sluice._record.Value` compares)."""
 
     _value: str
 
@@ -56,6 +57,7 @@ class Secret:
         return "Secret('********')"
 
     __str__ = __repr__
+
 
 def get_converter() -> OrjsonConverter:
     """The converter, built on first use: ``import sluice`` does not pay for cattrs."""

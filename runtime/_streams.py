@@ -17,12 +17,12 @@ import trio
 
 from sluice.actors._tell import put, take
 
+from ._call_result import outcome_of
 from ._cursor import AsyncEventCursor
-from ._errors import RuntimeClosed, SluiceError
-from ._events import Completed, Failed
+from ._errors import SluiceError
 from ._mail import EventBatch, EventSink
 from ._messages import ChatRequest, ChatResult
-from ._record import Record
+from ._record import Value
 
 if TYPE_CHECKING:
     from ._mail import Call
@@ -35,7 +35,6 @@ __all__ = [
     "MapOutcomes",
     "SubmitQuiet",
     "feed_map",
-    "outcome_of",
     "replayed",
 ]
 
@@ -136,8 +135,8 @@ class Followed(CallStream):
         return self._arrived(None)
 
 
-@attrs.frozen(repr=False)
-class MapOutcome(Record):
+@attrs.frozen(eq=False, repr=False)
+class MapOutcome(Value):
     """One finished request of :meth:`Runtime.map`: exactly one of ``result`` and ``error``."""
 
     index: int
@@ -188,19 +187,6 @@ def replayed(
     send.send_nowait(replay_events(hit, quiet=quiet))
     send.close()
     return CallStream(hit.call_id, receive), receive
-
-
-def outcome_of(
-    batch: EventBatch, call_id: str
-) -> tuple[ChatResult, None] | tuple[None, SluiceError]:
-    """A quiet call's result or error from its one final batch (empty: the call ended without
-    one, the runtime having stopped), as :class:`~sluice._cursor.EventCursor` reads it."""
-    last = batch[-1] if batch else None
-    if isinstance(last, Completed):
-        return last.result, None
-    if isinstance(last, Failed):
-        return None, last.error
-    return None, RuntimeClosed(f"call {call_id} ended without a result")
 
 
 SubmitQuiet: TypeAlias = Callable[

@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import math
 import random
-from typing import Any
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -19,19 +21,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sluice
+import sluice._call_setbacks as setbacks
+import sluice._call_step as steps
 from sluice import ChatRequest, RetryConfig
-from sluice._call_step import (
-    GO,
-    GO_SPENDING,
-    LEAVE,
-    LEFT,
+from sluice._call_setbacks import (
     LOST_ATTEMPTS_MAX,
-    READY,
     Correct,
-    Decision,
     Failure,
     GiveUp,
-    Go,
     Lost,
     Misfired,
     MoveOn,
@@ -39,9 +36,16 @@ from sluice._call_step import (
     Refused,
     Resubmit,
     Retry,
-    Seen,
-    Tries,
     WaitedOut,
+)
+from sluice._call_step import (
+    GO,
+    GO_SPENDING,
+    LEAVE,
+    LEFT,
+    READY,
+    Go,
+    Tries,
     Won,
     first_tries,
     step,
@@ -50,6 +54,9 @@ from sluice._errors import ToolCallError
 from sluice._messages import ChatResult, Message, Tool
 from sluice._retry_policy import CallState, call_state
 from sluice._tools import ToolCapabilities, ToolOptions, prepare
+
+if TYPE_CHECKING:
+    from sluice._call_step import Decision, Seen
 
 POLICY = RetryConfig(base_delay=0.5, max_delay=8.0, jitter=0.0, max_attempts=4, wait_poll=1.0)
 BOOM = sluice.ServerError("boom", status=500)
@@ -331,3 +338,28 @@ def test_whatever_happens_the_step_stays_within_its_bounds(
         if not isinstance(d, Pause | Retry | Correct | Resubmit):
             return  # the call is done with the model
         tries, seen = d.tries, READY
+
+
+def test_the_setbacks_load_with_the_first_one_and_are_served_by_the_step_module() -> None:
+    """A call that goes and wins never loads ``sluice._call_setbacks``: the step decides it
+    alone. The first setback loads it, and its classes are also ``sluice._call_step``'s
+    attributes (the Supervisor matches on them there)."""
+    code = (
+        "import sys\n"
+        "from sluice import RetryConfig\n"
+        "from sluice._call_step import READY, Go, Won, first_tries, step\n"
+        "policy = RetryConfig()\n"
+        "tries = first_tries(False, False, False)\n"
+        "def no(_: object) -> object:\n"
+        "    raise AssertionError('a success asks no state')\n"
+        "assert isinstance(step(tries, READY, 0.0, no, no, policy, None), Go)\n"
+        "won = Won(None)\n"
+        "assert step(tries, won, 0.0, no, no, policy, None) is won\n"
+        "print('sluice._call_setbacks' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.split() == [b"False"]
+    assert steps.Retry is setbacks.Retry and steps.LOST_ATTEMPTS_MAX == setbacks.LOST_ATTEMPTS_MAX
+    assert isinstance(decide(first_tries(False, False, False), Failure(BAD, 0)), steps.GiveUp)
+    with pytest.raises(AttributeError):
+        _ = steps.NoSuchName

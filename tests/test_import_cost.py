@@ -62,11 +62,13 @@ NOT_FOR_A_CALL = (
     "sluice._ledger.sqlite",
     "sluice._ledger.redis",
     "sluice._limits.redis_store",
+    "sluice._limits.store_epoch",  # HistoryLost with it: only a shared store raises it
     "sluice._tools.schema",
     "sluice._tools.repair",
     # A call that succeeds at once asks no retry policy; a runtime without budgets keeps no
     # budget book; a config built in code reads no file; a ledger store comes with the ledger.
     "sluice._retry_policy",
+    "sluice._call_setbacks",
     "sluice._ledger.budget",
     "sluice._config.load",
     "sluice._ledger.store",
@@ -77,6 +79,10 @@ NOT_FOR_A_CALL = (
     "sluice._protocols.ollama",
     "sluice.transport._pool",
     "sluice.transport._httpx_adapter",
+    # A stream's and a map's parts load with the first stream or map (a chat reads its one
+    # final batch without them).
+    "sluice._streams",
+    "sluice._cursor",
     # The front doors load on first use of sluice.aio / sluice.sync.
     "asyncio",
     "concurrent.futures",
@@ -123,11 +129,20 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._observe.metrics",
     "sluice._observe.tracing",
     "sluice._observe.hooks",
+    "sluice._observe.records",  # the hooks' records: no hooks, none built
+    "sluice._protocols.http_errors",  # the error replies' mapping: the calls succeed
     "prometheus_client",
     "opentelemetry",
     "asyncio",
     "sluice._snapshots",  # statistics and health: loaded when first asked for
     "sluice._retry_policy",  # the calls succeed: no failure asks the retry policy
+    "sluice._call_setbacks",  # nor tells the Supervisor's step a setback
+    # No limits configured: no window, no adaptive limit, no wait or refusal at admission,
+    # no store outage to back off from.
+    "sluice._limits.window",
+    "sluice._limits.adaptive",
+    "sluice._limits.not_admitted",
+    "sluice._backoff",
     "sluice._ledger.budget",  # no budgets configured
     "sluice._config.load",  # the config is built in code
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
@@ -205,8 +220,8 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 138
-CHAT_PATH_SLUICE_MODULES = 81
+CHAT_PATH_ATTRS_CLASSES = 122
+CHAT_PATH_SLUICE_MODULES = 76
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
 module a file to find and run. A change that adds to either on every program's path fails
@@ -215,7 +230,10 @@ here: make the new part load on first use, or raise the bound on purpose. (Raise
 RateLimiter's would have passed the bound on a module's length. Lowered to 78 by loading
 parts on first use, then raised to 81 again: the actors' doors, the Supervisor's shared
 parts and the ProviderActor's context got modules of their own when the doors made the
-Supervisor's and the ProviderActor's modules pass that bound; no class was added.)"""
+Supervisor's and the ProviderActor's modules pass that bound; no class was added. Lowered to
+122 and 76: the call step's setbacks, the admission's refusals and waits, HistoryLost, the
+streams' parts and the limits' windows, adaptive limit and backoff load on first use; and
+the first call below went down with them, from 143 classes and 99 modules.)"""
 
 _COUNT = """
 import json, sys
@@ -248,8 +266,8 @@ def test_the_chat_path_defines_no_more_attrs_classes_and_modules_than_its_bound(
     assert "sluice._errors.Overloaded" not in found["classes"]
 
 
-FIRST_CALL_ATTRS_CLASSES = 143
-FIRST_CALL_SLUICE_MODULES = 99
+FIRST_CALL_ATTRS_CLASSES = 124
+FIRST_CALL_SLUICE_MODULES = 92
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
 import into the first call cannot pass for a saving."""

@@ -2,6 +2,8 @@
 key store, custom providers, auth styles and quirks."""
 
 import re
+import subprocess
+import sys
 
 import attrs
 import httpx
@@ -94,6 +96,29 @@ def test_builtins_hold_the_27_of_the_spec_in_order_and_the_extras():
     assert ids[:27] == SPEC_27
     assert ids[27:] == EXTRA
     assert len(set(ids)) == len(ids) == 35
+
+
+def test_the_builtins_table_builds_a_definition_when_first_looked_up():
+    """``BUILTIN_BY_ID`` lists every id and alias (each id, then its aliases, in BUILTINS'
+    order) without building a definition; a lookup builds that one alone, and the same
+    object is handed out for it and its aliases ever after."""
+    code = (
+        "from sluice.providers import _builtins as b\n"
+        "table = b.BUILTIN_BY_ID\n"
+        "names = list(table)\n"
+        "print(len(table._made), 'openai' in table, 'nope' in table)\n"
+        "first = table['openai']\n"
+        "print(len(table._made), table['openai'] is first, table.get('nope'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.split() == [b"0", b"True", b"False", b"1", b"True", b"None"]
+    expected = [name for d in BUILTINS for name in (d.id, *d.aliases)]
+    assert list(BUILTIN_BY_ID) == expected and len(BUILTIN_BY_ID) == len(expected)
+    for d in BUILTINS:
+        for name in (d.id, *d.aliases):
+            assert name in BUILTIN_BY_ID and BUILTIN_BY_ID[name] is d
+    with pytest.raises(KeyError):
+        BUILTIN_BY_ID["nope"]
 
 
 def test_every_builtin_is_well_formed():

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 import attrs
 
-from .._record import Record
+from .._record import Record, Value
 from .prices import PriceTable, format_usd
 
 if TYPE_CHECKING:
@@ -254,8 +254,8 @@ class LedgerBook:
         return out
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class LedgerSummary(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class LedgerSummary(Value):
     """One group of a :func:`summarize`: the group's key and its summed counters.
 
     A dimension the summary is not grouped by is None. Grouping by ``model`` sets ``provider``
@@ -282,8 +282,8 @@ class LedgerSummary(Record):
         return out
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class LedgerQuery(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class LedgerQuery(Value):
     """Which rows to sum and how to group them; build with :meth:`of`, which checks it."""
 
     by: tuple[Dimension, ...] = ("provider", "model")

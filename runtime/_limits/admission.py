@@ -24,40 +24,31 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 
 import attrs
 
-from .._backoff import store_retry_delay
 from .._config import RateLimitConfig
-from .._errors import (
-    BudgetExceeded,
-    CallError,
-    InternalError,
-    RateLimited,
-    StoreUnavailable,
-    TooLargeForQuota,
-)
-from .._ledger.prices import format_usd
-from .._record import Record
-from .adaptive import AdaptiveLimit
+from .._errors import CallError, InternalError, RateLimited, StoreUnavailable
+from .._record import Record, Value
 from .queue import WaitQueues
 from .store import BudgetRefused, Reservation, TooLarge, WindowSpec
 
 if TYPE_CHECKING:
     import random
 
+    from .adaptive import AdaptiveLimit  # noqa: TC004 (only a type: loaded by an adaptive key)
     from .cost import Cost
+    from .not_admitted import Refuse as Refuse
+    from .not_admitted import StoreDown as StoreDown
+    from .not_admitted import Wait as Wait
     from .queue import Priority
 
 __all__ = [
     "STORE_GRACE",
     "Admit",
     "QuotaKey",
-    "Refuse",
     "StoreAnswer",
-    "StoreDown",
-    "Wait",
     "arm_spread",
     "at_rest",
     "blocked",
@@ -76,6 +67,16 @@ STORE_GRACE = 0.5
 """A waiter whose store wait ends within this of the next look at the store is refused now:
 the refusal (naming the store) must reach it before its own deadline ends the wait, on a busy
 machine too, where the look may come late."""
+
+
+def __getattr__(name: str) -> Any:
+    # What a look decides when it admits nobody loads with the first such look (see
+    # sluice._limits.not_admitted); the RateLimiter matches on the names here.
+    if name in ("Refuse", "StoreDown", "Wait"):
+        from . import not_admitted
+
+        return getattr(not_admitted, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Waiter(Protocol):
@@ -157,6 +158,8 @@ def _specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
 def new_key(name: str, limits: RateLimitConfig) -> QuotaKey[W]:
     adaptive = None
     if limits.adaptive and limits.max_pending is not None:
+        from .adaptive import AdaptiveLimit  # loaded by the first adaptive key
+
         adaptive = AdaptiveLimit(limits.max_pending)
     return QuotaKey(name, limits, _specs(limits), WaitQueues(limits.aging), adaptive)
 
@@ -279,37 +282,12 @@ StoreAnswer: TypeAlias = (
 the seconds to wait), or the error it raised."""
 
 
-@attrs.frozen(repr=False)
-class Admit(Record, Generic[W]):
+@attrs.frozen(eq=False, repr=False)
+class Admit(Value, Generic[W]):
     """Admit the head waiter (taken out of the queue) with ``reservation``."""
 
     waiter: W
     reservation: Reservation
-
-
-@attrs.frozen(repr=False)
-class Refuse(Record, Generic[W]):
-    """Refuse the head waiter (taken out of the queue) with ``error``, then go on with the next."""
-
-    waiter: W
-    error: CallError
-
-
-@attrs.frozen(repr=False)
-class Wait(Record):
-    """Admit nobody more now; look at the key again at ``until``."""
-
-    until: float
-
-
-@attrs.frozen(repr=False)
-class StoreDown(Record, Generic[W]):
-    """The shared store did not answer: refuse ``refused`` (taken out of the queue) with
-    ``error``; look at the key again at ``until`` (inf: nobody is left waiting for the store)."""
-
-    refused: tuple[W, ...]
-    error: StoreUnavailable
-    until: float
 
 
 def decide(
@@ -322,9 +300,13 @@ def decide(
     a store that does not answer refuses the waiters that will not wait for it (or whose wait
     ends before the store is asked again) and keeps the others (see :func:`_store_down`)."""
     if isinstance(answer, StoreUnavailable):
-        return _store_down(key, answer, now)
+        from .not_admitted import store_down  # a shared store that stopped answering
+
+        return store_down(key, answer, now, STORE_GRACE)
     key.store_down_since = None
     if isinstance(answer, float | int):
+        from .not_admitted import Wait  # the windows have no room for it yet
+
         return Wait(now + answer)
     waiter = key.waiters.peek(now)
     assert waiter is not None  # the answer is about the head waiter
@@ -333,45 +315,9 @@ def decide(
         if key.spread:
             key.spread.popleft()
         return Admit(waiter, answer)
-    if isinstance(answer, TooLarge):
-        return Refuse(waiter, too_large(answer))
-    if isinstance(answer, BudgetRefused):
-        return Refuse(waiter, budget_refused(answer))
-    return Refuse(waiter, answer)
+    from .not_admitted import refusal  # it can never be admitted
 
-
-def _store_down(key: QuotaKey[W], error: StoreUnavailable, now: float) -> StoreDown[W]:
-    """The store is asked again after a backoff from when it stopped answering; a waiter
-    whose ``wait_for_store`` ends within :data:`STORE_GRACE` of that is refused now."""
-    if key.store_down_since is None:
-        key.store_down_since = now
-    retry_at = now + store_retry_delay(now - key.store_down_since)
-
-    def gives_up(waiter: W) -> bool:
-        until = waiter.wait_for_store
-        return until is None or until <= retry_at + STORE_GRACE
-
-    refused = tuple(key.waiters.drop(gives_up))
-    return StoreDown(refused, error, retry_at if key.waiters else math.inf)
-
-
-def too_large(answer: TooLarge) -> TooLargeForQuota:
-    return TooLargeForQuota(
-        f"the call needs {answer.amount} {answer.dimension.replace('_', ' ')} but the quota"
-        f" allows only {answer.limit} per {answer.period:g} s; lower max_tokens or shorten"
-        " the prompt"
-    )
-
-
-def budget_refused(answer: BudgetRefused) -> BudgetExceeded:
-    left = (
-        f"${format_usd(max(0, answer.left))}"
-        if answer.unit == "usd"
-        else f"{max(0, answer.left)} tokens"
-    )
-    return BudgetExceeded(
-        f"the shared {answer.account} budget has {left} left, less than this call may cost"
-    )
+    return refusal(waiter, answer)
 
 
 # -- after a 429 ---------------------------------------------------------------------------------

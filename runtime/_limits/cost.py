@@ -22,7 +22,7 @@ from .._messages import (
     ToolResultPart,
     Usage,
 )
-from .._record import Record
+from .._record import Value
 
 __all__ = ["Cost", "estimate_cost", "estimate_prompt_tokens"]
 
@@ -31,8 +31,8 @@ _PER_MESSAGE = 4
 _PER_IMAGE = 768  # a mid-size image at "auto" detail on the common vision models
 
 
-@attrs.frozen(repr=False)
-class Cost(Record):
+@attrs.frozen(eq=False, repr=False)
+class Cost(Value):
     """Units one attempt takes from each dimension of a quota."""
 
     requests: int = 1

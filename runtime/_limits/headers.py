@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from .._record import Record
+from .._record import Value
 
 __all__ = [
     "UNDATED_WAIT_CAP",
@@ -121,8 +121,8 @@ def _rfc3339_wait(text: str | None, headers: Mapping[str, str], wall_now: float)
     return wait_until(when.timestamp(), headers, wall_now)
 
 
-@attrs.frozen(repr=False)
-class Learned(Record):
+@attrs.frozen(eq=False, repr=False)
+class Learned(Value):
     """One dimension of a limit, as a provider reported it."""
 
     dimension: Dimension

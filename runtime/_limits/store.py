@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
 
 import attrs
 
-from .._record import Record
+from .._record import Record, Value
 from .cost import Cost
 from .headers import Dimension, Learned
-from .window import Window, WindowEntry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from .window import Window, WindowEntry  # noqa: TC004 (only types: windows load with a limit)
 
 __all__ = [
     "BudgetAsk",
@@ -35,8 +36,8 @@ __all__ = [
 ]
 
 
-@attrs.frozen(repr=False)
-class WindowSpec(Record):
+@attrs.frozen(eq=False, repr=False)
+class WindowSpec(Value):
     """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
 
     dimension: Dimension
@@ -62,8 +63,8 @@ class Reservation(Record):
     :meth:`QuotaStore.redate` leaves them (see :func:`sent_slots`)."""
 
 
-@attrs.frozen(repr=False)
-class TooLarge(Record):
+@attrs.frozen(eq=False, repr=False)
+class TooLarge(Value):
     """The cost exceeds a whole window: waiting can never admit it."""
 
     dimension: Dimension
@@ -72,8 +73,8 @@ class TooLarge(Record):
     period: float
 
 
-@attrs.frozen(repr=False)
-class BudgetAsk(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetAsk(Value):
     """A budget reservation to take in the same step as the quota's."""
 
     hold: str
@@ -87,8 +88,8 @@ class BudgetAsk(Record):
     of a job included: what it reports if the store loses its history."""
 
 
-@attrs.frozen(repr=False)
-class BudgetRefused(Record):
+@attrs.frozen(eq=False, repr=False)
+class BudgetRefused(Value):
     """The shared budget can never cover the call (spending only grows)."""
 
     account: str
@@ -288,6 +289,8 @@ class MemoryQuotaStore:
         for slot, limit in limits.items():
             window = windows.get(slot)
             if window is None:
+                from .window import Window  # loaded by the first window a limit asks for
+
                 window = windows[slot] = Window(limit, slot[1])
             else:
                 window.limit = limit

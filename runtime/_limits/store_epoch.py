@@ -30,7 +30,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from .._errors import HistoryLost
+import attrs
+
+from .._errors import StoreUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -45,6 +47,22 @@ __all__ = [
     "history_lost",
     "new_run_id",
 ]
+
+
+@attrs.define(eq=False, repr=False)
+class HistoryLost(StoreUnavailable):
+    """The shared store answered with a run id other than the one this process knew (it lost
+    what it held: a restart without persistence, a flush), or budget accounts this process saw
+    are gone. Nothing was done. The store layer handles it (budgets rebuilt, windows written
+    back); as a :class:`StoreUnavailable`, a caller that sees it treats the store as briefly
+    not there. It lives here, beside the run id it is about, not in :mod:`sluice._errors`:
+    only a shared store raises it, so a program without one never defines it."""
+
+    run_id: str = ""
+    """The run id the store answered with."""
+    account: str = ""
+    """The budget account found gone, if that was the sign."""
+
 
 RUN_KEY = "run"
 """The store's run id lives at ``{prefix}:run``."""

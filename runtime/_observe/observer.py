@@ -19,8 +19,6 @@ from sluice._errors import ConfigError
 from sluice._mail import AttemptFailed, AttemptSucceeded
 from sluice._messages import Usage
 
-from .records import AttemptRecord, CallRecord
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -104,6 +102,8 @@ class Observer:
         if self.tracer is not None:
             self.tracer.call_ended(call, outcome, result, error, self._now())
         if self.hooks is not None and self.hooks.hooks.on_call_end is not None:
+            from .records import CallRecord  # loaded by the first hook's record
+
             request = call.request
             usage = result.usage if result is not None else None
             cost = None if usage is None else self._cost(provider, model, usage)
@@ -241,6 +241,8 @@ class Observer:
                 watch.span, now, result, error, usage.usage if usage else None, delivered
             )
         if hooked and self.hooks is not None:
+            from .records import AttemptRecord  # loaded by the first hook's record
+
             self.hooks.attempt_ended(
                 AttemptRecord(
                     call_id=call.call_id,

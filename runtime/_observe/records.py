@@ -13,7 +13,7 @@ import attrs
 
 from sluice._errors import SluiceError
 from sluice._messages import ChatResult, Usage
-from sluice._record import Record
+from sluice._record import Value
 
 __all__ = ["AttemptRecord", "CallHook", "AttemptHook", "CallRecord", "Hooks", "Outcome"]
 
@@ -21,8 +21,8 @@ Outcome: TypeAlias = Literal["ok", "error", "abandoned"]
 """How a call or attempt ended: a result, an error, or its consumer left first."""
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class CallRecord(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class CallRecord(Value):
     """One call, after its end: what was asked (in summary), how it ended, what it cost."""
 
     call_id: str
@@ -52,8 +52,8 @@ class CallRecord(Record):
     queued: float | None
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class AttemptRecord(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class AttemptRecord(Value):
     """One attempt, after its end (successful, failed or abandoned)."""
 
     call_id: str
@@ -77,8 +77,8 @@ CallHook: TypeAlias = Callable[[CallRecord], Awaitable[None] | None]
 AttemptHook: TypeAlias = Callable[[AttemptRecord], Awaitable[None] | None]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class Hooks(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class Hooks(Value):
     """Callbacks told about every finished call and attempt, off the hot path.
 
     Records wait in a queue of ``queue_size`` and one task of the runtime hands them to the

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from .._messages import ChatRequest, FinishReason, Message, Usage
-from .._record import Record
+from .._record import Value
 
 if TYPE_CHECKING:
     from .._embeddings import EmbedOutput, EmbedRequest
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["AttemptOutput", "Codec", "EmbedCodec", "HttpRequest", "StreamDecoder"]
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class HttpRequest(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class HttpRequest(Value):
     """One HTTP request, ready to send. ``url`` is absolute."""
 
     method: str
@@ -34,8 +34,8 @@ class HttpRequest(Record):
     body: bytes
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class AttemptOutput(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class AttemptOutput(Value):
     """What one successful attempt produced, assembled from the whole reply."""
 
     message: Message

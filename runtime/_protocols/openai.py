@@ -14,7 +14,6 @@ import attrs
 import orjson
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
-from .http_errors import error_for_status, excerpt, provider_wait
 from .openai_decode import OpenAIStreamDecoder, decode_body, error_fields
 from .openai_request import build_request
 
@@ -97,6 +96,8 @@ class OpenAICodec:
         ``x-request-id`` or ``request-id``; ``retry_after`` from
         :func:`.http_errors.provider_wait`.
         """
+        from .http_errors import error_for_status, provider_wait  # an error reply's only
+
         message, error_type, fields = _error_message(status, body)
         error = error_for_status(
             status,
@@ -132,4 +133,6 @@ def _error_message(status: int, body: bytes) -> tuple[str, str | None, dict[str,
         if isinstance(reply.get("message"), str) and reply["message"]:
             message, error_type, _ = error_fields(reply)
             return message, error_type, reply
+    from .http_errors import excerpt
+
     return excerpt(body) or f"HTTP {status} with an empty body", None, {}

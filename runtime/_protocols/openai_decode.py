@@ -50,7 +50,6 @@ from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
-from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
 
 __all__ = [
@@ -96,6 +95,8 @@ def normalize_usage(raw: object) -> Usage:
         ProtocolError: ``raw`` is not an object.
     """
     if type(raw) is not dict:
+        from .http_errors import excerpt  # the error paths load it (not a call that succeeds)
+
         raise ProtocolError(f"usage is not an object: {excerpt(orjson.dumps(raw))}")
     prompt = _count(raw.get("prompt_tokens"))
     output = _count(raw.get("completion_tokens"))
@@ -121,6 +122,8 @@ def error_from_payload(error: object, status: int | None = None) -> CallError:
     error type is ``code`` when it is a non-empty string, else ``type``. With ``status`` None,
     a numeric ``code`` or ``status`` between 400 and 599 inside the object is used instead.
     """
+    from .http_errors import error_for_status
+
     message, error_type, inner_status = error_fields(error)
     return error_for_status(
         status if status is not None else inner_status, message, error_type=error_type
@@ -131,6 +134,8 @@ def error_fields(error: object) -> tuple[str, str | None, int | None]:
     """``(message, error_type, status)`` of an ``error``, as :func:`error_from_payload` reads it."""
     if isinstance(error, str):
         return error or "the provider reported an error without a message", None, None
+    from .http_errors import excerpt
+
     if type(error) is not dict:
         return excerpt(orjson.dumps(error)), None, None
     message = error.get("message")

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from .._record import Record
+from .._record import Value
 
 __all__ = ["NO_QUIRKS", "RequestQuirks", "apply_quirks"]
 
@@ -29,8 +29,8 @@ def _modes(value: Any) -> frozenset[str]:
     return frozenset(value)
 
 
-@attrs.frozen(kw_only=True, repr=False)
-class RequestQuirks(Record):
+@attrs.frozen(eq=False, kw_only=True, repr=False)
+class RequestQuirks(Value):
     """How one provider's OpenAI-compatible server differs from OpenAI's.
 
     The defaults change nothing: a body built with them equals one built without quirks.

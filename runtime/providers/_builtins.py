@@ -7,11 +7,15 @@ and the protocol's assumption for the others (every ``tool_choice`` mode, for an
 server), except where a server is known to refuse a mode (Kimi). Quirks are set only where a
 server is known to need them. ``batch_api`` is set where the provider documents a batch API:
 OpenAI's Files + Batches (OpenAI, Groq, DashScope, the simulator), Anthropic's Message Batches.
+
+Each definition is built when first looked up (:data:`BUILTIN_BY_ID`): a program that calls one
+provider validates and builds one definition, not thirty-five.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from .._capabilities import (
     ANTHROPIC,
@@ -26,7 +30,11 @@ from .._protocols.quirks import RequestQuirks
 from ._definition import ModelInfo, ProviderDefinition, models
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Iterator
+
+    BUILTINS: tuple[ProviderDefinition, ...]
+    """Every builtin, in the order of provider-layer.md section 8 (then sluice's own); all are
+    built when this is first read (``__getattr__`` below)."""
 
 __all__ = ["BUILTINS", "BUILTIN_BY_ID"]
 
@@ -106,9 +114,9 @@ def _openai_compatible(
     )
 
 
-BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
+_MAKERS: Final[Mapping[str, Callable[[], ProviderDefinition]]] = {
     # The 27 of provider-layer.md section 8, in its order.
-    _openai_compatible(
+    "qwenpaw-local": lambda: _openai_compatible(
         "qwenpaw-local",
         "QwenPaw Local",
         None,
@@ -116,7 +124,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         local=True,
         aliases=("copaw-local",),
     ),
-    ProviderDefinition(
+    "ollama": lambda: ProviderDefinition(
         id="ollama",
         display_name="Ollama",
         protocol="ollama",
@@ -127,10 +135,10 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         local=True,
         capabilities=OLLAMA,
     ),
-    _openai_compatible(
+    "lmstudio": lambda: _openai_compatible(
         "lmstudio", "LM Studio", "http://localhost:1234/v1", needs_key=False, local=True
     ),
-    _openai_compatible(
+    "openrouter": lambda: _openai_compatible(
         "openrouter",
         "OpenRouter",
         "https://openrouter.ai/api/v1",
@@ -138,7 +146,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         key_prefix="sk-or-v1-",
         headers={"X-Title": "sluice"},
     ),
-    _openai_compatible(
+    "modelscope": lambda: _openai_compatible(
         "modelscope",
         "ModelScope",
         "https://api-inference.modelscope.cn/v1",
@@ -148,7 +156,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             "Qwen/Qwen3.5-122B-A10B", "ZhipuAI/GLM-5", vision={"Qwen/Qwen3.5-122B-A10B"}
         ),
     ),
-    _openai_compatible(
+    "dashscope": lambda: _openai_compatible(
         "dashscope",
         "DashScope",
         "https://dashscope.aliyuncs.com/compatible-mode/v1",
@@ -166,7 +174,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"qwen3-235b-a22b-thinking-2507"},
         ),
     ),
-    _openai_compatible(
+    "aliyun-codingplan": lambda: _openai_compatible(
         "aliyun-codingplan",
         "Aliyun Coding Plan (China)",
         "https://coding.dashscope.aliyuncs.com/v1",
@@ -175,7 +183,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         model_list=_CODING_PLAN_MODELS,
     ),
-    _openai_compatible(
+    "aliyun-codingplan-intl": lambda: _openai_compatible(
         "aliyun-codingplan-intl",
         "Aliyun Coding Plan (International)",
         "https://coding-intl.dashscope.aliyuncs.com/v1",
@@ -184,7 +192,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         model_list=_CODING_PLAN_MODELS,
     ),
-    _openai_compatible(
+    "aliyun-tokenplan": lambda: _openai_compatible(
         "aliyun-tokenplan",
         "Aliyun Token Plan",
         "https://token-plan.cn-beijing.maas.aliyuncs.com/compatible-mode/v1",
@@ -193,7 +201,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         model_list=models("qwen3.6-plus", "glm-5", "MiniMax-M2.5", "deepseek-v3.2", "kimi-k2.5"),
     ),
-    _openai_compatible(
+    "opencode": lambda: _openai_compatible(
         "opencode",
         "OpenCode",
         "https://opencode.ai/zen/v1",
@@ -215,7 +223,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             "qwen3.5-plus",
         ),
     ),
-    _openai_compatible(
+    "openai": lambda: _openai_compatible(
         "openai",
         "OpenAI",
         "https://api.openai.com/v1",
@@ -241,7 +249,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"gpt-5.2", "gpt-5", "gpt-5-mini", "gpt-5-nano", "o3", "o4-mini"},
         ),
     ),
-    _openai_compatible(
+    "azure-openai": lambda: _openai_compatible(
         "azure-openai",
         "Azure OpenAI",
         None,  # https://RESOURCE.openai.azure.com/openai/v1, from the config
@@ -262,7 +270,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"gpt-5-mini", "gpt-5-nano"},
         ),
     ),
-    ProviderDefinition(
+    "anthropic": lambda: ProviderDefinition(
         id="anthropic",
         display_name="Anthropic",
         protocol="anthropic",
@@ -279,7 +287,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning=True,
         ),
     ),
-    ProviderDefinition(
+    "gemini": lambda: ProviderDefinition(
         id="gemini",
         display_name="Google Gemini",
         protocol="gemini",
@@ -305,7 +313,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             },
         ),
     ),
-    _openai_compatible(
+    "deepseek": lambda: _openai_compatible(
         "deepseek",
         "DeepSeek",
         "https://api.deepseek.com",
@@ -319,7 +327,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"deepseek-reasoner", "deepseek-v4-flash", "deepseek-v4-pro"},
         ),
     ),
-    _openai_compatible(
+    "kimi-cn": lambda: _openai_compatible(
         "kimi-cn",
         "Kimi (China)",
         "https://api.moonshot.cn/v1",
@@ -327,7 +335,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         capabilities=KIMI_TOOLS,
         model_list=_KIMI_MODELS,
     ),
-    _openai_compatible(
+    "kimi-intl": lambda: _openai_compatible(
         "kimi-intl",
         "Kimi (International)",
         "https://api.moonshot.ai/v1",
@@ -335,7 +343,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         capabilities=KIMI_TOOLS,
         model_list=_KIMI_MODELS,
     ),
-    ProviderDefinition(
+    "minimax-cn": lambda: ProviderDefinition(
         id="minimax-cn",
         display_name="MiniMax (China)",
         protocol="anthropic",
@@ -344,7 +352,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         models=_MINIMAX_MODELS,
     ),
-    ProviderDefinition(
+    "minimax": lambda: ProviderDefinition(
         id="minimax",
         display_name="MiniMax (International)",
         protocol="anthropic",
@@ -353,14 +361,14 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         models=_MINIMAX_MODELS,
     ),
-    _openai_compatible(
+    "zhipu-cn": lambda: _openai_compatible(
         "zhipu-cn",
         "Zhipu (BigModel)",
         "https://open.bigmodel.cn/api/paas/v4",
         ("ZHIPUAI_API_KEY", "ZHIPU_API_KEY"),
         model_list=_ZHIPU_MODELS,
     ),
-    _openai_compatible(
+    "zhipu-cn-codingplan": lambda: _openai_compatible(
         "zhipu-cn-codingplan",
         "Zhipu Coding Plan (BigModel)",
         "https://open.bigmodel.cn/api/coding/paas/v4",
@@ -368,14 +376,14 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         model_list=_ZHIPU_MODELS,
     ),
-    _openai_compatible(
+    "zhipu-intl": lambda: _openai_compatible(
         "zhipu-intl",
         "Zhipu (Z.AI)",
         "https://api.z.ai/api/paas/v4",
         ("ZAI_API_KEY",),
         model_list=_ZHIPU_MODELS,
     ),
-    _openai_compatible(
+    "zhipu-intl-codingplan": lambda: _openai_compatible(
         "zhipu-intl-codingplan",
         "Zhipu Coding Plan (Z.AI)",
         "https://api.z.ai/api/coding/paas/v4",
@@ -383,21 +391,21 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         lists_models=False,
         model_list=_ZHIPU_MODELS,
     ),
-    _openai_compatible(
+    "siliconflow-cn": lambda: _openai_compatible(
         "siliconflow-cn",
         "SiliconFlow (China)",
         "https://api.siliconflow.cn/v1",
         "SILICONFLOW_API_KEY",
         key_prefix="sk-",
     ),
-    _openai_compatible(
+    "siliconflow-intl": lambda: _openai_compatible(
         "siliconflow-intl",
         "SiliconFlow (International)",
         "https://api.siliconflow.com/v1",
         "SILICONFLOW_API_KEY",
         key_prefix="sk-",
     ),
-    _openai_compatible(
+    "volcengine-cn": lambda: _openai_compatible(
         "volcengine-cn",
         "Volcano Engine",
         "https://ark.cn-beijing.volces.com/api/v3",
@@ -411,7 +419,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             "doubao-seed-character-251128",
         ),
     ),
-    _openai_compatible(
+    "volcengine-cn-codingplan": lambda: _openai_compatible(
         "volcengine-cn-codingplan",
         "Volcano Engine Coding Plan",
         "https://ark.cn-beijing.volces.com/api/coding/v3",
@@ -428,7 +436,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         ),
     ),
     # Further hosted OpenAI-compatible services.
-    _openai_compatible(
+    "groq": lambda: _openai_compatible(
         "groq",
         "Groq",
         "https://api.groq.com/openai/v1",
@@ -444,7 +452,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"openai/gpt-oss-120b", "openai/gpt-oss-20b"},
         ),
     ),
-    _openai_compatible(
+    "together": lambda: _openai_compatible(
         "together",
         "Together AI",
         "https://api.together.xyz/v1",
@@ -455,7 +463,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             "Qwen/Qwen2.5-72B-Instruct-Turbo",
         ),
     ),
-    _openai_compatible(
+    "fireworks": lambda: _openai_compatible(
         "fireworks",
         "Fireworks AI",
         "https://api.fireworks.ai/inference/v1",
@@ -466,7 +474,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             "accounts/fireworks/models/deepseek-v3",
         ),
     ),
-    _openai_compatible(
+    "mistral": lambda: _openai_compatible(
         "mistral",
         "Mistral AI",
         "https://api.mistral.ai/v1",
@@ -483,7 +491,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
             reasoning={"magistral-medium-latest"},
         ),
     ),
-    _openai_compatible(
+    "xai": lambda: _openai_compatible(
         "xai",
         "xAI",
         "https://api.x.ai/v1",
@@ -498,7 +506,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         ),
     ),
     # Local servers.
-    _openai_compatible(
+    "vllm": lambda: _openai_compatible(
         "vllm",
         "vLLM",
         "http://localhost:8000/v1",
@@ -507,7 +515,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         local=True,
         quirks=VLLM_QUIRKS,
     ),
-    _openai_compatible(
+    "llamacpp": lambda: _openai_compatible(
         "llamacpp",
         "llama.cpp server",
         "http://127.0.0.1:8080/v1",
@@ -517,7 +525,7 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
     ),
     # The simulator the runtime starts in-process (base URL filled in at start). Its models
     # named ...notools act as a server without tool support (sluice.simulator._request).
-    _openai_compatible(
+    "sim": lambda: _openai_compatible(
         "sim",
         "sluice simulator",
         None,
@@ -529,9 +537,46 @@ BUILTINS: Final[tuple[ProviderDefinition, ...]] = (
         model_capabilities={"notools": WITHOUT_TOOLS},
         model_list=models("sim-small"),
     ),
-)
-
-BUILTIN_BY_ID: Final[Mapping[str, ProviderDefinition]] = {
-    name: d for d in BUILTINS for name in (d.id, *d.aliases)
 }
+
+_ALIASES: Final[Mapping[str, str]] = {"copaw-local": "qwenpaw-local"}
+"""Older names of builtins (each definition's ``aliases``), to the id they stand for."""
+
+
+class _Builtins(Mapping[str, ProviderDefinition]):
+    """Every builtin by id and by alias, in :data:`BUILTINS`' order (each id, then its
+    aliases). A definition is built when first looked up, and kept: a program that calls one
+    provider builds one definition, not all of them."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, ProviderDefinition] = {}
+        self._names = [
+            n for i in _MAKERS for n in (i, *(a for a, to in _ALIASES.items() if to == i))
+        ]
+
+    def __getitem__(self, name: str) -> ProviderDefinition:
+        key = _ALIASES.get(name, name)
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = _MAKERS[key]()  # KeyError: not a builtin
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _MAKERS or name in _ALIASES
+
+
+BUILTIN_BY_ID: Final[Mapping[str, ProviderDefinition]] = _Builtins()
 """Every builtin by id and by alias."""
+
+
+def __getattr__(name: str) -> Any:
+    # BUILTINS builds every definition: it is made when first asked for (a listing, the CLI).
+    if name == "BUILTINS":
+        return tuple(BUILTIN_BY_ID[i] for i in _MAKERS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,8 @@ from .._errors import ConfigError
 from .._messages import Deadlines
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
 from .._record import Value
-from ._builtins import BUILTIN_BY_ID, BUILTINS
+from . import _builtins
+from ._builtins import BUILTIN_BY_ID
 from ._definition import (
     DEFAULT_AUTH,
     OPENAI_FAMILY,
@@ -154,7 +155,7 @@ def known_providers(
     if plugins is None:
         plugins = _installed_plugins(frozenset(BUILTIN_BY_ID))
     found: dict[str, tuple[str, ProviderDefinition | None]] = {
-        d.id: ("builtin", d) for d in BUILTINS
+        d.id: ("builtin", d) for d in _builtins.BUILTINS
     }
     for name, definition in plugins.definitions.items():
         found.setdefault(name, ("plugin", definition))
@@ -343,7 +344,7 @@ def _headers_and_key(
 
 
 def _unknown(name: str, plugins: _plugins.PluginProviders | None) -> str:
-    known = ", ".join(d.id for d in BUILTINS)
+    known = ", ".join(d.id for d in _builtins.BUILTINS)
     message = (
         f"unknown provider {name!r}: builtin providers are {known}; for any other server "
         f"give providers.{name}.base_url (and protocol, unless it is OpenAI-compatible) in the "

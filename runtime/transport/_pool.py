@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from .._record import Value
 from ._connect import open_connection, open_tcp_stream
 from ._errors import ConnectError, ReadError, ResponseTimeout, TransportError, WriteError
 from ._http11 import MAX_HEAD_SIZE, ResponseParser, encode_request_head
@@ -65,8 +66,8 @@ _MAX_ROUTES = 256
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
-@attrs.frozen
-class TransportStatistics:
+@attrs.frozen(eq=False, repr=False)
+class TransportStatistics(Value):
     """A snapshot of a :class:`FastTransport`'s connections, summed over its origins."""
 
     connections: int

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._record import Value
 from ._errors import ProxyError
 
 if TYPE_CHECKING:
@@ -29,8 +30,8 @@ __all__ = ["Proxy", "environ_proxies", "no_proxy_matches", "parse_proxy_url", "s
 _VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "no_proxy")
 
 
-@attrs.frozen
-class Proxy:
+@attrs.frozen(eq=False, repr=False)
+class Proxy(Value):
     """An ``http://`` proxy to send requests through."""
 
     host: str
