@@ -98,9 +98,20 @@ def test_auto_keeps_one_process_for_low_rates_and_scales_with_the_measured_cost(
     assert choose_workers(ONE_PROCESS_RATE, 0.01, 8) == 1
     assert choose_workers(None, 0.01, 8) == 1
     assert choose_workers(1000, None, 8) == 1
-    cost = 0.0004
+    cost = 0.004
     assert choose_workers(1000, cost, 64) == math.ceil(1000 * cost / BUSY_TARGET)
     assert choose_workers(1000, cost, 2) == 2  # never more than the cores
+
+
+def test_auto_adds_a_process_only_when_one_would_be_nearly_saturated():
+    # The warm-up's 0.6 ms a request at 1,000/s is 0.6 of a core: one process holds it (on the
+    # 2-core machine of issue #35, one process held 0.25 ms p99 where two ranged up to 4 ms).
+    assert choose_workers(1000, 0.0006, 2) == 1
+    assert choose_workers(1000, 0.0006, 64) == 1
+    assert choose_workers(1400, 0.0006, 8) == 1  # 0.84 of a core: still one
+    assert choose_workers(1600, 0.0006, 8) == 2  # 0.96: two, each under half a core
+    assert choose_workers(5000, 0.0006, 8) == 4
+    assert choose_workers(5000, 0.0006, 2) == 2
     summary = worker_summary(1, [0.003, 0.001, 0.002], 0.0004)
     assert summary["requests"] == 3 and summary["lag_max_s"] == 0.003
     assert summary["cpu_per_request_s"] == 0.0004
