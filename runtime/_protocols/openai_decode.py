@@ -280,7 +280,7 @@ class OpenAIStreamDecoder:
                 chunk(payload, out, deltas)  # not JSON: _chunk raises
                 continue
             # Most chunks of a reply carry one piece of text and nothing else: read here, in
-            # the loop, what _chunk would read of them; any other chunk goes to _chunk whole.
+            # the loop, what _chunk would read of them; any other chunk is read whole by _read.
             try:
                 parsed = loads(payload)
             except orjson.JSONDecodeError:
@@ -289,14 +289,13 @@ class OpenAIStreamDecoder:
                 choices = parsed.get("choices")
                 if type(choices) is list and len(choices) == 1:
                     choice = choices[0]
-                    if type(choice) is dict:
-                        delta = choice.get("delta")
-                        text = delta.get("content") if type(delta) is dict else None
+                    delta = choice.get("delta") if type(choice) is dict else None
+                    if type(delta) is dict and len(delta) == 1:
+                        text = delta.get("content")
                         logprobs = choice.get("logprobs")
                         if (
                             text
                             and type(text) is str
-                            and len(delta) == 1
                             and not logprobs
                             and not parsed.get("error")
                             and not choice.get("finish_reason")

@@ -248,6 +248,16 @@ class ResponseParser:
         while True:
             buf = self._buf
             end = buf.find(b"\n\r\n")
+            if 0 <= end < self._max_head:
+                # The usual head, CRLF throughout, holds no other CR or LF once split at its
+                # CRLFs: then no bare "\n\n" ends it sooner, and none is looked for.
+                lines = buf[: end + 1].split(b"\r\n")
+                if not b"".join(lines).translate(None, _FIELD_CHARS):
+                    self._buf = buf[end + 3 :]
+                    result = self._parse_lines(lines)
+                    if result is not None:
+                        return result
+                    continue
             bare = buf.find(b"\n\n", 0, end if end >= 0 else len(buf))
             if bare >= 0:
                 block, rest = buf[: bare + 1], buf[bare + 2 :]
@@ -284,6 +294,11 @@ class ResponseParser:
             for line in lines:
                 if b"\r" in line:
                     raise RemoteProtocolError("a bare CR in the response head")
+        return self._parse_lines(lines)
+
+    def _parse_lines(self, lines: list[bytes]) -> ResponseHead | None:
+        """:meth:`_parse_head` of a head's lines, each without its line ending and none
+        holding CR, LF or another control character, then the empty string after the last."""
         lines.pop()  # the empty string after the last line ending
         line = lines[0]
         version = line[5:8]
