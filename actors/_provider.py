@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput, StreamDecoder
     from sluice.transport._base import HotResponse
 
     from ._provider_context import ProviderContext
@@ -345,10 +345,16 @@ class _Attempt:
                     if response.status >= 400:
                         return await self._error_reply(response)
                     output: AttemptOutput | EmbedOutput
-                    if self._streams(response):
-                        output = await self._read_stream(response)
-                    else:
+                    if not self._streams(response):
                         output = await self._read_whole(response)
+                    else:
+                        # A quiet call's reader awaited from here, not from _read_stream: a
+                        # frame less that each open stream holds.
+                        decoder = self._stream_decoder()
+                        if self.call.quiet and hasattr(decoder, "feed_quiet"):
+                            output = await self._read_quietly(response, decoder)
+                        else:
+                            output = await self._read_stream(response, decoder)
                 finally:
                     # Read to its end, a response has nothing to close: no shielded scope.
                     if getattr(response, "holds_connection", True):
@@ -511,14 +517,16 @@ class _Attempt:
         first = FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)
         return [*self.msg.lead, first]
 
-    async def _read_stream(self, response: HotResponse) -> AttemptOutput:
+    def _stream_decoder(self) -> StreamDecoder:
+        """The codec's decoder for this attempt's streamed reply, within the reply limits."""
+        limits = self.ctx.limits
+        return self.ctx.codec.stream_decoder(
+            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
+
+    async def _read_stream(self, response: HotResponse, decoder: StreamDecoder) -> AttemptOutput:
         call = self.call
         limits = self.ctx.limits
-        decoder = self.ctx.codec.stream_decoder(
-            call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
-        )
-        if call.quiet and hasattr(decoder, "feed_quiet"):
-            return await self._read_quietly(response, decoder)
         events_out = None if call.quiet else call.events
         idle = self.idle
         scope = self.scope
@@ -563,7 +571,6 @@ class _Attempt:
         scope = self.scope
         total = self.call.deadline
         left = limits.max_stream_bytes
-        feed = decoder.feed_quiet
         try:
             while data := await response.read_some():
                 left -= len(data)
@@ -571,7 +578,7 @@ class _Attempt:
                     raise too_large(
                         "the streamed reply", limits.max_stream_bytes, "max_stream_bytes"
                     )
-                if not feed(data):
+                if not decoder.feed_quiet(data):  # no bound method held while the stream waits
                     continue
                 # A read that completed the body gave the connection back: nothing waits
                 # under the scope any more, so its deadline is left as it is.
@@ -630,10 +637,7 @@ class _Attempt:
     def _decode_as_stream(self, body: bytes, error: ProtocolError) -> AttemptOutput:
         """A whole body that is no JSON document: decoded as a stream if it is one (a server
         that labels its stream ``application/json``), else ``error`` stands."""
-        limits = self.ctx.limits
-        decoder = self.ctx.codec.stream_decoder(
-            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
-        )
+        decoder = self._stream_decoder()
         try:
             decoder.feed(body)
             return decoder.finish()

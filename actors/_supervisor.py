@@ -203,9 +203,11 @@ class _CallRun:
         self.clock = clock
         """Reads the run's time: what ``trio.current_time`` returns, in one call."""
         self.attempt = 0
-        self.models_tried: list[str] = []
-        self.pending: list[CallEvent] = []
-        """Events not yet sent: they go out with the next batch, whoever sends it."""
+        self.models_tried: tuple[str, ...] = ()
+        self.pending: tuple[CallEvent, ...] = ()
+        """Events not yet sent: they go out with the next batch, whoever sends it. Tuples, as
+        ``models_tried``: an empty one is no object of the call's own, and a call lives long
+        enough for each of its objects to cost the collector (most calls never add to it)."""
         self.corrected = 0
         """Correction retries so far, over every model (not counted as transport attempts)."""
         self.deployment = call.request.model
@@ -222,7 +224,7 @@ class _CallRun:
                 await put(self.call.events, ends)
             return
         batch = [*self.pending, *events]
-        self.pending = []
+        self.pending = ()
         if batch:
             await put(self.call.events, batch)
 
@@ -257,7 +259,10 @@ class _CallRun:
         peers.budget.first_attempt(self.clock())
         route = call
         chain = (call.request.model, *call.request.fallbacks)
-        for index, model in enumerate(chain):
+        # A range, not enumerate: its iterator is no object the collector tracks, and this
+        # loop lasts as long as the call.
+        for index in range(len(chain)):
+            model = chain[index]
             if index > 0:
                 try:
                     route = await self._reroute(model)
@@ -265,7 +270,7 @@ class _CallRun:
                     error = exc if isinstance(exc, CallError) else CallError(str(exc))
                     await self._fail(self._fix(error, route))
                     return
-            self.models_tried.append(f"{route.provider.name}:{route.model}")
+            self.models_tried = (*self.models_tried, f"{route.provider.name}:{route.model}")
             last = index + 1 == len(chain)
             tries = first_tries(call.request.waits and last, index + 1 < call.failover, not last)
             match await self._through_model(route, tries):
@@ -427,7 +432,7 @@ class _CallRun:
             capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
             sent = attrs.evolve(sent, request=capped)
         lead = self.pending
-        self.pending = []
+        self.pending = ()
         outcome = await self._send(sent, admission.ticket, lead, hedge)
         if not _lead_went_out(outcome):
             self.pending = lead  # no first chunk carried them: they go with the next batch
@@ -442,7 +447,7 @@ class _CallRun:
         peers, call = self.peers, self.call
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
-            self.pending.append(Queued(call.call_id, self.attempt, now))
+            self.pending = (*self.pending, Queued(call.call_id, self.attempt, now))
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
@@ -479,7 +484,8 @@ class _CallRun:
             return self._not_admitted(route)
         if quiet:
             return admission
-        self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
+        admitted = Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
+        self.pending = (*self.pending, admitted)
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
             # with the first chunk, saving the consumer two wake-ups per call.
@@ -507,7 +513,7 @@ class _CallRun:
         return Failure(self._fix(error, route), 0)
 
     async def _send(
-        self, route: Call, ticket: int, lead: list[CallEvent], hedge: float | None
+        self, route: Call, ticket: int, lead: tuple[CallEvent, ...], hedge: float | None
     ) -> AttemptOutcome:
         """Hand the attempt to its provider and wait for its one answer.
 
@@ -519,7 +525,7 @@ class _CallRun:
         control = self.call.control
         scope = trio.CancelScope()
         reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
-        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply, hedge)
+        msg = StartAttempt(route, self.attempt, ticket, lead, scope, reply, hedge)
         control.watch(scope)
         try:
             await put(route.provider_mailbox, msg)
@@ -605,7 +611,7 @@ class _CallRun:
             route,
             outcome,
             attempts=self.attempt,
-            models_tried=tuple(self.models_tried),
+            models_tried=self.models_tried,
             admitted_at=admitted_at,
         )
 
@@ -628,7 +634,7 @@ class _CallRun:
             outcome,
             output,
             attempts=self.attempt,
-            models_tried=tuple(self.models_tried),
+            models_tried=self.models_tried,
             corrections=self.corrected,
             admitted_at=admitted_at,
             now=now,
