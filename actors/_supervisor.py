@@ -400,7 +400,13 @@ class _CallRun:
     async def _go(self, route: Call, tries: Tries, hedge: float | None, now: float) -> Seen:
         """One attempt, if the breaker lets it through (looked up per attempt: between
         attempts no ticket holds it, so an idle breaker may have been forgotten, and one made
-        afresh in its place). ``now``: the step's time, which is still the time."""
+        afresh in its place): admission, then the attempt, its ticket given its verdict on the
+        backend when there is one. ``hedge``: the attempt is given up when no answer came
+        within that many seconds. ``now``: the step's time, which is still the time.
+
+        One method from the breaker to the wait for the answer, and the ticket settled by
+        ``finally`` rather than a ``with`` block (whose bound ``__exit__`` it would hold): the
+        call's task holds every frame and object here while its attempt runs."""
         breaker = breaker_for(self.peers.breakers, route.provider, route.model, now)
         ticket = NO_TICKET
         if breaker is not None:
@@ -410,33 +416,27 @@ class _CallRun:
                 refusal = circuit_open(f"{route.provider.name}:{route.model}", breaker, wait)
                 return Refused(self._fix(refusal, route), wait)
             ticket = admitted
-        with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
-            self.attempt += 1
-            return await self._attempt(route, ticket, tries, hedge, now)
-
-    async def _attempt(
-        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None, now: float
-    ) -> Seen:
-        """Admission and one attempt, with ``ticket`` given its verdict on the backend when
-        there is one. ``hedge``: the attempt is given up when no answer came within that many
-        seconds. ``now``: the time, as :meth:`_go` was given it."""
-        admission = await self._admit(route, tries, now)
-        if not isinstance(admission, Admission):
-            return admission
-        sent = route
-        if tries.corrections.messages:
-            assert route.prepared is not None
-            sent = attrs.evolve(route, request=tries.corrections.apply(route.prepared))
-        if admission.max_tokens is not None:
-            # A budget near its end pays for only this much output (see _ledger.budget).
-            capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
-            sent = attrs.evolve(sent, request=capped)
-        lead = self.pending
-        self.pending = ()
-        outcome = await self._send(sent, admission.ticket, lead, hedge)
-        if not _lead_went_out(outcome):
-            self.pending = lead  # no first chunk carried them: they go with the next batch
-        return self._seen(route, ticket, admission, outcome)
+        self.attempt += 1
+        try:  # settles on every exit: a verdict in _seen, or none (frees a probe)
+            admission = await self._admit(route, tries, now)
+            if not isinstance(admission, Admission):
+                return admission
+            sent = route
+            if tries.corrections.messages:
+                assert route.prepared is not None
+                sent = attrs.evolve(route, request=tries.corrections.apply(route.prepared))
+            if admission.max_tokens is not None:
+                # A budget near its end pays for only this much output (see _ledger.budget).
+                capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
+                sent = attrs.evolve(sent, request=capped)
+            lead = self.pending
+            self.pending = ()
+            outcome = await self._send(sent, admission.ticket, lead, hedge)
+            if not _lead_went_out(outcome):
+                self.pending = lead  # no first chunk carried them: they go with the next batch
+            return self._seen(route, ticket, admission, outcome)
+        finally:
+            ticket.release()
 
     async def _admit(
         self, route: Call, tries: Tries, now: float
