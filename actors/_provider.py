@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._protocols.base import AttemptOutput, StreamDecoder
+    from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
 
     from ._provider_context import ProviderContext
@@ -338,8 +338,20 @@ class _Attempt:
         with scope:
             try:
                 # The exchange itself is written out here rather than awaited from a method
-                # of its own: a frame less that every open stream holds while it waits.
-                response = await self._send()
+                # of its own: a frame less that every open stream holds while it waits. The
+                # request is dropped once sent: an open stream holds none of it (its body
+                # above all).
+                request = self._request()
+                phases = call.phases
+                if phases is None:
+                    response = await self.ctx.transport.send(
+                        request.method, request.url, request.headers, request.body
+                    )
+                else:
+                    response = await self.ctx.transport.send(
+                        request.method, request.url, request.headers, request.body, phases=phases
+                    )
+                del request
                 self.headers = response.headers
                 try:
                     if response.status >= 400:
@@ -448,11 +460,11 @@ class _Attempt:
             )
         return await self._read_body(response)
 
-    async def _send(self) -> HotResponse:
-        """Build the attempt's request and send it; the response once its head arrived.
+    def _request(self) -> HttpRequest:
+        """The attempt's request, built with the provider's current settings.
 
-        The request (its body above all) is not kept while the reply streams: it lives only
-        in this frame, so an open stream holds none of it.
+        Raises:
+            BadRequest: the caller's data cannot be written as JSON.
         """
         ctx, call = self.ctx, self.call
         spec = ctx.state.settings
@@ -481,14 +493,7 @@ class _Attempt:
             # deep, or a value JSON has no form for. That is this call's fault alone; left to
             # propagate, it would crash the actor and, repeated, end the runtime.
             raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
-        phases = call.phases
-        if phases is None:
-            return await ctx.transport.send(
-                request.method, request.url, request.headers, request.body
-            )
-        return await ctx.transport.send(
-            request.method, request.url, request.headers, request.body, phases=phases
-        )
+        return request
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         # The status and headers already tell what happened (a 429 and its pause, say); the

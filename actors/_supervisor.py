@@ -404,9 +404,9 @@ class _CallRun:
         backend when there is one. ``hedge``: the attempt is given up when no answer came
         within that many seconds. ``now``: the step's time, which is still the time.
 
-        One method from the breaker to the wait for the answer, and the ticket settled by
-        ``finally`` rather than a ``with`` block (whose bound ``__exit__`` it would hold): the
-        call's task holds every frame and object here while its attempt runs."""
+        One method from the breaker to the wait for the attempt's answer, and the ticket
+        settled by ``finally`` rather than a ``with`` block (whose bound ``__exit__`` it would
+        hold): the call's task holds every frame and object here while its attempt runs."""
         breaker = breaker_for(self.peers.breakers, route.provider, route.model, now)
         ticket = NO_TICKET
         if breaker is not None:
@@ -431,7 +431,25 @@ class _CallRun:
                 sent = attrs.evolve(sent, request=capped)
             lead = self.pending
             self.pending = ()
-            outcome = await self._send(sent, admission.ticket, lead, hedge)
+            # The attempt runs under a scope made here and watched as what the call waits on,
+            # so a consumer that leaves cancels it. The provider closes the reply when its
+            # attempt task ends, so an actor that died before starting it shows as the end of
+            # the reply: an attempt lost with nothing delivered.
+            control = self.call.control
+            scope = trio.CancelScope()
+            reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
+            control.watch(scope)
+            try:
+                await put(
+                    sent.provider_mailbox,
+                    StartAttempt(sent, self.attempt, admission.ticket, lead, scope, reply, hedge),
+                )
+                outcome = await reply.receive()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                outcome = _NOTHING_DELIVERED
+            finally:
+                reply.leave()
+                control.unwatch()
             if not _lead_went_out(outcome):
                 self.pending = lead  # no first chunk carried them: they go with the next batch
             return self._seen(route, ticket, admission, outcome)
@@ -511,30 +529,6 @@ class _CallRun:
             timeout_kind="total",
         )
         return Failure(self._fix(error, route), 0)
-
-    async def _send(
-        self, route: Call, ticket: int, lead: tuple[CallEvent, ...], hedge: float | None
-    ) -> AttemptOutcome:
-        """Hand the attempt to its provider and wait for its one answer.
-
-        The attempt runs under a scope made here and watched as what the call waits on, so a
-        consumer that leaves cancels it. The provider closes ``reply_to`` when its attempt task
-        ends, so an actor that died before starting it shows as the end of the channel: an
-        attempt lost with nothing delivered.
-        """
-        control = self.call.control
-        scope = trio.CancelScope()
-        reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
-        msg = StartAttempt(route, self.attempt, ticket, lead, scope, reply, hedge)
-        control.watch(scope)
-        try:
-            await put(route.provider_mailbox, msg)
-            return await reply.receive()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-            return _NOTHING_DELIVERED
-        finally:
-            reply.leave()
-            control.unwatch()
 
     def _seen(
         self, route: Call, ticket: Ticket, admission: Admission, outcome: AttemptOutcome
