@@ -226,14 +226,15 @@ async def test_a_mapped_call_spawns_only_the_actors_tasks(canned) -> None:
     assert len(per_call) == 2 * CALLS, counter.spawned[:8]
 
 
-MAX_TRACKED_PER_STREAM = 110
+MAX_TRACKED_PER_STREAM = 107
 """Objects the garbage collector tracks that an open stream holds (its tasks, their frames and
 waits, the call's and the attempt's state): each lives as long as its call, so with many
 calls in flight they set how often the young generation fills, and so how often every
-generation is collected. A bound a little above the 104-108 the code holds. Before the
+generation is collected. A bound a little above the 103.5 the code holds. Before the
 Supervisor's pending events and models tried were tuples, its model loop walked a range, its
-breaker ticket was settled without a ``with`` block and the attempt awaited from one method,
-and the SSE decoder made its data-line list only when needed: about 112.6."""
+breaker ticket was settled without a ``with`` block and its attempt handed over and awaited
+in one method, the ProviderActor sent its request from ``run``, and the SSE decoder made its
+data-line list only when needed: about 112.6."""
 
 
 async def test_an_open_stream_holds_few_objects_the_collector_tracks(canned) -> None:
