@@ -205,9 +205,9 @@ class _CallRun:
         self.attempt = 0
         self.models_tried: tuple[str, ...] = ()
         self.pending: tuple[CallEvent, ...] = ()
-        """Events not yet sent: they go out with the next batch, whoever sends it. Tuples, as
-        ``models_tried``: an empty one is no object of the call's own, and a call lives long
-        enough for each of its objects to cost the collector (most calls never add to it)."""
+        """Events not yet sent: they go out with the next batch, whoever sends it. A tuple, as
+        ``models_tried``: an empty one is no object of the call's own (a quiet call's stays
+        empty), and a call lives long enough for each of its objects to cost the collector."""
         self.corrected = 0
         """Correction retries so far, over every model (not counted as transport attempts)."""
         self.deployment = call.request.model
