@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._protocols.base import AttemptOutput
+    from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
 
     from ._provider_context import ProviderContext
@@ -338,17 +338,35 @@ class _Attempt:
         with scope:
             try:
                 # The exchange itself is written out here rather than awaited from a method
-                # of its own: a frame less that every open stream holds while it waits.
-                response = await self._send()
+                # of its own: a frame less that every open stream holds while it waits. The
+                # request is dropped once sent: an open stream holds none of it (its body
+                # above all).
+                request = self._request()
+                phases = call.phases
+                if phases is None:
+                    response = await self.ctx.transport.send(
+                        request.method, request.url, request.headers, request.body
+                    )
+                else:
+                    response = await self.ctx.transport.send(
+                        request.method, request.url, request.headers, request.body, phases=phases
+                    )
+                del request
                 self.headers = response.headers
                 try:
                     if response.status >= 400:
                         return await self._error_reply(response)
                     output: AttemptOutput | EmbedOutput
-                    if self._streams(response):
-                        output = await self._read_stream(response)
-                    else:
+                    if not self._streams(response):
                         output = await self._read_whole(response)
+                    else:
+                        # A quiet call's reader awaited from here, not from _read_stream: a
+                        # frame less that each open stream holds.
+                        decoder = self._stream_decoder()
+                        if self.call.quiet and hasattr(decoder, "feed_quiet"):
+                            output = await self._read_quietly(response, decoder)
+                        else:
+                            output = await self._read_stream(response, decoder)
                 finally:
                     # Read to its end, a response has nothing to close: no shielded scope.
                     if getattr(response, "holds_connection", True):
@@ -442,11 +460,11 @@ class _Attempt:
             )
         return await self._read_body(response)
 
-    async def _send(self) -> HotResponse:
-        """Build the attempt's request and send it; the response once its head arrived.
+    def _request(self) -> HttpRequest:
+        """The attempt's request, built with the provider's current settings.
 
-        The request (its body above all) is not kept while the reply streams: it lives only
-        in this frame, so an open stream holds none of it.
+        Raises:
+            BadRequest: the caller's data cannot be written as JSON.
         """
         ctx, call = self.ctx, self.call
         spec = ctx.state.settings
@@ -475,14 +493,7 @@ class _Attempt:
             # deep, or a value JSON has no form for. That is this call's fault alone; left to
             # propagate, it would crash the actor and, repeated, end the runtime.
             raise BadRequest(f"the request cannot be written as JSON: {exc}") from None
-        phases = call.phases
-        if phases is None:
-            return await ctx.transport.send(
-                request.method, request.url, request.headers, request.body
-            )
-        return await ctx.transport.send(
-            request.method, request.url, request.headers, request.body, phases=phases
-        )
+        return request
 
     async def _error_reply(self, response: HotResponse) -> AttemptOutcome:
         # The status and headers already tell what happened (a 429 and its pause, say); the
@@ -511,14 +522,16 @@ class _Attempt:
         first = FirstToken(call.call_id, self.msg.attempt, now, now - call.submitted_at)
         return [*self.msg.lead, first]
 
-    async def _read_stream(self, response: HotResponse) -> AttemptOutput:
+    def _stream_decoder(self) -> StreamDecoder:
+        """The codec's decoder for this attempt's streamed reply, within the reply limits."""
+        limits = self.ctx.limits
+        return self.ctx.codec.stream_decoder(
+            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
+        )
+
+    async def _read_stream(self, response: HotResponse, decoder: StreamDecoder) -> AttemptOutput:
         call = self.call
         limits = self.ctx.limits
-        decoder = self.ctx.codec.stream_decoder(
-            call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
-        )
-        if call.quiet and hasattr(decoder, "feed_quiet"):
-            return await self._read_quietly(response, decoder)
         events_out = None if call.quiet else call.events
         idle = self.idle
         scope = self.scope
@@ -563,7 +576,6 @@ class _Attempt:
         scope = self.scope
         total = self.call.deadline
         left = limits.max_stream_bytes
-        feed = decoder.feed_quiet
         try:
             while data := await response.read_some():
                 left -= len(data)
@@ -571,7 +583,7 @@ class _Attempt:
                     raise too_large(
                         "the streamed reply", limits.max_stream_bytes, "max_stream_bytes"
                     )
-                if not feed(data):
+                if not decoder.feed_quiet(data):  # no bound method held while the stream waits
                     continue
                 # A read that completed the body gave the connection back: nothing waits
                 # under the scope any more, so its deadline is left as it is.
@@ -630,10 +642,7 @@ class _Attempt:
     def _decode_as_stream(self, body: bytes, error: ProtocolError) -> AttemptOutput:
         """A whole body that is no JSON document: decoded as a stream if it is one (a server
         that labels its stream ``application/json``), else ``error`` stands."""
-        limits = self.ctx.limits
-        decoder = self.ctx.codec.stream_decoder(
-            self.call.call_id, max_line=limits.max_line_bytes, max_event=limits.max_event_bytes
-        )
+        decoder = self._stream_decoder()
         try:
             decoder.feed(body)
             return decoder.finish()

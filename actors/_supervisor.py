@@ -182,9 +182,11 @@ class _CallRun:
         self.clock = clock
         """Reads the run's time: what ``trio.current_time`` returns, in one call."""
         self.attempt = 0
-        self.models_tried: list[str] = []
-        self.pending: list[CallEvent] = []
-        """Events not yet sent: they go out with the next batch, whoever sends it."""
+        self.models_tried: tuple[str, ...] = ()
+        self.pending: tuple[CallEvent, ...] = ()
+        """Events not yet sent: they go out with the next batch, whoever sends it. A tuple, as
+        ``models_tried``: an empty one is no object of the call's own (a quiet call's stays
+        empty), and a call lives long enough for each of its objects to cost the collector."""
         self.corrected = 0
         """Correction retries so far, over every model (not counted as transport attempts)."""
         self.deployment = call.request.model
@@ -201,7 +203,7 @@ class _CallRun:
                 await put(self.call.events, ends)
             return
         batch = [*self.pending, *events]
-        self.pending = []
+        self.pending = ()
         if batch:
             await put(self.call.events, batch)
 
@@ -236,7 +238,10 @@ class _CallRun:
         peers.budget.first_attempt(self.clock())
         route = call
         chain = (call.request.model, *call.request.fallbacks)
-        for index, model in enumerate(chain):
+        # A range, not enumerate: its iterator is no object the collector tracks, and this
+        # loop lasts as long as the call.
+        for index in range(len(chain)):
+            model = chain[index]
             if index > 0:
                 try:
                     route = await self._reroute(model)
@@ -244,7 +249,7 @@ class _CallRun:
                     error = exc if isinstance(exc, CallError) else CallError(str(exc))
                     await self._fail(self._fix(error, route))
                     return
-            self.models_tried.append(f"{route.provider.name}:{route.model}")
+            self.models_tried = (*self.models_tried, f"{route.provider.name}:{route.model}")
             last = index + 1 == len(chain)
             tries = first_tries(call.request.waits and last, index + 1 < call.failover, not last)
             match await self._through_model(route, tries):
@@ -378,7 +383,13 @@ class _CallRun:
     async def _go(self, route: Call, tries: Tries, hedge: float | None, now: float) -> Seen:
         """One attempt, if the breaker lets it through (looked up per attempt: between
         attempts no ticket holds it, so an idle breaker may have been forgotten, and one made
-        afresh in its place). ``now``: the step's time, which is still the time."""
+        afresh in its place): admission, then the attempt, its ticket given its verdict on the
+        backend when there is one. ``hedge``: the attempt is given up when no answer came
+        within that many seconds. ``now``: the step's time, which is still the time.
+
+        One method from the breaker to the wait for the attempt's answer, and the ticket
+        settled by ``finally`` rather than a ``with`` block (whose bound ``__exit__`` it would
+        hold): the call's task holds every frame and object here while its attempt runs."""
         breaker = breaker_for(self.peers.breakers, route.provider, route.model, now)
         ticket = NO_TICKET
         if breaker is not None:
@@ -388,33 +399,45 @@ class _CallRun:
                 refusal = circuit_open(f"{route.provider.name}:{route.model}", breaker, wait)
                 return steps.Refused(self._fix(refusal, route), wait)
             ticket = admitted
-        with ticket:  # settles on every exit: a verdict below, or none (frees a probe)
-            self.attempt += 1
-            return await self._attempt(route, ticket, tries, hedge, now)
-
-    async def _attempt(
-        self, route: Call, ticket: Ticket, tries: Tries, hedge: float | None, now: float
-    ) -> Seen:
-        """Admission and one attempt, with ``ticket`` given its verdict on the backend when
-        there is one. ``hedge``: the attempt is given up when no answer came within that many
-        seconds. ``now``: the time, as :meth:`_go` was given it."""
-        admission = await self._admit(route, tries, now)
-        if not isinstance(admission, Admission):
-            return admission
-        sent = route
-        if tries.corrections.messages:
-            assert route.prepared is not None
-            sent = attrs.evolve(route, request=tries.corrections.apply(route.prepared))
-        if admission.max_tokens is not None:
-            # A budget near its end pays for only this much output (see _ledger.budget).
-            capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
-            sent = attrs.evolve(sent, request=capped)
-        lead = self.pending
-        self.pending = []
-        outcome = await self._send(sent, admission.ticket, lead, hedge)
-        if not _lead_went_out(outcome):
-            self.pending = lead  # no first chunk carried them: they go with the next batch
-        return self._seen(route, ticket, admission, outcome)
+        self.attempt += 1
+        try:  # settles on every exit: a verdict in _seen, or none (frees a probe)
+            admission = await self._admit(route, tries, now)
+            if not isinstance(admission, Admission):
+                return admission
+            sent = route
+            if tries.corrections.messages:
+                assert route.prepared is not None
+                sent = attrs.evolve(route, request=tries.corrections.apply(route.prepared))
+            if admission.max_tokens is not None:
+                # A budget near its end pays for only this much output (see _ledger.budget).
+                capped = attrs.evolve(sent.request, max_tokens=admission.max_tokens)
+                sent = attrs.evolve(sent, request=capped)
+            lead = self.pending
+            self.pending = ()
+            # The attempt runs under a scope made here and watched as what the call waits on,
+            # so a consumer that leaves cancels it. The provider closes the reply when its
+            # attempt task ends, so an actor that died before starting it shows as the end of
+            # the reply: an attempt lost with nothing delivered.
+            control = self.call.control
+            scope = trio.CancelScope()
+            reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
+            control.watch(scope)
+            try:
+                await put(
+                    sent.provider_mailbox,
+                    StartAttempt(sent, self.attempt, admission.ticket, lead, scope, reply, hedge),
+                )
+                outcome = await reply.receive()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                outcome = _NOTHING_DELIVERED
+            finally:
+                reply.leave()
+                control.unwatch()
+            if not _lead_went_out(outcome):
+                self.pending = lead  # no first chunk carried them: they go with the next batch
+            return self._seen(route, ticket, admission, outcome)
+        finally:
+            ticket.release()
 
     async def _admit(
         self, route: Call, tries: Tries, now: float
@@ -425,7 +448,7 @@ class _CallRun:
         peers, call = self.peers, self.call
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
-            self.pending.append(Queued(call.call_id, self.attempt, now))
+            self.pending = (*self.pending, Queued(call.call_id, self.attempt, now))
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
@@ -462,7 +485,8 @@ class _CallRun:
             return self._not_admitted(route)
         if quiet:
             return admission
-        self.pending.append(Admitted(call.call_id, self.attempt, admission.at, admission.at - now))
+        admitted = Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
+        self.pending = (*self.pending, admitted)
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
             # with the first chunk, saving the consumer two wake-ups per call.
@@ -488,30 +512,6 @@ class _CallRun:
             timeout_kind="total",
         )
         return steps.Failure(self._fix(error, route), 0)
-
-    async def _send(
-        self, route: Call, ticket: int, lead: list[CallEvent], hedge: float | None
-    ) -> AttemptOutcome:
-        """Hand the attempt to its provider and wait for its one answer.
-
-        The attempt runs under a scope made here and watched as what the call waits on, so a
-        consumer that leaves cancels it. The provider closes ``reply_to`` when its attempt task
-        ends, so an actor that died before starting it shows as the end of the channel: an
-        attempt lost with nothing delivered.
-        """
-        control = self.call.control
-        scope = trio.CancelScope()
-        reply: Reply[AttemptOutcome] = Reply()  # not Reply[...](): see sluice._reply
-        msg = StartAttempt(route, self.attempt, ticket, tuple(lead), scope, reply, hedge)
-        control.watch(scope)
-        try:
-            await put(route.provider_mailbox, msg)
-            return await reply.receive()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-            return _NOTHING_DELIVERED
-        finally:
-            reply.leave()
-            control.unwatch()
 
     def _seen(
         self, route: Call, ticket: Ticket, admission: Admission, outcome: AttemptOutcome
@@ -588,7 +588,7 @@ class _CallRun:
             route,
             outcome,
             attempts=self.attempt,
-            models_tried=tuple(self.models_tried),
+            models_tried=self.models_tried,
             admitted_at=admitted_at,
         )
 
@@ -611,7 +611,7 @@ class _CallRun:
             outcome,
             output,
             attempts=self.attempt,
-            models_tried=tuple(self.models_tried),
+            models_tried=self.models_tried,
             corrections=self.corrected,
             admitted_at=admitted_at,
             now=now,

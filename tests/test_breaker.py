@@ -108,7 +108,7 @@ def test_causes_name_status_type_and_the_start_of_the_body():
     assert describe(limited) == "HTTP 429 rate_limit_exceeded: slow down"
 
 
-# Every way an attempt can end, as the Supervisor settles its ticket (see _attempt):
+# Every way an attempt can end, as the Supervisor settles its ticket (see _CallRun._go):
 # a verdict for outcomes that say something about the backend, none for the others.
 OUTCOMES = {
     "success": None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 from types import MappingProxyType
 from typing import Any
 
@@ -578,6 +580,61 @@ def test_other_choices_are_ignored() -> None:
     other = {"choices": [{"index": 1, "delta": {"content": "no"}, "finish_reason": None}]}
     events, _ = run(b"data: " + orjson.dumps(other) + b"\n\n", chunk({"content": "yes"}))
     assert events == [TextDelta("c1", "yes")]
+
+
+def test_text_chunks_read_in_the_feed_loop_and_whole_agree() -> None:
+    """A chunk of one choice and nothing but text is read by the feed loop itself; one with
+    anything more (a falsy ``logprobs`` kept as sent, a second choice, an index other than 0,
+    a finish reason or usage beside the text) by the full reader: the events and the output
+    are what each chunk says."""
+
+    def raw(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        payload = {"id": "chatcmpl-1", "choices": choices, **extra}
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    def text(content: str, index: int = 0, **more: Any) -> dict[str, Any]:
+        return {"index": index, "delta": {"content": content}, **more}
+
+    events, decoder = run(
+        raw([text("a")]),
+        raw([text("b")]),
+        raw([text("c", logprobs={})]),
+        raw([text("d"), text("x", index=1)]),
+        raw([text("y", index=1)]),
+        raw([text("e", finish_reason="stop")], usage=USAGE),
+        DONE,
+    )
+    assert events == [
+        TextDelta("c1", "a"),
+        TextDelta("c1", "b"),
+        TextDelta("c1", "c", {}),
+        TextDelta("c1", "d"),
+        TextDelta("c1", "e"),
+        UsageReported("c1", Usage(10, 5)),
+    ]
+    assert decoder.chunks_seen == 6
+    out = decoder.finish()
+    assert (out.message, out.finish_reason) == (Message.assistant("abcde"), "stop")
+
+
+def test_a_chunk_of_nothing_but_text_costs_no_call_of_its_own() -> None:
+    """The feed loop reads a chunk of one piece of text itself: 200 of them in one read make
+    no call to the full chunk reader (it made one per chunk), loud or quiet."""
+    for quiet in (False, True):
+        decoder = CODEC.stream_decoder("c1")
+        decoder.feed(chunk({"role": "assistant", "content": ""}))  # names the response
+        body = b"".join(chunk({"content": f" w{i}"}) for i in range(200))
+        profiler = cProfile.Profile()
+        profiler.enable()
+        if quiet:
+            assert decoder.feed_quiet(body)
+        else:
+            assert len(decoder.feed(body)) == 200
+        profiler.disable()
+        stats: Any = pstats.Stats(profiler)  # its stats are not in the stubs
+        called = {name for _, _, name in stats.stats}
+        assert not called & {"_chunk", "_read"}, called
+        assert decoder.output_chars == len(b"".join(b" w%d" % i for i in range(200)))
 
 
 # --- usage ----------------------------------------------------------------------------------

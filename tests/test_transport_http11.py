@@ -320,6 +320,30 @@ def test_bare_lf_line_endings_in_the_head_are_tolerated() -> None:
     assert (head.status, dict(head.headers), body) == (200, {"content-length": "2"}, b"ok")
 
 
+def test_a_bare_blank_line_ends_the_head_before_a_crlf_one_in_the_body() -> None:
+    head, body, _ = parse([b"HTTP/1.1 200 OK\nContent-Length: 6\n\nab\r\n\r\n"])
+    assert (head.headers["content-length"], body) == ("6", b"ab\r\n\r\n")
+    head, body, _ = parse([b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\nab\r\n\r\n"])
+    assert body == b"ab\r\n\r\n"
+
+
+def test_a_usual_head_is_looked_for_once() -> None:
+    """A head with CRLF line endings throughout is found by one search for its end, not a
+    second one for a bare blank line before it (over the whole head: it had one)."""
+    parser = ResponseParser()
+    parser.start("POST")
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: b\r\n\r\nok")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    head = parser.read_head()
+    profiler.disable()
+    stats: Any = pstats.Stats(profiler)  # its stats are not in the stubs
+    finds = sum(n for (_, _, name), (n, *_) in stats.stats.items() if "'find'" in name)
+    assert finds == 1
+    assert head is not None and head.headers["x-a"] == "b"
+    assert parser.read_body() == b"ok"
+
+
 def test_gzip_body_is_decoded_incrementally() -> None:
     payload = SSE * 50
     compressed = gzip.compress(payload)

@@ -273,13 +273,46 @@ class OpenAIStreamDecoder:
         if self._done:
             return out
         chunk = self._chunk
+        texts = self._text
+        loads = orjson.loads
         for payload in self._sse.feed_payloads(data):
             if not payload:
                 continue
-            if payload[0] != 0x7B and payload.startswith(b"[DONE]"):  # 0x7B: "{"
-                self._done = True
-                break
-            chunk(payload, out, deltas)
+            if payload[0] != 0x7B:  # 0x7B: "{"
+                if payload.startswith(b"[DONE]"):
+                    self._done = True
+                    break
+                chunk(payload, out, deltas)  # not JSON: _chunk raises
+                continue
+            # Most chunks of a reply carry one piece of text and nothing else: read here, in
+            # the loop, what _chunk would read of them; any other chunk is read whole by _read.
+            try:
+                parsed = loads(payload)
+            except orjson.JSONDecodeError:
+                raise _malformed("a stream event is not JSON", payload) from None
+            if type(parsed) is dict and self._response_id is not None:
+                choices = parsed.get("choices")
+                if type(choices) is list and len(choices) == 1:
+                    choice = choices[0]
+                    delta = choice.get("delta") if type(choice) is dict else None
+                    if type(delta) is dict and len(delta) == 1:
+                        text = delta.get("content")
+                        logprobs = choice.get("logprobs")
+                        if (
+                            text
+                            and type(text) is str
+                            and not logprobs
+                            and not parsed.get("error")
+                            and not choice.get("finish_reason")
+                            and not parsed.get("usage")
+                            and choice.get("index", 0) == 0
+                        ):
+                            self._chunks += 1
+                            texts.append(text)
+                            if deltas:
+                                out.append(text_delta(self._call_id, text, logprobs))
+                            continue
+            self._read(parsed, payload, out, deltas)
         return out
 
     def finish(self) -> AttemptOutput:
@@ -330,6 +363,10 @@ class OpenAIStreamDecoder:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise _malformed("a stream event is not JSON", payload) from None
+        self._read(chunk, payload, out, deltas)
+
+    def _read(self, chunk: object, payload: bytes, out: list[DeltaEvent], deltas: bool) -> None:
+        """:meth:`_chunk` of a payload parsed as ``chunk``."""
         if type(chunk) is not dict:
             raise _malformed("a stream event is not a JSON object", payload)
         self._chunks += 1

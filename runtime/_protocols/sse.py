@@ -75,8 +75,9 @@ class SSEDecoder:
         long line costs linear time rather than a copy of the whole line per piece. Made when
         a piece holds no line ending (rare: servers flush whole events)."""
         self._held_size = 0
-        self._data: list[bytes] = []
-        """Data lines of the event being built."""
+        self._data: list[bytes] | None = None
+        """Data lines of the event being built; made by the first line-by-line read (most
+        streams have none: providers send whole events, read without it)."""
         self._event: str | None = None
         self._skip_lf = False
         """The previous piece ended in ``\\r``: a ``\\n`` starting this one ends no line."""
@@ -199,6 +200,8 @@ class SSEDecoder:
         events they complete, as :class:`SSEEvent` values when ``named``, else payloads."""
         events: list[Any] = []  # SSEEvent values or payloads, as ``named`` says
         data = self._data
+        if data is None:
+            data = self._data = []
         find = buf.find
         startswith = buf.startswith
         size = self._size
@@ -244,17 +247,17 @@ class SSEDecoder:
                     size += nl - pos - 3
                     if size > max_event:
                         raise too_large("an SSE event", max_event, "max_event_bytes")
-                self._field(line)
+                self._field(line, data)
             pos = nl + 1
         self._size = size
         return events
 
-    def _field(self, line: bytes) -> None:
+    def _field(self, line: bytes, data: list[bytes]) -> None:
         name, colon, value = line.partition(b":")
         if colon and value.startswith(b" "):
             value = value[1:]
         if name == b"data":
-            self._data.append(value)
+            data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
         # "id", "retry" and unknown fields change nothing a caller of this decoder reads.

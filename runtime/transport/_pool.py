@@ -393,20 +393,7 @@ class FastTransport:
         if route is None:
             route = self._route(url)
         pool, target = route
-        if pool.extra_headers:
-            headers = headers + pool.extra_headers
-        length = len(body)
-        head = encode_request_head(
-            method,
-            target,
-            pool.host_header,
-            headers,
-            length if length or method not in _BODYLESS_METHODS else None,
-        )
-        if length <= _MAX_INLINE_BODY:
-            data, rest = head + body, b""
-        else:
-            data, rest = head, body
+        data, rest = _request_bytes(pool, method, target, headers, body)
         slots = pool.slots
         if slots.value:
             slots.acquire_nowait()  # the common case skips acquire()'s extra task switch
@@ -415,7 +402,25 @@ class FastTransport:
         try:
             if self._closed:
                 raise trio.ClosedResourceError("the transport is closed")
-            conn, response_head = await self._roundtrip(pool, method, data, rest, phases)
+            if phases is not None:
+                phases.connecting = trio.current_time()
+            conn, reused = await self._checkout(pool)
+            if phases is not None:
+                phases.connected = trio.current_time()
+                phases.reused = reused
+                conn.phases = phases
+            # The exchange awaited from here, not from a method of its own: a frame less that
+            # each request holds while it waits for its head.
+            stale = False
+            try:
+                response_head = await self._exchange(conn, method, data, rest, reused)
+            except _StaleConnection:
+                stale = True  # handled below, outside the except clause
+            except BaseException:
+                await self._close(pool, conn)
+                raise
+            if stale:
+                conn, response_head = await self._resend(pool, conn, method, data, rest, phases)
         except BaseException:
             slots.release()
             raise
@@ -475,26 +480,19 @@ class FastTransport:
 
     # -- connections ------------------------------------------------------------------------
 
-    async def _roundtrip(
-        self, pool: _Pool, method: str, data: bytes, rest: bytes, phases: HttpPhases | None
+    async def _resend(
+        self,
+        pool: _Pool,
+        stale: _Connection,
+        method: str,
+        data: bytes,
+        rest: bytes,
+        phases: HttpPhases | None,
     ) -> tuple[_Connection, ResponseHead]:
-        if phases is not None:
-            phases.connecting = trio.current_time()
-        conn, reused = await self._checkout(pool)
-        if phases is not None:
-            phases.connected = trio.current_time()
-            phases.reused = reused
-            conn.phases = phases
-        try:
-            return conn, await self._exchange(conn, method, data, rest, reused)
-        except _StaleConnection:
-            pass  # handled below, outside the except clause
-        except BaseException:
-            await self._close(pool, conn)
-            raise
-        # The reused connection had been closed by the server: see the module docstring for
-        # why sending once more on a new connection is connection management, not a retry.
-        await self._close(pool, conn)
+        """The request once more, on a new connection: the reused one, ``stale``, had been
+        closed by the server before any byte of a response (see the module docstring for
+        why sending once more on a new connection is connection management, not a retry)."""
+        await self._close(pool, stale)
         conn = await self._open(pool)
         if phases is not None:
             phases.connected = trio.current_time()
@@ -649,6 +647,26 @@ class FastTransport:
     async def _close(self, pool: _Pool, conn: _Connection) -> None:
         pool.busy -= 1
         await trio.aclose_forcefully(conn.stream)
+
+
+def _request_bytes(
+    pool: _Pool, method: str, target: str, headers: tuple[tuple[str, str], ...], body: bytes
+) -> tuple[bytes, bytes]:
+    """A request's bytes for ``pool``: the head with the body when it is small (one write),
+    else the head and the body apart (the body not copied)."""
+    if pool.extra_headers:
+        headers = headers + pool.extra_headers
+    length = len(body)
+    head = encode_request_head(
+        method,
+        target,
+        pool.host_header,
+        headers,
+        length if length or method not in _BODYLESS_METHODS else None,
+    )
+    if length <= _MAX_INLINE_BODY:
+        return head + body, b""
+    return head, body
 
 
 _CHECK_IDLE_AFTER = 1.0
