@@ -152,8 +152,8 @@ class LoadTestOptions:
     """processes that send an open-loop schedule (--rate, --ramp, --trace), each with its own
     runtime, the arrivals dealt out in turn and the results merged: a number, or auto (one
     process up to 100 requests/s; above, the fewest that keep each under 0.9 of a core by the
-    client CPU per request measured in the warm-up, at most one per core). A sweep, a closed loop or --metrics-port runs in
-    one process."""
+    client CPU per request measured in the warm-up, at most one per core). A sweep, a closed
+    loop or --metrics-port runs in one process."""
 
     # ---- what each request carries beyond the workload (issue 35) ------------------------
     extra_body: str | None = None
