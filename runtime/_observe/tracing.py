@@ -152,13 +152,7 @@ class Tracer:
         attempt = attempts[0] if attempts else None
         if attempt is not None and attempt.outcome != "ok":  # an attempt that won adds nothing
             _add_single_attempt(attributes, attempt)
-        span = self._tracer.start_span(
-            f"chat {call.model}",
-            context=state.parent,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=int(call.submitted_at * 1e9) + offset,
-        )
+        span = self._call_span(call, state, attributes, offset)
         end = int(now * 1e9) + offset
         if attempt is not None:  # a span the sampler left out ignores events and status
             if attempt.started - call.submitted_at >= ADMITTED_EVENT_AFTER:
@@ -172,6 +166,19 @@ class Tracer:
             span.set_status(Status(StatusCode.ERROR, str(error)))
         span.end(end_time=end)
 
+    def _call_span(
+        self, call: Call, state: _CallTrace, attributes: dict[str, Any], offset: int
+    ) -> Any:
+        """The call's span, started at its submission (``offset``: trio's clock to the wall
+        clock, in ns) under the context it was submitted in."""
+        return self._tracer.start_span(
+            f"chat {call.model}",
+            context=state.parent,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=int(call.submitted_at * 1e9) + offset,
+        )
+
     def _call_and_attempts(
         self,
         call: Call,
@@ -184,13 +191,7 @@ class Tracer:
         """The spans of a call of several attempts: the call's, a child per attempt, and the
         events between attempts on the call's."""
         end = int(now * 1e9) + offset
-        span = self._tracer.start_span(
-            f"chat {call.model}",
-            context=state.parent,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=int(call.submitted_at * 1e9) + offset,
-        )
+        span = self._call_span(call, state, attributes, offset)
         if not span.is_recording():  # the sampler left this trace out: so are its attempts
             span.end(end_time=end)
             return
