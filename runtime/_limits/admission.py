@@ -32,7 +32,7 @@ from .._config import RateLimitConfig
 from .._errors import CallError, InternalError, RateLimited, StoreUnavailable
 from .._record import Record, Value
 from .queue import WaitQueues
-from .store import BudgetRefused, Reservation, TooLarge, WindowSpec
+from .store import Reservation, WindowSpec
 
 if TYPE_CHECKING:
     import random
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .not_admitted import StoreDown as StoreDown
     from .not_admitted import Wait as Wait
     from .queue import Priority
+    from .store_rare import BudgetRefused, TooLarge
 
 __all__ = [
     "STORE_GRACE",
@@ -276,10 +277,11 @@ def blocked(key: QuotaKey[W], now: float) -> float | None:
 # -- the store's answer --------------------------------------------------------------------------
 
 StoreAnswer: TypeAlias = (
-    Reservation | TooLarge | BudgetRefused | float | StoreUnavailable | InternalError
+    "Reservation | TooLarge | BudgetRefused | float | StoreUnavailable | InternalError"
 )
 """What asking the store to reserve came to: what ``QuotaStore.reserve`` returned (a float is
-the seconds to wait), or the error it raised."""
+the seconds to wait), or the error it raised. Text, so that the rarer answers' classes
+(:mod:`sluice._limits.store_rare`) load only when one is met."""
 
 
 @attrs.frozen(eq=False, repr=False)
