@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from ._limits.store import MemoryQuotaStore as MemoryQuotaStore
     from ._limits.store import QuotaStore as QuotaStore
     from ._limits.store import Reservation as Reservation
-    from ._limits.store import WindowSpec as WindowSpec
     from ._limits.store_rare import BudgetAsk as BudgetAsk
     from ._limits.store_rare import BudgetRefused as BudgetRefused
     from ._limits.store_rare import TooLarge as TooLarge
+    from ._limits.store_rare import WindowSpec as WindowSpec
     from ._limits.window import WindowEntry as WindowEntry
 
 __all__ = [
@@ -54,7 +54,7 @@ _HOMES = {
     "RedisLedgerStore": "sluice._ledger.redis",
     "Learned": "sluice._limits.headers",
     "Cost": "sluice._limits.cost",
-    "WindowSpec": "sluice._limits.store",
+    "WindowSpec": "sluice._limits.store_rare",
     "TooLarge": "sluice._limits.store_rare",
     "Reservation": "sluice._limits.store",
     "BudgetRefused": "sluice._limits.store_rare",

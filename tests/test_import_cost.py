@@ -158,6 +158,7 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
+    "sluice.transport._statistics",
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
     "sqlite3",
     "sluice._ledger.sqlite",
@@ -233,7 +234,7 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 106
+CHAT_PATH_ATTRS_CLASSES = 104
 CHAT_PATH_SLUICE_MODULES = 76
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
@@ -246,9 +247,10 @@ parts and the ProviderActor's context got modules of their own when the doors ma
 Supervisor's and the ProviderActor's modules pass that bound; no class was added. Lowered to
 122 and 76: the call step's setbacks, the admission's refusals and waits, HistoryLost, the
 streams' parts and the limits' windows, adaptive limit and backoff load on first use; and
-the first call below went down with them, from 143 classes and 99 modules. Lowered to 106
-classes, and the first call's to 108: the actors' rarer messages, the ledger's questions and
-summaries, a store's refusals and budget asks and the groups' statistics load on first use.)"""
+the first call below went down with them, from 143 classes and 99 modules. Lowered to 104
+classes, and the first call's to 105: the actors' rarer messages, the ledger's questions and
+summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
+transport's statistics load on first use, and a cache hit is its result, no class of its own.)"""
 
 _COUNT = """
 import json, sys
@@ -300,12 +302,16 @@ RARELY_BUILT = frozenset(
         # The ledger's questions and answers.
         "LedgerQuery",
         "LedgerSummary",
-        # A quota store's answers but a reservation or a wait, and a budget's ask.
+        # A limit's windows (none unless configured), a quota store's answers but a
+        # reservation or a wait, and a budget's ask.
+        "WindowSpec",
         "BudgetAsk",
         "BudgetRefused",
         "TooLarge",
         # The model groups' statistics.
         "DeploymentStatistics",
+        # A cache hit's answer (now the cached result itself).
+        "Replay",
     }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
@@ -313,7 +319,7 @@ gone, an attempt lost, statistics, a reload, a ledger question, a window or budg
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 108
+FIRST_CALL_ATTRS_CLASSES = 105
 FIRST_CALL_SLUICE_MODULES = 92
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
@@ -329,7 +335,12 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
     assert found["classes"] <= FIRST_CALL_ATTRS_CLASSES, found["call_loaded"]
     assert found["sluice_modules"] <= FIRST_CALL_SLUICE_MODULES, found["call_loaded"]
     assert "sluice._protocols.openai" in found["call_loaded"]  # the count sees the call's own
-    rare = ("sluice._mail_rare", "sluice._ledger.summary", "sluice._limits.store_rare")
+    rare = (
+        "sluice._mail_rare",
+        "sluice._ledger.summary",
+        "sluice._limits.store_rare",
+        "sluice.transport._statistics",
+    )
     assert [m for m in rare if m in found["call_loaded"]] == []
 
 
@@ -370,6 +381,7 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     import sluice._mail as mail
     import sluice._routing as routing
     import sluice.stores
+    import sluice.transport._pool
     from sluice import _mail_rare
 
     for name in _mail_rare.__all__:
@@ -381,3 +393,4 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     assert sluice.stores.BudgetAsk is store.BudgetAsk
     assert sluice.stores.BudgetRefused is store.BudgetRefused
     assert sluice.DeploymentStatistics is routing.DeploymentStatistics
+    assert sluice.transport.TransportStatistics is sluice.transport._pool.TransportStatistics

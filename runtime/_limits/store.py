@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 
-from .._record import Record, Value
+from .._record import Record
 from .cost import Cost
 from .headers import Dimension, Learned
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .store_rare import BudgetAsk as BudgetAsk
     from .store_rare import BudgetRefused as BudgetRefused
     from .store_rare import TooLarge as TooLarge
+    from .store_rare import WindowSpec as WindowSpec
     from .window import Window, WindowEntry  # noqa: TC004 (only types: windows load with a limit)
 
 __all__ = [
@@ -41,22 +42,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # A store's rarer terms load when first met (sluice._limits.store_rare).
-    if name in ("BudgetAsk", "BudgetRefused", "TooLarge"):
+    if name in ("BudgetAsk", "BudgetRefused", "TooLarge", "WindowSpec"):
         from . import store_rare
 
         return getattr(store_rare, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@attrs.frozen(eq=False, repr=False)
-class WindowSpec(Value):
-    """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
-
-    dimension: Dimension
-    limit: int
-    period: float
-    from_send: bool = False
-    """Counted from the admission, never re-dated (``WindowLimit.counted_from == "send"``)."""
 
 
 @attrs.frozen(eq=False, repr=False)

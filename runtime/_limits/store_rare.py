@@ -1,6 +1,7 @@
-"""The quota store's rarer terms: :class:`TooLarge` and :class:`BudgetRefused`, which it answers
-instead of a reservation when a cost can never fit a window or a shared budget can never cover
-it, and :class:`BudgetAsk`, the budget reservation a RateLimiter with budgets asks for.
+"""The quota store's rarer terms: :class:`WindowSpec`, a window a rate limit configures;
+:class:`TooLarge` and :class:`BudgetRefused`, which the store answers instead of a reservation
+when a cost can never fit a window or a shared budget can never cover it; and
+:class:`BudgetAsk`, the budget reservation a RateLimiter with budgets asks for.
 
 :mod:`sluice._limits.store` serves these names (PEP 562); they live apart so that a runtime
 without windows or budgets, which never meets them, does not build their classes.
@@ -15,7 +16,18 @@ import attrs
 from .._record import Value
 from .headers import Dimension
 
-__all__ = ["BudgetAsk", "BudgetRefused", "TooLarge"]
+__all__ = ["BudgetAsk", "BudgetRefused", "TooLarge", "WindowSpec"]
+
+
+@attrs.frozen(eq=False, repr=False)
+class WindowSpec(Value):
+    """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
+
+    dimension: Dimension
+    limit: int
+    period: float
+    from_send: bool = False
+    """Counted from the admission, never re-dated (``WindowLimit.counted_from == "send"``)."""
 
 
 @attrs.frozen(eq=False, repr=False)
