@@ -99,7 +99,7 @@ class ProviderDoor:
     in its mailbox, a :class:`~sluice._mail.StartAttempt` starts the attempt's task in that
     instance's nursery at once (if the actor crashes, the attempt is cancelled with it and the
     Supervisor resubmits it, as for one it started itself). Anything else goes through the
-    mailbox: a :class:`~sluice._mail.ReloadProvider` (the actor applies it in its loop), and an
+    mailbox: a :class:`~sluice._mail_rare.ReloadProvider` (the actor applies it in its loop), and an
     attempt when no instance runs (before the start, between a crash and the restart) or when
     messages wait there (a reload: the attempt queues behind it, so it is sent with the new
     settings). Once :meth:`close` was called, messages are refused as by a closed channel

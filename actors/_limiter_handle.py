@@ -18,14 +18,9 @@ from sluice._mail import (
     Admission,
     CallControl,
     Expired,
-    GetLimiterStats,
-    KeyStatistics,
     RateLimiterMsg,
-    Refusal,
     Release,
-    Relimit,
     Settle,
-    Withdraw,
 )
 from sluice._record import Record
 from sluice._reply import Reply, WaitStopped
@@ -37,6 +32,7 @@ if TYPE_CHECKING:
     from sluice._ledger.hold import BudgetClaim
     from sluice._limits.cost import Cost
     from sluice._limits.queue import Priority
+    from sluice._mail_rare import KeyStatistics, Refusal
 
 __all__ = ["LimiterTray", "RateLimiterHandle"]
 
@@ -182,14 +178,16 @@ class RateLimiterHandle(Record):
                 if self.on_admitted is not None:
                     self.on_admitted(key, answer.at - asked)
                 return answer
-            if isinstance(answer, Refusal):
-                raise answer.error
-            if answer is EXPIRED:
+            if isinstance(answer, Expired):
                 return None
+            if answer is not None:  # a Refusal (sluice._mail_rare), the one answer left
+                raise answer.error
         raise RuntimeClosed("the rate limiter keeps crashing; giving up on admission")
 
     async def relimit(self, limits: Mapping[str, RateLimitConfig]) -> None:
         """Give each provider's quota keys its new limits (``Runtime.reload``)."""
+        from sluice._mail_rare import Relimit  # loaded by the first reload
+
         await tell(self._mailbox, Relimit(limits))
 
     async def _ask(
@@ -281,6 +279,8 @@ class RateLimiterHandle(Record):
         """
         answer = _ready(reply)
         if answer is None:
+            from sluice._mail_rare import Withdraw  # loaded by the first ask given up
+
             await self._send_shielded(Withdraw(msg))
             answer = _ready(reply)
         if isinstance(answer, Admission):
@@ -311,6 +311,8 @@ class RateLimiterHandle(Record):
 
     async def statistics(self) -> dict[str, KeyStatistics]:
         """A snapshot of every quota key."""
+        from sluice._mail_rare import GetLimiterStats, KeyStatistics  # with the first question
+
         reply_to, reply = trio.open_memory_channel[dict[str, KeyStatistics]](1)
         with reply_to, reply:
             try:

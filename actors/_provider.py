@@ -39,13 +39,10 @@ from sluice._events import (
 )
 from sluice._mail import (
     AttemptFailed,
-    AttemptLost,
     AttemptOutcome,
     AttemptSucceeded,
-    ConsumerGone,
     ProviderMsg,
     RecordUsage,
-    ReloadProvider,
     Settle,
     StartAttempt,
 )
@@ -63,6 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
+    from sluice._mail_rare import ConsumerGone, ReloadProvider
     from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
 
@@ -123,10 +121,19 @@ async def _serve(
         match msg:
             case StartAttempt():
                 attempts.start_soon(_serve_attempt, ctx, msg, name=msg.call.call_id)
-            case ReloadProvider(spec=spec):
-                ctx.state.reload(spec)
             case _:
-                assert_never(msg)
+                _reload(ctx, msg)
+
+
+def _reload(ctx: ProviderContext, msg: ReloadProvider) -> None:
+    """The one other message (its class loads with the first reload)."""
+    from sluice._mail_rare import ReloadProvider
+
+    match msg:
+        case ReloadProvider(spec=spec):
+            ctx.state.reload(spec)
+        case _:
+            assert_never(msg)
 
 
 async def _sweep_idle_connections(transport: Any, scope: trio.CancelScope) -> None:
@@ -141,7 +148,7 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     """Run one attempt and answer with its outcome.
 
     If the attempt dies without an outcome (a bug here, or the actor's crash cancelling it),
-    the answer is :class:`~sluice._mail.AttemptLost` with what it had delivered, and the
+    the answer is :class:`~sluice._mail_rare.AttemptLost` with what it had delivered, and the
     Supervisor resubmits the attempt; a reply channel closed unanswered means the same.
     """
     # One coroutine from here to the reply's reads (no helper awaited in between, no context
@@ -166,6 +173,8 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
                     watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
                 )
             if outcome is None:  # cancelled (the actor crashed) or a bug: the attempt is lost
+                from sluice._mail_rare import AttemptLost
+
                 _reply(msg, AttemptLost(attempt.delivered))
         if isinstance(outcome, AttemptFailed):
             call = msg.call
@@ -184,6 +193,13 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
     finally:
         msg.reply_to.close()
         state.in_flight -= 1
+
+
+def _consumer_gone() -> ConsumerGone:
+    """The outcome of an attempt whose consumer left (its class loads with the first)."""
+    from sluice._mail_rare import ConsumerGone
+
+    return ConsumerGone()
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
@@ -382,9 +398,9 @@ class _Attempt:
                     self.delivered,
                 )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return ConsumerGone()
+                return _consumer_gone()
         if call.abandoned:
-            return ConsumerGone()
+            return _consumer_gone()
         return AttemptFailed(self._timeout(), self.delivered)
 
     def _timeout(self) -> CallTimeout:

@@ -29,7 +29,7 @@ __all__ = ["ProviderContext", "ProviderState"]
 class ProviderState:
     """What a ProviderActor changes as it runs, kept across its restarts (the restarter runs
     the actor again with the same context). Only the actor's tasks write it: its loop applies
-    a reload (:class:`~sluice._mail.ReloadProvider`) and sets :attr:`start_attempt` while it
+    a reload (:class:`~sluice._mail_rare.ReloadProvider`) and sets :attr:`start_attempt` while it
     runs, its attempt tasks count themselves in and out. The runtime's statistics read
     :attr:`in_flight`; the actor's door (:class:`~sluice.actors._doors.ProviderDoor`) reads
     :attr:`start_attempt`."""

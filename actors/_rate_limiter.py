@@ -40,21 +40,8 @@ from sluice._limits import admission
 from sluice._limits.cost import Cost
 from sluice._limits.headers import learned_limits
 from sluice._limits.queue import Expiries
-from sluice._limits.store import BudgetAsk, QuotaStore, Reservation
-from sluice._mail import (
-    EXPIRED,
-    Acquire,
-    Admission,
-    GetLimiterStats,
-    KeyStatistics,
-    RateLimiterMsg,
-    Refusal,
-    Release,
-    Relimit,
-    Settle,
-    Signal,
-    Withdraw,
-)
+from sluice._limits.store import QuotaStore, Reservation
+from sluice._mail import EXPIRED, Acquire, Admission, RateLimiterMsg, Release, Settle, Signal
 from sluice._messages import Usage
 from sluice._record import Record
 
@@ -66,6 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice._ledger.budget import BudgetBook
+    from sluice._limits.store_rare import BudgetAsk
+    from sluice._mail_rare import GetLimiterStats, KeyStatistics, Relimit, Withdraw
 
 __all__ = ["RateLimiterHandle", "run_rate_limiter"]
 
@@ -95,7 +84,12 @@ def _everyone(waiter: Acquire) -> bool:
 def _refuse(waiter: Acquire, error: CallError | None) -> None:
     """Answer ``waiter`` with a refusal (None: it gave up at its ``give_up_at``)."""
     try:
-        waiter.reply_to.send_nowait(EXPIRED if error is None else Refusal(error))
+        if error is None:
+            waiter.reply_to.send_nowait(EXPIRED)
+        else:
+            from sluice._mail_rare import Refusal  # loaded by the first refusal
+
+            waiter.reply_to.send_nowait(Refusal(error))
     except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
         pass  # the asker has gone
 
@@ -202,7 +196,7 @@ class _Limiter:
         asks, first chunks and settlements then costs one look per key, and the look sees
         every waiter and every freed slot of the burst together."""
         wake_at = math.inf
-        keys, timers, burst = self.keys, self.timers, self.touched
+        timers, burst = self.timers, self.touched
         clock = trio.lowlevel.current_clock().current_time  # trio.current_time, found once
         now = clock()
         tray = self.tray
@@ -238,29 +232,14 @@ class _Limiter:
                     pass
                 case Acquire():
                     touched = await self._enqueue(msg, now)
-                case Withdraw(acquire=acquire):
-                    withdrawn = keys.get(acquire.key)
-                    if withdrawn is not None and withdrawn.waiters.remove(acquire):
-                        touched = withdrawn  # the waiters behind it may fit now
                 case Release(ticket=number):
                     touched = await self._release(number, now)
                 case Settle():
                     touched = await self.settle(msg, now)
                     if self.budget_waiting and touched is not None:
                         await self._pump_budget_waiting(touched, now)
-                case GetLimiterStats(reply_to=reply_to):
-                    try:
-                        reply_to.send_nowait(self.statistics(now))
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                        pass  # the asker gave up (a scrape waits only so long)
-                case Relimit(limits=by_provider):
-                    for key in list(keys.values()):
-                        new = by_provider.get(key.name.partition(":")[0])
-                        if new is not None and new != key.limits:
-                            admission.relimit(key, new)
-                            await self.pump(key, now)
                 case _:
-                    assert_never(msg)
+                    touched = await self._rare(msg, now)
             if touched is not None:
                 burst[touched] = None
             if msg is not None and burst:
@@ -387,6 +366,8 @@ class _Limiter:
         """The shared store's side of a budget hold: the same amounts, the same accounts."""
         if not hold.accounts or self.budget is None:
             return None
+        from sluice._limits.store_rare import BudgetAsk  # with budgets only
+
         return BudgetAsk(
             uuid.uuid4().hex,
             hold.micros,
@@ -571,7 +552,35 @@ class _Limiter:
             left = wait  # this process pauses; admissions elsewhere fail until Redis answers
         admission.cooled(key, left, admitted_at, now)
 
+    async def _rare(self, msg: Withdraw | GetLimiterStats | Relimit, now: float) -> _Key | None:
+        """A message that no call going through at once sends: a withdrawn ask, a question
+        for the statistics, new limits. Their classes load with the first of them; the key
+        returned (if any) is one the message changed, to pump with the burst."""
+        from sluice._mail_rare import GetLimiterStats, Relimit, Withdraw
+
+        match msg:
+            case Withdraw(acquire=acquire):
+                withdrawn = self.keys.get(acquire.key)
+                if withdrawn is not None and withdrawn.waiters.remove(acquire):
+                    return withdrawn  # the waiters behind it may fit now
+            case GetLimiterStats(reply_to=reply_to):
+                try:
+                    reply_to.send_nowait(self.statistics(now))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                    pass  # the asker gave up (a scrape waits only so long)
+            case Relimit(limits=by_provider):
+                for key in list(self.keys.values()):
+                    new = by_provider.get(key.name.partition(":")[0])
+                    if new is not None and new != key.limits:
+                        admission.relimit(key, new)
+                        await self.pump(key, now)
+            case _:
+                assert_never(msg)
+        return None
+
     def statistics(self, now: float) -> dict[str, KeyStatistics]:
+        from sluice._mail_rare import KeyStatistics  # loaded by the first question
+
         return {
             key.name: KeyStatistics(
                 key=key.name,

@@ -26,7 +26,7 @@ caller's request is never changed, and the result holds only the finalized reply
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import attrs
 import trio
@@ -58,11 +58,9 @@ from sluice._ledger.hold import BudgetClaim
 from sluice._mail import (
     Admission,
     AttemptFailed,
-    AttemptLost,
     AttemptOutcome,
     AttemptSucceeded,
     Call,
-    ConsumerGone,
     RecordCall,
     Settle,
     StartAttempt,
@@ -81,6 +79,7 @@ if TYPE_CHECKING:
 
     from sluice._call_step import Ending, Seen
     from sluice._embeddings import EmbedResult
+    from sluice._mail_rare import AttemptLost, ConsumerGone
     from sluice._protocols.base import AttemptOutput
     from sluice._retry_policy import CallState
 
@@ -429,7 +428,9 @@ class _CallRun:
                 )
                 outcome = await reply.receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-                outcome = _NOTHING_DELIVERED
+                from sluice._mail_rare import AttemptLost  # the provider's actor is gone
+
+                outcome = AttemptLost(0)
             finally:
                 reply.leave()
                 control.unwatch()
@@ -531,11 +532,6 @@ class _CallRun:
                     assert isinstance(fixed, ToolCallError)
                     return steps.Misfired(fixed, route.prepared, outcome.delivered)
                 return Won(self._result(route, outcome, output, admission.at, now))
-            case ConsumerGone():
-                return LEFT
-            case AttemptLost(delivered=delivered):
-                lost = ConnectionFailed("the attempt was lost when its actor crashed")
-                return steps.Lost(self._fix(lost, route), delivered)
             case AttemptFailed(error=error, delivered=delivered):
                 if self.call.abandoned:
                     # The consumer left as the attempt failed (its cancel may surface as a
@@ -547,6 +543,21 @@ class _CallRun:
                     ticket.failed(self.clock(), describe(error))
                     self._share_breaker(route)
                 return steps.Failure(error, delivered)
+            case _:
+                return self._gone_or_lost(route, outcome)
+
+    def _gone_or_lost(self, route: Call, outcome: ConsumerGone | AttemptLost) -> Seen:
+        """The consumer left, or the attempt was lost (their classes load with the first)."""
+        from sluice._mail_rare import AttemptLost, ConsumerGone
+
+        match outcome:
+            case ConsumerGone():
+                return LEFT
+            case AttemptLost(delivered=delivered):
+                lost = ConnectionFailed("the attempt was lost when its actor crashed")
+                return steps.Lost(self._fix(lost, route), delivered)
+            case _:
+                assert_never(outcome)
 
     def _share_breaker(self, route: Call) -> None:
         """After a failure of ``route``'s backend, with a shared store: an open breaker is
@@ -618,7 +629,6 @@ class _CallRun:
         )
 
 
-_NOTHING_DELIVERED = AttemptLost(0)
 _ENDS = (Completed, Failed, Embedded)
 """The events a quiet consumer gets: a call's end."""
 
@@ -629,4 +639,8 @@ def _lead_went_out(outcome: AttemptOutcome) -> bool:
     any, when a success noted its first token)."""
     if isinstance(outcome, AttemptSucceeded):
         return outcome.first_token_at is not None
-    return isinstance(outcome, ConsumerGone) or outcome.delivered > 0
+    if isinstance(outcome, AttemptFailed):
+        return outcome.delivered > 0
+    from sluice._mail_rare import AttemptLost  # else the consumer left: the lead went out
+
+    return not isinstance(outcome, AttemptLost) or outcome.delivered > 0

@@ -32,24 +32,8 @@ import attrs
 import trio
 
 from sluice._errors import RuntimeClosed
-from sluice._ledger.book import (
-    DIMENSIONS,
-    Dimension,
-    LedgerBook,
-    LedgerKey,
-    LedgerQuery,
-    LedgerSummary,
-    merge_summaries,
-    summarize_rows,
-)
-from sluice._mail import (
-    FlushLedger,
-    LedgerMsg,
-    LedgerTotals,
-    QueryLedger,
-    RecordCall,
-    RecordUsage,
-)
+from sluice._ledger.book import DIMENSIONS, Dimension, LedgerBook, LedgerKey
+from sluice._mail import LedgerMsg, LedgerTotals, RecordCall, RecordUsage
 from sluice._record import Record
 
 from ._tell import take, tell
@@ -60,6 +44,8 @@ if TYPE_CHECKING:
 
     from sluice._ledger.budget import BudgetBook, BudgetStatus  # noqa: TC004 (types only)
     from sluice._ledger.store import LedgerStore
+    from sluice._ledger.summary import LedgerQuery, LedgerSummary
+    from sluice._mail_rare import FlushLedger, QueryLedger
 
 __all__ = ["LedgerTray", "TokenLedgerHandle", "run_token_ledger"]
 
@@ -169,18 +155,28 @@ async def _serve(
         match msg:
             case RecordUsage() | RecordCall():
                 _record(book, msg, wall_clock())
-            case QueryLedger():
-                if flusher is None:
-                    _answer(msg, summarize_rows(book.rows.items(), msg.query))
-                else:
-                    flusher.ask(msg)
-            case FlushLedger(reply_to=reply_to):
-                if flusher is None:
-                    reply_to.close()
-                else:
-                    flusher.request(reply_to)
             case _:
-                assert_never(msg)
+                _question(msg, book, flusher)
+
+
+def _question(msg: QueryLedger | FlushLedger, book: LedgerBook, flusher: _Flusher | None) -> None:
+    """A question or a flush, the messages no call sends (their classes load with the first)."""
+    from sluice._ledger.summary import summarize_rows
+    from sluice._mail_rare import FlushLedger, QueryLedger
+
+    match msg:
+        case QueryLedger():
+            if flusher is None:
+                _answer(msg, summarize_rows(book.rows.items(), msg.query))
+            else:
+                flusher.ask(msg)
+        case FlushLedger(reply_to=reply_to):
+            if flusher is None:
+                reply_to.close()
+            else:
+                flusher.request(reply_to)
+        case _:
+            assert_never(msg)
 
 
 def _answer(msg: QueryLedger, answer: list[LedgerSummary] | OSError) -> None:
@@ -256,6 +252,8 @@ class _Flusher:
             except BaseException:
                 msg.reply_to.close()
                 raise
+            from sluice._ledger.summary import merge_summaries, summarize_rows
+
             _take_tray(self.tray, self.book)  # the records told during the question too
             pending = summarize_rows(self.book.dirty.items(), msg.query)
             _answer(msg, merge_summaries(stored, pending) if pending else stored)
@@ -307,6 +305,8 @@ class TokenLedgerHandle(Record):
             OSError: the store cannot be read.
             RuntimeClosed: the ledger has stopped.
         """
+        from sluice._ledger.summary import LedgerQuery  # loaded by the first question
+
         found = await self.query(LedgerQuery(by=("provider", "model")))
         return {f"{s.provider}:{s.model}": s.totals for s in found}
 
@@ -318,6 +318,8 @@ class TokenLedgerHandle(Record):
             OSError: the store cannot be read.
             RuntimeClosed: the ledger has stopped.
         """
+        from sluice._ledger.summary import LedgerQuery  # loaded by the first question
+
         found = await self.query(LedgerQuery(by=DIMENSIONS))
         return [
             (LedgerKey(*(str(getattr(s, name)) for name in LedgerKey._fields)), s.totals)
@@ -342,6 +344,8 @@ class TokenLedgerHandle(Record):
             OSError: the store cannot be read.
             RuntimeClosed: the ledger has stopped.
         """
+        from sluice._ledger.summary import LedgerQuery  # loaded by the first question
+
         return await self.query(LedgerQuery.of(by, since=since, until=until, job=job, tag=tag))
 
     async def query(self, query: LedgerQuery) -> list[LedgerSummary]:
@@ -351,6 +355,9 @@ class TokenLedgerHandle(Record):
             OSError: the store cannot be read.
             RuntimeClosed: the ledger has stopped.
         """
+        from sluice._ledger.summary import LedgerSummary
+        from sluice._mail_rare import QueryLedger  # loaded by the first question
+
         reply_to, reply = trio.open_memory_channel[list[LedgerSummary] | OSError](1)
         found = await self._ask(QueryLedger(query, reply_to), reply_to, reply)
         if isinstance(found, OSError):
@@ -362,6 +369,8 @@ class TokenLedgerHandle(Record):
         reply_to, reply = trio.open_memory_channel[None](0)
         with reply:
             try:
+                from sluice._mail_rare import FlushLedger  # loaded by the first flush
+
                 await self._mailbox.send(FlushLedger(reply_to))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise RuntimeClosed("the token ledger has stopped") from exc

@@ -55,7 +55,7 @@ import trio
 
 import sluice
 from sluice._config import BudgetConfig, LedgerConfig, RuntimeConfig
-from sluice._ledger.book import COUNTERS, LedgerBook, LedgerQuery, LedgerTotals, summarize
+from sluice._ledger.book import COUNTERS, LedgerBook, LedgerTotals
 from sluice._ledger.prices import PriceTable
 from sluice._ledger.sqlite import (
     SQLiteLedgerStore,
@@ -63,6 +63,7 @@ from sluice._ledger.sqlite import (
     read_ledger_file,
     summarize_ledger_file,
 )
+from sluice._ledger.summary import LedgerQuery, summarize
 from sluice._mail import LedgerMsg, RecordCall, RecordUsage
 from sluice._messages import Usage
 from sluice.actors._tell import MAILBOX_BUFFER

@@ -102,12 +102,12 @@ if TYPE_CHECKING:
     from ._jobs.provider_batch.engine import Via as Via
     from ._ledger.book import Dimension as Dimension
     from ._ledger.book import LedgerKey as LedgerKey
-    from ._ledger.book import LedgerSummary as LedgerSummary
     from ._ledger.book import LedgerTotals as LedgerTotals
     from ._ledger.budget import BudgetStatus as BudgetStatus
+    from ._ledger.summary import LedgerSummary as LedgerSummary
     from ._limits.queue import Priority as Priority
     from ._mail import EventBatch as EventBatch
-    from ._mail import KeyStatistics as KeyStatistics
+    from ._mail_rare import KeyStatistics as KeyStatistics
     from ._messages import CacheBreakpoint as CacheBreakpoint
     from ._messages import ChatRequest as ChatRequest
     from ._messages import ChatResult as ChatResult
@@ -135,7 +135,7 @@ if TYPE_CHECKING:
     from ._observe.records import CallRecord as CallRecord
     from ._observe.records import Hooks as Hooks
     from ._observe.records import Outcome as Outcome
-    from ._routing import DeploymentStatistics as DeploymentStatistics
+    from ._routing_stats import DeploymentStatistics as DeploymentStatistics
     from ._runtime import CallStream as CallStream
     from ._runtime import MapOutcome as MapOutcome
     from ._runtime import MapOutcomes as MapOutcomes
@@ -232,10 +232,12 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "sluice._jobs.batch_lines": ("RetryErrors", "Shard"),
     "sluice._jobs.batch_report": ("Interrupted",),
     "sluice._jobs.provider_batch.engine": ("LaneOptions", "Via"),
-    "sluice._ledger.book": ("Dimension", "LedgerKey", "LedgerSummary", "LedgerTotals"),
+    "sluice._ledger.book": ("Dimension", "LedgerKey", "LedgerTotals"),
     "sluice._ledger.budget": ("BudgetStatus",),
+    "sluice._ledger.summary": ("LedgerSummary",),
     "sluice._limits.queue": ("Priority",),
-    "sluice._mail": ("EventBatch", "KeyStatistics"),
+    "sluice._mail": ("EventBatch",),
+    "sluice._mail_rare": ("KeyStatistics",),
     "sluice._messages": (
         "CacheBreakpoint",
         "ChatRequest",
@@ -267,7 +269,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "Hooks",
         "Outcome",
     ),
-    "sluice._routing": ("DeploymentStatistics",),
+    "sluice._routing_stats": ("DeploymentStatistics",),
     "sluice._runtime": (
         "CallStream",
         "MapOutcome",

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from sluice.actors._token_ledger import TokenLedgerHandle
 
     from ._embed_many import EmbedOutcome
-    from ._ledger.book import Dimension, LedgerKey, LedgerSummary, LedgerTotals
+    from ._ledger.book import Dimension, LedgerKey, LedgerTotals
     from ._ledger.budget import BudgetStatus
+    from ._ledger.summary import LedgerSummary
     from ._mail import EventBatch
     from ._messages import ChatRequest
     from ._runtime import MapOutcome, Runtime

@@ -1,20 +1,25 @@
 """Messages the actors send each other. All are frozen attrs classes, and the messages are
 compared by identity (``eq=False``): a message is one event sent once, never a value to
 compare, and each generated ``__eq__``/``__hash__`` pair would only add to the cost of
-``import sluice``. Snapshots they carry (:class:`KeyStatistics`) are values.
+``import sluice``. Snapshots they carry (:class:`~sluice._mail_rare.KeyStatistics`) are values.
 
 Each actor has one mailbox union (``RateLimiterMsg``, ``ProviderMsg``, ``LedgerMsg``,
 ``SupervisorMsg``) that it dispatches with ``match`` and ``assert_never``. Requests that need an
 answer carry a ``reply_to`` the asker made (a one-shot :class:`~sluice._reply.Reply` on every
 call's path, a channel elsewhere); actors answer with ``send_nowait`` and treat a closed or left
 ``reply_to`` (the asker was cancelled) as normal.
+
+The messages a call that goes through at once never sends (a withdrawal, a refusal, a
+consumer gone or an attempt lost, statistics, reloads, the ledger's questions) are defined in
+:mod:`sluice._mail_rare`, loaded when first asked for here (PEP 562); the unions name them as
+text, so they need not exist before then.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
 import trio
@@ -22,18 +27,28 @@ import trio
 from ._config import RateLimitConfig
 from ._errors import CallError
 from ._events import CallEvent
-from ._ledger.book import LedgerQuery, LedgerSummary, LedgerTotals
+from ._ledger.book import LedgerTotals
 from ._limits.cost import Cost
 from ._limits.queue import Priority
 from ._messages import ChatRequest, Usage
 from ._protocols.base import AttemptOutput
-from ._record import Record, Value
+from ._record import Record
 from ._reply import Reply
 from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
     from ._embeddings import EmbedOutput, EmbedRequest  # noqa: TC004 (a chat never loads them)
     from ._ledger.hold import BudgetClaim  # noqa: TC004 (only a type here)
+    from ._mail_rare import AttemptLost as AttemptLost
+    from ._mail_rare import ConsumerGone as ConsumerGone
+    from ._mail_rare import FlushLedger as FlushLedger
+    from ._mail_rare import GetLimiterStats as GetLimiterStats
+    from ._mail_rare import KeyStatistics as KeyStatistics
+    from ._mail_rare import QueryLedger as QueryLedger
+    from ._mail_rare import Refusal as Refusal  # noqa: TC004 (only a type: Acquire's reply)
+    from ._mail_rare import Relimit as Relimit
+    from ._mail_rare import ReloadProvider as ReloadProvider
+    from ._mail_rare import Withdraw as Withdraw
 
     # Only a type here: Call is never structured by cattrs, and importing the tool layer's
     # schema code for every `import sluice` would cost more than the whole actor system.
@@ -77,6 +92,31 @@ __all__ = [
     "Submit",
     "SupervisorMsg",
 ]
+
+_RARE = frozenset(
+    (
+        "AttemptLost",
+        "ConsumerGone",
+        "FlushLedger",
+        "GetLimiterStats",
+        "KeyStatistics",
+        "QueryLedger",
+        "Refusal",
+        "Relimit",
+        "ReloadProvider",
+        "Withdraw",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    # The messages a call that goes through at once never sends load when first asked for.
+    if name in _RARE:
+        from . import _mail_rare
+
+        return getattr(_mail_rare, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 EventBatch: TypeAlias = Sequence[CallEvent]
 """Events travel to the consumer in batches: every event decoded from one network read."""
@@ -209,13 +249,6 @@ class Admission(Record):
     guessed output of a call that set none (None: as the call asked)."""
 
 
-@attrs.frozen(eq=False, repr=False)
-class Refusal(Record):
-    """The attempt can never be admitted (or not before the quota resets): fail the call."""
-
-    error: CallError
-
-
 class Expired:
     """The ask was still queued at its ``give_up_at``: it is out of the queue, nothing taken.
     One value, :data:`EXPIRED` (a plain class: an attrs class would add to every import)."""
@@ -258,13 +291,6 @@ class Acquire(Record):
 
 
 @attrs.frozen(eq=False, repr=False)
-class Withdraw(Record):
-    """The asker of ``acquire`` gave up while queued: take it out of the queue."""
-
-    acquire: Acquire
-
-
-@attrs.frozen(eq=False, repr=False)
 class Release(Record):
     """Free the pending slot of ``ticket``: its first chunk arrived. Twice is harmless."""
 
@@ -294,41 +320,8 @@ class Settle(Record):
     """The attempt never went out (its caller left first): refund everything."""
 
 
-@attrs.frozen(eq=False, repr=False)
-class KeyStatistics(Value):
-    """A snapshot of one quota key."""
-
-    key: str
-    queued: Mapping[Priority, int]
-    """Waiting calls per priority."""
-    pending: int
-    open_streams: int
-    pending_limit: int | None
-    """The pending-slot limit in force (adaptive or configured); None for unlimited."""
-    windows: Mapping[str, tuple[int, int]]
-    """``{"dimension/period": (used, limit)}``."""
-    cooldown_left: float
-    exhausted_left: float
-    windows_age: float = 0.0
-    """Seconds since ``windows`` were current: 0 with the in-memory store; with a shared
-    store, since its server last reported them (statistics never wait for it)."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class GetLimiterStats(Record):
-    reply_to: trio.MemorySendChannel[dict[str, KeyStatistics]]
-
-
-@attrs.frozen(eq=False, repr=False)
-class Relimit(Record):
-    """The config was reloaded: each provider's quota keys take its new limits now (a key
-    otherwise keeps the limits it was created with, whatever a later ``Acquire`` carries)."""
-
-    limits: Mapping[str, RateLimitConfig]
-    """Per provider name."""
-
-
-RateLimiterMsg: TypeAlias = Acquire | Withdraw | Release | Settle | GetLimiterStats | Relimit
+RateLimiterMsg: TypeAlias = "Acquire | Withdraw | Release | Settle | GetLimiterStats | Relimit"
+"""Text, so that its rarer members (:mod:`sluice._mail_rare`) load only when first sent."""
 
 
 # ProviderActor ----------------------------------------------------------------------------
@@ -351,22 +344,7 @@ class AttemptFailed(Record):
     """Delta events of this attempt that already reached the consumer's stream."""
 
 
-@attrs.frozen(eq=False, repr=False)
-class ConsumerGone(Record):
-    """The consumer closed its stream; the attempt was abandoned."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class AttemptLost(Record):
-    """The attempt's task died without an outcome (its actor crashed and cancelled it, or a
-    bug): what it had delivered by then, so the Supervisor resubmits it knowing what the
-    consumer saw. A reply channel closed without any answer means the same with nothing
-    delivered (the attempt never started)."""
-
-    delivered: int
-
-
-AttemptOutcome: TypeAlias = AttemptSucceeded | AttemptFailed | ConsumerGone | AttemptLost
+AttemptOutcome: TypeAlias = "AttemptSucceeded | AttemptFailed | ConsumerGone | AttemptLost"
 """An attempt's one answer, a value the provider sends and never touches again. The lead
 events went out with the reply's first chunk when deltas were delivered, or when a success
 has a ``first_token_at`` (a whole reply without deltas still sends them)."""
@@ -392,15 +370,7 @@ class StartAttempt(Record):
     its first chunk; a whole reply: its head)."""
 
 
-@attrs.frozen(eq=False, repr=False)
-class ReloadProvider(Record):
-    """``Runtime.reload`` resolved the provider again: every attempt that starts after this
-    message sends with ``spec``'s key, headers and base URL."""
-
-    spec: ResolvedProvider
-
-
-ProviderMsg: TypeAlias = StartAttempt | ReloadProvider
+ProviderMsg: TypeAlias = "StartAttempt | ReloadProvider"
 
 
 class ProviderMailbox(Protocol):
@@ -444,23 +414,7 @@ class RecordCall(Record):
     job: str | None = None
 
 
-@attrs.frozen(eq=False, repr=False)
-class QueryLedger(Record):
-    """Ask for the ledger summed as ``query`` asks: what the store holds plus what is not yet
-    written to it. The answer is the summaries, or the ``OSError`` the store raised."""
-
-    query: LedgerQuery
-    reply_to: trio.MemorySendChannel[list[LedgerSummary] | OSError]
-
-
-@attrs.frozen(eq=False, repr=False)
-class FlushLedger(Record):
-    """Write what is not yet stored now; ``reply_to`` is closed once it is written."""
-
-    reply_to: trio.MemorySendChannel[None]
-
-
-LedgerMsg: TypeAlias = RecordUsage | RecordCall | QueryLedger | FlushLedger
+LedgerMsg: TypeAlias = "RecordUsage | RecordCall | QueryLedger | FlushLedger"
 
 
 # Supervisor -------------------------------------------------------------------------------

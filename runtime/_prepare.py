@@ -59,7 +59,6 @@ __all__ = [
     "GroupPlacement",
     "Placed",
     "Ready",
-    "Replay",
     "SubmitNow",
     "Target",
     "cache_lookup",
@@ -106,13 +105,6 @@ class Ready(Record):
     """None for a call submitted with an ``end`` of its own (a quiet call)."""
     on_result: Callable[[ChatResult], None] | None
     """Stores the result in the response cache; None when the call is not cached."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class Replay(Record):
-    """The response cache answered: no call is made."""
-
-    hit: ChatResult
 
 
 def model_target(model: str, groups: Mapping[str, ModelGroup]) -> Target:
@@ -275,7 +267,7 @@ async def prepare_call(
     quiet: bool = False,
     phases: HttpPhases | None = None,
     end: EventSink | None = None,
-) -> Ready | Replay:
+) -> Ready | ChatResult:
     """The call ``request`` becomes (see the module's docstring for the steps), or the cached
     answer. ``cache``: the response cache when this request uses it. ``end``: where a quiet
     call's final batch goes, instead of an event channel made here.
@@ -297,7 +289,7 @@ async def prepare_call(
             hit, key = cache_lookup(cache, request, spec, call_id)
             if hit is not None:
                 groups.release(target.group, request.model)
-                return Replay(hit)
+                return hit  # the cached result: no call is made
             on_result = cache.storer(key) if key is not None else None
         prepared = prepare_tools(request, spec, model)
         if draining:
@@ -384,7 +376,7 @@ class SubmitNow:
             phases: HttpPhases | None = None,
             end: EventSink | None = None,
             bound: Callable[[Call], None] | None = None,
-        ) -> Ready | Replay: ...
+        ) -> Ready | ChatResult: ...
 
     def submits_at_once(self, request: ChatRequest) -> bool:
         """True when submitting ``request`` now cannot wait: not through the response cache

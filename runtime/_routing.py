@@ -16,12 +16,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Protocol
-
-import attrs
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import CallTimeout, RateLimited
-from ._record import Value
 
 if TYPE_CHECKING:
     import random
@@ -30,6 +27,7 @@ if TYPE_CHECKING:
     from ._config import ModelGroup, RateLimitConfig
     from ._errors import CallError
     from ._messages import ChatRequest
+    from ._routing_stats import DeploymentStatistics
 
 __all__ = [
     "MAX_AFFINITIES",
@@ -48,6 +46,15 @@ MAX_AFFINITIES = 10_000
 """Affinity keys remembered per group, least recently used dropped first."""
 PREFIX_CHARS = 1024
 """``affinity="prefix"``: calls whose prompts agree on this many first characters go together."""
+
+
+def __getattr__(name: str) -> Any:
+    # The statistics' snapshot loads with the first question (sluice._routing_stats).
+    if name == "DeploymentStatistics":
+        from ._routing_stats import DeploymentStatistics
+
+        return DeploymentStatistics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SharedMarks(Protocol):
@@ -279,26 +286,6 @@ class GroupRouter:
             self.slow_until[i] = until
 
 
-@attrs.frozen(eq=False, repr=False)
-class DeploymentStatistics(Value):
-    """A snapshot of one deployment of a model group."""
-
-    model: str
-    """``provider:model``."""
-    in_flight: int
-    """Calls placed on it and not ended (queued for admission included)."""
-    calls: int
-    """Calls placed on it so far (first placements and failovers)."""
-    ttft: float | None
-    """Moving average of admission to first token, in seconds (None before its first)."""
-    cooling_left: float
-    """Seconds it is still passed over after a 429."""
-    slow_left: float
-    """Seconds it is still passed over after it missed the group's hedge time."""
-    breaker: str
-    """``closed``, ``open`` or ``half_open`` (``closed`` without a breaker)."""
-
-
 class Routing:
     """The routers of one runtime's model groups, and the calls each has placed.
 
@@ -377,6 +364,8 @@ class Routing:
         self, now: float, breaker: Callable[[str, str], str]
     ) -> dict[str, tuple[DeploymentStatistics, ...]]:
         """Every used group's deployments; ``breaker(provider, model)`` gives breaker states."""
+        from ._routing_stats import DeploymentStatistics  # loaded by the first question
+
         out: dict[str, tuple[DeploymentStatistics, ...]] = {}
         for name, router in self.routers.items():
             rows = []

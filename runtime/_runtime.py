@@ -48,7 +48,7 @@ from ._mail import (
 )
 from ._memory import TrimCount
 from ._messages import ChatRequest, ChatResult, Message, as_request
-from ._prepare import GroupPlacement, Ready, Replay, SubmitNow, prepare_call, prepare_for
+from ._prepare import GroupPlacement, Ready, SubmitNow, prepare_call, prepare_for
 from ._reply import FinalReply
 from ._retry_budget import RetryBudget
 from ._routing import Routing
@@ -184,8 +184,8 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
             cache = self._cache or await self._open_cache()
         made = await self._start(request, cache=cache, quiet=quiet, phases=phases)
         from ._streams import CallStream, replayed  # loaded by the first stream
-        if isinstance(made, Replay):
-            stream, receive = replayed(made.hit, quiet)
+        if isinstance(made, ChatResult):  # the response cache answered
+            stream, receive = replayed(made, quiet)
             return stream, None, receive
         assert made.events is not None
         return CallStream(made.call.call_id, made.events, made.on_result), made.call, made.events
@@ -215,7 +215,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
         phases: HttpPhases | None = None,
         end: EventSink | None = None,
         bound: Callable[[Call], None] | None = None,
-    ) -> Ready | Replay:
+    ) -> Ready | ChatResult:
         """Prepare ``request`` (:mod:`sluice._prepare`) and hand the call to the Supervisor;
         or the cached answer. ``bound`` is told the call before it is handed over: a full
         mailbox parks the hand-over, and the Supervisor may end the call (a breaker open,
@@ -234,7 +234,7 @@ class Runtime(EmbedMethods, StatusMethods, SubmitNow):
             phases=phases,
             end=end,
         )
-        if isinstance(made, Replay):
+        if isinstance(made, ChatResult):
             return made
         call = made.call
         if bound is not None:

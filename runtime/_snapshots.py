@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ._mail import KeyStatistics
+from ._mail_rare import KeyStatistics
 from ._record import Record
-from ._routing import DeploymentStatistics
+from ._routing_stats import DeploymentStatistics
 
 if TYPE_CHECKING:
     from ._breaker import Breakers

@@ -26,7 +26,7 @@ from sluice.actors._tell import MAILBOX_BUFFER, put
 from sluice.actors._token_ledger import TokenLedgerHandle
 
 from ._errors import ConfigError
-from ._mail import ProviderMailbox, ProviderMsg, ReloadProvider
+from ._mail import ProviderMailbox, ProviderMsg
 from ._messages import split_model
 from .providers._codec import provider_codec
 from .providers._registry import ResolvedProvider, resolve_provider
@@ -164,9 +164,9 @@ class Providers:
 
         Each actor, its mailbox and its connection pool stay; new calls get the new settings
         (limits, deadlines, breaker), and the actor is told through its mailbox
-        (:class:`~sluice._mail.ReloadProvider`), so each attempt it starts from then on, also of
-        calls already in flight, sends with the new key, headers and URL. A provider the config
-        no longer defines stops taking new calls; the calls it holds finish.
+        (:class:`~sluice._mail_rare.ReloadProvider`), so each attempt it starts from then on,
+        also of calls already in flight, sends with the new key, headers and URL. A provider the
+        config no longer defines stops taking new calls; the calls it holds finish.
 
         Raises:
             ConfigError: a provider cannot be resolved (then nothing was changed).
@@ -180,6 +180,8 @@ class Providers:
                     raise
                 fresh[name] = None  # no longer defined
         self.config = config
+        from ._mail_rare import ReloadProvider  # loaded by the first reload
+
         for name, spec in fresh.items():
             old, mailbox = self._started[name]
             if spec is None:

@@ -12,21 +12,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._ledger.book import LedgerQuery as LedgerQuery
     from ._ledger.redis import RedisLedgerStore as RedisLedgerStore
     from ._ledger.sqlite import SQLiteLedgerStore as SQLiteLedgerStore
     from ._ledger.store import LedgerStore as LedgerStore
     from ._ledger.store import MemoryLedgerStore as MemoryLedgerStore
+    from ._ledger.summary import LedgerQuery as LedgerQuery
     from ._limits.cost import Cost as Cost
     from ._limits.headers import Learned as Learned
     from ._limits.redis_store import RedisQuotaStore as RedisQuotaStore
-    from ._limits.store import BudgetAsk as BudgetAsk
-    from ._limits.store import BudgetRefused as BudgetRefused
     from ._limits.store import MemoryQuotaStore as MemoryQuotaStore
     from ._limits.store import QuotaStore as QuotaStore
     from ._limits.store import Reservation as Reservation
-    from ._limits.store import TooLarge as TooLarge
-    from ._limits.store import WindowSpec as WindowSpec
+    from ._limits.store_rare import BudgetAsk as BudgetAsk
+    from ._limits.store_rare import BudgetRefused as BudgetRefused
+    from ._limits.store_rare import TooLarge as TooLarge
+    from ._limits.store_rare import WindowSpec as WindowSpec
     from ._limits.window import WindowEntry as WindowEntry
 
 __all__ = [
@@ -49,16 +49,16 @@ __all__ = [
 ]
 
 _HOMES = {
-    "LedgerQuery": "sluice._ledger.book",
+    "LedgerQuery": "sluice._ledger.summary",
     "WindowEntry": "sluice._limits.window",
     "RedisLedgerStore": "sluice._ledger.redis",
     "Learned": "sluice._limits.headers",
     "Cost": "sluice._limits.cost",
-    "WindowSpec": "sluice._limits.store",
-    "TooLarge": "sluice._limits.store",
+    "WindowSpec": "sluice._limits.store_rare",
+    "TooLarge": "sluice._limits.store_rare",
     "Reservation": "sluice._limits.store",
-    "BudgetRefused": "sluice._limits.store",
-    "BudgetAsk": "sluice._limits.store",
+    "BudgetRefused": "sluice._limits.store_rare",
+    "BudgetAsk": "sluice._limits.store_rare",
     "LedgerStore": "sluice._ledger.store",
     "MemoryLedgerStore": "sluice._ledger.store",
     "SQLiteLedgerStore": "sluice._ledger.sqlite",

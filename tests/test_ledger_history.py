@@ -1,7 +1,7 @@
 """The ledger's history answered with sums: a runtime opens without reading it, budgets still
 count it to the micro-dollar, and every report equals the row-by-row sums of the old code.
 
-The row-by-row reference is :func:`~sluice._ledger.book.summarize` over every row
+The row-by-row reference is :func:`~sluice._ledger.summary.summarize` over every row
 :func:`~sluice._ledger.sqlite.read_ledger_file` reads (what ``open_runtime`` and ``sluice
 ledger`` did before). SQLite files are real; runtimes over them run on the real clock (the
 store works in threads), the actor alone on virtual time.
@@ -31,18 +31,11 @@ from sluice import BudgetExceeded, RuntimeConfig
 from sluice._cli import main
 from sluice._cli.ledger import render_json
 from sluice._config import BudgetConfig, LedgerConfig
-from sluice._ledger.book import (
-    COUNTERS,
-    DIMENSIONS,
-    LedgerBook,
-    LedgerKey,
-    LedgerQuery,
-    LedgerTotals,
-    summarize,
-)
+from sluice._ledger.book import COUNTERS, DIMENSIONS, LedgerBook, LedgerKey, LedgerTotals
 from sluice._ledger.prices import PriceTable
 from sluice._ledger.sqlite import SQLiteLedgerStore, read_ledger_file
 from sluice._ledger.store import MemoryLedgerStore
+from sluice._ledger.summary import LedgerQuery, summarize
 from sluice._mail import LedgerMsg, RecordCall, RecordUsage
 from sluice._messages import Usage
 from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice._errors import BudgetExceeded
-from sluice._ledger.book import LedgerBook, LedgerKey, LedgerTotals, summarize, utc_day
+from sluice._ledger.book import LedgerBook, LedgerKey, LedgerTotals, utc_day
 from sluice._ledger.budget import MIN_CAPPED_OUTPUT, Budget, BudgetBook, BudgetClaim, BudgetHold
 from sluice._ledger.prices import (
     SHIPPED_PRICES,
@@ -28,6 +28,7 @@ from sluice._ledger.prices import (
     usd_to_micros,
     worst_case_micros,
 )
+from sluice._ledger.summary import summarize
 from sluice._limits.cost import Cost
 from sluice._messages import Usage
 from sluice._protocols.anthropic import AnthropicCodec

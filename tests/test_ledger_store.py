@@ -21,8 +21,9 @@ import trio
 import sluice
 from sluice._cli import main
 from sluice._config import LedgerConfig, RuntimeConfig
-from sluice._ledger.book import COUNTERS, LedgerKey, LedgerTotals, summarize
+from sluice._ledger.book import COUNTERS, LedgerKey, LedgerTotals
 from sluice._ledger.sqlite import SQLiteLedgerStore, read_ledger_file
+from sluice._ledger.summary import summarize
 from sluice.simulator import SimulatorConfig, mock_transport
 
 SLUICE = str(Path(sys.executable).parent / "sluice")

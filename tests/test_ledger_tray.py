@@ -10,9 +10,10 @@ import functools
 import trio
 import trio.testing
 
-from sluice._ledger.book import LedgerBook, LedgerQuery
+from sluice._ledger.book import LedgerBook
 from sluice._ledger.prices import PriceTable
 from sluice._ledger.store import MemoryLedgerStore
+from sluice._ledger.summary import LedgerQuery
 from sluice._mail import LedgerMsg, RecordCall, RecordUsage
 from sluice._messages import Usage
 from sluice.actors._token_ledger import TRAY_SIZE, LedgerTray, TokenLedgerHandle, run_token_ledger

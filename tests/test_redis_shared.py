@@ -192,8 +192,8 @@ async def test_a_ledger_mirrored_to_redis_keeps_nothing_in_its_book(redis_url):
     """With the Redis quota store and no ledger file, the book is made knowing the mirror
     drains it: after a flush it holds neither rows nor increments, however many models were
     named, while both the runtime's own ledger and Redis hold every call."""
-    from sluice._ledger.book import LedgerQuery
     from sluice._ledger.setup import open_ledger
+    from sluice._ledger.summary import LedgerQuery
     from sluice._limits.shared import open_quota_store
     from sluice._mail import LedgerMsg, RecordCall
     from sluice.actors._token_ledger import TokenLedgerHandle, run_token_ledger

@@ -14,16 +14,10 @@ import trio
 from cyclopts import Parameter
 
 from .._errors import ConfigError
-from .._ledger.book import (
-    COUNTERS,
-    DIMENSIONS,
-    Dimension,
-    LedgerQuery,
-    LedgerSummary,
-    merge_summaries,
-)
+from .._ledger.book import COUNTERS, DIMENSIONS, Dimension
 from .._ledger.setup import ledger_path
 from .._ledger.sqlite import summarize_ledger_file
+from .._ledger.summary import LedgerQuery, LedgerSummary, merge_summaries
 from ._common import EXIT_OK, build_config, fail
 
 __all__ = ["ledger", "render_csv", "render_json", "render_table"]

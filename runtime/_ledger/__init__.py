@@ -2,7 +2,9 @@
 
 * :mod:`~sluice._ledger.prices`: the shipped price table, config overrides, cost in integer
   micro-dollars.
-* :mod:`~sluice._ledger.book`: counters per provider, model, tag, job and UTC day; summaries.
+* :mod:`~sluice._ledger.book`: counters per provider, model, tag, job and UTC day.
+* :mod:`~sluice._ledger.summary`: questions to the books (what to sum, how to group) and
+  their answers.
 * :mod:`~sluice._ledger.budget`: budgets that admission reserves from and settlement refunds.
 * :mod:`~sluice._ledger.store` and :mod:`~sluice._ledger.sqlite`: where rows outlive a run.
 
@@ -16,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .book import LedgerKey as LedgerKey
-    from .book import LedgerSummary as LedgerSummary
     from .book import LedgerTotals as LedgerTotals
-    from .book import summarize as summarize
     from .budget import BudgetStatus as BudgetStatus
     from .prices import ModelPrice as ModelPrice
     from .prices import PriceTable as PriceTable
     from .store import LedgerStore as LedgerStore
     from .store import MemoryLedgerStore as MemoryLedgerStore
+    from .summary import LedgerSummary as LedgerSummary
+    from .summary import summarize as summarize
 
 __all__ = [
     "BudgetStatus",
@@ -41,9 +43,9 @@ __all__ = [
 # package's heavier modules (schemas, repair, storage) until a call needs them.
 _HOMES = {
     "LedgerKey": "book",
-    "LedgerSummary": "book",
+    "LedgerSummary": "summary",
     "LedgerTotals": "book",
-    "summarize": "book",
+    "summarize": "summary",
     "BudgetStatus": "budget",
     "ModelPrice": "prices",
     "PriceTable": "prices",

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .book import COUNTERS, LedgerKey, LedgerTotals, summarize_rows
+from .book import COUNTERS, LedgerKey, LedgerTotals
 from .store import MemoryLedgerStore
+from .summary import summarize_rows
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .book import LedgerQuery, LedgerSummary
     from .store import LedgerStore
+    from .summary import LedgerQuery, LedgerSummary
 
 __all__ = ["MirroredLedgerStore", "RedisLedgerStore"]
 

@@ -22,7 +22,7 @@ import trio
 
 from .._errors import ConfigError
 from .._record import Record
-from .book import LedgerBook, LedgerQuery
+from .book import LedgerBook
 from .prices import ModelPrice, PriceTable, usd_to_micros
 
 if TYPE_CHECKING:
@@ -168,6 +168,8 @@ async def open_ledger(
 
 async def _spent_by_job(store: LedgerStore, job: str) -> tuple[int, int]:
     """(micro-dollars, input + output tokens) ``store`` holds for ``job``."""
+    from .summary import LedgerQuery  # only with budgets
+
     found = await store.summarize(LedgerQuery(by=(), job=job))
     if not found:
         return 0, 0

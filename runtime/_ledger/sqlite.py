@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._sqlite_file import open_versioned
-from .book import COUNTERS, DIMENSIONS, LedgerKey, LedgerQuery, LedgerSummary, LedgerTotals
+from .book import COUNTERS, DIMENSIONS, LedgerKey, LedgerTotals
+from .summary import LedgerQuery, LedgerSummary
 
 if TYPE_CHECKING:
     import os

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from .book import summarize_rows
-
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .book import LedgerKey, LedgerQuery, LedgerSummary, LedgerTotals
+    from .book import LedgerKey, LedgerTotals
+    from .summary import LedgerQuery, LedgerSummary
 
 __all__ = ["LedgerStore", "MemoryLedgerStore"]
 
@@ -32,7 +31,7 @@ class LedgerStore(Protocol):
 
     async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
         """The stored rows ``query`` counts, summed per group: exactly what
-        :func:`~sluice._ledger.book.summarize_rows` gives over every stored row.
+        :func:`~sluice._ledger.summary.summarize_rows` gives over every stored row.
 
         Raises:
             OSError: the store cannot be read.
@@ -65,6 +64,8 @@ class MemoryLedgerStore:
         return [(key, row.copy()) for key, row in self.rows.items()]
 
     async def summarize(self, query: LedgerQuery) -> list[LedgerSummary]:
+        from .summary import summarize_rows  # loaded by the first question
+
         return summarize_rows(self.rows.items(), query)
 
     async def add(self, batch: Mapping[LedgerKey, LedgerTotals]) -> None:

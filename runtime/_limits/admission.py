@@ -32,7 +32,7 @@ from .._config import RateLimitConfig
 from .._errors import CallError, InternalError, RateLimited, StoreUnavailable
 from .._record import Record, Value
 from .queue import WaitQueues
-from .store import BudgetRefused, Reservation, TooLarge, WindowSpec
+from .store import Reservation
 
 if TYPE_CHECKING:
     import random
@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from .not_admitted import StoreDown as StoreDown
     from .not_admitted import Wait as Wait
     from .queue import Priority
+    from .store_rare import (
+        BudgetRefused,
+        TooLarge,
+        WindowSpec,  # noqa: TC004 (only a type: loaded by a limit's windows)
+    )
 
 __all__ = [
     "STORE_GRACE",
@@ -148,11 +153,17 @@ def _specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
     if specs is None:
         if len(_SPECS) >= _SPECS_KEPT:
             _SPECS.clear()  # configs only change on reload: a few at a time
-        specs = _SPECS[limits] = tuple(
-            WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send")
-            for w in limits.window_limits()
-        )
+        specs = _SPECS[limits] = _window_specs(limits)
     return specs
+
+
+def _window_specs(limits: RateLimitConfig) -> tuple[WindowSpec, ...]:
+    windows = limits.window_limits()
+    if not windows:
+        return ()  # no window: nothing to build, and no class to load for it
+    from .store_rare import WindowSpec  # loaded by the first limit with windows
+
+    return tuple(WindowSpec(w.dimension, w.limit, w.per, w.counted_from == "send") for w in windows)
 
 
 def new_key(name: str, limits: RateLimitConfig) -> QuotaKey[W]:
@@ -276,10 +287,11 @@ def blocked(key: QuotaKey[W], now: float) -> float | None:
 # -- the store's answer --------------------------------------------------------------------------
 
 StoreAnswer: TypeAlias = (
-    Reservation | TooLarge | BudgetRefused | float | StoreUnavailable | InternalError
+    "Reservation | TooLarge | BudgetRefused | float | StoreUnavailable | InternalError"
 )
 """What asking the store to reserve came to: what ``QuotaStore.reserve`` returned (a float is
-the seconds to wait), or the error it raised."""
+the seconds to wait), or the error it raised. Text, so that the rarer answers' classes
+(:mod:`sluice._limits.store_rare`) load only when one is met."""
 
 
 @attrs.frozen(eq=False, repr=False)

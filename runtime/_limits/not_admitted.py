@@ -16,10 +16,10 @@ from .._backoff import store_retry_delay
 from .._errors import BudgetExceeded, CallError, StoreUnavailable, TooLargeForQuota
 from .._ledger.prices import format_usd
 from .._record import Value
-from .store import BudgetRefused, TooLarge
 
 if TYPE_CHECKING:
     from .admission import QuotaKey, Waiter
+    from .store_rare import BudgetRefused, TooLarge
 
 __all__ = ["Refuse", "StoreDown", "Wait", "refusal", "store_down"]
 
@@ -54,6 +54,8 @@ class StoreDown(Value, Generic[W]):
 def refusal(waiter: W, answer: TooLarge | BudgetRefused | CallError) -> Refuse[W]:
     """Refuse ``waiter`` (taken out of the queue) for the store's ``answer``: a cost beyond a
     whole window, a shared budget that can never cover it, or the store's own error."""
+    from .store_rare import BudgetRefused, TooLarge  # what the store answered
+
     if isinstance(answer, TooLarge):
         return Refuse(waiter, too_large(answer))
     if isinstance(answer, BudgetRefused):

@@ -11,17 +11,21 @@ in waits, not absolute times.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 
-from .._record import Record, Value
+from .._record import Record
 from .cost import Cost
 from .headers import Dimension, Learned
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from .store_rare import BudgetAsk as BudgetAsk
+    from .store_rare import BudgetRefused as BudgetRefused
+    from .store_rare import TooLarge as TooLarge
+    from .store_rare import WindowSpec as WindowSpec
     from .window import Window, WindowEntry  # noqa: TC004 (only types: windows load with a limit)
 
 __all__ = [
@@ -36,15 +40,13 @@ __all__ = [
 ]
 
 
-@attrs.frozen(eq=False, repr=False)
-class WindowSpec(Value):
-    """A configured limit: at most ``limit`` units of ``dimension`` per ``period`` seconds."""
+def __getattr__(name: str) -> Any:
+    # A store's rarer terms load when first met (sluice._limits.store_rare).
+    if name in ("BudgetAsk", "BudgetRefused", "TooLarge", "WindowSpec"):
+        from . import store_rare
 
-    dimension: Dimension
-    limit: int
-    period: float
-    from_send: bool = False
-    """Counted from the admission, never re-dated (``WindowLimit.counted_from == "send"``)."""
+        return getattr(store_rare, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -61,40 +63,6 @@ class Reservation(Record):
     sent: frozenset[tuple[str, float]] = frozenset()
     """The windows (dimension, period) that count the reservation from its admission:
     :meth:`QuotaStore.redate` leaves them (see :func:`sent_slots`)."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class TooLarge(Value):
-    """The cost exceeds a whole window: waiting can never admit it."""
-
-    dimension: Dimension
-    amount: int
-    limit: int
-    period: float
-
-
-@attrs.frozen(eq=False, repr=False)
-class BudgetAsk(Value):
-    """A budget reservation to take in the same step as the quota's."""
-
-    hold: str
-    """A unique id for the reservation."""
-    micros: int
-    tokens: int
-    accounts: tuple[tuple[str, int | None, int | None], ...]
-    """(account name, max micro-dollars, max tokens) of every budget the call falls under."""
-    spent: tuple[tuple[int, int], ...] = ()
-    """(micro-dollars, tokens) this process's own ledger holds for each account, earlier runs
-    of a job included: what it reports if the store loses its history."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class BudgetRefused(Value):
-    """The shared budget can never cover the call (spending only grows)."""
-
-    account: str
-    unit: Literal["usd", "tokens"]
-    left: int
 
 
 class QuotaStore(Protocol):
@@ -318,6 +286,8 @@ class MemoryQuotaStore:
         for (dimension, _), window in windows:
             amount = cost.amount(dimension)
             if not window.fits_ever(amount):
+                from .store_rare import TooLarge  # a cost beyond a whole window
+
                 return TooLarge(dimension, amount, window.limit, window.period)
             ready_at = max(ready_at, window.next_free(amount, now))
         if ready_at > now:

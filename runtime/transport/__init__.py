@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._phases import HttpPhases as HttpPhases
     from ._pool import FastResponse as FastResponse
     from ._pool import FastTransport as FastTransport
-    from ._pool import TransportStatistics as TransportStatistics
+    from ._statistics import TransportStatistics as TransportStatistics
 
 __all__ = [
     "ConnectError",
@@ -76,7 +76,7 @@ _HOMES = {
     "ResponseTooLarge": "_errors",
     "TLSError": "_errors",
     "TransportError": "_errors",
-    "TransportStatistics": "_pool",
+    "TransportStatistics": "_statistics",
     "WriteError": "_errors",
 }
 

@@ -39,12 +39,10 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
-from .._record import Value
 from ._connect import open_connection, open_tcp_stream
 from ._errors import ConnectError, ReadError, ResponseTimeout, TransportError, WriteError
 from ._http11 import MAX_HEAD_SIZE, ResponseParser, encode_request_head
@@ -58,6 +56,7 @@ if TYPE_CHECKING:
     from ._http11 import ResponseHead
     from ._phases import HttpPhases
     from ._proxy import Proxy
+    from ._statistics import TransportStatistics
 
 __all__ = ["FastResponse", "FastTransport", "TransportStatistics"]
 
@@ -66,18 +65,13 @@ _MAX_ROUTES = 256
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
-@attrs.frozen(eq=False, repr=False)
-class TransportStatistics(Value):
-    """A snapshot of a :class:`FastTransport`'s connections, summed over its origins."""
+def __getattr__(name: str) -> Any:
+    # The statistics' snapshot loads with the first question (sluice.transport._statistics).
+    if name == "TransportStatistics":
+        from ._statistics import TransportStatistics
 
-    connections: int
-    """Open connections: ``idle + in_use``."""
-    idle: int
-    """Open connections waiting in a pool for the next request."""
-    in_use: int
-    """Open connections serving a request (sending it, or reading its response)."""
-    waiters: int
-    """Requests queued because their origin already has ``max_connections`` connections."""
+        return TransportStatistics
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _StaleConnection(Exception):
@@ -349,6 +343,8 @@ class FastTransport:
 
     def statistics(self) -> TransportStatistics:
         """Connections open, idle and in use, and requests waiting, over every origin."""
+        from ._statistics import TransportStatistics  # loaded by the first question
+
         idle = busy = waiters = 0
         for pool in self._pools.values():
             idle += len(pool.idle)

@@ -15,29 +15,27 @@ IP network in CIDR form.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import attrs
-
-from .._record import Value
-from ._errors import ProxyError
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from ._proxy_url import Proxy as Proxy
+    from ._proxy_url import parse_proxy_url as parse_proxy_url
 
 __all__ = ["Proxy", "environ_proxies", "no_proxy_matches", "parse_proxy_url", "select_proxy"]
 
 _VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "no_proxy")
 
 
-@attrs.frozen(eq=False, repr=False)
-class Proxy(Value):
-    """An ``http://`` proxy to send requests through."""
+def __getattr__(name: str) -> Any:
+    # A proxy URL is read by code that loads with the first request that has a proxy
+    # (sluice.transport._proxy_url).
+    if name in ("Proxy", "parse_proxy_url"):
+        from . import _proxy_url
 
-    host: str
-    port: int
-    authorization: str | None = attrs.field(default=None, repr=False)
-    """The ``Proxy-Authorization`` header value, from credentials in the proxy URL."""
+        return getattr(_proxy_url, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def environ_proxies(environ: Mapping[str, str]) -> dict[str, str]:
@@ -48,47 +46,6 @@ def environ_proxies(environ: Mapping[str, str]) -> dict[str, str]:
         if value and value.strip():
             found[name] = value.strip()
     return found
-
-
-def parse_proxy_url(url: str) -> Proxy:
-    """Parse ``http://[user:password@]host[:port]`` (a missing scheme means ``http``).
-
-    Raises:
-        ProxyError: another scheme, or a malformed URL. The message never repeats credentials.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "http", url
-    scheme = scheme.lower()
-    if scheme != "http":
-        raise ProxyError(
-            f"proxy scheme {scheme + '://'!r} is not supported by the fast transport (it "
-            'supports http:// proxies); set transport = "httpx" for this provider instead'
-        )
-    authority = rest.split("/", 1)[0]
-    userinfo, at, hostport = authority.rpartition("@")
-    authorization = None
-    if at:
-        import base64
-        from urllib.parse import unquote
-
-        user, _, password = userinfo.partition(":")
-        token = f"{unquote(user)}:{unquote(password)}".encode()
-        authorization = "Basic " + base64.b64encode(token).decode("ascii")
-    if hostport.startswith("["):
-        close = hostport.find("]")
-        tail = hostport[close + 1 :] if close > 0 else "?"
-        host, port_text = hostport[1:close], tail[1:]
-        if tail and not tail.startswith(":"):
-            host = ""
-    else:
-        host, _, port_text = hostport.partition(":")
-    if not host or (port_text and not (port_text.isascii() and port_text.isdigit())):
-        raise ProxyError("the proxy URL is malformed (expected http://host:port)")
-    port = int(port_text) if port_text else 80
-    if not 0 < port < 65536:
-        raise ProxyError("the proxy URL has an invalid port")
-    return Proxy(host.lower(), port, authorization)
 
 
 def no_proxy_matches(no_proxy: str, host: str, port: int) -> bool:
@@ -151,4 +108,6 @@ def select_proxy(
         url = settings.get(f"{scheme}_proxy") or settings.get("all_proxy")
     if not url:
         return None
+    from ._proxy_url import parse_proxy_url  # a request that goes through a proxy
+
     return parse_proxy_url(url)
