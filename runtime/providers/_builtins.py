@@ -558,7 +558,9 @@ class _Builtins(Mapping[str, ProviderDefinition]):
         key = _ALIASES.get(name, name)
         made = self._made.get(key)
         if made is None:
-            made = self._made[key] = _MAKERS[key]()  # KeyError: not a builtin
+            # setdefault: two threads (sluice.sync) building the same one at once both get
+            # the one kept, as with the module constant this table replaced.
+            made = self._made.setdefault(key, _MAKERS[key]())  # KeyError: not a builtin
         return made
 
     def __iter__(self) -> Iterator[str]:
@@ -578,5 +580,6 @@ BUILTIN_BY_ID: Final[Mapping[str, ProviderDefinition]] = _Builtins()
 def __getattr__(name: str) -> Any:
     # BUILTINS builds every definition: it is made when first asked for (a listing, the CLI).
     if name == "BUILTINS":
-        return tuple(BUILTIN_BY_ID[i] for i in _MAKERS)
+        builtins = globals().setdefault("BUILTINS", tuple(BUILTIN_BY_ID[i] for i in _MAKERS))
+        return builtins
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
