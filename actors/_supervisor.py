@@ -57,7 +57,6 @@ from sluice._events import (
 from sluice._ledger.hold import BudgetClaim
 from sluice._mail import (
     Admission,
-    AttemptFailed,
     AttemptOutcome,
     AttemptSucceeded,
     Call,
@@ -79,7 +78,7 @@ if TYPE_CHECKING:
 
     from sluice._call_step import Ending, Seen
     from sluice._embeddings import EmbedResult
-    from sluice._mail_rare import AttemptLost, ConsumerGone
+    from sluice._mail_rare import AttemptFailed, AttemptLost, ConsumerGone
     from sluice._protocols.base import AttemptOutput
     from sluice._retry_policy import CallState
 
@@ -532,6 +531,17 @@ class _CallRun:
                     assert isinstance(fixed, ToolCallError)
                     return steps.Misfired(fixed, route.prepared, outcome.delivered)
                 return Won(self._result(route, outcome, output, admission.at, now))
+            case _:
+                return self._setback(route, ticket, outcome)
+
+    def _setback(
+        self, route: Call, ticket: Ticket, outcome: AttemptFailed | ConsumerGone | AttemptLost
+    ) -> Seen:
+        """The attempt failed, its consumer left, or it was lost (their classes load with the
+        first: sluice._mail_rare)."""
+        from sluice._mail_rare import AttemptFailed, AttemptLost, ConsumerGone
+
+        match outcome:
             case AttemptFailed(error=error, delivered=delivered):
                 if self.call.abandoned:
                     # The consumer left as the attempt failed (its cancel may surface as a
@@ -543,14 +553,6 @@ class _CallRun:
                     ticket.failed(self.clock(), describe(error))
                     self._share_breaker(route)
                 return steps.Failure(error, delivered)
-            case _:
-                return self._gone_or_lost(route, outcome)
-
-    def _gone_or_lost(self, route: Call, outcome: ConsumerGone | AttemptLost) -> Seen:
-        """The consumer left, or the attempt was lost (their classes load with the first)."""
-        from sluice._mail_rare import AttemptLost, ConsumerGone
-
-        match outcome:
             case ConsumerGone():
                 return LEFT
             case AttemptLost(delivered=delivered):
@@ -639,8 +641,8 @@ def _lead_went_out(outcome: AttemptOutcome) -> bool:
     any, when a success noted its first token)."""
     if isinstance(outcome, AttemptSucceeded):
         return outcome.first_token_at is not None
+    from sluice._mail_rare import AttemptFailed, AttemptLost  # loaded by a setback
+
     if isinstance(outcome, AttemptFailed):
         return outcome.delivered > 0
-    from sluice._mail_rare import AttemptLost  # else the consumer left: the lead went out
-
-    return not isinstance(outcome, AttemptLost) or outcome.delivered > 0
+    return not isinstance(outcome, AttemptLost) or outcome.delivered > 0  # a consumer gone: yes
