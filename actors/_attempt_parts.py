@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice._errors import CallError, CallTimeout, ConnectionFailed, ProtocolError, StreamBroken
+from sluice._errors import CallError, ConnectionFailed, ProtocolError
 from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported, signature_events
 from sluice.transport._errors import (
     ConnectError,
@@ -70,6 +70,8 @@ def call_error(exc: TransportError, *, begun: bool, delivered: int) -> CallError
     :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
     proxy or network fault can cause them once. The transport's exception is its cause.
     """
+    from sluice._errors import CallTimeout, StreamBroken  # loaded by a failure
+
     error: CallError
     if isinstance(exc, ConnectTimeout):
         error = CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect")

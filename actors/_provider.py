@@ -18,16 +18,9 @@ import attrs
 import orjson
 import trio
 
+import sluice._errors as errors
 from sluice._content_length import BadContentLength, parse_content_length
-from sluice._errors import (
-    BadRequest,
-    CallError,
-    CallTimeout,
-    Overloaded,
-    ProtocolError,
-    RateLimited,
-    StreamBroken,
-)
+from sluice._errors import BadRequest, CallError, Overloaded, ProtocolError
 from sluice._events import (
     CallEvent,
     DeltaEvent,
@@ -60,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
+    from sluice._errors import CallTimeout
     from sluice._mail_rare import AttemptFailed, ConsumerGone, ReloadProvider
     from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
@@ -325,8 +319,10 @@ class _Attempt:
         if isinstance(outcome, AttemptSucceeded):
             return Settle(ticket, "ok", outcome.output.usage, headers=self.headers)
         failed = attempt_failure(outcome)
-        error = failed.error if failed is not None else None
-        if isinstance(error, RateLimited):
+        if failed is None:  # cancelled, or the consumer left
+            return Settle(ticket, "failed", usage, headers=self.headers)
+        error = failed.error
+        if isinstance(error, errors.RateLimited):  # (its class loads with a failure's)
             return Settle(
                 ticket,
                 "rate_limited",
@@ -413,6 +409,8 @@ class _Attempt:
 
     def _timeout(self) -> CallTimeout:
         """Which deadline fired, told apart by the clock."""
+        from sluice._errors import CallTimeout  # loaded by the first timeout
+
         call = self.call
         now = trio.current_time()
         if now >= call.deadline:
@@ -439,6 +437,8 @@ class _Attempt:
         return self._idle_timeout()
 
     def _idle_timeout(self) -> CallTimeout:
+        from sluice._errors import CallTimeout
+
         if self.idle_floor:
             return CallTimeout(
                 f"no progress for {self.idle:g} s in the middle of the reply "
@@ -587,7 +587,7 @@ class _Attempt:
             del data, events, batch  # delivered: an open stream holds none of it while it waits
         try:
             return decoder.finish()
-        except StreamBroken as exc:
+        except errors.StreamBroken as exc:  # (looked up only when something was raised)
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
     async def _read_quietly(self, response: HotResponse, decoder: Any) -> AttemptOutput:
@@ -631,7 +631,7 @@ class _Attempt:
             self.usage_seen = decoder.usage_seen
         try:
             return decoder.finish()  # type: ignore[no-any-return]
-        except StreamBroken as exc:
+        except errors.StreamBroken as exc:  # (looked up only when something was raised)
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
     async def _whole_body(self, response: HotResponse) -> bytes:

@@ -32,17 +32,11 @@ import attrs
 import trio
 
 import sluice._call_step as steps
+import sluice._errors as errors
 from sluice._breaker import NO_TICKET, Ticket
 from sluice._call_result import chat_result, forced_call_deltas
 from sluice._call_step import LEFT, READY, Go, Leave, Left, Tries, Won, first_tries, step
-from sluice._errors import (
-    CallError,
-    CallTimeout,
-    ConnectionFailed,
-    InternalError,
-    SluiceError,
-    ToolCallError,
-)
+from sluice._errors import CallError, ConnectionFailed, InternalError, SluiceError
 from sluice._events import (
     Admitted,
     CallEvent,
@@ -499,6 +493,8 @@ class _CallRun:
 
     def _not_admitted(self, route: Call) -> steps.Failure | steps.WaitedOut:
         """The wait for admission ran out: the call's max_wait, or its total deadline."""
+        from sluice._errors import CallTimeout  # loaded by the first wait that runs out
+
         call = self.call
         if self.clock() < call.deadline:
             waited = CallTimeout(
@@ -525,10 +521,10 @@ class _CallRun:
                     return Won(self._embed_result(route, outcome, admission.at))
                 try:
                     output = self._finalize(route, outcome.output)  # type: ignore[arg-type]
-                except ToolCallError as exc:
+                except errors.ToolCallError as exc:  # (looked up only when one was raised)
                     assert route.prepared is not None
                     fixed = self._fix(exc, route)
-                    assert isinstance(fixed, ToolCallError)
+                    assert isinstance(fixed, errors.ToolCallError)
                     return steps.Misfired(fixed, route.prepared, outcome.delivered)
                 return Won(self._result(route, outcome, output, admission.at, now))
             case _:

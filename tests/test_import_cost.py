@@ -66,6 +66,7 @@ NOT_FOR_A_CALL = (
     # The actors' messages a call that goes through at once never sends, the ledger's
     # questions and answers, a quota store's rarer answers, the groups' statistics.
     "sluice._mail_rare",
+    "sluice._errors.rare",  # the errors with fields of their own: a failure loads them
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
@@ -155,6 +156,7 @@ NOT_FOR_A_PLAIN_CALL = (
     # actors' rarer messages, no ledger question or summary, no store refusal or budget ask,
     # no statistics.
     "sluice._mail_rare",
+    "sluice._errors.rare",  # no 429, no stream cut short, no deadline passed, no misfire
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
@@ -234,7 +236,7 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 103
+CHAT_PATH_ATTRS_CLASSES = 99
 CHAT_PATH_SLUICE_MODULES = 76
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
@@ -251,8 +253,9 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own. Lowered to 103, and the first call's with it: a failed attempt's
-outcome loads with the first failure.)"""
+result, no class of its own. Lowered to 99, and the first call's with it: a failed attempt's
+outcome loads with the first failure, and the errors with fields of their own with the
+first of them.)"""
 
 _COUNT = """
 import json, sys
@@ -314,8 +317,13 @@ RARELY_BUILT = frozenset(
         "DeploymentStatistics",
         # A cache hit's answer (now the cached result itself).
         "Replay",
-        # A failed attempt's outcome (sluice._mail_rare).
+        # A failed attempt's outcome (sluice._mail_rare), and the errors with fields of their
+        # own (sluice._errors.rare): a 429, a stream cut short, a deadline, a tool-call misfire.
         "AttemptFailed",
+        "CallTimeout",
+        "RateLimited",
+        "StreamBroken",
+        "ToolCallError",
     }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
@@ -323,7 +331,7 @@ gone, an attempt lost, statistics, a reload, a ledger question, a window or budg
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 103
+FIRST_CALL_ATTRS_CLASSES = 99
 FIRST_CALL_SLUICE_MODULES = 92
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
@@ -341,6 +349,7 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
     assert "sluice._protocols.openai" in found["call_loaded"]  # the count sees the call's own
     rare = (
         "sluice._mail_rare",
+        "sluice._errors.rare",
         "sluice._ledger.summary",
         "sluice._limits.store_rare",
         "sluice.transport._statistics",
@@ -380,6 +389,8 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     """The rarer classes live in modules of their own, and the modules that held them still
     serve them (PEP 562), as the same objects sluice's public names are (the ledger's
     questions and answers moved with the functions that answer them)."""
+    import sluice._errors
+    import sluice._errors.rare as rare_errors
     import sluice._ledger
     import sluice._ledger.summary as summary
     import sluice._limits.store as store
@@ -391,6 +402,9 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
 
     for name in _mail_rare.__all__:
         assert getattr(mail, name) is getattr(_mail_rare, name)
+    for name in rare_errors.__all__:
+        assert getattr(sluice, name) is getattr(sluice._errors, name) is getattr(rare_errors, name)
+        assert issubclass(getattr(rare_errors, name), sluice.CallError)
     assert sluice.KeyStatistics is mail.KeyStatistics
     assert sluice.LedgerSummary is sluice._ledger.LedgerSummary is summary.LedgerSummary
     assert sluice.stores.LedgerQuery is summary.LedgerQuery

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from .._errors import CallError, ProtocolError, StreamBroken
+from .._errors import CallError, ProtocolError
 from .._events import (
     DeltaEvent,
     ReasoningDelta,
@@ -328,6 +328,8 @@ class OpenAIStreamDecoder:
         if not self._done:
             self._read_tail()
         if not self._done and self._finish_reason is None:
+            from .._errors import StreamBroken  # loaded by a stream cut short
+
             raise StreamBroken(
                 f"the stream ended after {self._chunks} chunks without a finish reason or [DONE]",
                 events_delivered=self._chunks,
