@@ -19,17 +19,10 @@ import orjson
 import trio
 
 import sluice._errors as errors
+import sluice._events as event_kinds
 from sluice._content_length import BadContentLength, parse_content_length
 from sluice._errors import BadRequest, CallError, Overloaded, ProtocolError
-from sluice._events import (
-    CallEvent,
-    DeltaEvent,
-    FirstToken,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-)
+from sluice._events import FirstToken, TextDelta, UsageReported
 from sluice._mail import (
     AttemptOutcome,
     AttemptSucceeded,
@@ -54,6 +47,7 @@ if TYPE_CHECKING:
 
     from sluice._embeddings import EmbedOutput
     from sluice._errors import CallTimeout
+    from sluice._events import CallEvent, DeltaEvent
     from sluice._mail_rare import AttemptFailed, ConsumerGone, ReloadProvider
     from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
@@ -267,15 +261,18 @@ class _Attempt:
         self.arguments = argument_streams(msg.call)
         """Shapes the consumer's deltas of a call with tools (see :func:`argument_streams`)."""
 
-    def _tally(self, events: list[DeltaEvent]) -> None:
-        for event in events:
+    def _tally(self, decoded: list[DeltaEvent]) -> None:
+        for event in decoded:
             kind = type(event)
-            if kind is TextDelta or kind is ReasoningDelta:  # every chunk: no union built
+            if kind is TextDelta:  # every chunk: no union built
                 self.output_chars += len(event.text)  # type: ignore[union-attr]
-            elif isinstance(event, ToolCallDelta):
-                self.output_chars += len(event.arguments) + len(event.name or "")
             elif isinstance(event, UsageReported):
                 self.usage_seen = event.usage
+            # The rarer kinds last: their classes load with the first (sluice._events.rare).
+            elif kind is event_kinds.ReasoningDelta:
+                self.output_chars += len(event.text)  # type: ignore[union-attr]
+            elif isinstance(event, event_kinds.ToolCallDelta):
+                self.output_chars += len(event.arguments) + len(event.name or "")
 
     def usage(self, outcome: AttemptOutcome | None) -> RecordUsage | None:
         """What to tell the TokenLedger this attempt used (None: nothing was generated).

@@ -25,7 +25,6 @@ import attrs
 import trio
 
 from ._config import RateLimitConfig
-from ._events import CallEvent
 from ._ledger.book import LedgerTotals
 from ._limits.cost import Cost
 from ._limits.queue import Priority
@@ -37,6 +36,7 @@ from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
     from ._embeddings import EmbedOutput, EmbedRequest  # noqa: TC004 (a chat never loads them)
+    from ._events import CallEvent  # noqa: TC004 (only a type: it loads with the rarer events)
     from ._ledger.hold import BudgetClaim  # noqa: TC004 (only a type here)
     from ._mail_rare import AttemptFailed as AttemptFailed
     from ._mail_rare import AttemptLost as AttemptLost
@@ -117,11 +117,20 @@ def __getattr__(name: str) -> Any:
         from . import _mail_rare
 
         return getattr(_mail_rare, name)
+    if name == "EventBatch":
+        # Made from the union of every event, which loads with the rarer events: kept here
+        # once made, so it is one object however often asked for.
+        from ._events import CallEvent
+
+        batch = globals()["EventBatch"] = Sequence[CallEvent]
+        return batch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-EventBatch: TypeAlias = Sequence[CallEvent]
-"""Events travel to the consumer in batches: every event decoded from one network read."""
+if TYPE_CHECKING:
+    EventBatch: TypeAlias = Sequence[CallEvent]
+    """Events travel to the consumer in batches: every event decoded from one network read
+    (a ``Sequence`` of :data:`~sluice._events.CallEvent`, made when first asked for)."""
 
 
 class EventSink(Protocol):
