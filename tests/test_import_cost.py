@@ -444,3 +444,46 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     assert sluice.stores.BudgetRefused is store.BudgetRefused
     assert sluice.DeploymentStatistics is routing.DeploymentStatistics
     assert sluice.transport.TransportStatistics is sluice.transport._pool.TransportStatistics
+
+
+_TELLING = """
+import json, sys
+from sluice._errors import ServerError
+from sluice._events import signature_events
+from sluice._mail import AttemptSucceeded, attempt_failure
+from sluice._messages import Message, ReasoningPart, TextPart
+from sluice._protocols.base import AttemptOutput
+
+plain = Message(role="assistant", content=[ReasoningPart(text="thought"), TextPart(text="hi")])
+won = AttemptSucceeded(AttemptOutput(message=plain, finish_reason="stop"), None, None, 0)
+common = [attempt_failure(won), attempt_failure(None), signature_events("c", plain)]
+before = sorted(m for m in sys.modules if m.endswith("rare"))
+from sluice._mail import AttemptFailed
+from sluice._mail_rare import AttemptLost, ConsumerGone
+
+failed = AttemptFailed(ServerError("down"), 2)
+signed = Message(
+    role="assistant",
+    content=[ReasoningPart(text="a", signature="s1"), ReasoningPart(text="", signature="s2")],
+)
+print(json.dumps({
+    "common": [x is None or x == [] for x in common],
+    "before": before,
+    "failed": attempt_failure(failed) is failed,
+    "others": [attempt_failure(ConsumerGone()), attempt_failure(AttemptLost(1))],
+    "signed": [(e.signature, e.redacted) for e in signature_events("c", signed)],
+}))
+"""
+
+
+def test_telling_a_success_apart_loads_none_of_the_rarer_classes() -> None:
+    """A success's outcome and a whole reply without signed reasoning are told apart without
+    looking up a rarer class; a failure, a consumer gone and an attempt lost are told apart as
+    before, and signed reasoning still gives its events (their module loads then)."""
+    done = subprocess.run([sys.executable, "-c", _TELLING], capture_output=True, check=True)
+    found = orjson.loads(done.stdout)
+    assert found["common"] == [True, True, True]
+    assert found["before"] == []
+    assert found["failed"] is True
+    assert found["others"] == [None, None]
+    assert found["signed"] == [["s1", False], ["s2", True]]
