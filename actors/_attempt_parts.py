@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice._errors import CallError, CallTimeout, ConnectionFailed, ProtocolError, StreamBroken
-from sluice._events import ReasoningDelta, TextDelta, ToolCallDelta, UsageReported, signature_events
+import sluice._events as events
+from sluice._errors import CallError, ConnectionFailed, ProtocolError
+from sluice._events import TextDelta, UsageReported, signature_events
 from sluice.transport._errors import (
     ConnectError,
     ConnectTimeout,
@@ -51,13 +52,15 @@ async def read_into(pieces: list[bytes], response: HotResponse, limit: int | Non
 def events_from_output(call_id: str, output: AttemptOutput) -> Iterator[DeltaEvent]:
     """The deltas a streamed reply would have carried, for a reply that came whole."""
     message = output.message
-    if message.reasoning:
-        yield ReasoningDelta(call_id, message.reasoning)
+    if message.reasoning:  # (the rarer kinds' classes load with the first: sluice._events.rare)
+        yield events.ReasoningDelta(call_id, message.reasoning)
     yield from signature_events(call_id, message)
     if message.text:
         yield TextDelta(call_id, message.text)
     for index, tool_call in enumerate(message.tool_calls):
-        yield ToolCallDelta(call_id, index, tool_call.id, tool_call.name, tool_call.arguments)
+        yield events.ToolCallDelta(
+            call_id, index, tool_call.id, tool_call.name, tool_call.arguments
+        )
     if output.usage is not None:
         yield UsageReported(call_id, output.usage)
 
@@ -70,6 +73,8 @@ def call_error(exc: TransportError, *, begun: bool, delivered: int) -> CallError
     :class:`ConnectionFailed` (before the reply) or :class:`StreamBroken` (during it), since a
     proxy or network fault can cause them once. The transport's exception is its cause.
     """
+    from sluice._errors import CallTimeout, StreamBroken  # loaded by a failure
+
     error: CallError
     if isinstance(exc, ConnectTimeout):
         error = CallTimeout(f"connecting timed out: {exc}", timeout_kind="connect")

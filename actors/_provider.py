@@ -18,33 +18,19 @@ import attrs
 import orjson
 import trio
 
+import sluice._errors as errors
+import sluice._events as event_kinds
 from sluice._content_length import BadContentLength, parse_content_length
-from sluice._errors import (
-    BadRequest,
-    CallError,
-    CallTimeout,
-    Overloaded,
-    ProtocolError,
-    RateLimited,
-    StreamBroken,
-)
-from sluice._events import (
-    CallEvent,
-    DeltaEvent,
-    FirstToken,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-)
+from sluice._errors import BadRequest, CallError, Overloaded, ProtocolError
+from sluice._events import FirstToken, TextDelta, UsageReported
 from sluice._mail import (
-    AttemptFailed,
     AttemptOutcome,
     AttemptSucceeded,
     ProviderMsg,
     RecordUsage,
     Settle,
     StartAttempt,
+    attempt_failure,
 )
 from sluice._messages import Usage
 from sluice._protocols.decode_shared import FOREIGN, STREAM, foreign_reply, reply_form, too_large
@@ -60,7 +46,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice._embeddings import EmbedOutput
-    from sluice._mail_rare import ConsumerGone, ReloadProvider
+    from sluice._errors import CallTimeout
+    from sluice._events import CallEvent, DeltaEvent
+    from sluice._mail_rare import AttemptFailed, ConsumerGone, ReloadProvider
     from sluice._protocols.base import AttemptOutput, HttpRequest, StreamDecoder
     from sluice.transport._base import HotResponse
 
@@ -168,7 +156,8 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
             usage = attempt.usage(outcome)
             if usage is not None:
                 await ctx.ledger.record(usage)
-            if observer is not None and not isinstance(outcome, AttemptFailed):
+            failed = attempt_failure(outcome)
+            if observer is not None and failed is None:
                 observer.attempt_ended(
                     watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
                 )
@@ -176,15 +165,15 @@ async def _serve_attempt(ctx: ProviderContext, msg: StartAttempt) -> None:
                 from sluice._mail_rare import AttemptLost
 
                 _reply(msg, AttemptLost(attempt.delivered))
-        if isinstance(outcome, AttemptFailed):
+        if failed is not None:
             call = msg.call
             # The boundary where server text enters sluice's errors: no key passes it, nor a
             # secret the call sent in its own headers (looked for only off the success path).
             own = call.embed.extra_headers if call.embed is not None else call.request.extra_headers
-            error = redact_error(outcome.error, with_headers(state.secrets, own)).in_context(
+            error = redact_error(failed.error, with_headers(state.secrets, own)).in_context(
                 call_id=call.call_id, provider=ctx.spec.name, model=call.model, attempt=msg.attempt
             )
-            outcome = AttemptFailed(error, outcome.delivered)
+            outcome = _failed(error, failed.delivered)
             if observer is not None:  # told the redacted error: it goes to logs and hooks
                 observer.attempt_ended(
                     watch, msg, outcome, attempt.first_token_at, usage, attempt.delivered
@@ -200,6 +189,13 @@ def _consumer_gone() -> ConsumerGone:
     from sluice._mail_rare import ConsumerGone
 
     return ConsumerGone()
+
+
+def _failed(error: CallError, delivered: int) -> AttemptFailed:
+    """The outcome of an attempt that failed (its class loads with the first)."""
+    from sluice._mail_rare import AttemptFailed
+
+    return AttemptFailed(error, delivered)
 
 
 def _reply(msg: StartAttempt, outcome: AttemptOutcome) -> None:
@@ -265,15 +261,18 @@ class _Attempt:
         self.arguments = argument_streams(msg.call)
         """Shapes the consumer's deltas of a call with tools (see :func:`argument_streams`)."""
 
-    def _tally(self, events: list[DeltaEvent]) -> None:
-        for event in events:
+    def _tally(self, decoded: list[DeltaEvent]) -> None:
+        for event in decoded:
             kind = type(event)
-            if kind is TextDelta or kind is ReasoningDelta:  # every chunk: no union built
+            if kind is TextDelta:  # every chunk: no union built
                 self.output_chars += len(event.text)  # type: ignore[union-attr]
-            elif isinstance(event, ToolCallDelta):
-                self.output_chars += len(event.arguments) + len(event.name or "")
             elif isinstance(event, UsageReported):
                 self.usage_seen = event.usage
+            # The rarer kinds last: their classes load with the first (sluice._events.rare).
+            elif kind is event_kinds.ReasoningDelta:
+                self.output_chars += len(event.text)  # type: ignore[union-attr]
+            elif isinstance(event, event_kinds.ToolCallDelta):
+                self.output_chars += len(event.arguments) + len(event.name or "")
 
     def usage(self, outcome: AttemptOutcome | None) -> RecordUsage | None:
         """What to tell the TokenLedger this attempt used (None: nothing was generated).
@@ -314,22 +313,24 @@ class _Attempt:
         """
         ticket = self.msg.ticket
         usage = None if self.first_token_at is not None else Usage()
-        match outcome:
-            case AttemptSucceeded(output=output):
-                return Settle(ticket, "ok", output.usage, headers=self.headers)
-            case AttemptFailed(error=RateLimited() as error):
-                return Settle(
-                    ticket,
-                    "rate_limited",
-                    usage,
-                    wait=error.retry_after,
-                    quota=error.quota == "quota",
-                    headers=self.headers,
-                )
-            case AttemptFailed(error=Overloaded()):
-                return Settle(ticket, "overloaded", usage, headers=self.headers)
-            case _:
-                return Settle(ticket, "failed", usage, headers=self.headers)
+        if isinstance(outcome, AttemptSucceeded):
+            return Settle(ticket, "ok", outcome.output.usage, headers=self.headers)
+        failed = attempt_failure(outcome)
+        if failed is None:  # cancelled, or the consumer left
+            return Settle(ticket, "failed", usage, headers=self.headers)
+        error = failed.error
+        if isinstance(error, errors.RateLimited):  # (its class loads with a failure's)
+            return Settle(
+                ticket,
+                "rate_limited",
+                usage,
+                wait=error.retry_after,
+                quota=error.quota == "quota",
+                headers=self.headers,
+            )
+        if isinstance(error, Overloaded):
+            return Settle(ticket, "overloaded", usage, headers=self.headers)
+        return Settle(ticket, "failed", usage, headers=self.headers)
 
     async def run(self) -> AttemptOutcome:
         """The attempt, under ONE cancel scope whose deadline moves as the stream goes.
@@ -391,9 +392,9 @@ class _Attempt:
                 request_id = self.headers.get("x-request-id") or self.headers.get("request-id")
                 return AttemptSucceeded(output, self.first_token_at, request_id, self.delivered)
             except CallError as exc:
-                return AttemptFailed(exc, self.delivered)
+                return _failed(exc, self.delivered)
             except TransportError as exc:
-                return AttemptFailed(
+                return _failed(
                     call_error(exc, begun=self.headers is not None, delivered=self.delivered),
                     self.delivered,
                 )
@@ -401,10 +402,12 @@ class _Attempt:
                 return _consumer_gone()
         if call.abandoned:
             return _consumer_gone()
-        return AttemptFailed(self._timeout(), self.delivered)
+        return _failed(self._timeout(), self.delivered)
 
     def _timeout(self) -> CallTimeout:
         """Which deadline fired, told apart by the clock."""
+        from sluice._errors import CallTimeout  # loaded by the first timeout
+
         call = self.call
         now = trio.current_time()
         if now >= call.deadline:
@@ -431,6 +434,8 @@ class _Attempt:
         return self._idle_timeout()
 
     def _idle_timeout(self) -> CallTimeout:
+        from sluice._errors import CallTimeout
+
         if self.idle_floor:
             return CallTimeout(
                 f"no progress for {self.idle:g} s in the middle of the reply "
@@ -527,7 +532,7 @@ class _Attempt:
         verdict = headers.get("x-should-retry")
         if verdict in ("true", "false"):
             error = attrs.evolve(error, should_retry=verdict == "true")
-        return AttemptFailed(error, 0)
+        return _failed(error, 0)
 
     async def _first_chunk(self) -> list[CallEvent]:
         """Note the first chunk: free the pending slot and build the FirstToken event."""
@@ -579,7 +584,7 @@ class _Attempt:
             del data, events, batch  # delivered: an open stream holds none of it while it waits
         try:
             return decoder.finish()
-        except StreamBroken as exc:
+        except errors.StreamBroken as exc:  # (looked up only when something was raised)
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
     async def _read_quietly(self, response: HotResponse, decoder: Any) -> AttemptOutput:
@@ -623,7 +628,7 @@ class _Attempt:
             self.usage_seen = decoder.usage_seen
         try:
             return decoder.finish()  # type: ignore[no-any-return]
-        except StreamBroken as exc:
+        except errors.StreamBroken as exc:  # (looked up only when something was raised)
             raise attrs.evolve(exc, events_delivered=self.delivered) from None
 
     async def _whole_body(self, response: HotResponse) -> bytes:

@@ -32,32 +32,16 @@ import attrs
 import trio
 
 import sluice._call_step as steps
+import sluice._errors as errors
+import sluice._events as events
 from sluice._breaker import NO_TICKET, Ticket
 from sluice._call_result import chat_result, forced_call_deltas
 from sluice._call_step import LEFT, READY, Go, Leave, Left, Tries, Won, first_tries, step
-from sluice._errors import (
-    CallError,
-    CallTimeout,
-    ConnectionFailed,
-    InternalError,
-    SluiceError,
-    ToolCallError,
-)
-from sluice._events import (
-    Admitted,
-    CallEvent,
-    Completed,
-    Embedded,
-    Failed,
-    FallingBack,
-    Queued,
-    Retrying,
-    StreamReset,
-)
+from sluice._errors import CallError, ConnectionFailed, InternalError, SluiceError
+from sluice._events import Completed
 from sluice._ledger.hold import BudgetClaim
 from sluice._mail import (
     Admission,
-    AttemptFailed,
     AttemptOutcome,
     AttemptSucceeded,
     Call,
@@ -79,7 +63,8 @@ if TYPE_CHECKING:
 
     from sluice._call_step import Ending, Seen
     from sluice._embeddings import EmbedResult
-    from sluice._mail_rare import AttemptLost, ConsumerGone
+    from sluice._events import CallEvent
+    from sluice._mail_rare import AttemptFailed, AttemptLost, ConsumerGone
     from sluice._protocols.base import AttemptOutput
     from sluice._retry_policy import CallState
 
@@ -166,7 +151,7 @@ async def _fail_on_bug(call: Call, exc: Exception) -> None:
         f"sluice failed internally ({type(exc).__name__}); see the log"
     ).in_context(call_id=call.call_id, provider=call.provider.name, model=call.model, attempt=0)
     try:
-        await put(call.events, (Failed(call.call_id, error),))
+        await put(call.events, (events.Failed(call.call_id, error),))
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
@@ -193,26 +178,26 @@ class _CallRun:
         self.backend_ttft: float | None = None
         """Admission to first token of the winning attempt (the backend's own latency)."""
 
-    async def _emit(self, *events: CallEvent) -> None:
-        """Send the pending events and ``events`` to the consumer as one batch (to a quiet
+    async def _emit(self, *said: CallEvent) -> None:
+        """Send the pending events and ``said`` to the consumer as one batch (to a quiet
         consumer only the call's end: nothing is ever pending for it)."""
         if self.call.quiet:
-            ends = [e for e in events if isinstance(e, _ENDS)]
+            ends = [e for e in said if _is_end(e)]
             if ends:
                 await put(self.call.events, ends)
             return
-        batch = [*self.pending, *events]
+        batch = [*self.pending, *said]
         self.pending = ()
         if batch:
             await put(self.call.events, batch)
 
-    async def _start_over(self, reset: bool, error: CallError, *events: CallEvent) -> None:
+    async def _start_over(self, reset: bool, error: CallError, *said: CallEvent) -> None:
         """Tell the consumer the attempt starts over: ``StreamReset`` first when it had
-        deltas to discard, then ``events`` (nothing at all when there is nothing to say)."""
+        deltas to discard, then ``said`` (nothing at all when there is nothing to say)."""
         if reset:
-            events = (StreamReset(self.call.call_id, self.attempt, error.message), *events)
-        if events:
-            await self._emit(*events)
+            said = (events.StreamReset(self.call.call_id, self.attempt, error.message), *said)
+        if said:
+            await self._emit(*said)
 
     def _fix(self, error: CallError, route: Call) -> CallError:
         return error.in_context(
@@ -263,7 +248,7 @@ class _CallRun:
                             *forced_call_deltas(route, result), Completed(call.call_id, result)
                         )
                     else:  # an embedding call's
-                        await self._emit(Embedded(call.call_id, result))
+                        await self._emit(events.Embedded(call.call_id, result))
                     return
                 case Leave():
                     return
@@ -276,7 +261,7 @@ class _CallRun:
                         now = self.clock()
                         peers.routing.moved(call.group, model, chain[index + 1], now, error)
                         self.deployment = chain[index + 1]
-                    moving = FallingBack(call.call_id, model, chain[index + 1], error)
+                    moving = events.FallingBack(call.call_id, model, chain[index + 1], error)
                     await self._start_over(reset, error, moving)
                 case steps.GiveUp(error=error, refused=refused):
                     self.attempt += refused
@@ -304,7 +289,7 @@ class _CallRun:
         await self.peers.ledger.record(
             RecordCall(route.provider.name, route.model, False, self.attempt, self.call.request.tag)
         )
-        await self._emit(Failed(self.call.call_id, error))
+        await self._emit(events.Failed(self.call.call_id, error))
 
     async def _through_model(self, route: Call, tries: Tries) -> Ending:
         """Attempts against one model until :func:`~sluice._call_step.step` ends the call's
@@ -344,12 +329,12 @@ class _CallRun:
                 ):
                     if spend:
                         budget.try_retry(now)
-                    retrying = Retrying(call.call_id, self.attempt, delay, error)
+                    retrying = events.Retrying(call.call_id, self.attempt, delay, error)
                     await self._start_over(reset, error, retrying)
                     await self._pause(delay)
                 case steps.Correct(error=error, reset=reset, tries=tries):
                     self.corrected += 1
-                    retrying = Retrying(call.call_id, self.attempt, 0.0, error)
+                    retrying = events.Retrying(call.call_id, self.attempt, 0.0, error)
                     await self._start_over(reset, error, retrying)
                 case steps.Resubmit(error=error, reset=reset, tries=tries):
                     await self._start_over(reset, error)
@@ -449,7 +434,7 @@ class _CallRun:
         peers, call = self.peers, self.call
         quiet = call.quiet  # its consumer never sees Queued or Admitted: none is made
         if not quiet:
-            self.pending = (*self.pending, Queued(call.call_id, self.attempt, now))
+            self.pending = (*self.pending, events.Queued(call.call_id, self.attempt, now))
         waits = tries.waits
         # A waiting call stops waiting for admission at its max_wait (computed only then: this
         # is every call's path).
@@ -486,7 +471,7 @@ class _CallRun:
             return self._not_admitted(route)
         if quiet:
             return admission
-        admitted = Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
+        admitted = events.Admitted(call.call_id, self.attempt, admission.at, admission.at - now)
         self.pending = (*self.pending, admitted)
         if admission.at > now:
             # It waited: tell the consumer now. Otherwise Queued and Admitted ride along
@@ -500,6 +485,8 @@ class _CallRun:
 
     def _not_admitted(self, route: Call) -> steps.Failure | steps.WaitedOut:
         """The wait for admission ran out: the call's max_wait, or its total deadline."""
+        from sluice._errors import CallTimeout  # loaded by the first wait that runs out
+
         call = self.call
         if self.clock() < call.deadline:
             waited = CallTimeout(
@@ -526,12 +513,23 @@ class _CallRun:
                     return Won(self._embed_result(route, outcome, admission.at))
                 try:
                     output = self._finalize(route, outcome.output)  # type: ignore[arg-type]
-                except ToolCallError as exc:
+                except errors.ToolCallError as exc:  # (looked up only when one was raised)
                     assert route.prepared is not None
                     fixed = self._fix(exc, route)
-                    assert isinstance(fixed, ToolCallError)
+                    assert isinstance(fixed, errors.ToolCallError)
                     return steps.Misfired(fixed, route.prepared, outcome.delivered)
                 return Won(self._result(route, outcome, output, admission.at, now))
+            case _:
+                return self._setback(route, ticket, outcome)
+
+    def _setback(
+        self, route: Call, ticket: Ticket, outcome: AttemptFailed | ConsumerGone | AttemptLost
+    ) -> Seen:
+        """The attempt failed, its consumer left, or it was lost (their classes load with the
+        first: sluice._mail_rare)."""
+        from sluice._mail_rare import AttemptFailed, AttemptLost, ConsumerGone
+
+        match outcome:
             case AttemptFailed(error=error, delivered=delivered):
                 if self.call.abandoned:
                     # The consumer left as the attempt failed (its cancel may surface as a
@@ -543,14 +541,6 @@ class _CallRun:
                     ticket.failed(self.clock(), describe(error))
                     self._share_breaker(route)
                 return steps.Failure(error, delivered)
-            case _:
-                return self._gone_or_lost(route, outcome)
-
-    def _gone_or_lost(self, route: Call, outcome: ConsumerGone | AttemptLost) -> Seen:
-        """The consumer left, or the attempt was lost (their classes load with the first)."""
-        from sluice._mail_rare import AttemptLost, ConsumerGone
-
-        match outcome:
             case ConsumerGone():
                 return LEFT
             case AttemptLost(delivered=delivered):
@@ -629,8 +619,12 @@ class _CallRun:
         )
 
 
-_ENDS = (Completed, Failed, Embedded)
-"""The events a quiet consumer gets: a call's end."""
+def _is_end(event: CallEvent) -> bool:
+    """Whether ``event`` ends a call (all a quiet consumer gets): ``Completed``, or, looked up
+    only for another event, ``Failed`` or ``Embedded`` (sluice._events.rare loads then)."""
+    if isinstance(event, Completed):
+        return True
+    return isinstance(event, (events.Failed, events.Embedded))
 
 
 def _lead_went_out(outcome: AttemptOutcome) -> bool:
@@ -639,8 +633,8 @@ def _lead_went_out(outcome: AttemptOutcome) -> bool:
     any, when a success noted its first token)."""
     if isinstance(outcome, AttemptSucceeded):
         return outcome.first_token_at is not None
+    from sluice._mail_rare import AttemptFailed, AttemptLost  # loaded by a setback
+
     if isinstance(outcome, AttemptFailed):
         return outcome.delivered > 0
-    from sluice._mail_rare import AttemptLost  # else the consumer left: the lead went out
-
-    return not isinstance(outcome, AttemptLost) or outcome.delivered > 0
+    return not isinstance(outcome, AttemptLost) or outcome.delivered > 0  # a consumer gone: yes

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._errors import RuntimeClosed
-from ._events import Completed, Failed
+from ._events import Completed
 from ._messages import ChatResult, Timings, Usage
 
 if TYPE_CHECKING:
@@ -86,6 +86,8 @@ def outcome_of(
     last = batch[-1] if batch else None
     if isinstance(last, Completed):
         return last.result, None
+    from ._events import Failed  # (with the first call that did not complete)
+
     if isinstance(last, Failed):
         return None, last.error
     return None, RuntimeClosed(f"call {call_id} ended without a result")

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
+from . import _events as events
 from ._errors import RuntimeClosed
-from ._events import Completed, Failed
+from ._events import Completed
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,7 +61,7 @@ class EventCursor:
         if isinstance(last, Completed):
             self.result = last.result
             self._completed(last.result)
-        elif isinstance(last, Failed):
+        elif isinstance(last, events.Failed):  # (a map's loads the rarer events on a failure)
             self.error = last.error
         return batch
 

@@ -10,9 +10,9 @@ call's path, a channel elsewhere); actors answer with ``send_nowait`` and treat 
 ``reply_to`` (the asker was cancelled) as normal.
 
 The messages a call that goes through at once never sends (a withdrawal, a refusal, a
-consumer gone or an attempt lost, statistics, reloads, the ledger's questions) are defined in
-:mod:`sluice._mail_rare`, loaded when first asked for here (PEP 562); the unions name them as
-text, so they need not exist before then.
+failed attempt, a consumer gone or an attempt lost, statistics, reloads, the ledger's
+questions) are defined in :mod:`sluice._mail_rare`, loaded when first asked for here (PEP
+562); the unions name them as text, so they need not exist before then.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ import attrs
 import trio
 
 from ._config import RateLimitConfig
-from ._errors import CallError
-from ._events import CallEvent
 from ._ledger.book import LedgerTotals
 from ._limits.cost import Cost
 from ._limits.queue import Priority
@@ -38,7 +36,9 @@ from .providers._registry import ResolvedProvider
 
 if TYPE_CHECKING:
     from ._embeddings import EmbedOutput, EmbedRequest  # noqa: TC004 (a chat never loads them)
+    from ._events import CallEvent  # noqa: TC004 (only a type: it loads with the rarer events)
     from ._ledger.hold import BudgetClaim  # noqa: TC004 (only a type here)
+    from ._mail_rare import AttemptFailed as AttemptFailed
     from ._mail_rare import AttemptLost as AttemptLost
     from ._mail_rare import ConsumerGone as ConsumerGone
     from ._mail_rare import FlushLedger as FlushLedger
@@ -71,6 +71,7 @@ __all__ = [
     "AttemptOutcome",
     "AttemptLost",
     "AttemptSucceeded",
+    "attempt_failure",
     "Call",
     "CallControl",
     "Cancellable",
@@ -95,6 +96,7 @@ __all__ = [
 
 _RARE = frozenset(
     (
+        "AttemptFailed",
         "AttemptLost",
         "ConsumerGone",
         "FlushLedger",
@@ -115,11 +117,20 @@ def __getattr__(name: str) -> Any:
         from . import _mail_rare
 
         return getattr(_mail_rare, name)
+    if name == "EventBatch":
+        # Made from the union of every event, which loads with the rarer events: kept here
+        # once made, so it is one object however often asked for.
+        from ._events import CallEvent
+
+        batch = globals()["EventBatch"] = Sequence[CallEvent]
+        return batch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-EventBatch: TypeAlias = Sequence[CallEvent]
-"""Events travel to the consumer in batches: every event decoded from one network read."""
+if TYPE_CHECKING:
+    EventBatch: TypeAlias = Sequence[CallEvent]
+    """Events travel to the consumer in batches: every event decoded from one network read
+    (a ``Sequence`` of :data:`~sluice._events.CallEvent`, made when first asked for)."""
 
 
 class EventSink(Protocol):
@@ -337,17 +348,23 @@ class AttemptSucceeded(Record):
     """Delta events of this attempt that reached the consumer's stream."""
 
 
-@attrs.frozen(eq=False, repr=False)
-class AttemptFailed(Record):
-    error: CallError
-    delivered: int
-    """Delta events of this attempt that already reached the consumer's stream."""
-
-
 AttemptOutcome: TypeAlias = "AttemptSucceeded | AttemptFailed | ConsumerGone | AttemptLost"
 """An attempt's one answer, a value the provider sends and never touches again. The lead
 events went out with the reply's first chunk when deltas were delivered, or when a success
-has a ``first_token_at`` (a whole reply without deltas still sends them)."""
+has a ``first_token_at`` (a whole reply without deltas still sends them). All but a success
+are :mod:`sluice._mail_rare`'s."""
+
+
+def attempt_failure(outcome: AttemptOutcome | None) -> AttemptFailed | None:
+    """``outcome`` if it is an :class:`~sluice._mail_rare.AttemptFailed`, else None.
+
+    Told without looking the class up for a success or for no outcome at all, so that
+    :mod:`sluice._mail_rare` loads with a call's first failure, not on every call's path."""
+    if outcome is None or type(outcome) is AttemptSucceeded:
+        return None
+    from ._mail_rare import AttemptFailed
+
+    return outcome if isinstance(outcome, AttemptFailed) else None
 
 
 @attrs.frozen(eq=False, repr=False)

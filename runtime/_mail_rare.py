@@ -1,6 +1,6 @@
 """The actors' messages that a call which goes through at once never sends: an ask withdrawn
-or refused, an attempt whose consumer left or whose actor died, the quota keys' statistics, a
-reload, and the ledger's questions and flushes.
+or refused, an attempt that failed, whose consumer left or whose actor died, the quota keys'
+statistics, a reload, and the ledger's questions and flushes.
 
 They are :mod:`sluice._mail`'s messages (that module serves every name here, and its mailbox
 unions name them), kept apart so that a program which only makes calls does not build their
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._mail import Acquire  # noqa: TC004 (only a type here: _mail serves this module's names)
 
 __all__ = [
+    "AttemptFailed",
     "AttemptLost",
     "ConsumerGone",
     "FlushLedger",
@@ -97,6 +98,16 @@ class Relimit(Record):
 @attrs.frozen(eq=False, repr=False)
 class ConsumerGone(Record):
     """The consumer closed its stream; the attempt was abandoned."""
+
+
+@attrs.frozen(eq=False, repr=False)
+class AttemptFailed(Record):
+    """The attempt failed with ``error`` (the one outcome of a failure, so a call that
+    succeeds at once never builds the class)."""
+
+    error: CallError
+    delivered: int
+    """Delta events of this attempt that already reached the consumer's stream."""
 
 
 @attrs.frozen(eq=False, repr=False)

@@ -35,7 +35,7 @@ import trio
 
 from ._errors import ConfigError, RuntimeClosed
 from ._limits.cost import estimate_cost
-from ._mail import Call, EventBatch, EventSink, ProviderMailbox, SupervisorMsg
+from ._mail import Call, EventSink, ProviderMailbox, SupervisorMsg
 from ._messages import ChatRequest, ChatResult, split_model
 from ._record import Record
 from ._routing import Routing, breaker_mark, slow_mark
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from ._cache import ResponseCache
     from ._config import ModelGroup
+    from ._mail import EventBatch  # noqa: TC004 (only a type here: a stream's loads it)
     from ._messages import Deadlines
     from ._startup import Providers
     from ._streams import CallStream, Followed
@@ -301,6 +302,9 @@ async def prepare_call(
         send: EventSink
         receive: trio.MemoryReceiveChannel[EventBatch] | None
         if end is None:
+            # A stream's (whose Queued and Admitted events load the union it is made from).
+            from ._mail import EventBatch
+
             send, receive = trio.open_memory_channel[EventBatch](stream_buffer)
         else:
             send, receive = end, None

@@ -18,8 +18,6 @@ import math
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._errors import CallTimeout, RateLimited
-
 if TYPE_CHECKING:
     import random
     from collections.abc import Callable, Collection, Mapping, Sequence
@@ -391,6 +389,10 @@ class Routing:
         router = self.routers[name]
         i = router.index(model)
         router.ended(i, ttft)
+        if error is None:
+            return
+        from ._errors import CallTimeout, RateLimited  # loaded by a failure
+
         if isinstance(error, RateLimited):
             wait = error.retry_after
             router.cool(i, now + (wait if wait is not None else self._cooldowns[name][i]))

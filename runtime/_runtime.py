@@ -38,7 +38,6 @@ from ._ledger.setup import LedgerSetup, open_ledger
 from ._limits.store import MemoryQuotaStore
 from ._mail import (
     Call,
-    EventBatch,
     EventSink,
     LedgerMsg,
     LedgerTotals,
@@ -65,6 +64,7 @@ if TYPE_CHECKING:
     from ._cache import ResponseCache
     from ._ledger.store import LedgerStore
     from ._limits.store import QuotaStore
+    from ._mail import EventBatch
     from ._observe.records import Hooks
     from ._routing import SharedMarks
     from ._snapshots import ProviderHealth, RuntimeStatistics

@@ -20,12 +20,12 @@ from sluice.actors._tell import put, take
 from ._call_result import outcome_of
 from ._cursor import AsyncEventCursor
 from ._errors import SluiceError
-from ._mail import EventBatch, EventSink
+from ._mail import EventSink
 from ._messages import ChatRequest, ChatResult
 from ._record import Value
 
 if TYPE_CHECKING:
-    from ._mail import Call
+    from ._mail import Call, EventBatch
 
 __all__ = [
     "CallEnded",
@@ -182,6 +182,7 @@ def replayed(
 ) -> tuple[CallStream, trio.MemoryReceiveChannel[EventBatch]]:
     """A stream that holds a cache hit's events, ready to be read, and its channel."""
     from ._cache import replay_events
+    from ._mail import EventBatch  # made with the union of the events, which a hit's load
 
     send, receive = trio.open_memory_channel[EventBatch](1)
     send.send_nowait(replay_events(hit, quiet=quiet))

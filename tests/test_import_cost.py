@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -66,6 +67,8 @@ NOT_FOR_A_CALL = (
     # The actors' messages a call that goes through at once never sends, the ledger's
     # questions and answers, a quota store's rarer answers, the groups' statistics.
     "sluice._mail_rare",
+    "sluice._errors.rare",  # the errors with fields of their own: a failure loads them
+    "sluice._events.rare",  # the events a plain call never makes: a stream loads them
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
@@ -155,6 +158,7 @@ NOT_FOR_A_PLAIN_CALL = (
     # actors' rarer messages, no ledger question or summary, no store refusal or budget ask,
     # no statistics.
     "sluice._mail_rare",
+    "sluice._errors.rare",  # no 429, no stream cut short, no deadline passed, no misfire
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
@@ -179,10 +183,11 @@ async def main(url):
     )
     async with sluice.open_runtime(config) as rt:
         result = await rt.chat("openai:gpt-4o-mini", "hello")
+        after_chat = sorted(sys.modules)
         async with rt.stream("openai:gpt-4o-mini", "again") as stream:
             async for _event in stream:
                 pass
-    print(json.dumps({"text": result.text, "modules": sorted(sys.modules)}))
+    print(json.dumps({"text": result.text, "modules": sorted(sys.modules), "chat": after_chat}))
 
 trio.run(main, sys.argv[1])
 """
@@ -234,7 +239,7 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 104
+CHAT_PATH_ATTRS_CLASSES = 89
 CHAT_PATH_SLUICE_MODULES = 76
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
@@ -251,7 +256,9 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own.)"""
+result, no class of its own. Lowered to 89, and the first call's with it: a failed attempt's
+outcome loads with the first failure, the errors with fields of their own with the first of
+them, and the events a plain call never makes with the first of those.)"""
 
 _COUNT = """
 import json, sys
@@ -313,6 +320,26 @@ RARELY_BUILT = frozenset(
         "DeploymentStatistics",
         # A cache hit's answer (now the cached result itself).
         "Replay",
+        # A failed attempt's outcome (sluice._mail_rare), and the errors with fields of their
+        # own (sluice._errors.rare): a 429, a stream cut short, a deadline, a tool-call misfire.
+        "AttemptFailed",
+        "CallTimeout",
+        "RateLimited",
+        "StreamBroken",
+        "ToolCallError",
+        # The events a plain call never makes (sluice._events.rare): only a stream's consumer
+        # is told it was queued and admitted; reasoning and tool-call deltas, what a retry or
+        # a fallback says, an embedding call's end and a failure.
+        "Admitted",
+        "Embedded",
+        "Failed",
+        "FallingBack",
+        "Queued",
+        "ReasoningDelta",
+        "ReasoningSignature",
+        "Retrying",
+        "StreamReset",
+        "ToolCallDelta",
     }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
@@ -320,7 +347,7 @@ gone, an attempt lost, statistics, a reload, a ledger question, a window or budg
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 104
+FIRST_CALL_ATTRS_CLASSES = 89
 FIRST_CALL_SLUICE_MODULES = 92
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
@@ -338,6 +365,8 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
     assert "sluice._protocols.openai" in found["call_loaded"]  # the count sees the call's own
     rare = (
         "sluice._mail_rare",
+        "sluice._errors.rare",
+        "sluice._events.rare",
         "sluice._ledger.summary",
         "sluice._limits.store_rare",
         "sluice.transport._statistics",
@@ -361,6 +390,10 @@ def test_a_plain_call_loads_its_codec_and_transport_and_nothing_else(tmp_path: P
     loaded = set(report["modules"])
     assert {"sluice._protocols.openai", "sluice.transport._pool"} <= loaded  # the call's own
     assert [m for m in NOT_FOR_A_PLAIN_CALL if m in loaded] == []
+    # The rarer events load with the stream (its consumer is told the call was queued and
+    # admitted), not with the chat before it, whose consumer reads only its end.
+    assert "sluice._events.rare" in loaded
+    assert "sluice._events.rare" not in report["chat"]
 
 
 def test_the_front_doors_load_on_first_use() -> None:
@@ -377,6 +410,10 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     """The rarer classes live in modules of their own, and the modules that held them still
     serve them (PEP 562), as the same objects sluice's public names are (the ledger's
     questions and answers moved with the functions that answer them)."""
+    import sluice._errors
+    import sluice._errors.rare as rare_errors
+    import sluice._events
+    import sluice._events.rare as rare_events
     import sluice._ledger
     import sluice._ledger.summary as summary
     import sluice._limits.store as store
@@ -388,6 +425,17 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
 
     for name in _mail_rare.__all__:
         assert getattr(mail, name) is getattr(_mail_rare, name)
+    for name in rare_errors.__all__:
+        assert getattr(sluice, name) is getattr(sluice._errors, name) is getattr(rare_errors, name)
+        assert issubclass(getattr(rare_errors, name), sluice.CallError)
+    for name in rare_events.__all__:
+        assert getattr(sluice._events, name) is getattr(rare_events, name)
+        if name in sluice.__all__:
+            assert getattr(sluice, name) is getattr(rare_events, name)
+    assert sluice.CallEvent is sluice._events.CallEvent
+    assert sluice.EventBatch is mail.EventBatch  # made once, then kept
+    assert sluice.EventBatch == Sequence[sluice.CallEvent]
+    assert {sluice.Failed, sluice.TextDelta} <= set(sluice.CallEvent.__args__)
     assert sluice.KeyStatistics is mail.KeyStatistics
     assert sluice.LedgerSummary is sluice._ledger.LedgerSummary is summary.LedgerSummary
     assert sluice.stores.LedgerQuery is summary.LedgerQuery
@@ -396,3 +444,46 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     assert sluice.stores.BudgetRefused is store.BudgetRefused
     assert sluice.DeploymentStatistics is routing.DeploymentStatistics
     assert sluice.transport.TransportStatistics is sluice.transport._pool.TransportStatistics
+
+
+_TELLING = """
+import json, sys
+from sluice._errors import ServerError
+from sluice._events import signature_events
+from sluice._mail import AttemptSucceeded, attempt_failure
+from sluice._messages import Message, ReasoningPart, TextPart
+from sluice._protocols.base import AttemptOutput
+
+plain = Message(role="assistant", content=[ReasoningPart(text="thought"), TextPart(text="hi")])
+won = AttemptSucceeded(AttemptOutput(message=plain, finish_reason="stop"), None, None, 0)
+common = [attempt_failure(won), attempt_failure(None), signature_events("c", plain)]
+before = sorted(m for m in sys.modules if m.endswith("rare"))
+from sluice._mail import AttemptFailed
+from sluice._mail_rare import AttemptLost, ConsumerGone
+
+failed = AttemptFailed(ServerError("down"), 2)
+signed = Message(
+    role="assistant",
+    content=[ReasoningPart(text="a", signature="s1"), ReasoningPart(text="", signature="s2")],
+)
+print(json.dumps({
+    "common": [x is None or x == [] for x in common],
+    "before": before,
+    "failed": attempt_failure(failed) is failed,
+    "others": [attempt_failure(ConsumerGone()), attempt_failure(AttemptLost(1))],
+    "signed": [(e.signature, e.redacted) for e in signature_events("c", signed)],
+}))
+"""
+
+
+def test_telling_a_success_apart_loads_none_of_the_rarer_classes() -> None:
+    """A success's outcome and a whole reply without signed reasoning are told apart without
+    looking up a rarer class; a failure, a consumer gone and an attempt lost are told apart as
+    before, and signed reasoning still gives its events (their module loads then)."""
+    done = subprocess.run([sys.executable, "-c", _TELLING], capture_output=True, check=True)
+    found = orjson.loads(done.stdout)
+    assert found["common"] == [True, True, True]
+    assert found["before"] == []
+    assert found["failed"] is True
+    assert found["others"] == [None, None]
+    assert found["signed"] == [["s1", False], ["s2", True]]

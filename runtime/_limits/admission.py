@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar
 import attrs
 
 from .._config import RateLimitConfig
-from .._errors import CallError, InternalError, RateLimited, StoreUnavailable
+from .._errors import CallError, InternalError, StoreUnavailable
 from .._record import Record, Value
 from .queue import WaitQueues
 from .store import Reservation
@@ -37,6 +37,7 @@ from .store import Reservation
 if TYPE_CHECKING:
     import random
 
+    from .._errors import RateLimited
     from .adaptive import AdaptiveLimit  # noqa: TC004 (only a type: loaded by an adaptive key)
     from .cost import Cost
     from .not_admitted import Refuse as Refuse
@@ -238,6 +239,8 @@ def note_cooldown(key: QuotaKey[W], left: float, now: float) -> bool:
 
 def cooling_error(key: QuotaKey[W], now: float) -> RateLimited:
     """The refusal of an ask that will not wait out ``key``'s cooldown."""
+    from .._errors import RateLimited  # loaded by a 429
+
     left = key.cooldown_end - now
     return RateLimited(
         f"the provider answered 429 for calls under {key.name!r}; it asked for a pause that"
@@ -350,6 +353,8 @@ def exhausts(key: QuotaKey[W], wait: float, quota: bool, now: float) -> bool:
         else f"the provider asks for a {wait:g} s wait, beyond max_cooldown"
         f" ({limits.max_cooldown:g} s)"
     )
+    from .._errors import RateLimited  # loaded by a 429
+
     key.exhausted_error = RateLimited(
         f"{reason}; calls under {key.name!r} fail until it resets",
         status=429,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from sluice._errors import ConfigError
-from sluice._mail import AttemptFailed, AttemptSucceeded
+from sluice._mail import AttemptSucceeded, attempt_failure
 from sluice._messages import Usage
 
 if TYPE_CHECKING:
@@ -197,11 +197,12 @@ class Observer:
         provider, model = call.provider.name, call.model
         error: SluiceError | None = None
         result: Outcome
+        failed = attempt_failure(outcome)  # (a success's path never loads a failure's class)
         if isinstance(outcome, AttemptSucceeded):
             result = "ok"
-        elif isinstance(outcome, AttemptFailed):
+        elif failed is not None:
             result = "error"
-            error = outcome.error
+            error = failed.error
             self.last_errors[provider] = (
                 self._now(),
                 f"{type(error).__name__}: {error.message}",

@@ -24,19 +24,13 @@ Only the choice with index 0 is read. Payloads that break the protocol raise
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import CallError, ProtocolError, StreamBroken
-from .._events import (
-    DeltaEvent,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-    text_delta,
-)
+from .. import _events as events
+from .._errors import CallError, ProtocolError
+from .._events import TextDelta, UsageReported, text_delta
 from .._messages import (
     ContentPart,
     FinishReason,
@@ -51,6 +45,9 @@ from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
 from .sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from .._events import DeltaEvent
 
 __all__ = [
     "OpenAIStreamDecoder",
@@ -328,6 +325,8 @@ class OpenAIStreamDecoder:
         if not self._done:
             self._read_tail()
         if not self._done and self._finish_reason is None:
+            from .._errors import StreamBroken  # loaded by a stream cut short
+
             raise StreamBroken(
                 f"the stream ended after {self._chunks} chunks without a finish reason or [DONE]",
                 events_delivered=self._chunks,
@@ -450,7 +449,7 @@ class OpenAIStreamDecoder:
                 self._reasoning = [reasoning]
             else:
                 self._reasoning.append(reasoning)
-            out.append(ReasoningDelta(self._call_id, reasoning))
+            out.append(events.ReasoningDelta(self._call_id, reasoning))  # (its class loads then)
         for key in ("content", "refusal"):
             text = delta.get(key)
             if text:
@@ -498,7 +497,7 @@ class OpenAIStreamDecoder:
         if arguments:
             state.arguments.append(arguments)
         if call_id or name or arguments:
-            out.append(ToolCallDelta(self._call_id, index, call_id, name, arguments))
+            out.append(events.ToolCallDelta(self._call_id, index, call_id, name, arguments))
 
     def _index_for(self, call_id: str | None) -> int:
         """The index of a fragment that came without one: its call's, or the latest call's."""

@@ -42,13 +42,24 @@ where); ``tests/test_errors_tree.py`` holds it to the classes. ::
 Retryable versus fatal is the first split under ``CallError`` because it is the only question
 the Supervisor asks (a provider's ``x-should-retry`` header, kept in ``should_retry``, overrides
 the class). A bug in sluice is none of these: it propagates as itself.
+
+The four with fields of their own (``RateLimited``, ``StreamBroken``, ``CallTimeout``,
+``ToolCallError``) are defined in :mod:`sluice._errors.rare`, which loads when one is first
+asked for here (PEP 562): a call that succeeds builds none of them, and each attrs class costs
+the import a compiled ``__init__``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from .rare import CallTimeout as CallTimeout
+    from .rare import RateLimited as RateLimited
+    from .rare import StreamBroken as StreamBroken
+    from .rare import ToolCallError as ToolCallError
 
 __all__ = [
     "ActorCrashed",
@@ -159,22 +170,6 @@ class RetryableError(CallError):
     """A failure that may pass: the Supervisor may try the call again."""
 
 
-@attrs.define(eq=False, repr=False)
-class RateLimited(RetryableError):
-    """The provider answered 429 (``retry_after``: the wait it asked for, when it said)."""
-
-    quota: Literal["rate", "quota"] = "rate"
-    """``rate``: a limit per window, worth waiting for. ``quota``: the account's quota is
-    exhausted (``insufficient_quota``, a daily cap, or a wait beyond the maximum), so the
-    call fails fast instead of waiting."""
-
-    @property
-    def retryable(self) -> bool:
-        if self.should_retry is not None:
-            return self.should_retry
-        return self.quota == "rate"
-
-
 class Overloaded(RetryableError):
     """The provider is overloaded (HTTP 529 or an ``overloaded`` error body)."""
 
@@ -187,24 +182,8 @@ class ConnectionFailed(RetryableError):
     """No reply: the connection could not be made or dropped before the reply began."""
 
 
-@attrs.define(eq=False, repr=False)
-class StreamBroken(RetryableError):
-    """The reply stream ended before it was complete."""
-
-    events_delivered: int = 0
-
-
 class ProtocolError(RetryableError):
     """The provider sent something that is not valid for its protocol."""
-
-
-@attrs.define(eq=False, repr=False)
-class CallTimeout(RetryableError):
-    """A deadline passed."""
-
-    timeout_kind: Literal["connect", "first_token", "idle", "total", "hedge"] = "total"
-    """Which one: ``hedge`` is a model group's hedge time, after which a call that has another
-    deployment to go to leaves one that has not answered (see ``ModelGroup.hedge``)."""
 
 
 class FatalError(CallError):
@@ -257,27 +236,16 @@ class InternalError(FatalError):
     """A bug in sluice ended this call (and only this call); the traceback is in the log."""
 
 
-@attrs.define(eq=False, repr=False)
-class ToolCallError(FatalError):
-    """The reply broke the tool-call contract of the request, or held nothing at all.
+_RARE = frozenset(("CallTimeout", "RateLimited", "StreamBroken", "ToolCallError"))
 
-    Sending the same request again cannot help, so transport retries never repeat it; the
-    Supervisor may instead retry with a correction (:mod:`sluice._tools.correct`) while
-    ``correctable`` is true. ``message`` is for the developer and names a fix where one exists;
-    ``feedback`` is the text a correction shows the model.
-    """
 
-    reason: str = "invalid_call"
-    """What went wrong: ``empty_reply``, ``unparseable``, ``invalid_call``, ``malformed_arguments``,
-    ``missing_arguments``, ``unknown_tool``, ``tool_choice_none``, ``wrong_tool``,
-    ``no_tool_call``, ``too_many_calls`` or ``truncated``."""
-    tool_name: str | None = None
-    """The tool the offending call named, when there was one."""
-    generated: str = ""
-    """What the model produced (its text, or the offending calls as JSON); may be empty."""
-    feedback: str = ""
-    """The problem in words for the model, without the developer's fix."""
-    available_tools: tuple[str, ...] = ()
-    """The request's tool names, in declaration order."""
-    correctable: bool = True
-    """False when a correction cannot help (the reply was cut off by ``max_tokens``)."""
+def __getattr__(name: str) -> Any:
+    # The errors with fields of their own load when first asked for (sluice._errors.rare), and
+    # are kept here then: code that names them after a failure pays a plain lookup.
+    if name in _RARE:
+        from . import rare
+
+        found = {rare_name: getattr(rare, rare_name) for rare_name in _RARE}
+        globals().update(found)
+        return found[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

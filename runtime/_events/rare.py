@@ -1,14 +1,12 @@
-"""Events a call's stream yields, in order.
+"""The events a plain call never makes: waiting for admission and being admitted (only a
+consumer that reads the stream is told), reasoning and tool-call deltas, what a retry or a move
+to a fallback tells the consumer, the end of an embedding call, and a failure; and the unions
+of every kind.
 
-``Queued``, ``Admitted``, then for each attempt ``FirstToken`` and the deltas (``TextDelta``,
-``ReasoningDelta``, ``ReasoningSignature``, ``ToolCallDelta``, ``UsageReported``); a retry
-emits ``Retrying`` and a move to a fallback model ``FallingBack`` (each preceded by
-``StreamReset`` when deltas of the failed attempt were already delivered, so the consumer can
-discard them); then exactly one of ``Completed`` or ``Failed``.
-
-Deltas decoded from one network read travel together as one batch; the stream hands them to
-the consumer one by one. A call answered from the response cache yields only its deltas and
-``Completed`` (nothing was queued, admitted or sent).
+They are :mod:`sluice._events`' events (that module serves every name here, PEP 562), kept
+apart so that a program which only makes plain calls does not build their classes: each attrs
+class costs the import a compiled ``__init__``. Code on every call's path looks them up only
+where one may be made or met, and this module loads with the first.
 """
 
 from __future__ import annotations
@@ -18,31 +16,27 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
-from ._errors import CallError
-from ._messages import ChatResult, Message, ReasoningPart, Usage
-from ._record import Value
+from .._errors import CallError
+from .._record import Value
+from . import Completed, FirstToken, TextDelta, UsageReported
 
 if TYPE_CHECKING:
     # Only a type here (the embeddings' model sits a layer above the events').
-    from ._embeddings import EmbedResult  # noqa: TC004
+    from .._embeddings import EmbedResult  # noqa: TC004
 
 __all__ = [
     "Admitted",
     "CallEvent",
-    "Completed",
     "DeltaEvent",
     "Embedded",
     "Failed",
     "FallingBack",
-    "FirstToken",
     "Queued",
     "ReasoningDelta",
     "ReasoningSignature",
     "Retrying",
     "StreamReset",
-    "TextDelta",
     "ToolCallDelta",
-    "UsageReported",
 ]
 
 
@@ -63,44 +57,6 @@ class Admitted(Value):
     attempt: int
     at: float
     waited: float
-
-
-@attrs.frozen(eq=False, repr=False)
-class FirstToken(Value):
-    """The attempt's first chunk arrived; ``ttft`` is measured from submit."""
-
-    call_id: str
-    attempt: int
-    at: float
-    ttft: float
-
-
-@attrs.frozen(eq=False, slots=True, repr=False)
-class TextDelta(Value):
-    call_id: str
-    text: str
-    logprobs: Mapping[str, Any] | None = None
-    """The log probabilities of this piece's tokens as the provider sent them with it (OpenAI's
-    per-chunk ``logprobs`` object); None when the request did not ask for them."""
-
-
-_new_object = object.__new__
-_set_call_id = TextDelta.__dict__["call_id"].__set__
-_set_text = TextDelta.__dict__["text"].__set__
-_set_logprobs = TextDelta.__dict__["logprobs"].__set__
-
-
-def text_delta(call_id: str, text: str, logprobs: Mapping[str, Any] | None = None) -> TextDelta:
-    """``TextDelta(call_id, text, logprobs)``, made for a decoder's hot path: one per chunk of
-    every streamed reply. The class is frozen, so its ``__init__`` sets each field through
-    ``object.__setattr__``; this writes the slots directly, which costs a fraction of that.
-    Equal to the class's own construction (``tests/test_events_fast.py`` pins it, fields
-    included, so a field added to the class fails there until it is added here)."""
-    event = _new_object(TextDelta)
-    _set_call_id(event, call_id)
-    _set_text(event, text)
-    _set_logprobs(event, logprobs)
-    return event
 
 
 @attrs.frozen(eq=False, slots=True, repr=False)
@@ -137,14 +93,6 @@ class ToolCallDelta(Value):
 
 
 @attrs.frozen(eq=False, repr=False)
-class UsageReported(Value):
-    """The provider reported the attempt's token usage."""
-
-    call_id: str
-    usage: Usage
-
-
-@attrs.frozen(eq=False, repr=False)
 class StreamReset(Value):
     """Discard every delta received so far: attempt ``attempt`` failed after output began."""
 
@@ -171,12 +119,6 @@ class FallingBack(Value):
     from_model: str
     to_model: str
     error: CallError
-
-
-@attrs.frozen(eq=False, repr=False)
-class Completed(Value):
-    call_id: str
-    result: ChatResult
 
 
 @attrs.frozen(eq=False, repr=False)
@@ -209,13 +151,3 @@ CallEvent: TypeAlias = (
     | Embedded
     | Failed
 )
-
-
-def signature_events(call_id: str, message: Message) -> list[ReasoningSignature]:
-    """The :class:`ReasoningSignature` events of a reply that came whole: one per signed
-    reasoning part, in order (a part without text is a redacted block)."""
-    return [
-        ReasoningSignature(call_id, part.signature, redacted=not part.text)
-        for part in message.content
-        if type(part) is ReasoningPart and part.signature
-    ]
