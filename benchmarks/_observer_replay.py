@@ -24,7 +24,7 @@ from sluice._observe.observer import Observer
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["CallTrail", "capture", "replay_costs"]
+__all__ = ["CallTrail", "capture", "replay_calls", "replay_costs"]
 
 _METHODS = ("call_started", "attempt_started", "attempt_ended", "call_ended")
 _Args = tuple[Any, ...]
@@ -85,7 +85,8 @@ def capture(limit: int) -> Iterator[CallTrail]:
             setattr(Observer, name, original)
 
 
-def _replay(observer: Observer, trail: CallTrail, admission_key: str) -> None:
+def replay_calls(observer: Observer, trail: CallTrail, admission_key: str) -> None:
+    """Hands each of ``trail``'s calls to ``observer`` again, in the order the runtime did."""
     for start, attempts, end in trail.calls:
         observer.call_started(*start)
         (_, (msg,)), (_, ended) = attempts
@@ -116,10 +117,10 @@ def replay_costs(
     }
     costs: dict[str, list[float]] = {name: [] for name in observers}
     for observer in observers.values():
-        _replay(observer, trail, admission_key)  # warm-up
+        replay_calls(observer, trail, admission_key)  # warm-up
     for _ in range(rounds):
         for name, observer in observers.items():
             started = time.process_time()
-            _replay(observer, trail, admission_key)
+            replay_calls(observer, trail, admission_key)
             costs[name].append((time.process_time() - started) / len(trail.calls))
     return {name: sorted(found)[len(found) // 2] for name, found in costs.items()}

@@ -13,10 +13,12 @@ one figure the machine's load changes), and with ``--profile`` Python function c
 second run under cProfile). ``--observe`` turns observability on in the measured runtime
 (``metrics``; ``tracing-api``, tracing through the OpenTelemetry API's no-op provider;
 ``tracing``, through the SDK's provider recording every span; ``both``, metrics and the SDK),
-so each mode's counts can be set beside the plain call's. Wall-clock CPU on a shared box
-moves by tens of percent from run to run; the counts move by a few tenths. For instruction
-counts, run this under ``valgrind --tool=callgrind`` with ``--calls 0`` and ``--calls N``
-and take the difference / N.
+so each mode's counts can be set beside the plain call's. ``--observer-times`` times each
+observer method per call in the runtime and again replayed hot (``observer_us_per_call``):
+how much of observability's cost in the runtime is coming to its code cold. Wall-clock CPU
+on a shared box moves by tens of percent from run to run; the counts move by a few tenths.
+For instruction counts, run this under ``valgrind --tool=callgrind`` with ``--calls 0`` and
+``--calls N`` and take the difference / N.
 """
 
 from __future__ import annotations
@@ -110,6 +112,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true", help="also count Python function calls")
     p.add_argument("--profile-out", help="with --profile: write the cProfile stats here")
     p.add_argument(
+        "--observer-times",
+        action="store_true",
+        help="also time each observer method per call, in the runtime and replayed hot "
+        "(a third run; see benchmarks/_observer_times.py)",
+    )
+    p.add_argument(
         "--observe",
         choices=OBSERVE,
         default="off",
@@ -193,7 +201,35 @@ async def _measure(a: argparse.Namespace) -> dict[str, Any]:
                 profiler.dump_stats(a.profile_out)
             stats: Any = pstats.Stats(profiler)  # total_calls is not in the stubs
             result["python_calls_per_call"] = round(stats.total_calls / n, 1)
+        if a.observer_times and a.calls:
+            result["observer_us_per_call"] = await _observer_times(rt, config, a.observe, calls, n)
         return result
+
+
+async def _observer_times(
+    rt: sluice.Runtime, config: sluice.RuntimeConfig, observe: str, calls: Any, n: int
+) -> dict[str, dict[str, float]]:
+    """Median microseconds of each observer method per call: ``in_situ`` during ``n`` more
+    calls, and ``replayed`` through a fresh observer with the same parts on (a new tracer
+    provider of the same kind)."""
+    from sluice._ledger.setup import price_table
+    from sluice._observe.metrics import Metrics
+    from sluice._observe.observer import Observer
+    from sluice._observe.tracing import Tracer
+
+    from ._observer_times import replayed, timed
+
+    with timed(n) as (in_situ, trail):
+        await calls(n)
+    key = next(iter((await rt.statistics()).quotas), "bench")
+    observed, provider = observed_config(config, observe)
+    observer = Observer(
+        price_table(config.ledger),
+        metrics=Metrics() if observed.metrics.active else None,
+        tracer=Tracer(provider) if observed.tracing.enabled else None,
+    )
+    hot = replayed(trail, observer, key)
+    return {"in_situ": in_situ.medians_us(), "replayed": hot.medians_us()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -570,3 +570,22 @@ def test_call_cost_benchmark_counts_the_actors_steps_per_call() -> None:
     assert "_one" not in steps  # a mapped call's outcome is handed over by its Supervisor task
     assert report["tasks_spawned_per_call"] >= 2
     assert report["python_calls_per_call"] > 0 and report["cpu_ms_per_call"] > 0
+
+
+def test_call_cost_times_the_observer_in_the_runtime_and_replayed() -> None:
+    """``--observer-times`` reports each observer method's median per call, in the runtime
+    and replayed through a fresh observer with the same parts on; each side saw every
+    method (a method never timed would be 0)."""
+    report = _run_json(
+        "benchmarks.call_cost",
+        *("--sim", "--calls", "30", "--concurrency", "4", "--observe", "both"),
+        "--observer-times",
+    )
+    times = report["observer_us_per_call"]
+    for side in ("in_situ", "replayed"):
+        found = times[side]
+        methods = {"call_started", "attempt_started", "attempt_ended", "call_ended"}
+        assert set(found) == {*methods, "sum"}
+        assert all(found[name] > 0 for name in found), (side, found)
+        # The SDK's span is made at the call's end: that method is the dearest on each side.
+        assert found["call_ended"] == max(v for k, v in found.items() if k != "sum"), found
