@@ -60,7 +60,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,6 +235,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="what sluice_observed turns on: both (default), metrics or tracing alone, or "
         "tracing-api (tracing through the API's no-op provider: sluice's own share, no SDK), "
         "or off (a second plain runtime: the A/A control, the method's own scatter)",
+    )
+    p.add_argument(
+        "--plain-last",
+        action="store_true",
+        help="open the plain sluice runtime after the observed ones instead of before them: "
+        "the control for an order effect (a runtime opened later may cost more for nothing "
+        "it does); a run each way, averaged, cancels it",
     )
     p.add_argument(
         "--observability",
@@ -549,20 +556,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
                 api = "aio_uvloop" if a.api == "aio" and a.uvloop else a.api
                 door = await trio.to_thread.run_sync(open_door, api, config, a.concurrency)
-            async with (
-                sluice.open_runtime(config) as rt,
-                _observed_runtime(
-                    "sluice_observed" in sides, config, a.observe, a.trace_sample
-                ) as (rt_observed, tracer_provider),
-                _observed_runtime("sluice_metrics" in sides, config, "metrics", 1.0) as (
-                    rt_metrics,
-                    _,
-                ),
-                _observed_runtime("sluice_noop_tracing" in sides, config, "tracing-api", 1.0) as (
-                    rt_noop_tracing,
-                    _,
-                ),
-            ):
+            async with AsyncExitStack() as opened:
+                plain_runtime = sluice.open_runtime(config)
+                rt = None if a.plain_last else await opened.enter_async_context(plain_runtime)
+                rt_observed, tracer_provider = await opened.enter_async_context(
+                    _observed_runtime("sluice_observed" in sides, config, a.observe, a.trace_sample)
+                )
+                rt_metrics, _ = await opened.enter_async_context(
+                    _observed_runtime("sluice_metrics" in sides, config, "metrics", 1.0)
+                )
+                rt_noop_tracing, _ = await opened.enter_async_context(
+                    _observed_runtime("sluice_noop_tracing" in sides, config, "tracing-api", 1.0)
+                )
+                if rt is None:
+                    rt = await opened.enter_async_context(plain_runtime)
                 if a.gc == "tuned":
                     from sluice._gc import tune_for_service
 
@@ -941,6 +948,7 @@ def _report(
         "observed_ratio": _round(ratio(cpu["sluice_observed"], s_cpu), 3),
         "observe": a.observe if "sluice_observed" in a.sides else None,
         "trace_sample": a.trace_sample if "sluice_observed" in a.sides else None,
+        "plain_opened": "last" if a.plain_last else "first",
         "observed_ratio_per_round": per_round("sluice_observed", "sluice"),
         "ratio_per_round": per_round("sluice", "bare"),
         "ratio_aiohttp_per_round": per_round("sluice", "aiohttp"),

@@ -223,6 +223,19 @@ def test_overhead_benchmark_splits_observability_into_its_parts() -> None:
     }
 
 
+def test_overhead_benchmark_can_open_the_plain_runtime_after_the_observed_one() -> None:
+    """The order-effect control: the same run with the plain runtime opened last."""
+    report = _run_json(
+        "benchmarks.overhead",
+        *("--sim", "--calls", "8", "--concurrency", "4", "--repeat", "1", "--warmup", "4"),
+        *("--only", "sluice", "--observed", "--observe", "off", "--plain-last"),
+    )
+    assert report["errors"] == 0, report["first_errors"]
+    assert report["sides"] == ["sluice", "sluice_observed"]
+    assert report["plain_opened"] == "last" and report["observe"] == "off"
+    assert report["observed_ratio"] > 0
+
+
 def test_overhead_benchmark_measures_the_front_doors_next_to_the_trio_api() -> None:
     for api in ("aio", "sync"):
         report = _run_json(
