@@ -234,8 +234,8 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 104
-CHAT_PATH_SLUICE_MODULES = 76
+CHAT_PATH_ATTRS_CLASSES = 96
+CHAT_PATH_SLUICE_MODULES = 74
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
 module a file to find and run. A change that adds to either on every program's path fails
@@ -251,7 +251,9 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own.)"""
+result, no class of its own. Lowered to 96 classes and 74 modules, the first call's to 96 and
+90: the config classes a plain config never holds (groups, prices and budgets, windows,
+a model's settings, quirks, embedding limits) load on first use.)"""
 
 _COUNT = """
 import json, sys
@@ -314,14 +316,27 @@ RARELY_BUILT = frozenset(
         # A cache hit's answer (now the cached result itself).
         "Replay",
     }
+    | {
+        # The config classes a config for a plain chat never holds: model groups, prices and
+        # budgets, windows beyond the per-minute limits, a model's settings, a provider's
+        # quirks, embedding limits.
+        "Deployment",
+        "ModelGroup",
+        "PriceConfig",
+        "BudgetConfig",
+        "WindowLimit",
+        "ModelConfig",
+        "QuirksConfig",
+        "EmbedLimits",
+    }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
 gone, an attempt lost, statistics, a reload, a ledger question, a window or budget the call
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 104
-FIRST_CALL_SLUICE_MODULES = 92
+FIRST_CALL_ATTRS_CLASSES = 96
+FIRST_CALL_SLUICE_MODULES = 90
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
 import into the first call cannot pass for a saving."""
@@ -342,6 +357,11 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
         "sluice._limits.store_rare",
         "sluice.transport._statistics",
         "sluice.transport._proxy_url",  # no proxy: FIRST_CALL's transport does not trust env
+        "sluice._config.groups",
+        "sluice._config.spending",
+        "sluice._config.windows",
+        "sluice._config.overrides",
+        "sluice._config.embed_limits",
     )
     assert [m for m in rare if m in found["call_loaded"]] == []
 
@@ -396,3 +416,91 @@ def test_what_loads_on_first_use_keeps_its_old_address() -> None:
     assert sluice.stores.BudgetRefused is store.BudgetRefused
     assert sluice.DeploymentStatistics is routing.DeploymentStatistics
     assert sluice.transport.TransportStatistics is sluice.transport._pool.TransportStatistics
+
+
+def test_the_config_classes_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """Each config class a plain config never holds is served where it was defined or
+    imported before (the package, and the modules whose classes name it), as one object."""
+    import sluice
+    import sluice._config as config
+    import sluice._config.ledger as ledger
+    import sluice._config.provider as provider
+    import sluice._config.quota as quota
+    import sluice._config.runtime as runtime
+    import sluice.providers._definition as definition
+    from sluice import _capabilities
+    from sluice._config import embed_limits, groups, overrides, spending, windows
+
+    homes = {
+        "Deployment": (groups, [config]),
+        "ModelGroup": (groups, [config, runtime]),
+        "RoutingStrategy": (groups, [config]),
+        "PriceConfig": (spending, [config, ledger]),
+        "BudgetConfig": (spending, [config, ledger]),
+        "WindowLimit": (windows, [config, quota]),
+        "ModelConfig": (overrides, [config, provider]),
+        "QuirksConfig": (overrides, [config, provider]),
+        "EmbedLimits": (embed_limits, [config, provider, definition]),
+    }
+    for name, (home, addresses) in homes.items():
+        for module in addresses:
+            assert getattr(module, name) is getattr(home, name), (name, module.__name__)
+        assert getattr(sluice, name) is getattr(home, name)
+    assert provider.CapabilityOverride is _capabilities.CapabilityOverride
+
+
+_LATER_CONFIG = """
+import json, sys, typing
+from sluice._config import load_config
+from sluice.providers import _plugins
+
+config = load_config({
+    "providers": {"openai": {
+        "quirks": {"max_tokens_field": "max_completion_tokens"},
+        "models": {"gpt-4o": {"embed_limits": {"max_inputs": 8}, "tools": {"tool_choice": []}}},
+        "embed_limits": {"max_tokens": 1000},
+        "rate_limit": {"windows": [{"dimension": "requests", "limit": 5, "per": 1}]},
+    }},
+    "groups": {"fast": ["openai:a", {"model": "openai:b", "weight": 2}]},
+    "ledger": {"prices": {"openai:a": {"input": 1, "output": 2}},
+               "budgets": [{"max_usd": 5}]},
+})
+definition = _plugins._structure({"id": "acme", "display_name": "Acme",
+    "base_url": "https://a.example/v1", "embed_limits": {"max_inputs": 4}})
+openai = config.providers["openai"]
+import sluice._config.ledger, sluice._config.quota, sluice._config.runtime
+import sluice._config.provider, sluice.providers._definition
+for cls in (type(config), type(openai), type(config.ledger), type(openai.rate_limit),
+            type(definition)):
+    typing.get_type_hints(cls)
+print(json.dumps([
+    type(config.groups["fast"].deployments[1]).__name__,
+    type(config.ledger.prices["openai:a"]).__name__,
+    type(config.ledger.budgets[0]).__name__,
+    type(openai.rate_limit.windows[0]).__name__,
+    type(openai.models["gpt-4o"]).__name__,
+    type(openai.models["gpt-4o"].embed_limits).__name__,
+    type(openai.quirks).__name__,
+    type(openai.embed_limits).__name__,
+    type(definition.embed_limits).__name__,
+]))
+"""
+
+
+def test_a_config_file_builds_the_classes_loaded_on_first_use() -> None:
+    """In a fresh interpreter, where none of them was loaded before, a config that holds every
+    config class a plain chat leaves out loads: cattrs resolves the annotations that name them
+    (each module keeps them as names once loaded), and so does ``typing.get_type_hints``."""
+    done = subprocess.run([sys.executable, "-c", _LATER_CONFIG], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    assert orjson.loads(done.stdout) == [
+        "Deployment",
+        "PriceConfig",
+        "BudgetConfig",
+        "WindowLimit",
+        "ModelConfig",
+        "EmbedLimits",
+        "QuirksConfig",
+        "EmbedLimits",
+        "EmbedLimits",
+    ]
