@@ -69,6 +69,14 @@ NOT_FOR_A_CALL = (
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
+    # The parts of a conversation a plain text chat never builds, and the config classes a
+    # config for one never holds.
+    "sluice._conversation_rare",
+    "sluice._config.groups",
+    "sluice._config.spending",
+    "sluice._config.windows",
+    "sluice._config.overrides",
+    "sluice._config.embed_limits",
     "sluice._tools.schema",
     "sluice._tools.repair",
     # A call that succeeds at once asks no retry policy; a runtime without budgets keeps no
@@ -159,6 +167,15 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._limits.store_rare",
     "sluice._routing_stats",
     "sluice.transport._statistics",
+    # Text in, text out: no image, file, tool, tool call or result, named tool choice or
+    # response format; and a config with no groups, prices, budgets, windows, model entries,
+    # quirks or embedding limits.
+    "sluice._conversation_rare",
+    "sluice._config.groups",
+    "sluice._config.spending",
+    "sluice._config.windows",
+    "sluice._config.overrides",
+    "sluice._config.embed_limits",
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
     "sqlite3",
     "sluice._ledger.sqlite",
@@ -234,7 +251,7 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 96
+CHAT_PATH_ATTRS_CLASSES = 89
 CHAT_PATH_SLUICE_MODULES = 74
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
@@ -251,9 +268,11 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own. Lowered to 96 classes and 74 modules, the first call's to 96 and
+result, no class of its own. Lowered to 89 classes and 74 modules, the first call's to 89 and
 90: the config classes a plain config never holds (groups, prices and budgets, windows,
-a model's settings, quirks, embedding limits) load on first use.)"""
+a model's settings, quirks, embedding limits) and the parts of a conversation a plain text
+chat never builds (images, files, tool calls and results, tools, a named tool choice, a
+response format) load on first use.)"""
 
 _COUNT = """
 import json, sys
@@ -329,13 +348,25 @@ RARELY_BUILT = frozenset(
         "QuirksConfig",
         "EmbedLimits",
     }
+    | {
+        # The parts of a conversation a plain text chat never builds (text, reasoning and
+        # messages are built; a temporary correction message subclasses Message, so it stays
+        # with it).
+        "ImagePart",
+        "FilePart",
+        "ToolCall",
+        "ToolResultPart",
+        "Tool",
+        "SpecificTool",
+        "ResponseFormat",
+    }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
 gone, an attempt lost, statistics, a reload, a ledger question, a window or budget the call
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 96
+FIRST_CALL_ATTRS_CLASSES = 89
 FIRST_CALL_SLUICE_MODULES = 90
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
@@ -362,6 +393,7 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
         "sluice._config.windows",
         "sluice._config.overrides",
         "sluice._config.embed_limits",
+        "sluice._conversation_rare",
     )
     assert [m for m in rare if m in found["call_loaded"]] == []
 
@@ -447,6 +479,98 @@ def test_the_config_classes_loaded_on_first_use_keep_their_old_addresses() -> No
             assert getattr(module, name) is getattr(home, name), (name, module.__name__)
         assert getattr(sluice, name) is getattr(home, name)
     assert provider.CapabilityOverride is _capabilities.CapabilityOverride
+
+
+def test_the_conversation_parts_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """The parts a plain text chat never builds are served by sluice._conversation and
+    sluice._messages (PEP 562) and by sluice's public names, as one object each, and the
+    ``ContentPart`` and ``ToolChoice`` unions still name every part."""
+    import typing
+
+    import sluice
+    from sluice import _conversation, _conversation_rare, _messages
+
+    for name in _conversation_rare.__all__:
+        served = getattr(_conversation_rare, name)
+        assert getattr(_conversation, name) is served, name
+        assert getattr(_messages, name) is served, name
+        assert getattr(sluice, name) is served, name
+    assert typing.get_args(sluice.ContentPart) == (
+        sluice.TextPart,
+        sluice.ImagePart,
+        sluice.FilePart,
+        sluice.ToolCall,
+        sluice.ToolResultPart,
+        sluice.ReasoningPart,
+    )
+    assert _messages.ContentPart is _conversation.ContentPart is sluice.ContentPart
+    assert sluice.ToolChoice is _conversation.ToolChoice
+    assert typing.get_args(sluice.ToolChoice) == (
+        typing.Literal["auto", "required", "none"],
+        sluice.SpecificTool,
+    )
+
+
+_LATER_PARTS = """
+import json, sys, typing
+import sluice
+from sluice._serde import get_converter
+from sluice._protocols.openai_request import build_body
+
+plain = sluice.ChatRequest(model="openai:m", messages=[
+    sluice.Message.system("be brief"), sluice.Message.user("hi"),
+    sluice.Message.assistant("hello"),
+])
+text_only = (plain.messages[2].tool_calls, build_body(plain)["messages"])
+loaded_by_text = "sluice._conversation_rare" in sys.modules
+request = get_converter().structure({
+    "model": "openai:m",
+    "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "see"},
+            {"type": "image", "url": "https://x/i.png"},
+            {"type": "file", "data": "QUJD", "media_type": "application/pdf"},
+        ]},
+        {"role": "assistant", "content": [{"type": "tool_call", "id": "c1", "name": "f"}]},
+        {"role": "tool", "content": [{"type": "tool_result", "tool_call_id": "c1",
+                                      "content": "42"}]},
+    ],
+    "tools": [{"name": "f"}],
+    "response_format": {"type": "json_object"},
+}, sluice.ChatRequest)
+hints = [typing.get_type_hints(c) for c in (sluice.ChatRequest, sluice.Message)]
+print(json.dumps({
+    "loaded_by_text": loaded_by_text,
+    "text_only": [list(text_only[0]), text_only[1]],
+    "parts": [type(p).__name__ for m in request.messages for p in m.content],
+    "tools": [type(t).__name__ for t in request.tools],
+    "format": type(request.response_format).__name__,
+    "tool_calls": [c.name for c in request.messages[1].tool_calls],
+}))
+"""
+
+
+def test_text_alone_loads_no_rarer_part_and_cattrs_still_builds_every_part() -> None:
+    """In a fresh interpreter, text messages (their tool calls asked for, their OpenAI body
+    built) load none of the rarer parts; then cattrs builds a request holding every kind,
+    resolving the annotations that name them, and so does ``typing.get_type_hints``."""
+    done = subprocess.run([sys.executable, "-c", _LATER_PARTS], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    assert orjson.loads(done.stdout) == {
+        "loaded_by_text": False,
+        "text_only": [
+            [],
+            [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+            ],
+        ],
+        "parts": ["TextPart", "ImagePart", "FilePart", "ToolCall", "ToolResultPart"],
+        "tools": ["Tool"],
+        "format": "ResponseFormat",
+        "tool_calls": ["f"],
+    }
 
 
 _LATER_CONFIG = """

@@ -24,10 +24,11 @@ Only the choice with index 0 is read. Payloads that break the protocol raise
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .. import _conversation
 from .._errors import CallError, ProtocolError, StreamBroken
 from .._events import (
     DeltaEvent,
@@ -37,20 +38,15 @@ from .._events import (
     UsageReported,
     text_delta,
 )
-from .._messages import (
-    ContentPart,
-    FinishReason,
-    Message,
-    ReasoningPart,
-    TextPart,
-    ToolCall,
-    Usage,
-)
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
 from .sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from .._messages import ContentPart, ToolCall
 
 __all__ = [
     "OpenAIStreamDecoder",
@@ -166,8 +162,11 @@ class _ToolCallState:
 
 
 def _tool_calls(calls: dict[int, _ToolCallState]) -> list[ToolCall]:
+    if not calls:
+        return []  # a reply without tool calls does not load ToolCall
+    tool_call = _conversation.ToolCall
     return [
-        ToolCall(
+        tool_call(
             id=calls[i].id or f"call_{i}",
             name=calls[i].name or "",
             arguments="".join(calls[i].arguments) or "{}",
