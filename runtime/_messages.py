@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import attrs
 
 from . import _conversation
-from ._capabilities import ToolOptions
 from ._conversation import (
     Message,
     ReasoningPart,
@@ -28,6 +27,7 @@ from ._conversation import (
 from ._record import Value
 
 if TYPE_CHECKING:  # each served below (PEP 562)
+    from ._capabilities import ToolOptions as ToolOptions  # noqa: TC004
     from ._conversation import ContentPart as ContentPart
     from ._conversation import FilePart as FilePart
     from ._conversation import ImagePart as ImagePart
@@ -87,7 +87,20 @@ def __getattr__(name: str) -> Any:
     if name in _RARE:
         globals().update({n: getattr(_conversation, n) for n in _RARE})
         return globals()[name]
+    if name == "ToolOptions":  # and the tool options a plain call leaves unset
+        from ._capabilities import ToolOptions
+
+        globals()[name] = ToolOptions
+        return ToolOptions
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bind_later_names() -> None:
+    """Load the classes served above and make them names of this module (and the parts names
+    of :mod:`sluice._conversation`), so that ``typing.get_type_hints``, which cattrs uses,
+    resolves ChatRequest's and Message's annotations: the converter calls it when built."""
+    __getattr__("ContentPart")
+    __getattr__("ToolOptions")
 
 
 CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]

@@ -91,8 +91,6 @@ def _build() -> OrjsonConverter:
     from cattrs.preconf.orjson import make_converter
     from cattrs.strategies import configure_union_passthrough
 
-    # Importing the parts a plain chat never builds makes them names of sluice._messages and
-    # sluice._conversation (PEP 562 there), so cattrs can resolve the annotations naming them.
     from ._messages import (
         ContentPart,
         FilePart,
@@ -103,8 +101,10 @@ def _build() -> OrjsonConverter:
         ToolCall,
         ToolChoice,
         ToolResultPart,
+        bind_later_names,
     )
 
+    bind_later_names()  # so that cattrs resolves the annotations naming the rarer classes
     _PART_TYPES.update(
         text=TextPart,
         image=ImagePart,

@@ -69,9 +69,10 @@ NOT_FOR_A_CALL = (
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
-    # The parts of a conversation a plain text chat never builds, and the config classes a
-    # config for one never holds.
+    # The parts of a conversation a plain text chat never builds, the tool options and
+    # capability overrides, and the config classes a config for one never holds.
     "sluice._conversation_rare",
+    "sluice._capabilities",
     "sluice._config.groups",
     "sluice._config.spending",
     "sluice._config.windows",
@@ -167,10 +168,11 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._limits.store_rare",
     "sluice._routing_stats",
     "sluice.transport._statistics",
-    # Text in, text out: no image, file, tool, tool call or result, named tool choice or
-    # response format; and a config with no groups, prices, budgets, windows, model entries,
-    # quirks or embedding limits.
+    # Text in, text out: no image, file, tool, tool call or result, named tool choice,
+    # response format, tool options or capability override; and a config with no groups,
+    # prices, budgets, windows, model entries, quirks or embedding limits.
     "sluice._conversation_rare",
+    "sluice._capabilities",
     "sluice._config.groups",
     "sluice._config.spending",
     "sluice._config.windows",
@@ -251,7 +253,7 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 89
+CHAT_PATH_ATTRS_CLASSES = 87
 CHAT_PATH_SLUICE_MODULES = 74
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
@@ -268,11 +270,11 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own. Lowered to 89 classes and 74 modules, the first call's to 89 and
+result, no class of its own. Lowered to 87 classes and 74 modules, the first call's to 87 and
 90: the config classes a plain config never holds (groups, prices and budgets, windows,
-a model's settings, quirks, embedding limits) and the parts of a conversation a plain text
+a model's settings, quirks, embedding limits), the parts of a conversation a plain text
 chat never builds (images, files, tool calls and results, tools, a named tool choice, a
-response format) load on first use.)"""
+response format) and the tool options and capability overrides load on first use.)"""
 
 _COUNT = """
 import json, sys
@@ -359,6 +361,9 @@ RARELY_BUILT = frozenset(
         "Tool",
         "SpecificTool",
         "ResponseFormat",
+        # A call's tool options and an override of what a provider or model can do with tools.
+        "ToolOptions",
+        "CapabilityOverride",
     }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
@@ -366,7 +371,7 @@ gone, an attempt lost, statistics, a reload, a ledger question, a window or budg
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 89
+FIRST_CALL_ATTRS_CLASSES = 87
 FIRST_CALL_SLUICE_MODULES = 90
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
@@ -394,6 +399,7 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
         "sluice._config.overrides",
         "sluice._config.embed_limits",
         "sluice._conversation_rare",
+        "sluice._capabilities",
     )
     assert [m for m in rare if m in found["call_loaded"]] == []
 
@@ -511,6 +517,24 @@ def test_the_conversation_parts_loaded_on_first_use_keep_their_old_addresses() -
     )
 
 
+def test_the_tool_options_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """sluice._capabilities holds the tool options and overrides, and still serves what every
+    call's path now imports from sluice._tool_capabilities, as the same objects; the modules
+    that named the options and overrides serve them too."""
+    import sluice
+    import sluice.providers._registry as registry
+    from sluice import _capabilities, _messages, _tool_capabilities
+
+    for name in _capabilities.__all__:
+        if name in ("CapabilityOverride", "ToolOptions"):
+            continue
+        assert getattr(_capabilities, name) is getattr(_tool_capabilities, name), name
+    assert sluice.ToolOptions is _messages.ToolOptions is _capabilities.ToolOptions
+    assert sluice.CapabilityOverride is registry.CapabilityOverride
+    assert registry.CapabilityOverride is _capabilities.CapabilityOverride
+    assert sluice.ToolCapabilities is _tool_capabilities.ToolCapabilities
+
+
 _LATER_PARTS = """
 import json, sys, typing
 import sluice
@@ -537,6 +561,7 @@ request = get_converter().structure({
     ],
     "tools": [{"name": "f"}],
     "response_format": {"type": "json_object"},
+    "tool_options": {"capabilities": {"tool_choice": ["auto"]}, "max_corrections": 1},
 }, sluice.ChatRequest)
 hints = [typing.get_type_hints(c) for c in (sluice.ChatRequest, sluice.Message)]
 print(json.dumps({
@@ -545,6 +570,8 @@ print(json.dumps({
     "parts": [type(p).__name__ for m in request.messages for p in m.content],
     "tools": [type(t).__name__ for t in request.tools],
     "format": type(request.response_format).__name__,
+    "options": [type(request.tool_options).__name__,
+                sorted(request.tool_options.capabilities.tool_choice)],
     "tool_calls": [c.name for c in request.messages[1].tool_calls],
 }))
 """
@@ -569,6 +596,7 @@ def test_text_alone_loads_no_rarer_part_and_cattrs_still_builds_every_part() -> 
         "parts": ["TextPart", "ImagePart", "FilePart", "ToolCall", "ToolResultPart"],
         "tools": ["Tool"],
         "format": "ResponseFormat",
+        "options": ["ToolOptions", ["auto"]],
         "tool_calls": ["f"],
     }
 

@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from .._capabilities import (
+from .._checks import check_env_name, check_env_names, check_http_url
+from .._protocols.quirks import NO_QUIRKS, RequestQuirks
+from .._record import Value
+from .._tool_capabilities import (
     ANTHROPIC,
     GEMINI,
     OLLAMA,
     OPENAI_COMPATIBLE_CUSTOM,
     ToolCapabilities,
 )
-from .._checks import check_env_name, check_env_names, check_http_url
-from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Value
 
 if TYPE_CHECKING:
     from .._config.embed_limits import EmbedLimits  # noqa: TC004 (served below, PEP 562)
