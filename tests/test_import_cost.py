@@ -535,6 +535,18 @@ def test_the_tool_options_loaded_on_first_use_keep_their_old_addresses() -> None
     assert sluice.ToolCapabilities is _tool_capabilities.ToolCapabilities
 
 
+def test_what_describes_a_backend_loads_without_the_tool_options() -> None:
+    """sluice's and sluice._tools' names for a backend's capabilities come from the module every
+    call's path loads: asking for them builds no tool options or overrides."""
+    code = (
+        "import sys, sluice, sluice._tools as tools\n"
+        "sluice.ToolCapabilities, sluice.StructuredOutput, tools.FULL, tools.capabilities_for\n"
+        "print('sluice._capabilities' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.strip() == b"False"
+
+
 _LATER_PARTS = """
 import json, sys, typing
 import sluice
