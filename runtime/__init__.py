@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from ._cache.response import CacheStatistics as CacheStatistics
     from ._cache.response import ResponseCache as ResponseCache
     from ._capabilities import CapabilityOverride as CapabilityOverride
-    from ._capabilities import StructuredOutput as StructuredOutput
-    from ._capabilities import ToolCapabilities as ToolCapabilities
     from ._capabilities import ToolOptions as ToolOptions
     from ._config import BreakerConfig as BreakerConfig
     from ._config import BudgetConfig as BudgetConfig
@@ -143,17 +141,15 @@ if TYPE_CHECKING:
     from ._runtime import Runtime as Runtime
     from ._runtime import RuntimeStatistics as RuntimeStatistics
     from ._runtime import open_runtime as open_runtime
+    from ._tool_capabilities import StructuredOutput as StructuredOutput
+    from ._tool_capabilities import ToolCapabilities as ToolCapabilities
     from .actors._token_ledger import TokenLedgerHandle as TokenLedgerHandle
     from .providers._definition import AuthStyle as AuthStyle
 
 _HOMES: dict[str, tuple[str, ...]] = {
     "sluice._cache.response": ("CacheStatistics", "ResponseCache"),
-    "sluice._capabilities": (
-        "CapabilityOverride",
-        "StructuredOutput",
-        "ToolCapabilities",
-        "ToolOptions",
-    ),
+    "sluice._capabilities": ("CapabilityOverride", "ToolOptions"),
+    "sluice._tool_capabilities": ("StructuredOutput", "ToolCapabilities"),
     "sluice._config": (
         "BreakerConfig",
         "BudgetConfig",

@@ -3,17 +3,33 @@
 Frozen attrs classes, like the rest of the data model (:mod:`sluice._messages`, which takes
 them whole into a ``ChatRequest`` and re-exports them). They are the bottom of the model: the
 OpenAI parsers (:mod:`sluice._openai_parse`) build them and ``ChatRequest`` builds on both.
+
+Text, reasoning and messages are defined here. The parts a plain text chat never builds
+(images, files, tool calls and results, tools, a named tool choice, a response format) are in
+:mod:`sluice._conversation_rare`, which this module serves (PEP 562) with the ``ContentPart``
+and ``ToolChoice`` unions that name them; once loaded they are names of this module, so
+annotations that name them resolve (``typing.get_type_hints``, cattrs). Code on every call's
+path tests for text first and asks this module for the others only past that test
+(``_conversation.ToolCall``), which loads them with the first one met.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
-import orjson
 
 from ._record import Value
+
+if TYPE_CHECKING:  # each served below (PEP 562)
+    from ._conversation_rare import FilePart as FilePart
+    from ._conversation_rare import ImagePart as ImagePart
+    from ._conversation_rare import ResponseFormat as ResponseFormat
+    from ._conversation_rare import SpecificTool as SpecificTool
+    from ._conversation_rare import Tool as Tool
+    from ._conversation_rare import ToolCall as ToolCall
+    from ._conversation_rare import ToolResultPart as ToolResultPart
 
 __all__ = [
     "ContentPart",
@@ -50,68 +66,6 @@ class TextPart(Value):
 
 
 @attrs.frozen(eq=False, kw_only=True, repr=False)
-class ImagePart(Value):
-    """An image, by URL (``https:`` or a ``data:`` URL)."""
-
-    url: str
-    media_type: str | None = None
-    detail: Literal["auto", "low", "high"] | None = None
-    type: Literal["image"] = "image"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class FilePart(Value):
-    """A document: base64 ``data`` with its media type, or a provider file id in ``file_id``."""
-
-    data: str | None = None
-    media_type: str | None = None
-    name: str | None = None
-    file_id: str | None = None
-    type: Literal["file"] = "file"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class ToolCall(Value):
-    """A tool call the model made. ``arguments`` is the JSON text as the model produced it."""
-
-    id: str
-    name: str
-    arguments: str = "{}"
-    type: Literal["tool_call"] = "tool_call"
-    signature: str | None = None
-    """An opaque provider signature to echo back with this call (Gemini's ``thoughtSignature``)."""
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-    def parsed_arguments(self) -> Any:
-        """The arguments as a JSON value; empty text means ``{}``.
-
-        Raises:
-            ValueError: the text is not JSON (the tool layer repairs that before it gets here).
-        """
-        if not self.arguments.strip():
-            return {}
-        return orjson.loads(self.arguments)
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class ToolResultPart(Value):
-    """The result of a tool call, sent back to the model in a ``tool`` message."""
-
-    tool_call_id: str
-    content: str
-    is_error: bool = False
-    name: str | None = None
-    type: Literal["tool_result"] = "tool_result"
-    cache_control: Mapping[str, Any] | None = None
-    """See :attr:`TextPart.cache_control`."""
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
 class ReasoningPart(Value):
     """Reasoning text the model showed; ``signature`` is echoed back where a provider needs it."""
 
@@ -120,7 +74,44 @@ class ReasoningPart(Value):
     type: Literal["reasoning"] = "reasoning"
 
 
-ContentPart: TypeAlias = TextPart | ImagePart | FilePart | ToolCall | ToolResultPart | ReasoningPart
+if TYPE_CHECKING:
+    ContentPart: TypeAlias = (
+        TextPart | ImagePart | FilePart | ToolCall | ToolResultPart | ReasoningPart
+    )
+    ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
+
+_RARE = frozenset(
+    {
+        "ContentPart",
+        "FilePart",
+        "ImagePart",
+        "ResponseFormat",
+        "SpecificTool",
+        "Tool",
+        "ToolCall",
+        "ToolChoice",
+        "ToolResultPart",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RARE:
+        from . import _conversation_rare as rare
+
+        names = {n: getattr(rare, n) for n in rare.__all__}
+        names["ContentPart"] = (
+            TextPart
+            | rare.ImagePart
+            | rare.FilePart
+            | rare.ToolCall
+            | rare.ToolResultPart
+            | ReasoningPart
+        )
+        names["ToolChoice"] = Literal["auto", "required", "none"] | rare.SpecificTool
+        globals().update(names)
+        return names[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
@@ -153,6 +144,8 @@ class Message(Value):
 
     @classmethod
     def tool(cls, tool_call_id: str, content: str, *, is_error: bool = False) -> Message:
+        from ._conversation_rare import ToolResultPart
+
         return cls(
             "tool", (ToolResultPart(tool_call_id=tool_call_id, content=content, is_error=is_error),)
         )
@@ -168,6 +161,13 @@ class Message(Value):
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
+        for p in self.content:
+            if type(p) is not TextPart and type(p) is not ReasoningPart:
+                break
+        else:
+            return ()  # text and reasoning only (a plain reply): no need to load ToolCall
+        from ._conversation_rare import ToolCall
+
         return tuple(p for p in self.content if isinstance(p, ToolCall))
 
 
@@ -187,37 +187,3 @@ def is_temporary(message: Message) -> bool:
 def strip_temporary(messages: Iterable[Message]) -> tuple[Message, ...]:
     """``messages`` without the temporary ones, in the same order."""
     return tuple(m for m in messages if not isinstance(m, TemporaryMessage))
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class Tool(Value):
-    """A function the model may call. ``parameters`` is a JSON schema for its arguments."""
-
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object", "properties": {}}
-    )
-    strict: bool | None = None
-    cache_control: Mapping[str, Any] | None = None
-    """A prompt-cache marker on this tool definition (see :attr:`TextPart.cache_control`)."""
-
-
-@attrs.frozen(eq=False, repr=False)
-class SpecificTool(Value):
-    """``tool_choice`` that forces one named tool."""
-
-    name: str
-
-
-ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class ResponseFormat(Value):
-    """Structured output: ``json_object``, or ``json_schema`` with a schema."""
-
-    type: Literal["text", "json_object", "json_schema"] = "json_schema"
-    schema: Mapping[str, Any] | None = None
-    name: str = "response"
-    strict: bool | None = None

@@ -10,30 +10,33 @@ between actors without serializing them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from ._capabilities import ToolOptions
+from . import _conversation
 from ._conversation import (
-    ContentPart,
-    FilePart,
-    ImagePart,
     Message,
     ReasoningPart,
-    ResponseFormat,
     Role,
-    SpecificTool,
     TemporaryMessage,
     TextPart,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolResultPart,
     is_temporary,
     strip_temporary,
 )
 from ._record import Value
+
+if TYPE_CHECKING:  # each served below (PEP 562)
+    from ._capabilities import ToolOptions as ToolOptions  # noqa: TC004
+    from ._conversation import ContentPart as ContentPart
+    from ._conversation import FilePart as FilePart
+    from ._conversation import ImagePart as ImagePart
+    from ._conversation import ResponseFormat as ResponseFormat  # noqa: TC004
+    from ._conversation import SpecificTool as SpecificTool
+    from ._conversation import Tool as Tool  # noqa: TC004
+    from ._conversation import ToolCall as ToolCall
+    from ._conversation import ToolChoice as ToolChoice  # noqa: TC004
+    from ._conversation import ToolResultPart as ToolResultPart
 
 __all__ = [
     "CacheBreakpoint",
@@ -62,6 +65,43 @@ __all__ = [
     "split_model",
     "strip_temporary",
 ]
+
+_RARE = frozenset(
+    {
+        "ContentPart",
+        "FilePart",
+        "ImagePart",
+        "ResponseFormat",
+        "SpecificTool",
+        "Tool",
+        "ToolCall",
+        "ToolChoice",
+        "ToolResultPart",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    # The parts a plain text chat never builds load with the first one asked for (see
+    # :mod:`sluice._conversation`) and stay names here, so ChatRequest's annotations resolve.
+    if name in _RARE:
+        globals().update({n: getattr(_conversation, n) for n in _RARE})
+        return globals()[name]
+    if name == "ToolOptions":  # and the tool options a plain call leaves unset
+        from ._capabilities import ToolOptions
+
+        globals()[name] = ToolOptions
+        return ToolOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bind_later_names() -> None:
+    """Load the classes served above and make them names of this module (and the parts names
+    of :mod:`sluice._conversation`), so that ``typing.get_type_hints``, which cattrs uses,
+    resolves ChatRequest's and Message's annotations: the converter calls it when built."""
+    __getattr__("ContentPart")
+    __getattr__("ToolOptions")
+
 
 CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]
 """Where a request asks the provider to cache the prompt up to (see
@@ -142,7 +182,7 @@ def _tools(value: Iterable[Tool | Mapping[str, Any]]) -> tuple[Tool, ...]:
         raise TypeError(f"ChatRequest.tools: expected a list of tools, got {_type_name(value)}")
     out: list[Tool] = []
     for index, item in enumerate(value):
-        if isinstance(item, Tool):
+        if isinstance(item, _conversation.Tool):
             out.append(item)
         elif isinstance(item, Mapping):
             from ._openai_parse import parse_tool  # only for OpenAI-format dicts
@@ -180,10 +220,12 @@ def _check_request(request: ChatRequest) -> None:
         TypeError: a field holds a value of the wrong type.
         ValueError: ``priority`` or ``on_partial`` is not one of its choices.
     """
-    checks: tuple[tuple[str, type | tuple[type, ...], str, bool], ...] = (
+    # A class named as text is one of _conversation's loaded on first use, looked up only for
+    # a value to check (a request without a response format does not load ResponseFormat).
+    checks: tuple[tuple[str, type | tuple[type, ...] | str, str, bool], ...] = (
         ("model", str, "a 'provider:model' string", False),
         ("parallel_tool_calls", bool, "a bool", True),
-        ("response_format", ResponseFormat, "a ResponseFormat", True),
+        ("response_format", "ResponseFormat", "a ResponseFormat", True),
         ("temperature", _NUMBER, "a number", True),
         ("top_p", _NUMBER, "a number", True),
         ("max_tokens", int, "an integer", True),
@@ -199,7 +241,11 @@ def _check_request(request: ChatRequest) -> None:
     )
     for name, expected, what, optional in checks:
         value = getattr(request, name)
-        if not (value is None and optional) and not _is(value, expected):
+        if value is None and optional:
+            continue
+        if isinstance(expected, str):
+            expected = getattr(_conversation, expected)
+        if not _is(value, expected):
             raise TypeError(f"ChatRequest.{name}: expected {what}, got {_type_name(value)}")
     for name in ("stop", "fallbacks"):
         for index, item in enumerate(getattr(request, name)):
@@ -238,12 +284,15 @@ def _breakpoints(value: bool | Iterable[CacheBreakpoint]) -> frozenset[CacheBrea
     return points
 
 
+_CHOICES = ("auto", "required", "none")
+
+
 def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
-    if value is None or isinstance(value, SpecificTool):
-        return value
-    if value in ("auto", "required", "none"):
+    if value is None or (type(value) is str and value in _CHOICES):
         return value  # type: ignore[return-value]
-    return SpecificTool(value)
+    if isinstance(value, _conversation.SpecificTool) or value in _CHOICES:
+        return value  # type: ignore[return-value]
+    return _conversation.SpecificTool(value)
 
 
 @attrs.frozen(eq=False, kw_only=True, repr=False)
@@ -336,7 +385,7 @@ class ChatRequest(Value):
             and (self.tag is None or type(self.tag) is str)
             and (self.parallel_tool_calls is None or type(self.parallel_tool_calls) is bool)
             and (self.response_cache is None or type(self.response_cache) is bool)
-            and (self.response_format is None or type(self.response_format) is ResponseFormat)
+            and self.response_format is None  # else the full check, which loads ResponseFormat
             and self.priority in _PRIORITIES
             and self.on_partial in _ON_PARTIAL
             and type(self.retry_visible) is bool

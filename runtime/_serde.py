@@ -12,23 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._messages import (
-    ContentPart,
-    FilePart,
-    ImagePart,
-    ReasoningPart,
-    SpecificTool,
-    TextPart,
-    ToolCall,
-    ToolChoice,
-    ToolResultPart,
-)
 from ._record import Value
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from cattrs.preconf.orjson import OrjsonConverter
+
+    from ._messages import ContentPart
 
 __all__ = [
     "EnvText",
@@ -73,14 +64,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_PART_TYPES: dict[str, type[Any]] = {
-    "text": TextPart,
-    "image": ImagePart,
-    "file": FilePart,
-    "tool_call": ToolCall,
-    "tool_result": ToolResultPart,
-    "reasoning": ReasoningPart,
-}
+_PART_TYPES: dict[str, type[Any]] = {}
+"""Each content part's class by its ``type``: filled when the converter is built."""
 
 
 def _structure_part(value: Any, _: Any) -> ContentPart:
@@ -91,6 +76,8 @@ def _structure_part(value: Any, _: Any) -> ContentPart:
 
 
 def _structure_tool_choice(value: Any, _: Any) -> Any:
+    from ._messages import SpecificTool
+
     if value is None or value in ("auto", "required", "none"):
         return value
     if isinstance(value, str):
@@ -104,6 +91,28 @@ def _build() -> OrjsonConverter:
     from cattrs.preconf.orjson import make_converter
     from cattrs.strategies import configure_union_passthrough
 
+    from ._messages import (
+        ContentPart,
+        FilePart,
+        ImagePart,
+        ReasoningPart,
+        SpecificTool,
+        TextPart,
+        ToolCall,
+        ToolChoice,
+        ToolResultPart,
+        bind_later_names,
+    )
+
+    bind_later_names()  # so that cattrs resolves the annotations naming the rarer classes
+    _PART_TYPES.update(
+        text=TextPart,
+        image=ImagePart,
+        file=FilePart,
+        tool_call=ToolCall,
+        tool_result=ToolResultPart,
+        reasoning=ReasoningPart,
+    )
     converter = make_converter(forbid_extra_keys=True, omit_if_default=False)
     converter.register_structure_hook(ContentPart, _structure_part)
     converter.register_unstructure_hook(SpecificTool, lambda t: {"name": t.name})

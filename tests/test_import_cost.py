@@ -72,6 +72,15 @@ NOT_FOR_A_CALL = (
     "sluice._ledger.summary",
     "sluice._limits.store_rare",
     "sluice._routing_stats",
+    # The parts of a conversation a plain text chat never builds, the tool options and
+    # capability overrides, and the config classes a config for one never holds.
+    "sluice._conversation_rare",
+    "sluice._capabilities",
+    "sluice._config.groups",
+    "sluice._config.spending",
+    "sluice._config.windows",
+    "sluice._config.overrides",
+    "sluice._config.embed_limits",
     "sluice._tools.schema",
     "sluice._tools.repair",
     # A call that succeeds at once asks no retry policy; a runtime without budgets keeps no
@@ -163,6 +172,16 @@ NOT_FOR_A_PLAIN_CALL = (
     "sluice._limits.store_rare",
     "sluice._routing_stats",
     "sluice.transport._statistics",
+    # Text in, text out: no image, file, tool, tool call or result, named tool choice,
+    # response format, tool options or capability override; and a config with no groups,
+    # prices, budgets, windows, model entries, quirks or embedding limits.
+    "sluice._conversation_rare",
+    "sluice._capabilities",
+    "sluice._config.groups",
+    "sluice._config.spending",
+    "sluice._config.windows",
+    "sluice._config.overrides",
+    "sluice._config.embed_limits",
     # A ledger that keeps no file (SLUICE_LEDGER_DB=off below) loads no SQLite code.
     "sqlite3",
     "sluice._ledger.sqlite",
@@ -239,8 +258,8 @@ def test_the_chat_path_loads_no_more_than_a_chat_needs() -> None:
     assert [m for m in NOT_FOR_A_CALL if m in loaded] == []
 
 
-CHAT_PATH_ATTRS_CLASSES = 89
-CHAT_PATH_SLUICE_MODULES = 76
+CHAT_PATH_ATTRS_CLASSES = 72
+CHAT_PATH_SLUICE_MODULES = 74
 """What the chat path (``benchmarks.import_time.CHAT``) may define and load: each attrs class
 costs the import a generated and compiled ``__init__`` (and ``__eq__``/``__hash__``), each
 module a file to find and run. A change that adds to either on every program's path fails
@@ -256,9 +275,13 @@ the first call below went down with them, from 143 classes and 99 modules. Lower
 classes, and the first call's to 104: the actors' rarer messages, the ledger's questions and
 summaries, a limit's window specs, a store's refusals and budget asks and the groups' and the
 transport's statistics and a proxy URL's reading load on first use, and a cache hit is its
-result, no class of its own. Lowered to 89, and the first call's with it: a failed attempt's
-outcome loads with the first failure, the errors with fields of their own with the first of
-them, and the events a plain call never makes with the first of those.)"""
+result, no class of its own. Lowered to 72 classes and 74 modules, the first call's to 72 and
+90: a failed attempt's outcome loads with the first failure, the errors with fields of their
+own with the first of them, and the events a plain call never makes with the first of those;
+the config classes a plain config never holds (groups, prices and budgets, windows, a model's
+settings, quirks, embedding limits), the parts of a conversation a plain text chat never
+builds (images, files, tool calls and results, tools, a named tool choice, a response format)
+and the tool options and capability overrides load on first use.)"""
 
 _COUNT = """
 import json, sys
@@ -341,14 +364,42 @@ RARELY_BUILT = frozenset(
         "StreamReset",
         "ToolCallDelta",
     }
+    | {
+        # The config classes a config for a plain chat never holds: model groups, prices and
+        # budgets, windows beyond the per-minute limits, a model's settings, a provider's
+        # quirks, embedding limits.
+        "Deployment",
+        "ModelGroup",
+        "PriceConfig",
+        "BudgetConfig",
+        "WindowLimit",
+        "ModelConfig",
+        "QuirksConfig",
+        "EmbedLimits",
+    }
+    | {
+        # The parts of a conversation a plain text chat never builds (text, reasoning and
+        # messages are built; a temporary correction message subclasses Message, so it stays
+        # with it).
+        "ImagePart",
+        "FilePart",
+        "ToolCall",
+        "ToolResultPart",
+        "Tool",
+        "SpecificTool",
+        "ResponseFormat",
+        # A call's tool options and an override of what a provider or model can do with tools.
+        "ToolOptions",
+        "CapabilityOverride",
+    }
 )
 """Classes a plain chat never builds an instance of: a withdrawn ask, a refusal, a consumer
 gone, an attempt lost, statistics, a reload, a ledger question, a window or budget the call
 cannot fit."""
 
 
-FIRST_CALL_ATTRS_CLASSES = 89
-FIRST_CALL_SLUICE_MODULES = 92
+FIRST_CALL_ATTRS_CLASSES = 72
+FIRST_CALL_SLUICE_MODULES = 90
 """What the chat path and then one plain call (``benchmarks.import_time.FIRST_CALL``) define and
 load together: what is made to load on first use still counts here, so moving a part from the
 import into the first call cannot pass for a saving."""
@@ -371,6 +422,13 @@ def test_the_first_call_defines_no_more_attrs_classes_and_modules_than_its_bound
         "sluice._limits.store_rare",
         "sluice.transport._statistics",
         "sluice.transport._proxy_url",  # no proxy: FIRST_CALL's transport does not trust env
+        "sluice._config.groups",
+        "sluice._config.spending",
+        "sluice._config.windows",
+        "sluice._config.overrides",
+        "sluice._config.embed_limits",
+        "sluice._conversation_rare",
+        "sluice._capabilities",
     )
     assert [m for m in rare if m in found["call_loaded"]] == []
 
@@ -487,3 +545,217 @@ def test_telling_a_success_apart_loads_none_of_the_rarer_classes() -> None:
     assert found["failed"] is True
     assert found["others"] == [None, None]
     assert found["signed"] == [["s1", False], ["s2", True]]
+
+
+def test_the_config_classes_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """Each config class a plain config never holds is served where it was defined or
+    imported before (the package, and the modules whose classes name it), as one object."""
+    import sluice
+    import sluice._config as config
+    import sluice._config.ledger as ledger
+    import sluice._config.provider as provider
+    import sluice._config.quota as quota
+    import sluice._config.runtime as runtime
+    import sluice.providers._definition as definition
+    from sluice import _capabilities
+    from sluice._config import embed_limits, groups, overrides, spending, windows
+
+    homes = {
+        "Deployment": (groups, [config]),
+        "ModelGroup": (groups, [config, runtime]),
+        "RoutingStrategy": (groups, [config]),
+        "PriceConfig": (spending, [config, ledger]),
+        "BudgetConfig": (spending, [config, ledger]),
+        "WindowLimit": (windows, [config, quota]),
+        "ModelConfig": (overrides, [config, provider]),
+        "QuirksConfig": (overrides, [config, provider]),
+        "EmbedLimits": (embed_limits, [config, provider, definition]),
+    }
+    for name, (home, addresses) in homes.items():
+        for module in addresses:
+            assert getattr(module, name) is getattr(home, name), (name, module.__name__)
+        assert getattr(sluice, name) is getattr(home, name)
+    assert provider.CapabilityOverride is _capabilities.CapabilityOverride
+
+
+def test_the_conversation_parts_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """The parts a plain text chat never builds are served by sluice._conversation and
+    sluice._messages (PEP 562) and by sluice's public names, as one object each, and the
+    ``ContentPart`` and ``ToolChoice`` unions still name every part."""
+    import typing
+
+    import sluice
+    from sluice import _conversation, _conversation_rare, _messages
+
+    for name in _conversation_rare.__all__:
+        served = getattr(_conversation_rare, name)
+        assert getattr(_conversation, name) is served, name
+        assert getattr(_messages, name) is served, name
+        assert getattr(sluice, name) is served, name
+    assert typing.get_args(sluice.ContentPart) == (
+        sluice.TextPart,
+        sluice.ImagePart,
+        sluice.FilePart,
+        sluice.ToolCall,
+        sluice.ToolResultPart,
+        sluice.ReasoningPart,
+    )
+    assert _messages.ContentPart is _conversation.ContentPart is sluice.ContentPart
+    assert sluice.ToolChoice is _conversation.ToolChoice
+    assert typing.get_args(sluice.ToolChoice) == (
+        typing.Literal["auto", "required", "none"],
+        sluice.SpecificTool,
+    )
+
+
+def test_the_tool_options_loaded_on_first_use_keep_their_old_addresses() -> None:
+    """sluice._capabilities holds the tool options and overrides, and still serves what every
+    call's path now imports from sluice._tool_capabilities, as the same objects; the modules
+    that named the options and overrides serve them too."""
+    import sluice
+    import sluice.providers._registry as registry
+    from sluice import _capabilities, _messages, _tool_capabilities
+
+    for name in _capabilities.__all__:
+        if name in ("CapabilityOverride", "ToolOptions"):
+            continue
+        assert getattr(_capabilities, name) is getattr(_tool_capabilities, name), name
+    assert sluice.ToolOptions is _messages.ToolOptions is _capabilities.ToolOptions
+    assert sluice.CapabilityOverride is registry.CapabilityOverride
+    assert registry.CapabilityOverride is _capabilities.CapabilityOverride
+    assert sluice.ToolCapabilities is _tool_capabilities.ToolCapabilities
+
+
+def test_what_describes_a_backend_loads_without_the_tool_options() -> None:
+    """sluice's and sluice._tools' names for a backend's capabilities come from the module every
+    call's path loads: asking for them builds no tool options or overrides."""
+    code = (
+        "import sys, sluice, sluice._tools as tools\n"
+        "sluice.ToolCapabilities, sluice.StructuredOutput, tools.FULL, tools.capabilities_for\n"
+        "print('sluice._capabilities' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    assert done.stdout.strip() == b"False"
+
+
+_LATER_PARTS = """
+import json, sys, typing
+import sluice
+from sluice._serde import get_converter
+from sluice._protocols.openai_request import build_body
+
+plain = sluice.ChatRequest(model="openai:m", messages=[
+    sluice.Message.system("be brief"), sluice.Message.user("hi"),
+    sluice.Message.assistant("hello"),
+])
+text_only = (plain.messages[2].tool_calls, build_body(plain)["messages"])
+loaded_by_text = "sluice._conversation_rare" in sys.modules
+request = get_converter().structure({
+    "model": "openai:m",
+    "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "see"},
+            {"type": "image", "url": "https://x/i.png"},
+            {"type": "file", "data": "QUJD", "media_type": "application/pdf"},
+        ]},
+        {"role": "assistant", "content": [{"type": "tool_call", "id": "c1", "name": "f"}]},
+        {"role": "tool", "content": [{"type": "tool_result", "tool_call_id": "c1",
+                                      "content": "42"}]},
+    ],
+    "tools": [{"name": "f"}],
+    "response_format": {"type": "json_object"},
+    "tool_options": {"capabilities": {"tool_choice": ["auto"]}, "max_corrections": 1},
+}, sluice.ChatRequest)
+hints = [typing.get_type_hints(c) for c in (sluice.ChatRequest, sluice.Message)]
+print(json.dumps({
+    "loaded_by_text": loaded_by_text,
+    "text_only": [list(text_only[0]), text_only[1]],
+    "parts": [type(p).__name__ for m in request.messages for p in m.content],
+    "tools": [type(t).__name__ for t in request.tools],
+    "format": type(request.response_format).__name__,
+    "options": [type(request.tool_options).__name__,
+                sorted(request.tool_options.capabilities.tool_choice)],
+    "tool_calls": [c.name for c in request.messages[1].tool_calls],
+}))
+"""
+
+
+def test_text_alone_loads_no_rarer_part_and_cattrs_still_builds_every_part() -> None:
+    """In a fresh interpreter, text messages (their tool calls asked for, their OpenAI body
+    built) load none of the rarer parts; then cattrs builds a request holding every kind,
+    resolving the annotations that name them, and so does ``typing.get_type_hints``."""
+    done = subprocess.run([sys.executable, "-c", _LATER_PARTS], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    assert orjson.loads(done.stdout) == {
+        "loaded_by_text": False,
+        "text_only": [
+            [],
+            [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+            ],
+        ],
+        "parts": ["TextPart", "ImagePart", "FilePart", "ToolCall", "ToolResultPart"],
+        "tools": ["Tool"],
+        "format": "ResponseFormat",
+        "options": ["ToolOptions", ["auto"]],
+        "tool_calls": ["f"],
+    }
+
+
+_LATER_CONFIG = """
+import json, sys, typing
+from sluice._config import load_config
+from sluice.providers import _plugins
+
+config = load_config({
+    "providers": {"openai": {
+        "quirks": {"max_tokens_field": "max_completion_tokens"},
+        "models": {"gpt-4o": {"embed_limits": {"max_inputs": 8}, "tools": {"tool_choice": []}}},
+        "embed_limits": {"max_tokens": 1000},
+        "rate_limit": {"windows": [{"dimension": "requests", "limit": 5, "per": 1}]},
+    }},
+    "groups": {"fast": ["openai:a", {"model": "openai:b", "weight": 2}]},
+    "ledger": {"prices": {"openai:a": {"input": 1, "output": 2}},
+               "budgets": [{"max_usd": 5}]},
+})
+definition = _plugins._structure({"id": "acme", "display_name": "Acme",
+    "base_url": "https://a.example/v1", "embed_limits": {"max_inputs": 4}})
+openai = config.providers["openai"]
+import sluice._config.ledger, sluice._config.quota, sluice._config.runtime
+import sluice._config.provider, sluice.providers._definition
+for cls in (type(config), type(openai), type(config.ledger), type(openai.rate_limit),
+            type(definition)):
+    typing.get_type_hints(cls)
+print(json.dumps([
+    type(config.groups["fast"].deployments[1]).__name__,
+    type(config.ledger.prices["openai:a"]).__name__,
+    type(config.ledger.budgets[0]).__name__,
+    type(openai.rate_limit.windows[0]).__name__,
+    type(openai.models["gpt-4o"]).__name__,
+    type(openai.models["gpt-4o"].embed_limits).__name__,
+    type(openai.quirks).__name__,
+    type(openai.embed_limits).__name__,
+    type(definition.embed_limits).__name__,
+]))
+"""
+
+
+def test_a_config_file_builds_the_classes_loaded_on_first_use() -> None:
+    """In a fresh interpreter, where none of them was loaded before, a config that holds every
+    config class a plain chat leaves out loads: cattrs resolves the annotations that name them
+    (each module keeps them as names once loaded), and so does ``typing.get_type_hints``."""
+    done = subprocess.run([sys.executable, "-c", _LATER_CONFIG], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    assert orjson.loads(done.stdout) == [
+        "Deployment",
+        "PriceConfig",
+        "BudgetConfig",
+        "WindowLimit",
+        "ModelConfig",
+        "EmbedLimits",
+        "QuirksConfig",
+        "EmbedLimits",
+        "EmbedLimits",
+    ]

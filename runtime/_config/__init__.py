@@ -12,9 +12,17 @@ config directory, :func:`default_config_path`) and lays environment overrides ov
 
 The classes live in modules of one concern each: :mod:`.quota` (admission limits),
 :mod:`.failures` (retries and breakers), :mod:`.provider`, :mod:`.groups` (model groups),
-:mod:`.ledger` (prices and budgets), :mod:`.replies` (bounds on replies), :mod:`.services`
+:mod:`.ledger` (the ledger's settings), :mod:`.replies` (bounds on replies), :mod:`.services`
 (cache, metrics, traces, gateway), :mod:`.runtime` (the whole) and :mod:`.load` (files and
 environment). Import them from here.
+
+What a config built in code for a plain chat never holds loads on first use: model groups
+(:mod:`.groups`), prices and budgets (:mod:`.spending`), windows beyond the per-minute limits
+(:mod:`.windows`), a model's settings and a provider's quirks (:mod:`.overrides`) and
+embedding limits (:mod:`.embed_limits`). This package and the modules whose classes name them
+serve them (PEP 562); each such module keeps them as its own names once loaded, so that its
+annotations resolve, and :func:`bind_later_names` loads them all before cattrs (or anything
+else that reads annotations) resolves a config's.
 """
 
 from __future__ import annotations
@@ -22,15 +30,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._serde import Secret
-from .embed_limits import EmbedLimits
+from . import ledger, provider, quota, runtime
 from .failures import BreakerConfig, RetryConfig
-from .groups import Deployment, ModelGroup
-from .groups import RoutingStrategy as RoutingStrategy
-from .ledger import BudgetConfig, LedgerConfig, PriceConfig
+from .ledger import LedgerConfig
 from .provider import AuthStyle as AuthStyle
-from .provider import ModelConfig, ProviderConfig, QuirksConfig
+from .provider import ProviderConfig
 from .provider import masked_headers as masked_headers
-from .quota import RateLimitConfig, WindowLimit
+from .quota import RateLimitConfig
 from .replies import MAX_EVENT_BYTES as MAX_EVENT_BYTES
 from .replies import MAX_LINE_BYTES as MAX_LINE_BYTES
 from .replies import ReplyLimits
@@ -40,7 +46,13 @@ from .services import CacheConfig, GatewayConfig, MetricsConfig, TracingConfig
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from .embed_limits import EmbedLimits
+    from .groups import Deployment, ModelGroup
+    from .groups import RoutingStrategy as RoutingStrategy
     from .load import default_config_path, env_overrides, load_config, load_config_file
+    from .overrides import ModelConfig, QuirksConfig
+    from .spending import BudgetConfig, PriceConfig
+    from .windows import WindowLimit
 
 __all__ = [
     "BreakerConfig",
@@ -72,16 +84,45 @@ __all__ = [
 
 
 _LOADING = frozenset({"default_config_path", "env_overrides", "load_config", "load_config_file"})
+_LATER = {
+    "Deployment": "groups",
+    "ModelGroup": "groups",
+    "RoutingStrategy": "groups",
+    "EmbedLimits": "embed_limits",
+    "BudgetConfig": "spending",
+    "PriceConfig": "spending",
+    "ModelConfig": "overrides",
+    "QuirksConfig": "overrides",
+    "WindowLimit": "windows",
+}
+"""The classes a config for a plain chat never builds, by the module that defines them."""
 
 
 def __getattr__(name: str) -> Any:
     # Files and the environment (:mod:`.load`) load on first use: a program that builds its
-    # config in code never loads them.
+    # config in code never loads them; nor the classes such a config never holds.
     if name in _LOADING:
         from . import load
 
         return getattr(load, name)
+    if name in _LATER:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_LATER[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bind_later_names() -> None:
+    """Load the classes of :data:`_LATER` and make them names of the modules whose annotations
+    name them, so that ``typing.get_type_hints`` (which cattrs uses to structure a config)
+    resolves every config class's annotations. The config loader calls it first."""
+    for module, name in (
+        (runtime, "ModelGroup"),
+        (ledger, "PriceConfig"),  # each module binds all its later names at once
+        (provider, "ModelConfig"),
+        (quota, "WindowLimit"),
+    ):
+        getattr(module, name)
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> RuntimeConfig:

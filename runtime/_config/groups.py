@@ -1,5 +1,9 @@
 """Model groups: one model name served by several deployments (:class:`ModelGroup`,
-:class:`Deployment`)."""
+:class:`Deployment`).
+
+Loaded with the first group a config names (or the first time these names are asked for): a
+runtime without groups never builds one, so :mod:`.runtime` and the package serve them
+(PEP 562) instead of importing them."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from attrs.validators import ge, gt, le
 
 from .._record import Value
 
-__all__ = ["Deployment", "ModelGroup", "RoutingStrategy", "check_group_names"]
+__all__ = ["Deployment", "ModelGroup", "RoutingStrategy"]
 
 
 def _deployment_model(_instance: Any, _attribute: Any, value: str) -> None:
@@ -101,13 +105,3 @@ class ModelGroup(Value):
     slow_for: float = attrs.field(default=30.0, validator=[gt(0), _finite])
     """Seconds a deployment that missed the hedge time is passed over by routing while
     another is usable."""
-
-
-def check_group_names(_instance: Any, _attribute: Any, value: Mapping[str, ModelGroup]) -> None:
-    """Validator of :attr:`RuntimeConfig.groups`: calls name a group by its bare name."""
-    for name in value:
-        if not name or ":" in name:
-            raise ValueError(
-                f"group name {name!r} must be non-empty and hold no ':' (calls name a group by "
-                "its bare name, e.g. model=\"fast\"; 'provider:model' names one deployment)"
-            )

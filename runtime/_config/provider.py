@@ -1,62 +1,45 @@
 """One backend's settings: :class:`ProviderConfig`, with its per-model :class:`ModelConfig` and
-its :class:`QuirksConfig`."""
+its :class:`QuirksConfig` (in :mod:`.overrides`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs.validators import ge, gt
 
-from .._capabilities import CapabilityOverride
 from .._checks import check_env_name, check_http_url
 from .._messages import Deadlines
 from .._record import Value
 from .._serde import Secret
-from .embed_limits import EmbedLimits
 from .failures import BreakerConfig
 from .quota import RateLimitConfig
+
+if TYPE_CHECKING:  # each served below (PEP 562)
+    from .._capabilities import CapabilityOverride as CapabilityOverride  # noqa: TC004
+    from .embed_limits import EmbedLimits as EmbedLimits  # noqa: TC004
+    from .overrides import ModelConfig, QuirksConfig  # noqa: TC004
 
 __all__ = ["AuthStyle", "ModelConfig", "ProviderConfig", "QuirksConfig", "masked_headers"]
 
 
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class ModelConfig(Value):
-    """Settings for one model of a provider: ``providers.NAME.models.MODEL`` (the model name
-    without the provider prefix)."""
+def __getattr__(name: str) -> Any:
+    # A model's settings, quirks, tool capabilities and embedding limits load with the first
+    # one asked for (a provider configured by its key and URL builds none) and stay names here,
+    # so the annotations below resolve (see the package's docstring).
+    if name in ("CapabilityOverride", "EmbedLimits", "ModelConfig", "QuirksConfig"):
+        from .. import _capabilities
+        from . import embed_limits, overrides
 
-    tools: CapabilityOverride | None = None
-    """What this model can do with tools, over the provider's known defaults; a call's own
-    ``ToolOptions.capabilities`` goes over this. For a model that ignores ``tool_choice``::
-
-        {"providers": {"ollama": {"models": {"llama3.1": {"tools": {"tool_choice": []}}}}}}
-    """
-    params: Mapping[str, Any] = attrs.field(factory=dict)
-    """Generation parameters for this model, over the provider's ``params`` and under the
-    call's own (see :func:`sluice.providers._params.merge_params`)."""
-    embed_limits: EmbedLimits | None = None
-    """How many inputs and tokens one embedding request to this model may hold (over the
-    provider's ``embed_limits``)."""
-    protocol: Literal["openai", "openai-responses"] | None = None
-    """Which of OpenAI's two APIs this model's calls go to, on a provider that speaks one of
-    them: ``openai-responses`` for a model served only by the Responses API (``o3-pro``,
-    ``gpt-5-codex``) or whose reasoning summaries a caller wants; None: the provider's
-    ``protocol``. A call chooses by its model, so one provider serves both::
-
-        {"providers": {"openai": {"models": {"o3-pro": {"protocol": "openai-responses"}}}}}
-    """
-
-
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class QuirksConfig(Value):
-    """Overrides of a provider's known quirks (see :class:`sluice._protocols.RequestQuirks`);
-    every field left None keeps the provider's value."""
-
-    omit_tool_choice: frozenset[str] | None = None
-    """``tool_choice`` values the server rejects, e.g. ``["auto"]`` for vLLM."""
-    echo_reasoning_content: bool | None = None
-    max_tokens_field: str | None = None
+        globals().update(
+            CapabilityOverride=_capabilities.CapabilityOverride,
+            EmbedLimits=embed_limits.EmbedLimits,
+            ModelConfig=overrides.ModelConfig,
+            QuirksConfig=overrides.QuirksConfig,
+        )
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "api-key", "none"]

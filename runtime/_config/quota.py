@@ -1,32 +1,30 @@
-"""Admission limits of one quota key: :class:`RateLimitConfig` and its :class:`WindowLimit` list."""
+"""Admission limits of one quota key: :class:`RateLimitConfig` and its :class:`WindowLimit` list
+(in :mod:`.windows`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs.validators import ge, gt, optional
 
 from .._record import Value
 
+if TYPE_CHECKING:
+    from .windows import WindowLimit  # noqa: TC004 (served below, PEP 562)
+
 __all__ = ["RateLimitConfig", "WindowLimit"]
 
 
-@attrs.frozen(eq=False, kw_only=True, repr=False)
-class WindowLimit(Value):
-    """At most ``limit`` units of ``dimension`` admitted in any ``per`` seconds."""
+def __getattr__(name: str) -> Any:
+    # WindowLimit loads with the first window asked for (a key without limits builds none) and
+    # stays a name here, so the annotation of ``windows`` resolves (see the package's docstring).
+    if name == "WindowLimit":
+        from .windows import WindowLimit
 
-    dimension: Literal["requests", "input_tokens", "output_tokens", "total_tokens"]
-    limit: int = attrs.field(validator=ge(1))
-    per: float = attrs.field(default=60.0, validator=gt(0))
-    """Length of the window in seconds: 1, 60, 86400..."""
-    counted_from: Literal["reply", "send"] = "reply"
-    """When an admission starts to count. ``reply`` (a provider's limit): from its first chunk
-    or reply, since the provider counts a request from when it arrived, and counting later
-    keeps our window behind the provider's at every boundary. ``send``: from the admission,
-    for a spread of one's own (``sluice batch --rpm``), whose rate then holds whatever the
-    time to first token. A window the provider reports limits for (60 s) always counts from
-    the reply, as does one a ``reply`` window of the same dimension and length shares."""
+        globals()[name] = WindowLimit
+        return WindowLimit
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @attrs.frozen(eq=False, kw_only=True, repr=False)
@@ -63,15 +61,22 @@ class RateLimitConfig(Value):
 
     def window_limits(self) -> tuple[WindowLimit, ...]:
         """Every window: the per-minute shorthands plus ``windows``."""
-        shorthand = (
-            ("requests", self.requests_per_minute),
-            ("total_tokens", self.tokens_per_minute),
-            ("input_tokens", self.input_tokens_per_minute),
-            ("output_tokens", self.output_tokens_per_minute),
-        )
+        shorthand = [
+            (dimension, limit)
+            for dimension, limit in (
+                ("requests", self.requests_per_minute),
+                ("total_tokens", self.tokens_per_minute),
+                ("input_tokens", self.input_tokens_per_minute),
+                ("output_tokens", self.output_tokens_per_minute),
+            )
+            if limit is not None
+        ]
+        if not shorthand:
+            return self.windows  # no per-minute limit: WindowLimit need not be loaded
+        from .windows import WindowLimit
+
         found = tuple(
             WindowLimit(dimension=d, limit=n)  # type: ignore[arg-type]
             for d, n in shorthand
-            if n is not None
         )
         return found + self.windows

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs.validators import ge, gt, le
@@ -11,13 +11,36 @@ from attrs.validators import ge, gt, le
 from .._messages import Deadlines
 from .._record import Value
 from .failures import RetryConfig
-from .groups import ModelGroup, check_group_names
 from .ledger import LedgerConfig
 from .provider import ProviderConfig
 from .replies import ReplyLimits
 from .services import CacheConfig, GatewayConfig, MetricsConfig, TracingConfig
 
-__all__ = ["RuntimeConfig"]
+if TYPE_CHECKING:
+    from .groups import ModelGroup  # noqa: TC004 (served below, PEP 562)
+
+__all__ = ["RuntimeConfig", "check_group_names"]
+
+
+def __getattr__(name: str) -> Any:
+    # The groups load with the first one asked for (a config without groups builds none) and
+    # stay a name here, so the annotation of ``groups`` resolves (see the package's docstring).
+    if name == "ModelGroup":
+        from .groups import ModelGroup
+
+        globals()[name] = ModelGroup
+        return ModelGroup
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def check_group_names(_instance: Any, _attribute: Any, value: Mapping[str, ModelGroup]) -> None:
+    """Validator of :attr:`RuntimeConfig.groups`: calls name a group by its bare name."""
+    for name in value:
+        if not name or ":" in name:
+            raise ValueError(
+                f"group name {name!r} must be non-empty and hold no ':' (calls name a group by "
+                "its bare name, e.g. model=\"fast\"; 'provider:model' names one deployment)"
+            )
 
 
 def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:

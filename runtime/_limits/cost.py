@@ -11,17 +11,9 @@ from __future__ import annotations
 import attrs
 import orjson
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    ChatRequest,
-    FilePart,
-    ImagePart,
-    ReasoningPart,
-    TextPart,
-    ToolCall,
-    ToolResultPart,
-    Usage,
-)
+from .._messages import ChatRequest, ReasoningPart, TextPart, Usage
 from .._record import Value
 
 __all__ = ["Cost", "estimate_cost", "estimate_prompt_tokens"]
@@ -69,16 +61,17 @@ def estimate_prompt_tokens(request: ChatRequest) -> int:
     for message in request.messages:
         tokens += _PER_MESSAGE
         for part in message.content:
+            # Text first: the other parts' classes load with the first one met.
             match part:
                 case TextPart(text=text) | ReasoningPart(text=text):
                     tokens += _chars(text)
-                case ToolCall(name=name, arguments=arguments):
+                case _conversation.ToolCall(name=name, arguments=arguments):
                     tokens += _chars(name) + _chars(arguments) + 3
-                case ToolResultPart(content=content):
+                case _conversation.ToolResultPart(content=content):
                     tokens += _chars(content) + 3
-                case ImagePart():
+                case _conversation.ImagePart():
                     tokens += _PER_IMAGE
-                case FilePart(data=data):
+                case _conversation.FilePart(data=data):
                     tokens += _chars(data or "")
     for tool in request.tools:
         tokens += _chars(tool.name) + _chars(tool.description)

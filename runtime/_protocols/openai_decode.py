@@ -28,18 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .. import _conversation
 from .. import _events as events
 from .._errors import CallError, ProtocolError
 from .._events import TextDelta, UsageReported, text_delta
-from .._messages import (
-    ContentPart,
-    FinishReason,
-    Message,
-    ReasoningPart,
-    TextPart,
-    ToolCall,
-    Usage,
-)
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
@@ -48,6 +41,7 @@ from .sse import SSEDecoder
 
 if TYPE_CHECKING:
     from .._events import DeltaEvent
+    from .._messages import ContentPart, ToolCall
 
 __all__ = [
     "OpenAIStreamDecoder",
@@ -163,8 +157,11 @@ class _ToolCallState:
 
 
 def _tool_calls(calls: dict[int, _ToolCallState]) -> list[ToolCall]:
+    if not calls:
+        return []  # a reply without tool calls does not load ToolCall
+    tool_call = _conversation.ToolCall
     return [
-        ToolCall(
+        tool_call(
             id=calls[i].id or f"call_{i}",
             name=calls[i].name or "",
             arguments="".join(calls[i].arguments) or "{}",

@@ -18,27 +18,18 @@ mapping of the same key, any other value replaces, and None deletes the key.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    ChatRequest,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    ResponseFormat,
-    SpecificTool,
-    TextPart,
-    Tool,
-    ToolCall,
-    ToolResultPart,
-)
+from .._messages import ChatRequest, Message, ReasoningPart, TextPart
 from .base import HttpRequest
 from .quirks import RequestQuirks, apply_quirks
 from .wire import json_body, request_headers
+
+if TYPE_CHECKING:
+    from .._messages import ContentPart, ResponseFormat, Tool
 
 __all__ = ["build_body", "build_request", "chat_url", "merge_extra"]
 
@@ -93,10 +84,11 @@ def build_body(request: ChatRequest, quirks: RequestQuirks | None = None) -> dic
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
     choice = request.tool_choice
-    if isinstance(choice, SpecificTool):
-        body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
-    elif choice is not None:
-        body["tool_choice"] = choice
+    if choice is not None:
+        if isinstance(choice, _conversation.SpecificTool):
+            body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        else:
+            body["tool_choice"] = choice
     if request.parallel_tool_calls is not None:
         body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.response_format is not None:
@@ -135,7 +127,9 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     for message in messages:
         rest: list[ContentPart] = []
         for part in message.content:
-            if isinstance(part, ToolResultPart):
+            if type(part) is TextPart:
+                rest.append(part)  # the common part, tested first: the others load when met
+            elif isinstance(part, _conversation.ToolResultPart):
                 out.append(
                     {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.content}
                 )
@@ -152,9 +146,12 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
 
 def _assistant(parts: list[ContentPart]) -> dict[str, Any]:
-    calls = [p for p in parts if isinstance(p, ToolCall)]
+    if all(type(p) is TextPart for p in parts):
+        return {"role": "assistant", "content": _content(parts)}  # text alone: the usual reply
+    tool_call = _conversation.ToolCall
+    calls = [p for p in parts if isinstance(p, tool_call)]
     reasoning = "".join(p.text for p in parts if isinstance(p, ReasoningPart))
-    others = [p for p in parts if not isinstance(p, ToolCall | ReasoningPart)]
+    others = [p for p in parts if not isinstance(p, tool_call | ReasoningPart)]
     wire: dict[str, Any] = {"role": "assistant"}
     wire["content"] = _content(others) if others or not calls else None
     if reasoning:
@@ -185,12 +182,12 @@ def _content(parts: Sequence[ContentPart]) -> str | list[dict[str, Any]]:
 def _content_item(part: ContentPart) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "text", "text": part.text}
-    if isinstance(part, ImagePart):
+    if isinstance(part, _conversation.ImagePart):
         image: dict[str, Any] = {"url": part.url}
         if part.detail is not None:
             image["detail"] = part.detail
         return {"type": "image_url", "image_url": image}
-    if isinstance(part, FilePart):
+    if isinstance(part, _conversation.FilePart):
         file: dict[str, Any] = {}
         if part.file_id is not None:
             file["file_id"] = part.file_id

@@ -15,17 +15,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._capabilities import ALL_MODES as ALL_MODES
-    from .._capabilities import ANTHROPIC as ANTHROPIC
-    from .._capabilities import FULL as FULL
-    from .._capabilities import GEMINI as GEMINI
-    from .._capabilities import OLLAMA as OLLAMA
-    from .._capabilities import OPENAI as OPENAI
-    from .._capabilities import OPENAI_COMPATIBLE_CUSTOM as OPENAI_COMPATIBLE_CUSTOM
     from .._capabilities import CapabilityOverride as CapabilityOverride
-    from .._capabilities import ToolCapabilities as ToolCapabilities
     from .._capabilities import ToolOptions as ToolOptions
-    from .._capabilities import capabilities_for as capabilities_for
+    from .._tool_capabilities import ALL_MODES as ALL_MODES
+    from .._tool_capabilities import ANTHROPIC as ANTHROPIC
+    from .._tool_capabilities import FULL as FULL
+    from .._tool_capabilities import GEMINI as GEMINI
+    from .._tool_capabilities import OLLAMA as OLLAMA
+    from .._tool_capabilities import OPENAI as OPENAI
+    from .._tool_capabilities import OPENAI_COMPATIBLE_CUSTOM as OPENAI_COMPATIBLE_CUSTOM
+    from .._tool_capabilities import ToolCapabilities as ToolCapabilities
+    from .._tool_capabilities import capabilities_for as capabilities_for
     from .correct import Corrections as Corrections
     from .correct import TemporaryMessage as TemporaryMessage
     from .correct import correction_messages as correction_messages
@@ -84,18 +84,18 @@ __all__ = [
 # Each name is imported from its module on first use, so `import sluice` does not load this
 # package's heavier modules (schemas, repair, storage) until a call needs them.
 _HOMES = {
-    "ALL_MODES": "sluice._capabilities",
-    "ANTHROPIC": "sluice._capabilities",
-    "FULL": "sluice._capabilities",
-    "GEMINI": "sluice._capabilities",
-    "OLLAMA": "sluice._capabilities",
-    "OPENAI": "sluice._capabilities",
-    "OPENAI_COMPATIBLE_CUSTOM": "sluice._capabilities",
+    "ALL_MODES": "sluice._tool_capabilities",
+    "ANTHROPIC": "sluice._tool_capabilities",
+    "FULL": "sluice._tool_capabilities",
+    "GEMINI": "sluice._tool_capabilities",
+    "OLLAMA": "sluice._tool_capabilities",
+    "OPENAI": "sluice._tool_capabilities",
+    "OPENAI_COMPATIBLE_CUSTOM": "sluice._tool_capabilities",
     "CapabilityOverride": "sluice._capabilities",
-    "ToolCapabilities": "sluice._capabilities",
+    "ToolCapabilities": "sluice._tool_capabilities",
     "ToolOptions": "sluice._capabilities",
     "ToolSchemaError": "sluice._tools.schema",
-    "capabilities_for": "sluice._capabilities",
+    "capabilities_for": "sluice._tool_capabilities",
     "Corrections": "sluice._tools.correct",
     "TemporaryMessage": "sluice._tools.correct",
     "correction_messages": "sluice._tools.correct",

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from .._capabilities import (
+from .._protocols.quirks import RequestQuirks
+from .._tool_capabilities import (
     ANTHROPIC,
     FULL,
     GEMINI,
@@ -26,7 +27,6 @@ from .._capabilities import (
     WITHOUT_TOOLS,
     ToolCapabilities,
 )
-from .._protocols.quirks import RequestQuirks
 from ._definition import ModelInfo, ProviderDefinition, models
 
 if TYPE_CHECKING:

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from .._capabilities import (
+from .._checks import check_env_name, check_env_names, check_http_url
+from .._protocols.quirks import NO_QUIRKS, RequestQuirks
+from .._record import Value
+from .._tool_capabilities import (
     ANTHROPIC,
     GEMINI,
     OLLAMA,
     OPENAI_COMPATIBLE_CUSTOM,
     ToolCapabilities,
 )
-from .._checks import check_env_name, check_env_names, check_http_url
-from .._config.embed_limits import EmbedLimits
-from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Value
+
+if TYPE_CHECKING:
+    from .._config.embed_limits import EmbedLimits  # noqa: TC004 (served below, PEP 562)
 
 __all__ = [
     "AUTH_STYLES",
@@ -42,6 +44,25 @@ __all__ = [
     "same_server_protocol",
     "suffix_capabilities",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # EmbedLimits loads with the first definition that sets them (or the first embedding call)
+    # and stays a name here, so the annotation of ``embed_limits`` resolves for cattrs.
+    if name == "EmbedLimits":
+        from .._config.embed_limits import EmbedLimits
+
+        globals()[name] = EmbedLimits
+        return EmbedLimits
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bind_later_names() -> None:
+    """Make EmbedLimits a name of this module (see :func:`__getattr__`), so that
+    ``typing.get_type_hints(ProviderDefinition)``, which cattrs uses, resolves: the plugin
+    loader calls it before it structures a definition."""
+    __getattr__("EmbedLimits")
+
 
 Protocol = Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"]
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "api-key", "none"]

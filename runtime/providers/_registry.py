@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from .._capabilities import OPENAI_COMPATIBLE_CUSTOM, CapabilityOverride, ToolCapabilities
 from .._config import (
     BreakerConfig,
     ProviderConfig,
@@ -28,6 +27,7 @@ from .._errors import ConfigError
 from .._messages import Deadlines
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
 from .._record import Value
+from .._tool_capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
 from . import _builtins
 from ._builtins import BUILTIN_BY_ID
 from ._definition import (
@@ -44,6 +44,7 @@ from ._definition import (
 from ._params import merge_params
 
 if TYPE_CHECKING:
+    from .._capabilities import CapabilityOverride as CapabilityOverride  # noqa: TC004
     from . import _plugins as _plugins
     from ._keys import KeyStore
 
@@ -60,6 +61,17 @@ BUILTIN_PROVIDERS: Mapping[str, ProviderDefinition] = BUILTIN_BY_ID
 """Every builtin provider by id (and by its older aliases)."""
 
 KeySource = Literal["config", "env", "store", "none"]
+
+
+def __getattr__(name: str) -> Any:
+    # A model's capability override loads with the first one a config sets (a plain config
+    # sets none) and stays a name here, so ResolvedProvider's annotations resolve.
+    if name == "CapabilityOverride":
+        from .._capabilities import CapabilityOverride
+
+        globals()[name] = CapabilityOverride
+        return CapabilityOverride
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _log = logging.getLogger("sluice.providers._registry")
 
