@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from ._record import Value
+from ._record import Value, late_names
 
 if TYPE_CHECKING:  # each served below (PEP 562)
     from ._conversation_rare import FilePart as FilePart
@@ -120,6 +120,7 @@ def _parts(content: str | Iterable[ContentPart]) -> tuple[ContentPart, ...]:
     return tuple(content)
 
 
+@late_names("ContentPart")
 @attrs.frozen(eq=False, repr=False)
 class Message(Value):
     """One chat message: a role and its content parts.
@@ -171,6 +172,7 @@ class Message(Value):
         return tuple(p for p in self.content if isinstance(p, ToolCall))
 
 
+@late_names("ContentPart")
 @attrs.frozen(eq=False, repr=False)
 class TemporaryMessage(Message):
     """A message added for one correction retry; it never belongs to the caller's history.

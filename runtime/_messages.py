@@ -24,7 +24,7 @@ from ._conversation import (
     is_temporary,
     strip_temporary,
 )
-from ._record import Value
+from ._record import Value, late_names
 
 if TYPE_CHECKING:  # each served below (PEP 562)
     from ._capabilities import ToolOptions as ToolOptions  # noqa: TC004
@@ -295,6 +295,7 @@ def _tool_choice(value: str | SpecificTool | None) -> ToolChoice | None:
     return _conversation.SpecificTool(value)
 
 
+@late_names("Tool", "ToolOptions")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class ChatRequest(Value):
     """Everything one chat call needs. ``model`` is ``provider:model``.

@@ -14,19 +14,30 @@ most programs never compare one. Such classes say ``eq=False`` and inherit :clas
 instead, whose one ``__eq__`` and ``__hash__`` read the fields at call time and answer what
 attrs' would: equal when of the same class with equal fields (each field's ``eq`` setting
 honoured), and a hash that agrees.
+
+Some classes name in their annotations classes that load on first use (a config's groups, a
+request's tools): their module serves those names through PEP 562 and binds them when first
+asked. :func:`late_names` makes the annotations themselves ask first, so that
+``typing.get_type_hints`` (cattrs, ``attrs.resolve_types``, ``inspect.get_annotations``) sees
+the same names it saw when the classes loaded with the module.
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from _collections_abc import dict_items, dict_keys, dict_values
+    from collections.abc import Callable, Iterator
 
-__all__ = ["Record", "Value"]
+__all__ = ["Record", "Value", "late_names"]
+
+_C = TypeVar("_C", bound=type)
 
 
 class Record:
@@ -100,3 +111,58 @@ def _getter(fields: list[attrs.Attribute[Any]]) -> Callable[[Any], Any]:
         name = names[0]
         return lambda value: (getattr(value, name),)
     return attrgetter(*names)
+
+
+def late_names(*names: str) -> Callable[[_C], _C]:
+    """Class decorator (outermost, over attrs'): when anything first reads the class's
+    annotations, its module is asked for ``names`` first, so the classes that load on first use
+    are names of the module by the time the annotation strings are evaluated. Reading costs
+    nothing more after that, and a program that never reads them never loads those classes."""
+
+    def decorate(cls: _C) -> _C:
+        found = inspect.get_annotations(cls)  # the class's own, as strings
+        cls.__annotations__ = _LateAnnotations(found, cls.__module__, names)
+        return cls
+
+    return decorate
+
+
+class _LateAnnotations(dict[str, Any]):
+    """A class's annotations that ask their module for some names before being read."""
+
+    __slots__ = ("_module", "_names")
+
+    def __init__(self, found: dict[str, Any], module: str, names: tuple[str, ...]) -> None:
+        super().__init__(found)
+        self._module = module
+        self._names = names
+
+    def _bind(self) -> None:
+        names, self._names = self._names, ()
+        module = sys.modules[self._module]
+        for name in names:
+            getattr(module, name)  # the module's __getattr__ binds it (and its kin) as a name
+
+    def __iter__(self) -> Iterator[str]:
+        self._bind()
+        return super().__iter__()
+
+    def __getitem__(self, key: str) -> Any:
+        self._bind()
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._bind()
+        return super().get(key, default)
+
+    def keys(self) -> dict_keys[str, Any]:
+        self._bind()
+        return super().keys()
+
+    def values(self) -> dict_values[str, Any]:
+        self._bind()
+        return super().values()
+
+    def items(self) -> dict_items[str, Any]:
+        self._bind()
+        return super().items()

@@ -759,3 +759,56 @@ def test_a_config_file_builds_the_classes_loaded_on_first_use() -> None:
         "EmbedLimits",
         "EmbedLimits",
     ]
+
+
+_READ_ANNOTATIONS = """
+import inspect, json, sys, typing
+{chat}
+from sluice._conversation import TemporaryMessage
+from sluice.providers._definition import ProviderDefinition
+from sluice.providers._registry import ResolvedProvider
+
+LATER = ("sluice._config.groups", "sluice._config.spending", "sluice._config.windows",
+         "sluice._config.overrides", "sluice._config.embed_limits", "sluice._conversation_rare",
+         "sluice._capabilities")
+before = [m for m in LATER if m in sys.modules]
+classes = (sluice.RuntimeConfig, sluice.ProviderConfig, sluice.LedgerConfig,
+           sluice.RateLimitConfig, sluice.ChatRequest, sluice.Message, TemporaryMessage,
+           ProviderDefinition, ResolvedProvider)
+hints = {{c.__name__: set(c.__annotations__) <= set(typing.get_type_hints(c))
+         for c in classes}}
+evaluated = {{
+    c.__name__: not any(isinstance(v, str) for v in inspect.get_annotations(c, eval_str=True)
+                         .values())
+    for c in classes
+}}
+import cattrs
+config = cattrs.Converter().structure(
+    {{"providers": {{"x": {{"base_url": "http://a.test/v1", "models": {{"m": {{}}}}}}}},
+     "groups": {{"g": {{"deployments": [{{"model": "x:m"}}]}}}}}},
+    sluice.RuntimeConfig,
+)
+print(json.dumps({{
+    "before": before,
+    "hints": hints,
+    "evaluated": evaluated,
+    "structured": [type(config.groups["g"]).__name__,
+                   type(config.providers["x"].models["m"]).__name__],
+}}))
+"""
+
+
+def test_annotations_naming_later_classes_resolve_for_anyone_who_reads_them() -> None:
+    """A plain chat loads none of the classes it never builds, yet ``typing.get_type_hints``,
+    ``inspect.get_annotations`` and a cattrs converter of the user's own read the public
+    classes' annotations as before those classes loaded on first use: reading loads them."""
+    from benchmarks.import_time import CHAT
+
+    code = _READ_ANNOTATIONS.format(chat=CHAT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    found = orjson.loads(done.stdout)
+    assert found["before"] == []
+    assert all(found["hints"].values()), found["hints"]
+    assert all(found["evaluated"].values()), found["evaluated"]
+    assert found["structured"] == ["ModelGroup", "ModelConfig"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from attrs.validators import gt
 
-from .._record import Value
+from .._record import Value, late_names
 
 if TYPE_CHECKING:
     from .spending import BudgetConfig, PriceConfig  # noqa: TC004 (served below, PEP 562)
@@ -28,6 +28,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@late_names("PriceConfig")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class LedgerConfig(Value):
     """The TokenLedger: where it keeps its rows, what tokens cost, and spending budgets."""

@@ -11,7 +11,7 @@ from attrs.validators import ge, gt
 
 from .._checks import check_env_name, check_http_url
 from .._messages import Deadlines
-from .._record import Value
+from .._record import Value, late_names
 from .._serde import Secret
 from .failures import BreakerConfig
 from .quota import RateLimitConfig
@@ -57,6 +57,7 @@ def masked_headers(headers: Mapping[str, str]) -> str:
     return repr(shown)
 
 
+@late_names("QuirksConfig")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class ProviderConfig(Value):
     """One backend. Builtin providers fill what is left unset here; any other name is a custom

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 from attrs.validators import ge, gt, optional
 
-from .._record import Value
+from .._record import Value, late_names
 
 if TYPE_CHECKING:
     from .windows import WindowLimit  # noqa: TC004 (served below, PEP 562)
@@ -27,6 +27,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@late_names("WindowLimit")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class RateLimitConfig(Value):
     """Admission limits for one quota key. Every limit is optional; none means unlimited."""

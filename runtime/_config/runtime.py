@@ -9,7 +9,7 @@ import attrs
 from attrs.validators import ge, gt, le
 
 from .._messages import Deadlines
-from .._record import Value
+from .._record import Value, late_names
 from .failures import RetryConfig
 from .ledger import LedgerConfig
 from .provider import ProviderConfig
@@ -48,6 +48,7 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: float |
         raise ValueError(f"'{attribute.name}' must be above 0 or null, got {value!r}")
 
 
+@late_names("ModelGroup")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class RuntimeConfig(Value):
     """Everything :func:`sluice.open_runtime` needs; every field has a working default."""

@@ -17,7 +17,7 @@ import attrs
 
 from .._checks import check_env_name, check_env_names, check_http_url
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Value
+from .._record import Value, late_names
 from .._tool_capabilities import (
     ANTHROPIC,
     GEMINI,
@@ -173,6 +173,7 @@ def _check_auth(_: Any, attribute: attrs.Attribute[str | None], value: str | Non
         raise ValueError(f"auth {value!r} is not one of {', '.join(AUTH_STYLES)}")
 
 
+@late_names("EmbedLimits")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class ProviderDefinition(Value):
     """Everything known about one provider before config and keys are applied.

@@ -26,7 +26,7 @@ from .._config import (
 from .._errors import ConfigError
 from .._messages import Deadlines
 from .._protocols.quirks import NO_QUIRKS, RequestQuirks
-from .._record import Value
+from .._record import Value, late_names
 from .._tool_capabilities import OPENAI_COMPATIBLE_CUSTOM, ToolCapabilities
 from . import _builtins
 from ._builtins import BUILTIN_BY_ID
@@ -76,6 +76,7 @@ def __getattr__(name: str) -> Any:
 _log = logging.getLogger("sluice.providers._registry")
 
 
+@late_names("CapabilityOverride")
 @attrs.frozen(eq=False, kw_only=True, repr=False)
 class ResolvedProvider(Value):
     """Everything a ProviderActor needs to reach one backend. No key shows in its repr."""
