@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     )
     ToolChoice: TypeAlias = Literal["auto", "required", "none"] | SpecificTool
 
-_RARE = frozenset(
+LATER_NAMES = frozenset(
     {
         "ContentPart",
         "FilePart",
@@ -93,10 +93,12 @@ _RARE = frozenset(
         "ToolResultPart",
     }
 )
+"""The names served from :mod:`sluice._conversation_rare` on first use (and bound here then);
+:mod:`sluice._messages` serves the same ones."""
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RARE:
+    if name in LATER_NAMES:
         from . import _conversation_rare as rare
 
         names = {n: getattr(rare, n) for n in rare.__all__}

@@ -66,26 +66,12 @@ __all__ = [
     "strip_temporary",
 ]
 
-_RARE = frozenset(
-    {
-        "ContentPart",
-        "FilePart",
-        "ImagePart",
-        "ResponseFormat",
-        "SpecificTool",
-        "Tool",
-        "ToolCall",
-        "ToolChoice",
-        "ToolResultPart",
-    }
-)
-
 
 def __getattr__(name: str) -> Any:
     # The parts a plain text chat never builds load with the first one asked for (see
     # :mod:`sluice._conversation`) and stay names here, so ChatRequest's annotations resolve.
-    if name in _RARE:
-        globals().update({n: getattr(_conversation, n) for n in _RARE})
+    if name in _conversation.LATER_NAMES:
+        globals().update({n: getattr(_conversation, n) for n in _conversation.LATER_NAMES})
         return globals()[name]
     if name == "ToolOptions":  # and the tool options a plain call leaves unset
         from ._capabilities import ToolOptions
