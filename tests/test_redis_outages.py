@@ -162,7 +162,9 @@ def test_a_redis_restart_that_loses_its_data_lets_no_window_pass_the_limit(
     again empty on the same port. At the server, no 2 s window holds more than 20 arrivals:
     each process tells the new Redis what it admitted in the last window and admits at its
     share, through Redis too, for a window. Every line is answered once, without error."""
-    n, processes = 30, 3
+    # 50 lines each: the first, were it alone, needs three windows (4 s and more) for them, so
+    # the others are under way before it is done even when they start a second or two later.
+    n, processes = 50, 3
     config = tmp_path / "config.json"
     windows = [{"dimension": "requests", "limit": LIMIT, "per": PER}]
     config.write_bytes(orjson.dumps({"providers": {"local": {"rate_limit": {"windows": windows}}}}))
