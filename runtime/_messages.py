@@ -81,14 +81,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def bind_later_names() -> None:
-    """Load the classes served above and make them names of this module (and the parts names
-    of :mod:`sluice._conversation`), so that ``typing.get_type_hints``, which cattrs uses,
-    resolves ChatRequest's and Message's annotations: the converter calls it when built."""
-    __getattr__("ContentPart")
-    __getattr__("ToolOptions")
-
-
 CacheBreakpoint: TypeAlias = Literal["tools", "system", "last_message"]
 """Where a request asks the provider to cache the prompt up to (see
 ``ChatRequest.cache_breakpoints``)."""

@@ -101,10 +101,8 @@ def _build() -> OrjsonConverter:
         ToolCall,
         ToolChoice,
         ToolResultPart,
-        bind_later_names,
     )
 
-    bind_later_names()  # so that cattrs resolves the annotations naming the rarer classes
     _PART_TYPES.update(
         text=TextPart,
         image=ImagePart,

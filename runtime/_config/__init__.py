@@ -21,8 +21,8 @@ What a config built in code for a plain chat never holds loads on first use: mod
 (:mod:`.windows`), a model's settings and a provider's quirks (:mod:`.overrides`) and
 embedding limits (:mod:`.embed_limits`). This package and the modules whose classes name them
 serve them (PEP 562); each such module keeps them as its own names once loaded, so that its
-annotations resolve, and :func:`bind_later_names` loads them all before cattrs (or anything
-else that reads annotations) resolves a config's.
+annotations resolve; the classes whose annotations name them ask for them when those are first
+read (:func:`sluice._record.late_names`), so cattrs and ``typing.get_type_hints`` resolve them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._serde import Secret
-from . import ledger, provider, quota, runtime
 from .failures import BreakerConfig, RetryConfig
 from .ledger import LedgerConfig
 from .provider import AuthStyle as AuthStyle
@@ -110,19 +109,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(import_module(f"{__name__}.{_LATER[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def bind_later_names() -> None:
-    """Load the classes of :data:`_LATER` and make them names of the modules whose annotations
-    name them, so that ``typing.get_type_hints`` (which cattrs uses to structure a config)
-    resolves every config class's annotations. The config loader calls it first."""
-    for module, name in (
-        (runtime, "ModelGroup"),
-        (ledger, "PriceConfig"),  # each module binds all its later names at once
-        (provider, "ModelConfig"),
-        (quota, "WindowLimit"),
-    ):
-        getattr(module, name)
 
 
 def config_from_env(environ: Mapping[str, str] | None = None) -> RuntimeConfig:

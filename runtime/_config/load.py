@@ -13,7 +13,6 @@ import orjson
 
 from .._errors import ConfigError
 from .._serde import EnvText, format_validation_error, get_converter
-from . import bind_later_names
 from .groups import Deployment, ModelGroup
 from .runtime import RuntimeConfig
 
@@ -77,7 +76,6 @@ def _config_converter() -> OrjsonConverter:
     global _shorthands_added
     converter = get_converter()
     if not _shorthands_added:
-        bind_later_names()  # the config classes a plain config never holds, for cattrs
         deployment = converter.get_structure_hook(Deployment)
         converter.register_structure_hook(
             Deployment, lambda v, t: Deployment(model=v) if isinstance(v, str) else deployment(v, t)

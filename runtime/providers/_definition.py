@@ -57,13 +57,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def bind_later_names() -> None:
-    """Make EmbedLimits a name of this module (see :func:`__getattr__`), so that
-    ``typing.get_type_hints(ProviderDefinition)``, which cattrs uses, resolves: the plugin
-    loader calls it before it structures a definition."""
-    __getattr__("EmbedLimits")
-
-
 Protocol = Literal["openai", "openai-responses", "anthropic", "gemini", "ollama"]
 AuthStyle = Literal["bearer", "x-api-key", "x-goog-api-key", "api-key", "none"]
 """Where the key goes: ``Authorization: Bearer``, one of three key headers, or nowhere."""

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from .._serde import format_validation_error, get_converter
-from ._definition import ProviderDefinition, bind_later_names
+from ._definition import ProviderDefinition
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginProblem", "PluginProviders", "installed_plugins", "load"]
 
@@ -116,7 +116,6 @@ def _iterable(value: Any) -> Iterable[Any]:
 
 
 def _structure(item: Mapping[str, Any]) -> ProviderDefinition:
-    bind_later_names()
     try:
         definition: ProviderDefinition = get_converter().structure(dict(item), ProviderDefinition)
     except Exception as exc:
