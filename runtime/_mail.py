@@ -122,7 +122,7 @@ def __getattr__(name: str) -> Any:
         # once made, so it is one object however often asked for.
         from ._events import CallEvent
 
-        batch = globals()["EventBatch"] = Sequence[CallEvent]
+        batch: Any = globals().setdefault("EventBatch", Sequence[CallEvent])  # first one kept
         return batch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

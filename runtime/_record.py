@@ -138,10 +138,13 @@ class _LateAnnotations(dict[str, Any]):
         self._names = names
 
     def _bind(self) -> None:
-        names, self._names = self._names, ()
-        module = sys.modules[self._module]
-        for name in names:
-            getattr(module, name)  # the module's __getattr__ binds it (and its kin) as a name
+        # Cleared only once bound: a second thread reading meanwhile binds again (getattr is
+        # idempotent) rather than going on to evaluate names that are not there yet.
+        if self._names:
+            module = sys.modules[self._module]
+            for name in self._names:
+                getattr(module, name)  # the module's __getattr__ binds it (and its kin) as a name
+            self._names = ()
 
     def __iter__(self) -> Iterator[str]:
         self._bind()
