@@ -32,7 +32,11 @@ the attrs classes defined, and ``loaded_by_the_call`` names what the call added.
 
 ``-X importtime`` itself slows imports a little, so the JSON also has both timed from inside
 a fresh interpreter without it (``perf_counter`` around the code) and the whole
-``python -c "import sluice"`` process next to ``python -c pass``.
+``python -c "import sluice"`` process next to ``python -c pass``. The chat path's
+``over_trio_ms_without_importtime`` times ``import trio`` and then the chat path in one fresh
+interpreter, each on its own: sluice's share measured the way a program meets it, and the figure
+to judge the goal by (``over_trio_ms`` sets two interpreters' ``-X importtime`` figures against
+each other, and that tool's overhead grows with the number of modules).
 """
 
 from __future__ import annotations
@@ -295,6 +299,16 @@ def _timer(code: str) -> str:
     return f"import time\nt = time.perf_counter()\nexec({code!r})\nprint(time.perf_counter() - t)"
 
 
+def _trio_then(code: str) -> str:
+    """A fresh interpreter's ``import trio`` and then ``code``, each timed on its own: the two
+    seconds figures, one line. Both from the same interpreter and the same clock, so their
+    difference is sluice's own share with neither ``-X importtime`` nor a second process in it."""
+    return (
+        "import time\nt0 = time.perf_counter()\nimport trio\nt1 = time.perf_counter()\n"
+        f"exec({code!r})\nprint(t1 - t0, time.perf_counter() - t1)"
+    )
+
+
 def _first_call(python: str) -> dict[str, Any]:
     """One fresh interpreter's chat path and first call (:data:`FIRST_CALL`)."""
     code = f"CHAT = {CHAT!r}\n{FIRST_CALL}"
@@ -313,6 +327,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     packages: dict[str, list[int]] = collections.defaultdict(list)
     inside: list[float] = []
     chat_inside: list[float] = []
+    beyond_trio: list[tuple[float, float]] = []
     process: list[float] = []
     bare: list[float] = []
     first: list[dict[str, Any]] = []
@@ -337,6 +352,8 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         trio.append(import_subtree(trio_rows, "trio")[-1][2])
         inside.append(float(_run(a.python, _timer(f"import {module}")).stdout.strip()))
         chat_inside.append(float(_run(a.python, _timer(CHAT)).stdout.strip()))
+        trio_s, rest_s = _run(a.python, _trio_then(CHAT)).stdout.split()
+        beyond_trio.append((float(trio_s), float(rest_s)))
         process.append(_process_wall(a.python, f"import {module}"))
         bare.append(_process_wall(a.python, "pass"))
         first.append(_first_call(a.python))
@@ -355,6 +372,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
     total_ms = statistics.median(totals) / 1000
     chat_ms = statistics.median(chat) / 1000
     trio_ms = statistics.median(trio) / 1000
+    beyond_ms = round(statistics.median(rest for _, rest in beyond_trio) * 1000, 1)
     return {
         "module": module,
         "runs": a.runs,
@@ -370,8 +388,15 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
             "trio_ms_runs": [round(t / 1000, 1) for t in trio],
             "over_trio_ms": round(chat_ms - trio_ms, 1),
             "goal_over_trio_ms": a.goal_over_trio_ms,
-            "meets_goal": chat_ms - trio_ms <= a.goal_over_trio_ms,
+            "meets_goal": beyond_ms <= a.goal_over_trio_ms,
             "ms_without_importtime": round(statistics.median(chat_inside) * 1000, 1),
+            "trio_ms_without_importtime": round(
+                statistics.median(t for t, _ in beyond_trio) * 1000, 1
+            ),
+            "over_trio_ms_without_importtime": beyond_ms,
+            "over_trio_ms_without_importtime_runs": [
+                round(rest * 1000, 1) for _, rest in beyond_trio
+            ],
             "modules_loaded": len(on_chat_path),
             "sluice_modules_loaded": _sluice_modules(on_chat_path),
             "heavy_loaded": [name for name in HEAVY if name in on_chat_path],
