@@ -14,7 +14,6 @@ import orjson
 from .anthropic_decode import AnthropicStreamDecoder, decode_body, error_fields
 from .anthropic_request import build_request
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
-from .http_errors import error_for_status, excerpt, provider_wait
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -62,6 +61,8 @@ class AnthropicCodec:
         with a 500) are :class:`Overloaded`. The request id comes from the ``request-id``
         header, else the body; ``retry_after`` from :func:`.http_errors.provider_wait`.
         """
+        from .http_errors import error_for_status, excerpt, provider_wait  # errors only
+
         try:
             reply = orjson.loads(body)
         except orjson.JSONDecodeError:

@@ -29,26 +29,29 @@ What the decoders guarantee:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import BadRequest, CallError, ProtocolError, StreamBroken
-from .._events import (
-    DeltaEvent,
-    ReasoningDelta,
-    ReasoningSignature,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-)
-from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
+from .. import _conversation
+from .. import _errors as errors
+from .. import _events as events
+from .._errors import BadRequest, CallError, ProtocolError
+from .._events import TextDelta, UsageReported
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
-from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from .._events import DeltaEvent
+    from .._messages import ContentPart
+
+# The rarer events, errors and parts (reasoning, tool calls, a broken stream) are named through
+# their modules where they are made, and the error helpers are imported where an error is in
+# hand: a plain text reply then loads none of them (``tests/test_codec_first_use.py``).
 
 __all__ = [
     "AnthropicStreamDecoder",
@@ -111,6 +114,8 @@ def error_fields(reply: object) -> tuple[str, str | None, str | None]:
     if type(reply) is dict:
         request_id = reply.get("request_id")
     if not isinstance(message, str) or not message:
+        from .http_errors import excerpt
+
         message = excerpt(orjson.dumps(reply))
     return (
         message,
@@ -125,6 +130,8 @@ def error_from_reply(reply: object) -> CallError:
     message, error_type, request_id = error_fields(reply)
     if error_type in _CLIENT_ERRORS:
         return BadRequest(message, error_type=error_type, request_id=request_id)
+    from .http_errors import error_for_status
+
     return error_for_status(None, message, error_type=error_type, request_id=request_id)
 
 
@@ -158,7 +165,7 @@ def _parts(blocks: dict[int, _Block]) -> list[ContentPart]:
             parts.append(ReasoningPart(text="", signature=block.signature or None))
         elif block.kind == "tool_use":
             parts.append(
-                ToolCall(
+                _conversation.ToolCall(
                     id=block.id or f"call_{block.call_index}",
                     name=block.name or "",
                     arguments=text or "{}",
@@ -254,12 +261,12 @@ class AnthropicStreamDecoder:
                     except ProtocolError:
                         break  # the body was cut inside this event
         if not self._done and self._stop_reason is None:
-            raise StreamBroken(
+            raise errors.StreamBroken(
                 f"the stream ended after {self._chunks} events without message_stop",
                 events_delivered=self._chunks,
             )
         parts = _parts(self._blocks)
-        has_calls = any(type(p) is ToolCall for p in parts)
+        has_calls = any(block.kind == "tool_use" for block in self._blocks.values())
         return AttemptOutput(
             message=Message("assistant", tuple(parts)),
             finish_reason=normalize_finish_reason(self._stop_reason, has_calls),
@@ -354,7 +361,9 @@ class AnthropicStreamDecoder:
                     raise _malformed("partial_json is not a string", payload)
                 block.pieces.append(fragment)
                 if block.kind == "tool_use":
-                    out.append(ToolCallDelta(self._call_id, block.call_index, None, None, fragment))
+                    out.append(
+                        events.ToolCallDelta(self._call_id, block.call_index, None, None, fragment)
+                    )
         elif kind == "thinking_delta":
             text = delta.get("thinking")
             if text:
@@ -363,14 +372,14 @@ class AnthropicStreamDecoder:
                 if block is None:
                     block = self._implicit(event, "thinking", payload)
                 block.pieces.append(text)
-                out.append(ReasoningDelta(self._call_id, text))
+                out.append(events.ReasoningDelta(self._call_id, text))
         elif kind == "signature_delta":
             signature = delta.get("signature")
             if signature and type(signature) is str:
                 if block is None:
                     block = self._implicit(event, "thinking", payload)
                 block.signature += signature
-                out.append(ReasoningSignature(self._call_id, signature))
+                out.append(events.ReasoningSignature(self._call_id, signature))
         # Other delta types (citations, ...) carry nothing this message model keeps.
 
     def _implicit(self, event: dict[str, Any], kind: str, payload: bytes) -> _Block:
@@ -397,16 +406,16 @@ class AnthropicStreamDecoder:
             text = content.get("thinking")
             if text and type(text) is str:
                 block.pieces.append(text)
-                out.append(ReasoningDelta(self._call_id, text))
+                out.append(events.ReasoningDelta(self._call_id, text))
             signature = content.get("signature")
             if signature and type(signature) is str:
                 block.signature = signature
-                out.append(ReasoningSignature(self._call_id, signature))
+                out.append(events.ReasoningSignature(self._call_id, signature))
         elif kind == "redacted_thinking":
             data = content.get("data")
             if data and type(data) is str:
                 block.signature = data
-                out.append(ReasoningSignature(self._call_id, data, redacted=True))
+                out.append(events.ReasoningSignature(self._call_id, data, redacted=True))
         elif kind == "tool_use":
             call_id, name = content.get("id"), content.get("name")
             block.id = call_id if isinstance(call_id, str) and call_id else None
@@ -420,7 +429,7 @@ class AnthropicStreamDecoder:
         self._calls += 1
         if block.id is None:
             block.id = f"call_{block.call_index}"
-        out.append(ToolCallDelta(self._call_id, block.call_index, block.id, block.name, ""))
+        out.append(events.ToolCallDelta(self._call_id, block.call_index, block.id, block.name, ""))
 
     def _stop(self, event: dict[str, Any], out: list[DeltaEvent]) -> None:
         block = self._block_at(event.get("index"))
@@ -428,7 +437,7 @@ class AnthropicStreamDecoder:
             # Arguments that came whole in content_block_start rather than as fragments.
             arguments = orjson.dumps(block.input).decode()
             block.pieces.append(arguments)
-            out.append(ToolCallDelta(self._call_id, block.call_index, None, None, arguments))
+            out.append(events.ToolCallDelta(self._call_id, block.call_index, None, None, arguments))
 
 
 def decode_body(body: bytes) -> AttemptOutput:

@@ -40,28 +40,20 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Any
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    CacheBreakpoint,
-    ChatRequest,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    SpecificTool,
-    TextPart,
-    Tool,
-    ToolCall,
-    ToolResultPart,
-    is_temporary,
-)
+from .._messages import ChatRequest, Message, ReasoningPart, TextPart, is_temporary
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import arguments_object, json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from .._messages import CacheBreakpoint, ContentPart, FilePart, ImagePart, Tool
+
+# Tool calls and results, images, files and a named tool choice are tested for through
+# sluice._conversation, after text: a plain text chat never loads their classes.
 
 __all__ = ["ANTHROPIC_VERSION", "DEFAULT_MAX_TOKENS", "build_body", "build_request"]
 
@@ -202,7 +194,13 @@ def _wire_block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
     if isinstance(part, TextPart):
         # The API rejects empty text blocks.
         return {"type": "text", "text": part.text} if part.text else None
-    if isinstance(part, ToolResultPart):
+    if isinstance(part, ReasoningPart):
+        if not assistant or not part.signature:
+            return None
+        if not part.text:
+            return {"type": "redacted_thinking", "data": part.signature}
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
+    if isinstance(part, _conversation.ToolResultPart):
         result: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": part.tool_call_id,
@@ -211,20 +209,14 @@ def _wire_block(part: ContentPart, *, assistant: bool) -> dict[str, Any] | None:
         if part.is_error:
             result["is_error"] = True
         return result
-    if isinstance(part, ToolCall):
+    if isinstance(part, _conversation.ToolCall):
         return {
             "type": "tool_use",
             "id": part.id,
             "name": part.name,
             "input": arguments_object(part, "Anthropic"),
         }
-    if isinstance(part, ReasoningPart):
-        if not assistant or not part.signature:
-            return None
-        if not part.text:
-            return {"type": "redacted_thinking", "data": part.signature}
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature}
-    if isinstance(part, ImagePart):
+    if isinstance(part, _conversation.ImagePart):
         return {"type": "image", "source": _image_source(part)}
     return _document(part)
 
@@ -287,7 +279,7 @@ def _tool(tool: Tool) -> dict[str, Any]:
 def _tool_choice(request: ChatRequest) -> dict[str, Any] | None:
     choice = request.tool_choice
     wire: dict[str, Any]
-    if isinstance(choice, SpecificTool):
+    if choice is not None and isinstance(choice, _conversation.SpecificTool):
         wire = {"type": "tool", "name": choice.name}
     elif choice == "required":
         wire = {"type": "any"}

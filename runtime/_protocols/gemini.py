@@ -15,7 +15,6 @@ import orjson
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .gemini_decode import GeminiStreamDecoder, decode_body, error_from_payload
 from .gemini_request import build_request
-from .http_errors import error_for_status, excerpt, provider_wait
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,6 +83,8 @@ class GeminiCodec:
         ``RetryInfo`` detail or a ``Retry-After`` header gives ``retry_after``
         (:func:`.http_errors.provider_wait`).
         """
+        from .http_errors import error_for_status, excerpt, provider_wait  # errors only
+
         try:
             reply = orjson.loads(body)
         except orjson.JSONDecodeError:

@@ -22,25 +22,29 @@ What the decoders guarantee:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import (
-    AuthenticationFailed,
-    CallError,
-    Overloaded,
-    ProtocolError,
-    StreamBroken,
-)
-from .._events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
+from .. import _conversation
+from .. import _errors as errors
+from .. import _events as events
+from .._errors import AuthenticationFailed, CallError, Overloaded, ProtocolError
+from .._events import TextDelta, UsageReported
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
-from .http_errors import error_for_status, excerpt
 from .sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from .._events import DeltaEvent
+    from .._messages import ContentPart, ToolCall
+
+# The rarer events, errors and parts (thoughts, function calls, a broken stream) are named
+# through their modules where they are made, and the error helpers are imported where an error
+# is in hand: a plain text reply then loads none of them (``tests/test_codec_first_use.py``).
 
 __all__ = [
     "GeminiStreamDecoder",
@@ -106,6 +110,8 @@ def error_fields(error: object) -> tuple[str, str | None, int | None, str | None
     ``error_type`` is the ``reason`` of an ``ErrorInfo`` detail when there is one (it says
     more, e.g. ``API_KEY_INVALID``), else the ``status`` name (``INVALID_ARGUMENT``).
     """
+    from .http_errors import excerpt
+
     if type(error) is not dict:
         text = error if isinstance(error, str) and error else excerpt(orjson.dumps(error))
         return text, None, None, None
@@ -149,6 +155,8 @@ def error_from_payload(
         return AuthenticationFailed(message, **fields)
     if status == 503 and "overloaded" in message.lower():
         return Overloaded(message, **fields)
+    from .http_errors import error_for_status
+
     return error_for_status(
         status, message, error_type=error_type, request_id=request_id, retry_after=retry_after
     )
@@ -240,7 +248,7 @@ class GeminiStreamDecoder:
                 except ProtocolError:
                     break  # the body was cut inside this event
         if self._finish_reason is None:
-            raise StreamBroken(
+            raise errors.StreamBroken(
                 f"the stream ended after {self._chunks} events without a finish reason",
                 events_delivered=self._chunks,
             )
@@ -256,7 +264,7 @@ class GeminiStreamDecoder:
                 else:
                     parts.append(TextPart(text, signature=item.signature))
             else:
-                assert type(item) is ToolCall
+                assert type(item) is _conversation.ToolCall
                 parts.append(item)
         return AttemptOutput(
             message=Message("assistant", tuple(parts)),
@@ -343,8 +351,10 @@ class GeminiStreamDecoder:
                 item = self._start(thought=thought)
             if text:
                 item.pieces.append(text)
-                event = ReasoningDelta if thought else TextDelta
-                out.append(event(self._call_id, text))
+                if thought:
+                    out.append(events.ReasoningDelta(self._call_id, text))
+                else:
+                    out.append(TextDelta(self._call_id, text))
             if signature:
                 item.signature = signature
             return
@@ -367,10 +377,12 @@ class GeminiStreamDecoder:
             call_id = f"call_{index}"
         arguments = orjson.dumps(args).decode() if args else "{}"
         self._items.append(
-            ToolCall(id=call_id, name=name, arguments=arguments, signature=signature or None)
+            _conversation.ToolCall(
+                id=call_id, name=name, arguments=arguments, signature=signature or None
+            )
         )
         self._open = None
-        out.append(ToolCallDelta(self._call_id, index, call_id, name, arguments))
+        out.append(events.ToolCallDelta(self._call_id, index, call_id, name, arguments))
 
 
 def _load(payload: bytes) -> dict[str, Any]:

@@ -28,26 +28,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    ChatRequest,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    SpecificTool,
-    TextPart,
-    Tool,
-    ToolCall,
-    ToolResultPart,
-)
+from .._messages import ChatRequest, Message, ReasoningPart, TextPart
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import arguments_object, json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    from .._messages import ContentPart, FilePart, Tool
+
+# Tool calls and results, images, files and a named tool choice are tested for through
+# sluice._conversation, after text: a plain text chat never loads their classes.
 
 __all__ = ["build_body", "build_request"]
 
@@ -101,7 +95,7 @@ def build_body(request: ChatRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = [{"functionDeclarations": [_declaration(t) for t in request.tools]}]
     choice = request.tool_choice
-    if isinstance(choice, SpecificTool):
+    if choice is not None and isinstance(choice, _conversation.SpecificTool):
         config = {"mode": "ANY", "allowedFunctionNames": [choice.name]}
         body["toolConfig"] = {"functionCallingConfig": config}
     elif choice is not None:
@@ -161,7 +155,7 @@ def _part(part: ContentPart, names: dict[str, str]) -> dict[str, Any]:
         wire = {"text": part.text}
     elif isinstance(part, ReasoningPart):
         wire = {"text": part.text, "thought": True}
-    elif isinstance(part, ToolCall):
+    elif isinstance(part, _conversation.ToolCall):
         names[part.id] = part.name
         wire = {
             "functionCall": {
@@ -170,7 +164,7 @@ def _part(part: ContentPart, names: dict[str, str]) -> dict[str, Any]:
                 "args": arguments_object(part, "Gemini"),
             }
         }
-    elif isinstance(part, ToolResultPart):
+    elif isinstance(part, _conversation.ToolResultPart):
         name = part.name or names.get(part.tool_call_id)
         if not name:
             raise ConfigError(
@@ -179,7 +173,7 @@ def _part(part: ContentPart, names: dict[str, str]) -> dict[str, Any]:
             )
         response = {"error" if part.is_error else "output": part.content}
         wire = {"functionResponse": {"id": part.tool_call_id, "name": name, "response": response}}
-    elif isinstance(part, ImagePart):
+    elif isinstance(part, _conversation.ImagePart):
         wire = _media(part.url, part.media_type, None)
     else:
         wire = _file(part)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
-from .http_errors import error_for_status, excerpt, provider_wait
 from .ollama_decode import OllamaStreamDecoder, decode_body, error_message
 from .ollama_request import build_request
 
@@ -85,6 +84,8 @@ class OllamaCodec:
         without tool support, a 400 ``... does not support tools``: :class:`BadRequest`); any
         other body gives a short excerpt. Ollama sends no error type or request id.
         """
+        from .http_errors import error_for_status, excerpt, provider_wait  # errors only
+
         try:
             reply = orjson.loads(body)
         except orjson.JSONDecodeError:

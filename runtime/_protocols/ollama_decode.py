@@ -17,18 +17,29 @@ What the decoders guarantee:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._errors import ProtocolError, StreamBroken
-from .._events import DeltaEvent, ReasoningDelta, TextDelta, ToolCallDelta, UsageReported
-from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
+from .. import _conversation
+from .. import _errors as errors
+from .. import _events as events
+from .._errors import ProtocolError
+from .._events import TextDelta, UsageReported
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_LINE_BYTES, too_large
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
-from .http_errors import error_for_status, excerpt
+
+if TYPE_CHECKING:
+    from .._errors import CallError
+    from .._events import DeltaEvent
+    from .._messages import ContentPart, ToolCall
+
+# The rarer events, errors and parts (thinking, tool calls, a broken stream) are named through
+# their modules where they are made, and the error helpers are imported where an error is in
+# hand: a plain text reply then loads none of them (``tests/test_codec_first_use.py``).
 
 __all__ = [
     "OllamaStreamDecoder",
@@ -62,7 +73,16 @@ def error_message(error: object) -> str:
         return error
     if type(error) is dict and isinstance(error.get("message"), str) and error["message"]:
         return str(error["message"])
+    from .http_errors import excerpt
+
     return excerpt(orjson.dumps(error))
+
+
+def _error_reply(error: object) -> CallError:
+    """The :class:`CallError` for an ``error`` in a 200 reply, whose status is not known."""
+    from .http_errors import error_for_status
+
+    return error_for_status(None, error_message(error))
 
 
 class OllamaStreamDecoder:
@@ -164,7 +184,7 @@ class OllamaStreamDecoder:
             except ProtocolError:
                 pass  # the body was cut inside this line
         if not self._done:
-            raise StreamBroken(
+            raise errors.StreamBroken(
                 f"the stream ended after {self._chunks} lines without a done line",
                 events_delivered=self._chunks,
             )
@@ -212,7 +232,7 @@ class OllamaStreamDecoder:
                 if type(thinking) is not str:
                     raise _malformed("thinking is not a string", line)
                 self._reasoning.append(thinking)
-                out.append(ReasoningDelta(self._call_id, thinking))
+                out.append(events.ReasoningDelta(self._call_id, thinking))
             calls = message.get("tool_calls")
             if calls:
                 if type(calls) is not list:
@@ -220,7 +240,7 @@ class OllamaStreamDecoder:
                 for call in calls:
                     self._tool_call(call, line, out)
         elif "error" in chunk:
-            raise error_for_status(None, error_message(chunk["error"]))
+            raise _error_reply(chunk["error"])
         if chunk.get("done") is True:
             self._done = True
             reason = chunk.get("done_reason")
@@ -242,8 +262,8 @@ class OllamaStreamDecoder:
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{index}"
-        self._calls.append(ToolCall(id=call_id, name=name, arguments=arguments))
-        out.append(ToolCallDelta(self._call_id, index, call_id, name, arguments))
+        self._calls.append(_conversation.ToolCall(id=call_id, name=name, arguments=arguments))
+        out.append(events.ToolCallDelta(self._call_id, index, call_id, name, arguments))
 
 
 def decode_body(body: bytes) -> AttemptOutput:
@@ -267,7 +287,7 @@ def decode_body(body: bytes) -> AttemptOutput:
     if type(reply) is not dict:
         raise _malformed("the reply body is not a JSON object", body)
     if "error" in reply and not reply.get("message"):
-        raise error_for_status(None, error_message(reply["error"]))
+        raise _error_reply(reply["error"])
     if type(reply.get("message")) is not dict:
         raise _malformed("the reply has no message", body)
     decoder = OllamaStreamDecoder("")

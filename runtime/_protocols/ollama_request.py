@@ -23,24 +23,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    ChatRequest,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    TextPart,
-    Tool,
-    ToolCall,
-    ToolResultPart,
-)
+from .._messages import ChatRequest, Message, ReasoningPart, TextPart
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import arguments_object, json_body, request_headers
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    from .._messages import FilePart, ImagePart, Tool
+
+# Tool calls and results, images and files are tested for through sluice._conversation, after
+# text and reasoning: a plain text chat never loads their classes.
 
 __all__ = ["build_body", "build_request", "chat_url"]
 
@@ -126,13 +122,16 @@ def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
         for part in message.content:
             if isinstance(part, TextPart):
                 texts.append(part.text)
-            elif isinstance(part, ToolResultPart):
+            elif isinstance(part, ReasoningPart):
+                if message.role == "assistant":
+                    reasoning.append(part.text)
+            elif isinstance(part, _conversation.ToolResultPart):
                 result = {"role": "tool", "content": part.content}
                 name = part.name or names.get(part.tool_call_id)
                 if name:
                     result["tool_name"] = name
                 out.append(result)
-            elif isinstance(part, ToolCall):
+            elif isinstance(part, _conversation.ToolCall):
                 names[part.id] = part.name
                 function = {
                     "index": len(calls),
@@ -140,9 +139,6 @@ def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                     "arguments": arguments_object(part, "Ollama"),
                 }
                 calls.append({"function": function})
-            elif isinstance(part, ReasoningPart):
-                if message.role == "assistant":
-                    reasoning.append(part.text)
             else:
                 images.append(_image(part))
         if not (texts or images or calls or reasoning) and message.content:
@@ -159,7 +155,7 @@ def _messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 
 def _image(part: ImagePart | FilePart) -> str:
-    if isinstance(part, FilePart):
+    if isinstance(part, _conversation.FilePart):
         if part.data is None or not (part.media_type or "").startswith("image/"):
             raise ConfigError("Ollama takes only images, as base64 data, not other files")
         data = part.data
@@ -170,7 +166,7 @@ def _image(part: ImagePart | FilePart) -> str:
         if not comma or not header.endswith(";base64"):
             raise ConfigError("a data: URL sent to Ollama must be base64-encoded")
         return payload
-    if isinstance(part, ImagePart):
+    if isinstance(part, _conversation.ImagePart):
         raise ConfigError("Ollama takes images as base64 data (a data: URL), not by URL")
     return data
 

@@ -33,28 +33,31 @@ annotations, ``response.in_progress``, keep-alives) change nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
 
-from .._errors import CallError, ProtocolError, StreamBroken
-from .._events import (
-    DeltaEvent,
-    ReasoningDelta,
-    ReasoningSignature,
-    TextDelta,
-    ToolCallDelta,
-    UsageReported,
-)
-from .._messages import ContentPart, FinishReason, Message, ReasoningPart, TextPart, ToolCall, Usage
+from .. import _conversation
+from .. import _errors as errors
+from .. import _events as events
+from .._errors import CallError, ProtocolError
+from .._events import TextDelta, UsageReported
+from .._messages import FinishReason, Message, ReasoningPart, TextPart, Usage
 from .base import AttemptOutput
 from .decode_shared import MAX_EVENT_BYTES, MAX_LINE_BYTES
 from .decode_shared import count as _count
 from .decode_shared import malformed as _malformed
-from .http_errors import error_for_status, excerpt
 from .responses_request import reasoning_signature
 from .sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from .._events import DeltaEvent
+    from .._messages import ContentPart
+
+# The rarer events, errors and parts (reasoning, function calls, a broken stream) are named
+# through their modules where they are made, and the error helpers are imported where an error
+# is in hand: a plain text reply then loads none of them (``tests/test_codec_first_use.py``).
 
 __all__ = [
     "ResponsesStreamDecoder",
@@ -79,6 +82,8 @@ def normalize_usage(raw: object) -> Usage:
         ProtocolError: ``raw`` is not an object.
     """
     if type(raw) is not dict:
+        from .http_errors import excerpt
+
         raise ProtocolError(f"usage is not an object: {excerpt(orjson.dumps(raw))}")
     details = raw.get("input_tokens_details")
     cached = _count(details.get("cached_tokens")) if type(details) is dict else 0
@@ -98,6 +103,8 @@ def failure_error(error: object) -> CallError:
     :func:`.http_errors.error_for_status`: ``rate_limit_exceeded`` is a rate limit,
     ``server_error`` and unknown codes a server error).
     """
+    from .http_errors import error_for_status, excerpt
+
     message, code = "the provider reported an error without a message", None
     if type(error) is dict:
         found = error.get("message")
@@ -168,7 +175,7 @@ def _parts(items: list[_Item]) -> list[ContentPart]:
     for item in items:
         if item.kind == "function_call":
             parts.append(
-                ToolCall(
+                _conversation.ToolCall(
                     id=item.call_id or f"call_{item.index}",
                     name=item.name or "",
                     arguments="".join(item.text) or "{}",
@@ -264,7 +271,7 @@ class ResponsesStreamDecoder:
                     except ProtocolError:
                         break  # the body was cut inside this event
         if self._finish is None:
-            raise StreamBroken(
+            raise errors.StreamBroken(
                 f"the stream ended after {self._chunks} events without response.completed",
                 events_delivered=self._chunks,
             )
@@ -307,7 +314,7 @@ class ResponsesStreamDecoder:
                 item = self._item_for(event, "function_call")
                 item.text.append(delta)
                 item.arguments = True
-                out.append(ToolCallDelta(self._call_id, item.index, None, None, delta))
+                out.append(events.ToolCallDelta(self._call_id, item.index, None, None, delta))
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             delta = event.get("delta")
             if delta:
@@ -315,12 +322,12 @@ class ResponsesStreamDecoder:
                     raise _malformed("a reasoning delta is not a string", payload)
                 item = self._item_for(event, "reasoning")
                 item.text.append(delta)
-                out.append(ReasoningDelta(self._call_id, delta))
+                out.append(events.ReasoningDelta(self._call_id, delta))
         elif kind == "response.reasoning_summary_part.added":
             item = self._item_for(event, "reasoning")
             if item.text:
                 item.text.append(_SUMMARY_BREAK)
-                out.append(ReasoningDelta(self._call_id, _SUMMARY_BREAK))
+                out.append(events.ReasoningDelta(self._call_id, _SUMMARY_BREAK))
         elif kind == "response.output_item.added":
             self._added(event, payload, out)
         elif kind == "response.output_item.done":
@@ -331,7 +338,7 @@ class ResponsesStreamDecoder:
             if not item.arguments and isinstance(arguments, str) and arguments:
                 item.text.append(arguments)
                 item.arguments = True
-                out.append(ToolCallDelta(self._call_id, item.index, None, None, arguments))
+                out.append(events.ToolCallDelta(self._call_id, item.index, None, None, arguments))
         elif kind in ("response.completed", "response.incomplete"):
             self._end(event.get("response"), payload, out)
         elif kind == "response.created":
@@ -404,7 +411,9 @@ class ResponsesStreamDecoder:
             if arguments:
                 item.text.append(arguments)
                 item.arguments = True
-            out.append(ToolCallDelta(self._call_id, item.index, item.call_id, item.name, arguments))
+            out.append(
+                events.ToolCallDelta(self._call_id, item.index, item.call_id, item.name, arguments)
+            )
 
     def _item_done(self, event: dict[str, Any], payload: bytes, out: list[DeltaEvent]) -> None:
         raw = event.get("item")
@@ -420,7 +429,7 @@ class ResponsesStreamDecoder:
                     item_id, encrypted if isinstance(encrypted, str) else None
                 )
                 out.append(
-                    ReasoningSignature(self._call_id, item.signature, redacted=not item.text)
+                    events.ReasoningSignature(self._call_id, item.signature, redacted=not item.text)
                 )
         elif kind == "function_call":
             item = self._item_for({"item_id": raw.get("id"), **event}, "function_call")
@@ -439,7 +448,9 @@ class ResponsesStreamDecoder:
                 item.text.append(arguments)
                 item.arguments = True
             if new_id or new_name or arguments:
-                out.append(ToolCallDelta(self._call_id, item.index, new_id, new_name, arguments))
+                out.append(
+                    events.ToolCallDelta(self._call_id, item.index, new_id, new_name, arguments)
+                )
 
     def _end(self, response: object, payload: bytes, out: list[DeltaEvent]) -> None:
         if type(response) is not dict:
@@ -463,15 +474,18 @@ class ResponsesStreamDecoder:
 
 def _item_of(part: ContentPart) -> _Item:
     """A finished item standing for one part of a message decoded whole."""
-    if isinstance(part, ToolCall):
-        item = _Item("function_call", None)
-        item.call_id, item.name, item.text = part.id, part.name, [part.arguments]
+    if isinstance(part, TextPart):  # text first: the others' classes load with the first met
+        item = _Item("message", None)
+        item.text = [part.text]
     elif isinstance(part, ReasoningPart):
         item = _Item("reasoning", None)
         item.text, item.signature = [part.text], part.signature
+    elif isinstance(part, _conversation.ToolCall):
+        item = _Item("function_call", None)
+        item.call_id, item.name, item.text = part.id, part.name, [part.arguments]
     else:
         item = _Item("message", None)
-        item.text = [part.text] if isinstance(part, TextPart) else []
+        item.text = []
     return item
 
 
@@ -483,11 +497,13 @@ def _deltas(call_id: str, message: Message) -> list[DeltaEvent]:
             out.append(TextDelta(call_id, part.text))
         elif isinstance(part, ReasoningPart):
             if part.text:
-                out.append(ReasoningDelta(call_id, part.text))
+                out.append(events.ReasoningDelta(call_id, part.text))
             if part.signature:
-                out.append(ReasoningSignature(call_id, part.signature, redacted=not part.text))
-        elif isinstance(part, ToolCall):
-            out.append(ToolCallDelta(call_id, index, part.id, part.name, part.arguments))
+                out.append(
+                    events.ReasoningSignature(call_id, part.signature, redacted=not part.text)
+                )
+        elif isinstance(part, _conversation.ToolCall):
+            out.append(events.ToolCallDelta(call_id, index, part.id, part.name, part.arguments))
             index += 1
     return out
 
@@ -529,7 +545,7 @@ def _output(response: dict[str, Any], body: bytes, logprobs: list[Any] | None = 
             if type(arguments) is not str:
                 arguments = orjson.dumps(arguments).decode()
             parts.append(
-                ToolCall(
+                _conversation.ToolCall(
                     id=call_id if isinstance(call_id, str) and call_id else f"call_{len(parts)}",
                     name=name if isinstance(name, str) else "",
                     arguments=arguments or "{}",

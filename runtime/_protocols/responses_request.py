@@ -29,21 +29,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from .. import _conversation
 from .._errors import ConfigError
-from .._messages import (
-    ChatRequest,
-    ContentPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    ResponseFormat,
-    SpecificTool,
-    TextPart,
-    Tool,
-    ToolCall,
-    ToolResultPart,
-)
+from .._messages import ChatRequest, Message, ReasoningPart, TextPart
 from .base import HttpRequest
 from .openai_request import merge_extra
 from .wire import json_body, request_headers
@@ -51,7 +39,11 @@ from .wire import json_body, request_headers
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .._messages import ContentPart, ResponseFormat, Tool
     from .quirks import RequestQuirks
+
+# Tool calls and results, images, files and a named tool choice are tested for through
+# sluice._conversation, after text: a plain text chat never loads their classes.
 
 __all__ = [
     "build_body",
@@ -131,7 +123,7 @@ def build_body(request: ChatRequest, quirks: RequestQuirks | None = None) -> dic
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
     choice = request.tool_choice
-    if isinstance(choice, SpecificTool):
+    if choice is not None and isinstance(choice, _conversation.SpecificTool):
         body["tool_choice"] = {"type": "function", "name": choice.name}
     elif choice is not None and not (quirks is not None and choice in quirks.omit_tool_choice):
         body["tool_choice"] = choice
@@ -169,7 +161,9 @@ def _input(messages: tuple[Message, ...]) -> tuple[str | None, list[dict[str, An
             continue
         rest: list[ContentPart] = []
         for part in message.content:
-            if isinstance(part, ToolResultPart):
+            if isinstance(part, TextPart):
+                rest.append(part)
+            elif isinstance(part, _conversation.ToolResultPart):
                 items.append(
                     {
                         "type": "function_call_output",
@@ -202,7 +196,9 @@ def _assistant(parts: tuple[ContentPart, ...], items: list[dict[str, Any]]) -> N
             text.clear()
 
     for part in parts:
-        if isinstance(part, ToolCall):
+        if isinstance(part, TextPart):
+            text.append(part)
+        elif isinstance(part, _conversation.ToolCall):
             flush()
             items.append(
                 {
@@ -223,7 +219,7 @@ def _assistant(parts: tuple[ContentPart, ...], items: list[dict[str, Any]]) -> N
             if found[1] is not None:
                 item["encrypted_content"] = found[1]
             items.append(item)
-        elif isinstance(part, ToolResultPart):
+        elif isinstance(part, _conversation.ToolResultPart):
             flush()
             items.append(
                 {
@@ -246,11 +242,11 @@ def _content(parts: Sequence[ContentPart], *, output: bool = False) -> str | lis
 def _content_item(part: ContentPart, output: bool) -> dict[str, Any]:
     if isinstance(part, TextPart):
         return {"type": "output_text" if output else "input_text", "text": part.text}
-    if isinstance(part, ImagePart):
+    if isinstance(part, _conversation.ImagePart):
         image: dict[str, Any] = {"type": "input_image", "image_url": part.url}
         image["detail"] = part.detail or "auto"
         return image
-    if isinstance(part, FilePart):
+    if isinstance(part, _conversation.FilePart):
         file: dict[str, Any] = {"type": "input_file"}
         if part.file_id is not None:
             file["file_id"] = part.file_id
