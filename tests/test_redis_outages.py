@@ -148,10 +148,15 @@ async def _seconds_until(holds: Callable[[], Awaitable[bool]], within: float) ->
 
 
 LIMIT, PER = 20, 2.0
-TRANSIT_SLACK = 0.1
-"""Seconds a request may take from its admission to the server's count on a loaded box."""
 """The shared window of the data-loss test: 20 requests per 2 s. The mechanism is the one a
 per-minute limit uses (a shorter window only makes the test quicker)."""
+TRANSIT_SLACK = 0.25
+"""Seconds a request may take from its admission to the server's count on a loaded box. The
+limiter fills every window, so the busiest window at the server holds exactly the limit (20 in
+each of 16 runs with both cores busy): one request late by more than the slack, with the next
+window's first on time, counts 21. At 0.1 s the test failed about one run in five on a box
+that busy. Processes that do not tell the emptied store their admissions again were caught
+as often at 0.25 s as at 0.1 (one run of three each)."""
 
 
 def test_a_redis_restart_that_loses_its_data_lets_no_window_pass_the_limit(
