@@ -361,7 +361,9 @@ with_tools = ChatRequest(
     model="p:m", messages=history, tools=[Tool(name="get_weather")], tool_choice="auto"
 )
 sent = codec.build_request(with_tools, base_url="http://127.0.0.1:9/v1", api_key="k")
-found["tools"]["request_names_the_call"] = b"get_weather" in sent.body
+# The tool's own name is in its definition: the call's arguments and the result's text show
+# that the call and its result reached the body too.
+found["tools"]["request_names_the_call"] = b"Paris" in sent.body and b"sunny" in sent.body
 status, error_body = data["error"]
 error = codec.decode_error(status, {{}}, orjson.dumps(error_body), wall_now=0.0)
 found["error"] = {{"type": type(error).__name__, "message": str(error)}}
